@@ -1,0 +1,108 @@
+// tern — command-line entry point. Subcommands:
+//   tern bench codecs [--sizes=1M,16M] [--codecs=a,b] [--threads=N] [--json=FILE]
+//   tern codecs                 list codecs and their wire names
+//   tern version
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cli/bench_codecs.h"
+#include "common/logging.h"
+#include "kernels/builtin.h"
+
+ABSL_FLAG(std::string, sizes, "1M,16M", "bench: tensor sizes in floats (K/M suffixes)");
+ABSL_FLAG(std::string, codecs, "", "bench: comma-separated codec specs; '' = all codecs");
+ABSL_FLAG(int, threads, 1, "bench: threads per encode/decode (targets are for 1)");
+ABSL_FLAG(double, min_time, 0.2, "bench: minimum seconds per measurement");
+ABSL_FLAG(std::string, json, "", "bench: also write results as JSON lines to this file");
+ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: tern <command> [flags]\n"
+    "commands:\n"
+    "  bench codecs   encode/decode throughput, compression and bits per coordinate of every\n"
+    "                 codec, against memcpy measured in the same run\n"
+    "  codecs         list the codecs (spec name -> wire name)\n"
+    "  version        print the version\n"
+    "run 'tern --help' for flags";
+
+bool ParseSize(absl::string_view s, uint64_t* out) {
+  uint64_t mult = 1;
+  if (!s.empty() && (s.back() == 'M' || s.back() == 'm')) mult = 1 << 20;
+  if (!s.empty() && (s.back() == 'K' || s.back() == 'k')) mult = 1 << 10;
+  if (mult != 1) s.remove_suffix(1);
+  uint64_t v;
+  if (!absl::SimpleAtoi(s, &v) || v == 0) return false;
+  *out = v * mult;
+  return true;
+}
+
+// Splits "topk:ratio=0.01,dgc:ratio=0.001,sample=0.02" into specs: a piece without ':' that holds
+// '=' continues the previous spec's parameter list.
+std::vector<std::string> SplitSpecs(absl::string_view list) {
+  std::vector<std::string> specs;
+  for (absl::string_view piece : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    if (!specs.empty() && piece.find(':') == piece.npos && piece.find('=') != piece.npos) {
+      absl::StrAppend(&specs.back(), ",", piece);
+    } else {
+      specs.emplace_back(piece);
+    }
+  }
+  return specs;
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "tern: %s\n", msg.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (auto s = tern::InitLogging(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  std::vector<std::string> cmd(args.begin() + 1, args.end());
+  if (cmd.empty()) return Fail(kUsage);
+  if (cmd[0] == "version") {
+    std::printf("tern 0.1.0 (wire format tern.v1)\n");
+    return 0;
+  }
+  if (cmd[0] == "codecs") {
+    auto registry = tern::NewBuiltinCodecRegistry();
+    for (const std::string& name : registry->Names()) {
+      auto codec = registry->Create(name);
+      std::printf("%-16s %-20s default: %s\n", name.c_str(),
+                  std::string((*codec)->Name()).c_str(), (*codec)->Spec().c_str());
+    }
+    return 0;
+  }
+  if (cmd[0] == "bench" && cmd.size() == 2 && cmd[1] == "codecs") {
+    tern::BenchCodecsOptions options;
+    for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+      uint64_t n;
+      if (!ParseSize(s, &n)) return Fail(absl::StrCat("bad --sizes entry '", s, "'"));
+      options.sizes.push_back(n);
+    }
+    options.specs = SplitSpecs(absl::GetFlag(FLAGS_codecs));
+    if (options.specs.empty()) options.specs = tern::DefaultBenchSpecs();
+    options.threads = absl::GetFlag(FLAGS_threads);
+    options.min_seconds = absl::GetFlag(FLAGS_min_time);
+    options.json_path = absl::GetFlag(FLAGS_json);
+    if (options.threads < 1) return Fail("--threads must be >= 1");
+    if (auto s = tern::RunBenchCodecs(options); !s.ok()) return Fail(s.ToString());
+    return 0;
+  }
+  return Fail(absl::StrCat("unknown command '", absl::StrJoin(cmd, " "), "'\n", kUsage));
+}

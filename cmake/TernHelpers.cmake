@@ -1,0 +1,34 @@
+# Shared compile settings and the test helper (leveldb's leveldb_test(), abseil's absl_cc_test).
+
+set(TERN_WARNING_FLAGS -Wall -Wextra -Wshadow=local -Wnon-virtual-dtor -Wno-unused-parameter)
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  list(APPEND TERN_WARNING_FLAGS -Wthread-safety)
+endif()
+
+# Applies warnings and sanitizers to one of tern's own targets (not generated code).
+function(tern_target_settings target)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${TERN_WARNING_FLAGS}>)
+  if(TERN_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+endfunction()
+
+if(TERN_SANITIZE)
+  # Applied globally so that every object, generated code included, agrees on the ABI.
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX,C>:-fsanitize=${TERN_SANITIZE}>
+                      $<$<COMPILE_LANGUAGE:CXX,C>:-fno-omit-frame-pointer>
+                      $<$<COMPILE_LANGUAGE:CXX,C>:-fno-sanitize-recover=all>)
+  add_link_options(-fsanitize=${TERN_SANITIZE})
+endif()
+
+# tern_cc_test(NAME name SRCS a.cc ... DEPS lib ...)
+function(tern_cc_test)
+  cmake_parse_arguments(T "" "NAME" "SRCS;DEPS" ${ARGN})
+  if(NOT TERN_BUILD_TESTS)
+    return()
+  endif()
+  add_executable(${T_NAME} ${T_SRCS})
+  target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
+  tern_target_settings(${T_NAME})
+  gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
+endfunction()

@@ -1,0 +1,119 @@
+#include "common/chunking.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/crc32.h"
+#include "common/status_macros.h"
+
+namespace tern {
+
+absl::Status ChunkSerializedBundle(absl::string_view serialized, uint64_t stream_id,
+                                   size_t max_chunk_bytes,
+                                   const std::function<absl::Status(v1::BundleChunk&&)>& emit) {
+  if (max_chunk_bytes == 0 || max_chunk_bytes > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk size must be in [1, ", kMaxChunkBytes, "], got ", max_chunk_bytes));
+  }
+  const uint32_t bundle_crc = Crc32(serialized.data(), serialized.size());
+  size_t offset = 0;
+  do {  // an empty bundle still sends one (empty, last) chunk
+    const size_t n = std::min(max_chunk_bytes, serialized.size() - offset);
+    v1::BundleChunk chunk;
+    chunk.set_stream_id(stream_id);
+    chunk.set_offset(offset);
+    chunk.set_total_size(serialized.size());
+    chunk.set_data(serialized.data() + offset, n);
+    chunk.set_data_crc32(Crc32(serialized.data() + offset, n));
+    offset += n;
+    if (offset == serialized.size()) {
+      chunk.set_last(true);
+      chunk.set_bundle_crc32(bundle_crc);
+    }
+    TERN_RETURN_IF_ERROR(emit(std::move(chunk)));
+  } while (offset < serialized.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::BundleChunk>> ChunkBundle(const v1::TensorBundle& bundle,
+                                                         uint64_t stream_id,
+                                                         size_t max_chunk_bytes) {
+  std::string serialized;
+  if (!bundle.SerializeToString(&serialized)) {
+    return absl::InternalError("bundle does not serialize (over 2 GiB?)");
+  }
+  std::vector<v1::BundleChunk> chunks;
+  TERN_RETURN_IF_ERROR(ChunkSerializedBundle(serialized, stream_id, max_chunk_bytes,
+                                             [&chunks](v1::BundleChunk&& c) {
+                                               chunks.push_back(std::move(c));
+                                               return absl::OkStatus();
+                                             }));
+  return chunks;
+}
+
+absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
+  if (failed_) return absl::FailedPreconditionError("stream already failed");
+  if (complete_) return Fail(absl::InvalidArgumentError("chunk after the last chunk"));
+  if (!started_) {
+    if (chunk.offset() != 0) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("first chunk must have offset 0, got ", chunk.offset())));
+    }
+    if (chunk.total_size() > max_bundle_bytes_) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "bundle of ", chunk.total_size(), " bytes exceeds the limit of ", max_bundle_bytes_)));
+    }
+    started_ = true;
+    stream_id_ = chunk.stream_id();
+    total_size_ = chunk.total_size();
+  } else if (chunk.stream_id() != stream_id_ || chunk.total_size() != total_size_) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "chunk of stream ", chunk.stream_id(), " (total ", chunk.total_size(),
+        ") mixed into stream ", stream_id_, " (total ", total_size_, ")")));
+  }
+  if (chunk.offset() != buffer_.size()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("chunk at offset ", chunk.offset(),
+                                                        ", expected ", buffer_.size())));
+  }
+  if (chunk.data().size() > kMaxChunkBytes) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("chunk of ", chunk.data().size(), " bytes exceeds ", kMaxChunkBytes)));
+  }
+  if (chunk.data().size() > total_size_ - buffer_.size()) {
+    return Fail(absl::InvalidArgumentError("chunk runs past the announced bundle size"));
+  }
+  if (chunk.data().empty() && !chunk.last()) {
+    return Fail(absl::InvalidArgumentError("empty chunk that is not the last"));
+  }
+  if (Crc32(chunk.data().data(), chunk.data().size()) != chunk.data_crc32()) {
+    return Fail(absl::DataLossError(absl::StrCat("chunk at offset ", chunk.offset(),
+                                                 " fails its CRC-32 check")));
+  }
+  buffer_.append(chunk.data());
+  running_crc_ = Crc32(chunk.data().data(), chunk.data().size(), running_crc_);
+  if (chunk.last()) {
+    if (buffer_.size() != total_size_) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "last chunk ends at ", buffer_.size(), " of ", total_size_, " bytes")));
+    }
+    if (running_crc_ != chunk.bundle_crc32()) {
+      return Fail(absl::DataLossError("bundle fails its CRC-32 check"));
+    }
+    complete_ = true;
+  } else if (buffer_.size() == total_size_) {
+    return Fail(absl::InvalidArgumentError("all bytes received but chunk not marked last"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TensorBundle> BundleAssembler::Finish() {
+  if (!complete_) return absl::FailedPreconditionError("bundle is not complete");
+  v1::TensorBundle bundle;
+  if (!bundle.ParseFromString(buffer_)) {
+    return absl::InvalidArgumentError("reassembled bytes are not a TensorBundle");
+  }
+  buffer_.clear();
+  return bundle;
+}
+
+}  // namespace tern

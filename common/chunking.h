@@ -1,0 +1,68 @@
+// Streams a TensorBundle of any size as BundleChunk messages of at most 1 MiB, and reassembles
+// them with integrity checks. The assembler treats chunks as untrusted: a gap, overlap, size
+// change, oversize bundle, CRC mismatch or unparsable result is an InvalidArgument/DataLoss error,
+// never a crash, and it never allocates more than its configured maximum.
+//
+// Thread-safety: BundleAssembler is not thread-safe (one per incoming stream).
+#ifndef TERN_COMMON_CHUNKING_H_
+#define TERN_COMMON_CHUNKING_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tern/v1/tensor.pb.h"
+
+namespace tern {
+
+// Largest `data` a chunk may carry.
+inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;
+
+// Cuts an already serialized bundle into chunks of at most `max_chunk_bytes` (1..kMaxChunkBytes)
+// and hands each to `emit` in order; stops at the first error `emit` returns.
+absl::Status ChunkSerializedBundle(absl::string_view serialized, uint64_t stream_id,
+                                   size_t max_chunk_bytes,
+                                   const std::function<absl::Status(v1::BundleChunk&&)>& emit);
+
+// Serializes `bundle` and returns its chunks.
+absl::StatusOr<std::vector<v1::BundleChunk>> ChunkBundle(const v1::TensorBundle& bundle,
+                                                         uint64_t stream_id,
+                                                         size_t max_chunk_bytes = kMaxChunkBytes);
+
+class BundleAssembler {
+ public:
+  // Bundles larger than `max_bundle_bytes` are refused at their first chunk.
+  explicit BundleAssembler(uint64_t max_bundle_bytes) : max_bundle_bytes_(max_bundle_bytes) {}
+
+  // Accepts the next chunk. After an error the assembler is poisoned: further calls fail.
+  absl::Status Add(const v1::BundleChunk& chunk);
+  // True once the chunk marked `last` was accepted.
+  bool complete() const { return complete_; }
+  // Parses the reassembled bundle. REQUIRES: complete().
+  absl::StatusOr<v1::TensorBundle> Finish();
+
+ private:
+  absl::Status Fail(absl::Status s) {
+    failed_ = true;
+    buffer_.clear();
+    return s;
+  }
+
+  uint64_t max_bundle_bytes_;
+  bool started_ = false;
+  bool complete_ = false;
+  bool failed_ = false;
+  uint64_t stream_id_ = 0;
+  uint64_t total_size_ = 0;
+  uint32_t running_crc_ = 0;
+  std::string buffer_;
+};
+
+}  // namespace tern
+
+#endif  // TERN_COMMON_CHUNKING_H_

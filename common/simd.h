@@ -1,0 +1,33 @@
+// TERN_MULTIVERSION marks a hot loop to be compiled twice, for AVX2 and for baseline x86-64, with
+// the choice made once at load time (GCC/Clang target_clones + ifunc). Binaries stay portable while
+// the loops run vectorised on the machines we train on. Results do not depend on the version taken:
+// the project builds with -ffp-contract=off semantics (ISO C++), so no FMA contraction sneaks in.
+#ifndef TERN_COMMON_SIMD_H_
+#define TERN_COMMON_SIMD_H_
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TERN_NO_MULTIVERSION) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__clang__)
+#define TERN_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define TERN_MULTIVERSION
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TERN_X86_DISPATCH 1
+#endif
+
+namespace tern {
+
+// True when the CPU has AVX2 and F16C (checked once), for loops written with intrinsics.
+inline bool CpuHasAvx2F16c() {
+#if defined(TERN_X86_DISPATCH)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+#else
+  return false;
+#endif
+}
+
+}  // namespace tern
+
+#endif  // TERN_COMMON_SIMD_H_

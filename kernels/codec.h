@@ -1,0 +1,105 @@
+// The codec interface. A codec turns a float32 tensor into a compact payload and back; every
+// payload carries its codec name with an encoding version, its parameters and its element count, so
+// a decoder never guesses (docs/wire-format.md). Codecs are created from spec strings such as
+// "stc:ratio=0.01" through a CodecRegistry (kernels/registry.h).
+//
+// Thread-safety: Encode may keep per-tensor state (PowerSGD's warm start) and is not thread-safe;
+// use one codec instance per tensor stream. Decode and DecodeAccumulate are const and thread-safe.
+//
+// Example:
+//   auto registry = NewBuiltinCodecRegistry();
+//   TERN_ASSIGN_OR_RETURN(auto codec, registry->Create("topk:ratio=0.01"));
+//   EncodedTensor enc;
+//   TERN_RETURN_IF_ERROR(codec->Encode(grad, {.seed = step}, &enc));
+//   TERN_RETURN_IF_ERROR(codec->DecodeAccumulate(EncodedView::Of(enc), 0.25f, sum));
+#ifndef TERN_KERNELS_CODEC_H_
+#define TERN_KERNELS_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace tern {
+
+class ThreadPool;
+
+// An encoded tensor as the kernels produce it; mirrors tern.v1.EncodedTensor (kernels/wire.h
+// converts) without the logical shape and dtype, which belong to the caller.
+struct EncodedTensor {
+  std::string codec;          // name with encoding version, e.g. "stc.v1"
+  std::string params;         // canonical parameters, e.g. "ratio=0.01"
+  uint64_t numel = 0;         // elements of the decoded tensor
+  std::vector<float> scales;  // per-tensor / per-block scales (count fixed by the codec)
+  std::string payload;        // codec body, layout in docs/wire-format.md
+
+  // Bytes this tensor costs on the wire, excluding protobuf framing and the name strings.
+  size_t ByteSize() const { return payload.size() + 4 * scales.size(); }
+};
+
+// A read-only view of an encoded tensor (for example over a received protobuf). The viewed memory
+// must outlive the view.
+struct EncodedView {
+  absl::string_view codec;
+  uint64_t numel = 0;
+  absl::Span<const float> scales;
+  absl::Span<const uint8_t> payload;
+
+  static EncodedView Of(const EncodedTensor& t) {
+    return EncodedView{t.codec, t.numel, t.scales,
+                       absl::Span<const uint8_t>(
+                           reinterpret_cast<const uint8_t*>(t.payload.data()), t.payload.size())};
+  }
+};
+
+struct EncodeOptions {
+  // Key of the counter-based generator: stochastic codecs draw element i's randomness from
+  // (seed, i), so a payload is reproducible. Use a fresh seed per step (e.g. hash of step, rank).
+  uint64_t seed = 0;
+  // Logical shape of the tensor. PowerSGD views it as a [shape[0], numel / shape[0]] matrix; empty
+  // means a flat vector. Not owned; must outlive the call.
+  absl::Span<const int64_t> shape;
+  // Optional pool that splits large tensors across threads; results are identical without it.
+  ThreadPool* pool = nullptr;
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+
+  // Name with encoding version, e.g. "stc.v1"; changes whenever the payload layout changes.
+  virtual absl::string_view Name() const = 0;
+  // Canonical spec that recreates this codec, e.g. "stc:ratio=0.01".
+  virtual std::string Spec() const = 0;
+  // True when Decode(Encode(x)) reproduces x bit for bit.
+  virtual bool lossless() const { return false; }
+
+  // Encodes `input` into `out`, overwriting it. Reuses out->payload's buffer when it can, so
+  // encoding into the same EncodedTensor every step does not reallocate.
+  virtual absl::Status Encode(absl::Span<const float> input, const EncodeOptions& options,
+                              EncodedTensor* out) = 0;
+
+  // Decodes into `out` (size must equal in.numel). The bytes are untrusted: a payload that is
+  // truncated, oversize, of another codec or internally inconsistent yields InvalidArgument and
+  // leaves `out` unspecified, never out-of-bounds accesses.
+  absl::Status Decode(const EncodedView& in, absl::Span<float> out,
+                      ThreadPool* pool = nullptr) const;
+  // out += weight * decode(in), without materialising the decoded tensor. On error `out` may be
+  // partly updated only for codecs whose validation is interleaved with decoding (bitstream codecs
+  // validate fully before touching `out`, see docs/codecs.md).
+  absl::Status DecodeAccumulate(const EncodedView& in, float weight, absl::Span<float> out,
+                                ThreadPool* pool = nullptr) const;
+
+ protected:
+  // Codec-specific decoding, after the codec name and element count were checked. With
+  // accumulate == false, `out` is overwritten (weight is 1).
+  virtual absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
+                                  absl::Span<float> out, ThreadPool* pool) const = 0;
+};
+
+}  // namespace tern
+
+#endif  // TERN_KERNELS_CODEC_H_

@@ -1,0 +1,64 @@
+// Shared body of the element-wise "cast" codecs (none, fp16, bf16): the payload is numel words of
+// Traits::Word, little-endian, nothing else. Each codec's .cc supplies its traits and hot loops.
+// Internal to kernels/.
+#ifndef TERN_KERNELS_CPU_CAST_CODEC_H_
+#define TERN_KERNELS_CPU_CAST_CODEC_H_
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/thread_pool.h"
+#include "kernels/codec.h"
+#include "kernels/cpu/codec_util.h"
+
+namespace tern::internal {
+
+// Traits: kName ("fp16.v1"), kSpec ("fp16"), kWordBytes, kLossless,
+//   static void EncodeLoop(const float* x, uint8_t* out, size_t n);
+//   static void DecodeLoop(const uint8_t* in, float* out, size_t n);          // overwrite
+//   static void AccumulateLoop(const uint8_t* in, float w, float* out, size_t n);
+template <typename Traits>
+class CastCodec final : public Codec {
+ public:
+  absl::string_view Name() const override { return Traits::kName; }
+  std::string Spec() const override { return std::string(Traits::kSpec); }
+  bool lossless() const override { return Traits::kLossless; }
+
+  absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
+                      EncodedTensor* out) override {
+    if (absl::Status s = CheckNumel(Name(), x.size()); !s.ok()) return s;
+    SetHeader(*this, "", x.size(), out);
+    out->scales.clear();
+    uint8_t* p = ResizePayload(&out->payload, x.size() * Traits::kWordBytes);
+    ParallelFor(options.pool, x.size(), kGrain, 64, [&](size_t b, size_t e) {
+      Traits::EncodeLoop(x.data() + b, p + b * Traits::kWordBytes, e - b);
+    });
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
+                          absl::Span<float> out, ThreadPool* pool) const override {
+    if (!in.scales.empty()) return PayloadError(Name(), "expected no scales");
+    if (in.payload.size() != in.numel * Traits::kWordBytes) {
+      return PayloadError(Name(), "expected ", in.numel * Traits::kWordBytes, " bytes for ",
+                          in.numel, " elements, got ", in.payload.size());
+    }
+    const uint8_t* p = in.payload.data();
+    ParallelFor(pool, out.size(), kGrain, 64, [&](size_t b, size_t e) {
+      if (accumulate) {
+        Traits::AccumulateLoop(p + b * Traits::kWordBytes, weight, out.data() + b, e - b);
+      } else {
+        Traits::DecodeLoop(p + b * Traits::kWordBytes, out.data() + b, e - b);
+      }
+    });
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr size_t kGrain = size_t{1} << 16;
+};
+
+}  // namespace tern::internal
+
+#endif  // TERN_KERNELS_CPU_CAST_CODEC_H_

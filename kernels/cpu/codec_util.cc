@@ -1,0 +1,137 @@
+#include "kernels/cpu/codec_util.h"
+
+#include <algorithm>
+#include <bit>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "common/simd.h"
+
+namespace tern::internal {
+namespace {
+
+constexpr size_t kBlock = 4096;
+
+TERN_MULTIVERSION float BlockSumSquares(const float* x, size_t n) {
+  float acc[16] = {};
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += x[i + j] * x[i + j];
+  }
+  float s = 0;
+  for (; i < n; ++i) s += x[i] * x[i];
+  for (int j = 0; j < 16; ++j) s += acc[j];
+  return s;
+}
+
+TERN_MULTIVERSION float BlockSumAbs(const float* x, size_t n) {
+  float acc[16] = {};
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += std::fabs(x[i + j]);
+  }
+  float s = 0;
+  for (; i < n; ++i) s += std::fabs(x[i]);
+  for (int j = 0; j < 16; ++j) s += acc[j];
+  return s;
+}
+
+TERN_MULTIVERSION float BlockSum(const float* x, size_t n) {
+  float acc[16] = {};
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += x[i + j];
+  }
+  float s = 0;
+  for (; i < n; ++i) s += x[i];
+  for (int j = 0; j < 16; ++j) s += acc[j];
+  return s;
+}
+
+TERN_MULTIVERSION float BlockMaxAbs(const float* x, size_t n) {
+  float acc[16] = {};
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] = std::max(acc[j], std::fabs(x[i + j]));
+  }
+  float m = 0;
+  for (; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  for (int j = 0; j < 16; ++j) m = std::max(m, acc[j]);
+  return m;
+}
+
+#if defined(TERN_X86_DISPATCH)
+__attribute__((target("avx2"))) void PackSignBitsAvx2(const float* x, size_t n, uint8_t* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    out[i / 8] = static_cast<uint8_t>(_mm256_movemask_ps(_mm256_loadu_ps(x + i)));
+  }
+  if (i < n) {
+    unsigned b = 0;
+    for (size_t j = 0; i + j < n; ++j) b |= (std::bit_cast<uint32_t>(x[i + j]) >> 31) << j;
+    out[i / 8] = static_cast<uint8_t>(b);
+  }
+}
+#endif
+
+void PackSignBitsGeneric(const float* x, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; i += 8) {
+    unsigned b = 0;
+    for (size_t j = 0; j < 8 && i + j < n; ++j) b |= (std::bit_cast<uint32_t>(x[i + j]) >> 31) << j;
+    out[i / 8] = static_cast<uint8_t>(b);
+  }
+}
+
+}  // namespace
+
+void PackSignBits(const float* x, size_t n, uint8_t* out) {
+#if defined(TERN_X86_DISPATCH)
+  if (CpuHasAvx2F16c()) return PackSignBitsAvx2(x, n, out);
+#endif
+  PackSignBitsGeneric(x, n, out);
+}
+
+absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t count,
+                         bool signed_ok) {
+  if (in.scales.size() != count) {
+    return PayloadError(codec, "expected ", count, " scales, got ", in.scales.size());
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const float s = in.scales[i];
+    if (!std::isfinite(s) || (!signed_ok && s < 0)) {
+      return PayloadError(codec, "scale ", i, " is ", s, " (must be finite",
+                          signed_ok ? "" : " and >= 0", ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
+double SumSquares(absl::Span<const float> x) {
+  double s = 0;
+  for (size_t i = 0; i < x.size(); i += kBlock) {
+    s += BlockSumSquares(x.data() + i, std::min(kBlock, x.size() - i));
+  }
+  return s;
+}
+
+double Sum(absl::Span<const float> x) {
+  double s = 0;
+  for (size_t i = 0; i < x.size(); i += kBlock) {
+    s += BlockSum(x.data() + i, std::min(kBlock, x.size() - i));
+  }
+  return s;
+}
+
+double SumAbs(absl::Span<const float> x) {
+  double s = 0;
+  for (size_t i = 0; i < x.size(); i += kBlock) {
+    s += BlockSumAbs(x.data() + i, std::min(kBlock, x.size() - i));
+  }
+  return s;
+}
+
+float MaxAbs(absl::Span<const float> x) { return BlockMaxAbs(x.data(), x.size()); }
+
+}  // namespace tern::internal

@@ -1,0 +1,81 @@
+// Helpers shared by the CPU codecs: payload errors, scale checks, deterministic reductions and the
+// write/accumulate loops that every dense decoder ends in. Internal to kernels/.
+#ifndef TERN_KERNELS_CPU_CODEC_UTIL_H_
+#define TERN_KERNELS_CPU_CODEC_UTIL_H_
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "kernels/codec.h"
+
+namespace tern::internal {
+
+// Largest element count any codec accepts (2^32 - 1): indices travel as u32.
+inline constexpr uint64_t kMaxNumel = 0xffffffffULL;
+
+template <typename... Args>
+absl::Status PayloadError(absl::string_view codec, const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(codec, " payload: ", args...));
+}
+
+inline absl::Status CheckNumel(absl::string_view codec, size_t n) {
+  if (n > kMaxNumel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(codec, ": tensor of ", n, " elements exceeds the limit of ", kMaxNumel));
+  }
+  return absl::OkStatus();
+}
+
+// Checks that there are exactly `count` scales and each is finite and >= 0 (or any sign when
+// `signed_ok`).
+absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t count,
+                         bool signed_ok = false);
+
+// Sum of squares with a fixed blocking (4096 elements per float partial, partials summed in
+// double), so the result does not depend on the thread count.
+double SumSquares(absl::Span<const float> x);
+// Sum of x and sum of |x| with the same blocking.
+double Sum(absl::Span<const float> x);
+double SumAbs(absl::Span<const float> x);
+// Largest |x| (NaN-free input assumed; NaN compares false and is skipped).
+float MaxAbs(absl::Span<const float> x);
+
+// Packs the IEEE sign bits of x[0..n) into ceil(n/8) bytes, LSB first (1 = negative, -0.0
+// included). Unused high bits of the last byte are zero.
+void PackSignBits(const float* x, size_t n, uint8_t* out);
+
+// out[i] (+)= weight * v[i] for dense decoders.
+template <bool kAccumulate>
+inline void Store(float* out, size_t i, float v, float weight) {
+  if constexpr (kAccumulate) {
+    out[i] += weight * v;
+  } else {
+    out[i] = v;
+  }
+}
+
+// Number of bytes the encoder writes into `payload` after growing it to `n` without shrinking the
+// capacity: resizing a string that already has size n is free, so steady-state encoding into the
+// same EncodedTensor touches no allocator and no memset.
+inline uint8_t* ResizePayload(std::string* payload, size_t n) {
+  payload->resize(n);
+  return reinterpret_cast<uint8_t*>(payload->data());
+}
+
+// Fills the common EncodedTensor header fields.
+inline void SetHeader(const Codec& codec, absl::string_view params, size_t numel,
+                      EncodedTensor* out) {
+  out->codec.assign(codec.Name().data(), codec.Name().size());
+  out->params.assign(params.data(), params.size());
+  out->numel = numel;
+}
+
+}  // namespace tern::internal
+
+#endif  // TERN_KERNELS_CPU_CODEC_UTIL_H_

@@ -1,0 +1,185 @@
+#include "kernels/cpu/int8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/byte_io.h"
+#include "common/rng.h"
+#include "common/simd.h"
+#include "common/status_macros.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/codec_util.h"
+
+namespace tern {
+namespace {
+
+constexpr uint8_t kAbsMax = 0;
+constexpr uint8_t kMinMax = 1;
+constexpr size_t kHeaderBytes = 5;  // u32 block | u8 mode
+
+TERN_MULTIVERSION void FillUniform(RngKey key, uint32_t first, uint32_t n, float* u) {
+  for (uint32_t i = 0; i < n; ++i) u[i] = Uniform01Lo(key, first + i);
+}
+
+// Quantises one block. `u` holds per-element uniforms for stochastic rounding, or 0.5 for nearest.
+TERN_MULTIVERSION void QuantizeAbsMax(const float* x, size_t n, float inv, const float* u,
+                                      uint8_t* q) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = std::max(-127.0f, std::min(127.0f, std::floor(x[i] * inv + u[i])));
+    q[i] = static_cast<uint8_t>(static_cast<int32_t>(v));
+  }
+}
+
+TERN_MULTIVERSION void QuantizeMinMax(const float* x, size_t n, float lo, float inv,
+                                      const float* u, uint8_t* q) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = std::max(0.0f, std::min(255.0f, std::floor((x[i] - lo) * inv + u[i])));
+    q[i] = static_cast<uint8_t>(static_cast<int32_t>(v));
+  }
+}
+
+TERN_MULTIVERSION void MinMax(const float* x, size_t n, float* lo, float* hi) {
+  float a = x[0], b = x[0];
+  for (size_t i = 0; i < n; ++i) {
+    a = std::min(a, x[i]);
+    b = std::max(b, x[i]);
+  }
+  *lo = a;
+  *hi = b;
+}
+
+template <bool kAccumulate>
+void DequantizeAbsMax(const uint8_t* q, size_t n, float scale, float w, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    internal::Store<kAccumulate>(out, i, static_cast<float>(static_cast<int8_t>(q[i])) * scale, w);
+  }
+}
+
+template <bool kAccumulate>
+void DequantizeMinMax(const uint8_t* q, size_t n, float lo, float step, float w, float* out) {
+  for (size_t i = 0; i < n; ++i) {
+    internal::Store<kAccumulate>(out, i, lo + static_cast<float>(q[i]) * step, w);
+  }
+}
+
+class Int8Codec final : public Codec {
+ public:
+  Int8Codec(uint32_t block, bool minmax, bool stochastic)
+      : block_(block),
+        minmax_(minmax),
+        stochastic_(stochastic),
+        params_(absl::StrCat("block=", block, ",mode=", minmax ? "minmax" : "absmax",
+                             ",round=", stochastic ? "stochastic" : "nearest")) {}
+  absl::string_view Name() const override { return "int8.v1"; }
+  std::string Spec() const override { return absl::StrCat("int8:", params_); }
+
+  absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
+                      EncodedTensor* out) override {
+    TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
+    const size_t nb = (x.size() + block_ - 1) / block_;
+    internal::SetHeader(*this, params_, x.size(), out);
+    out->scales.resize(minmax_ ? 2 * nb : nb);
+    uint8_t* p = internal::ResizePayload(&out->payload, kHeaderBytes + x.size());
+    std::memcpy(p, &block_, 4);
+    p[4] = minmax_ ? kMinMax : kAbsMax;
+    uint8_t* q = p + kHeaderBytes;
+    const RngKey key = MakeRngKey(options.seed);
+    float* scales = out->scales.data();
+    ParallelFor(options.pool, nb, std::max<size_t>(1, (size_t{1} << 16) / block_), 1,
+                [&](size_t b0, size_t b1) {
+                  std::vector<float> u(block_, 0.5f);
+                  for (size_t b = b0; b < b1; ++b) {
+                    const size_t begin = b * block_;
+                    const size_t n = std::min<size_t>(block_, x.size() - begin);
+                    if (stochastic_) {
+                      FillUniform(key, static_cast<uint32_t>(begin), static_cast<uint32_t>(n),
+                                  u.data());
+                    }
+                    EncodeBlock(x.data() + begin, n, u.data(), q + begin, scales, b);
+                  }
+                });
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
+                          absl::Span<float> out, ThreadPool* pool) const override {
+    ByteReader r(in.payload.data(), in.payload.size());
+    uint32_t block;
+    uint8_t mode;
+    if (!r.U32(&block) || !r.U8(&mode)) return internal::PayloadError(Name(), "truncated header");
+    if (block == 0 || block > (1u << 20)) {
+      return internal::PayloadError(Name(), "block size ", block, " outside [1, 2^20]");
+    }
+    if (mode != kAbsMax && mode != kMinMax) {
+      return internal::PayloadError(Name(), "unknown mode ", int{mode});
+    }
+    if (r.remaining() != in.numel) {
+      return internal::PayloadError(Name(), "expected ", in.numel, " value bytes, got ",
+                                    r.remaining());
+    }
+    const size_t nb = (in.numel + block - 1) / block;
+    TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, mode == kMinMax ? 2 * nb : nb,
+                                               /*signed_ok=*/mode == kMinMax));
+    const uint8_t* q = r.ptr();
+    if (mode == kAbsMax) {
+      for (size_t i = 0; i < in.numel; ++i) {
+        if (q[i] == 0x80) return internal::PayloadError(Name(), "value -128 at ", i);
+      }
+    }
+    ParallelFor(pool, nb, std::max<size_t>(1, (size_t{1} << 16) / block), 1,
+                [&](size_t b0, size_t b1) {
+                  for (size_t b = b0; b < b1; ++b) {
+                    const size_t begin = b * block;
+                    const size_t n = std::min<size_t>(block, in.numel - begin);
+                    float* o = out.data() + begin;
+                    if (mode == kAbsMax) {
+                      const float s = in.scales[b];
+                      accumulate ? DequantizeAbsMax<true>(q + begin, n, s, weight, o)
+                                 : DequantizeAbsMax<false>(q + begin, n, s, weight, o);
+                    } else {
+                      const float lo = in.scales[2 * b], step = in.scales[2 * b + 1];
+                      accumulate ? DequantizeMinMax<true>(q + begin, n, lo, step, weight, o)
+                                 : DequantizeMinMax<false>(q + begin, n, lo, step, weight, o);
+                    }
+                  }
+                });
+    return absl::OkStatus();
+  }
+
+ private:
+  void EncodeBlock(const float* x, size_t n, const float* u, uint8_t* q, float* scales,
+                   size_t b) const {
+    if (!minmax_) {
+      const float m = internal::MaxAbs(absl::MakeConstSpan(x, n));
+      scales[b] = m / 127.0f;
+      QuantizeAbsMax(x, n, m > 0 ? 127.0f / m : 0.0f, u, q);
+    } else {
+      float lo, hi;
+      MinMax(x, n, &lo, &hi);
+      scales[2 * b] = lo;
+      scales[2 * b + 1] = (hi - lo) / 255.0f;
+      QuantizeMinMax(x, n, lo, hi > lo ? 255.0f / (hi - lo) : 0.0f, u, q);
+    }
+  }
+
+  const uint32_t block_;
+  const bool minmax_;
+  const bool stochastic_;
+  const std::string params_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Codec>> NewInt8Codec(CodecParams& params) {
+  TERN_ASSIGN_OR_RETURN(int64_t block, params.Int("block", 1024, 1, 1 << 20));
+  TERN_ASSIGN_OR_RETURN(std::string mode, params.Enum("mode", "absmax", {"absmax", "minmax"}));
+  TERN_ASSIGN_OR_RETURN(std::string round,
+                        params.Enum("round", "nearest", {"nearest", "stochastic"}));
+  return std::make_unique<Int8Codec>(static_cast<uint32_t>(block), mode == "minmax",
+                                     round == "stochastic");
+}
+
+}  // namespace tern

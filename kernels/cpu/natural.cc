@@ -1,0 +1,127 @@
+#include "kernels/cpu/natural.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstring>
+
+#include "common/rng.h"
+#include "common/simd.h"
+#include "common/status_macros.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/codec_util.h"
+
+namespace tern {
+namespace {
+
+constexpr size_t kBlock = 4096;  // multiple of 8: a block owns whole sign bytes
+
+// The exponent code is the float's biased exponent E, plus one with probability mantissa / 2^23
+// (which is (|x| - 2^e) / 2^e). Subnormals (E = 0) round between 0 and 2^-126 by the same rule.
+// E = 254 never rounds up (2^128 is not a float), so code 255 never occurs.
+// Returns false if the block holds Inf or NaN, which the format cannot carry.
+TERN_MULTIVERSION bool EncodeBlock(const float* x, uint32_t n, uint32_t first, RngKey key,
+                                   uint8_t* codes, uint8_t* signs) {
+  uint32_t nonfinite = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(x[i]);
+    const uint32_t e = (bits >> 23) & 0xff;
+    const uint32_t mant = bits & 0x7fffff;
+    const uint32_t up = ((Random32Lo(key, first + i) >> 9) < mant) & (e < 254);
+    codes[i] = static_cast<uint8_t>(e + up);
+    nonfinite |= e == 255;
+  }
+  internal::PackSignBits(x, n, signs);
+  return nonfinite == 0;
+}
+
+template <bool kAccumulate>
+inline void DecodeBlockT(const uint8_t* codes, const uint8_t* signs, size_t n, float w,
+                         float* out) {
+  for (size_t i = 0; i < n; i += 8) {
+    const uint32_t byte = signs[i / 8];
+    const size_t m = std::min<size_t>(8, n - i);
+    for (size_t j = 0; j < m; ++j) {
+      const uint32_t sign = (byte >> j) & 1u;
+      const float v = std::bit_cast<float>((uint32_t{codes[i + j]} << 23) | (sign << 31));
+      internal::Store<kAccumulate>(out, i + j, v, w);
+    }
+  }
+}
+TERN_MULTIVERSION void DecodeBlock(const uint8_t* codes, const uint8_t* signs, size_t n,
+                                   float* out) {
+  DecodeBlockT<false>(codes, signs, n, 1.0f, out);
+}
+TERN_MULTIVERSION void AccumulateBlock(const uint8_t* codes, const uint8_t* signs, size_t n,
+                                       float w, float* out) {
+  DecodeBlockT<true>(codes, signs, n, w, out);
+}
+
+class NaturalCodec final : public Codec {
+ public:
+  absl::string_view Name() const override { return "natural.v1"; }
+  std::string Spec() const override { return "natural"; }
+
+  absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
+                      EncodedTensor* out) override {
+    TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
+    internal::SetHeader(*this, "", x.size(), out);
+    out->scales.clear();
+    uint8_t* p = internal::ResizePayload(&out->payload, x.size() + (x.size() + 7) / 8);
+    uint8_t* signs = p + x.size();
+    const RngKey key = MakeRngKey(options.seed);
+    const size_t nb = (x.size() + kBlock - 1) / kBlock;
+    std::atomic<bool> finite{true};
+    ParallelFor(options.pool, nb, 16, 1, [&](size_t b0, size_t b1) {
+      for (size_t b = b0; b < b1; ++b) {
+        const size_t begin = b * kBlock, n = std::min(kBlock, x.size() - begin);
+        if (!EncodeBlock(x.data() + begin, static_cast<uint32_t>(n), static_cast<uint32_t>(begin),
+                         key, p + begin, signs + begin / 8)) {
+          finite = false;
+        }
+      }
+    });
+    if (!finite) return absl::InvalidArgumentError("natural: input holds Inf or NaN");
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
+                          absl::Span<float> out, ThreadPool* pool) const override {
+    if (!in.scales.empty()) return internal::PayloadError(Name(), "expected no scales");
+    const size_t sign_bytes = (in.numel + 7) / 8;
+    if (in.payload.size() != in.numel + sign_bytes) {
+      return internal::PayloadError(Name(), "expected ", in.numel + sign_bytes, " bytes, got ",
+                                    in.payload.size());
+    }
+    const uint8_t* codes = in.payload.data();
+    const uint8_t* signs = codes + in.numel;
+    if (const void* bad = std::memchr(codes, 0xff, in.numel); bad != nullptr) {
+      return internal::PayloadError(Name(), "exponent code 255 at ",
+                                    static_cast<const uint8_t*>(bad) - codes);
+    }
+    if (in.numel % 8 != 0 && (signs[sign_bytes - 1] >> (in.numel % 8)) != 0) {
+      return internal::PayloadError(Name(), "non-zero padding bits");
+    }
+    const size_t nb = (in.numel + kBlock - 1) / kBlock;
+    ParallelFor(pool, nb, 16, 1, [&](size_t b0, size_t b1) {
+      for (size_t b = b0; b < b1; ++b) {
+        const size_t begin = b * kBlock, n = std::min(kBlock, in.numel - begin);
+        if (accumulate) {
+          AccumulateBlock(codes + begin, signs + begin / 8, n, weight, out.data() + begin);
+        } else {
+          DecodeBlock(codes + begin, signs + begin / 8, n, out.data() + begin);
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Codec>> NewNaturalCodec(CodecParams&) {
+  return std::make_unique<NaturalCodec>();
+}
+
+}  // namespace tern

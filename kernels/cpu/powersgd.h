@@ -1,0 +1,37 @@
+// powersgd.v1 — PowerSGD rank-r approximation of a matrix M (the tensor viewed as
+// [shape[0], numel / shape[0]]): P = M Q, orthogonalise P, Q = M^T P, send (P, Q), M ~ P Q^T. Q is
+// warm-started from the previous call, so each instance must encode one tensor stream. Use it with
+// error feedback. Layout: docs/wire-format.md §powersgd.v1.
+//
+// The distributed form averages P across workers before orthogonalising and Q after; the helpers
+// below expose those steps for the aggregator.
+#ifndef TERN_KERNELS_CPU_POWERSGD_H_
+#define TERN_KERNELS_CPU_POWERSGD_H_
+
+#include <cstddef>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/codec.h"
+#include "kernels/codec_params.h"
+
+namespace tern {
+
+// Parameters: rank in [1, 256], default 4.
+absl::StatusOr<std::unique_ptr<Codec>> NewPowerSgdCodec(CodecParams& params);
+
+namespace powersgd {
+// p[rows x r] = m[rows x cols] * q[cols x r], all row-major.
+void MatMul(absl::Span<const float> m, absl::Span<const float> q, size_t rows, size_t cols,
+            size_t r, absl::Span<float> p);
+// q[cols x r] = m^T * p.
+void MatMulT(absl::Span<const float> m, absl::Span<const float> p, size_t rows, size_t cols,
+             size_t r, absl::Span<float> q);
+// Orthonormalises the r columns of p[rows x r] in place (modified Gram-Schmidt, in double).
+void Orthogonalize(absl::Span<float> p, size_t rows, size_t r);
+}  // namespace powersgd
+
+}  // namespace tern
+
+#endif  // TERN_KERNELS_CPU_POWERSGD_H_

@@ -1,0 +1,85 @@
+#include "kernels/cpu/sparse_format.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/byte_io.h"
+#include "kernels/cpu/codec_util.h"
+
+namespace tern::internal {
+namespace {
+
+struct SparseView {
+  uint32_t k = 0;
+  const uint8_t* indices = nullptr;
+  const uint8_t* values = nullptr;
+};
+
+absl::Status Parse(absl::string_view codec, const EncodedView& in, SparseView* v) {
+  if (!in.scales.empty()) return PayloadError(codec, "expected no scales, got ", in.scales.size());
+  ByteReader r(in.payload.data(), in.payload.size());
+  if (!r.U32(&v->k)) return PayloadError(codec, "truncated header (", in.payload.size(), " bytes)");
+  if (v->k > in.numel) return PayloadError(codec, "k = ", v->k, " exceeds numel = ", in.numel);
+  const uint64_t body = uint64_t{v->k} * 8;
+  if (r.remaining() != body) {
+    return PayloadError(codec, "k = ", v->k, " needs ", body, " body bytes, got ", r.remaining());
+  }
+  v->indices = r.Take(4 * size_t{v->k});
+  v->values = r.Take(4 * size_t{v->k});
+  int64_t prev = -1;
+  for (uint32_t j = 0; j < v->k; ++j) {
+    uint32_t idx;
+    std::memcpy(&idx, v->indices + 4 * size_t{j}, 4);
+    if (idx >= in.numel || static_cast<int64_t>(idx) <= prev) {
+      return PayloadError(codec, "index ", idx, " at position ", j,
+                          idx >= in.numel ? " is out of range" : " is not ascending");
+    }
+    prev = idx;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void WriteSparsePayload(absl::Span<const float> x, absl::Span<const uint32_t> idx,
+                        EncodedTensor* out) {
+  const uint32_t k = static_cast<uint32_t>(idx.size());
+  uint8_t* p = ResizePayload(&out->payload, 4 + 8 * size_t{k});
+  std::memcpy(p, &k, 4);
+  std::memcpy(p + 4, idx.data(), 4 * size_t{k});
+  float* values = reinterpret_cast<float*>(p + 4 + 4 * size_t{k});
+  for (uint32_t j = 0; j < k; ++j) {
+    const float v = x[idx[j]];
+    std::memcpy(values + j, &v, 4);
+  }
+}
+
+absl::Status DecodeSparsePayload(absl::string_view codec, const EncodedView& in, float weight,
+                                 bool accumulate, absl::Span<float> out) {
+  SparseView v;
+  if (absl::Status s = Parse(codec, in, &v); !s.ok()) return s;
+  if (!accumulate) std::fill(out.begin(), out.end(), 0.0f);
+  for (uint32_t j = 0; j < v.k; ++j) {
+    uint32_t idx;
+    float val;
+    std::memcpy(&idx, v.indices + 4 * size_t{j}, 4);
+    std::memcpy(&val, v.values + 4 * size_t{j}, 4);
+    if (accumulate) {
+      out[idx] += weight * val;
+    } else {
+      out[idx] = val;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadSparseIndices(absl::string_view codec, const EncodedView& in,
+                               std::vector<uint32_t>* indices) {
+  SparseView v;
+  if (absl::Status s = Parse(codec, in, &v); !s.ok()) return s;
+  indices->resize(v.k);
+  std::memcpy(indices->data(), v.indices, 4 * size_t{v.k});
+  return absl::OkStatus();
+}
+
+}  // namespace tern::internal

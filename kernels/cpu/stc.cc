@@ -1,0 +1,119 @@
+#include "kernels/cpu/stc.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/bit_io.h"
+#include "common/byte_io.h"
+#include "common/status_macros.h"
+#include "kernels/cpu/codec_util.h"
+#include "kernels/cpu/topk.h"
+#include "kernels/select.h"
+
+namespace tern {
+namespace {
+
+constexpr size_t kHeaderBytes = 5;  // u32 k | u8 b
+
+class StcCodec final : public Codec {
+ public:
+  explicit StcCodec(double ratio) : ratio_(ratio), params_(absl::StrCat("ratio=", ratio)) {}
+  absl::string_view Name() const override { return "stc.v1"; }
+  std::string Spec() const override { return absl::StrCat("stc:", params_); }
+
+  absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
+                      EncodedTensor* out) override {
+    TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
+    const size_t k = SparseK(ratio_, x.size());
+    SelectTopK(x, k, &indices_, options.pool);
+    double sum = 0;
+    for (uint32_t i : indices_) sum += std::fabs(x[i]);
+    const float mu = k > 0 ? static_cast<float>(sum / k) : 0.0f;
+    const int b = StcGolombBits(k, x.size());
+    internal::SetHeader(*this, params_, x.size(), out);
+    out->scales.assign(1, mu);
+    out->payload.clear();
+    ByteWriter header(&out->payload);
+    header.U32(static_cast<uint32_t>(k));
+    header.U8(static_cast<uint8_t>(b));
+    BitWriter bits(&out->payload);
+    int64_t prev = -1;
+    for (uint32_t i : indices_) {
+      bits.WriteRice(static_cast<uint64_t>(i - prev - 1), b);
+      bits.Write(x[i] < 0 ? 1 : 0, 1);
+      prev = i;
+    }
+    bits.Finish();
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
+                          absl::Span<float> out, ThreadPool*) const override {
+    ByteReader r(in.payload.data(), in.payload.size());
+    uint32_t k;
+    uint8_t b;
+    if (!r.U32(&k) || !r.U8(&b)) return internal::PayloadError(Name(), "truncated header");
+    if (k > in.numel) return internal::PayloadError(Name(), "k = ", k, " > numel ", in.numel);
+    if (b > 31) return internal::PayloadError(Name(), "Golomb parameter ", int{b}, " > 31");
+    TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, 1));
+    // Decode positions into scratch first so a bad stream leaves `out` untouched.
+    std::vector<uint32_t> pos(k);
+    std::vector<uint8_t> neg(k);
+    BitReader bits(r.ptr(), r.remaining());
+    const uint64_t max_quotient = (in.numel >> b) + 1;
+    uint64_t next = 0;  // smallest position the next non-zero may take
+    for (uint32_t j = 0; j < k; ++j) {
+      uint64_t gap, sign;
+      if (!bits.ReadRice(b, max_quotient, &gap) || !bits.Read(1, &sign)) {
+        return internal::PayloadError(Name(), "bitstream ends or is malformed at non-zero ", j);
+      }
+      const uint64_t p = next + gap;
+      if (p >= in.numel) {
+        return internal::PayloadError(Name(), "position ", p, " out of range at non-zero ", j);
+      }
+      pos[j] = static_cast<uint32_t>(p);
+      neg[j] = static_cast<uint8_t>(sign);
+      next = p + 1;
+    }
+    if (!bits.AtCanonicalEnd()) {
+      return internal::PayloadError(Name(), "trailing bits after ", k, " non-zeros");
+    }
+    const float mu = in.scales[0];
+    if (!accumulate) std::fill(out.begin(), out.end(), 0.0f);
+    for (uint32_t j = 0; j < k; ++j) {
+      const float v = neg[j] ? -mu : mu;
+      if (accumulate) {
+        out[pos[j]] += weight * v;
+      } else {
+        out[pos[j]] = v;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const double ratio_;
+  const std::string params_;
+  std::vector<uint32_t> indices_;
+};
+
+}  // namespace
+
+int StcGolombBits(uint64_t k, uint64_t d) {
+  if (k == 0 || d == 0 || k >= d) return 0;
+  const double p = static_cast<double>(k) / static_cast<double>(d);
+  const double phi = std::numbers::phi;
+  const double b = 1 + std::floor(std::log2(std::log(phi - 1) / std::log1p(-p)));
+  return static_cast<int>(std::clamp(b, 0.0, 31.0));
+}
+
+absl::StatusOr<std::unique_ptr<Codec>> NewStcCodec(CodecParams& params) {
+  TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.01, 1e-9, 1.0));
+  return std::make_unique<StcCodec>(ratio);
+}
+
+}  // namespace tern

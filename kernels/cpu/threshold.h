@@ -1,0 +1,18 @@
+// threshold.v1 — every element with |x| >= tau, as (index, value) pairs. Same layout as topk.v1.
+#ifndef TERN_KERNELS_CPU_THRESHOLD_H_
+#define TERN_KERNELS_CPU_THRESHOLD_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/codec.h"
+#include "kernels/codec_params.h"
+
+namespace tern {
+
+// Parameters: tau >= 0, default 0.001.
+absl::StatusOr<std::unique_ptr<Codec>> NewThresholdCodec(CodecParams& params);
+
+}  // namespace tern
+
+#endif  // TERN_KERNELS_CPU_THRESHOLD_H_

@@ -1,0 +1,151 @@
+#include "kernels/select.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "common/simd.h"
+#include "common/thread_pool.h"
+
+namespace tern {
+namespace {
+
+constexpr size_t kFilterBlock = 2048;
+
+// Branch-free compaction of one block: writes the passing indices to `buf`, returns their count.
+TERN_MULTIVERSION size_t FilterBlock(const float* x, size_t n, uint32_t base, uint32_t min_key,
+                                     uint32_t* buf) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; ++i) {
+    buf[c] = base + static_cast<uint32_t>(i);
+    c += (std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu) >= min_key;
+  }
+  return c;
+}
+
+void FilterRange(absl::Span<const float> x, size_t begin, size_t end, uint32_t min_key,
+                 std::vector<uint32_t>* out) {
+  uint32_t buf[kFilterBlock];
+  for (size_t b = begin; b < end; b += kFilterBlock) {
+    const size_t n = std::min(kFilterBlock, end - b);
+    const size_t c = FilterBlock(x.data() + b, n, static_cast<uint32_t>(b), min_key, buf);
+    out->insert(out->end(), buf, buf + c);
+  }
+}
+
+// Magnitude keys of a strided sample of about `m` elements.
+std::vector<uint32_t> SampleKeys(absl::Span<const float> x, size_t m) {
+  const size_t stride = std::max<size_t>(1, x.size() / std::max<size_t>(1, m));
+  std::vector<uint32_t> keys;
+  keys.reserve(x.size() / stride + 1);
+  for (size_t i = stride / 2; i < x.size(); i += stride) keys.push_back(MagnitudeKey(x[i]));
+  return keys;
+}
+
+// The key of the r-th largest (0-based) element of `keys` (reorders keys).
+uint32_t NthLargest(std::vector<uint32_t>& keys, size_t r) {
+  std::nth_element(keys.begin(), keys.begin() + r, keys.end(), std::greater<uint32_t>());
+  return keys[r];
+}
+
+// From ascending candidates (a superset of the top-k), keeps exactly the k largest, ascending.
+void TrimToTopK(absl::Span<const float> x, size_t k, std::vector<uint32_t>* cand) {
+  if (cand->size() <= k) return;
+  std::vector<uint32_t> keys(cand->size());
+  for (size_t i = 0; i < cand->size(); ++i) keys[i] = MagnitudeKey(x[(*cand)[i]]);
+  const uint32_t kth = NthLargest(keys, k - 1);
+  size_t above = 0;
+  for (uint32_t idx : *cand) above += MagnitudeKey(x[idx]) > kth;
+  size_t ties = k - above;
+  size_t w = 0;
+  for (uint32_t idx : *cand) {
+    const uint32_t key = MagnitudeKey(x[idx]);
+    if (key > kth || (key == kth && ties > 0 && ties--)) (*cand)[w++] = idx;
+  }
+  cand->resize(w);
+}
+
+}  // namespace
+
+void SelectAtLeast(absl::Span<const float> x, uint32_t min_key, std::vector<uint32_t>* indices,
+                   ThreadPool* pool) {
+  indices->clear();
+  const size_t parts = (pool != nullptr && x.size() >= (size_t{1} << 18))
+                           ? static_cast<size_t>(pool->num_threads()) + 1
+                           : 1;
+  if (parts == 1) {
+    FilterRange(x, 0, x.size(), min_key, indices);
+    return;
+  }
+  std::vector<std::vector<uint32_t>> pieces(parts);
+  const size_t per = (x.size() + parts - 1) / parts;
+  pool->ParallelFor(parts, 1, 1, [&](size_t b, size_t e) {
+    for (size_t p = b; p < e; ++p) {
+      FilterRange(x, p * per, std::min(x.size(), (p + 1) * per), min_key, &pieces[p]);
+    }
+  });
+  size_t total = 0;
+  for (auto& p : pieces) total += p.size();
+  indices->reserve(total);
+  for (auto& p : pieces) indices->insert(indices->end(), p.begin(), p.end());
+}
+
+void SelectTopK(absl::Span<const float> x, size_t k, std::vector<uint32_t>* indices,
+                ThreadPool* pool) {
+  const size_t d = x.size();
+  indices->clear();
+  if (k == 0) return;
+  if (k >= d) {
+    indices->resize(d);
+    for (size_t i = 0; i < d; ++i) (*indices)[i] = static_cast<uint32_t>(i);
+    return;
+  }
+  // A sample of m elements; its element of rank q (above the expected k*m/d by a few standard
+  // deviations) is very likely below the true k-th magnitude, so filtering by it keeps all of the
+  // top-k plus a few percent more.
+  const size_t m = std::min(d, std::max<size_t>(4096, d / 64));
+  std::vector<uint32_t> sample = SampleKeys(x, m);
+  const double r = static_cast<double>(k) * sample.size() / d;
+  const size_t q = std::min(sample.size() - 1, static_cast<size_t>(r + 4 * std::sqrt(r) + 8));
+  const uint32_t bound = NthLargest(sample, q);
+  SelectAtLeast(x, bound, indices, pool);
+  if (indices->size() < k) {
+    // The sample misled us (adversarial layout): exact selection over every magnitude.
+    std::vector<uint32_t> keys(d);
+    for (size_t i = 0; i < d; ++i) keys[i] = MagnitudeKey(x[i]);
+    SelectAtLeast(x, NthLargest(keys, k - 1), indices, pool);
+  }
+  TrimToTopK(x, k, indices);
+}
+
+DgcSelection SelectDgc(absl::Span<const float> x, size_t k, double sample_ratio,
+                       std::vector<uint32_t>* indices, ThreadPool* pool) {
+  DgcSelection sel;
+  indices->clear();
+  const size_t d = x.size();
+  if (k == 0 || d == 0) return sel;
+  if (k >= d) {
+    SelectTopK(x, k, indices, pool);
+    sel.selected = indices->size();
+    return sel;
+  }
+  const size_t m = std::min(d, std::max<size_t>(64, static_cast<size_t>(sample_ratio * d)));
+  std::vector<uint32_t> sample = SampleKeys(x, m);
+  const size_t r = std::min(sample.size() - 1,
+                            static_cast<size_t>(std::ceil(double(k) * sample.size() / d)) - 1);
+  uint32_t key = NthLargest(sample, r);
+  for (sel.tries = 1;; ++sel.tries) {
+    SelectAtLeast(x, key, indices, pool);
+    sel.threshold_key = key;
+    sel.selected = indices->size();
+    if (indices->size() > k + 3 * k / 10) {  // > 1.3k: exact top-k of the selected
+      TrimToTopK(x, k, indices);
+      break;
+    }
+    if (10 * indices->size() >= 8 * k || sel.tries == 10 || key == 0) break;
+    key = MagnitudeKey(std::bit_cast<float>(key) * 0.8f);  // < 0.8k: lower the threshold
+  }
+  return sel;
+}
+
+}  // namespace tern
