@@ -16,7 +16,8 @@ namespace {
 
 constexpr uint8_t k2Bit = 0;
 constexpr uint8_t kBase3 = 1;
-constexpr size_t kBlock = 4096;  // values per work item; a multiple of 4 and 5
+constexpr size_t kBlock = 4000;  // values per work item: a multiple of 4 and of 5, so packed
+                                 // blocks start on byte boundaries in both packings
 
 // Ternary digit of x: 0 (zero), 1 (+s) or 2 (-s).
 TERN_MULTIVERSION void Ternarize(const float* x, uint32_t n, uint32_t first, RngKey key,

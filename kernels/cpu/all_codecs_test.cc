@@ -1,0 +1,232 @@
+// Properties every codec must have, run over every built-in codec: round trip within the codec's
+// error, decode-and-accumulate consistency, determinism across thread counts, and rejection of
+// truncated, oversize, corrupted and wrong-codec payloads.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/rng.h"
+#include "common/thread_pool.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/builtin.h"
+#include "tests/testing/data.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tern {
+namespace {
+
+using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+
+struct Case {
+  std::string spec;
+  double max_rel_error;  // ||D(C(x)) - x|| / ||x|| on N(0,1) data of 10007 elements
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.spec; }
+
+std::vector<Case> AllCases() {
+  return {
+      {"none", 0.0},
+      {"fp16", 1e-3},
+      {"bf16", 5e-3},
+      {"int8", 2e-2},
+      {"int8:mode=minmax,round=stochastic,block=100", 3e-2},
+      {"topk:ratio=0.1", 0.9},
+      {"dgc:ratio=0.1", 0.9},
+      {"randomk:ratio=0.1", 1.0},
+      {"randomk:ratio=0.5,unbiased=1", 1.5},
+      {"threshold:tau=1.0", 0.9},
+      {"terngrad", 2.0},
+      {"terngrad:pack=base3,clip=0", 2.5},
+      {"qsgd:levels=16", 3.0},
+      {"qsgd:levels=1024", 0.2},
+      {"sign", 0.7},
+      {"sign:chunk=8", 0.7},
+      {"natural", 0.5},
+      {"natural-dither:levels=8", 2.0},
+      {"natural-dither:levels=30", 1.0},
+      {"stc:ratio=0.1", 1.0},
+      {"powersgd:rank=4", 1.0},
+  };
+}
+
+class AllCodecs : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    registry_ = NewBuiltinCodecRegistry();
+    auto codec = registry_->Create(GetParam().spec);
+    ASSERT_THAT(codec, IsOk());
+    codec_ = std::move(*codec);
+  }
+  EncodedTensor Encode(const std::vector<float>& x, uint64_t seed = 1, ThreadPool* pool = nullptr) {
+    EncodedTensor enc;
+    EncodeOptions o;
+    o.seed = seed;
+    o.pool = pool;
+    const int64_t shape[2] = {static_cast<int64_t>(x.size() / 7), 7};
+    if (x.size() % 7 == 0 && !x.empty()) o.shape = shape;
+    EXPECT_THAT(codec_->Encode(x, o, &enc), IsOk());
+    return enc;
+  }
+  std::unique_ptr<CodecRegistry> registry_;
+  std::unique_ptr<Codec> codec_;
+};
+
+double RelError(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += double(a[i] - b[i]) * (a[i] - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+TEST_P(AllCodecs, RoundTripIsWithinTheCodecsError) {
+  const auto x = testing::Gaussian(10007, 5);
+  const EncodedTensor enc = Encode(x);
+  EXPECT_EQ(enc.codec, codec_->Name());
+  EXPECT_EQ(enc.numel, x.size());
+  std::vector<float> y(x.size(), 123.0f);
+  ASSERT_THAT(codec_->Decode(EncodedView::Of(enc), absl::MakeSpan(y)), IsOk());
+  EXPECT_LE(RelError(y, x), GetParam().max_rel_error);
+  if (codec_->lossless()) {
+    EXPECT_EQ(y, x);
+  }
+  // The registry's decoder (built from the payload alone) agrees with the encoder's instance.
+  std::vector<float> z(x.size());
+  ASSERT_THAT(registry_->Decode(EncodedView::Of(enc), absl::MakeSpan(z)), IsOk());
+  EXPECT_EQ(y, z);
+}
+
+TEST_P(AllCodecs, OddAndTinySizesRoundTrip) {
+  for (size_t n : {0u, 1u, 2u, 7u, 9u, 63u, 4097u}) {
+    const auto x = testing::Gaussian(n, 50 + n);
+    const EncodedTensor enc = Encode(x);
+    std::vector<float> y(n);
+    ASSERT_THAT(codec_->Decode(EncodedView::Of(enc), absl::MakeSpan(y)), IsOk()) << n;
+    for (float v : y) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+TEST_P(AllCodecs, DecodeAccumulateAddsTheWeightedDecode) {
+  const auto x = testing::Gaussian(5005, 6);
+  const auto prior = testing::Gaussian(5005, 7);
+  const EncodedTensor enc = Encode(x);
+  std::vector<float> decoded(x.size());
+  ASSERT_THAT(codec_->Decode(EncodedView::Of(enc), absl::MakeSpan(decoded)), IsOk());
+  std::vector<float> acc = prior;
+  ASSERT_THAT(codec_->DecodeAccumulate(EncodedView::Of(enc), -0.375f, absl::MakeSpan(acc)), IsOk());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_NEAR(acc[i], prior[i] - 0.375f * decoded[i], 1e-5f * (1 + std::fabs(decoded[i]))) << i;
+  }
+}
+
+TEST_P(AllCodecs, PayloadIsIdenticalWithAThreadPoolAndReproducibleFromTheSeed) {
+  const auto x = testing::Gaussian(300007, 8);
+  ThreadPool pool(3);
+  const EncodedTensor a = Encode(x, 99), b = Encode(x, 99, &pool);
+  EXPECT_EQ(a.payload, b.payload);
+  EXPECT_EQ(a.scales, b.scales);
+  auto fresh = registry_->Create(GetParam().spec);
+  ASSERT_THAT(fresh, IsOk());
+  codec_ = std::move(*fresh);
+  EXPECT_EQ(Encode(x, 99).payload, a.payload);
+}
+
+TEST_P(AllCodecs, RejectsAPayloadOfAnotherCodecOrSize) {
+  const auto x = testing::Gaussian(1001, 9);
+  EncodedTensor enc = Encode(x);
+  std::vector<float> y(x.size());
+  EncodedView v = EncodedView::Of(enc);
+  v.codec = "bogus.v1";
+  EXPECT_THAT(codec_->Decode(v, absl::MakeSpan(y)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(registry_->Decode(v, absl::MakeSpan(y)), StatusIs(absl::StatusCode::kInvalidArgument));
+  std::string other_version(codec_->Name());
+  other_version.back() = '9';
+  v.codec = other_version;
+  EXPECT_THAT(registry_->Decode(v, absl::MakeSpan(y)), StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<float> small(x.size() - 1);
+  EXPECT_THAT(codec_->Decode(EncodedView::Of(enc), absl::MakeSpan(small)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_P(AllCodecs, RejectsEveryTruncation) {
+  const auto x = testing::Gaussian(777, 10);
+  const EncodedTensor enc = Encode(x);
+  std::vector<float> y(x.size());
+  const size_t n = enc.payload.size();
+  for (size_t len = 0; len < n; len += std::max<size_t>(1, n / 300)) {
+    EncodedView v = EncodedView::Of(enc);
+    v.payload = v.payload.subspan(0, len);
+    ASSERT_THAT(codec_->Decode(v, absl::MakeSpan(y)), StatusIs(absl::StatusCode::kInvalidArgument))
+        << "prefix of " << len << " / " << n << " bytes";
+  }
+  EncodedView v = EncodedView::Of(enc);
+  v.payload = v.payload.subspan(0, n - 1);
+  EXPECT_THAT(codec_->Decode(v, absl::MakeSpan(y)), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_P(AllCodecs, RejectsOversizePayloadAndWrongScaleCount) {
+  const auto x = testing::Gaussian(777, 11);
+  EncodedTensor enc = Encode(x);
+  std::vector<float> y(x.size());
+  EncodedTensor longer = enc;
+  longer.payload.append(9, '\0');
+  EXPECT_THAT(codec_->Decode(EncodedView::Of(longer), absl::MakeSpan(y)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EncodedTensor more_scales = enc;
+  more_scales.scales.push_back(1.0f);
+  EXPECT_THAT(codec_->Decode(EncodedView::Of(more_scales), absl::MakeSpan(y)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  if (!enc.scales.empty()) {
+    EncodedTensor nan_scale = enc;
+    nan_scale.scales[0] = std::nanf("");
+    EXPECT_THAT(codec_->Decode(EncodedView::Of(nan_scale), absl::MakeSpan(y)),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+}
+
+TEST_P(AllCodecs, RandomCorruptionIsAnErrorOrAFiniteDecodeNeverACrash) {
+  const auto x = testing::Gaussian(513, 12);
+  const EncodedTensor enc = Encode(x);
+  const RngKey key = MakeRngKey(13);
+  std::vector<float> y(x.size());
+  int rejected = 0;
+  for (uint32_t trial = 0; trial < 1500; ++trial) {
+    EncodedTensor bad = enc;
+    const int flips = 1 + Random32(key, 3 * trial) % 4;
+    for (int f = 0; f < flips && !bad.payload.empty(); ++f) {
+      const uint32_t r = Random32(key, 3 * trial + 1 + f * 7919);
+      bad.payload[r % bad.payload.size()] ^= static_cast<char>(1 + (r >> 24) % 255);
+    }
+    absl::Status s = codec_->Decode(EncodedView::Of(bad), absl::MakeSpan(y));
+    if (!s.ok()) {
+      ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      ++rejected;
+    }
+  }
+  RecordProperty("rejected", rejected);
+}
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  std::string name;
+  for (char c : info.param.spec) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Builtin, AllCodecs, ::testing::ValuesIn(AllCases()), CaseName);
+
+TEST(AllCodecsCoverage, EveryRegisteredCodecHasACase) {
+  auto registry = NewBuiltinCodecRegistry();
+  for (const std::string& name : registry->Names()) {
+    bool found = false;
+    for (const Case& c : AllCases()) found |= c.spec.substr(0, c.spec.find(':')) == name;
+    EXPECT_TRUE(found) << name << " has no property-test case";
+  }
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,101 @@
+#include <cmath>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/builtin.h"
+#include "kernels/cpu/stochastic_test_util.h"
+#include "tests/testing/data.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tern {
+namespace {
+
+using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+
+std::vector<float> WideRangeInput() {
+  auto x = testing::Gaussian(400, 91);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(x[i], static_cast<int>(i % 60) - 30);
+  x[0] = 0x1p-140f;  // subnormal
+  x[1] = -0x1p-149f;
+  x[2] = 0.0f;
+  x[3] = 1.5f * 0x1p100f;
+  return x;
+}
+
+TEST(NaturalCodec, IsUnbiasedAndRoundsToANeighbouringPowerOfTwo) {
+  auto codec = NewBuiltinCodecRegistry()->Create("natural");
+  ASSERT_THAT(codec, IsOk());
+  const auto x = WideRangeInput();
+  const int trials = 4000;
+  const auto m = testing::DecodeMoments(**codec, x, trials);
+  testing::ExpectUnbiased(m, x, trials);
+  EncodedTensor enc;
+  ASSERT_THAT((*codec)->Encode(x, {}, &enc), IsOk());
+  EXPECT_EQ(enc.payload.size(), x.size() + (x.size() + 7) / 8);  // 9 bits per value
+  std::vector<float> y(x.size());
+  ASSERT_THAT((*codec)->Decode(EncodedView::Of(enc), absl::MakeSpan(y)), IsOk());
+  for (size_t i = 3; i < x.size(); ++i) {
+    if (x[i] == 0) continue;
+    int e;
+    std::frexp(y[i], &e);
+    ASSERT_EQ(std::fabs(y[i]), std::ldexp(1.0f, e - 1)) << "not a power of two";
+    const float lo = std::ldexp(1.0f, std::ilogb(x[i]));
+    ASSERT_TRUE(std::fabs(y[i]) == lo || std::fabs(y[i]) == 2 * lo) << x[i] << " -> " << y[i];
+    ASSERT_EQ(std::signbit(y[i]), std::signbit(x[i]));
+  }
+}
+
+TEST(NaturalCodec, SecondMomentGrowsByAtMostNineEighths) {
+  auto codec = NewBuiltinCodecRegistry()->Create("natural");
+  ASSERT_THAT(codec, IsOk());
+  // 1.5 * 2^e is where the ratio peaks at exactly 9/8.
+  std::vector<float> x = testing::Gaussian(200, 92);
+  x[0] = 1.5f;
+  x[1] = -1.5f * 0x1p-10f;
+  const int trials = 20000;
+  const auto m = testing::DecodeMoments(**codec, x, trials);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double ratio = m.second[i] / (double(x[i]) * x[i]);
+    ASSERT_LE(ratio, 9.0 / 8 + 0.01) << "x = " << x[i];  // 0.01: sampling error of 20000 draws
+  }
+}
+
+TEST(NaturalCodec, RejectsNonFiniteInputAndCode255) {
+  auto codec = NewBuiltinCodecRegistry()->Create("natural");
+  ASSERT_THAT(codec, IsOk());
+  EncodedTensor enc;
+  EXPECT_THAT((*codec)->Encode(std::vector<float>{1.0f, INFINITY}, {}, &enc),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_THAT((*codec)->Encode(std::vector<float>{1.0f, 2.0f}, {}, &enc), IsOk());
+  enc.payload[1] = static_cast<char>(0xff);
+  std::vector<float> y(2);
+  EXPECT_THAT((*codec)->Decode(EncodedView::Of(enc), absl::MakeSpan(y)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(NaturalDither, IsUnbiasedAndCostsBitWidthPlusOneBits) {
+  auto codec = NewBuiltinCodecRegistry()->Create("natural-dither:levels=6");
+  ASSERT_THAT(codec, IsOk());
+  const auto x = testing::Gaussian(300, 93);
+  const int trials = 4000;
+  const auto m = testing::DecodeMoments(**codec, x, trials);
+  testing::ExpectUnbiased(m, x, trials);
+  // 6 levels -> 3-bit code + sign = 4 bits, plus the 1-byte header and one scale.
+  EXPECT_NEAR(m.mean_bits, 4.0 * x.size() + 8 + 32, 8);
+}
+
+TEST(NaturalDither, RejectsLevelsAboveS) {
+  auto codec = NewBuiltinCodecRegistry()->Create("natural-dither:levels=5");
+  ASSERT_THAT(codec, IsOk());
+  EncodedTensor enc;
+  ASSERT_THAT((*codec)->Encode(std::vector<float>{1.0f, 0.5f}, {}, &enc), IsOk());
+  enc.payload[1] = static_cast<char>(0x07);  // code 7 > 5 in the first 3-bit field
+  std::vector<float> y(2);
+  EXPECT_THAT((*codec)->Decode(EncodedView::Of(enc), absl::MakeSpan(y)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace tern
