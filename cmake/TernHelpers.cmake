@@ -1,8 +1,11 @@
 # Shared compile settings and the test helper (leveldb's leveldb_test(), abseil's absl_cc_test).
 
-set(TERN_WARNING_FLAGS -Wall -Wextra -Wshadow=local -Wnon-virtual-dtor -Wno-unused-parameter)
+set(TERN_WARNING_FLAGS -Wall -Wextra -Wnon-virtual-dtor -Wno-unused-parameter)
 if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
-  list(APPEND TERN_WARNING_FLAGS -Wthread-safety)
+  # Clang checks the ABSL_GUARDED_BY annotations.
+  list(APPEND TERN_WARNING_FLAGS -Wthread-safety -Wshadow-uncaptured-local)
+else()
+  list(APPEND TERN_WARNING_FLAGS -Wshadow=local)
 endif()
 
 # Applies warnings and sanitizers to one of tern's own targets (not generated code).

@@ -14,6 +14,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TERN_X86_DISPATCH 1
+#include <cpuid.h>
 #endif
 
 namespace tern {
@@ -21,7 +22,11 @@ namespace tern {
 // True when the CPU has AVX2 and F16C (checked once), for loops written with intrinsics.
 inline bool CpuHasAvx2F16c() {
 #if defined(TERN_X86_DISPATCH)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned a, b, c, d;
+    // F16C is CPUID.1:ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c").
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+  }();
   return has;
 #else
   return false;

@@ -87,9 +87,8 @@ class Codec {
   // leaves `out` unspecified, never out-of-bounds accesses.
   absl::Status Decode(const EncodedView& in, absl::Span<float> out,
                       ThreadPool* pool = nullptr) const;
-  // out += weight * decode(in), without materialising the decoded tensor. On error `out` may be
-  // partly updated only for codecs whose validation is interleaved with decoding (bitstream codecs
-  // validate fully before touching `out`, see docs/codecs.md).
+  // out += weight * decode(in), without materialising the decoded tensor. Every codec validates
+  // the whole payload before writing, so on error `out` is untouched.
   absl::Status DecodeAccumulate(const EncodedView& in, float weight, absl::Span<float> out,
                                 ThreadPool* pool = nullptr) const;
 

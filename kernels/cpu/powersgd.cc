@@ -132,8 +132,10 @@ class PowerSgdCodec final : public Codec {
                                     rd.remaining());
     }
     std::vector<float> p(size_t{rows} * r), q(size_t{cols} * r);
-    std::memcpy(p.data(), rd.ptr(), 4 * p.size());
-    std::memcpy(q.data(), rd.ptr() + 4 * p.size(), 4 * q.size());
+    if (r > 0) {  // memcpy from/to the empty vectors' null data() would be UB
+      std::memcpy(p.data(), rd.ptr(), 4 * p.size());
+      std::memcpy(q.data(), rd.ptr() + 4 * p.size(), 4 * q.size());
+    }
     for (size_t i = 0; i < rows; ++i) {
       const float* pi = p.data() + i * r;
       float* o = out.data() + i * cols;

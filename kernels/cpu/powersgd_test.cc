@@ -1,6 +1,7 @@
 #include "kernels/cpu/powersgd.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -75,6 +76,26 @@ TEST(PowerSgd, WithErrorFeedbackTheSentSumConvergesToTheInputSum) {
     norm += double(g[i]) * g[i];
   }
   EXPECT_LT(std::sqrt(err / norm), 0.1);
+}
+
+}  // namespace
+}  // namespace tern
+
+namespace tern {
+namespace {
+
+// Found by fuzz_decode_powersgd: a rank-0 payload (empty factors) must decode to zeros.
+TEST(PowerSgd, RankZeroPayloadDecodesToZeros) {
+  auto registry = NewBuiltinCodecRegistry();
+  auto decoder = registry->DecoderFor("powersgd.v1");
+  ASSERT_THAT(decoder, IsOk());
+  const uint32_t header[3] = {1, 5, 0};
+  std::vector<uint8_t> payload(12);
+  std::memcpy(payload.data(), header, 12);
+  EncodedView v{"powersgd.v1", 5, {}, payload};
+  std::vector<float> y(5, 7.0f);
+  ASSERT_THAT((*decoder)->Decode(v, absl::MakeSpan(y)), IsOk());
+  EXPECT_EQ(y, std::vector<float>(5, 0.0f));
 }
 
 }  // namespace

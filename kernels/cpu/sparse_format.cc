@@ -46,6 +46,7 @@ void WriteSparsePayload(absl::Span<const float> x, absl::Span<const uint32_t> id
   const uint32_t k = static_cast<uint32_t>(idx.size());
   uint8_t* p = ResizePayload(&out->payload, 4 + 8 * size_t{k});
   std::memcpy(p, &k, 4);
+  if (k == 0) return;  // (idx.data() may be null)
   std::memcpy(p + 4, idx.data(), 4 * size_t{k});
   float* values = reinterpret_cast<float*>(p + 4 + 4 * size_t{k});
   for (uint32_t j = 0; j < k; ++j) {
@@ -78,7 +79,7 @@ absl::Status ReadSparseIndices(absl::string_view codec, const EncodedView& in,
   SparseView v;
   if (absl::Status s = Parse(codec, in, &v); !s.ok()) return s;
   indices->resize(v.k);
-  std::memcpy(indices->data(), v.indices, 4 * size_t{v.k});
+  if (v.k > 0) std::memcpy(indices->data(), v.indices, 4 * size_t{v.k});
   return absl::OkStatus();
 }
 

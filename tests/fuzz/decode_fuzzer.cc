@@ -1,0 +1,43 @@
+// libFuzzer target for one codec's decoder (TERN_FUZZ_CODEC, its wire name): the input is split
+// into a small header (element count, scale count, weight) and the payload; decoding must return
+// OK or InvalidArgument and never touch memory out of bounds (ASan + UBSan builds).
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/builtin.h"
+
+namespace {
+
+const tern::CodecRegistry& Registry() {
+  static const auto* registry = tern::NewBuiltinCodecRegistry().release();
+  return *registry;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 4) return 0;
+  // numel up to 65535 keeps each run fast; scales count 0..15 from the input too.
+  uint16_t numel;
+  std::memcpy(&numel, data, 2);
+  const size_t nscales = data[2] & 15;
+  const bool accumulate = data[3] & 1;
+  data += 4;
+  size -= 4;
+  std::vector<float> scales(nscales);
+  const size_t scale_bytes = std::min(size, nscales * 4);
+  if (scale_bytes > 0) std::memcpy(scales.data(), data, scale_bytes);
+  data += scale_bytes;
+  size -= scale_bytes;
+  auto decoder = Registry().DecoderFor(TERN_FUZZ_CODEC);
+  if (!decoder.ok()) std::abort();
+  tern::EncodedView view{TERN_FUZZ_CODEC, numel, scales, absl::Span<const uint8_t>(data, size)};
+  std::vector<float> out(numel, 1.0f);
+  absl::Status s = accumulate ? (*decoder)->DecodeAccumulate(view, 0.5f, absl::MakeSpan(out))
+                              : (*decoder)->Decode(view, absl::MakeSpan(out));
+  if (!s.ok() && s.code() != absl::StatusCode::kInvalidArgument) std::abort();
+  return 0;
+}
