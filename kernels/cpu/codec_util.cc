@@ -38,18 +38,6 @@ TERN_MULTIVERSION float BlockSumAbs(const float* x, size_t n) {
   return s;
 }
 
-TERN_MULTIVERSION float BlockSum(const float* x, size_t n) {
-  float acc[16] = {};
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] += x[i + j];
-  }
-  float s = 0;
-  for (; i < n; ++i) s += x[i];
-  for (int j = 0; j < 16; ++j) s += acc[j];
-  return s;
-}
-
 TERN_MULTIVERSION float BlockMaxAbs(const float* x, size_t n) {
   float acc[16] = {};
   size_t i = 0;
@@ -84,7 +72,47 @@ void PackSignBitsGeneric(const float* x, size_t n, uint8_t* out) {
   }
 }
 
+// One block's sum, sum of squares and max |x|, 16 lanes each.
+TERN_MULTIVERSION void BlockMoments(const float* x, size_t n, float* sum, float* sum_sq,
+                                    float* max_abs) {
+  float s[16] = {}, q[16] = {}, m[16] = {};
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) {
+      s[j] += x[i + j];
+      q[j] += x[i + j] * x[i + j];
+      m[j] = std::max(m[j], std::fabs(x[i + j]));
+    }
+  }
+  float ts = 0, tq = 0, tm = 0;
+  for (; i < n; ++i) {
+    ts += x[i];
+    tq += x[i] * x[i];
+    tm = std::max(tm, std::fabs(x[i]));
+  }
+  for (int j = 0; j < 16; ++j) {
+    ts += s[j];
+    tq += q[j];
+    tm = std::max(tm, m[j]);
+  }
+  *sum = ts;
+  *sum_sq = tq;
+  *max_abs = tm;
+}
+
 }  // namespace
+
+Moments ComputeMoments(absl::Span<const float> x) {
+  Moments m;
+  for (size_t i = 0; i < x.size(); i += kBlock) {
+    float s, q, a;
+    BlockMoments(x.data() + i, std::min(kBlock, x.size() - i), &s, &q, &a);
+    m.sum += s;
+    m.sum_squares += q;
+    m.max_abs = std::max(m.max_abs, a);
+  }
+  return m;
+}
 
 void PackSignBits(const float* x, size_t n, uint8_t* out) {
 #if defined(TERN_X86_DISPATCH)
@@ -112,14 +140,6 @@ double SumSquares(absl::Span<const float> x) {
   double s = 0;
   for (size_t i = 0; i < x.size(); i += kBlock) {
     s += BlockSumSquares(x.data() + i, std::min(kBlock, x.size() - i));
-  }
-  return s;
-}
-
-double Sum(absl::Span<const float> x) {
-  double s = 0;
-  for (size_t i = 0; i < x.size(); i += kBlock) {
-    s += BlockSum(x.data() + i, std::min(kBlock, x.size() - i));
   }
   return s;
 }

@@ -40,9 +40,16 @@ absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t 
 // Sum of squares with a fixed blocking (4096 elements per float partial, partials summed in
 // double), so the result does not depend on the thread count.
 double SumSquares(absl::Span<const float> x);
-// Sum of x and sum of |x| with the same blocking.
-double Sum(absl::Span<const float> x);
+// Sum of |x| with the same blocking.
 double SumAbs(absl::Span<const float> x);
+// sum x, sum x^2 and max |x| in one pass (same blocking as above).
+struct Moments {
+  double sum = 0;
+  double sum_squares = 0;
+  float max_abs = 0;
+};
+Moments ComputeMoments(absl::Span<const float> x);
+
 // Largest |x| (NaN-free input assumed; NaN compares false and is skipped).
 float MaxAbs(absl::Span<const float> x);
 

@@ -105,12 +105,16 @@ class TernGradCodec final : public Codec {
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
     TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
-    float s = internal::MaxAbs(x);
+    float s;
     if (clip_ > 0 && !x.empty()) {
-      // sigma from E[x^2] - E[x]^2; gradients are near zero-mean so this is well conditioned.
-      const double mean = internal::Sum(x) / x.size();
-      const double var = std::max(0.0, internal::SumSquares(x) / x.size() - mean * mean);
-      s = std::min(s, static_cast<float>(clip_ * std::sqrt(var)));
+      // sigma from E[x^2] - E[x]^2 (gradients are near zero-mean, so this is well conditioned);
+      // one fused pass gives it and max |x|.
+      const internal::Moments m = internal::ComputeMoments(x);
+      const double mean = m.sum / x.size();
+      const double var = std::max(0.0, m.sum_squares / x.size() - mean * mean);
+      s = std::min(m.max_abs, static_cast<float>(clip_ * std::sqrt(var)));
+    } else {
+      s = internal::MaxAbs(x);
     }
     internal::SetHeader(*this, params_, x.size(), out);
     out->scales.assign(1, s);
