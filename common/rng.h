@@ -41,15 +41,18 @@ constexpr RngKey MakeRngKey(uint64_t seed, uint32_t stream = 0) {
   return RngKey{static_cast<uint32_t>(z), static_cast<uint32_t>(z >> 32)};
 }
 
-// 32 random bits for counter `i` under `key`.
+// 32 random bits for counter `i` under `key`: one lowbias32 round over the low counter word,
+// offset by a hash of the high word. Tensors have < 2^32 elements, so in a codec's loop the high
+// word (and its hash) is constant and each element costs a single Mix32.
 constexpr uint32_t Random32(RngKey key, uint64_t i) {
-  const uint32_t h = Mix32(static_cast<uint32_t>(i) ^ key.k0);
-  return Mix32(h + (static_cast<uint32_t>(i >> 32) ^ key.k1));
+  return Mix32((static_cast<uint32_t>(i) ^ key.k0) +
+               Mix32(static_cast<uint32_t>(i >> 32) ^ key.k1));
 }
 
 // Random32(key, i) for i < 2^32, in 32-bit arithmetic only so that loops over it vectorise.
-// Tensors are limited to 2^32 - 1 elements, so codecs always use this form.
-constexpr uint32_t Random32Lo(RngKey key, uint32_t i) { return Mix32(Mix32(i ^ key.k0) + key.k1); }
+constexpr uint32_t Random32Lo(RngKey key, uint32_t i) {
+  return Mix32((i ^ key.k0) + Mix32(key.k1));
+}
 // (The int32 step lets compilers use the signed conversion SIMD units have.)
 constexpr float Uniform01Lo(RngKey key, uint32_t i) {
   return static_cast<float>(static_cast<int32_t>(Random32Lo(key, i) >> 8)) * 0x1p-24f;

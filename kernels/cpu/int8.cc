@@ -23,21 +23,31 @@ TERN_MULTIVERSION void FillUniform(RngKey key, uint32_t first, uint32_t n, float
   for (uint32_t i = 0; i < n; ++i) u[i] = Uniform01Lo(key, first + i);
 }
 
-// Quantises one block. `u` holds per-element uniforms for stochastic rounding, or 0.5 for nearest.
-TERN_MULTIVERSION void QuantizeAbsMax(const float* x, size_t n, float inv, const float* u,
-                                      uint8_t* q) {
+// Quantises one block: code = clamp(floor(x * inv + u)), u = 0.5 (nearest) or uniform draws.
+template <bool kStochastic>
+inline void QuantizeAbsMaxT(const float* x, size_t n, float inv, const float* u, uint8_t* q) {
   for (size_t i = 0; i < n; ++i) {
-    const float v = std::max(-127.0f, std::min(127.0f, std::floor(x[i] * inv + u[i])));
+    const float v = std::max(-127.0f, std::min(127.0f, std::floor(x[i] * inv + (kStochastic ? u[i] : 0.5f))));
     q[i] = static_cast<uint8_t>(static_cast<int32_t>(v));
   }
 }
-
-TERN_MULTIVERSION void QuantizeMinMax(const float* x, size_t n, float lo, float inv,
-                                      const float* u, uint8_t* q) {
+template <bool kStochastic>
+inline void QuantizeMinMaxT(const float* x, size_t n, float lo, float inv, const float* u,
+                            uint8_t* q) {
   for (size_t i = 0; i < n; ++i) {
-    const float v = std::max(0.0f, std::min(255.0f, std::floor((x[i] - lo) * inv + u[i])));
+    const float v = std::max(
+        0.0f, std::min(255.0f, std::floor((x[i] - lo) * inv + (kStochastic ? u[i] : 0.5f))));
     q[i] = static_cast<uint8_t>(static_cast<int32_t>(v));
   }
+}
+TERN_MULTIVERSION void QuantizeAbsMax(const float* x, size_t n, float inv, const float* u,
+                                      uint8_t* q) {
+  u == nullptr ? QuantizeAbsMaxT<false>(x, n, inv, u, q) : QuantizeAbsMaxT<true>(x, n, inv, u, q);
+}
+TERN_MULTIVERSION void QuantizeMinMax(const float* x, size_t n, float lo, float inv,
+                                      const float* u, uint8_t* q) {
+  u == nullptr ? QuantizeMinMaxT<false>(x, n, lo, inv, u, q)
+               : QuantizeMinMaxT<true>(x, n, lo, inv, u, q);
 }
 
 TERN_MULTIVERSION void MinMax(const float* x, size_t n, float* lo, float* hi) {
@@ -51,17 +61,27 @@ TERN_MULTIVERSION void MinMax(const float* x, size_t n, float* lo, float* hi) {
 }
 
 template <bool kAccumulate>
-void DequantizeAbsMax(const uint8_t* q, size_t n, float scale, float w, float* out) {
+inline void DequantizeAbsMaxT(const uint8_t* q, size_t n, float scale, float w, float* out) {
   for (size_t i = 0; i < n; ++i) {
     internal::Store<kAccumulate>(out, i, static_cast<float>(static_cast<int8_t>(q[i])) * scale, w);
   }
 }
-
 template <bool kAccumulate>
-void DequantizeMinMax(const uint8_t* q, size_t n, float lo, float step, float w, float* out) {
+inline void DequantizeMinMaxT(const uint8_t* q, size_t n, float lo, float step, float w,
+                              float* out) {
   for (size_t i = 0; i < n; ++i) {
     internal::Store<kAccumulate>(out, i, lo + static_cast<float>(q[i]) * step, w);
   }
+}
+TERN_MULTIVERSION void DequantizeAbsMax(bool accumulate, const uint8_t* q, size_t n, float scale,
+                                        float w, float* out) {
+  accumulate ? DequantizeAbsMaxT<true>(q, n, scale, w, out)
+             : DequantizeAbsMaxT<false>(q, n, scale, w, out);
+}
+TERN_MULTIVERSION void DequantizeMinMax(bool accumulate, const uint8_t* q, size_t n, float lo,
+                                        float step, float w, float* out) {
+  accumulate ? DequantizeMinMaxT<true>(q, n, lo, step, w, out)
+             : DequantizeMinMaxT<false>(q, n, lo, step, w, out);
 }
 
 class Int8Codec final : public Codec {
@@ -89,7 +109,7 @@ class Int8Codec final : public Codec {
     float* scales = out->scales.data();
     ParallelFor(options.pool, nb, std::max<size_t>(1, (size_t{1} << 16) / block_), 1,
                 [&](size_t b0, size_t b1) {
-                  std::vector<float> u(block_, 0.5f);
+                  std::vector<float> u(stochastic_ ? block_ : 0);
                   for (size_t b = b0; b < b1; ++b) {
                     const size_t begin = b * block_;
                     const size_t n = std::min<size_t>(block_, x.size() - begin);
@@ -97,7 +117,8 @@ class Int8Codec final : public Codec {
                       FillUniform(key, static_cast<uint32_t>(begin), static_cast<uint32_t>(n),
                                   u.data());
                     }
-                    EncodeBlock(x.data() + begin, n, u.data(), q + begin, scales, b);
+                    EncodeBlock(x.data() + begin, n, stochastic_ ? u.data() : nullptr, q + begin,
+                                scales, b);
                   }
                 });
     return absl::OkStatus();
@@ -136,13 +157,10 @@ class Int8Codec final : public Codec {
                     const size_t n = std::min<size_t>(block, in.numel - begin);
                     float* o = out.data() + begin;
                     if (mode == kAbsMax) {
-                      const float s = in.scales[b];
-                      accumulate ? DequantizeAbsMax<true>(q + begin, n, s, weight, o)
-                                 : DequantizeAbsMax<false>(q + begin, n, s, weight, o);
+                      DequantizeAbsMax(accumulate, q + begin, n, in.scales[b], weight, o);
                     } else {
-                      const float lo = in.scales[2 * b], step = in.scales[2 * b + 1];
-                      accumulate ? DequantizeMinMax<true>(q + begin, n, lo, step, weight, o)
-                                 : DequantizeMinMax<false>(q + begin, n, lo, step, weight, o);
+                      DequantizeMinMax(accumulate, q + begin, n, in.scales[2 * b],
+                                       in.scales[2 * b + 1], weight, o);
                     }
                   }
                 });
@@ -150,6 +168,7 @@ class Int8Codec final : public Codec {
   }
 
  private:
+  // `u`: per-element uniforms for stochastic rounding, or nullptr for nearest.
   void EncodeBlock(const float* x, size_t n, const float* u, uint8_t* q, float* scales,
                    size_t b) const {
     if (!minmax_) {
