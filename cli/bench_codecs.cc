@@ -67,11 +67,24 @@ std::string HumanSize(uint64_t n) {
 }  // namespace
 
 std::vector<std::string> DefaultBenchSpecs() {
-  return {"none",           "fp16",           "bf16",          "int8",
-          "int8:round=stochastic", "topk:ratio=0.01", "dgc:ratio=0.01", "dgc:ratio=0.001",
-          "randomk:ratio=0.01", "threshold:tau=2.5", "terngrad",   "terngrad:pack=base3",
-          "qsgd:levels=16", "sign",           "natural",       "natural-dither:levels=8",
-          "stc:ratio=0.01", "powersgd:rank=4"};
+  return {"none",
+          "fp16",
+          "bf16",
+          "int8",
+          "int8:round=stochastic",
+          "topk:ratio=0.01",
+          "dgc:ratio=0.01",
+          "dgc:ratio=0.001",
+          "randomk:ratio=0.01",
+          "threshold:tau=2.5",
+          "terngrad",
+          "terngrad:pack=base3",
+          "qsgd:levels=16",
+          "sign",
+          "natural",
+          "natural-dither:levels=8",
+          "stc:ratio=0.01",
+          "powersgd:rank=4"};
 }
 
 absl::Status RunBenchCodecs(const BenchCodecsOptions& options) {
@@ -83,9 +96,10 @@ absl::Status RunBenchCodecs(const BenchCodecsOptions& options) {
     json.open(options.json_path);
     if (!json) return absl::InvalidArgumentError(absl::StrCat("cannot write ", options.json_path));
   }
-  std::printf("tern bench codecs: %d thread(s), input N(0,1) float32, GB/s of fp32 input, "
-              "median of >= 3 runs\n",
-              options.threads);
+  std::printf(
+      "tern bench codecs: %d thread(s), input N(0,1) float32, GB/s of fp32 input, "
+      "median of >= 3 runs\n",
+      options.threads);
   int misses = 0, checked = 0;
   for (uint64_t d : options.sizes) {
     std::vector<float> x(d), out(d);
@@ -93,10 +107,13 @@ absl::Status RunBenchCodecs(const BenchCodecsOptions& options) {
     for (uint64_t i = 0; i < d; ++i) x[i] = Normal(key, i);
     std::memset(out.data(), 0, d * sizeof(float));  // fault the pages in before timing
     absl::Status err;
-    const double t_memcpy = TimeMedian(options.min_seconds, [&] {
-      std::memcpy(out.data(), x.data(), d * sizeof(float));
-      return absl::OkStatus();
-    }, &err);
+    const double t_memcpy = TimeMedian(
+        options.min_seconds,
+        [&] {
+          std::memcpy(out.data(), x.data(), d * sizeof(float));
+          return absl::OkStatus();
+        },
+        &err);
     const double gb = 4.0 * d / 1e9;
     const double memcpy_gbs = gb / t_memcpy;
     std::printf("\n%s floats (%.0f MB): memcpy %.2f GB/s\n", HumanSize(d).c_str(), gb * 1e3,
@@ -114,8 +131,8 @@ absl::Status RunBenchCodecs(const BenchCodecsOptions& options) {
       if (absl::StartsWith(spec, "powersgd") && d % rows == 0) eo.shape = shape;
       EncodedTensor enc;
       TERN_RETURN_IF_ERROR(codec->Encode(x, eo, &enc));  // warm-up; sizes the payload buffer
-      const double t_enc =
-          TimeMedian(options.min_seconds, [&] { return codec->Encode(x, eo, &enc); }, &err);
+      const double t_enc = TimeMedian(
+          options.min_seconds, [&] { return codec->Encode(x, eo, &enc); }, &err);
       TERN_RETURN_IF_ERROR(err);
       const EncodedView view = EncodedView::Of(enc);
       const double t_dec = TimeMedian(
@@ -134,9 +151,10 @@ absl::Status RunBenchCodecs(const BenchCodecsOptions& options) {
         const bool ok = enc_ratio >= target->encode && dec_ratio >= target->decode;
         ++checked;
         misses += ok ? 0 : 1;
-        verdict = target->decode > 0
-                      ? absl::StrFormat("%s (enc,dec >= %.1fx)", ok ? "PASS" : "MISS", target->encode)
-                      : absl::StrFormat("%s (enc >= %.1fx)", ok ? "PASS" : "MISS", target->encode);
+        verdict =
+            target->decode > 0
+                ? absl::StrFormat("%s (enc,dec >= %.1fx)", ok ? "PASS" : "MISS", target->encode)
+                : absl::StrFormat("%s (enc >= %.1fx)", ok ? "PASS" : "MISS", target->encode);
       }
       std::printf("%-24s %9.2f %7.2fx %9.2f %7.2fx %8.1fx %10.3f %9.2e  %s\n", spec.c_str(),
                   gb / t_enc, enc_ratio, gb / t_dec, dec_ratio, 4.0 * d / bytes, 8 * bytes / d,

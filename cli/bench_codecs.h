@@ -12,11 +12,11 @@
 namespace tern {
 
 struct BenchCodecsOptions {
-  std::vector<uint64_t> sizes;       // element counts
-  std::vector<std::string> specs;    // codec specs
-  int threads = 1;                   // 1: single-threaded (the targets are single-thread)
-  double min_seconds = 0.2;          // per measurement, at least 3 repetitions
-  std::string json_path;             // optional JSON-lines output
+  std::vector<uint64_t> sizes;     // element counts
+  std::vector<std::string> specs;  // codec specs
+  int threads = 1;                 // 1: single-threaded (the targets are single-thread)
+  double min_seconds = 0.2;        // per measurement, at least 3 repetitions
+  std::string json_path;           // optional JSON-lines output
 };
 
 // The default codec list: every codec, sparsifiers at 1 %.

@@ -83,8 +83,8 @@ int main(int argc, char** argv) {
     auto registry = tern::NewBuiltinCodecRegistry();
     for (const std::string& name : registry->Names()) {
       auto codec = registry->Create(name);
-      std::printf("%-16s %-20s default: %s\n", name.c_str(),
-                  std::string((*codec)->Name()).c_str(), (*codec)->Spec().c_str());
+      std::printf("%-16s %-20s default: %s\n", name.c_str(), std::string((*codec)->Name()).c_str(),
+                  (*codec)->Spec().c_str());
     }
     return 0;
   }

@@ -79,8 +79,8 @@ class BitWriter {
   uint64_t bits_ = 0;  // bits already spilled to out_
 };
 
-// Reads a bitstream of exactly `nbytes` bytes. Every read reports failure (returns false) instead of
-// reading past the end; a failed reader stays failed.
+// Reads a bitstream of exactly `nbytes` bytes. Every read reports failure (returns false) instead
+// of reading past the end; a failed reader stays failed.
 class BitReader {
  public:
   BitReader(const uint8_t* data, size_t nbytes) : data_(data), nbits_(uint64_t{nbytes} * 8) {}

@@ -43,11 +43,11 @@ absl::StatusOr<std::vector<v1::BundleChunk>> ChunkBundle(const v1::TensorBundle&
     return absl::InternalError("bundle does not serialize (over 2 GiB?)");
   }
   std::vector<v1::BundleChunk> chunks;
-  TERN_RETURN_IF_ERROR(ChunkSerializedBundle(serialized, stream_id, max_chunk_bytes,
-                                             [&chunks](v1::BundleChunk&& c) {
-                                               chunks.push_back(std::move(c));
-                                               return absl::OkStatus();
-                                             }));
+  TERN_RETURN_IF_ERROR(
+      ChunkSerializedBundle(serialized, stream_id, max_chunk_bytes, [&chunks](v1::BundleChunk&& c) {
+        chunks.push_back(std::move(c));
+        return absl::OkStatus();
+      }));
   return chunks;
 }
 
@@ -67,13 +67,13 @@ absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
     stream_id_ = chunk.stream_id();
     total_size_ = chunk.total_size();
   } else if (chunk.stream_id() != stream_id_ || chunk.total_size() != total_size_) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "chunk of stream ", chunk.stream_id(), " (total ", chunk.total_size(),
-        ") mixed into stream ", stream_id_, " (total ", total_size_, ")")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("chunk of stream ", chunk.stream_id(), " (total ", chunk.total_size(),
+                     ") mixed into stream ", stream_id_, " (total ", total_size_, ")")));
   }
   if (chunk.offset() != buffer_.size()) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("chunk at offset ", chunk.offset(),
-                                                        ", expected ", buffer_.size())));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("chunk at offset ", chunk.offset(), ", expected ", buffer_.size())));
   }
   if (chunk.data().size() > kMaxChunkBytes) {
     return Fail(absl::InvalidArgumentError(
@@ -86,15 +86,15 @@ absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
     return Fail(absl::InvalidArgumentError("empty chunk that is not the last"));
   }
   if (Crc32(chunk.data().data(), chunk.data().size()) != chunk.data_crc32()) {
-    return Fail(absl::DataLossError(absl::StrCat("chunk at offset ", chunk.offset(),
-                                                 " fails its CRC-32 check")));
+    return Fail(absl::DataLossError(
+        absl::StrCat("chunk at offset ", chunk.offset(), " fails its CRC-32 check")));
   }
   buffer_.append(chunk.data());
   running_crc_ = Crc32(chunk.data().data(), chunk.data().size(), running_crc_);
   if (chunk.last()) {
     if (buffer_.size() != total_size_) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "last chunk ends at ", buffer_.size(), " of ", total_size_, " bytes")));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("last chunk ends at ", buffer_.size(), " of ", total_size_, " bytes")));
     }
     if (running_crc_ != chunk.bundle_crc32()) {
       return Fail(absl::DataLossError("bundle fails its CRC-32 check"));

@@ -111,12 +111,14 @@ TEST_F(ChunkingCorruption, ChangedTotalSizeIsRejected) {
 
 TEST_F(ChunkingCorruption, MissingLastFlagLeavesItIncompleteOrRejected) {
   chunks_[3].set_last(false);
-  EXPECT_THAT(Feed(chunks_), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not marked last")));
+  EXPECT_THAT(Feed(chunks_),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not marked last")));
 }
 
 TEST_F(ChunkingCorruption, ChunkAfterTheLastIsRejected) {
   chunks_.push_back(chunks_.back());
-  EXPECT_THAT(Feed(chunks_), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("after the last")));
+  EXPECT_THAT(Feed(chunks_),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("after the last")));
 }
 
 TEST_F(ChunkingCorruption, ChunkLargerThanOneMiBIsRejected) {

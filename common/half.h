@@ -19,8 +19,8 @@ inline uint16_t FloatToHalf(float f) {
   const uint32_t big = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
   // Subnormal half (|f| < 2^-14): let the FPU round by adding a magic constant.
   const float denorm_magic = std::bit_cast<float>(((127u - 15u) + (23u - 10u) + 1u) << 23);
-  const uint32_t sub =
-      std::bit_cast<uint32_t>(std::bit_cast<float>(x) + denorm_magic) - std::bit_cast<uint32_t>(denorm_magic);
+  const uint32_t sub = std::bit_cast<uint32_t>(std::bit_cast<float>(x) + denorm_magic) -
+                       std::bit_cast<uint32_t>(denorm_magic);
   // Normal: rebias the exponent and round the mantissa to nearest even.
   const uint32_t mant_odd = (x >> 13) & 1u;
   const uint32_t norm = (x + ((15u - 127u) << 23) + 0xfffu + mant_odd) >> 13;

@@ -23,17 +23,18 @@ TEST(Half, RoundsToNearestEvenAndSaturatesToInfinity) {
   EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // halfway to the next binade: rounds to inf
   EXPECT_EQ(FloatToHalf(1e10f), 0x7c00);
   EXPECT_EQ(FloatToHalf(-1e10f), 0xfc00);
-  EXPECT_EQ(FloatToHalf(1.0f + 0x1p-11f), 0x3c00);            // tie -> even
-  EXPECT_EQ(FloatToHalf(1.0f + 3 * 0x1p-11f), 0x3c02);        // tie -> even (up)
-  EXPECT_EQ(FloatToHalf(0x1p-24f), 0x0001);                   // smallest subnormal
-  EXPECT_EQ(FloatToHalf(0x1p-26f), 0x0000);                   // below half of it
+  EXPECT_EQ(FloatToHalf(1.0f + 0x1p-11f), 0x3c00);      // tie -> even
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * 0x1p-11f), 0x3c02);  // tie -> even (up)
+  EXPECT_EQ(FloatToHalf(0x1p-24f), 0x0001);             // smallest subnormal
+  EXPECT_EQ(FloatToHalf(0x1p-26f), 0x0000);             // below half of it
   EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::quiet_NaN()) & 0x7e00, 0x7e00);
 }
 
 TEST(Half, MatchesCorrectRoundingOnRandomFloats) {
   const RngKey key = MakeRngKey(3);
   for (uint32_t i = 0; i < 200000; ++i) {
-    const float f = std::ldexp(Uniform01(key, i) * 2 - 1, static_cast<int>(Random32(key, ~i) % 40) - 25);
+    const float f =
+        std::ldexp(Uniform01(key, i) * 2 - 1, static_cast<int>(Random32(key, ~i) % 40) - 25);
     const float back = HalfToFloat(FloatToHalf(f));
     // The nearest half: no other half is closer.
     const uint16_t h = FloatToHalf(f);

@@ -3,9 +3,8 @@
 #ifndef TERN_COMMON_LOGGING_H_
 #define TERN_COMMON_LOGGING_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace tern {
 

@@ -11,8 +11,8 @@ absl::Status CheckHeader(const Codec& codec, const EncodedView& in, size_t out_s
         absl::StrCat("payload of codec '", in.codec, "' given to decoder '", codec.Name(), "'"));
   }
   if (in.numel != out_size) {
-    return absl::InvalidArgumentError(absl::StrCat("payload holds ", in.numel,
-                                                   " elements but the output has ", out_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload holds ", in.numel, " elements but the output has ", out_size));
   }
   return absl::OkStatus();
 }

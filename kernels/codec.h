@@ -17,10 +17,10 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace tern {
@@ -50,8 +50,8 @@ struct EncodedView {
 
   static EncodedView Of(const EncodedTensor& t) {
     return EncodedView{t.codec, t.numel, t.scales,
-                       absl::Span<const uint8_t>(
-                           reinterpret_cast<const uint8_t*>(t.payload.data()), t.payload.size())};
+                       absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(t.payload.data()),
+                                                 t.payload.size())};
   }
 };
 

@@ -36,7 +36,8 @@ absl::StatusOr<std::pair<std::string, CodecParams>> CodecParams::ParseSpec(absl:
   CodecParams params;
   if (!rest.empty()) {
     for (absl::string_view kv : absl::StrSplit(rest, ',')) {
-      std::pair<absl::string_view, absl::string_view> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      std::pair<absl::string_view, absl::string_view> p =
+          absl::StrSplit(kv, absl::MaxSplits('=', 1));
       if (!ValidToken(p.first) || !ValidToken(p.second)) {
         return absl::InvalidArgumentError(
             absl::StrCat("bad parameter '", kv, "' in spec '", spec, "' (want key=value)"));
@@ -98,7 +99,8 @@ absl::StatusOr<bool> CodecParams::Bool(absl::string_view key, bool default_value
   return v;
 }
 
-absl::StatusOr<std::string> CodecParams::Enum(absl::string_view key, absl::string_view default_value,
+absl::StatusOr<std::string> CodecParams::Enum(absl::string_view key,
+                                              absl::string_view default_value,
                                               std::initializer_list<absl::string_view> allowed) {
   auto it = values_.find(key);
   if (it == values_.end()) return std::string(default_value);
@@ -116,9 +118,8 @@ absl::Status CodecParams::CheckAllUsed(absl::string_view codec_name) const {
     if (!used_.contains(k)) unknown.push_back(k);
   }
   if (unknown.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("unknown parameter(s) ",
-                                                 absl::StrJoin(unknown, ", "), " for codec '",
-                                                 codec_name, "'"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown parameter(s) ", absl::StrJoin(unknown, ", "), " for codec '", codec_name, "'"));
 }
 
 }  // namespace tern

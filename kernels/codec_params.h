@@ -11,9 +11,9 @@
 #include <map>
 #include <set>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tern {
 

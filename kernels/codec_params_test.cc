@@ -35,10 +35,14 @@ TEST(CodecParams, RangeTypeAndUnknownKeyErrorsSayWhatIsWrong) {
   auto parsed = CodecParams::ParseSpec("x:ratio=2,levels=1.5,b=maybe,m=foo,typo=1");
   ASSERT_THAT(parsed, IsOk());
   auto& p = parsed->second;
-  EXPECT_THAT(p.Double("ratio", 0, 0, 1), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
-  EXPECT_THAT(p.Int("levels", 0, 0, 9), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("integer")));
-  EXPECT_THAT(p.Bool("b", false), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("boolean")));
-  EXPECT_THAT(p.Enum("m", "a", {"a", "b"}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a|b")));
+  EXPECT_THAT(p.Double("ratio", 0, 0, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+  EXPECT_THAT(p.Int("levels", 0, 0, 9),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("integer")));
+  EXPECT_THAT(p.Bool("b", false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("boolean")));
+  EXPECT_THAT(p.Enum("m", "a", {"a", "b"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a|b")));
   EXPECT_THAT(p.CheckAllUsed("x"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("typo")));
 }
 

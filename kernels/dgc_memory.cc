@@ -28,8 +28,7 @@ absl::StatusOr<std::unique_ptr<DgcMemory>> DgcMemory::Create(const DgcOptions& o
 
 double DgcMemory::CurrentRatio() const {
   constexpr double kStart = 0.25;
-  if (options_.warmup_epochs <= 0 || epoch_ >= options_.warmup_epochs ||
-      options_.ratio >= kStart) {
+  if (options_.warmup_epochs <= 0 || epoch_ >= options_.warmup_epochs || options_.ratio >= kStart) {
     return options_.ratio;
   }
   const double t = std::max(0.0, epoch_) / options_.warmup_epochs;
@@ -52,8 +51,8 @@ absl::Status DgcMemory::Encode(absl::Span<const float> g, const EncodeOptions& o
         options_.exact_topk ? absl::StrCat("topk:ratio=", ratio)
                             : absl::StrCat("dgc:ratio=", ratio, ",sample=", options_.sample));
     TERN_RETURN_IF_ERROR(parsed.status());
-    TERN_ASSIGN_OR_RETURN(codec_, options_.exact_topk ? NewTopKCodec(parsed->second)
-                                                      : NewDgcCodec(parsed->second));
+    TERN_ASSIGN_OR_RETURN(
+        codec_, options_.exact_topk ? NewTopKCodec(parsed->second) : NewDgcCodec(parsed->second));
     codec_ratio_ = ratio;
   }
   float scale = 1.0f;

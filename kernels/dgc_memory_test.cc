@@ -53,7 +53,7 @@ TEST(DgcMemory, MasksSentCoordinatesAndAccumulatesTheRest) {
       if (y[i] != 0) {
         ++sent;
         ASSERT_NEAR(y[i], v[i], 1e-4f * (1 + std::fabs(v[i])));  // sends the accumulated value
-        u[i] = v[i] = 0;                                       // factor masking
+        u[i] = v[i] = 0;                                         // factor masking
       }
       ASSERT_NEAR((*m)->accumulated()[i], v[i], 1e-4f * (1 + std::fabs(v[i])));
       ASSERT_NEAR((*m)->momentum()[i], u[i], 1e-4f * (1 + std::fabs(u[i])));

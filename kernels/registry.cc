@@ -28,8 +28,8 @@ absl::StatusOr<std::unique_ptr<Codec>> CodecRegistry::Create(absl::string_view s
   auto& [name, params] = parsed;
   auto it = factories_.find(name);
   if (it == factories_.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown codec '", name, "' (known: ",
-                                                   absl::StrJoin(Names(), ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown codec '", name, "' (known: ", absl::StrJoin(Names(), ", "), ")"));
   }
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, it->second(params));
   TERN_RETURN_IF_ERROR(params.CheckAllUsed(name));

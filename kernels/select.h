@@ -23,9 +23,9 @@ class ThreadPool;
 inline uint32_t MagnitudeKey(float v) { return std::bit_cast<uint32_t>(v) & 0x7fffffffu; }
 
 // Replaces *indices with the k indices of largest |x|, ascending. Ties at the k-th magnitude go to
-// the lower indices. O(d): a strided sample bounds the k-th magnitude from below, one filtering pass
-// keeps ~k candidates, and a selection among them finishes; if the sample's bound turns out too
-// high, it falls back to nth_element over all magnitudes.
+// the lower indices. O(d): a strided sample bounds the k-th magnitude from below, one filtering
+// pass keeps ~k candidates, and a selection among them finishes; if the sample's bound turns out
+// too high, it falls back to nth_element over all magnitudes.
 void SelectTopK(absl::Span<const float> x, size_t k, std::vector<uint32_t>* indices,
                 ThreadPool* pool = nullptr);
 

@@ -27,11 +27,10 @@ absl::StatusOr<EncodedView> ViewOf(const v1::EncodedTensor& msg) {
           absl::StrCat("tensor shape holds ", prod, " elements but numel is ", msg.numel()));
     }
   }
-  return EncodedView{msg.codec(), msg.numel(),
-                     absl::Span<const float>(msg.scales().data(), msg.scales_size()),
-                     absl::Span<const uint8_t>(
-                         reinterpret_cast<const uint8_t*>(msg.payload().data()),
-                         msg.payload().size())};
+  return EncodedView{
+      msg.codec(), msg.numel(), absl::Span<const float>(msg.scales().data(), msg.scales_size()),
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(msg.payload().data()),
+                                msg.payload().size())};
 }
 
 absl::Status DecodeMessage(const CodecRegistry& registry, const v1::EncodedTensor& msg,

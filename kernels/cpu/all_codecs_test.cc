@@ -143,11 +143,13 @@ TEST_P(AllCodecs, RejectsAPayloadOfAnotherCodecOrSize) {
   EncodedView v = EncodedView::Of(enc);
   v.codec = "bogus.v1";
   EXPECT_THAT(codec_->Decode(v, absl::MakeSpan(y)), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(registry_->Decode(v, absl::MakeSpan(y)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(registry_->Decode(v, absl::MakeSpan(y)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   std::string other_version(codec_->Name());
   other_version.back() = '9';
   v.codec = other_version;
-  EXPECT_THAT(registry_->Decode(v, absl::MakeSpan(y)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(registry_->Decode(v, absl::MakeSpan(y)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   std::vector<float> small(x.size() - 1);
   EXPECT_THAT(codec_->Decode(EncodedView::Of(enc), absl::MakeSpan(small)),
               StatusIs(absl::StatusCode::kInvalidArgument));

@@ -12,34 +12,23 @@
 namespace tern {
 namespace {
 
-class DgcCodec final : public Codec {
+class DgcCodec final : public internal::SparseCodec {
  public:
   DgcCodec(double ratio, double sample)
-      : ratio_(ratio), sample_(sample), params_(absl::StrCat("ratio=", ratio, ",sample=", sample)) {}
+      : SparseCodec("dgc", absl::StrCat("ratio=", ratio, ",sample=", sample)),
+        ratio_(ratio),
+        sample_(sample) {}
   absl::string_view Name() const override { return "dgc.v1"; }
-  std::string Spec() const override { return absl::StrCat("dgc:", params_); }
-
-  absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
-                      EncodedTensor* out) override {
-    TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
-    SelectDgc(x, SparseK(ratio_, x.size()), sample_, &indices_, options.pool);
-    internal::SetHeader(*this, params_, x.size(), out);
-    out->scales.clear();
-    internal::WriteSparsePayload(x, indices_, out);
-    return absl::OkStatus();
-  }
 
  protected:
-  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
-                          absl::Span<float> out, ThreadPool*) const override {
-    return internal::DecodeSparsePayload(Name(), in, weight, accumulate, out);
+  void Select(absl::Span<const float> x, ThreadPool* pool,
+              std::vector<uint32_t>* indices) override {
+    SelectDgc(x, SparseK(ratio_, x.size()), sample_, indices, pool);
   }
 
  private:
   const double ratio_;
   const double sample_;
-  const std::string params_;
-  std::vector<uint32_t> indices_;
 };
 
 }  // namespace

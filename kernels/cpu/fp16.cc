@@ -33,8 +33,7 @@ __attribute__((target("avx2,f16c"))) void DecodeF16c(const uint8_t* in, float w,
   size_t i = 0;
   const __m256 wv = _mm256_set1_ps(w);
   for (; i + 8 <= n; i += 8) {
-    const __m256 v =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i)));
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i)));
     if constexpr (kAccumulate) {
       _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), _mm256_mul_ps(wv, v)));
     } else {

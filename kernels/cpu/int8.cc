@@ -27,7 +27,8 @@ TERN_MULTIVERSION void FillUniform(RngKey key, uint32_t first, uint32_t n, float
 template <bool kStochastic>
 inline void QuantizeAbsMaxT(const float* x, size_t n, float inv, const float* u, uint8_t* q) {
   for (size_t i = 0; i < n; ++i) {
-    const float v = std::max(-127.0f, std::min(127.0f, std::floor(x[i] * inv + (kStochastic ? u[i] : 0.5f))));
+    const float v =
+        std::max(-127.0f, std::min(127.0f, std::floor(x[i] * inv + (kStochastic ? u[i] : 0.5f))));
     q[i] = static_cast<uint8_t>(static_cast<int32_t>(v));
   }
 }
@@ -44,8 +45,8 @@ TERN_MULTIVERSION void QuantizeAbsMax(const float* x, size_t n, float inv, const
                                       uint8_t* q) {
   u == nullptr ? QuantizeAbsMaxT<false>(x, n, inv, u, q) : QuantizeAbsMaxT<true>(x, n, inv, u, q);
 }
-TERN_MULTIVERSION void QuantizeMinMax(const float* x, size_t n, float lo, float inv,
-                                      const float* u, uint8_t* q) {
+TERN_MULTIVERSION void QuantizeMinMax(const float* x, size_t n, float lo, float inv, const float* u,
+                                      uint8_t* q) {
   u == nullptr ? QuantizeMinMaxT<false>(x, n, lo, inv, u, q)
                : QuantizeMinMaxT<true>(x, n, lo, inv, u, q);
 }

@@ -89,8 +89,7 @@ class PowerSgdCodec final : public Codec {
     const size_t r = std::min<size_t>({rank_, rows, cols});
     internal::SetHeader(*this, params_, x.size(), out);
     out->scales.clear();
-    uint8_t* p8 =
-        internal::ResizePayload(&out->payload, kHeaderBytes + 4 * (rows + cols) * r);
+    uint8_t* p8 = internal::ResizePayload(&out->payload, kHeaderBytes + 4 * (rows + cols) * r);
     const uint32_t header[3] = {static_cast<uint32_t>(rows), static_cast<uint32_t>(cols),
                                 static_cast<uint32_t>(r)};
     std::memcpy(p8, header, sizeof(header));

@@ -23,7 +23,8 @@ inline void UnpackSigns(const uint8_t* in, size_t n, float scale, float w, float
     const size_t m = std::min<size_t>(8, n - i);
     for (size_t j = 0; j < m; ++j) {
       // Flip the sign bit of `scale` when the stored bit is set.
-      const float v = std::bit_cast<float>(std::bit_cast<uint32_t>(scale) ^ (((byte >> j) & 1u) << 31));
+      const float v =
+          std::bit_cast<float>(std::bit_cast<uint32_t>(scale) ^ (((byte >> j) & 1u) << 31));
       internal::Store<kAccumulate>(out, i + j, v, w);
     }
   }
@@ -58,7 +59,8 @@ class SignCodec final : public Codec {
                     const size_t begin = c * chunk_, n = std::min<size_t>(chunk_, x.size() - begin);
                     const float* xc = x.data() + begin;
                     internal::PackSignBits(xc, n, bits + begin / 8);
-                    scales[c] = static_cast<float>(internal::SumAbs(absl::MakeConstSpan(xc, n)) / n);
+                    scales[c] =
+                        static_cast<float>(internal::SumAbs(absl::MakeConstSpan(xc, n)) / n);
                   }
                 });
     return absl::OkStatus();
@@ -71,7 +73,8 @@ class SignCodec final : public Codec {
     uint32_t chunk;
     if (!r.U32(&chunk)) return internal::PayloadError(Name(), "truncated header");
     if (chunk < 8 || chunk % 8 != 0 || chunk > (1u << 30)) {
-      return internal::PayloadError(Name(), "chunk ", chunk, " is not a multiple of 8 in [8, 2^30]");
+      return internal::PayloadError(Name(), "chunk ", chunk,
+                                    " is not a multiple of 8 in [8, 2^30]");
     }
     const size_t bytes = (in.numel + 7) / 8;
     if (r.remaining() != bytes) {
@@ -107,7 +110,8 @@ class SignCodec final : public Codec {
 absl::StatusOr<std::unique_ptr<Codec>> NewSignCodec(CodecParams& params) {
   TERN_ASSIGN_OR_RETURN(int64_t chunk, params.Int("chunk", 1024, 8, 1 << 30));
   if (chunk % 8 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("sign: chunk=", chunk, " must be a multiple of 8"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sign: chunk=", chunk, " must be a multiple of 8"));
   }
   return std::make_unique<SignCodec>(static_cast<uint32_t>(chunk));
 }

@@ -83,4 +83,14 @@ absl::Status ReadSparseIndices(absl::string_view codec, const EncodedView& in,
   return absl::OkStatus();
 }
 
+absl::Status SparseCodec::Encode(absl::Span<const float> x, const EncodeOptions& options,
+                                 EncodedTensor* out) {
+  if (absl::Status s = CheckNumel(Name(), x.size()); !s.ok()) return s;
+  Select(x, options.pool, &indices_);
+  SetHeader(*this, params_, x.size(), out);
+  out->scales.clear();
+  WriteSparsePayload(x, indices_, out);
+  return absl::OkStatus();
+}
+
 }  // namespace tern::internal

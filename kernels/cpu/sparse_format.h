@@ -1,4 +1,4 @@
-// The (index, value) layout shared by topk.v1, dgc.v1 and threshold.v1:
+// The (index, value) layout shared by topk.v1, dgc.v1 and threshold.v1, and their common base:
 //   u32 k | k x u32 index, strictly ascending, each < numel | k x f32 value
 // Internal to kernels/.
 #ifndef TERN_KERNELS_CPU_SPARSE_FORMAT_H_
@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/codec.h"
 
@@ -25,6 +27,32 @@ absl::Status DecodeSparsePayload(absl::string_view codec, const EncodedView& in,
 // Validates a sparse payload and returns its indices (used by the DGC memory to mask what it sent).
 absl::Status ReadSparseIndices(absl::string_view codec, const EncodedView& in,
                                std::vector<uint32_t>* indices);
+
+// Base of the codecs that send (index, value) pairs in this layout; a subclass only chooses the
+// indices. Same thread-safety as Codec: Encode reuses an index scratch buffer.
+class SparseCodec : public Codec {
+ public:
+  std::string Spec() const final { return absl::StrCat(spec_name_, ":", params_); }
+  absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
+                      EncodedTensor* out) final;
+
+ protected:
+  // `params` is the canonical parameter string, e.g. "ratio=0.01".
+  SparseCodec(absl::string_view spec_name, std::string params)
+      : spec_name_(spec_name), params_(std::move(params)) {}
+  // Replaces *indices with the ascending indices to send. REQUIRES: x.size() < 2^32.
+  virtual void Select(absl::Span<const float> x, ThreadPool* pool,
+                      std::vector<uint32_t>* indices) = 0;
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
+                          absl::Span<float> out, ThreadPool*) const final {
+    return DecodeSparsePayload(Name(), in, weight, accumulate, out);
+  }
+
+ private:
+  const std::string spec_name_;
+  const std::string params_;
+  std::vector<uint32_t> indices_;
+};
 
 }  // namespace tern::internal
 

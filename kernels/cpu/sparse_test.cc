@@ -43,10 +43,10 @@ TEST(TopKCodec, KeepsExactlyTheKLargestMagnitudes) {
   for (size_t i = 0; i < x.size(); ++i) {
     if (y[i] != 0) {
       ++kept;
-      ASSERT_EQ(y[i], x[i]);               // values travel exactly
-      ASSERT_GE(std::fabs(x[i]), kth);     // only the largest are kept
+      ASSERT_EQ(y[i], x[i]);            // values travel exactly
+      ASSERT_GE(std::fabs(x[i]), kth);  // only the largest are kept
     } else {
-      ASSERT_LE(std::fabs(x[i]), kth);     // nothing larger is dropped
+      ASSERT_LE(std::fabs(x[i]), kth);  // nothing larger is dropped
     }
   }
   EXPECT_EQ(kept, k);

@@ -20,9 +20,9 @@ using ::tern::testing::StatusIs;
 
 TEST(Stc, GolombParameterFollowsTheBStarRule) {
   // b* = 1 + floor(log2(ln(phi - 1) / ln(1 - p))).
-  EXPECT_EQ(StcGolombBits(1, 100), 6);       // p = 0.01: ln(0.618)/ln(0.99) = 47.9
-  EXPECT_EQ(StcGolombBits(1, 1000), 9);      // p = 0.001: 481
-  EXPECT_EQ(StcGolombBits(1, 10), 3);        // p = 0.1: 4.57
+  EXPECT_EQ(StcGolombBits(1, 100), 6);   // p = 0.01: ln(0.618)/ln(0.99) = 47.9
+  EXPECT_EQ(StcGolombBits(1, 1000), 9);  // p = 0.001: 481
+  EXPECT_EQ(StcGolombBits(1, 10), 3);    // p = 0.1: 4.57
   EXPECT_EQ(StcGolombBits(4, 4), 0);
   EXPECT_EQ(StcGolombBits(0, 4), 0);
 }

@@ -10,10 +10,10 @@
 namespace tern::testing {
 
 struct Moments {
-  std::vector<double> mean;         // per element E[D(C(x))]
-  std::vector<double> second;       // per element E[D(C(x))^2]
-  double mean_sq_error = 0;         // E ||D(C(x)) - x||^2
-  double mean_bits = 0;             // E[payload + scale bits]
+  std::vector<double> mean;    // per element E[D(C(x))]
+  std::vector<double> second;  // per element E[D(C(x))^2]
+  double mean_sq_error = 0;    // E ||D(C(x)) - x||^2
+  double mean_bits = 0;        // E[payload + scale bits]
 };
 
 inline Moments DecodeMoments(Codec& codec, const std::vector<float>& x, int trials) {

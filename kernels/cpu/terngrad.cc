@@ -88,7 +88,8 @@ void UnpackWithTable(const ByteTable<kPer>& table, const uint8_t* in, size_t n, 
     const float* v = table.v[in[i / kPer]];
     for (int j = 0; j < kPer; ++j) internal::Store<kAccumulate>(out, i + j, v[j], w);
   }
-  for (int j = 0; i + j < n; ++j) internal::Store<kAccumulate>(out, i + j, table.v[in[i / kPer]][j], w);
+  for (int j = 0; i + j < n; ++j)
+    internal::Store<kAccumulate>(out, i + j, table.v[in[i / kPer]][j], w);
 }
 
 size_t PackedBytes(uint8_t pack, size_t n) { return pack == k2Bit ? (n + 3) / 4 : (n + 4) / 5; }

@@ -11,32 +11,20 @@
 namespace tern {
 namespace {
 
-class ThresholdCodec final : public Codec {
+class ThresholdCodec final : public internal::SparseCodec {
  public:
-  explicit ThresholdCodec(float tau) : tau_(tau), params_(absl::StrCat("tau=", tau)) {}
+  explicit ThresholdCodec(float tau)
+      : SparseCodec("threshold", absl::StrCat("tau=", tau)), tau_(tau) {}
   absl::string_view Name() const override { return "threshold.v1"; }
-  std::string Spec() const override { return absl::StrCat("threshold:", params_); }
-
-  absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
-                      EncodedTensor* out) override {
-    TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
-    SelectAtLeast(x, MagnitudeKey(tau_), &indices_, options.pool);
-    internal::SetHeader(*this, params_, x.size(), out);
-    out->scales.clear();
-    internal::WriteSparsePayload(x, indices_, out);
-    return absl::OkStatus();
-  }
 
  protected:
-  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
-                          absl::Span<float> out, ThreadPool*) const override {
-    return internal::DecodeSparsePayload(Name(), in, weight, accumulate, out);
+  void Select(absl::Span<const float> x, ThreadPool* pool,
+              std::vector<uint32_t>* indices) override {
+    SelectAtLeast(x, MagnitudeKey(tau_), indices, pool);
   }
 
  private:
   const float tau_;
-  const std::string params_;
-  std::vector<uint32_t> indices_;
 };
 
 }  // namespace

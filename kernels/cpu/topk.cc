@@ -13,32 +13,20 @@
 namespace tern {
 namespace {
 
-class TopKCodec final : public Codec {
+class TopKCodec final : public internal::SparseCodec {
  public:
-  explicit TopKCodec(double ratio) : ratio_(ratio), params_(absl::StrCat("ratio=", ratio)) {}
+  explicit TopKCodec(double ratio)
+      : SparseCodec("topk", absl::StrCat("ratio=", ratio)), ratio_(ratio) {}
   absl::string_view Name() const override { return "topk.v1"; }
-  std::string Spec() const override { return absl::StrCat("topk:", params_); }
-
-  absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
-                      EncodedTensor* out) override {
-    TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
-    SelectTopK(x, SparseK(ratio_, x.size()), &indices_, options.pool);
-    internal::SetHeader(*this, params_, x.size(), out);
-    out->scales.clear();
-    internal::WriteSparsePayload(x, indices_, out);
-    return absl::OkStatus();
-  }
 
  protected:
-  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
-                          absl::Span<float> out, ThreadPool*) const override {
-    return internal::DecodeSparsePayload(Name(), in, weight, accumulate, out);
+  void Select(absl::Span<const float> x, ThreadPool* pool,
+              std::vector<uint32_t>* indices) override {
+    SelectTopK(x, SparseK(ratio_, x.size()), indices, pool);
   }
 
  private:
   const double ratio_;
-  const std::string params_;
-  std::vector<uint32_t> indices_;  // scratch reused across Encode calls
 };
 
 }  // namespace

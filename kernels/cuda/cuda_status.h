@@ -13,16 +13,16 @@ namespace tern::cuda {
 inline absl::Status FromCuda(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();
   cudaGetLastError();  // clear the sticky error so later calls are not poisoned
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(err), " (",
-                                          cudaGetErrorString(err), ")"));
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
 }
 
 }  // namespace tern::cuda
 
-#define TERN_CUDA_RETURN_IF_ERROR(expr)                                            \
-  do {                                                                             \
-    ::absl::Status tern_cuda_status_ = ::tern::cuda::FromCuda((expr), #expr);     \
-    if (!tern_cuda_status_.ok()) return tern_cuda_status_;                         \
+#define TERN_CUDA_RETURN_IF_ERROR(expr)                                       \
+  do {                                                                        \
+    ::absl::Status tern_cuda_status_ = ::tern::cuda::FromCuda((expr), #expr); \
+    if (!tern_cuda_status_.ok()) return tern_cuda_status_;                    \
   } while (0)
 
 #endif  // TERN_KERNELS_CUDA_CUDA_STATUS_H_

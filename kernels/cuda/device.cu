@@ -40,8 +40,9 @@ absl::Status FillAndCheck(size_t n, float value) {
     FillKernel<<<256, 256, 0, stream>>>(d, n, value);
     s = FromCuda(cudaGetLastError(), "FillKernel launch");
     if (s.ok()) {
-      s = FromCuda(cudaMemcpyAsync(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost,
-                                   stream), "cudaMemcpyAsync");
+      s = FromCuda(
+          cudaMemcpyAsync(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync");
     }
     if (s.ok()) s = FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     cudaStreamDestroy(stream);
