@@ -16,7 +16,6 @@
 namespace tern {
 namespace {
 
-constexpr size_t kHeaderBytes = 8;  // u32 levels | u32 nnz
 constexpr uint32_t kMaxLevels = 1u << 24;
 constexpr size_t kBlock = 4096;
 

@@ -16,7 +16,6 @@
 namespace tern {
 namespace {
 
-constexpr size_t kHeaderBytes = 5;  // u32 k | u8 b
 
 class StcCodec final : public Codec {
  public:
