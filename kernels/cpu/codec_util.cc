@@ -100,7 +100,54 @@ TERN_MULTIVERSION void BlockMoments(const float* x, size_t n, float* sum, float*
   *max_abs = tm;
 }
 
+struct SignMasks {
+  uint32_t m[256][8];  // m[byte][j] = bit j of byte, moved to the f32 sign position
+};
+constexpr SignMasks MakeSignMasks() {
+  SignMasks t{};
+  for (int b = 0; b < 256; ++b) {
+    for (int j = 0; j < 8; ++j) t.m[b][j] = static_cast<uint32_t>((b >> j) & 1) << 31;
+  }
+  return t;
+}
+constexpr SignMasks kSignMasks = MakeSignMasks();
+
+// A table lookup per sign byte turns the bit unpacking into 8-lane XORs that vectorise.
+TERN_MULTIVERSION void ApplySignBitsLoop(const uint8_t* signs, size_t n, float* v) {
+  auto flip = [](float f, uint32_t mask) {
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(f) ^ mask);
+  };
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint32_t* m = kSignMasks.m[signs[i / 8]];
+    for (int j = 0; j < 8; ++j) v[i + j] = flip(v[i + j], m[j]);
+  }
+  for (; i < n; ++i) v[i] = flip(v[i], kSignMasks.m[signs[i / 8]][i % 8]);
+}
+
+TERN_MULTIVERSION void FillSignedLoop(const uint8_t* signs, size_t n, float value, float* out) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint32_t* m = kSignMasks.m[signs[i / 8]];
+    for (int j = 0; j < 8; ++j) out[i + j] = std::bit_cast<float>(bits ^ m[j]);
+  }
+  for (; i < n; ++i) out[i] = std::bit_cast<float>(bits ^ kSignMasks.m[signs[i / 8]][i % 8]);
+}
+
+TERN_MULTIVERSION void AddScaledLoop(const float* v, size_t n, float w, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] += w * v[i];
+}
+
 }  // namespace
+
+void ApplySignBits(const uint8_t* signs, size_t n, float* v) { ApplySignBitsLoop(signs, n, v); }
+
+void FillSigned(const uint8_t* signs, size_t n, float value, float* out) {
+  FillSignedLoop(signs, n, value, out);
+}
+
+void AddScaled(const float* v, size_t n, float w, float* out) { AddScaledLoop(v, n, w, out); }
 
 Moments ComputeMoments(absl::Span<const float> x) {
   Moments m;

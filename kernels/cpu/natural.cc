@@ -35,36 +35,11 @@ TERN_MULTIVERSION bool EncodeBlock(const float* x, uint32_t n, uint32_t first, R
   return nonfinite == 0;
 }
 
-// Decodes one block (n <= kBlock) into `tmp`: magnitudes from the codes, then the sign bits
-// flipped in, in two loops that vectorise.
-struct SignMasks {
-  uint32_t m[256][8];  // m[byte][j] = bit j of byte, moved to the f32 sign position
-};
-constexpr SignMasks MakeSignMasks() {
-  SignMasks t{};
-  for (int b = 0; b < 256; ++b) {
-    for (int j = 0; j < 8; ++j) t.m[b][j] = static_cast<uint32_t>((b >> j) & 1) << 31;
-  }
-  return t;
-}
-constexpr SignMasks kSignMasks = MakeSignMasks();
-
-TERN_MULTIVERSION void DecodeBlock(const uint8_t* codes, const uint8_t* signs, size_t n,
-                                   float* tmp) {
-  for (size_t i = 0; i < n; ++i) tmp[i] = std::bit_cast<float>(uint32_t{codes[i]} << 23);
-  auto flip = [](float v, uint32_t mask) {
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(v) | mask);
-  };
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint32_t* m = kSignMasks.m[signs[i / 8]];
-    for (int j = 0; j < 8; ++j) tmp[i + j] = flip(tmp[i + j], m[j]);
-  }
-  for (; i < n; ++i) tmp[i] = flip(tmp[i], kSignMasks.m[signs[i / 8]][i % 8]);
-}
-
-TERN_MULTIVERSION void AddScaled(const float* tmp, size_t n, float w, float* out) {
-  for (size_t i = 0; i < n; ++i) out[i] += w * tmp[i];
+// Decodes one block (n <= kBlock) into `v`: magnitudes 2^(code - 127) from the codes, then the
+// sign bits.
+TERN_MULTIVERSION void DecodeBlock(const uint8_t* codes, const uint8_t* signs, size_t n, float* v) {
+  for (size_t i = 0; i < n; ++i) v[i] = std::bit_cast<float>(uint32_t{codes[i]} << 23);
+  internal::ApplySignBits(signs, n, v);
 }
 
 class NaturalCodec final : public Codec {
@@ -120,7 +95,7 @@ class NaturalCodec final : public Codec {
         if (accumulate) {
           alignas(64) float tmp[kBlock];
           DecodeBlock(codes + begin, signs + begin / 8, n, tmp);
-          AddScaled(tmp, n, weight, out.data() + begin);
+          internal::AddScaled(tmp, n, weight, out.data() + begin);
         } else {
           DecodeBlock(codes + begin, signs + begin / 8, n, out.data() + begin);
         }

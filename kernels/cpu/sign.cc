@@ -16,25 +16,16 @@ namespace {
 
 constexpr size_t kHeaderBytes = 4;  // u32 chunk
 
-template <bool kAccumulate>
-inline void UnpackSigns(const uint8_t* in, size_t n, float scale, float w, float* out) {
-  for (size_t i = 0; i < n; i += 8) {
-    const uint32_t byte = in[i / 8];
-    const size_t m = std::min<size_t>(8, n - i);
-    for (size_t j = 0; j < m; ++j) {
-      // Flip the sign bit of `scale` when the stored bit is set.
-      const float v =
-          std::bit_cast<float>(std::bit_cast<uint32_t>(scale) ^ (((byte >> j) & 1u) << 31));
-      internal::Store<kAccumulate>(out, i + j, v, w);
-    }
+constexpr size_t kDecodeBlock = 4096;  // a multiple of 8, so blocks own whole sign bytes
+
+// Decodes n values of one chunk: +scale, sign-flipped where the stored bit is set.
+void DecodeChunk(const uint8_t* bits, size_t n, float scale, bool accumulate, float w, float* out) {
+  alignas(64) float tmp[kDecodeBlock];
+  for (size_t b = 0; b < n; b += kDecodeBlock) {
+    const size_t m = std::min(kDecodeBlock, n - b);
+    internal::FillSigned(bits + b / 8, m, scale, accumulate ? tmp : out + b);
+    if (accumulate) internal::AddScaled(tmp, m, w, out + b);
   }
-}
-TERN_MULTIVERSION void UnpackSignsStore(const uint8_t* in, size_t n, float scale, float* out) {
-  UnpackSigns<false>(in, n, scale, 1.0f, out);
-}
-TERN_MULTIVERSION void UnpackSignsAdd(const uint8_t* in, size_t n, float scale, float w,
-                                      float* out) {
-  UnpackSigns<true>(in, n, scale, w, out);
 }
 
 class SignCodec final : public Codec {
@@ -86,17 +77,13 @@ class SignCodec final : public Codec {
     if (in.numel % 8 != 0 && (bits[bytes - 1] >> (in.numel % 8)) != 0) {
       return internal::PayloadError(Name(), "non-zero padding bits");
     }
-    ParallelFor(pool, nc, std::max<size_t>(1, (size_t{1} << 16) / chunk), 1,
-                [&](size_t c0, size_t c1) {
-                  for (size_t c = c0; c < c1; ++c) {
-                    const size_t begin = c * chunk, n = std::min<size_t>(chunk, in.numel - begin);
-                    if (accumulate) {
-                      UnpackSignsAdd(bits + begin / 8, n, in.scales[c], weight, out.data() + begin);
-                    } else {
-                      UnpackSignsStore(bits + begin / 8, n, in.scales[c], out.data() + begin);
-                    }
-                  }
-                });
+    ParallelFor(
+        pool, nc, std::max<size_t>(1, (size_t{1} << 16) / chunk), 1, [&](size_t c0, size_t c1) {
+          for (size_t c = c0; c < c1; ++c) {
+            const size_t begin = c * chunk, n = std::min<size_t>(chunk, in.numel - begin);
+            DecodeChunk(bits + begin / 8, n, in.scales[c], accumulate, weight, out.data() + begin);
+          }
+        });
     return absl::OkStatus();
   }
 

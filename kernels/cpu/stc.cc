@@ -16,7 +16,6 @@
 namespace tern {
 namespace {
 
-
 class StcCodec final : public Codec {
  public:
   explicit StcCodec(double ratio) : ratio_(ratio), params_(absl::StrCat("ratio=", ratio)) {}
