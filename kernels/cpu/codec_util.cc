@@ -4,9 +4,14 @@
 #include <bit>
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593) when inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
+#include "common/rng.h"
 #include "common/simd.h"
 
 namespace tern::internal {
@@ -38,16 +43,18 @@ TERN_MULTIVERSION float BlockSumAbs(const float* x, size_t n) {
   return s;
 }
 
+// |x| compared as integers: for non-NaN floats the order of (bits & 0x7fffffff) is the order of
+// |x|, and an integer max reduction vectorises where GCC leaves the float one scalar (and GCC 12
+// only vectorises it for signed ints). NaNs count as 0.
+inline int32_t AbsBits(float f) {
+  const int32_t a = std::bit_cast<int32_t>(f) & 0x7fffffff;
+  return a > 0x7f800000 ? 0 : a;
+}
+
 TERN_MULTIVERSION float BlockMaxAbs(const float* x, size_t n) {
-  float acc[16] = {};
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) acc[j] = std::max(acc[j], std::fabs(x[i + j]));
-  }
-  float m = 0;
-  for (; i < n; ++i) m = std::max(m, std::fabs(x[i]));
-  for (int j = 0; j < 16; ++j) m = std::max(m, acc[j]);
-  return m;
+  int32_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, AbsBits(x[i]));
+  return std::bit_cast<float>(m);
 }
 
 #if defined(TERN_X86_DISPATCH)
@@ -73,44 +80,75 @@ void PackSignBitsGeneric(const float* x, size_t n, uint8_t* out) {
 }
 
 // One block's sum, sum of squares and max |x|, 16 lanes each.
-TERN_MULTIVERSION void BlockMoments(const float* x, size_t n, float* sum, float* sum_sq,
-                                    float* max_abs) {
-  float s[16] = {}, q[16] = {}, m[16] = {};
+TERN_MULTIVERSION float BlockSum(const float* x, size_t n) {
+  float acc[16] = {};
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) {
-      s[j] += x[i + j];
-      q[j] += x[i + j] * x[i + j];
-      m[j] = std::max(m[j], std::fabs(x[i + j]));
-    }
+    for (int j = 0; j < 16; ++j) acc[j] += x[i + j];
   }
-  float ts = 0, tq = 0, tm = 0;
+  float s = 0;
+  for (; i < n; ++i) s += x[i];
+  for (int j = 0; j < 16; ++j) s += acc[j];
+  return s;
+}
+
+#if defined(TERN_X86_DISPATCH)
+// BlockSum, BlockSumSquares and BlockMaxAbs in one pass, adding in exactly their order (16 lane
+// accumulators, then the tail, then the lanes in order), so the result is bit-identical.
+__attribute__((target("avx2"))) void BlockMomentsAvx2(const float* x, size_t n, float* sum,
+                                                     float* sum_sq, float* max_abs) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, q0 = s0, q1 = s0;
+  __m256i m = _mm256_setzero_si256();
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(x + i + 512), _MM_HINT_T0);
+    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+    s0 = _mm256_add_ps(s0, a);
+    s1 = _mm256_add_ps(s1, b);
+    q0 = _mm256_add_ps(q0, _mm256_mul_ps(a, a));
+    q1 = _mm256_add_ps(q1, _mm256_mul_ps(b, b));
+    // AbsBits on 8 lanes: |bits|, zeroed where NaN.
+    const __m256i ia = _mm256_and_si256(_mm256_castps_si256(a), abs_mask);
+    const __m256i ib = _mm256_and_si256(_mm256_castps_si256(b), abs_mask);
+    m = _mm256_max_epi32(m, _mm256_andnot_si256(_mm256_cmpgt_epi32(ia, inf), ia));
+    m = _mm256_max_epi32(m, _mm256_andnot_si256(_mm256_cmpgt_epi32(ib, inf), ib));
+  }
+  alignas(32) float s[16], q[16];
+  alignas(32) int32_t ms[8];
+  _mm256_store_ps(s, s0);
+  _mm256_store_ps(s + 8, s1);
+  _mm256_store_ps(q, q0);
+  _mm256_store_ps(q + 8, q1);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(ms), m);
+  float ts = 0, tq = 0;
+  int32_t tm = 0;
   for (; i < n; ++i) {
     ts += x[i];
     tq += x[i] * x[i];
-    tm = std::max(tm, std::fabs(x[i]));
+    tm = std::max(tm, AbsBits(x[i]));
   }
   for (int j = 0; j < 16; ++j) {
     ts += s[j];
     tq += q[j];
-    tm = std::max(tm, m[j]);
   }
+  for (int j = 0; j < 8; ++j) tm = std::max(tm, ms[j]);
   *sum = ts;
   *sum_sq = tq;
-  *max_abs = tm;
+  *max_abs = std::bit_cast<float>(tm);
 }
+#endif
 
-struct SignMasks {
-  uint32_t m[256][8];  // m[byte][j] = bit j of byte, moved to the f32 sign position
-};
-constexpr SignMasks MakeSignMasks() {
-  SignMasks t{};
-  for (int b = 0; b < 256; ++b) {
-    for (int j = 0; j < 8; ++j) t.m[b][j] = static_cast<uint32_t>((b >> j) & 1) << 31;
-  }
-  return t;
+void BlockMoments(const float* x, size_t n, float* sum, float* sum_sq, float* max_abs) {
+#if defined(TERN_X86_DISPATCH)
+  if (CpuHasAvx2F16c()) return BlockMomentsAvx2(x, n, sum, sum_sq, max_abs);
+#endif
+  // Three passes over the L1-resident block: GCC vectorises each loop alone cleanly, but turns
+  // one loop with all three reductions into lane shuffles that run 4x slower.
+  *sum = BlockSum(x, n);
+  *sum_sq = BlockSumSquares(x, n);
+  *max_abs = BlockMaxAbs(x, n);
 }
-constexpr SignMasks kSignMasks = MakeSignMasks();
 
 // A table lookup per sign byte turns the bit unpacking into 8-lane XORs that vectorise.
 TERN_MULTIVERSION void ApplySignBitsLoop(const uint8_t* signs, size_t n, float* v) {
@@ -139,7 +177,45 @@ TERN_MULTIVERSION void AddScaledLoop(const float* v, size_t n, float w, float* o
   for (size_t i = 0; i < n; ++i) out[i] += w * v[i];
 }
 
+TERN_MULTIVERSION void FillUniformLoop(RngKey key, uint32_t first, uint32_t n, float* u) {
+  for (uint32_t i = 0; i < n; ++i) u[i] = Uniform01Lo(key, first + i);
+}
+
+#if defined(TERN_X86_DISPATCH)
+// Uniform01Lo on 16 lanes; the same integer and float steps, so the same bits.
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void FillUniformAvx512(
+    RngKey key, uint32_t first, uint32_t n, float* u) {
+  const __m512i k0 = _mm512_set1_epi32(static_cast<int>(key.k0));
+  const __m512i k1 = _mm512_set1_epi32(static_cast<int>(Mix32(key.k1)));
+  const __m512i m1 = _mm512_set1_epi32(0x7feb352d);
+  const __m512i m2 = _mm512_set1_epi32(static_cast<int>(0x846ca68bU));
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 scale24 = _mm512_set1_ps(0x1p-24f);
+  uint32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i r = _mm512_add_epi32(
+        _mm512_xor_si512(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first + i)), lane),
+                         k0),
+        k1);
+    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
+    r = _mm512_mullo_epi32(r, m1);
+    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 15));
+    r = _mm512_mullo_epi32(r, m2);
+    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
+    _mm512_storeu_ps(u + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r, 8)), scale24));
+  }
+  for (; i < n; ++i) u[i] = Uniform01Lo(key, first + i);
+}
+#endif
+
 }  // namespace
+
+void FillUniform01(RngKey key, uint32_t first, uint32_t n, float* u) {
+#if defined(TERN_X86_DISPATCH)
+  if (CpuHasAvx512()) return FillUniformAvx512(key, first, n, u);
+#endif
+  FillUniformLoop(key, first, n, u);
+}
 
 void ApplySignBits(const uint8_t* signs, size_t n, float* v) { ApplySignBitsLoop(signs, n, v); }
 

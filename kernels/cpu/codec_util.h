@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/rng.h"
 #include "kernels/codec.h"
 
 namespace tern::internal {
@@ -50,7 +51,7 @@ struct Moments {
 };
 Moments ComputeMoments(absl::Span<const float> x);
 
-// Largest |x| (NaN-free input assumed; NaN compares false and is skipped).
+// Largest |x|; NaNs are skipped.
 float MaxAbs(absl::Span<const float> x);
 
 // Packs the IEEE sign bits of x[0..n) into ceil(n/8) bytes, LSB first (1 = negative, -0.0
@@ -60,6 +61,22 @@ void PackSignBits(const float* x, size_t n, uint8_t* out);
 void ApplySignBits(const uint8_t* signs, size_t n, float* v);
 // out[i] = value with its sign flipped where bit i of `signs` is set (one pass, no fill first).
 void FillSigned(const uint8_t* signs, size_t n, float value, float* out);
+// u[i] = Uniform01Lo(key, first + i) for i < n (vectorised; the same bits on every path).
+void FillUniform01(RngKey key, uint32_t first, uint32_t n, float* u);
+
+// kSignMasks.m[b][j] is bit j of byte b moved to bit 31 (the f32 sign), so a decoder ORs or XORs
+// a sign byte into 8 values with lane-wise ops that vectorise.
+struct SignMasks {
+  uint32_t m[256][8];
+};
+constexpr SignMasks MakeSignMasks() {
+  SignMasks t{};
+  for (int b = 0; b < 256; ++b) {
+    for (int j = 0; j < 8; ++j) t.m[b][j] = static_cast<uint32_t>((b >> j) & 1) << 31;
+  }
+  return t;
+}
+inline constexpr SignMasks kSignMasks = MakeSignMasks();
 // out[i] += w * v[i].
 void AddScaled(const float* v, size_t n, float w, float* out);
 

@@ -19,10 +19,6 @@ constexpr uint8_t kAbsMax = 0;
 constexpr uint8_t kMinMax = 1;
 constexpr size_t kHeaderBytes = 5;  // u32 block | u8 mode
 
-TERN_MULTIVERSION void FillUniform(RngKey key, uint32_t first, uint32_t n, float* u) {
-  for (uint32_t i = 0; i < n; ++i) u[i] = Uniform01Lo(key, first + i);
-}
-
 // Quantises one block: code = clamp(floor(x * inv + u)), u = 0.5 (nearest) or uniform draws.
 template <bool kStochastic>
 inline void QuantizeAbsMaxT(const float* x, size_t n, float inv, const float* u, uint8_t* q) {
@@ -115,7 +111,7 @@ class Int8Codec final : public Codec {
                     const size_t begin = b * block_;
                     const size_t n = std::min<size_t>(block_, x.size() - begin);
                     if (stochastic_) {
-                      FillUniform(key, static_cast<uint32_t>(begin), static_cast<uint32_t>(n),
+                      internal::FillUniform01(key, static_cast<uint32_t>(begin), static_cast<uint32_t>(n),
                                   u.data());
                     }
                     EncodeBlock(x.data() + begin, n, stochastic_ ? u.data() : nullptr, q + begin,
@@ -146,9 +142,10 @@ class Int8Codec final : public Codec {
     TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, mode == kMinMax ? 2 * nb : nb,
                                                /*signed_ok=*/mode == kMinMax));
     const uint8_t* q = r.ptr();
-    if (mode == kAbsMax) {
-      for (size_t i = 0; i < in.numel; ++i) {
-        if (q[i] == 0x80) return internal::PayloadError(Name(), "value -128 at ", i);
+    if (mode == kAbsMax) {  // memchr, not a loop with an early exit: it runs at memory speed
+      if (const void* bad = std::memchr(q, 0x80, in.numel); bad != nullptr) {
+        return internal::PayloadError(Name(), "value -128 at ",
+                                      static_cast<const uint8_t*>(bad) - q);
       }
     }
     ParallelFor(pool, nb, std::max<size_t>(1, (size_t{1} << 16) / block), 1,

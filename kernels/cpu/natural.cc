@@ -35,11 +35,17 @@ TERN_MULTIVERSION bool EncodeBlock(const float* x, uint32_t n, uint32_t first, R
   return nonfinite == 0;
 }
 
-// Decodes one block (n <= kBlock) into `v`: magnitudes 2^(code - 127) from the codes, then the
-// sign bits.
+// Decodes one block (n <= kBlock) into `v`: the code is the float's exponent field and the sign
+// bit its sign, so each value is assembled from bits in one pass.
 TERN_MULTIVERSION void DecodeBlock(const uint8_t* codes, const uint8_t* signs, size_t n, float* v) {
-  for (size_t i = 0; i < n; ++i) v[i] = std::bit_cast<float>(uint32_t{codes[i]} << 23);
-  internal::ApplySignBits(signs, n, v);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint32_t* m = internal::kSignMasks.m[signs[i / 8]];
+    for (int j = 0; j < 8; ++j) v[i + j] = std::bit_cast<float>(uint32_t{codes[i + j]} << 23 | m[j]);
+  }
+  for (; i < n; ++i) {
+    v[i] = std::bit_cast<float>(uint32_t{codes[i]} << 23 | internal::kSignMasks.m[signs[i / 8]][i % 8]);
+  }
 }
 
 class NaturalCodec final : public Codec {

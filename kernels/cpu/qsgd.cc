@@ -64,6 +64,14 @@ class QsgdCodec final : public Codec {
           continue;
         }
         for (size_t i = 0; i < n; ++i) {
+          if (i % 16 == 0 && i + 16 <= n) {  // skip all-zero runs 16 levels at a time
+            uint32_t group = 0;
+            for (size_t j = 0; j < 16; ++j) group |= lv[i + j];
+            if (group == 0) {
+              i += 15;
+              continue;
+            }
+          }
           if (lv[i] == 0) continue;
           const int64_t idx = static_cast<int64_t>(b + i);
           bits.WriteGamma(static_cast<uint64_t>(idx - prev));  // gap + 1 >= 1

@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/rng.h"
 #include "kernels/builtin.h"
 #include "kernels/cpu/stochastic_test_util.h"
 #include "tests/testing/data.h"
@@ -49,6 +51,31 @@ TEST(TernGrad, ValuesAreZeroOrPlusMinusTheScaleAndPackingsAgree) {
   // With clipping at 2.5 sigma the scale is the clip value, below max |x|.
   EXPECT_LT(s, 4.0f);
   for (float v : ya) ASSERT_TRUE(v == 0 || v == s || v == -s);
+}
+
+// The SIMD encoders (AVX2, AVX-512) must produce the codes docs/wire-format.md defines: digit 1
+// (+s) or 2 (-s) where Uniform01Lo(key, i) < min(|x_i|, s) / s, else 0.
+TEST(TernGrad, TwoBitCodesFollowTheDocumentedDraws) {
+  auto codec = NewBuiltinCodecRegistry()->Create("terngrad");
+  ASSERT_THAT(codec, IsOk());
+  auto x = testing::Gaussian(2 * 4000 + 37, 64);  // two full SIMD blocks and a scalar tail
+  x[3] = -0.0f;
+  x[40] = 100.0f;  // far above the 2.5 sigma clip
+  x[41] = -100.0f;
+  EncodedTensor e;
+  EncodeOptions o;
+  o.seed = 77;
+  ASSERT_THAT((*codec)->Encode(x, o, &e), IsOk());
+  const float s = e.scales[0];
+  const float inv = 1.0f / s;
+  const RngKey key = MakeRngKey(o.seed);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float a = std::min(std::fabs(x[i]), s);
+    const int keep = Uniform01Lo(key, static_cast<uint32_t>(i)) < a * inv;
+    const int want = keep ? (x[i] < 0 ? 2 : 1) : 0;
+    const int got = (e.payload[1 + i / 4] >> (2 * (i % 4))) & 3;
+    ASSERT_EQ(got, want) << "element " << i << " x=" << x[i];
+  }
 }
 
 TEST(TernGrad, RejectsInvalidCodesAndPadding) {
