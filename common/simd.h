@@ -31,8 +31,8 @@ inline bool CpuHasAvx2F16c() {
   static const bool has = [] {
     unsigned a, b, c, d;
     // F16C is CPUID.1:ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c").
-    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) &&
-           (c & (1u << 29)) && SimdCap() >= SimdLevel::kAvx2;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) &&
+           SimdCap() >= SimdLevel::kAvx2;
   }();
   return has;
 #else
@@ -44,10 +44,10 @@ inline bool CpuHasAvx2F16c() {
 // for loops written with AVX-512 intrinsics.
 inline bool CpuHasAvx512() {
 #if defined(TERN_X86_DISPATCH)
-  static const bool has =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("bmi2") && SimdCap() >= SimdLevel::kAvx512;
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2") &&
+                          SimdCap() >= SimdLevel::kAvx512;
   return has;
 #else
   return false;

@@ -99,6 +99,13 @@ absl::StatusOr<bool> CodecParams::Bool(absl::string_view key, bool default_value
   return v;
 }
 
+std::string CodecParams::String(absl::string_view key, absl::string_view default_value) {
+  auto it = values_.find(key);
+  if (it == values_.end()) return std::string(default_value);
+  used_.emplace(key);
+  return it->second;
+}
+
 absl::StatusOr<std::string> CodecParams::Enum(absl::string_view key,
                                               absl::string_view default_value,
                                               std::initializer_list<absl::string_view> allowed) {

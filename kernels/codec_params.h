@@ -30,6 +30,8 @@ class CodecParams {
   absl::StatusOr<int64_t> Int(absl::string_view key, int64_t default_value, int64_t min,
                               int64_t max);
   absl::StatusOr<bool> Bool(absl::string_view key, bool default_value);
+  // Any value (already restricted to the spec's character set); the caller validates it.
+  std::string String(absl::string_view key, absl::string_view default_value);
   absl::StatusOr<std::string> Enum(absl::string_view key, absl::string_view default_value,
                                    std::initializer_list<absl::string_view> allowed);
 

@@ -5,10 +5,14 @@
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593) when inlined.
+#if defined(__clang__)
+#include <immintrin.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 #include "common/rng.h"
@@ -96,7 +100,7 @@ TERN_MULTIVERSION float BlockSum(const float* x, size_t n) {
 // BlockSum, BlockSumSquares and BlockMaxAbs in one pass, adding in exactly their order (16 lane
 // accumulators, then the tail, then the lanes in order), so the result is bit-identical.
 __attribute__((target("avx2"))) void BlockMomentsAvx2(const float* x, size_t n, float* sum,
-                                                     float* sum_sq, float* max_abs) {
+                                                      float* sum_sq, float* max_abs) {
   __m256 s0 = _mm256_setzero_ps(), s1 = s0, q0 = s0, q1 = s0;
   __m256i m = _mm256_setzero_si256();
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);

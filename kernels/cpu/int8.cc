@@ -111,8 +111,8 @@ class Int8Codec final : public Codec {
                     const size_t begin = b * block_;
                     const size_t n = std::min<size_t>(block_, x.size() - begin);
                     if (stochastic_) {
-                      internal::FillUniform01(key, static_cast<uint32_t>(begin), static_cast<uint32_t>(n),
-                                  u.data());
+                      internal::FillUniform01(key, static_cast<uint32_t>(begin),
+                                              static_cast<uint32_t>(n), u.data());
                     }
                     EncodeBlock(x.data() + begin, n, stochastic_ ? u.data() : nullptr, q + begin,
                                 scales, b);

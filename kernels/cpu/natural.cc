@@ -41,10 +41,12 @@ TERN_MULTIVERSION void DecodeBlock(const uint8_t* codes, const uint8_t* signs, s
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const uint32_t* m = internal::kSignMasks.m[signs[i / 8]];
-    for (int j = 0; j < 8; ++j) v[i + j] = std::bit_cast<float>(uint32_t{codes[i + j]} << 23 | m[j]);
+    for (int j = 0; j < 8; ++j)
+      v[i + j] = std::bit_cast<float>(uint32_t{codes[i + j]} << 23 | m[j]);
   }
   for (; i < n; ++i) {
-    v[i] = std::bit_cast<float>(uint32_t{codes[i]} << 23 | internal::kSignMasks.m[signs[i / 8]][i % 8]);
+    v[i] = std::bit_cast<float>(uint32_t{codes[i]} << 23 |
+                                internal::kSignMasks.m[signs[i / 8]][i % 8]);
   }
 }
 

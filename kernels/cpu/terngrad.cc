@@ -6,10 +6,14 @@
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593) when inlined.
+#if defined(__clang__)
+#include <immintrin.h>
+#else
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 #include "absl/strings/str_cat.h"
@@ -58,8 +62,9 @@ struct TernaryConsts {
 };
 
 // 2-bit codes of 8 values, already shifted to their field in the packed byte.
-__attribute__((target("avx2"), always_inline)) inline __m256i TernaryCodes8(
-    const TernaryConsts& c, const float* xp, uint32_t idx) {
+__attribute__((target("avx2"), always_inline)) inline __m256i TernaryCodes8(const TernaryConsts& c,
+                                                                            const float* xp,
+                                                                            uint32_t idx) {
   const __m256 v = _mm256_loadu_ps(xp);
   const __m256 a = _mm256_min_ps(_mm256_and_ps(v, c.abs_mask), c.s);  // = (|x| < s ? |x| : s)
   __m256i r = _mm256_add_epi32(
@@ -81,8 +86,8 @@ __attribute__((target("avx2"), always_inline)) inline __m256i TernaryCodes8(
 // (so payloads are byte-identical): GCC's own vectorisation of the two loops spends most of its
 // time narrowing 32-bit lanes to bytes and then re-gathering them for packing.
 __attribute__((target("avx2"))) void TernarizePack2BitAvx2(const float* x, uint32_t n,
-                                                           uint32_t first, RngKey key,
-                                                           float inv_s, float s, uint8_t* out) {
+                                                           uint32_t first, RngKey key, float inv_s,
+                                                           float s, uint8_t* out) {
   TernaryConsts c;
   c.k0 = _mm256_set1_epi32(static_cast<int>(key.k0));
   c.k1 = _mm256_set1_epi32(static_cast<int>(Mix32(key.k1)));

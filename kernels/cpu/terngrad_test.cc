@@ -2,9 +2,9 @@
 #include <cmath>
 #include <vector>
 
+#include "common/rng.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/rng.h"
 #include "kernels/builtin.h"
 #include "kernels/cpu/stochastic_test_util.h"
 #include "tests/testing/data.h"
