@@ -1,0 +1,322 @@
+#include "worker/algorithm.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/rng.h"
+#include "common/status_macros.h"
+
+namespace tern {
+
+size_t GossipMessage::PayloadBytes() const {
+  size_t n = 0;
+  for (const auto& [name, t] : parts) n += t.ByteSize();
+  return n;
+}
+
+const EncodedTensor* GossipMessage::Find(absl::string_view name) const {
+  for (const auto& [n, t] : parts) {
+    if (n == name) return &t;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// Shared plumbing: the model, a dense codec for exact exchanges, and checked decoding.
+class AlgorithmBase : public Algorithm {
+ public:
+  AlgorithmBase(const AlgorithmOptions& options, const CodecRegistry* codecs)
+      : options_(options), codecs_(codecs) {}
+
+  absl::Status Init(absl::Span<const float> x0, int worker) override {
+    TERN_ASSIGN_OR_RETURN(dense_, codecs_->Create("none"));
+    x_.assign(x0.begin(), x0.end());
+    worker_ = worker;
+    return InitState();
+  }
+  absl::Span<const float> params() const override { return x_; }
+
+ protected:
+  virtual absl::Status InitState() { return absl::OkStatus(); }
+
+  absl::Status AddPart(GossipMessage* msg, std::string name, absl::Span<const float> v,
+                       Codec* codec = nullptr, int64_t step = 0) {
+    EncodeOptions eo;
+    // A fresh, reproducible stream per (seed, worker, step, part).
+    eo.seed = Mix64(options_.seed ^ Mix64((static_cast<uint64_t>(worker_) << 32) ^
+                                          (static_cast<uint64_t>(step) * 4 + msg->parts.size())));
+    EncodedTensor t;
+    TERN_RETURN_IF_ERROR((codec ? codec : dense_.get())->Encode(v, eo, &t));
+    msg->parts.emplace_back(std::move(name), std::move(t));
+    return absl::OkStatus();
+  }
+
+  // acc += w * decode(part `name` of msg), after checking that it exists and fits.
+  absl::Status Accumulate(int from, const GossipMessage& msg, absl::string_view name, double w,
+                          absl::Span<float> acc) const {
+    const EncodedTensor* t = msg.Find(name);
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message from worker ", from, " lacks part '", name, "'"));
+    }
+    if (t->numel != acc.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("part '", name, "' from worker ", from,
+                                                     " has ", t->numel, " elements, expected ",
+                                                     acc.size()));
+    }
+    absl::Status s = codecs_->DecodeAccumulate(EncodedView::Of(*t), static_cast<float>(w), acc);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("part '", name, "' from worker ", from, ": ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  // sum_j w_ij v_j over the neighbours' part `name`, plus w_ii * self.
+  absl::StatusOr<std::vector<float>> Mix(const MixingRow& row,
+                                         const std::map<int, const GossipMessage*>& received,
+                                         absl::string_view name, absl::Span<const float> self) {
+    TERN_RETURN_IF_ERROR(CheckReceived(row, received));
+    std::vector<float> acc(self.size());
+    const float ws = static_cast<float>(row.self);
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] = ws * self[i];
+    for (const auto& [j, w] : row.neighbours) {
+      TERN_RETURN_IF_ERROR(Accumulate(j, *received.at(j), name, w, absl::MakeSpan(acc)));
+    }
+    return acc;
+  }
+
+  static absl::Status CheckReceived(const MixingRow& row,
+                                    const std::map<int, const GossipMessage*>& received) {
+    if (received.size() != row.neighbours.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("got ", received.size(), " messages for ",
+                                                     row.neighbours.size(), " neighbours"));
+    }
+    for (const auto& [j, w] : row.neighbours) {
+      auto it = received.find(j);
+      if (it == received.end() || it->second == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("no message from neighbour ", j));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  AlgorithmOptions options_;
+  const CodecRegistry* codecs_;
+  std::unique_ptr<Codec> dense_;
+  std::vector<float> x_;
+  int worker_ = 0;
+};
+
+// D-PSGD (adapt then combine) and DmSGD: send x - lr * d with d = g (beta = 0) or the momentum
+// buffer m = beta m + g; x <- sum_j w_ij (x_j - lr d_j).
+class Dpsgd final : public AlgorithmBase {
+ public:
+  Dpsgd(const AlgorithmOptions& o, const CodecRegistry* c, bool momentum)
+      : AlgorithmBase(o, c), momentum_(momentum) {}
+  std::string Name() const override { return momentum_ ? "dmsgd" : "dpsgd"; }
+  absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
+                                        int64_t step) override {
+    half_.resize(x_.size());
+    if (momentum_) {
+      m_.resize(x_.size(), 0.0f);
+      const float beta = static_cast<float>(options_.momentum);
+      for (size_t i = 0; i < x_.size(); ++i) {
+        m_[i] = beta * m_[i] + g[i];
+        half_[i] = x_[i] - lr * m_[i];
+      }
+    } else {
+      for (size_t i = 0; i < x_.size(); ++i) half_[i] = x_[i] - lr * g[i];
+    }
+    GossipMessage msg;
+    TERN_RETURN_IF_ERROR(AddPart(&msg, "x", half_));
+    return msg;
+  }
+  absl::Status Combine(const MixingRow& row,
+                       const std::map<int, const GossipMessage*>& received) override {
+    TERN_ASSIGN_OR_RETURN(x_, Mix(row, received, "x", half_));
+    return absl::OkStatus();
+  }
+
+ private:
+  const bool momentum_;
+  std::vector<float> half_, m_;
+};
+
+// DecentLaM: mix = sum_j w_ij (x_j - lr g_j); m <- beta m + (x - mix) / lr; x <- x - lr m.
+class DecentLam final : public AlgorithmBase {
+ public:
+  using AlgorithmBase::AlgorithmBase;
+  std::string Name() const override { return "decentlam"; }
+  absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr, int64_t) override {
+    lr_ = lr;
+    half_.resize(x_.size());
+    for (size_t i = 0; i < x_.size(); ++i) half_[i] = x_[i] - lr * g[i];
+    GossipMessage msg;
+    TERN_RETURN_IF_ERROR(AddPart(&msg, "x", half_));
+    return msg;
+  }
+  absl::Status Combine(const MixingRow& row,
+                       const std::map<int, const GossipMessage*>& received) override {
+    TERN_ASSIGN_OR_RETURN(std::vector<float> mix, Mix(row, received, "x", half_));
+    m_.resize(x_.size(), 0.0f);
+    const float beta = static_cast<float>(options_.momentum);
+    for (size_t i = 0; i < x_.size(); ++i) {
+      m_[i] = beta * m_[i] + (x_[i] - mix[i]) / lr_;
+      x_[i] -= lr_ * m_[i];
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  float lr_ = 0;
+  std::vector<float> half_, m_;
+};
+
+// Heavy-ball consensus: neighbours exchange x and m; m <- beta sum_j w_ij m_j + g;
+// x <- sum_j w_ij x_j - lr m.
+class HeavyBall final : public AlgorithmBase {
+ public:
+  using AlgorithmBase::AlgorithmBase;
+  std::string Name() const override { return "heavy-ball"; }
+  absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr, int64_t) override {
+    lr_ = lr;
+    g_.assign(g.begin(), g.end());
+    m_.resize(x_.size(), 0.0f);
+    GossipMessage msg;
+    TERN_RETURN_IF_ERROR(AddPart(&msg, "x", x_));
+    TERN_RETURN_IF_ERROR(AddPart(&msg, "m", m_));
+    return msg;
+  }
+  absl::Status Combine(const MixingRow& row,
+                       const std::map<int, const GossipMessage*>& received) override {
+    TERN_ASSIGN_OR_RETURN(std::vector<float> mx, Mix(row, received, "x", x_));
+    TERN_ASSIGN_OR_RETURN(std::vector<float> mm, Mix(row, received, "m", m_));
+    const float beta = static_cast<float>(options_.momentum);
+    for (size_t i = 0; i < x_.size(); ++i) {
+      m_[i] = beta * mm[i] + g_[i];
+      x_[i] = mx[i] - lr_ * m_[i];
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  float lr_ = 0;
+  std::vector<float> g_, m_;
+};
+
+// CHOCO-SGD: public copies x_hat of itself and each neighbour, updated only by compressed
+// differences, so any codec is safe: q = C(x - x_hat_self) goes out; x_hat_j += D(q_j);
+// x <- x + gamma_c sum_j w_ij (x_hat_j - x_hat_self).
+class Choco final : public AlgorithmBase {
+ public:
+  using AlgorithmBase::AlgorithmBase;
+  std::string Name() const override { return "choco"; }
+  absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
+                                        int64_t step) override {
+    const float beta = static_cast<float>(options_.momentum);
+    m_.resize(x_.size(), 0.0f);
+    diff_.resize(x_.size());
+    for (size_t i = 0; i < x_.size(); ++i) {
+      m_[i] = beta * m_[i] + g[i];
+      x_[i] -= lr * m_[i];
+      diff_[i] = x_[i] - hat_self_[i];
+    }
+    GossipMessage msg;
+    TERN_RETURN_IF_ERROR(AddPart(&msg, "q", diff_, codec_.get(), step));
+    // Our own public copy moves by exactly what the neighbours will add to theirs.
+    TERN_RETURN_IF_ERROR(Accumulate(worker_, msg, "q", 1.0, absl::MakeSpan(hat_self_)));
+    return msg;
+  }
+  absl::Status Combine(const MixingRow& row,
+                       const std::map<int, const GossipMessage*>& received) override {
+    TERN_RETURN_IF_ERROR(CheckReceived(row, received));
+    // Decode every message into fresh copies first, so a bad one changes nothing.
+    std::map<int, std::vector<float>> updated;
+    for (const auto& [j, w] : row.neighbours) {
+      std::vector<float>& hat = updated[j];
+      auto it = hat_.find(j);
+      hat = it != hat_.end() ? it->second : std::vector<float>(x_.size(), 0.0f);
+      TERN_RETURN_IF_ERROR(Accumulate(j, *received.at(j), "q", 1.0, absl::MakeSpan(hat)));
+    }
+    const float gc = static_cast<float>(options_.consensus_step);
+    for (auto& [j, hat] : updated) {
+      const float w = static_cast<float>(
+          std::find_if(row.neighbours.begin(), row.neighbours.end(), [j = j](const auto& p) {
+            return p.first == j;
+          })->second);
+      for (size_t i = 0; i < x_.size(); ++i) x_[i] += gc * w * (hat[i] - hat_self_[i]);
+      hat_[j] = std::move(hat);
+    }
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::Status InitState() override {
+    TERN_ASSIGN_OR_RETURN(codec_, codecs_->Create(options_.codec));
+    hat_self_.assign(x_.size(), 0.0f);
+    hat_.clear();
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<Codec> codec_;
+  std::vector<float> m_, diff_, hat_self_;
+  std::map<int, std::vector<float>> hat_;
+};
+
+// Local SGD: H plain SGD steps, then one exact gossip average of the models.
+class LocalSgd final : public AlgorithmBase {
+ public:
+  using AlgorithmBase::AlgorithmBase;
+  std::string Name() const override { return "local-sgd"; }
+  bool Communicates(int64_t step) const override {
+    return (step + 1) % std::max(1, options_.local_steps) == 0;
+  }
+  absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
+                                        int64_t step) override {
+    for (size_t i = 0; i < x_.size(); ++i) x_[i] -= lr * g[i];
+    GossipMessage msg;
+    if (Communicates(step)) TERN_RETURN_IF_ERROR(AddPart(&msg, "x", x_));
+    return msg;
+  }
+  absl::Status Combine(const MixingRow& row,
+                       const std::map<int, const GossipMessage*>& received) override {
+    TERN_ASSIGN_OR_RETURN(x_, Mix(row, received, "x", x_));
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> AlgorithmNames() {
+  return {"dpsgd", "dmsgd", "decentlam", "heavy-ball", "choco", "local-sgd"};
+}
+
+absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(absl::string_view name,
+                                                           const AlgorithmOptions& o,
+                                                           const CodecRegistry* codecs) {
+  if (o.momentum < 0 || o.momentum >= 1) {
+    return absl::InvalidArgumentError(absl::StrCat("momentum must be in [0, 1), got ", o.momentum));
+  }
+  if (o.consensus_step <= 0 || o.consensus_step > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("consensus step must be in (0, 1], got ", o.consensus_step));
+  }
+  if (o.local_steps < 1) return absl::InvalidArgumentError("local_steps must be >= 1");
+  if (name == "dpsgd") return std::make_unique<Dpsgd>(o, codecs, false);
+  if (name == "dmsgd") return std::make_unique<Dpsgd>(o, codecs, true);
+  if (name == "decentlam") return std::make_unique<DecentLam>(o, codecs);
+  if (name == "heavy-ball") return std::make_unique<HeavyBall>(o, codecs);
+  if (name == "choco") {
+    // Fail early on a bad codec spec rather than at Init.
+    TERN_RETURN_IF_ERROR(codecs->Create(o.codec).status());
+    return std::make_unique<Choco>(o, codecs);
+  }
+  if (name == "local-sgd") return std::make_unique<LocalSgd>(o, codecs);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown algorithm '", name, "' (dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd)"));
+}
+
+}  // namespace tern

@@ -1,0 +1,70 @@
+// Decentralized training algorithms (ALGORITHMS.md §2) as per-worker state machines, independent
+// of transport: each round a worker Prepare()s what it sends from its gradient, the gossip layer
+// delivers neighbours' messages, and Combine() mixes them with this round's weights. The peer
+// daemon runs them over gRPC; tests run many in one process.
+//
+// Thread-safety: an Algorithm is thread-compatible (one worker's round loop owns it).
+#ifndef TERN_WORKER_ALGORITHM_H_
+#define TERN_WORKER_ALGORITHM_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "kernels/codec.h"
+#include "kernels/registry.h"
+#include "worker/topology.h"
+
+namespace tern {
+
+// What one worker sends all its neighbours in a round: named parts ("x", "m", "q"), each the
+// whole parameter vector encoded with some codec.
+struct GossipMessage {
+  std::vector<std::pair<std::string, EncodedTensor>> parts;
+  size_t PayloadBytes() const;
+  const EncodedTensor* Find(absl::string_view name) const;
+};
+
+struct AlgorithmOptions {
+  double momentum = 0.9;        // beta of DmSGD, DecentLaM, heavy-ball, and CHOCO's local step
+  double consensus_step = 0.5;  // CHOCO's gamma_c in (0, 1]
+  std::string codec = "none";   // CHOCO's compressor (any registry spec)
+  int local_steps = 4;          // local-sgd: H
+  uint64_t seed = 1;            // stochastic codecs draw from (seed, worker, round)
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  virtual std::string Name() const = 0;
+  // Starts from x0 (every worker must use the same x0). `worker` is this worker's id.
+  virtual absl::Status Init(absl::Span<const float> x0, int worker) = 0;
+  // Whether step `step` ends with a gossip round (local SGD talks every H steps only).
+  virtual bool Communicates(int64_t step) const { return true; }
+  // Applies the local part of step `step` with gradient `grad` and learning rate `lr`, and
+  // returns what to send (empty parts when Communicates(step) is false).
+  virtual absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> grad, float lr,
+                                                int64_t step) = 0;
+  // Mixes the received messages with `row`, whose neighbours must be exactly the keys of
+  // `received` (the caller drops silent neighbours with DropNeighbours first). Messages are
+  // untrusted: a malformed one fails the call and leaves the state untouched.
+  virtual absl::Status Combine(const MixingRow& row,
+                               const std::map<int, const GossipMessage*>& received) = 0;
+  // The current model.
+  virtual absl::Span<const float> params() const = 0;
+};
+
+// Names: dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd.
+std::vector<std::string> AlgorithmNames();
+absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(absl::string_view name,
+                                                           const AlgorithmOptions& options,
+                                                           const CodecRegistry* codecs);
+
+}  // namespace tern
+
+#endif  // TERN_WORKER_ALGORITHM_H_

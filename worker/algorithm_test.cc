@@ -1,0 +1,202 @@
+#include "worker/algorithm.h"
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/builtin.h"
+#include "tests/testing/data.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tern {
+namespace {
+
+using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+
+// n workers in one process, worker i minimising 0.5 |x - b_i|^2 (so the global optimum is the
+// mean of the b_i), gossiping over `topology` with exact gradients.
+struct Simulation {
+  std::unique_ptr<CodecRegistry> codecs = NewBuiltinCodecRegistry();
+  std::vector<std::unique_ptr<Algorithm>> workers;
+  std::vector<std::vector<float>> targets;
+  std::vector<float> optimum;
+  size_t bytes_sent = 0;
+
+  Simulation(const std::string& name, const AlgorithmOptions& o, int n, size_t d) {
+    optimum.assign(d, 0.0f);
+    for (int i = 0; i < n; ++i) {
+      targets.push_back(testing::Gaussian(d, 100 + i));
+      for (size_t k = 0; k < d; ++k) optimum[k] += targets[i][k] / n;
+      auto a = CreateAlgorithm(name, o, codecs.get());
+      EXPECT_THAT(a, IsOk());
+      EXPECT_THAT((*a)->Init(std::vector<float>(d, 0.0f), i), IsOk());
+      workers.push_back(std::move(*a));
+    }
+  }
+
+  void Run(const std::string& topology, int steps, float lr) {
+    auto topo = NewBuiltinTopologyRegistry()->Create(topology);
+    ASSERT_THAT(topo, IsOk());
+    const int n = static_cast<int>(workers.size());
+    for (int64_t t = 0; t < steps; ++t) {
+      std::vector<GossipMessage> msgs(n);
+      bool talk = false;
+      for (int i = 0; i < n; ++i) {
+        auto x = workers[i]->params();
+        std::vector<float> g(x.size());
+        for (size_t k = 0; k < g.size(); ++k) g[k] = x[k] - targets[i][k];
+        auto m = workers[i]->Prepare(g, lr, t);
+        ASSERT_THAT(m, IsOk());
+        msgs[i] = std::move(*m);
+        talk = workers[i]->Communicates(t);
+      }
+      if (!talk) continue;
+      auto rows = MixingWeights(*(*topo)->GraphFor(n, t), WeightRule::kAuto);
+      ASSERT_THAT(rows, IsOk());
+      for (int i = 0; i < n; ++i) {
+        std::map<int, const GossipMessage*> received;
+        for (const auto& [j, w] : (*rows)[i].neighbours) {
+          received[j] = &msgs[j];
+          bytes_sent += msgs[j].PayloadBytes();
+        }
+        ASSERT_THAT(workers[i]->Combine((*rows)[i], received), IsOk());
+      }
+    }
+  }
+
+  // |mean_i x_i - optimum| / |optimum|, and the consensus distance mean_i |x_i - mean|^2 relative
+  // to the heterogeneity mean_i |b_i - optimum|^2 that drives the models apart.
+  std::pair<double, double> Errors() const {
+    const size_t d = optimum.size();
+    std::vector<double> mean(d, 0.0);
+    for (const auto& w : workers) {
+      for (size_t k = 0; k < d; ++k) mean[k] += w->params()[k] / workers.size();
+    }
+    double err = 0, norm = 0, consensus = 0;
+    for (size_t k = 0; k < d; ++k) {
+      err += (mean[k] - optimum[k]) * (mean[k] - optimum[k]);
+      norm += optimum[k] * optimum[k];
+    }
+    double spread = 0;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      for (size_t k = 0; k < d; ++k) {
+        consensus += std::pow(workers[i]->params()[k] - mean[k], 2);
+        spread += std::pow(targets[i][k] - optimum[k], 2);
+      }
+    }
+    return {std::sqrt(err / norm), consensus / spread};
+  }
+};
+
+class EveryAlgorithm : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EveryAlgorithm, ConvergesToTheGlobalOptimumOnARing) {
+  AlgorithmOptions o;
+  o.momentum = 0.5;
+  // The average model follows (momentum) SGD on the mean objective, so it reaches the optimum;
+  // the models stay apart by a consensus distance that shrinks with the step size (O(lr^2) for
+  // gossip with a fixed W).
+  Simulation sim(GetParam(), o, 8, 64);
+  sim.Run("ring", 400, 0.05f);
+  const auto [err, consensus] = sim.Errors();
+  EXPECT_LT(err, 1e-3) << GetParam();
+  EXPECT_LT(consensus, 0.1) << GetParam();
+  Simulation small(GetParam(), o, 8, 64);
+  small.Run("ring", 1600, 0.0125f);
+  const auto [err_small, consensus_small] = small.Errors();
+  EXPECT_LT(err_small, 1e-3) << GetParam();
+  EXPECT_GT(consensus / consensus_small, 4.0) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Builtin, EveryAlgorithm,
+                         ::testing::Values("dpsgd", "dmsgd", "decentlam", "heavy-ball", "choco",
+                                           "local-sgd"),
+                         [](const auto& p) {
+                           std::string s = p.param;
+                           for (char& c : s) {
+                             if (c == '-') c = '_';
+                           }
+                           return s;
+                         });
+
+TEST(Choco, CompressedGossipConvergesAndSendsFarFewerBytes) {
+  AlgorithmOptions dense_opts;
+  dense_opts.momentum = 0.0;
+  Simulation dense("dpsgd", dense_opts, 8, 1000);
+  dense.Run("ring", 600, 0.05f);
+  AlgorithmOptions o;
+  o.momentum = 0.0;
+  o.codec = "topk:ratio=0.05";
+  o.consensus_step = 0.3;
+  Simulation sparse("choco", o, 8, 1000);
+  sparse.Run("ring", 600, 0.05f);
+  const auto [err, consensus] = sparse.Errors();
+  EXPECT_LT(err, 1e-3);
+  EXPECT_LT(consensus, 0.1);
+  EXPECT_GT(static_cast<double>(dense.bytes_sent) / sparse.bytes_sent, 8.0);
+}
+
+TEST(Algorithm, WithoutNeighboursDpsgdIsPlainSgd) {
+  auto codecs = NewBuiltinCodecRegistry();
+  auto a = CreateAlgorithm("dpsgd", AlgorithmOptions{}, codecs.get());
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT((*a)->Init({1.0f, 2.0f}, 0), IsOk());
+  ASSERT_THAT((*a)->Prepare({0.5f, -1.0f}, 0.1f, 0), IsOk());
+  ASSERT_THAT((*a)->Combine(MixingRow{}, {}), IsOk());
+  EXPECT_THAT((*a)->params(), ::testing::ElementsAre(0.95f, 2.1f));
+}
+
+TEST(Algorithm, MalformedOrMissingMessagesFailAndLeaveTheModelUntouched) {
+  auto codecs = NewBuiltinCodecRegistry();
+  for (const std::string name : {"dpsgd", "decentlam", "heavy-ball", "choco"}) {
+    std::vector<std::unique_ptr<Algorithm>> w;
+    for (int i = 0; i < 2; ++i) {
+      auto a = CreateAlgorithm(name, AlgorithmOptions{}, codecs.get());
+      ASSERT_THAT(a, IsOk());
+      ASSERT_THAT((*a)->Init(testing::Gaussian(10, 1), i), IsOk());
+      w.push_back(std::move(*a));
+    }
+    auto own = w[0]->Prepare(testing::Gaussian(10, 2), 0.1f, 0);
+    auto peer = w[1]->Prepare(testing::Gaussian(10, 3), 0.1f, 0);
+    ASSERT_THAT(own, IsOk());
+    ASSERT_THAT(peer, IsOk());
+    const std::vector<float> before(w[0]->params().begin(), w[0]->params().end());
+    MixingRow row{0.5, {{1, 0.5}}};
+
+    GossipMessage truncated = *peer;
+    truncated.parts.back().second.payload.resize(3);
+    EXPECT_THAT(w[0]->Combine(row, {{1, &truncated}}), StatusIs(absl::StatusCode::kInvalidArgument))
+        << name;
+    GossipMessage wrong_size = *peer;
+    wrong_size.parts[0].second.numel = 11;
+    EXPECT_THAT(w[0]->Combine(row, {{1, &wrong_size}}),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << name;
+    GossipMessage empty;
+    EXPECT_THAT(w[0]->Combine(row, {{1, &empty}}), StatusIs(absl::StatusCode::kInvalidArgument))
+        << name;
+    EXPECT_THAT(w[0]->Combine(row, {}), StatusIs(absl::StatusCode::kInvalidArgument)) << name;
+    EXPECT_EQ(std::vector<float>(w[0]->params().begin(), w[0]->params().end()), before) << name;
+    EXPECT_THAT(w[0]->Combine(row, {{1, &*peer}}), IsOk()) << name;
+  }
+}
+
+TEST(Algorithm, BadNamesAndOptionsAreRejected) {
+  auto codecs = NewBuiltinCodecRegistry();
+  EXPECT_THAT(CreateAlgorithm("gossip", AlgorithmOptions{}, codecs.get()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  AlgorithmOptions o;
+  o.momentum = 1.0;
+  EXPECT_THAT(CreateAlgorithm("dmsgd", o, codecs.get()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  o = AlgorithmOptions{};
+  o.codec = "topk:ratoi=0.1";
+  EXPECT_THAT(CreateAlgorithm("choco", o, codecs.get()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace tern
