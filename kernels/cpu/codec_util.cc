@@ -3,20 +3,9 @@
 #include <algorithm>
 #include <bit>
 
-#if defined(__x86_64__)
-// GCC 12's AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593) when inlined.
-#if defined(__clang__)
-#include <immintrin.h>
-#else
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
-#endif
-
 #include "common/rng.h"
 #include "common/simd.h"
+#include "kernels/cpu/simd_rng.h"
 
 namespace tern::internal {
 namespace {
@@ -187,27 +176,10 @@ TERN_MULTIVERSION void FillUniformLoop(RngKey key, uint32_t first, uint32_t n, f
 
 #if defined(TERN_X86_DISPATCH)
 // Uniform01Lo on 16 lanes; the same integer and float steps, so the same bits.
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void FillUniformAvx512(
-    RngKey key, uint32_t first, uint32_t n, float* u) {
-  const __m512i k0 = _mm512_set1_epi32(static_cast<int>(key.k0));
-  const __m512i k1 = _mm512_set1_epi32(static_cast<int>(Mix32(key.k1)));
-  const __m512i m1 = _mm512_set1_epi32(0x7feb352d);
-  const __m512i m2 = _mm512_set1_epi32(static_cast<int>(0x846ca68bU));
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512 scale24 = _mm512_set1_ps(0x1p-24f);
+TERN_TARGET_AVX512 void FillUniformAvx512(RngKey key, uint32_t first, uint32_t n, float* u) {
+  const LaneRng16 rng = MakeLaneRng16(key);
   uint32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512i r = _mm512_add_epi32(
-        _mm512_xor_si512(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first + i)), lane),
-                         k0),
-        k1);
-    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
-    r = _mm512_mullo_epi32(r, m1);
-    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 15));
-    r = _mm512_mullo_epi32(r, m2);
-    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
-    _mm512_storeu_ps(u + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r, 8)), scale24));
-  }
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(u + i, Uniform16(rng, first + i));
   for (; i < n; ++i) u[i] = Uniform01Lo(key, first + i);
 }
 #endif

@@ -4,24 +4,13 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__x86_64__)
-// GCC 12's AVX-512 intrinsics trip a false -Wmaybe-uninitialized (GCC PR 105593) when inlined.
-#if defined(__clang__)
-#include <immintrin.h>
-#else
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
-#endif
-
 #include "absl/strings/str_cat.h"
 #include "common/rng.h"
 #include "common/simd.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec_util.h"
+#include "kernels/cpu/simd_rng.h"
 
 namespace tern {
 namespace {
@@ -57,8 +46,9 @@ TERN_MULTIVERSION void Pack2Bit(const uint8_t* t, size_t n, uint8_t* out) {
 #if defined(TERN_X86_DISPATCH)
 // The loop-invariant vectors of TernarizePack2BitAvx2.
 struct TernaryConsts {
-  __m256i k0, k1, m1, m2, lane, shifts, one;
-  __m256 abs_mask, s, inv, scale24, zero;
+  internal::LaneRng8 rng;
+  __m256i shifts, one;
+  __m256 abs_mask, s, inv, zero;
 };
 
 // 2-bit codes of 8 values, already shifted to their field in the packed byte.
@@ -67,15 +57,7 @@ __attribute__((target("avx2"), always_inline)) inline __m256i TernaryCodes8(cons
                                                                             uint32_t idx) {
   const __m256 v = _mm256_loadu_ps(xp);
   const __m256 a = _mm256_min_ps(_mm256_and_ps(v, c.abs_mask), c.s);  // = (|x| < s ? |x| : s)
-  __m256i r = _mm256_add_epi32(
-      _mm256_xor_si256(_mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(idx)), c.lane), c.k0),
-      c.k1);
-  r = _mm256_xor_si256(r, _mm256_srli_epi32(r, 16));
-  r = _mm256_mullo_epi32(r, c.m1);
-  r = _mm256_xor_si256(r, _mm256_srli_epi32(r, 15));
-  r = _mm256_mullo_epi32(r, c.m2);
-  r = _mm256_xor_si256(r, _mm256_srli_epi32(r, 16));
-  const __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 8)), c.scale24);
+  const __m256 u = internal::Uniform8(c.rng, idx);
   const __m256i keep = _mm256_castps_si256(_mm256_cmp_ps(u, _mm256_mul_ps(a, c.inv), _CMP_LT_OQ));
   const __m256i neg = _mm256_castps_si256(_mm256_cmp_ps(v, c.zero, _CMP_LT_OQ));
   const __m256i t = _mm256_and_si256(keep, _mm256_sub_epi32(c.one, neg));  // 0, 1 or 2
@@ -89,17 +71,12 @@ __attribute__((target("avx2"))) void TernarizePack2BitAvx2(const float* x, uint3
                                                            uint32_t first, RngKey key, float inv_s,
                                                            float s, uint8_t* out) {
   TernaryConsts c;
-  c.k0 = _mm256_set1_epi32(static_cast<int>(key.k0));
-  c.k1 = _mm256_set1_epi32(static_cast<int>(Mix32(key.k1)));
-  c.m1 = _mm256_set1_epi32(0x7feb352d);
-  c.m2 = _mm256_set1_epi32(static_cast<int>(0x846ca68bU));
-  c.lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  c.rng = internal::MakeLaneRng8(key);
   c.shifts = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
   c.one = _mm256_set1_epi32(1);
   c.abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   c.s = _mm256_set1_ps(s);
   c.inv = _mm256_set1_ps(inv_s);
-  c.scale24 = _mm256_set1_ps(0x1p-24f);
   c.zero = _mm256_setzero_ps();
   // Low byte of each dword, to the low 4 bytes of each 128-bit lane.
   const __m128i low_bytes =
@@ -124,27 +101,13 @@ __attribute__((target("avx2"))) void TernarizePack2BitAvx2(const float* x, uint3
 // "+s" and "-s" masks into the 2-bit fields of 4 packed bytes.
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void TernarizePack2BitAvx512(
     const float* x, uint32_t n, uint32_t first, RngKey key, float inv_s, float s, uint8_t* out) {
-  const __m512i k0 = _mm512_set1_epi32(static_cast<int>(key.k0));
-  const __m512i k1 = _mm512_set1_epi32(static_cast<int>(Mix32(key.k1)));
-  const __m512i m1 = _mm512_set1_epi32(0x7feb352d);
-  const __m512i m2 = _mm512_set1_epi32(static_cast<int>(0x846ca68bU));
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(inv_s);
-  const __m512 scale24 = _mm512_set1_ps(0x1p-24f), zero = _mm512_setzero_ps();
+  const internal::LaneRng16 rng = internal::MakeLaneRng16(key);
+  const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(inv_s), zero = _mm512_setzero_ps();
   for (uint32_t i = 0; i < n; i += 16) {
     _mm_prefetch(reinterpret_cast<const char*>(x + i + 512), _MM_HINT_T0);
     const __m512 v = _mm512_loadu_ps(x + i);
     const __m512 a = _mm512_min_ps(_mm512_abs_ps(v), vs);  // = (|x| < s ? |x| : s)
-    __m512i r = _mm512_add_epi32(
-        _mm512_xor_si512(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first + i)), lane),
-                         k0),
-        k1);
-    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
-    r = _mm512_mullo_epi32(r, m1);
-    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 15));
-    r = _mm512_mullo_epi32(r, m2);
-    r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
-    const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r, 8)), scale24);
+    const __m512 u = internal::Uniform16(rng, first + i);
     const __mmask16 keep = _mm512_cmp_ps_mask(u, _mm512_mul_ps(a, vinv), _CMP_LT_OQ);
     const __mmask16 neg = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
     const uint32_t pos_bits = _cvtmask16_u32(_kandn_mask16(neg, keep));
