@@ -87,6 +87,14 @@ class AlgorithmBase : public Algorithm {
     return acc;
   }
 
+  // Combine mixes what Prepare staged; calling it first is a caller bug, reported, not UB.
+  absl::Status RequirePrepared(const std::vector<float>& staged) const {
+    if (staged.size() != x_.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(Name(), ": Combine before Prepare"));
+    }
+    return absl::OkStatus();
+  }
+
   static absl::Status CheckReceived(const MixingRow& row,
                                     const std::map<int, const GossipMessage*>& received) {
     if (received.size() != row.neighbours.size()) {
@@ -135,6 +143,7 @@ class Dpsgd final : public AlgorithmBase {
   }
   absl::Status Combine(const MixingRow& row,
                        const std::map<int, const GossipMessage*>& received) override {
+    TERN_RETURN_IF_ERROR(RequirePrepared(half_));
     TERN_ASSIGN_OR_RETURN(x_, Mix(row, received, "x", half_));
     return absl::OkStatus();
   }
@@ -159,6 +168,7 @@ class DecentLam final : public AlgorithmBase {
   }
   absl::Status Combine(const MixingRow& row,
                        const std::map<int, const GossipMessage*>& received) override {
+    TERN_RETURN_IF_ERROR(RequirePrepared(half_));
     TERN_ASSIGN_OR_RETURN(std::vector<float> mix, Mix(row, received, "x", half_));
     m_.resize(x_.size(), 0.0f);
     const float beta = static_cast<float>(options_.momentum);
@@ -191,6 +201,7 @@ class HeavyBall final : public AlgorithmBase {
   }
   absl::Status Combine(const MixingRow& row,
                        const std::map<int, const GossipMessage*>& received) override {
+    TERN_RETURN_IF_ERROR(RequirePrepared(g_));
     TERN_ASSIGN_OR_RETURN(std::vector<float> mx, Mix(row, received, "x", x_));
     TERN_ASSIGN_OR_RETURN(std::vector<float> mm, Mix(row, received, "m", m_));
     const float beta = static_cast<float>(options_.momentum);
@@ -231,6 +242,7 @@ class Choco final : public AlgorithmBase {
   }
   absl::Status Combine(const MixingRow& row,
                        const std::map<int, const GossipMessage*>& received) override {
+    TERN_RETURN_IF_ERROR(RequirePrepared(diff_));
     TERN_RETURN_IF_ERROR(CheckReceived(row, received));
     // Decode every message into fresh copies first, so a bad one changes nothing.
     std::map<int, std::vector<float>> updated;

@@ -184,6 +184,18 @@ TEST(Algorithm, MalformedOrMissingMessagesFailAndLeaveTheModelUntouched) {
   }
 }
 
+TEST(Algorithm, CombineBeforePrepareIsAnErrorNotACrash) {
+  auto codecs = NewBuiltinCodecRegistry();
+  for (const std::string& name : AlgorithmNames()) {
+    if (name == "local-sgd") continue;  // its Combine needs nothing staged
+    auto a = CreateAlgorithm(name, AlgorithmOptions{}, codecs.get());
+    ASSERT_THAT(a, IsOk());
+    ASSERT_THAT((*a)->Init({1.0f, 2.0f}, 0), IsOk());
+    EXPECT_THAT((*a)->Combine(MixingRow{}, {}), StatusIs(absl::StatusCode::kFailedPrecondition))
+        << name;
+  }
+}
+
 TEST(Algorithm, BadNamesAndOptionsAreRejected) {
   auto codecs = NewBuiltinCodecRegistry();
   EXPECT_THAT(CreateAlgorithm("gossip", AlgorithmOptions{}, codecs.get()),
