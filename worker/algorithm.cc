@@ -245,21 +245,20 @@ class Choco final : public AlgorithmBase {
     TERN_RETURN_IF_ERROR(RequirePrepared(diff_));
     TERN_RETURN_IF_ERROR(CheckReceived(row, received));
     // Decode every message into fresh copies first, so a bad one changes nothing.
-    std::map<int, std::vector<float>> updated;
+    std::vector<std::vector<float>> updated;
     for (const auto& [j, w] : row.neighbours) {
-      std::vector<float>& hat = updated[j];
       auto it = hat_.find(j);
-      hat = it != hat_.end() ? it->second : std::vector<float>(x_.size(), 0.0f);
-      TERN_RETURN_IF_ERROR(Accumulate(j, *received.at(j), "q", 1.0, absl::MakeSpan(hat)));
+      updated.push_back(it != hat_.end() ? it->second : std::vector<float>(x_.size(), 0.0f));
+      TERN_RETURN_IF_ERROR(
+          Accumulate(j, *received.at(j), "q", 1.0, absl::MakeSpan(updated.back())));
     }
     const float gc = static_cast<float>(options_.consensus_step);
-    for (auto& [j, hat] : updated) {
-      const float w = static_cast<float>(
-          std::find_if(row.neighbours.begin(), row.neighbours.end(), [j = j](const auto& p) {
-            return p.first == j;
-          })->second);
-      for (size_t i = 0; i < x_.size(); ++i) x_[i] += gc * w * (hat[i] - hat_self_[i]);
-      hat_[j] = std::move(hat);
+    for (size_t n = 0; n < row.neighbours.size(); ++n) {
+      const auto& [j, w] = row.neighbours[n];
+      const std::vector<float>& hat = updated[n];
+      const float step = gc * static_cast<float>(w);
+      for (size_t i = 0; i < x_.size(); ++i) x_[i] += step * (hat[i] - hat_self_[i]);
+      hat_[j] = std::move(updated[n]);
     }
     return absl::OkStatus();
   }

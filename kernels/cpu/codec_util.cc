@@ -143,19 +143,7 @@ void BlockMoments(const float* x, size_t n, float* sum, float* sum_sq, float* ma
   *max_abs = BlockMaxAbs(x, n);
 }
 
-// A table lookup per sign byte turns the bit unpacking into 8-lane XORs that vectorise.
-TERN_MULTIVERSION void ApplySignBitsLoop(const uint8_t* signs, size_t n, float* v) {
-  auto flip = [](float f, uint32_t mask) {
-    return std::bit_cast<float>(std::bit_cast<uint32_t>(f) ^ mask);
-  };
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint32_t* m = kSignMasks.m[signs[i / 8]];
-    for (int j = 0; j < 8; ++j) v[i + j] = flip(v[i + j], m[j]);
-  }
-  for (; i < n; ++i) v[i] = flip(v[i], kSignMasks.m[signs[i / 8]][i % 8]);
-}
-
+// A table lookup per sign byte turns the bit unpacking into 8-lane ops that vectorise.
 TERN_MULTIVERSION void FillSignedLoop(const uint8_t* signs, size_t n, float value, float* out) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
   size_t i = 0;
@@ -192,8 +180,6 @@ void FillUniform01(RngKey key, uint32_t first, uint32_t n, float* u) {
 #endif
   FillUniformLoop(key, first, n, u);
 }
-
-void ApplySignBits(const uint8_t* signs, size_t n, float* v) { ApplySignBitsLoop(signs, n, v); }
 
 void FillSigned(const uint8_t* signs, size_t n, float value, float* out) {
   FillSignedLoop(signs, n, value, out);

@@ -57,8 +57,6 @@ float MaxAbs(absl::Span<const float> x);
 // Packs the IEEE sign bits of x[0..n) into ceil(n/8) bytes, LSB first (1 = negative, -0.0
 // included). Unused high bits of the last byte are zero.
 void PackSignBits(const float* x, size_t n, uint8_t* out);
-// The inverse: flips the sign of v[i] where bit i of `signs` (LSB first) is set.
-void ApplySignBits(const uint8_t* signs, size_t n, float* v);
 // out[i] = value with its sign flipped where bit i of `signs` is set (one pass, no fill first).
 void FillSigned(const uint8_t* signs, size_t n, float value, float* out);
 // u[i] = Uniform01Lo(key, first + i) for i < n (vectorised; the same bits on every path).
