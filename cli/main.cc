@@ -1,7 +1,12 @@
 // tern — command-line entry point. Subcommands:
+//   tern run [--workers=8 --epochs=5 --algorithm=decentlam ...]   the main job
+//   tern worker --id=I --workers=N --peers=... [training flags]   the peer daemon
+//   tern report RUN_DIR... [--out=FILE]                            compare runs in one page
 //   tern bench codecs [--sizes=1M,16M] [--codecs=a,b] [--threads=N] [--json=FILE]
 //   tern codecs                 list codecs and their wire names
 //   tern version
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/bench_codecs.h"
+#include "cli/commands.h"
 #include "common/logging.h"
 #include "kernels/builtin.h"
 
@@ -29,6 +35,10 @@ namespace {
 constexpr char kUsage[] =
     "usage: tern <command> [flags]\n"
     "commands:\n"
+    "  run            start N workers on 127.0.0.1 with the built-in trainer (Fashion-MNIST),\n"
+    "                 show progress, write a run folder with metrics.jsonl and report.html\n"
+    "  worker         the peer daemon (gossip + trainer services); --flagfile=FILE works\n"
+    "  report         one HTML report comparing run folders: tern report DIR... --out=F\n"
     "  bench codecs   encode/decode throughput, compression and bits per coordinate of every\n"
     "                 codec, against memcpy measured in the same run\n"
     "  codecs         list the codecs (spec name -> wire name)\n"
@@ -75,6 +85,14 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> cmd(args.begin() + 1, args.end());
   if (cmd.empty()) return Fail(kUsage);
+  if (cmd[0] == "worker" && cmd.size() == 1) return tern::WorkerMain();
+  if (cmd[0] == "run" && cmd.size() == 1) {
+    char exe[4096];
+    const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len <= 0) return Fail("cannot find the tern executable (/proc/self/exe)");
+    return tern::RunMain(std::string(exe, static_cast<size_t>(len)));
+  }
+  if (cmd[0] == "report") return tern::ReportMain({cmd.begin() + 1, cmd.end()});
   if (cmd[0] == "version") {
     std::printf("tern 0.1.0 (wire format tern.v1)\n");
     return 0;

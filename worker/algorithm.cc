@@ -30,7 +30,8 @@ class AlgorithmBase : public Algorithm {
       : options_(options), codecs_(codecs) {}
 
   absl::Status Init(absl::Span<const float> x0, int worker) override {
-    TERN_ASSIGN_OR_RETURN(dense_, codecs_->Create("none"));
+    // What exact-exchange algorithms send x and m with ("none" = fp32; fp16/bf16 halve it).
+    TERN_ASSIGN_OR_RETURN(dense_, codecs_->Create(options_.codec));
     x_.assign(x0.begin(), x0.end());
     worker_ = worker;
     return InitState();
@@ -124,6 +125,7 @@ class Dpsgd final : public AlgorithmBase {
   Dpsgd(const AlgorithmOptions& o, const CodecRegistry* c, bool momentum)
       : AlgorithmBase(o, c), momentum_(momentum) {}
   std::string Name() const override { return momentum_ ? "dmsgd" : "dpsgd"; }
+  std::vector<std::string> MessageParts() const override { return {"x"}; }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
     half_.resize(x_.size());
@@ -158,6 +160,7 @@ class DecentLam final : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
   std::string Name() const override { return "decentlam"; }
+  std::vector<std::string> MessageParts() const override { return {"x"}; }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr, int64_t) override {
     lr_ = lr;
     half_.resize(x_.size());
@@ -190,6 +193,7 @@ class HeavyBall final : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
   std::string Name() const override { return "heavy-ball"; }
+  std::vector<std::string> MessageParts() const override { return {"x", "m"}; }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr, int64_t) override {
     lr_ = lr;
     g_.assign(g.begin(), g.end());
@@ -224,6 +228,7 @@ class Choco final : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
   std::string Name() const override { return "choco"; }
+  std::vector<std::string> MessageParts() const override { return {"q"}; }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
     const float beta = static_cast<float>(options_.momentum);
@@ -282,6 +287,7 @@ class LocalSgd final : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
   std::string Name() const override { return "local-sgd"; }
+  std::vector<std::string> MessageParts() const override { return {"x"}; }
   bool Communicates(int64_t step) const override {
     return (step + 1) % std::max(1, options_.local_steps) == 0;
   }
@@ -299,10 +305,39 @@ class LocalSgd final : public AlgorithmBase {
   }
 };
 
+// SwarmSGD: H local SGD steps, then x <- (x + Q(x_j)) / 2 with one random neighbour j, without
+// global rounds (the engine runs the pairwise exchanges). Combine mixes whatever it is handed,
+// so the engine can also apply an average a neighbour started.
+class Swarm final : public AlgorithmBase {
+ public:
+  using AlgorithmBase::AlgorithmBase;
+  std::string Name() const override { return "swarm"; }
+  std::vector<std::string> MessageParts() const override { return {"x"}; }
+  bool Asynchronous() const override { return true; }
+  bool Communicates(int64_t step) const override {
+    return (step + 1) % std::max(1, options_.local_steps) == 0;
+  }
+  absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
+                                        int64_t step) override {
+    for (size_t i = 0; i < x_.size(); ++i) x_[i] -= lr * g[i];
+    return Publish(step);
+  }
+  absl::StatusOr<GossipMessage> Publish(int64_t step) override {
+    GossipMessage msg;
+    TERN_RETURN_IF_ERROR(AddPart(&msg, "x", x_, nullptr, step));
+    return msg;
+  }
+  absl::Status Combine(const MixingRow& row,
+                       const std::map<int, const GossipMessage*>& received) override {
+    TERN_ASSIGN_OR_RETURN(x_, Mix(row, received, "x", x_));
+    return absl::OkStatus();
+  }
+};
+
 }  // namespace
 
 std::vector<std::string> AlgorithmNames() {
-  return {"dpsgd", "dmsgd", "decentlam", "heavy-ball", "choco", "local-sgd"};
+  return {"dpsgd", "dmsgd", "decentlam", "heavy-ball", "choco", "local-sgd", "swarm"};
 }
 
 absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(absl::string_view name,
@@ -320,14 +355,14 @@ absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(absl::string_view nam
   if (name == "dmsgd") return std::make_unique<Dpsgd>(o, codecs, true);
   if (name == "decentlam") return std::make_unique<DecentLam>(o, codecs);
   if (name == "heavy-ball") return std::make_unique<HeavyBall>(o, codecs);
-  if (name == "choco") {
-    // Fail early on a bad codec spec rather than at Init.
-    TERN_RETURN_IF_ERROR(codecs->Create(o.codec).status());
-    return std::make_unique<Choco>(o, codecs);
-  }
+  // Fail early on a bad codec spec rather than at Init.
+  TERN_RETURN_IF_ERROR(codecs->Create(o.codec).status());
+  if (name == "choco") return std::make_unique<Choco>(o, codecs);
   if (name == "local-sgd") return std::make_unique<LocalSgd>(o, codecs);
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown algorithm '", name, "' (dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd)"));
+  if (name == "swarm") return std::make_unique<Swarm>(o, codecs);
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown algorithm '", name,
+                   "' (dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd, swarm)"));
 }
 
 }  // namespace tern

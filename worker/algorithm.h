@@ -33,9 +33,11 @@ struct GossipMessage {
 struct AlgorithmOptions {
   double momentum = 0.9;        // beta of DmSGD, DecentLaM, heavy-ball, and CHOCO's local step
   double consensus_step = 0.5;  // CHOCO's gamma_c in (0, 1]
-  std::string codec = "none";   // CHOCO's compressor (any registry spec)
-  int local_steps = 4;          // local-sgd: H
-  uint64_t seed = 1;            // stochastic codecs draw from (seed, worker, round)
+  // CHOCO's compressor (any registry spec); what the others send x (and m) with, where only
+  // near-exact codecs (none, fp16, bf16) make sense.
+  std::string codec = "none";
+  int local_steps = 4;  // local-sgd and swarm: H
+  uint64_t seed = 1;    // stochastic codecs draw from (seed, worker, round)
 };
 
 class Algorithm {
@@ -57,9 +59,18 @@ class Algorithm {
                                const std::map<int, const GossipMessage*>& received) = 0;
   // The current model.
   virtual absl::Span<const float> params() const = 0;
+  // True for algorithms without rounds (SwarmSGD): the engine averages pairwise with one random
+  // neighbour on communicating steps, and answers neighbours' exchanges with Publish().
+  virtual bool Asynchronous() const { return false; }
+  // The current model as a message (asynchronous algorithms).
+  virtual absl::StatusOr<GossipMessage> Publish(int64_t step) {
+    return absl::UnimplementedError("not an asynchronous algorithm");
+  }
+  // Names of the parts every message of this algorithm carries (what a receiver checks for).
+  virtual std::vector<std::string> MessageParts() const = 0;
 };
 
-// Names: dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd.
+// Names: dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd, swarm.
 std::vector<std::string> AlgorithmNames();
 absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(absl::string_view name,
                                                            const AlgorithmOptions& options,

@@ -1,0 +1,20 @@
+// The `tern` subcommands beyond the benchmark.
+#ifndef TERN_CLI_COMMANDS_H_
+#define TERN_CLI_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+namespace tern {
+
+// `tern worker`: the peer daemon (flags in worker_cmd.cc and train_flags.cc). Returns the exit
+// code.
+int WorkerMain();
+// `tern run`: N workers on 127.0.0.1, progress, metrics and report (run_cmd.cc).
+int RunMain(const std::string& self_exe);
+// `tern report DIR...`: one HTML report comparing runs (report.cc).
+int ReportMain(const std::vector<std::string>& dirs);
+
+}  // namespace tern
+
+#endif  // TERN_CLI_COMMANDS_H_

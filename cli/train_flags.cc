@@ -1,0 +1,106 @@
+#include "cli/train_flags.h"
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+ABSL_FLAG(std::string, run_id, "tern", "training: run id; workers refuse messages of other runs");
+ABSL_FLAG(std::string, algorithm, "decentlam",
+          "training: dpsgd | dmsgd | decentlam | heavy-ball | choco | local-sgd | swarm");
+ABSL_FLAG(std::string, topology, "ring",
+          "training: ring | torus | exponential | one-peer-exponential | random-matching | "
+          "complete");
+ABSL_FLAG(std::string, weights, "auto", "training: mixing weights: auto | uniform | metropolis");
+ABSL_FLAG(std::string, codec, "none",
+          "training: CHOCO's compressor (any codec spec, e.g. topk:ratio=0.01); for the other "
+          "algorithms what x is sent with (none, fp16, bf16)");
+ABSL_FLAG(double, momentum, 0.9, "training: momentum of dmsgd, decentlam, heavy-ball, choco");
+ABSL_FLAG(double, consensus_step, 0.5, "training: CHOCO's consensus step size in (0, 1]");
+ABSL_FLAG(int, local_steps, 4, "training: local-sgd's H");
+ABSL_FLAG(double, lr, 0,
+          "training: base learning rate; 0 = 0.1 x (1 - momentum) for the momentum algorithms "
+          "(dmsgd, decentlam, heavy-ball, choco), 0.1 for dpsgd and local-sgd");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "training: constant | cosine[:min=M] | step:every=N[,gamma=G], each with [,warmup=W]");
+ABSL_FLAG(double, round_timeout, 10, "training: seconds a round waits for its neighbours");
+ABSL_FLAG(uint64_t, seed, 1, "training: seed of the data split, initial model and codecs");
+ABSL_FLAG(std::string, model, "mlp:hidden=128x64", "training: softmax | mlp[:hidden=H1xH2...]");
+ABSL_FLAG(std::string, data, "",
+          "training: Fashion-MNIST directory ('' = /usr/share/datasets/fashion-mnist when "
+          "present, else synthetic data)");
+ABSL_FLAG(std::string, partition, "iid", "training: iid | dirichlet:alpha=A | classes:k=K");
+ABSL_FLAG(int, batch, 32, "training: minibatch per worker per step");
+ABSL_FLAG(int, epochs, 5, "training: passes over the training set (all workers together)");
+
+namespace tern {
+
+double EffectiveLr() {
+  const double lr = absl::GetFlag(FLAGS_lr);
+  if (lr > 0) return lr;
+  const std::string a = absl::GetFlag(FLAGS_algorithm);
+  const bool momentum = a != "dpsgd" && a != "local-sgd" && a != "swarm";
+  // Same effective step lr / (1 - beta) either way.
+  return momentum ? 0.1 * (1 - absl::GetFlag(FLAGS_momentum)) : 0.1;
+}
+
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_t snapshot_every,
+                                                     int64_t total_steps) {
+  EngineOptions o;
+  o.run_id = absl::GetFlag(FLAGS_run_id);
+  o.worker_id = id;
+  o.num_workers = workers;
+  o.algorithm = absl::GetFlag(FLAGS_algorithm);
+  o.algorithm_options.momentum = absl::GetFlag(FLAGS_momentum);
+  o.algorithm_options.consensus_step = absl::GetFlag(FLAGS_consensus_step);
+  o.algorithm_options.codec = absl::GetFlag(FLAGS_codec);
+  o.algorithm_options.local_steps = absl::GetFlag(FLAGS_local_steps);
+  o.algorithm_options.seed = absl::GetFlag(FLAGS_seed);
+  o.topology = absl::GetFlag(FLAGS_topology);
+  TERN_ASSIGN_OR_RETURN(o.weights, ParseWeightRule(absl::GetFlag(FLAGS_weights)));
+  TERN_ASSIGN_OR_RETURN(
+      o.lr, ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule), EffectiveLr(), total_steps));
+  const double timeout = absl::GetFlag(FLAGS_round_timeout);
+  if (!(timeout > 0)) return absl::InvalidArgumentError("--round_timeout must be > 0");
+  o.round_timeout = absl::Seconds(timeout);
+  o.snapshot_every = snapshot_every;
+  o.final_step = total_steps;
+  return o;
+}
+
+BuiltinTrainerOptions TrainerOptionsFromFlags(int id, int workers) {
+  BuiltinTrainerOptions o;
+  o.model = absl::GetFlag(FLAGS_model);
+  o.data_dir = absl::GetFlag(FLAGS_data);
+  o.partition = absl::GetFlag(FLAGS_partition);
+  o.batch = absl::GetFlag(FLAGS_batch);
+  o.epochs = absl::GetFlag(FLAGS_epochs);
+  o.worker_id = id;
+  o.num_workers = workers;
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_round_timeout) * 3 + 60);
+  return o;
+}
+
+std::vector<std::string> SharedTrainFlagArgs() {
+  return {
+      absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+      absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm)),
+      absl::StrCat("--topology=", absl::GetFlag(FLAGS_topology)),
+      absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)),
+      absl::StrCat("--codec=", absl::GetFlag(FLAGS_codec)),
+      absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
+      absl::StrCat("--consensus_step=", absl::GetFlag(FLAGS_consensus_step)),
+      absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps)),
+      absl::StrCat("--lr=", EffectiveLr()),
+      absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
+      absl::StrCat("--round_timeout=", absl::GetFlag(FLAGS_round_timeout)),
+      absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+      absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
+      absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
+      absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
+      absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)),
+      absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
+  };
+}
+
+}  // namespace tern

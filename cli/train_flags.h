@@ -1,0 +1,28 @@
+// Flags shared by `tern worker` and `tern run` (which passes them on to its workers), and their
+// translation into the worker's options.
+#ifndef TERN_CLI_TRAIN_FLAGS_H_
+#define TERN_CLI_TRAIN_FLAGS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/builtin_trainer.h"
+#include "worker/engine.h"
+
+namespace tern {
+
+// Engine options from the flags, for worker `id` of `workers`, keeping a snapshot every
+// `snapshot_every` steps.
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_t snapshot_every,
+                                                     int64_t total_steps);
+BuiltinTrainerOptions TrainerOptionsFromFlags(int id, int workers);
+// --lr, or its default for the algorithm when 0.
+double EffectiveLr();
+
+// The shared flags as "--name=value" arguments, to pass on to a child `tern worker`.
+std::vector<std::string> SharedTrainFlagArgs();
+
+}  // namespace tern
+
+#endif  // TERN_CLI_TRAIN_FLAGS_H_

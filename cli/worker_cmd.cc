@@ -1,0 +1,155 @@
+// tern worker: the long-running peer daemon, with the built-in trainer or waiting for an
+// external one (PyTorch through the Trainer service).
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "cli/commands.h"
+#include "cli/train_flags.h"
+#include "kernels/builtin.h"
+#include "spdlog/spdlog.h"
+#include "worker/daemon.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "worker: address to serve on (port 0: any)");
+ABSL_FLAG(int, id, 0, "worker: this worker's id in [0, workers)");
+ABSL_FLAG(int, workers, 8, "worker/run: number of workers");
+ABSL_FLAG(std::string, peers, "",
+          "worker: comma-separated host:port of every worker, in id order (own entry ignored)");
+ABSL_FLAG(std::string, peers_file, "",
+          "worker: file with one host:port per line in id order; waited for if absent");
+ABSL_FLAG(std::string, port_file, "", "worker: write the bound port here once listening");
+ABSL_FLAG(std::string, trainer, "builtin",
+          "worker: builtin (train the embedded model) | external (wait for a trainer's "
+          "Register)");
+ABSL_FLAG(int64_t, snapshot_every, 0, "worker: keep the parameters every N steps (0: step 0)");
+ABSL_FLAG(int64_t, total_steps, 0, "worker: steps of the whole run (cosine schedule)");
+ABSL_FLAG(bool, exit_after_training, false,
+          "worker: exit when the built-in trainer finishes instead of serving until signalled");
+ABSL_FLAG(double, peers_timeout, 60, "worker: seconds to wait for --peers_file");
+
+namespace tern {
+namespace {
+
+absl::StatusOr<std::vector<std::string>> ReadPeers(const std::string& list, const std::string& file,
+                                                   absl::Duration wait) {
+  if (!list.empty()) return absl::StrSplit(list, ',', absl::SkipEmpty());
+  if (file.empty()) return std::vector<std::string>{};
+  const absl::Time deadline = absl::Now() + wait;
+  while (true) {
+    std::ifstream in(file);
+    if (in) {
+      std::vector<std::string> out;
+      std::string line;
+      while (std::getline(in, line)) {
+        absl::string_view v = absl::StripAsciiWhitespace(line);
+        if (!v.empty()) out.emplace_back(v);
+      }
+      return out;
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no peers file ", file, " after ", absl::FormatDuration(wait)));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+}  // namespace
+
+int WorkerMain() {
+  // Signals go to the waiting main thread only; every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const int id = absl::GetFlag(FLAGS_id);
+  const int workers = absl::GetFlag(FLAGS_workers);
+  auto engine = EngineOptionsFromFlags(id, workers, absl::GetFlag(FLAGS_snapshot_every),
+                                       absl::GetFlag(FLAGS_total_steps));
+  if (!engine.ok()) {
+    std::fprintf(stderr, "tern worker: %s\n", engine.status().ToString().c_str());
+    return 2;
+  }
+  DaemonOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.engine = *engine;
+  auto codecs = NewBuiltinCodecRegistry();
+  auto daemon = WorkerDaemon::Start(options, codecs.get());
+  if (!daemon.ok()) {
+    std::fprintf(stderr, "tern worker: %s\n", daemon.status().ToString().c_str());
+    return 1;
+  }
+  const int port = (*daemon)->port();
+  spdlog::info("worker {}/{}: serving on port {} ({}, {}, codec {})", id, workers, port,
+               options.engine.algorithm, options.engine.topology,
+               options.engine.algorithm_options.codec);
+  if (const std::string pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
+    // Write then rename, so a reader never sees a partial file.
+    const std::string tmp = pf + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), pf.c_str());
+  }
+  auto peers = ReadPeers(absl::GetFlag(FLAGS_peers), absl::GetFlag(FLAGS_peers_file),
+                         absl::Seconds(absl::GetFlag(FLAGS_peers_timeout)));
+  if (!peers.ok()) {
+    spdlog::error("worker {}: {}", id, peers.status().ToString());
+    return 1;
+  }
+  if (workers > 1) {
+    if (static_cast<int>(peers->size()) != workers) {
+      spdlog::error("worker {}: {} peer addresses for {} workers", id, peers->size(), workers);
+      return 2;
+    }
+    if (auto s = (*daemon)->SetPeers(*peers); !s.ok()) {
+      spdlog::error("worker {}: {}", id, s.ToString());
+      return 2;
+    }
+  }
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> trainer_exit{0};
+  std::thread trainer;
+  if (absl::GetFlag(FLAGS_trainer) == "builtin") {
+    trainer = std::thread([&] {
+      absl::Status s = RunBuiltinTrainer((*daemon)->InProcessChannel(),
+                                         TrainerOptionsFromFlags(id, workers), stop);
+      if (!s.ok() && !stop.load()) {
+        spdlog::error("worker {}: trainer: {}", id, s.ToString());
+        trainer_exit = 1;
+      } else {
+        spdlog::info("worker {}: training {}", id, stop.load() ? "stopped" : "done");
+      }
+      if (!s.ok() || absl::GetFlag(FLAGS_exit_after_training)) kill(getpid(), SIGUSR1);
+    });
+  } else if (absl::GetFlag(FLAGS_trainer) != "external") {
+    spdlog::error("--trainer must be builtin or external");
+    return 2;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("worker {}: {}, shutting down", id,
+               sig == SIGUSR1 ? "trainer finished" : strsignal(sig));
+  stop = true;
+  // The trainer goes first: its in-process channel must not outlive the server. A step waiting
+  // for neighbours returns at once once the engine is shut down.
+  (*daemon)->engine()->Shutdown();
+  if (trainer.joinable()) trainer.join();
+  (*daemon)->Shutdown(absl::Seconds(5));
+  return trainer_exit.load();
+}
+
+}  // namespace tern

@@ -1,0 +1,227 @@
+// Integration tests with real processes: `tern run` and `tern worker` daemons on 127.0.0.1,
+// each on a port it picked itself (port 0), talking over gRPC.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/chunking.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tern/v1/worker.grpc.pb.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tern {
+namespace {
+
+std::string MakeTempDir() {
+  std::string t = absl::StrCat(::testing::TempDir(), "/tern-it-XXXXXX");
+  char* d = mkdtemp(t.data());
+  EXPECT_NE(d, nullptr);
+  return t;
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  dup2(fd, 1);
+  dup2(fd, 2);
+  std::vector<char*> argv{const_cast<char*>(TERN_BINARY)};
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(TERN_BINARY, argv.data());
+  _exit(127);
+}
+
+int Wait(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A number from the last metrics line, e.g. Last(dir, "test_acc").
+double Last(const std::string& dir, const std::string& key) {
+  std::ifstream f(dir + "/metrics.jsonl");
+  std::string line, last;
+  while (std::getline(f, line)) {
+    if (!line.empty()) last = line;
+  }
+  std::smatch m;
+  if (!std::regex_search(last, m, std::regex("\"" + key + "\":([-0-9.eE+]+)"))) return -1;
+  return std::stod(m[1]);
+}
+
+bool Synthetic(const std::string& dir) {
+  return ReadFile(dir + "/run.json").find("\"synthetic\":true") != std::string::npos;
+}
+
+TEST(TernRun, ShortRunOfFourWorkerProcessesConverges) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
+                     "--algorithm=dpsgd", "--log_level=warn", "--out=" + dir},
+                    dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
+  EXPECT_EQ(Last(dir, "workers"), 4);
+  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
+  // Dense fp32 on a ring: each worker sent its whole model to 2 neighbours each round.
+  EXPECT_NEAR(Last(dir, "compression"), 1.0, 1e-6);
+  EXPECT_GT(Last(dir, "mb_sent_per_worker"), 0);
+  EXPECT_NE(ReadFile(dir + "/report.html").find("<svg"), std::string::npos);
+}
+
+TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn(
+      {"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1", "--algorithm=dpsgd",
+       "--round_timeout=5", "--kill_worker=2@60", "--log_level=warn", "--out=" + dir},
+      dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
+  const std::string log = ReadFile(dir + "/run.log");
+  EXPECT_NE(log.find("killed worker 2"), std::string::npos) << log;
+  EXPECT_EQ(Last(dir, "workers"), 3);
+  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.7);
+  // Worker 2's neighbours noticed and dropped it.
+  EXPECT_NE(ReadFile(dir + "/worker-1.log").find("push to 2 failed"), std::string::npos);
+}
+
+class FourDaemons : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir();
+    for (int i = 0; i < 4; ++i) {
+      pids_.push_back(
+          Spawn({"worker", absl::StrCat("--id=", i), "--workers=4", "--algorithm=dpsgd",
+                 "--epochs=1", "--batch=64", absl::StrCat("--port_file=", dir_, "/", i, ".port"),
+                 absl::StrCat("--peers_file=", dir_, "/peers.txt")},
+                absl::StrCat(dir_, "/worker-", i, ".log")));
+    }
+    std::string peers;
+    for (int i = 0; i < 4; ++i) {
+      int port = 0;
+      for (int tries = 0; tries < 600 && port == 0; ++tries) {
+        std::ifstream(absl::StrCat(dir_, "/", i, ".port")) >> port;
+        if (port == 0) absl::SleepFor(absl::Milliseconds(50));
+      }
+      ASSERT_GT(port, 0) << "worker " << i << " did not start";
+      addresses_.push_back(absl::StrCat("127.0.0.1:", port));
+      absl::StrAppend(&peers, addresses_.back(), "\n");
+    }
+    std::ofstream(dir_ + "/peers.tmp") << peers;
+    std::rename((dir_ + "/peers.tmp").c_str(), (dir_ + "/peers.txt").c_str());
+  }
+  void TearDown() override {
+    for (pid_t p : pids_) kill(p, SIGTERM);
+    for (pid_t p : pids_) EXPECT_EQ(Wait(p), 0);
+  }
+
+  v1::WorkerStats Stats(int i) {
+    auto stub = v1::Trainer::NewStub(
+        grpc::CreateChannel(addresses_[i], grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::WorkerStats s;
+    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &s).ok());
+    return s;
+  }
+
+  // Pushes `chunks` to worker `i` as a rogue peer; returns the status the worker answered.
+  grpc::Status Push(int i, const std::vector<v1::BundleChunk>& chunks) {
+    auto stub =
+        v1::Gossip::NewStub(grpc::CreateChannel(addresses_[i], grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::PushReply reply;
+    auto w = stub->Push(&ctx, &reply);
+    for (const auto& c : chunks) {
+      if (!w->Write(c)) break;
+    }
+    w->WritesDone();
+    return w->Finish();
+  }
+
+  static std::vector<v1::BundleChunk> Chunks(const v1::TensorBundle& b) {
+    return *ChunkBundle(b, 7, 256);  // small chunks, so there are several
+  }
+
+  std::string dir_;
+  std::vector<pid_t> pids_;
+  std::vector<std::string> addresses_;
+};
+
+TEST_F(FourDaemons, MalformedAndWrongRoundMessagesAreRefusedAndRoundsContinue) {
+  // Let training get going.
+  for (int tries = 0; tries < 600 && Stats(0).steps() < 5; ++tries) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const uint64_t at = Stats(0).steps();
+  ASSERT_GE(at, 5u);
+
+  v1::TensorBundle b;
+  b.set_run_id("tern");
+  b.set_sender("1");  // a genuine neighbour of worker 0 on the ring
+  v1::NamedTensor* t = b.add_tensors();
+  t->set_name("x");
+  t->mutable_tensor()->set_codec("none.v1");
+  t->mutable_tensor()->set_numel(109386);
+  t->mutable_tensor()->set_payload(std::string(4000, 'z'));  // far too short for the model
+
+  // A closed round.
+  b.set_round(0);
+  grpc::Status s = Push(0, Chunks(b));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE) << s.error_message();
+  // A round still open, but a payload that does not decode.
+  b.set_round(at + 25);
+  s = Push(0, Chunks(b));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  // Another run.
+  b.set_run_id("someone-else");
+  s = Push(0, Chunks(b));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  // Corrupted bytes in transit.
+  std::vector<v1::BundleChunk> chunks = Chunks(b);
+  (*chunks[1].mutable_data())[3] ^= 0x40;
+  s = Push(0, chunks);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
+  // A stream cut short.
+  chunks = Chunks(b);
+  chunks.resize(2);
+  s = Push(0, chunks);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  // Garbage that is not even a chunk sequence start.
+  v1::BundleChunk junk;
+  junk.set_offset(12345);
+  s = Push(0, {junk});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+
+  // The rounds go on, on the attacked worker and its neighbours, with nobody dropped.
+  const uint64_t after = Stats(0).steps();
+  for (int tries = 0; tries < 600 && Stats(0).steps() < after + 20; ++tries) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  v1::WorkerStats s0 = Stats(0);
+  EXPECT_GE(s0.steps(), after + 20);
+  EXPECT_EQ(s0.messages_refused(), 6u);
+  EXPECT_EQ(s0.neighbours_dropped(), 0u);
+  EXPECT_GE(Stats(1).steps(), after + 10);
+}
+
+}  // namespace
+}  // namespace tern

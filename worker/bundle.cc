@@ -1,0 +1,135 @@
+#include "worker/bundle.h"
+
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/wire.h"
+
+namespace tern {
+
+v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, int64_t round,
+                                int sender) {
+  v1::TensorBundle b;
+  b.set_run_id(run_id);
+  b.set_round(static_cast<uint64_t>(round));
+  b.set_sender(absl::StrCat(sender));
+  for (auto& [name, t] : msg.parts) {
+    v1::NamedTensor* nt = b.add_tensors();
+    nt->set_name(name);
+    nt->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
+    ToProto(std::move(t), nt->mutable_tensor());
+  }
+  return b;
+}
+
+absl::StatusOr<GossipMessage> GossipFromBundle(const v1::TensorBundle& bundle,
+                                               uint64_t expected_numel) {
+  GossipMessage msg;
+  std::set<std::string> seen;
+  for (const v1::NamedTensor& nt : bundle.tensors()) {
+    if (!seen.insert(nt.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("part '", nt.name(), "' appears twice"));
+    }
+    const v1::EncodedTensor& m = nt.tensor();
+    if (m.numel() != expected_numel) {
+      return absl::InvalidArgumentError(absl::StrCat("part '", nt.name(), "' has ", m.numel(),
+                                                     " elements, the model has ", expected_numel));
+    }
+    EncodedTensor t;
+    t.codec = m.codec();
+    t.params = m.params();
+    t.numel = m.numel();
+    t.scales.assign(m.scales().begin(), m.scales().end());
+    t.payload = m.payload();
+    msg.parts.emplace_back(nt.name(), std::move(t));
+  }
+  return msg;
+}
+
+absl::StatusOr<v1::TensorBundle> FlatToBundle(const std::vector<ParamTensor>& layout,
+                                              absl::Span<const float> values) {
+  v1::TensorBundle b;
+  for (const ParamTensor& p : layout) {
+    if (p.offset > values.size() || p.numel > values.size() - p.offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", p.name, "' lies outside the ", values.size(), " values"));
+    }
+    v1::NamedTensor* nt = b.add_tensors();
+    nt->set_name(p.name);
+    v1::EncodedTensor* t = nt->mutable_tensor();
+    t->set_codec("none.v1");
+    t->set_numel(p.numel);
+    t->set_dtype(v1::DTYPE_FLOAT32);
+    for (int64_t d : p.shape) t->add_shape(d);
+    t->set_payload(reinterpret_cast<const char*>(values.data() + p.offset), p.numel * 4);
+  }
+  return b;
+}
+
+absl::Status BundleToFlat(const v1::TensorBundle& bundle, const std::vector<ParamTensor>& layout,
+                          const CodecRegistry& codecs, absl::Span<float> out) {
+  if (static_cast<size_t>(bundle.tensors_size()) != layout.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("bundle has ", bundle.tensors_size(),
+                                                   " tensors, the model has ", layout.size()));
+  }
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const v1::NamedTensor& nt = bundle.tensors(static_cast<int>(i));
+    const ParamTensor& p = layout[i];
+    if (nt.name() != p.name) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, " is '", nt.name(), "', expected '", p.name, "'"));
+    }
+    if (nt.tensor().numel() != p.numel || p.offset + p.numel > out.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", p.name, "' has ", nt.tensor().numel(), " elements, expected ", p.numel));
+    }
+    absl::Status s = DecodeMessage(codecs, nt.tensor(), out.subspan(p.offset, p.numel));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name, "': ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ParamTensor>> LayoutFromBundle(const v1::TensorBundle& bundle,
+                                                          uint64_t max_params) {
+  std::vector<ParamTensor> layout;
+  std::set<std::string> seen;
+  uint64_t offset = 0;
+  for (const v1::NamedTensor& nt : bundle.tensors()) {
+    if (nt.name().empty() || !seen.insert(nt.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor name '", nt.name(), "' is empty or repeated"));
+    }
+    TERN_RETURN_IF_ERROR(ViewOf(nt.tensor()).status());  // shape agrees with numel
+    const uint64_t numel = nt.tensor().numel();
+    if (numel == 0 || numel > max_params - offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", nt.name(), "' is empty or takes the model past ", max_params, " values"));
+    }
+    ParamTensor p;
+    p.name = nt.name();
+    p.shape.assign(nt.tensor().shape().begin(), nt.tensor().shape().end());
+    if (p.shape.empty()) p.shape.push_back(static_cast<int64_t>(numel));
+    p.offset = offset;
+    p.numel = numel;
+    offset += numel;
+    layout.push_back(std::move(p));
+  }
+  if (layout.empty()) return absl::InvalidArgumentError("the model has no tensors");
+  return layout;
+}
+
+bool SameLayout(const std::vector<ParamTensor>& a, const std::vector<ParamTensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || a[i].shape != b[i].shape || a[i].numel != b[i].numel) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace tern

@@ -1,0 +1,46 @@
+// Conversions between the worker's in-memory values and tern.v1.TensorBundle: gossip messages,
+// and a model's flat parameter or gradient vector cut into its named tensors.
+//
+// Every function that reads a bundle treats it as untrusted and fails with InvalidArgument.
+#ifndef TERN_WORKER_BUNDLE_H_
+#define TERN_WORKER_BUNDLE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/registry.h"
+#include "tern/v1/tensor.pb.h"
+#include "worker/algorithm.h"
+#include "worker/model.h"
+
+namespace tern {
+
+// A gossip message as a bundle; its parts become the bundle's tensors, in order.
+v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, int64_t round,
+                                int sender);
+// The reverse; checks only structure (names unique, numel == expected_numel), not payloads.
+absl::StatusOr<GossipMessage> GossipFromBundle(const v1::TensorBundle& bundle,
+                                               uint64_t expected_numel);
+
+// `values` (the flat vector of `layout`) as one tensor per layout entry, codec "none", shapes set.
+absl::StatusOr<v1::TensorBundle> FlatToBundle(const std::vector<ParamTensor>& layout,
+                                              absl::Span<const float> values);
+
+// Decodes `bundle` into `out` (the flat vector of `layout`): the tensors must be exactly the
+// layout's, same names, order and element counts; any registered codec is accepted.
+absl::Status BundleToFlat(const v1::TensorBundle& bundle, const std::vector<ParamTensor>& layout,
+                          const CodecRegistry& codecs, absl::Span<float> out);
+
+// The layout a registering trainer declares: names, shapes and offsets in bundle order.
+absl::StatusOr<std::vector<ParamTensor>> LayoutFromBundle(const v1::TensorBundle& bundle,
+                                                          uint64_t max_params);
+
+// True when both layouts name the same tensors with the same shapes, in the same order.
+bool SameLayout(const std::vector<ParamTensor>& a, const std::vector<ParamTensor>& b);
+
+}  // namespace tern
+
+#endif  // TERN_WORKER_BUNDLE_H_

@@ -1,0 +1,477 @@
+#include "worker/daemon.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/chunking.h"
+#include "common/status_macros.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "spdlog/spdlog.h"
+#include "worker/bundle.h"
+
+namespace tern {
+namespace {
+
+// Replies of a streamed bundle: the first carries `first`'s header field, each a chunk.
+template <typename Reply, typename Header>
+absl::StatusOr<std::vector<Reply>> ChunkedReplies(const v1::TensorBundle& bundle,
+                                                  uint64_t stream_id,
+                                                  Header* (Reply::*mutable_header)(),
+                                                  const Header& header) {
+  TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks, ChunkBundle(bundle, stream_id));
+  std::vector<Reply> replies(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i == 0) *(replies[0].*mutable_header)() = header;
+    *replies[i].mutable_chunk() = std::move(chunks[i]);
+  }
+  return replies;
+}
+
+grpc::Status Unavailable() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Gossip.Push: reassemble, then RoundEngine::Deliver decides.
+class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
+ public:
+  explicit GossipService(WorkerDaemon* d) : d_(d) {}
+
+  grpc::ServerReadReactor<v1::BundleChunk>* Push(grpc::CallbackServerContext*,
+                                                 v1::PushReply* reply) override {
+    return new PushCall(d_, reply);
+  }
+  grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* Swap(
+      grpc::CallbackServerContext*) override {
+    return new SwapCall(d_);
+  }
+
+ private:
+  // SwarmSGD: read the caller's model, answer with ours (RoundEngine::HandleSwap).
+  class SwapCall final : public grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk> {
+   public:
+    explicit SwapCall(WorkerDaemon* d) : d_(d), assembler_(d->options_.max_bundle_bytes) {
+      StartRead(&chunk_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(ToGrpcStatus(
+            absl::InvalidArgumentError("stream ended before the bundle's last chunk")));
+        return;
+      }
+      wire_bytes_ += chunk_.ByteSizeLong() + 5;
+      absl::Status s = assembler_.Add(chunk_);
+      if (s.ok() && !assembler_.complete()) {
+        StartRead(&chunk_);
+        return;
+      }
+      absl::StatusOr<v1::TensorBundle> reply = absl::UnknownError("unset");
+      if (!s.ok()) {
+        reply = s;
+      } else if (absl::StatusOr<v1::TensorBundle> bundle = assembler_.Finish(); !bundle.ok()) {
+        reply = bundle.status();
+      } else {
+        reply = d_->engine_->HandleSwap(*bundle, wire_bytes_);
+      }
+      absl::StatusOr<std::vector<v1::BundleChunk>> chunks =
+          reply.ok() ? ChunkBundle(*reply, reply->round()) : reply.status();
+      if (!chunks.ok()) {
+        if (!absl::IsUnavailable(chunks.status())) {
+          spdlog::warn("worker {}: refused a swap: {}", d_->options_.engine.worker_id,
+                       chunks.status().ToString());
+        }
+        Finish(ToGrpcStatus(chunks.status()));
+        return;
+      }
+      out_ = *std::move(chunks);
+      StartWrite(&out_[0]);
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+      } else if (++next_ < out_.size()) {
+        StartWrite(&out_[next_]);
+      } else {
+        Finish(grpc::Status::OK);
+      }
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    WorkerDaemon* const d_;
+    BundleAssembler assembler_;
+    v1::BundleChunk chunk_;
+    uint64_t wire_bytes_ = 0;
+    std::vector<v1::BundleChunk> out_;
+    size_t next_ = 0;
+  };
+
+  class PushCall final : public grpc::ServerReadReactor<v1::BundleChunk> {
+   public:
+    PushCall(WorkerDaemon* d, v1::PushReply* reply)
+        : d_(d), reply_(reply), assembler_(d->options_.max_bundle_bytes) {
+      StartRead(&chunk_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Refuse(absl::InvalidArgumentError("stream ended before the bundle's last chunk"));
+        return;
+      }
+      wire_bytes_ += chunk_.ByteSizeLong() + 5;
+      if (absl::Status s = assembler_.Add(chunk_); !s.ok()) {
+        Refuse(s);
+        return;
+      }
+      if (!assembler_.complete()) {
+        StartRead(&chunk_);
+        return;
+      }
+      absl::StatusOr<v1::TensorBundle> bundle = assembler_.Finish();
+      if (!bundle.ok()) {
+        Refuse(bundle.status());
+        return;
+      }
+      absl::Status s = d_->engine_->Deliver(*bundle, wire_bytes_);
+      if (absl::IsUnavailable(s)) {
+        spdlog::debug("worker {}: not ready for '{}' round {}: {}", d_->options_.engine.worker_id,
+                      bundle->sender(), bundle->round(), s.ToString());
+      } else if (!s.ok()) {
+        spdlog::warn("worker {}: refused a message from '{}' for round {}: {}",
+                     d_->options_.engine.worker_id, bundle->sender(), bundle->round(),
+                     s.ToString());
+      }
+      reply_->set_receiver_round(static_cast<uint64_t>(d_->engine_->next_step()));
+      Finish(ToGrpcStatus(s));
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    void Refuse(const absl::Status& s) {
+      d_->engine_->CountRefused();
+      spdlog::warn("worker {}: refused a gossip stream: {}", d_->options_.engine.worker_id,
+                   s.ToString());
+      Finish(ToGrpcStatus(s));
+    }
+
+    WorkerDaemon* const d_;
+    v1::PushReply* const reply_;
+    BundleAssembler assembler_;
+    v1::BundleChunk chunk_;
+    uint64_t wire_bytes_ = 0;
+  };
+
+  WorkerDaemon* const d_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Trainer: Register and Step run on the round-loop thread; Snapshot and Stats answer at once.
+class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
+ public:
+  explicit TrainerService(WorkerDaemon* d) : d_(d) {}
+
+  grpc::ServerReadReactor<v1::RegisterRequest>* Register(grpc::CallbackServerContext*,
+                                                         v1::RegisterReply* reply) override {
+    return new RegisterCall(d_, reply);
+  }
+  grpc::ServerBidiReactor<v1::StepRequest, v1::StepReply>* Step(
+      grpc::CallbackServerContext*) override {
+    return new StepCall(d_);
+  }
+  grpc::ServerWriteReactor<v1::SnapshotReply>* Snapshot(
+      grpc::CallbackServerContext*, const v1::SnapshotRequest* request) override {
+    return new SnapshotCall(d_, *request);
+  }
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest*,
+                                  v1::WorkerStats* reply) override {
+    *reply = d_->engine_->Stats();
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  class RegisterCall final : public grpc::ServerReadReactor<v1::RegisterRequest> {
+   public:
+    RegisterCall(WorkerDaemon* d, v1::RegisterReply* reply)
+        : d_(d), reply_(reply), assembler_(d->options_.max_bundle_bytes) {
+      StartRead(&req_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(
+            ToGrpcStatus(absl::InvalidArgumentError("stream ended before the model's last chunk")));
+        return;
+      }
+      if (absl::Status s = assembler_.Add(req_.chunk()); !s.ok()) {
+        Finish(ToGrpcStatus(s));
+        return;
+      }
+      if (!assembler_.complete()) {
+        StartRead(&req_);
+        return;
+      }
+      absl::StatusOr<v1::TensorBundle> bundle = assembler_.Finish();
+      if (!bundle.ok()) {
+        Finish(ToGrpcStatus(bundle.status()));
+        return;
+      }
+      d_->Post([this, b = std::move(*bundle)](bool cancelled) {
+        Finish(cancelled ? Unavailable() : ToGrpcStatus(Run(b)));
+      });
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    absl::Status Run(const v1::TensorBundle& b) {
+      RoundEngine* e = d_->engine_.get();
+      TERN_ASSIGN_OR_RETURN(std::vector<ParamTensor> layout,
+                            LayoutFromBundle(b, d_->options_.engine.max_params));
+      const ParamTensor& last = layout.back();
+      std::vector<float> x0(last.offset + last.numel);
+      TERN_RETURN_IF_ERROR(BundleToFlat(b, layout, *d_->codecs_, absl::MakeSpan(x0)));
+      TERN_RETURN_IF_ERROR(e->Init(layout, x0));
+      const EngineOptions& o = d_->options_.engine;
+      reply_->set_worker_id(static_cast<uint32_t>(o.worker_id));
+      reply_->set_num_workers(static_cast<uint32_t>(o.num_workers));
+      reply_->set_algorithm(o.algorithm);
+      reply_->set_step(static_cast<uint64_t>(e->next_step()));
+      spdlog::info("worker {}: model registered ({} tensors, {} parameters)", o.worker_id,
+                   layout.size(), x0.size());
+      return absl::OkStatus();
+    }
+
+    WorkerDaemon* const d_;
+    v1::RegisterReply* const reply_;
+    BundleAssembler assembler_;
+    v1::RegisterRequest req_;
+  };
+
+  class StepCall final : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepReply> {
+   public:
+    explicit StepCall(WorkerDaemon* d) : d_(d), assembler_(d->options_.max_bundle_bytes) {
+      StartRead(&req_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(ToGrpcStatus(
+            absl::InvalidArgumentError("stream ended before the gradient's last chunk")));
+        return;
+      }
+      if (first_) {
+        if (!req_.has_info()) {
+          Finish(ToGrpcStatus(
+              absl::InvalidArgumentError("the first StepRequest must carry StepInfo")));
+          return;
+        }
+        info_ = req_.info();
+        first_ = false;
+      }
+      if (absl::Status s = assembler_.Add(req_.chunk()); !s.ok()) {
+        Finish(ToGrpcStatus(s));
+        return;
+      }
+      if (!assembler_.complete()) {
+        StartRead(&req_);
+        return;
+      }
+      absl::StatusOr<v1::TensorBundle> bundle = assembler_.Finish();
+      if (!bundle.ok()) {
+        Finish(ToGrpcStatus(bundle.status()));
+        return;
+      }
+      d_->Post([this, b = std::move(*bundle)](bool cancelled) {
+        absl::Status s = cancelled ? FromGrpcStatus(Unavailable()) : Run(b);
+        if (!s.ok()) {
+          Finish(ToGrpcStatus(s));
+          return;
+        }
+        StartWrite(&replies_[0]);
+      });
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the trainer went away"));
+        return;
+      }
+      if (++next_ < replies_.size()) {
+        StartWrite(&replies_[next_]);
+      } else {
+        Finish(grpc::Status::OK);
+      }
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    // On the loop thread: decode the gradient, run the step, stage the reply.
+    absl::Status Run(const v1::TensorBundle& b) {
+      RoundEngine* e = d_->engine_.get();
+      if (!e->initialized()) return absl::FailedPreconditionError("register the model first");
+      if (!d_->transport_->has_peers() && d_->options_.engine.num_workers > 1) {
+        return absl::UnavailableError("this worker does not know its peers yet");
+      }
+      std::vector<ParamTensor> layout = e->layout();
+      std::vector<float> grad(layout.back().offset + layout.back().numel);
+      TERN_RETURN_IF_ERROR(BundleToFlat(b, layout, *d_->codecs_, absl::MakeSpan(grad)));
+      StepInput in;
+      in.step = static_cast<int64_t>(info_.step());
+      in.lr = info_.lr();
+      in.loss = info_.loss();
+      in.compute_seconds = info_.compute_seconds();
+      in.grad = grad;
+      TERN_ASSIGN_OR_RETURN(StepOutcome out, e->Step(in));
+      v1::StepResult result;
+      result.set_step(static_cast<uint64_t>(out.step));
+      result.set_lr(out.lr);
+      for (int j : out.mixed) result.add_mixed(static_cast<uint32_t>(j));
+      for (int j : out.dropped) result.add_dropped(static_cast<uint32_t>(j));
+      TERN_ASSIGN_OR_RETURN(v1::TensorBundle params, FlatToBundle(layout, e->params()));
+      params.set_round(static_cast<uint64_t>(out.step));
+      TERN_ASSIGN_OR_RETURN(replies_, ChunkedReplies(params, static_cast<uint64_t>(out.step),
+                                                     &v1::StepReply::mutable_result, result));
+      return absl::OkStatus();
+    }
+
+    WorkerDaemon* const d_;
+    BundleAssembler assembler_;
+    v1::StepRequest req_;
+    v1::StepInfo info_;
+    bool first_ = true;
+    std::vector<v1::StepReply> replies_;
+    size_t next_ = 0;
+  };
+
+  class SnapshotCall final : public grpc::ServerWriteReactor<v1::SnapshotReply> {
+   public:
+    SnapshotCall(WorkerDaemon* d, const v1::SnapshotRequest& request) : d_(d) {
+      absl::Status s = Prepare(static_cast<int64_t>(request.round()));
+      if (!s.ok()) {
+        Finish(ToGrpcStatus(s));
+      } else {
+        StartWrite(&replies_[0]);
+      }
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+      } else if (++next_ < replies_.size()) {
+        StartWrite(&replies_[next_]);
+      } else {
+        Finish(grpc::Status::OK);
+      }
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    absl::Status Prepare(int64_t step) {
+      RoundEngine* e = d_->engine_.get();
+      v1::WorkerStats stats = e->Stats();  // before the snapshot, so they never run ahead of it
+      TERN_ASSIGN_OR_RETURN(std::vector<float> x, e->GetSnapshot(step));
+      TERN_ASSIGN_OR_RETURN(v1::TensorBundle b, FlatToBundle(e->layout(), x));
+      b.set_round(static_cast<uint64_t>(step));
+      TERN_ASSIGN_OR_RETURN(replies_, ChunkedReplies(b, static_cast<uint64_t>(step),
+                                                     &v1::SnapshotReply::mutable_stats, stats));
+      return absl::OkStatus();
+    }
+
+    WorkerDaemon* const d_;
+    std::vector<v1::SnapshotReply> replies_;
+    size_t next_ = 0;
+  };
+
+  WorkerDaemon* const d_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(DaemonOptions options,
+                                                                  const CodecRegistry* codecs) {
+  auto transport = std::make_unique<GrpcTransport>(options.engine.worker_id);
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<RoundEngine> engine,
+                        RoundEngine::Create(options.engine, codecs, transport.get()));
+  std::unique_ptr<WorkerDaemon> d(
+      new WorkerDaemon(std::move(options), codecs, std::move(transport), std::move(engine)));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(d->options_.listen, grpc::InsecureServerCredentials(), &d->port_);
+  builder.RegisterService(d->gossip_.get());
+  builder.RegisterService(d->trainer_.get());
+  // A request is one chunk (<= 1 MiB of data) plus a small header.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
+  d->server_ = builder.BuildAndStart();
+  if (d->server_ == nullptr || d->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", d->options_.listen));
+  }
+  d->server_->GetHealthCheckService()->SetServingStatus(true);
+  d->loop_ = std::thread([p = d.get()] { p->LoopThread(); });
+  return d;
+}
+
+WorkerDaemon::WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
+                           std::unique_ptr<GrpcTransport> transport,
+                           std::unique_ptr<RoundEngine> engine)
+    : options_(std::move(options)),
+      codecs_(codecs),
+      transport_(std::move(transport)),
+      engine_(std::move(engine)),
+      gossip_(std::make_unique<GossipService>(this)),
+      trainer_(std::make_unique<TrainerService>(this)) {}
+
+WorkerDaemon::~WorkerDaemon() { Shutdown(absl::Seconds(1)); }
+
+std::shared_ptr<grpc::Channel> WorkerDaemon::InProcessChannel() {
+  return server_->InProcessChannel(TernChannelArguments());
+}
+
+void WorkerDaemon::Post(std::function<void(bool)> job) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      jobs_.push_back(std::move(job));
+      return;
+    }
+  }
+  job(true);
+}
+
+void WorkerDaemon::LoopThread() {
+  while (true) {
+    std::function<void(bool)> job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](WorkerDaemon* d)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu_) { return d->stopping_ || !d->jobs_.empty(); },
+          this));
+      if (jobs_.empty()) return;  // stopping, and nothing left to answer
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job(false);
+  }
+}
+
+void WorkerDaemon::Shutdown(absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
+  engine_->Shutdown();  // a step waiting for neighbours returns now
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (loop_.joinable()) loop_.join();
+  if (server_ != nullptr) {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    server_->Wait();
+  }
+  transport_->Drain();
+}
+
+}  // namespace tern

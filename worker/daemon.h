@@ -1,0 +1,87 @@
+// The peer daemon: a gRPC server (callback API) with the Gossip and Trainer services plus health
+// and reflection, a RoundEngine, and the one thread that runs registrations and steps in order.
+//
+//   auto d = WorkerDaemon::Start(options, codecs);   // binds, serves
+//   d->SetPeers(addresses);                          // before the first step
+//   ... a trainer drives it over d->InProcessChannel() or the network ...
+//   d->Shutdown(absl::Seconds(5));                   // graceful
+//
+// Thread-safety: thread-safe. Shutdown() may be called from any thread, once.
+#ifndef TERN_WORKER_DAEMON_H_
+#define TERN_WORKER_DAEMON_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/registry.h"
+#include "worker/engine.h"
+#include "worker/grpc_transport.h"
+
+namespace tern {
+
+struct DaemonOptions {
+  std::string listen = "127.0.0.1:0";  // port 0: pick a free one (see port())
+  EngineOptions engine;
+  // Largest bundle (gossip message, gradient, registration) accepted, serialized.
+  uint64_t max_bundle_bytes = uint64_t{512} << 20;
+};
+
+class WorkerDaemon {
+ public:
+  // `codecs` must outlive the daemon.
+  static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Start(DaemonOptions options,
+                                                             const CodecRegistry* codecs);
+  ~WorkerDaemon();
+
+  int port() const { return port_; }
+  absl::Status SetPeers(const std::vector<std::string>& addresses) {
+    return transport_->SetPeers(addresses);
+  }
+  // A channel to this daemon that skips the network (the built-in trainer's).
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+  RoundEngine* engine() { return engine_.get(); }
+
+  // Stops accepting calls, lets running ones finish for up to `grace`, then cancels the rest.
+  void Shutdown(absl::Duration grace);
+
+  // Runs `job(false)` on the round-loop thread, after every job queued before it; after
+  // Shutdown() began, runs `job(true)` on the caller's thread instead (the job reports
+  // Unavailable).
+  void Post(std::function<void(bool cancelled)> job);
+
+ private:
+  class GossipService;
+  class TrainerService;
+  WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
+               std::unique_ptr<GrpcTransport> transport, std::unique_ptr<RoundEngine> engine);
+  void LoopThread();
+
+  const DaemonOptions options_;
+  const CodecRegistry* const codecs_;
+  const std::unique_ptr<GrpcTransport> transport_;  // outlives engine_ (destroyed after it)
+  const std::unique_ptr<RoundEngine> engine_;
+  std::unique_ptr<GossipService> gossip_;
+  std::unique_ptr<TrainerService> trainer_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+
+  absl::Mutex mu_;
+  std::deque<std::function<void(bool)>> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread loop_;
+};
+
+}  // namespace tern
+
+#endif  // TERN_WORKER_DAEMON_H_

@@ -1,0 +1,521 @@
+#include "worker/engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/chunking.h"
+#include "common/rng.h"
+#include "common/status_macros.h"
+#include "kernels/wire.h"
+#include "spdlog/spdlog.h"
+#include "worker/bundle.h"
+
+namespace tern {
+namespace {
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+// Transport-level failures: the peer did not get the message (dead, unreachable, too slow).
+bool PeerUnreachable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded ||
+         s.code() == absl::StatusCode::kCancelled;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions options,
+                                                                 const CodecRegistry* codecs,
+                                                                 PeerTransport* transport) {
+  if (options.num_workers < 1 || options.worker_id < 0 ||
+      options.worker_id >= options.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker id ", options.worker_id, " is not in [0, ", options.num_workers, ")"));
+  }
+  if (options.round_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("round timeout must be positive");
+  }
+  if (options.max_rounds_ahead < 1 || options.snapshot_every < 0 || options.max_snapshots < 1) {
+    return absl::InvalidArgumentError("max_rounds_ahead, max_snapshots must be >= 1");
+  }
+  auto topologies = NewBuiltinTopologyRegistry();
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Topology> topology, topologies->Create(options.topology));
+  // Fail now on a graph or weight rule that cannot work for this many workers.
+  TERN_ASSIGN_OR_RETURN(Graph g, topology->GraphFor(options.num_workers, 0));
+  TERN_RETURN_IF_ERROR(MixingWeights(g, options.weights).status());
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Algorithm> algorithm,
+                        CreateAlgorithm(options.algorithm, options.algorithm_options, codecs));
+  std::vector<std::string> parts = algorithm->MessageParts();
+  return absl::WrapUnique(new RoundEngine(std::move(options), codecs, transport,
+                                          std::move(topology), std::move(algorithm),
+                                          std::move(parts)));
+}
+
+RoundEngine::RoundEngine(EngineOptions options, const CodecRegistry* codecs,
+                         PeerTransport* transport, std::unique_ptr<Topology> topology,
+                         std::unique_ptr<Algorithm> algorithm, std::vector<std::string> parts)
+    : options_(std::move(options)),
+      codecs_(codecs),
+      transport_(transport),
+      topology_(std::move(topology)),
+      algorithm_(std::move(algorithm)),
+      parts_(std::move(parts)),
+      inbox_(std::make_shared<GossipInbox>(options_.max_rounds_ahead)),
+      up_(options_.num_workers, true),
+      heard_(options_.num_workers, false) {
+  stats_.set_worker_id(static_cast<uint32_t>(options_.worker_id));
+}
+
+absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Span<const float> x0) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (num_params_ > 0) {
+      if (!SameLayout(layout, layout_)) {
+        return absl::FailedPreconditionError(
+            "a different model is already registered with this worker");
+      }
+      return absl::OkStatus();
+    }
+  }
+  if (x0.empty() || x0.size() > options_.max_params) {
+    return absl::InvalidArgumentError(absl::StrCat("model of ", x0.size(), " values"));
+  }
+  TERN_RETURN_IF_ERROR(algorithm_->Init(x0, options_.worker_id));
+  {
+    absl::MutexLock lock(&mu_);
+    layout_ = layout;
+    num_params_ = x0.size();
+  }
+  KeepSnapshot(0, x0);
+  if (algorithm_->Asynchronous()) TERN_RETURN_IF_ERROR(Publish(0));
+  return absl::OkStatus();
+}
+
+bool RoundEngine::initialized() const {
+  absl::MutexLock lock(&mu_);
+  return num_params_ > 0;
+}
+
+std::vector<ParamTensor> RoundEngine::layout() const {
+  absl::MutexLock lock(&mu_);
+  return layout_;
+}
+
+int64_t RoundEngine::next_step() const {
+  absl::MutexLock lock(&mu_);
+  return next_step_;
+}
+
+absl::Span<const float> RoundEngine::params() const { return algorithm_->params(); }
+
+absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
+  uint64_t num_params;
+  {
+    absl::MutexLock lock(&mu_);
+    if (num_params_ == 0) return absl::FailedPreconditionError("no model registered");
+    if (shut_down_) return absl::UnavailableError("worker is shutting down");
+    if (in.step != next_step_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("step ", in.step, " sent, but this worker's next step is ", next_step_));
+    }
+    num_params = num_params_;
+  }
+  if (in.grad.size() != num_params) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient of ", in.grad.size(), " values for a model of ", num_params));
+  }
+  StepOutcome out;
+  out.step = in.step;
+  out.lr = in.lr > 0 ? in.lr : static_cast<float>(options_.lr.At(in.step));
+  const bool async = algorithm_->Asynchronous();
+  if (async) TERN_RETURN_IF_ERROR(ApplyMerges());
+  const absl::Time t0 = absl::Now();
+  TERN_ASSIGN_OR_RETURN(GossipMessage msg, algorithm_->Prepare(in.grad, out.lr, in.step));
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.set_encode_seconds(stats_.encode_seconds() + Seconds(t0));
+  }
+  const bool communicates = algorithm_->Communicates(in.step);
+  if (async) {
+    if (communicates) TERN_RETURN_IF_ERROR(RunSwap(in.step, std::move(msg), &out));
+    TERN_RETURN_IF_ERROR(Publish(in.step + 1));
+  } else if (communicates) {
+    TERN_RETURN_IF_ERROR(RunRound(in.step, std::move(msg), &out));
+  } else {
+    inbox_->Skip(in.step + 1);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    next_step_ = in.step + 1;
+    stats_.set_steps(stats_.steps() + 1);
+    if (communicates) stats_.set_rounds(stats_.rounds() + 1);
+    stats_.set_loss_sum(stats_.loss_sum() + in.loss);
+    stats_.set_compute_seconds(stats_.compute_seconds() + in.compute_seconds);
+  }
+  if ((options_.snapshot_every > 0 && (in.step + 1) % options_.snapshot_every == 0) ||
+      in.step + 1 == options_.final_step) {
+    KeepSnapshot(in.step + 1, algorithm_->params());
+  }
+  return out;
+}
+
+absl::StatusOr<MixingRow> RoundEngine::RowFor(const Graph& g, int64_t step) {
+  if (topology_->IsStatic()) {
+    if (static_rows_ == nullptr) {
+      TERN_ASSIGN_OR_RETURN(auto rows, MixingWeights(g, options_.weights));
+      static_rows_ = std::make_unique<std::vector<MixingRow>>(std::move(rows));
+    }
+    return (*static_rows_)[options_.worker_id];
+  }
+  TERN_ASSIGN_OR_RETURN(auto rows, MixingWeights(g, options_.weights));
+  (void)step;
+  return rows[options_.worker_id];
+}
+
+absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome* out) {
+  const int me = options_.worker_id;
+  TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, step));
+  const std::vector<int>& nbrs = g.neighbours[me];
+  const uint64_t payload = msg.PayloadBytes();
+  uint64_t dense = 0;
+  for (const auto& [name, t] : msg.parts) dense += 4 * t.numel;
+  v1::TensorBundle bundle = GossipToBundle(std::move(msg), options_.run_id, step, me);
+  TERN_ASSIGN_OR_RETURN(
+      std::vector<v1::BundleChunk> chunk_list,
+      ChunkBundle(bundle, (static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step)));
+  uint64_t wire = 0;
+  for (const auto& c : chunk_list) wire += c.ByteSizeLong() + 5;  // + gRPC message prefix
+  auto chunks = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunk_list));
+
+  // Push to every neighbour at once; a push that fails for transport reasons stops the wait
+  // for that neighbour's message too (it is gone).
+  struct Pushes {
+    absl::Mutex mu;
+    int pending ABSL_GUARDED_BY(mu) = 0;
+    std::map<int, absl::Status> results ABSL_GUARDED_BY(mu);
+  };
+  auto pushes = std::make_shared<Pushes>();
+  {
+    absl::MutexLock lock(&pushes->mu);
+    pushes->pending = static_cast<int>(nbrs.size());
+  }
+  const absl::Time t_send = absl::Now();
+  const absl::Time deadline = t_send + options_.round_timeout;
+  for (int j : nbrs) {
+    transport_->Send(j, chunks, deadline, !heard_[j],
+                     [pushes, inbox = inbox_, j, step](absl::Status s) {
+                       if (PeerUnreachable(s)) inbox->GiveUp(step, j);
+                       absl::MutexLock lock(&pushes->mu);
+                       pushes->results[j] = std::move(s);
+                       --pushes->pending;
+                     });
+  }
+  // Wait for the neighbours believed up; take whatever the others sent too.
+  std::vector<int> wait_for;
+  for (int j : nbrs) {
+    if (up_[j]) wait_for.push_back(j);
+  }
+  std::map<int, GossipMessage> received = inbox_->Take(step, wait_for, nbrs, deadline);
+  const absl::Time t_recv = absl::Now();
+  std::map<int, absl::Status> results;
+  {
+    absl::MutexLock lock(&pushes->mu);
+    auto done = [p = pushes.get()]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu) { return p->pending == 0; };
+    pushes->mu.AwaitWithDeadline(absl::Condition(&done), deadline + absl::Seconds(1));
+    results = pushes->results;
+  }
+  const absl::Time t_pushed = absl::Now();
+
+  uint64_t sent_to = 0;
+  std::vector<int> dropped;
+  for (int j : nbrs) {
+    auto it = results.find(j);
+    const absl::Status s =
+        it == results.end() ? absl::DeadlineExceededError("push still running") : it->second;
+    if (s.ok()) {
+      ++sent_to;
+    } else if (PeerUnreachable(s)) {
+      if (up_[j])
+        spdlog::warn("worker {}: round {}: push to {} failed: {}", me, step, j, s.ToString());
+      up_[j] = false;
+    } else {
+      spdlog::warn("worker {}: round {}: worker {} refused our message: {}", me, step, j,
+                   s.ToString());
+    }
+    if (received.count(j)) {
+      if (!up_[j]) spdlog::info("worker {}: round {}: worker {} is back", me, step, j);
+      up_[j] = true;
+      heard_[j] = true;
+      out->mixed.push_back(j);
+    } else {
+      if (up_[j]) {
+        spdlog::warn("worker {}: round {}: no message from {} by the deadline; dropped", me, step,
+                     j);
+      }
+      up_[j] = false;
+      dropped.push_back(j);
+    }
+  }
+  out->dropped = dropped;
+
+  const absl::Time t_combine = absl::Now();
+  TERN_ASSIGN_OR_RETURN(MixingRow full, RowFor(g, step));
+  MixingRow row = DropNeighbours(full, dropped);
+  std::map<int, const GossipMessage*> ptrs;
+  for (const auto& [j, m] : received) ptrs[j] = &m;
+  absl::Status s = algorithm_->Combine(row, ptrs);
+  if (!s.ok()) {
+    // Messages were checked on arrival, so this is unexpected; keep the local model rather than
+    // stop training.
+    spdlog::error("worker {}: round {}: combine failed ({}); keeping the local model", me, step,
+                  s.ToString());
+    MixingRow alone;
+    TERN_RETURN_IF_ERROR(algorithm_->Combine(alone, {}));
+    out->dropped = nbrs;
+    out->mixed.clear();
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + payload * sent_to);
+  stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + wire * sent_to);
+  stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + dense * sent_to);
+  stats_.set_wait_seconds(stats_.wait_seconds() + absl::ToDoubleSeconds(t_recv - t_send));
+  stats_.set_transfer_seconds(stats_.transfer_seconds() + absl::ToDoubleSeconds(t_pushed - t_recv));
+  stats_.set_combine_seconds(stats_.combine_seconds() + Seconds(t_combine));
+  stats_.set_neighbours_dropped(stats_.neighbours_dropped() + out->dropped.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(const v1::TensorBundle& bundle,
+                                                                 uint64_t num_params) const {
+  if (num_params == 0) return absl::UnavailableError("this worker has no model registered yet");
+  if (bundle.run_id() != options_.run_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("message of run '", bundle.run_id(), "' sent to run '", options_.run_id, "'"));
+  }
+  int sender;
+  if (!absl::SimpleAtoi(bundle.sender(), &sender) || sender < 0 || sender >= options_.num_workers ||
+      sender == options_.worker_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sender '", bundle.sender(), "' is not another worker of this run"));
+  }
+  if (bundle.round() > (uint64_t{1} << 62)) {
+    return absl::OutOfRangeError(absl::StrCat("round ", bundle.round(), " is absurd"));
+  }
+  const int64_t round = static_cast<int64_t>(bundle.round());
+  TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, round));
+  const auto& mine = g.neighbours[options_.worker_id];
+  if (!std::binary_search(mine.begin(), mine.end(), sender)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", sender, " is not a neighbour in round ", round));
+  }
+  TERN_ASSIGN_OR_RETURN(GossipMessage msg, GossipFromBundle(bundle, num_params));
+  if (msg.parts.size() != parts_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("message has ", msg.parts.size(),
+                                                   " parts, expected ", parts_.size(), " (",
+                                                   absl::StrJoin(parts_, ", "), ")"));
+  }
+  std::vector<float> scratch(num_params);
+  for (const std::string& name : parts_) {
+    const EncodedTensor* t = msg.Find(name);
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("message lacks part '", name, "'"));
+    }
+    absl::Status d = codecs_->Decode(EncodedView::Of(*t), absl::MakeSpan(scratch));
+    if (!d.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", d.message()));
+    }
+  }
+  return std::make_pair(sender, std::move(msg));
+}
+
+absl::Status RoundEngine::Deliver(const v1::TensorBundle& bundle, uint64_t wire_bytes) {
+  uint64_t num_params;
+  {
+    absl::MutexLock lock(&mu_);
+    num_params = num_params_;
+  }
+  absl::Status s = [&]() -> absl::Status {
+    if (num_params == 0) return absl::UnavailableError("this worker has no model registered yet");
+    if (algorithm_->Asynchronous()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(options_.algorithm, " has no rounds; use Gossip.Swap"));
+    }
+    // Checked again by Put under the inbox's lock; this early answer saves the decoding.
+    TERN_RETURN_IF_ERROR(inbox_->CheckRound(
+        static_cast<int64_t>(std::min<uint64_t>(bundle.round(), uint64_t{1} << 62))));
+    TERN_ASSIGN_OR_RETURN(auto checked, Check(bundle, num_params));
+    const uint64_t payload = checked.second.PayloadBytes();
+    TERN_RETURN_IF_ERROR(inbox_->Put(static_cast<int64_t>(bundle.round()), checked.first,
+                                     std::move(checked.second)));
+    absl::MutexLock lock(&mu_);
+    stats_.set_payload_bytes_received(stats_.payload_bytes_received() + payload);
+    stats_.set_wire_bytes_received(stats_.wire_bytes_received() + wire_bytes);
+    return absl::OkStatus();
+  }();
+  if (!s.ok() && !absl::IsUnavailable(s)) CountRefused();
+  return s;
+}
+
+absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(const v1::TensorBundle& bundle,
+                                                         uint64_t wire_bytes) {
+  uint64_t num_params;
+  {
+    absl::MutexLock lock(&mu_);
+    num_params = num_params_;
+  }
+  absl::StatusOr<v1::TensorBundle> reply = [&]() -> absl::StatusOr<v1::TensorBundle> {
+    if (!algorithm_->Asynchronous()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(options_.algorithm, " runs in rounds; use Gossip.Push"));
+    }
+    TERN_ASSIGN_OR_RETURN(auto checked, Check(bundle, num_params));
+    const uint64_t payload = checked.second.PayloadBytes();
+    absl::MutexLock lock(&mu_);
+    if (published_ == nullptr) return absl::UnavailableError("no model published yet");
+    if (shut_down_) return absl::UnavailableError("worker is shutting down");
+    // Bounded: a flood of swaps cannot grow memory without limit.
+    if (merges_.size() >= static_cast<size_t>(2 * options_.num_workers)) {
+      return absl::ResourceExhaustedError("too many averages pending; retry later");
+    }
+    merges_.push_back(std::move(checked));
+    stats_.set_payload_bytes_received(stats_.payload_bytes_received() + payload);
+    stats_.set_wire_bytes_received(stats_.wire_bytes_received() + wire_bytes);
+    v1::TensorBundle out = *published_;
+    stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + payload);
+    stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + 4 * num_params);
+    stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + out.ByteSizeLong());
+    return out;
+  }();
+  if (!reply.ok() && !absl::IsUnavailable(reply.status())) CountRefused();
+  return reply;
+}
+
+absl::Status RoundEngine::ApplyMerges() {
+  std::vector<std::pair<int, GossipMessage>> merges;
+  {
+    absl::MutexLock lock(&mu_);
+    merges.swap(merges_);
+  }
+  for (const auto& [j, msg] : merges) {
+    MixingRow row;
+    row.self = 0.5;
+    row.neighbours = {{j, 0.5}};
+    TERN_RETURN_IF_ERROR(algorithm_->Combine(row, {{j, &msg}}));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RoundEngine::Publish(int64_t step) {
+  TERN_ASSIGN_OR_RETURN(GossipMessage msg, algorithm_->Publish(step));
+  auto b = std::make_shared<const v1::TensorBundle>(
+      GossipToBundle(std::move(msg), options_.run_id, step, options_.worker_id));
+  absl::MutexLock lock(&mu_);
+  published_ = std::move(b);
+  return absl::OkStatus();
+}
+
+absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* out) {
+  const int me = options_.worker_id;
+  TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, step));
+  const std::vector<int>& nbrs = g.neighbours[me];
+  if (nbrs.empty()) return absl::OkStatus();
+  // The partner: a reproducible draw from (seed, worker, step).
+  const int j = nbrs[Mix64(options_.algorithm_options.seed ^
+                           Mix64((static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step))) %
+                     nbrs.size()];
+  const uint64_t payload = msg.PayloadBytes();
+  uint64_t dense = 0;
+  for (const auto& [name, t] : msg.parts) dense += 4 * t.numel;
+  v1::TensorBundle bundle = GossipToBundle(std::move(msg), options_.run_id, step, me);
+  TERN_ASSIGN_OR_RETURN(
+      std::vector<v1::BundleChunk> chunk_list,
+      ChunkBundle(bundle, (static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step)));
+  uint64_t wire = 0;
+  for (const auto& c : chunk_list) wire += c.ByteSizeLong() + 5;
+  auto chunks = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunk_list));
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<v1::TensorBundle> reply = transport_->Swap(j, chunks, t0 + options_.round_timeout);
+  const absl::Time t1 = absl::Now();
+  absl::StatusOr<std::pair<int, GossipMessage>> theirs =
+      reply.ok() ? Check(*reply, algorithm_->params().size())
+                 : absl::StatusOr<std::pair<int, GossipMessage>>(reply.status());
+  if (theirs.ok() && theirs->first != j) {
+    theirs = absl::InvalidArgumentError(absl::StrCat("worker ", j, " answered as ", theirs->first));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.set_transfer_seconds(stats_.transfer_seconds() + absl::ToDoubleSeconds(t1 - t0));
+    if (reply.ok()) {
+      stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + payload);
+      stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + wire);
+      stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + dense);
+      stats_.set_wire_bytes_received(stats_.wire_bytes_received() + reply->ByteSizeLong());
+    }
+    if (theirs.ok()) {
+      stats_.set_payload_bytes_received(stats_.payload_bytes_received() +
+                                        theirs->second.PayloadBytes());
+    } else {
+      stats_.set_neighbours_dropped(stats_.neighbours_dropped() + 1);
+    }
+  }
+  if (!theirs.ok()) {
+    spdlog::warn("worker {}: step {}: swap with {} failed: {}", me, step, j,
+                 theirs.status().ToString());
+    out->dropped = {j};
+    return absl::OkStatus();
+  }
+  MixingRow row;
+  row.self = 0.5;
+  row.neighbours = {{j, 0.5}};
+  const absl::Time t2 = absl::Now();
+  TERN_RETURN_IF_ERROR(algorithm_->Combine(row, {{j, &theirs->second}}));
+  out->mixed = {j};
+  absl::MutexLock lock(&mu_);
+  stats_.set_combine_seconds(stats_.combine_seconds() + Seconds(t2));
+  return absl::OkStatus();
+}
+
+void RoundEngine::CountRefused() {
+  absl::MutexLock lock(&mu_);
+  stats_.set_messages_refused(stats_.messages_refused() + 1);
+}
+
+void RoundEngine::KeepSnapshot(int64_t step, absl::Span<const float> x) {
+  std::vector<float> copy(x.begin(), x.end());
+  absl::MutexLock lock(&mu_);
+  snapshots_[step] = std::move(copy);
+  while (static_cast<int>(snapshots_.size()) > options_.max_snapshots) {
+    snapshots_.erase(snapshots_.begin());
+  }
+}
+
+absl::StatusOr<std::vector<float>> RoundEngine::GetSnapshot(int64_t step) const {
+  absl::MutexLock lock(&mu_);
+  auto it = snapshots_.find(step);
+  if (it != snapshots_.end()) return it->second;
+  if (step > next_step_ || num_params_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("not at step ", step, " yet (done ", next_step_, " steps)"));
+  }
+  return absl::NotFoundError(absl::StrCat("no snapshot of step ", step, " (kept every ",
+                                          options_.snapshot_every, " steps, the newest ",
+                                          options_.max_snapshots, ")"));
+}
+
+v1::WorkerStats RoundEngine::Stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void RoundEngine::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    shut_down_ = true;
+  }
+  inbox_->Close();
+}
+
+}  // namespace tern

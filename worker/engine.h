@@ -1,0 +1,167 @@
+// The round engine of one peer: runs an Algorithm's rounds over a PeerTransport.
+//
+// Each trainer step: Prepare (local update + encoding), push the message to this round's
+// neighbours, wait for theirs up to the round deadline, drop the silent ones from the mixing
+// weights (renormalised onto self), Combine. A neighbour whose push fails or that misses a
+// deadline is marked down and no longer waited for, but still sent to each round; it is back
+// as soon as one of its messages arrives. So a dead peer costs at most one round deadline.
+//
+// Incoming messages (Deliver) are checked completely before they are accepted: run id, sender is
+// a neighbour in that round's graph, round window, duplicates, and every part decodes to the
+// model's size. A refused message changes nothing.
+//
+// Thread-safety: thread-safe. Init() and Step() are called by one thread at a time (the
+// daemon's round loop); Deliver(), GetSnapshot() and Stats() from any thread.
+#ifndef TERN_WORKER_ENGINE_H_
+#define TERN_WORKER_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kernels/registry.h"
+#include "tern/v1/tensor.pb.h"
+#include "tern/v1/worker.pb.h"
+#include "worker/algorithm.h"
+#include "worker/gossip_inbox.h"
+#include "worker/lr_schedule.h"
+#include "worker/model.h"
+#include "worker/topology.h"
+
+namespace tern {
+
+// How the engine reaches its peers: gRPC in the daemon, in-memory in tests.
+class PeerTransport {
+ public:
+  using Chunks = std::shared_ptr<const std::vector<v1::BundleChunk>>;
+  virtual ~PeerTransport() = default;
+  // Sends one bundle's chunks to worker `to`. With `retry_unavailable`, an unreachable peer is
+  // retried with backoff until `deadline` (peers still starting up); otherwise one attempt.
+  // `done` runs exactly once, on any thread, with the receiver's verdict.
+  virtual void Send(int to, Chunks chunks, absl::Time deadline, bool retry_unavailable,
+                    std::function<void(absl::Status)> done) = 0;
+  // SwarmSGD: sends our model to `to` and returns its model (blocking, until `deadline`).
+  virtual absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time deadline) {
+    return absl::UnimplementedError("this transport cannot swap");
+  }
+};
+
+struct EngineOptions {
+  std::string run_id = "tern";
+  int worker_id = 0;
+  int num_workers = 1;
+  std::string algorithm = "dpsgd";
+  AlgorithmOptions algorithm_options;
+  std::string topology = "ring";
+  WeightRule weights = WeightRule::kAuto;
+  LrSchedule lr;
+  absl::Duration round_timeout = absl::Seconds(10);
+  int64_t max_rounds_ahead = 32;
+  // Keep the parameters after every `snapshot_every` steps (0: only after step 0), the newest
+  // `max_snapshots` of them.
+  int64_t snapshot_every = 0;
+  int64_t final_step = 0;  // also keep the parameters after this many steps (0: no)
+  int max_snapshots = 16;
+  uint64_t max_params = uint64_t{1} << 28;
+};
+
+struct StepInput {
+  int64_t step = 0;
+  float lr = 0;  // 0: the schedule's
+  float loss = 0;
+  double compute_seconds = 0;
+  absl::Span<const float> grad;
+};
+
+struct StepOutcome {
+  int64_t step = 0;
+  float lr = 0;
+  std::vector<int> mixed, dropped;
+};
+
+class RoundEngine {
+ public:
+  // `codecs` and `transport` must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<RoundEngine>> Create(EngineOptions options,
+                                                             const CodecRegistry* codecs,
+                                                             PeerTransport* transport);
+
+  // Starts the algorithm from `x0` laid out as `layout`. A second call with the same layout is
+  // a no-op (a trainer reconnecting); with another layout, FailedPrecondition.
+  absl::Status Init(const std::vector<ParamTensor>& layout, absl::Span<const float> x0);
+  bool initialized() const;
+  std::vector<ParamTensor> layout() const;
+  int64_t next_step() const;
+
+  // One training step; see the file comment. REQUIRES: Init().
+  absl::StatusOr<StepOutcome> Step(const StepInput& in);
+  // The current parameters. Only from the thread that calls Step().
+  absl::Span<const float> params() const;
+
+  // A neighbour's message (`wire_bytes` as received). OK or an error saying why it was refused.
+  absl::Status Deliver(const v1::TensorBundle& bundle, uint64_t wire_bytes);
+
+  // Parameters after `step` steps: NotFound when never kept or evicted, Unavailable when the
+  // worker has not got there yet.
+  absl::StatusOr<std::vector<float>> GetSnapshot(int64_t step) const;
+  v1::WorkerStats Stats() const;
+
+  // SwarmSGD: a neighbour's model; answers with ours and averages theirs in at our next step.
+  absl::StatusOr<v1::TensorBundle> HandleSwap(const v1::TensorBundle& bundle, uint64_t wire_bytes);
+
+  // Counts a refused incoming push (the RPC layer refuses some before Deliver).
+  void CountRefused();
+  // Wakes a Step() waiting for neighbours and refuses further messages.
+  void Shutdown();
+
+ private:
+  RoundEngine(EngineOptions options, const CodecRegistry* codecs, PeerTransport* transport,
+              std::unique_ptr<Topology> topology, std::unique_ptr<Algorithm> algorithm,
+              std::vector<std::string> parts);
+  absl::Status RunRound(int64_t step, GossipMessage msg, StepOutcome* out);
+  absl::Status RunSwap(int64_t step, GossipMessage msg, StepOutcome* out);
+  absl::Status ApplyMerges();
+  absl::Status Publish(int64_t step);
+  // Checks a peer's bundle (everything but the round window); returns sender and message.
+  absl::StatusOr<std::pair<int, GossipMessage>> Check(const v1::TensorBundle& bundle,
+                                                      uint64_t num_params) const;
+  absl::StatusOr<MixingRow> RowFor(const Graph& g, int64_t step);
+  void KeepSnapshot(int64_t step, absl::Span<const float> x) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const EngineOptions options_;
+  const CodecRegistry* const codecs_;
+  PeerTransport* const transport_;
+  const std::unique_ptr<Topology> topology_;
+  std::unique_ptr<Algorithm> algorithm_;  // used by the round loop only
+  const std::vector<std::string> parts_;  // part names every message must carry
+  // Shared with push callbacks, which may finish after a round gave up on them.
+  const std::shared_ptr<GossipInbox> inbox_;
+
+  // Round-loop state.
+  std::vector<bool> up_;     // neighbours worth waiting for
+  std::vector<bool> heard_;  // ever had a message from them
+  std::unique_ptr<std::vector<MixingRow>> static_rows_;
+
+  mutable absl::Mutex mu_;
+  std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);
+  uint64_t num_params_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // SwarmSGD: our model as neighbours get it, and their models waiting to be averaged in.
+  std::shared_ptr<const v1::TensorBundle> published_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<int, GossipMessage>> merges_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::vector<float>> snapshots_ ABSL_GUARDED_BY(mu_);
+  v1::WorkerStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tern
+
+#endif  // TERN_WORKER_ENGINE_H_

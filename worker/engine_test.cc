@@ -1,0 +1,293 @@
+#include "worker/engine.h"
+
+#include <thread>
+
+#include "common/chunking.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/builtin.h"
+#include "tests/testing/status_matchers.h"
+#include "worker/bundle.h"
+
+namespace tern {
+namespace {
+
+using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// Delivers pushes straight into the receiving engine, on a fresh thread like gRPC would; peers
+// marked dead answer Unavailable.
+class MemoryTransport final : public PeerTransport {
+ public:
+  std::vector<RoundEngine*> engines;
+  std::vector<bool> dead;
+  absl::Mutex mu;
+  std::vector<std::thread> threads ABSL_GUARDED_BY(mu);
+  ~MemoryTransport() override { Join(); }
+  void Join() {
+    std::vector<std::thread> ts;
+    {
+      absl::MutexLock lock(&mu);
+      ts.swap(threads);
+    }
+    for (auto& t : ts) t.join();
+  }
+  void Send(int to, Chunks chunks, absl::Time, bool,
+            std::function<void(absl::Status)> done) override {
+    absl::MutexLock lock(&mu);  // engines send from their own threads
+    threads.emplace_back([this, to, chunks, done = std::move(done)] {
+      if (dead[to]) {
+        done(absl::UnavailableError("connection refused"));
+        return;
+      }
+      BundleAssembler a(uint64_t{1} << 30);
+      uint64_t wire = 0;
+      for (const auto& c : *chunks) {
+        wire += c.ByteSizeLong();
+        ASSERT_THAT(a.Add(c), IsOk());
+      }
+      auto b = a.Finish();
+      ASSERT_THAT(b, IsOk());
+      done(engines[to]->Deliver(*b, wire));
+    });
+  }
+  absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time) override {
+    if (dead[to]) return absl::UnavailableError("connection refused");
+    BundleAssembler a(uint64_t{1} << 30);
+    for (const auto& c : *chunks) {
+      if (absl::Status s = a.Add(c); !s.ok()) return s;
+    }
+    auto b = a.Finish();
+    if (!b.ok()) return b.status();
+    return engines[to]->HandleSwap(*b, 0);
+  }
+};
+
+std::vector<ParamTensor> Layout(size_t n) {
+  ParamTensor p;
+  p.name = "w";
+  p.shape = {static_cast<int64_t>(n)};
+  p.numel = n;
+  return {p};
+}
+
+struct Cluster {
+  std::unique_ptr<CodecRegistry> codecs = NewBuiltinCodecRegistry();
+  MemoryTransport transport;
+  std::vector<std::unique_ptr<RoundEngine>> engines;
+
+  Cluster(int n, const std::string& algorithm, size_t dim, absl::Duration timeout,
+          int local_steps = 4) {
+    transport.dead.assign(n, false);
+    for (int i = 0; i < n; ++i) {
+      EngineOptions o;
+      o.worker_id = i;
+      o.num_workers = n;
+      o.algorithm = algorithm;
+      o.round_timeout = timeout;
+      o.snapshot_every = 1;
+      o.algorithm_options.local_steps = local_steps;
+      auto e = RoundEngine::Create(o, codecs.get(), &transport);
+      EXPECT_THAT(e, IsOk());
+      std::vector<float> x0(dim, static_cast<float>(i));  // different starts: mixing shows
+      EXPECT_THAT((*e)->Init(Layout(dim), x0), IsOk());
+      transport.engines.push_back(e->get());
+      engines.push_back(std::move(*e));
+    }
+  }
+
+  // One step on every live worker, each on its own thread (a round needs them concurrently).
+  std::vector<absl::StatusOr<StepOutcome>> Step(int64_t step, const std::vector<bool>& live) {
+    const int n = static_cast<int>(engines.size());
+    std::vector<absl::StatusOr<StepOutcome>> out(n, absl::UnknownError("not run"));
+    std::vector<std::thread> ts;
+    std::vector<float> zero(engines[0]->params().size(), 0.0f);
+    for (int i = 0; i < n; ++i) {
+      if (!live[i]) continue;
+      ts.emplace_back([&, i] {
+        StepInput in;
+        in.step = step;
+        in.lr = 0.1f;
+        in.grad = zero;
+        out[i] = engines[i]->Step(in);
+      });
+    }
+    for (auto& t : ts) t.join();
+    transport.Join();
+    return out;
+  }
+};
+
+TEST(RoundEngine, DpsgdRoundsAverageNeighboursLikeTheMixingMatrix) {
+  Cluster c(4, "dpsgd", 8, absl::Seconds(10));
+  auto out = c.Step(0, {true, true, true, true});
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_THAT(out[i], IsOk());
+    EXPECT_EQ(out[i]->mixed.size(), 2u);
+    EXPECT_TRUE(out[i]->dropped.empty());
+    // Ring of 4, uniform 1/3: worker i averages itself with i-1 and i+1 (zero gradient).
+    const float expect = (i + (i + 1) % 4 + (i + 3) % 4) / 3.0f;
+    EXPECT_FLOAT_EQ(c.engines[i]->params()[0], expect);
+  }
+  // The mean is preserved (W is doubly stochastic).
+  double sum = 0;
+  for (auto& e : c.engines) sum += e->params()[0];
+  EXPECT_NEAR(sum, 0 + 1 + 2 + 3, 1e-5);
+  auto stats = c.engines[0]->Stats();
+  EXPECT_EQ(stats.rounds(), 1u);
+  EXPECT_EQ(stats.payload_bytes_sent(), 2u * 8 * 4);
+  EXPECT_GT(stats.wire_bytes_sent(), stats.payload_bytes_sent());
+  EXPECT_EQ(stats.payload_bytes_received(), 2u * 8 * 4);
+}
+
+TEST(RoundEngine, DeadNeighbourIsDroppedWithoutWaitingForTheDeadline) {
+  Cluster c(4, "dpsgd", 8, absl::Seconds(30));
+  c.transport.dead[2] = true;
+  const absl::Time t0 = absl::Now();
+  auto out = c.Step(0, {true, true, false, true});
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));  // not the 30 s deadline
+  ASSERT_THAT(out[1], IsOk());
+  EXPECT_EQ(out[1]->dropped, std::vector<int>{2});
+  // Worker 1 mixes with 0 only; 2's weight went to itself: (1 + 1 + 0) / 3.
+  EXPECT_FLOAT_EQ(c.engines[1]->params()[0], (1.0f + 1.0f + 0.0f) / 3.0f);
+  // Next round: 2 is no longer waited for at all.
+  auto out2 = c.Step(1, {true, true, false, true});
+  ASSERT_THAT(out2[3], IsOk());
+  EXPECT_EQ(out2[3]->dropped, std::vector<int>{2});
+}
+
+TEST(RoundEngine, RefusesBadMessagesAndKeepsServing) {
+  Cluster c(4, "dpsgd", 8, absl::Seconds(10));
+  RoundEngine& e = *c.engines[0];
+  auto make = [&](const std::string& run, int64_t round, int sender) {
+    GossipMessage m;
+    EncodedTensor t;
+    std::vector<float> x(8, 1.0f);
+    EXPECT_THAT((*c.codecs->Create("none"))->Encode(x, {}, &t), IsOk());
+    m.parts.emplace_back("x", std::move(t));
+    return GossipToBundle(std::move(m), run, round, sender);
+  };
+  EXPECT_THAT(e.Deliver(make("other-run", 0, 1), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("run")));
+  EXPECT_THAT(e.Deliver(make("tern", 0, 2), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a neighbour")));
+  EXPECT_THAT(e.Deliver(make("tern", 0, 0), 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(e.Deliver(make("tern", 1000, 1), 0),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("ahead")));
+  v1::TensorBundle bad = make("tern", 0, 1);
+  bad.mutable_tensors(0)->mutable_tensor()->mutable_payload()->resize(5);
+  EXPECT_THAT(e.Deliver(bad, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  v1::TensorBundle renamed = make("tern", 0, 1);
+  renamed.mutable_tensors(0)->set_name("m");
+  EXPECT_THAT(e.Deliver(renamed, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(e.Stats().messages_refused(), 6u);
+  // A good one is accepted once; the round after it is closed refuses late copies.
+  EXPECT_THAT(e.Deliver(make("tern", 0, 1), 0), IsOk());
+  EXPECT_THAT(e.Deliver(make("tern", 0, 1), 0), StatusIs(absl::StatusCode::kAlreadyExists));
+  // Training goes on: all four workers complete two rounds.
+  for (int64_t s = 0; s < 2; ++s) {
+    auto out = c.Step(s, {true, true, true, true});
+    for (auto& o : out) ASSERT_THAT(o, IsOk());
+  }
+  EXPECT_THAT(e.Deliver(make("tern", 0, 1), 0),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("closed")));
+  EXPECT_THAT(e.GetSnapshot(2), IsOk());
+  EXPECT_THAT(e.GetSnapshot(50), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST(RoundEngine, SwarmAveragesPairwiseWithoutRoundsAndConservesTheMean) {
+  Cluster c(2, "swarm", 8, absl::Seconds(10), /*local_steps=*/1);
+  // Worker 0 steps alone: it swaps with 1 (its only neighbour) without 1 taking part.
+  auto out = c.Step(0, {true, false});
+  ASSERT_THAT(out[0], IsOk());
+  EXPECT_EQ(out[0]->mixed, std::vector<int>{1});
+  EXPECT_FLOAT_EQ(c.engines[0]->params()[0], 0.5f);
+  EXPECT_FLOAT_EQ(c.engines[1]->params()[0], 1.0f);  // averaged in at its next step
+  auto out1 = c.Step(0, {false, true});
+  ASSERT_THAT(out1[1], IsOk());
+  EXPECT_FLOAT_EQ(c.engines[1]->params()[0], 0.5f);
+  EXPECT_FLOAT_EQ(c.engines[0]->params()[0] + c.engines[1]->params()[0], 1.0f);
+  // Round-based pushes are refused: swarm has no rounds.
+  GossipMessage m;
+  EncodedTensor t;
+  ASSERT_THAT((*c.codecs->Create("none"))->Encode(std::vector<float>(8), {}, &t), IsOk());
+  m.parts.emplace_back("x", std::move(t));
+  EXPECT_THAT(c.engines[0]->Deliver(GossipToBundle(std::move(m), "tern", 1, 1), 0),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  // A swap with a malformed model is refused and nothing is queued.
+  v1::TensorBundle bad;
+  bad.set_run_id("tern");
+  bad.set_sender("1");
+  EXPECT_THAT(c.engines[0]->HandleSwap(bad, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  auto out2 = c.Step(1, {true, false});
+  ASSERT_THAT(out2[0], IsOk());
+}
+
+TEST(RoundEngine, SwarmSkipsADeadPartner) {
+  Cluster c(2, "swarm", 8, absl::Seconds(10), /*local_steps=*/1);
+  c.transport.dead[1] = true;
+  auto out = c.Step(0, {true, false});
+  ASSERT_THAT(out[0], IsOk());
+  EXPECT_EQ(out[0]->dropped, std::vector<int>{1});
+  EXPECT_FLOAT_EQ(c.engines[0]->params()[0], 0.0f);
+}
+
+TEST(RoundEngine, StepsMustComeInOrderAfterRegistration) {
+  auto codecs = NewBuiltinCodecRegistry();
+  MemoryTransport t;
+  EngineOptions o;
+  auto e = RoundEngine::Create(o, codecs.get(), &t);
+  ASSERT_THAT(e, IsOk());
+  std::vector<float> g(4);
+  StepInput in;
+  in.grad = g;
+  EXPECT_THAT((*e)->Step(in), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_THAT((*e)->Init(Layout(4), std::vector<float>(4, 1.0f)), IsOk());
+  EXPECT_THAT((*e)->Init(Layout(5), std::vector<float>(5, 1.0f)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  in.step = 3;
+  EXPECT_THAT((*e)->Step(in), StatusIs(absl::StatusCode::kFailedPrecondition));
+  in.step = 0;
+  std::vector<float> wrong(3);
+  in.grad = wrong;
+  EXPECT_THAT((*e)->Step(in), StatusIs(absl::StatusCode::kInvalidArgument));
+  in.grad = g;
+  EXPECT_THAT((*e)->Step(in), IsOk());  // one worker: no neighbours, no waiting
+}
+
+TEST(RoundEngine, CreateRejectsBadConfiguration) {
+  auto codecs = NewBuiltinCodecRegistry();
+  EngineOptions o;
+  o.num_workers = 4;
+  o.worker_id = 4;
+  EXPECT_THAT(RoundEngine::Create(o, codecs.get(), nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  o.worker_id = 0;
+  o.algorithm = "nope";
+  EXPECT_THAT(RoundEngine::Create(o, codecs.get(), nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  o.algorithm = "dpsgd";
+  o.topology = "hypercube";
+  EXPECT_FALSE(RoundEngine::Create(o, codecs.get(), nullptr).ok());
+  o.topology = "ring";
+  o.round_timeout = absl::ZeroDuration();
+  EXPECT_FALSE(RoundEngine::Create(o, codecs.get(), nullptr).ok());
+}
+
+TEST(LrSchedule, ShapesAndParsing) {
+  auto c = ParseLrSchedule("cosine:warmup=10", 0.1, 110);
+  ASSERT_THAT(c, IsOk());
+  EXPECT_NEAR(c->At(0), 0.01, 1e-9);
+  EXPECT_NEAR(c->At(110), 0.0, 1e-9);
+  EXPECT_GT(c->At(20), c->At(60));
+  auto s = ParseLrSchedule("step:every=10,gamma=0.5", 0.2, 0);
+  ASSERT_THAT(s, IsOk());
+  EXPECT_NEAR(s->At(25), 0.05, 1e-9);
+  EXPECT_FALSE(ParseLrSchedule("step", 0.1, 0).ok());
+  EXPECT_FALSE(ParseLrSchedule("linear", 0.1, 0).ok());
+  EXPECT_FALSE(ParseLrSchedule("constant", -1, 0).ok());
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,88 @@
+#include "worker/gossip_inbox.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace tern {
+
+absl::Status GossipInbox::CheckRound(int64_t round) const {
+  absl::MutexLock lock(&mu_);
+  return CheckRoundLocked(round);
+}
+
+absl::Status GossipInbox::Put(int64_t round, int sender, GossipMessage msg) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckRoundLocked(round); !s.ok()) return s;
+  auto [it, inserted] = messages_.try_emplace({round, sender}, std::move(msg));
+  if (!inserted) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("already have a message from worker ", sender, " for round ", round));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GossipInbox::CheckRoundLocked(int64_t round) const {
+  if (closed_) return absl::CancelledError("worker is shutting down");
+  if (round < floor_) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "round ", round, " is already closed here (this worker is at round ", floor_, ")"));
+  }
+  if (round >= floor_ + max_ahead_) {
+    return absl::OutOfRangeError(absl::StrCat("round ", round, " is more than ", max_ahead_,
+                                              " rounds ahead of this worker (at round ", floor_,
+                                              ")"));
+  }
+  return absl::OkStatus();
+}
+
+bool GossipInbox::HasAll(int64_t round, const std::vector<int>& senders) const {
+  return std::all_of(senders.begin(), senders.end(), [&](int s) {
+    return messages_.count({round, s}) > 0 || given_up_.count({round, s}) > 0;
+  });
+}
+
+void GossipInbox::DropBelow(int64_t round) {
+  messages_.erase(messages_.begin(), messages_.lower_bound({round, -1}));
+  given_up_.erase(given_up_.begin(), given_up_.lower_bound({round, -1}));
+  floor_ = std::max(floor_, round);
+}
+
+std::map<int, GossipMessage> GossipInbox::Take(int64_t round, const std::vector<int>& wait_for,
+                                               const std::vector<int>& accept,
+                                               absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || HasAll(round, wait_for);
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  std::map<int, GossipMessage> out;
+  for (int s : accept) {
+    auto it = messages_.find({round, s});
+    if (it != messages_.end()) out.emplace(s, std::move(it->second));
+  }
+  DropBelow(round + 1);
+  return out;
+}
+
+void GossipInbox::GiveUp(int64_t round, int sender) {
+  absl::MutexLock lock(&mu_);
+  if (round >= floor_) given_up_.insert({round, sender});
+}
+
+void GossipInbox::Skip(int64_t round) {
+  absl::MutexLock lock(&mu_);
+  DropBelow(round);
+}
+
+void GossipInbox::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
+int64_t GossipInbox::floor() const {
+  absl::MutexLock lock(&mu_);
+  return floor_;
+}
+
+}  // namespace tern

@@ -1,0 +1,73 @@
+// Neighbours' gossip messages waiting for the round loop, keyed by (round, sender).
+//
+// Messages may arrive before this worker reaches their round (a neighbour that is ahead), so the
+// inbox holds a bounded window of future rounds; a message for a round already closed, too far
+// ahead, or a second one from the same sender for a round is refused with an error the sender
+// sees. Take() closes a round: it waits for the listed senders up to a deadline, hands over what
+// arrived, and from then on refuses that round.
+//
+// Thread-safety: thread-safe. Put() is called from RPC threads, Take() from the round loop.
+#ifndef TERN_WORKER_GOSSIP_INBOX_H_
+#define TERN_WORKER_GOSSIP_INBOX_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/algorithm.h"
+
+namespace tern {
+
+class GossipInbox {
+ public:
+  // Rounds in [floor, floor + max_rounds_ahead) are accepted; floor starts at 0.
+  explicit GossipInbox(int64_t max_rounds_ahead) : max_ahead_(max_rounds_ahead) {}
+
+  // Stores `msg` from `sender` for `round`. OutOfRange for a closed or too-distant round,
+  // AlreadyExists for a duplicate, Cancelled after Close().
+  absl::Status Put(int64_t round, int sender, GossipMessage msg);
+
+  // The error Put would give for `round` (closed, too far ahead, shutting down), or OK.
+  absl::Status CheckRound(int64_t round) const;
+
+  // Waits until every sender in `wait_for` has a message for `round` (or `deadline`, or
+  // Close()), then returns the messages for `round` from the senders in `accept` (a superset of
+  // `wait_for`), discards everything older, and closes `round`.
+  std::map<int, GossipMessage> Take(int64_t round, const std::vector<int>& wait_for,
+                                    const std::vector<int>& accept, absl::Time deadline);
+
+  // Stops Take() waiting for `sender` in `round` (its push failed: it is gone).
+  void GiveUp(int64_t round, int sender);
+
+  // Closes every round below `round` without waiting (steps that do not communicate).
+  void Skip(int64_t round);
+
+  // Wakes Take() and refuses further messages.
+  void Close();
+
+  // The lowest round still open.
+  int64_t floor() const;
+
+ private:
+  absl::Status CheckRoundLocked(int64_t round) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasAll(int64_t round, const std::vector<int>& senders) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropBelow(int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int64_t max_ahead_;
+  mutable absl::Mutex mu_;
+  int64_t floor_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::pair<int64_t, int>, GossipMessage> messages_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<int64_t, int>> given_up_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tern
+
+#endif  // TERN_WORKER_GOSSIP_INBOX_H_

@@ -1,0 +1,65 @@
+#include "worker/gossip_inbox.h"
+
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tern {
+namespace {
+
+using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+
+TEST(GossipInbox, TakeWaitsForEveryListedSenderThenClosesTheRound) {
+  GossipInbox inbox(4);
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_THAT(inbox.Put(0, 2, GossipMessage{}), IsOk());
+  });
+  ASSERT_THAT(inbox.Put(0, 1, GossipMessage{}), IsOk());
+  auto got = inbox.Take(0, {1, 2}, {1, 2}, absl::Now() + absl::Seconds(10));
+  late.join();
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_EQ(inbox.floor(), 1);
+  EXPECT_THAT(inbox.Put(0, 1, GossipMessage{}), StatusIs(absl::StatusCode::kOutOfRange));
+}
+
+TEST(GossipInbox, DeadlineReturnsWhatArrived) {
+  GossipInbox inbox(4);
+  ASSERT_THAT(inbox.Put(0, 1, GossipMessage{}), IsOk());
+  const absl::Time t0 = absl::Now();
+  auto got = inbox.Take(0, {1, 2}, {1, 2}, t0 + absl::Milliseconds(100));
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(90));
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(got.count(1), 1u);
+}
+
+TEST(GossipInbox, GiveUpStopsTheWaitForThatSender) {
+  GossipInbox inbox(4);
+  inbox.GiveUp(0, 2);
+  const absl::Time t0 = absl::Now();
+  auto got = inbox.Take(0, {2}, {2}, t0 + absl::Seconds(30));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_TRUE(got.empty());
+}
+
+TEST(GossipInbox, WindowDuplicatesSkipAndClose) {
+  GossipInbox inbox(3);
+  EXPECT_THAT(inbox.Put(2, 1, GossipMessage{}), IsOk());
+  EXPECT_THAT(inbox.Put(3, 1, GossipMessage{}), StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(inbox.Put(2, 1, GossipMessage{}), StatusIs(absl::StatusCode::kAlreadyExists));
+  inbox.Skip(2);  // rounds 0 and 1 did not communicate
+  EXPECT_EQ(inbox.floor(), 2);
+  auto got = inbox.Take(2, {1}, {1}, absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(got.size(), 1u);
+  inbox.Close();
+  EXPECT_THAT(inbox.Put(3, 1, GossipMessage{}), StatusIs(absl::StatusCode::kCancelled));
+  const absl::Time t0 = absl::Now();
+  inbox.Take(3, {1}, {1}, t0 + absl::Seconds(30));  // returns at once once closed
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace tern

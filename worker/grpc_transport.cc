@@ -1,0 +1,182 @@
+#include "worker/grpc_transport.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/chunking.h"
+#include "common/status_macros.h"
+#include "grpcpp/alarm.h"
+
+namespace tern {
+
+grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+grpc::ChannelArguments TernChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetMaxReceiveMessageSize(4 << 20);
+  return args;
+}
+
+// One push attempt; on UNAVAILABLE with retries allowed it schedules its successor after a
+// backoff. Deletes itself in OnDone (gRPC's reactor ownership model).
+class GrpcTransport::PushCall final : public grpc::ClientWriteReactor<v1::BundleChunk> {
+ public:
+  PushCall(GrpcTransport* transport, v1::Gossip::Stub* stub, Chunks chunks, absl::Time deadline,
+           bool retry, absl::Duration backoff, std::function<void(absl::Status)> done)
+      : transport_(transport),
+        stub_(stub),
+        chunks_(std::move(chunks)),
+        deadline_(deadline),
+        retry_(retry),
+        backoff_(backoff),
+        done_(std::move(done)) {}
+
+  void Start() {
+    ctx_.set_deadline(absl::ToChronoTime(deadline_));
+    stub_->async()->Push(&ctx_, &reply_, this);
+    if (chunks_->empty()) {
+      StartWritesDone();
+    } else {
+      StartWrite(&(*chunks_)[0]);
+    }
+    StartCall();
+  }
+
+  // Starts this call after `delay` (the alarm lives in the call, which outlives it).
+  void StartAfter(absl::Duration delay) {
+    alarm_.Set(absl::ToChronoTime(absl::Now() + delay), [this](bool) { Start(); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) return;  // the stream broke; OnDone brings the status
+    if (++next_ < chunks_->size()) {
+      StartWrite(&(*chunks_)[next_]);
+    } else {
+      StartWritesDone();
+    }
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    const absl::Time now = absl::Now();
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && retry_ && now + backoff_ < deadline_) {
+      auto* next = new PushCall(transport_, stub_, chunks_, deadline_, retry_,
+                                std::min(backoff_ * 2, absl::Milliseconds(500)), std::move(done_));
+      next->StartAfter(backoff_);
+    } else {
+      done_(FromGrpcStatus(s));
+      transport_->Finished();
+    }
+    delete this;
+  }
+
+ private:
+  GrpcTransport* const transport_;
+  v1::Gossip::Stub* const stub_;
+  const Chunks chunks_;
+  const absl::Time deadline_;
+  const bool retry_;
+  const absl::Duration backoff_;
+  std::function<void(absl::Status)> done_;
+  grpc::ClientContext ctx_;
+  v1::PushReply reply_;
+  grpc::Alarm alarm_;
+  size_t next_ = 0;
+};
+
+absl::Status GrpcTransport::SetPeers(const std::vector<std::string>& addresses) {
+  if (self_ < 0 || static_cast<size_t>(self_) >= addresses.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker id ", self_, " is not in the list of ", addresses.size(), " peers"));
+  }
+  std::vector<std::unique_ptr<v1::Gossip::Stub>> stubs;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    if (static_cast<int>(i) == self_) {
+      stubs.push_back(nullptr);
+      continue;
+    }
+    if (addresses[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("peer ", i, " has no address"));
+    }
+    auto channel = grpc::CreateCustomChannel(addresses[i], grpc::InsecureChannelCredentials(),
+                                             TernChannelArguments());
+    stubs.push_back(v1::Gossip::NewStub(channel));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!stubs_.empty()) return absl::FailedPreconditionError("peers are already set");
+  stubs_ = std::move(stubs);
+  return absl::OkStatus();
+}
+
+bool GrpcTransport::has_peers() const {
+  absl::MutexLock lock(&mu_);
+  return !stubs_.empty();
+}
+
+void GrpcTransport::Send(int to, Chunks chunks, absl::Time deadline, bool retry_unavailable,
+                         std::function<void(absl::Status)> done) {
+  v1::Gossip::Stub* stub = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (to >= 0 && static_cast<size_t>(to) < stubs_.size()) stub = stubs_[to].get();
+    if (stub != nullptr) ++in_flight_;
+  }
+  if (stub == nullptr) {
+    done(absl::FailedPreconditionError(absl::StrCat("no address for worker ", to)));
+    return;
+  }
+  auto* call = new PushCall(this, stub, std::move(chunks), deadline, retry_unavailable,
+                            absl::Milliseconds(20), std::move(done));
+  call->Start();
+}
+
+absl::StatusOr<v1::TensorBundle> GrpcTransport::Swap(int to, Chunks chunks, absl::Time deadline) {
+  v1::Gossip::Stub* stub = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (to >= 0 && static_cast<size_t>(to) < stubs_.size()) stub = stubs_[to].get();
+  }
+  if (stub == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("no address for worker ", to));
+  }
+  // The round loop is the caller and has nothing else to do meanwhile: a blocking call.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  auto stream = stub->Swap(&ctx);
+  for (const v1::BundleChunk& c : *chunks) {
+    if (!stream->Write(c)) break;
+  }
+  stream->WritesDone();
+  BundleAssembler assembler(uint64_t{1} << 31);
+  v1::BundleChunk in;
+  absl::Status s;
+  while (s.ok() && !assembler.complete() && stream->Read(&in)) s = assembler.Add(in);
+  if (!assembler.complete()) ctx.TryCancel();
+  TERN_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));
+  TERN_RETURN_IF_ERROR(s);
+  return assembler.Finish();
+}
+
+void GrpcTransport::Finished() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+}
+
+void GrpcTransport::Drain() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &in_flight_));
+}
+
+}  // namespace tern

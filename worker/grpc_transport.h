@@ -1,0 +1,59 @@
+// PeerTransport over gRPC: one channel per peer, each push a client-streaming Gossip.Push call
+// (callback API) that writes a bundle's chunks in order, with the round's deadline.
+//
+// Thread-safety: thread-safe. Send() may be called from any thread; `done` callbacks run on
+// gRPC's threads. Drain() before destruction waits for every push still in flight.
+#ifndef TERN_WORKER_GRPC_TRANSPORT_H_
+#define TERN_WORKER_GRPC_TRANSPORT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "tern/v1/worker.grpc.pb.h"
+#include "worker/engine.h"
+
+namespace tern {
+
+class GrpcTransport final : public PeerTransport {
+ public:
+  explicit GrpcTransport(int self) : self_(self) {}
+  ~GrpcTransport() override { Drain(); }
+
+  // Addresses indexed by worker id ("host:port"); the entry for this worker is ignored.
+  absl::Status SetPeers(const std::vector<std::string>& addresses);
+  bool has_peers() const;
+
+  void Send(int to, Chunks chunks, absl::Time deadline, bool retry_unavailable,
+            std::function<void(absl::Status)> done) override;
+
+  absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time deadline) override;
+
+  // Blocks until no push is in flight.
+  void Drain();
+
+ private:
+  class PushCall;
+  void Finished();
+
+  const int self_;
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<v1::Gossip::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// gRPC status <-> absl::Status (same numeric codes).
+grpc::Status ToGrpcStatus(const absl::Status& s);
+absl::Status FromGrpcStatus(const grpc::Status& s);
+
+// Channel arguments tern uses for every channel: short reconnect backoff (peers come back),
+// message limits sized for 1 MiB chunks.
+grpc::ChannelArguments TernChannelArguments();
+
+}  // namespace tern
+
+#endif  // TERN_WORKER_GRPC_TRANSPORT_H_

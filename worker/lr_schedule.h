@@ -1,0 +1,35 @@
+// Learning-rate schedules the worker applies when its trainer leaves the rate to it.
+//
+// Thread-safety: immutable after construction.
+#ifndef TERN_WORKER_LR_SCHEDULE_H_
+#define TERN_WORKER_LR_SCHEDULE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tern {
+
+struct LrSchedule {
+  enum class Kind { kConstant, kCosine, kStep };
+  Kind kind = Kind::kConstant;
+  double base = 0.1;
+  int64_t warmup_steps = 0;  // linear ramp from base/warmup to base
+  int64_t total_steps = 0;   // cosine: decays to `min_lr` at total_steps
+  double min_lr = 0;
+  int64_t every = 0;  // step: multiply by gamma every `every` steps
+  double gamma = 0.1;
+
+  double At(int64_t step) const;
+};
+
+// "constant" | "cosine[:min=M]" | "step:every=N[,gamma=G]", with optional ",warmup=W" on any.
+// `base` and `total_steps` come from their own flags.
+absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view spec, double base,
+                                           int64_t total_steps);
+
+}  // namespace tern
+
+#endif  // TERN_WORKER_LR_SCHEDULE_H_
