@@ -277,15 +277,17 @@ int RunMain(const std::string& self_exe) {
     Child& c = children[i];
     c.id = i;
     c.log = absl::StrCat(dir, "/worker-", i, ".log");
-    std::vector<std::string> args = {"worker",
-                                     absl::StrCat("--id=", i),
-                                     absl::StrCat("--workers=", n),
-                                     "--listen=127.0.0.1:0",
-                                     absl::StrCat("--port_file=", dir, "/worker-", i, ".port"),
-                                     absl::StrCat("--peers_file=", dir, "/peers.txt"),
-                                     absl::StrCat("--snapshot_every=", every),
-                                     absl::StrCat("--total_steps=", total),
-                                     absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
+    std::vector<std::string> args = {
+        "worker",
+        absl::StrCat("--id=", i),
+        absl::StrCat("--workers=", n),
+        "--listen=127.0.0.1:0",
+        absl::StrCat("--port_file=", dir, "/worker-", i, ".port"),
+        absl::StrCat("--peers_file=", dir, "/peers.txt"),
+        absl::StrCat("--snapshot_every=", every),
+        absl::StrCat("--total_steps=", total),
+        absl::StrCat("--round_log=", dir, "/worker-", i, ".steps.jsonl"),
+        absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
     for (std::string& a : SharedTrainFlagArgs()) args.push_back(std::move(a));
     ::unlink((dir + absl::StrCat("/worker-", i, ".port")).c_str());
     c.pid = Spawn(self_exe, args, c.log);

@@ -11,7 +11,7 @@ ABSL_FLAG(std::string, topology, "ring",
           "training: ring | torus | exponential | one-peer-exponential | random-matching | "
           "complete");
 ABSL_FLAG(std::string, weights, "auto", "training: mixing weights: auto | uniform | metropolis");
-ABSL_FLAG(std::string, codec, "none",
+ABSL_FLAG(std::string, codec, "fp16",
           "training: CHOCO's compressor (any codec spec, e.g. topk:ratio=0.01); for the other "
           "algorithms what x is sent with (none, fp16, bf16)");
 ABSL_FLAG(double, momentum, 0.9, "training: momentum of dmsgd, decentlam, heavy-ball, choco");

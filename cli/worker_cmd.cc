@@ -36,6 +36,8 @@ ABSL_FLAG(int64_t, snapshot_every, 0, "worker: keep the parameters every N steps
 ABSL_FLAG(int64_t, total_steps, 0, "worker: steps of the whole run (cosine schedule)");
 ABSL_FLAG(bool, exit_after_training, false,
           "worker: exit when the built-in trainer finishes instead of serving until signalled");
+ABSL_FLAG(std::string, round_log, "",
+          "worker: write one JSON line per step (bytes sent and received, time split) here");
 ABSL_FLAG(double, peers_timeout, 60, "worker: seconds to wait for --peers_file");
 
 namespace tern {
@@ -87,6 +89,7 @@ int WorkerMain() {
   DaemonOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.engine = *engine;
+  options.round_log = absl::GetFlag(FLAGS_round_log);
   auto codecs = NewBuiltinCodecRegistry();
   auto daemon = WorkerDaemon::Start(options, codecs.get());
   if (!daemon.ok()) {

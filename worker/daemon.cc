@@ -1,8 +1,10 @@
 #include "worker/daemon.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/chunking.h"
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -30,6 +32,27 @@ absl::StatusOr<std::vector<Reply>> ChunkedReplies(const v1::TensorBundle& bundle
 
 grpc::Status Unavailable() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
+}
+
+// Feeds one chunk of a bundle stream: nullopt while more chunks are needed, then the bundle or
+// the error that ends the stream.
+std::optional<absl::StatusOr<v1::TensorBundle>> Feed(BundleAssembler& a,
+                                                     const v1::BundleChunk& chunk) {
+  if (absl::Status s = a.Add(chunk); !s.ok()) return absl::StatusOr<v1::TensorBundle>(s);
+  if (!a.complete()) return std::nullopt;
+  return a.Finish();
+}
+
+// The OnWriteDone of a reactor that streams `out` in order and then finishes OK.
+template <typename Reactor, typename Message>
+void WriteNextOrFinish(Reactor* r, bool ok, const std::vector<Message>& out, size_t* next) {
+  if (!ok) {
+    r->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+  } else if (++*next < out.size()) {
+    r->StartWrite(&out[*next]);
+  } else {
+    r->Finish(grpc::Status::OK);
+  }
 }
 
 }  // namespace
@@ -63,19 +86,13 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         return;
       }
       wire_bytes_ += chunk_.ByteSizeLong() + 5;
-      absl::Status s = assembler_.Add(chunk_);
-      if (s.ok() && !assembler_.complete()) {
+      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, chunk_);
+      if (!got) {
         StartRead(&chunk_);
         return;
       }
-      absl::StatusOr<v1::TensorBundle> reply = absl::UnknownError("unset");
-      if (!s.ok()) {
-        reply = s;
-      } else if (absl::StatusOr<v1::TensorBundle> bundle = assembler_.Finish(); !bundle.ok()) {
-        reply = bundle.status();
-      } else {
-        reply = d_->engine_->HandleSwap(*bundle, wire_bytes_);
-      }
+      absl::StatusOr<v1::TensorBundle> reply =
+          got->ok() ? d_->engine_->HandleSwap(**got, wire_bytes_) : got->status();
       absl::StatusOr<std::vector<v1::BundleChunk>> chunks =
           reply.ok() ? ChunkBundle(*reply, reply->round()) : reply.status();
       if (!chunks.ok()) {
@@ -89,15 +106,7 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
       out_ = *std::move(chunks);
       StartWrite(&out_[0]);
     }
-    void OnWriteDone(bool ok) override {
-      if (!ok) {
-        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
-      } else if (++next_ < out_.size()) {
-        StartWrite(&out_[next_]);
-      } else {
-        Finish(grpc::Status::OK);
-      }
-    }
+    void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, out_, &next_); }
     void OnDone() override { delete this; }
 
    private:
@@ -121,19 +130,16 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         return;
       }
       wire_bytes_ += chunk_.ByteSizeLong() + 5;
-      if (absl::Status s = assembler_.Add(chunk_); !s.ok()) {
-        Refuse(s);
-        return;
-      }
-      if (!assembler_.complete()) {
+      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, chunk_);
+      if (!got) {
         StartRead(&chunk_);
         return;
       }
-      absl::StatusOr<v1::TensorBundle> bundle = assembler_.Finish();
-      if (!bundle.ok()) {
-        Refuse(bundle.status());
+      if (!got->ok()) {
+        Refuse(got->status());
         return;
       }
+      const v1::TensorBundle* bundle = &**got;
       absl::Status s = d_->engine_->Deliver(*bundle, wire_bytes_);
       if (absl::IsUnavailable(s)) {
         spdlog::debug("worker {}: not ready for '{}' round {}: {}", d_->options_.engine.worker_id,
@@ -205,20 +211,16 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
             ToGrpcStatus(absl::InvalidArgumentError("stream ended before the model's last chunk")));
         return;
       }
-      if (absl::Status s = assembler_.Add(req_.chunk()); !s.ok()) {
-        Finish(ToGrpcStatus(s));
-        return;
-      }
-      if (!assembler_.complete()) {
+      std::optional<absl::StatusOr<v1::TensorBundle>> bundle = Feed(assembler_, req_.chunk());
+      if (!bundle) {
         StartRead(&req_);
         return;
       }
-      absl::StatusOr<v1::TensorBundle> bundle = assembler_.Finish();
-      if (!bundle.ok()) {
-        Finish(ToGrpcStatus(bundle.status()));
+      if (!bundle->ok()) {
+        Finish(ToGrpcStatus(bundle->status()));
         return;
       }
-      d_->Post([this, b = std::move(*bundle)](bool cancelled) {
+      d_->Post([this, b = **std::move(bundle)](bool cancelled) {
         Finish(cancelled ? Unavailable() : ToGrpcStatus(Run(b)));
       });
     }
@@ -269,20 +271,16 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
         info_ = req_.info();
         first_ = false;
       }
-      if (absl::Status s = assembler_.Add(req_.chunk()); !s.ok()) {
-        Finish(ToGrpcStatus(s));
-        return;
-      }
-      if (!assembler_.complete()) {
+      std::optional<absl::StatusOr<v1::TensorBundle>> bundle = Feed(assembler_, req_.chunk());
+      if (!bundle) {
         StartRead(&req_);
         return;
       }
-      absl::StatusOr<v1::TensorBundle> bundle = assembler_.Finish();
-      if (!bundle.ok()) {
-        Finish(ToGrpcStatus(bundle.status()));
+      if (!bundle->ok()) {
+        Finish(ToGrpcStatus(bundle->status()));
         return;
       }
-      d_->Post([this, b = std::move(*bundle)](bool cancelled) {
+      d_->Post([this, b = **std::move(bundle)](bool cancelled) {
         absl::Status s = cancelled ? FromGrpcStatus(Unavailable()) : Run(b);
         if (!s.ok()) {
           Finish(ToGrpcStatus(s));
@@ -291,17 +289,7 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
         StartWrite(&replies_[0]);
       });
     }
-    void OnWriteDone(bool ok) override {
-      if (!ok) {
-        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the trainer went away"));
-        return;
-      }
-      if (++next_ < replies_.size()) {
-        StartWrite(&replies_[next_]);
-      } else {
-        Finish(grpc::Status::OK);
-      }
-    }
+    void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, replies_, &next_); }
     void OnDone() override { delete this; }
 
    private:
@@ -327,6 +315,8 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
       result.set_lr(out.lr);
       for (int j : out.mixed) result.add_mixed(static_cast<uint32_t>(j));
       for (int j : out.dropped) result.add_dropped(static_cast<uint32_t>(j));
+      *result.mutable_step_stats() = out.delta;
+      d_->LogStep(out);
       TERN_ASSIGN_OR_RETURN(v1::TensorBundle params, FlatToBundle(layout, e->params()));
       params.set_round(static_cast<uint64_t>(out.step));
       TERN_ASSIGN_OR_RETURN(replies_, ChunkedReplies(params, static_cast<uint64_t>(out.step),
@@ -353,15 +343,7 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
         StartWrite(&replies_[0]);
       }
     }
-    void OnWriteDone(bool ok) override {
-      if (!ok) {
-        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
-      } else if (++next_ < replies_.size()) {
-        StartWrite(&replies_[next_]);
-      } else {
-        Finish(grpc::Status::OK);
-      }
-    }
+    void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, replies_, &next_); }
     void OnDone() override { delete this; }
 
    private:
@@ -406,6 +388,12 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(DaemonOptions 
     return absl::UnavailableError(absl::StrCat("cannot listen on ", d->options_.listen));
   }
   d->server_->GetHealthCheckService()->SetServingStatus(true);
+  if (!d->options_.round_log.empty()) {
+    d->round_log_.open(d->options_.round_log, std::ios::trunc);
+    if (!d->round_log_) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot write ", d->options_.round_log));
+    }
+  }
   d->loop_ = std::thread([p = d.get()] { p->LoopThread(); });
   return d;
 }
@@ -424,6 +412,20 @@ WorkerDaemon::~WorkerDaemon() { Shutdown(absl::Seconds(1)); }
 
 std::shared_ptr<grpc::Channel> WorkerDaemon::InProcessChannel() {
   return server_->InProcessChannel(TernChannelArguments());
+}
+
+void WorkerDaemon::LogStep(const StepOutcome& out) {
+  if (!round_log_.is_open()) return;
+  const v1::WorkerStats& d = out.delta;
+  round_log_ << absl::StrFormat(
+      "{\"step\":%d,\"lr\":%.6g,\"mixed\":%d,\"dropped\":%d,\"loss\":%.6g,"
+      "\"payload_bytes_sent\":%d,\"wire_bytes_sent\":%d,\"payload_bytes_received\":%d,"
+      "\"wire_bytes_received\":%d,\"dense_bytes_sent\":%d,\"compute_s\":%.6f,"
+      "\"encode_s\":%.6f,\"wait_s\":%.6f,\"transfer_s\":%.6f,\"combine_s\":%.6f}\n",
+      out.step, out.lr, out.mixed.size(), out.dropped.size(), d.loss_sum(), d.payload_bytes_sent(),
+      d.wire_bytes_sent(), d.payload_bytes_received(), d.wire_bytes_received(),
+      d.dense_bytes_sent(), d.compute_seconds(), d.encode_seconds(), d.wait_seconds(),
+      d.transfer_seconds(), d.combine_seconds());
 }
 
 void WorkerDaemon::Post(std::function<void(bool)> job) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -34,6 +35,8 @@ struct DaemonOptions {
   EngineOptions engine;
   // Largest bundle (gossip message, gradient, registration) accepted, serialized.
   uint64_t max_bundle_bytes = uint64_t{512} << 20;
+  // When set, one JSON line per step: its bytes (payload, wire, dense) and time split.
+  std::string round_log;
 };
 
 class WorkerDaemon {
@@ -65,6 +68,7 @@ class WorkerDaemon {
   WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
                std::unique_ptr<GrpcTransport> transport, std::unique_ptr<RoundEngine> engine);
   void LoopThread();
+  void LogStep(const StepOutcome& out);  // round-loop thread only
 
   const DaemonOptions options_;
   const CodecRegistry* const codecs_;
@@ -80,6 +84,7 @@ class WorkerDaemon {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
+  std::ofstream round_log_;  // written by the round-loop thread only
 };
 
 }  // namespace tern

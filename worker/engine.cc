@@ -26,6 +26,27 @@ bool PeerUnreachable(const absl::Status& s) {
 
 }  // namespace
 
+v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
+  v1::WorkerStats d;
+  d.set_worker_id(a.worker_id());
+  d.set_steps(a.steps() - b.steps());
+  d.set_rounds(a.rounds() - b.rounds());
+  d.set_payload_bytes_sent(a.payload_bytes_sent() - b.payload_bytes_sent());
+  d.set_wire_bytes_sent(a.wire_bytes_sent() - b.wire_bytes_sent());
+  d.set_payload_bytes_received(a.payload_bytes_received() - b.payload_bytes_received());
+  d.set_wire_bytes_received(a.wire_bytes_received() - b.wire_bytes_received());
+  d.set_dense_bytes_sent(a.dense_bytes_sent() - b.dense_bytes_sent());
+  d.set_compute_seconds(a.compute_seconds() - b.compute_seconds());
+  d.set_encode_seconds(a.encode_seconds() - b.encode_seconds());
+  d.set_wait_seconds(a.wait_seconds() - b.wait_seconds());
+  d.set_transfer_seconds(a.transfer_seconds() - b.transfer_seconds());
+  d.set_combine_seconds(a.combine_seconds() - b.combine_seconds());
+  d.set_loss_sum(a.loss_sum() - b.loss_sum());
+  d.set_messages_refused(a.messages_refused() - b.messages_refused());
+  d.set_neighbours_dropped(a.neighbours_dropped() - b.neighbours_dropped());
+  return d;
+}
+
 absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions options,
                                                                  const CodecRegistry* codecs,
                                                                  PeerTransport* transport) {
@@ -153,12 +174,28 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
     if (communicates) stats_.set_rounds(stats_.rounds() + 1);
     stats_.set_loss_sum(stats_.loss_sum() + in.loss);
     stats_.set_compute_seconds(stats_.compute_seconds() + in.compute_seconds);
+    out.delta = StatsDelta(stats_, last_step_stats_);
+    last_step_stats_ = stats_;
   }
   if ((options_.snapshot_every > 0 && (in.step + 1) % options_.snapshot_every == 0) ||
       in.step + 1 == options_.final_step) {
     KeepSnapshot(in.step + 1, algorithm_->params());
   }
   return out;
+}
+
+absl::StatusOr<RoundEngine::Outgoing> RoundEngine::Pack(int64_t step, GossipMessage msg) const {
+  const int me = options_.worker_id;
+  Outgoing o;
+  o.payload = msg.PayloadBytes();
+  for (const auto& [name, t] : msg.parts) o.dense += 4 * t.numel;
+  v1::TensorBundle bundle = GossipToBundle(std::move(msg), options_.run_id, step, me);
+  TERN_ASSIGN_OR_RETURN(
+      std::vector<v1::BundleChunk> chunks,
+      ChunkBundle(bundle, (static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step)));
+  for (const auto& c : chunks) o.wire += c.ByteSizeLong() + 5;  // + gRPC message prefix
+  o.chunks = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
+  return o;
 }
 
 absl::StatusOr<MixingRow> RoundEngine::RowFor(const Graph& g, int64_t step) {
@@ -178,16 +215,9 @@ absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome*
   const int me = options_.worker_id;
   TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, step));
   const std::vector<int>& nbrs = g.neighbours[me];
-  const uint64_t payload = msg.PayloadBytes();
-  uint64_t dense = 0;
-  for (const auto& [name, t] : msg.parts) dense += 4 * t.numel;
-  v1::TensorBundle bundle = GossipToBundle(std::move(msg), options_.run_id, step, me);
-  TERN_ASSIGN_OR_RETURN(
-      std::vector<v1::BundleChunk> chunk_list,
-      ChunkBundle(bundle, (static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step)));
-  uint64_t wire = 0;
-  for (const auto& c : chunk_list) wire += c.ByteSizeLong() + 5;  // + gRPC message prefix
-  auto chunks = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunk_list));
+  TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, std::move(msg)));
+  const uint64_t payload = o.payload, dense = o.dense, wire = o.wire;
+  const PeerTransport::Chunks chunks = std::move(o.chunks);
 
   // Push to every neighbour at once; a push that fails for transport reasons stops the wait
   // for that neighbour's message too (it is gone).
@@ -384,7 +414,11 @@ absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(const v1::TensorBundle&
     stats_.set_payload_bytes_received(stats_.payload_bytes_received() + payload);
     stats_.set_wire_bytes_received(stats_.wire_bytes_received() + wire_bytes);
     v1::TensorBundle out = *published_;
-    stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + payload);
+    uint64_t sent = 0;
+    for (const v1::NamedTensor& nt : out.tensors()) {
+      sent += nt.tensor().payload().size() + 4 * static_cast<uint64_t>(nt.tensor().scales_size());
+    }
+    stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + sent);
     stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + 4 * num_params);
     stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + out.ByteSizeLong());
     return out;
@@ -426,16 +460,9 @@ absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* 
   const int j = nbrs[Mix64(options_.algorithm_options.seed ^
                            Mix64((static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step))) %
                      nbrs.size()];
-  const uint64_t payload = msg.PayloadBytes();
-  uint64_t dense = 0;
-  for (const auto& [name, t] : msg.parts) dense += 4 * t.numel;
-  v1::TensorBundle bundle = GossipToBundle(std::move(msg), options_.run_id, step, me);
-  TERN_ASSIGN_OR_RETURN(
-      std::vector<v1::BundleChunk> chunk_list,
-      ChunkBundle(bundle, (static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step)));
-  uint64_t wire = 0;
-  for (const auto& c : chunk_list) wire += c.ByteSizeLong() + 5;
-  auto chunks = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunk_list));
+  TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, std::move(msg)));
+  const uint64_t payload = o.payload, dense = o.dense, wire = o.wire;
+  const PeerTransport::Chunks chunks = std::move(o.chunks);
   const absl::Time t0 = absl::Now();
   absl::StatusOr<v1::TensorBundle> reply = transport_->Swap(j, chunks, t0 + options_.round_timeout);
   const absl::Time t1 = absl::Now();

@@ -85,7 +85,11 @@ struct StepOutcome {
   int64_t step = 0;
   float lr = 0;
   std::vector<int> mixed, dropped;
+  v1::WorkerStats delta;  // what this step added to every counter
 };
+
+// after - before, counter by counter (worker_id kept).
+v1::WorkerStats StatsDelta(const v1::WorkerStats& after, const v1::WorkerStats& before);
 
 class RoundEngine {
  public:
@@ -126,6 +130,12 @@ class RoundEngine {
   RoundEngine(EngineOptions options, const CodecRegistry* codecs, PeerTransport* transport,
               std::unique_ptr<Topology> topology, std::unique_ptr<Algorithm> algorithm,
               std::vector<std::string> parts);
+  // A message ready to send: its chunks and what it counts as.
+  struct Outgoing {
+    PeerTransport::Chunks chunks;
+    uint64_t payload = 0, dense = 0, wire = 0;
+  };
+  absl::StatusOr<Outgoing> Pack(int64_t step, GossipMessage msg) const;
   absl::Status RunRound(int64_t step, GossipMessage msg, StepOutcome* out);
   absl::Status RunSwap(int64_t step, GossipMessage msg, StepOutcome* out);
   absl::Status ApplyMerges();
@@ -160,6 +170,7 @@ class RoundEngine {
   std::vector<std::pair<int, GossipMessage>> merges_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, std::vector<float>> snapshots_ ABSL_GUARDED_BY(mu_);
   v1::WorkerStats stats_ ABSL_GUARDED_BY(mu_);
+  v1::WorkerStats last_step_stats_ ABSL_GUARDED_BY(mu_);  // stats_ when the last Step ended
 };
 
 }  // namespace tern

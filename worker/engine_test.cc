@@ -126,6 +126,9 @@ TEST(RoundEngine, DpsgdRoundsAverageNeighboursLikeTheMixingMatrix) {
     ASSERT_THAT(out[i], IsOk());
     EXPECT_EQ(out[i]->mixed.size(), 2u);
     EXPECT_TRUE(out[i]->dropped.empty());
+    // This step's counters: one round, the model to two neighbours.
+    EXPECT_EQ(out[i]->delta.steps(), 1u);
+    EXPECT_EQ(out[i]->delta.payload_bytes_sent(), 2u * 8 * 4);
     // Ring of 4, uniform 1/3: worker i averages itself with i-1 and i+1 (zero gradient).
     const float expect = (i + (i + 1) % 4 + (i + 3) % 4) / 3.0f;
     EXPECT_FLOAT_EQ(c.engines[i]->params()[0], expect);
@@ -139,6 +142,12 @@ TEST(RoundEngine, DpsgdRoundsAverageNeighboursLikeTheMixingMatrix) {
   EXPECT_EQ(stats.payload_bytes_sent(), 2u * 8 * 4);
   EXPECT_GT(stats.wire_bytes_sent(), stats.payload_bytes_sent());
   EXPECT_EQ(stats.payload_bytes_received(), 2u * 8 * 4);
+  // The next step's delta starts from where this one ended.
+  auto out2 = c.Step(1, {true, true, true, true});
+  ASSERT_THAT(out2[0], IsOk());
+  EXPECT_EQ(out2[0]->delta.steps(), 1u);
+  EXPECT_EQ(out2[0]->delta.payload_bytes_sent(), 2u * 8 * 4);
+  EXPECT_EQ(c.engines[0]->Stats().payload_bytes_sent(), 4u * 8 * 4);
 }
 
 TEST(RoundEngine, DeadNeighbourIsDroppedWithoutWaitingForTheDeadline) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -31,9 +32,12 @@ std::string MakeTempDir() {
   return t;
 }
 
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+// With `own_group`, the child leads a new process group, as a shell job does (so a test can
+// send the group SIGINT the way a terminal's Ctrl-C does).
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log, bool own_group = false) {
   pid_t pid = fork();
   if (pid != 0) return pid;
+  if (own_group) setpgid(0, 0);
   int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   dup2(fd, 1);
   dup2(fd, 2);
@@ -76,7 +80,7 @@ bool Synthetic(const std::string& dir) {
 TEST(TernRun, ShortRunOfFourWorkerProcessesConverges) {
   const std::string dir = MakeTempDir();
   pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
-                     "--algorithm=dpsgd", "--log_level=warn", "--out=" + dir},
+                     "--algorithm=dpsgd", "--codec=none", "--log_level=warn", "--out=" + dir},
                     dir + "/run.log");
   ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
   EXPECT_EQ(Last(dir, "workers"), 4);
@@ -85,6 +89,10 @@ TEST(TernRun, ShortRunOfFourWorkerProcessesConverges) {
   EXPECT_NEAR(Last(dir, "compression"), 1.0, 1e-6);
   EXPECT_GT(Last(dir, "mb_sent_per_worker"), 0);
   EXPECT_NE(ReadFile(dir + "/report.html").find("<svg"), std::string::npos);
+  // Per-step accounting: one line per step, each a ring round's worth of bytes.
+  const std::string steps = ReadFile(dir + "/worker-0.steps.jsonl");
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 235);
+  EXPECT_NE(steps.find("\"payload_bytes_sent\":875088,"), std::string::npos);  // 2 x 109386 x 4
 }
 
 TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
@@ -100,6 +108,38 @@ TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
   EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.7);
   // Worker 2's neighbours noticed and dropped it.
   EXPECT_NE(ReadFile(dir + "/worker-1.log").find("push to 2 failed"), std::string::npos);
+}
+
+size_t MetricLines(const std::string& dir) {
+  std::ifstream f(dir + "/metrics.jsonl");
+  size_t n = 0;
+  std::string line;
+  while (std::getline(f, line)) n += !line.empty();
+  return n;
+}
+
+TEST(TernRun, CtrlCStopsEveryWorkerAndKeepsWhatWasMeasured) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn({"run", "--workers=4", "--epochs=3", "--batch=64", "--evals_per_epoch=4",
+                     "--algorithm=dpsgd", "--out=" + dir},
+                    dir + "/run.log", /*own_group=*/true);
+  // Wait for two evaluations, then Ctrl-C the whole job (launcher and workers).
+  for (int tries = 0; tries < 1200 && MetricLines(dir) < 2; ++tries) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GE(MetricLines(dir), 2u) << ReadFile(dir + "/run.log");
+  ASSERT_EQ(kill(-pid, SIGINT), 0);
+  EXPECT_EQ(Wait(pid), 130) << ReadFile(dir + "/run.log");
+  EXPECT_NE(ReadFile(dir + "/run.log").find("interrupted"), std::string::npos);
+  EXPECT_NE(ReadFile(dir + "/report.html").find("<svg"), std::string::npos);
+  // Nobody is left running in the job's process group.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(kill(-pid, 0), -1);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NE(ReadFile(absl::StrCat(dir, "/worker-", i, ".log")).find("shutting down"),
+              std::string::npos)
+        << "worker " << i;
+  }
 }
 
 class FourDaemons : public ::testing::Test {

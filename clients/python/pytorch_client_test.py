@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""ctest: two real `tern worker --trainer=external` daemons, each driven by a PyTorch trainer
+through the Python client. Exits 77 (skipped) when Debian's torch/grpcio or the dataset is
+missing."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+try:
+    import grpc  # noqa: F401
+    import numpy as np
+    import torch  # noqa: F401
+except ImportError as e:
+    print("SKIP: %s (install python3-torch python3-grpcio python3-protobuf)" % e)
+    sys.exit(77)
+
+import train_fashion_mnist as tfm
+
+if not os.path.exists(os.path.join(tfm.DATA, "train-images-idx3-ubyte.gz")):
+    print("SKIP: %s not installed (dataset-fashion-mnist)" % tfm.DATA)
+    sys.exit(77)
+
+TERN = sys.argv[1]
+STEPS = 150
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="tern-py-")
+    procs = []
+    for i in range(2):
+        procs.append(subprocess.Popen(
+            [TERN, "worker", "--trainer=external", "--id=%d" % i, "--workers=2",
+             "--algorithm=dpsgd", "--codec=none", "--round_timeout=60",
+             "--port_file=%s/%d.port" % (d, i), "--peers_file=%s/peers.txt" % d],
+            stdout=open("%s/worker-%d.log" % (d, i), "w"), stderr=subprocess.STDOUT))
+    ports = []
+    for i in range(2):
+        path = "%s/%d.port" % (d, i)
+        for _ in range(600):
+            if os.path.exists(path) and open(path).read().strip():
+                break
+            time.sleep(0.05)
+        ports.append(int(open(path).read()))
+    with open(d + "/peers.tmp", "w") as f:
+        f.write("".join("127.0.0.1:%d\n" % p for p in ports))
+    os.rename(d + "/peers.tmp", d + "/peers.txt")
+
+    results = [None, None]
+    errors = []
+
+    def run(i):
+        try:
+            results[i] = tfm.train("127.0.0.1:%d" % ports[i], i, 2, STEPS,
+                                   log=lambda s: print("[trainer %d] %s" % (i, s)))
+        except Exception as e:  # reported below
+            errors.append("trainer %d: %r" % (i, e))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    codes = [p.wait(timeout=30) for p in procs]
+    assert not errors, errors
+    assert codes == [0, 0], "workers exited with %s" % codes
+
+    (l0, m0, acc0), (l1, m1, acc1) = results
+    # Learning happened through the worker: the loss fell, and the model is good.
+    assert np.mean(l0[-30:]) < 0.7 * np.mean(l0[:30]), (np.mean(l0[:30]), np.mean(l0[-30:]))
+    assert acc0 > 0.65, acc0
+    # D-PSGD on two workers with weights 1/2 gives both the same average every round, so the two
+    # PyTorch models are identical: the gossip really ran between the daemons.
+    diff = max((a - b).abs().max().item() for a, b in zip(m0.parameters(), m1.parameters()))
+    assert diff < 1e-5, diff
+    print("OK: test accuracy %.2f%% / %.2f%%, max parameter difference %.2g" %
+          (100 * acc0, 100 * acc1, diff))
+
+
+if __name__ == "__main__":
+    main()
