@@ -198,7 +198,7 @@ absl::StatusOr<RoundEngine::Outgoing> RoundEngine::Pack(int64_t step, GossipMess
   return o;
 }
 
-absl::StatusOr<MixingRow> RoundEngine::RowFor(const Graph& g, int64_t step) {
+absl::StatusOr<MixingRow> RoundEngine::RowFor(const Graph& g) {
   if (topology_->IsStatic()) {
     if (static_rows_ == nullptr) {
       TERN_ASSIGN_OR_RETURN(auto rows, MixingWeights(g, options_.weights));
@@ -207,7 +207,6 @@ absl::StatusOr<MixingRow> RoundEngine::RowFor(const Graph& g, int64_t step) {
     return (*static_rows_)[options_.worker_id];
   }
   TERN_ASSIGN_OR_RETURN(auto rows, MixingWeights(g, options_.weights));
-  (void)step;
   return rows[options_.worker_id];
 }
 
@@ -225,6 +224,7 @@ absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome*
     absl::Mutex mu;
     int pending ABSL_GUARDED_BY(mu) = 0;
     std::map<int, absl::Status> results ABSL_GUARDED_BY(mu);
+    bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return pending == 0; }
   };
   auto pushes = std::make_shared<Pushes>();
   {
@@ -252,9 +252,8 @@ absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome*
   std::map<int, absl::Status> results;
   {
     absl::MutexLock lock(&pushes->mu);
-    auto done = [p = pushes.get()]()
-                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu) { return p->pending == 0; };
-    pushes->mu.AwaitWithDeadline(absl::Condition(&done), deadline + absl::Seconds(1));
+    pushes->mu.AwaitWithDeadline(absl::Condition(pushes.get(), &Pushes::Done),
+                                 deadline + absl::Seconds(1));
     results = pushes->results;
   }
   const absl::Time t_pushed = absl::Now();
@@ -262,6 +261,7 @@ absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome*
   uint64_t sent_to = 0;
   std::vector<int> dropped;
   for (int j : nbrs) {
+    const bool was_up = up_[j];
     auto it = results.find(j);
     const absl::Status s =
         it == results.end() ? absl::DeadlineExceededError("push still running") : it->second;
@@ -276,7 +276,7 @@ absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome*
                    s.ToString());
     }
     if (received.count(j)) {
-      if (!up_[j]) spdlog::info("worker {}: round {}: worker {} is back", me, step, j);
+      if (!was_up) spdlog::info("worker {}: round {}: worker {} is back", me, step, j);
       up_[j] = true;
       heard_[j] = true;
       out->mixed.push_back(j);
@@ -292,7 +292,7 @@ absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome*
   out->dropped = dropped;
 
   const absl::Time t_combine = absl::Now();
-  TERN_ASSIGN_OR_RETURN(MixingRow full, RowFor(g, step));
+  TERN_ASSIGN_OR_RETURN(MixingRow full, RowFor(g));
   MixingRow row = DropNeighbours(full, dropped);
   std::map<int, const GossipMessage*> ptrs;
   for (const auto& [j, m] : received) ptrs[j] = &m;

@@ -143,7 +143,7 @@ class RoundEngine {
   // Checks a peer's bundle (everything but the round window); returns sender and message.
   absl::StatusOr<std::pair<int, GossipMessage>> Check(const v1::TensorBundle& bundle,
                                                       uint64_t num_params) const;
-  absl::StatusOr<MixingRow> RowFor(const Graph& g, int64_t step);
+  absl::StatusOr<MixingRow> RowFor(const Graph& g);
   void KeepSnapshot(int64_t step, absl::Span<const float> x) ABSL_LOCKS_EXCLUDED(mu_);
 
   const EngineOptions options_;

@@ -37,9 +37,10 @@ absl::Status GossipInbox::CheckRoundLocked(int64_t round) const {
 }
 
 bool GossipInbox::HasAll(int64_t round, const std::vector<int>& senders) const {
-  return std::all_of(senders.begin(), senders.end(), [&](int s) {
-    return messages_.count({round, s}) > 0 || given_up_.count({round, s}) > 0;
-  });
+  for (int s : senders) {
+    if (messages_.count({round, s}) == 0 && given_up_.count({round, s}) == 0) return false;
+  }
+  return true;
 }
 
 void GossipInbox::DropBelow(int64_t round) {

@@ -106,8 +106,13 @@ TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
   EXPECT_NE(log.find("killed worker 2"), std::string::npos) << log;
   EXPECT_EQ(Last(dir, "workers"), 3);
   EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.7);
-  // Worker 2's neighbours noticed and dropped it.
-  EXPECT_NE(ReadFile(dir + "/worker-1.log").find("push to 2 failed"), std::string::npos);
+  // Worker 2's neighbours (1 and 3) noticed: their push failed, or its message never came.
+  for (int i : {1, 3}) {
+    const std::string log_i = ReadFile(absl::StrCat(dir, "/worker-", i, ".log"));
+    EXPECT_TRUE(log_i.find("push to 2 failed") != std::string::npos ||
+                log_i.find("no message from 2") != std::string::npos)
+        << log_i;
+  }
 }
 
 size_t MetricLines(const std::string& dir) {
