@@ -267,11 +267,14 @@ absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome*
         it == results.end() ? absl::DeadlineExceededError("push still running") : it->second;
     if (s.ok()) {
       ++sent_to;
+      up_[j] = true;  // reachable and in step with us: worth waiting for
     } else if (PeerUnreachable(s)) {
-      if (up_[j])
+      if (was_up) {
         spdlog::warn("worker {}: round {}: push to {} failed: {}", me, step, j, s.ToString());
+      }
       up_[j] = false;
     } else {
+      // Refused (a round it already closed, say): it is alive; its verdict is logged.
       spdlog::warn("worker {}: round {}: worker {} refused our message: {}", me, step, j,
                    s.ToString());
     }
@@ -281,11 +284,12 @@ absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome*
       heard_[j] = true;
       out->mixed.push_back(j);
     } else {
-      if (up_[j]) {
-        spdlog::warn("worker {}: round {}: no message from {} by the deadline; dropped", me, step,
-                     j);
+      // A slow neighbour that took our message stays awaited next round (it is behind, not
+      // gone); one that is unreachable was marked down above.
+      if (was_up) {
+        spdlog::warn("worker {}: round {}: no message from {} by the deadline; dropped this round",
+                     me, step, j);
       }
-      up_[j] = false;
       dropped.push_back(j);
     }
   }

@@ -2,9 +2,10 @@
 //
 // Each trainer step: Prepare (local update + encoding), push the message to this round's
 // neighbours, wait for theirs up to the round deadline, drop the silent ones from the mixing
-// weights (renormalised onto self), Combine. A neighbour whose push fails or that misses a
-// deadline is marked down and no longer waited for, but still sent to each round; it is back
-// as soon as one of its messages arrives. So a dead peer costs at most one round deadline.
+// weights (renormalised onto self), Combine. A neighbour whose push fails is marked down at once:
+// not waited for, but still sent to each round, and back as soon as a push to it succeeds or one
+// of its messages arrives. One that took our message but missed the deadline is only dropped from
+// that round (it is behind, not gone). So a dead peer costs at most one round deadline.
 //
 // Incoming messages (Deliver) are checked completely before they are accepted: run id, sender is
 // a neighbour in that round's graph, round window, duplicates, and every part decodes to the

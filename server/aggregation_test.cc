@@ -1,0 +1,145 @@
+#include "server/aggregation.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/builtin.h"
+#include "tests/testing/data.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tern {
+namespace {
+
+using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+
+std::vector<ClientUpdate> Spans(const std::vector<std::vector<float>>& v,
+                                std::vector<double> w = {}) {
+  std::vector<ClientUpdate> out;
+  for (size_t i = 0; i < v.size(); ++i) out.push_back({v[i], w.empty() ? 1.0 : w[i]});
+  return out;
+}
+
+std::vector<float> Aggregate(const std::string& spec, const std::vector<std::vector<float>>& v,
+                             std::vector<double> w = {}) {
+  auto rule = CreateAggregationRule(spec);
+  EXPECT_THAT(rule, IsOk());
+  std::vector<float> out(v[0].size());
+  EXPECT_THAT((*rule)->Aggregate(Spans(v, w), absl::MakeSpan(out)), IsOk()) << spec;
+  return out;
+}
+
+TEST(Aggregation, FedAvgIsTheSampleWeightedMean) {
+  auto out = Aggregate("fedavg", {{1, 10}, {4, 40}}, {1, 3});
+  EXPECT_FLOAT_EQ(out[0], (1 * 1 + 3 * 4) / 4.0f);
+  EXPECT_FLOAT_EQ(out[1], (1 * 10 + 3 * 40) / 4.0f);
+}
+
+// 7 honest clients near `center`, 2 Byzantine ones sending huge values: the robust rules stay
+// within the honest clients' range; FedAvg does not.
+TEST(Aggregation, RobustRulesIgnoreAMinorityOfByzantineUpdates) {
+  const size_t d = 64;
+  std::vector<std::vector<float>> v;
+  std::vector<float> lo(d, 1e9f), hi(d, -1e9f);
+  for (int i = 0; i < 7; ++i) {
+    v.push_back(testing::Gaussian(d, 10 + i));
+    for (size_t k = 0; k < d; ++k) {
+      lo[k] = std::min(lo[k], v.back()[k]);
+      hi[k] = std::max(hi[k], v.back()[k]);
+    }
+  }
+  v.push_back(std::vector<float>(d, 1e6f));
+  v.push_back(std::vector<float>(d, -3e6f));
+  for (const std::string spec :
+       {"median", "trimmed-mean:trim=0.25", "krum:f=2", "multi-krum:f=2,m=3"}) {
+    auto out = Aggregate(spec, v);
+    for (size_t k = 0; k < d; ++k) {
+      EXPECT_GE(out[k], lo[k] - 1e-5f) << spec << " coordinate " << k;
+      EXPECT_LE(out[k], hi[k] + 1e-5f) << spec << " coordinate " << k;
+    }
+  }
+  auto avg = Aggregate("fedavg", v);
+  EXPECT_LT(avg[0], -1e5f);
+}
+
+TEST(Aggregation, KrumPicksAnUpdateOfTheHonestCluster) {
+  std::vector<std::vector<float>> v = {{0, 0},         {0.1f, 0}, {0, 0.1f}, {0.1f, 0.1f},
+                                       {0.05f, 0.05f}, {50, 50},  {-40, 60}};
+  auto out = Aggregate("krum:f=2", v);
+  EXPECT_LT(std::abs(out[0]) + std::abs(out[1]), 0.3f);
+}
+
+TEST(Aggregation, MedianOfOddAndEvenCounts) {
+  EXPECT_FLOAT_EQ(Aggregate("median", {{1}, {9}, {3}})[0], 3.0f);
+  EXPECT_FLOAT_EQ(Aggregate("median", {{1}, {9}, {3}, {5}})[0], 4.0f);
+}
+
+TEST(Aggregation, ClippingBoundsEveryUpdatesNorm) {
+  // Two updates of norm 5 and 50 clipped to 5: FedAvg of (3,4) and (30,40)*0.1 = (3,4).
+  auto out = Aggregate("fedavg:clip=5", {{3, 4}, {30, 40}});
+  EXPECT_NEAR(out[0], 3.0f, 1e-5);
+  EXPECT_NEAR(out[1], 4.0f, 1e-5);
+  std::vector<float> v = {30, 40};
+  EXPECT_NEAR(ClipToNorm(absl::MakeSpan(v), 5), 0.1, 1e-12);
+  std::vector<float> small = {0.3f, 0.4f};
+  EXPECT_EQ(ClipToNorm(absl::MakeSpan(small), 5), 1.0);
+}
+
+TEST(Aggregation, BadSpecsAndInputsAreErrors) {
+  EXPECT_FALSE(CreateAggregationRule("mean").ok());
+  EXPECT_FALSE(CreateAggregationRule("trimmed-mean:trim=0.6").ok());
+  EXPECT_FALSE(CreateAggregationRule("krum:f=-1").ok());
+  EXPECT_FALSE(CreateAggregationRule("median:bogus=1").ok());
+  EXPECT_EQ((*CreateAggregationRule("multi-krum:f=1,m=4,clip=2"))->Spec(),
+            "multi-krum:f=1,m=4,clip=2");
+  auto krum = CreateAggregationRule("krum:f=2");
+  std::vector<float> out(2);
+  std::vector<std::vector<float>> six(6, std::vector<float>(2, 1.0f));
+  EXPECT_THAT((*krum)->Aggregate(Spans(six), absl::MakeSpan(out)),
+              StatusIs(absl::StatusCode::kInvalidArgument));  // needs 2f + 3 = 7
+  auto avg = CreateAggregationRule("fedavg");
+  EXPECT_THAT((*avg)->Aggregate({}, absl::MakeSpan(out)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<std::vector<float>> wrong = {{1, 2, 3}};
+  EXPECT_THAT((*avg)->Aggregate(Spans(wrong), absl::MakeSpan(out)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<std::vector<float>> two = {{1, 2}, {3, 4}};
+  EXPECT_THAT((*avg)->Aggregate(Spans(two, {0, 0}), absl::MakeSpan(out)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(FedAvgAccumulator, MatchesFedAvgOverEncodedUpdatesAndRefusesBadOnes) {
+  auto codecs = NewBuiltinCodecRegistry();
+  auto fp32 = *codecs->Create("none");
+  const size_t d = 1000;
+  std::vector<std::vector<float>> v;
+  std::vector<double> w = {100, 250, 50};
+  FedAvgAccumulator acc(codecs.get(), d);
+  for (int i = 0; i < 3; ++i) {
+    v.push_back(testing::Gaussian(d, 30 + i));
+    EncodedTensor t;
+    ASSERT_THAT(fp32->Encode(v.back(), {}, &t), IsOk());
+    ASSERT_THAT(acc.Add(EncodedView::Of(t), w[i]), IsOk());
+  }
+  // A truncated update and a wrong-size one are refused and leave the sum alone.
+  EncodedTensor bad;
+  ASSERT_THAT(fp32->Encode(v[0], {}, &bad), IsOk());
+  bad.payload.resize(bad.payload.size() - 3);
+  EXPECT_FALSE(acc.Add(EncodedView::Of(bad), 10).ok());
+  EncodedTensor small;
+  ASSERT_THAT(fp32->Encode(std::vector<float>(5), {}, &small), IsOk());
+  EXPECT_FALSE(acc.Add(EncodedView::Of(small), 10).ok());
+  EXPECT_EQ(acc.count(), 3u);
+  std::vector<float> streamed(d);
+  ASSERT_THAT(acc.Finish(absl::MakeSpan(streamed)), IsOk());
+  auto direct = Aggregate("fedavg", v, w);
+  for (size_t k = 0; k < d; ++k) EXPECT_NEAR(streamed[k], direct[k], 1e-5f);
+  FedAvgAccumulator empty(codecs.get(), d);
+  EXPECT_THAT(empty.Finish(absl::MakeSpan(streamed)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,116 @@
+#include "server/round.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/rng.h"
+
+namespace tern {
+
+absl::StatusOr<RoundPolicy::Sampling> ParseSampling(absl::string_view name) {
+  if (name == "uniform") return RoundPolicy::Sampling::kUniform;
+  if (name == "score") return RoundPolicy::Sampling::kScore;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown client sampling '", name, "' (uniform, score)"));
+}
+
+RoundTracker::RoundTracker(RoundPolicy policy) : policy_(policy) {}
+
+void RoundTracker::SetAvailable(std::set<int> clients) { available_ = std::move(clients); }
+
+void RoundTracker::SetScore(int client, double score) {
+  scores_[client] = score > 0 && std::isfinite(score) ? score : 1.0;
+}
+
+absl::StatusOr<std::vector<int>> RoundTracker::Open(absl::Time now) {
+  if (open_) return absl::FailedPreconditionError(absl::StrCat("round ", round_, " is open"));
+  if (available_.empty()) return absl::FailedPreconditionError("no client is available");
+  std::vector<int> pool(available_.begin(), available_.end());
+  const size_t k =
+      std::min(pool.size(), static_cast<size_t>(std::max(1, policy_.clients_per_round)));
+  std::vector<int> chosen;
+  // Weighted sampling without replacement (Efraimidis-Spirakis keys u^(1/w)); uniform is the
+  // special case w = 1. Reproducible from (seed, draw).
+  std::vector<std::pair<double, int>> keys;
+  for (int c : pool) {
+    const uint64_t h = Mix64(policy_.seed ^ Mix64((draws_ << 32) ^ static_cast<uint64_t>(c)));
+    const double u = (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53;
+    double w = 1.0;
+    if (policy_.sampling == RoundPolicy::Sampling::kScore) {
+      auto it = scores_.find(c);
+      w = it == scores_.end() ? 1.0 : it->second;
+    }
+    keys.push_back({std::log(u) / w, c});
+  }
+  ++draws_;
+  std::partial_sort(keys.begin(), keys.begin() + static_cast<long>(k), keys.end(),
+                    [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; i < k; ++i) chosen.push_back(keys[i].second);
+  std::sort(chosen.begin(), chosen.end());
+  ++round_;
+  open_ = true;
+  opened_ = now;
+  min_reached_ = absl::InfiniteFuture();
+  sampled_ = chosen;
+  replied_.clear();
+  return chosen;
+}
+
+absl::StatusOr<ReplyDecision> RoundTracker::Reply(int client, int64_t round, absl::Time now) {
+  if (open_ && round == round_) {
+    if (!std::binary_search(sampled_.begin(), sampled_.end(), client)) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("client ", client, " was not sampled for round ", round));
+    }
+    if (!replied_.insert(client).second) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("client ", client, " already replied for round ", round));
+    }
+    const int needed = std::min<int>(policy_.min_replies, static_cast<int>(sampled_.size()));
+    if (static_cast<int>(replied_.size()) == needed) min_reached_ = now;
+    return ReplyDecision{ReplyVerdict::kAccepted, 1.0};
+  }
+  if (round < 1 || round > round_) {
+    return absl::OutOfRangeError(absl::StrCat("round ", round, " does not exist (current round ",
+                                              round_, open_ ? ", open)" : ", closed)"));
+  }
+  auto it = recent_.find(round);
+  if (it == recent_.end()) {
+    return ReplyDecision{ReplyVerdict::kDropped, 0.0};  // late: its round is closed
+  }
+  auto& [sampled, replied] = it->second;
+  if (sampled.count(client) == 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("client ", client, " was not sampled for round ", round));
+  }
+  if (!replied.insert(client).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("client ", client, " already replied for round ", round));
+  }
+  const int64_t age = (open_ ? round_ : round_ + 1) - round;
+  return ReplyDecision{ReplyVerdict::kAcceptedStale,
+                       std::pow(policy_.staleness_decay, static_cast<double>(age))};
+}
+
+absl::Time RoundTracker::CloseTime() const {
+  if (!open_) return absl::InfinitePast();
+  const absl::Time hard = opened_ + policy_.deadline;
+  if (static_cast<int>(replied_.size()) == static_cast<int>(sampled_.size())) return opened_;
+  if (min_reached_ == absl::InfiniteFuture()) return hard;
+  return std::min(hard, min_reached_ + policy_.grace);
+}
+
+std::vector<int> RoundTracker::Close() {
+  if (!open_) return {};
+  open_ = false;
+  if (policy_.staleness_decay > 0 && policy_.max_staleness > 0) {
+    recent_[round_] = {std::set<int>(sampled_.begin(), sampled_.end()), replied_};
+    while (!recent_.empty() && recent_.begin()->first <= round_ - policy_.max_staleness) {
+      recent_.erase(recent_.begin());
+    }
+  }
+  return std::vector<int>(replied_.begin(), replied_.end());
+}
+
+}  // namespace tern

@@ -1,0 +1,98 @@
+// Bookkeeping of one aggregator's rounds (ALGORITHMS.md §4), independent of transport and
+// clock: which clients a round samples (uniform, or by a score such as the last update's norm or
+// loss), when a round closes (min replies + grace, or the deadline), and what happens to a reply
+// (accepted, late and dropped, late and staleness-weighted, or refused: wrong round, not
+// sampled, duplicate). The gRPC server feeds it and asks it; tests drive it with a fake clock.
+//
+// Thread-safety: thread-compatible; the server guards it with its own mutex.
+#ifndef TERN_SERVER_ROUND_H_
+#define TERN_SERVER_ROUND_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace tern {
+
+struct RoundPolicy {
+  int clients_per_round = 10;                   // K
+  int min_replies = 8;                          // a round may close once this many replied...
+  absl::Duration grace = absl::Seconds(2);      // ...and this long passed since the min-th
+  absl::Duration deadline = absl::Seconds(60);  // it closes at the latest here
+  // Late replies (for a closed round): dropped, or kept with weight staleness_decay^age when
+  // staleness_decay > 0 and age <= max_staleness rounds.
+  double staleness_decay = 0;
+  int max_staleness = 0;
+  enum class Sampling { kUniform, kScore };
+  Sampling sampling = Sampling::kUniform;
+  uint64_t seed = 1;
+};
+
+// "uniform" | "score" (clients with higher scores are sampled with higher probability).
+absl::StatusOr<RoundPolicy::Sampling> ParseSampling(absl::string_view name);
+
+enum class ReplyVerdict {
+  kAccepted,       // counts for the open round, weight as sent
+  kAcceptedStale,  // for a recent closed round; weight scaled by `weight_scale`
+  kDropped,        // too late; the sender should not retry
+};
+
+struct ReplyDecision {
+  ReplyVerdict verdict;
+  double weight_scale = 1.0;
+};
+
+class RoundTracker {
+ public:
+  explicit RoundTracker(RoundPolicy policy);
+
+  // Clients available for sampling (registered and alive), by id.
+  void SetAvailable(std::set<int> clients);
+  // Sampling score of a client (> 0; the default 1 is uniform).
+  void SetScore(int client, double score);
+
+  // Opens round `round()+1` at `now`, sampling min(K, available) clients; returns them.
+  // FailedPrecondition while a round is open or when no client is available.
+  absl::StatusOr<std::vector<int>> Open(absl::Time now);
+  bool open() const { return open_; }
+  int64_t round() const { return round_; }  // the open round, or the last closed one
+  const std::vector<int>& sampled() const { return sampled_; }
+  int replies() const { return static_cast<int>(replied_.size()); }
+
+  // A reply from `client` for `round` arriving at `now`. Errors (the RPC answers them): a round
+  // that never existed or is too old (OutOfRange), a client not sampled in it
+  // (PermissionDenied), a second reply (AlreadyExists).
+  absl::StatusOr<ReplyDecision> Reply(int client, int64_t round, absl::Time now);
+
+  // When the open round should close given what arrived so far (InfiniteFuture if never before
+  // its deadline), and whether it should close at `now`.
+  absl::Time CloseTime() const;
+  bool ShouldClose(absl::Time now) const { return open_ && now >= CloseTime(); }
+  // Closes the open round; returns the clients that replied in time.
+  std::vector<int> Close();
+
+ private:
+  RoundPolicy policy_;
+  std::set<int> available_;
+  std::map<int, double> scores_;
+  int64_t round_ = 0;
+  bool open_ = false;
+  absl::Time opened_ = absl::InfinitePast();
+  absl::Time min_reached_ = absl::InfiniteFuture();
+  std::vector<int> sampled_;
+  std::set<int> replied_;
+  // Closed rounds still taking stale replies: round -> (sampled, replied).
+  std::map<int64_t, std::pair<std::set<int>, std::set<int>>> recent_;
+  uint64_t draws_ = 0;
+};
+
+}  // namespace tern
+
+#endif  // TERN_SERVER_ROUND_H_
