@@ -6,30 +6,76 @@
 
 #include "common/simd.h"
 #include "common/thread_pool.h"
+#include "kernels/cpu/simd_rng.h"
 
 namespace tern {
 namespace {
 
 constexpr size_t kFilterBlock = 2048;
 
-// Branch-free compaction of one block: writes the passing indices to `buf`, returns their count.
+// Branch-free compaction of one block: writes the passing indices to `buf` and their values to
+// `vbuf` (taken while the block is in cache, so later steps never go back to x), returns the
+// count.
 TERN_MULTIVERSION size_t FilterBlock(const float* x, size_t n, uint32_t base, uint32_t min_key,
-                                     uint32_t* buf) {
+                                     uint32_t* buf, float* vbuf) {
   size_t c = 0;
   for (size_t i = 0; i < n; ++i) {
     buf[c] = base + static_cast<uint32_t>(i);
+    vbuf[c] = x[i];
     c += (std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu) >= min_key;
   }
   return c;
 }
 
+#if defined(TERN_X86_DISPATCH)
+// The same compaction 16 at a time: compare, then compress the passing lanes (indices and values)
+// with VPCOMPRESSD. Most groups pass nothing and cost a load and a compare. Writes up to 16
+// entries past the returned count.
+TERN_TARGET_AVX512 size_t FilterBlockAvx512(const float* x, size_t n, uint32_t base,
+                                            uint32_t min_key, uint32_t* buf, float* vbuf) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i threshold = _mm512_set1_epi32(static_cast<int>(min_key));
+  const __m512i sixteen = _mm512_set1_epi32(16);
+  __m512i idx =
+      _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(base)),
+                       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+  size_t c = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i v = _mm512_loadu_si512(x + i);
+    const __mmask16 m = _mm512_cmpge_epu32_mask(_mm512_and_si512(v, abs_mask), threshold);
+    if (m != 0) {
+      _mm512_storeu_si512(buf + c, _mm512_maskz_compress_epi32(m, idx));
+      _mm512_storeu_si512(vbuf + c, _mm512_maskz_compress_epi32(m, v));
+      c += static_cast<size_t>(__builtin_popcount(m));
+    }
+    idx = _mm512_add_epi32(idx, sixteen);
+  }
+  for (; i < n; ++i) {
+    buf[c] = base + static_cast<uint32_t>(i);
+    vbuf[c] = x[i];
+    c += (std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu) >= min_key;
+  }
+  return c;
+}
+#endif
+
 void FilterRange(absl::Span<const float> x, size_t begin, size_t end, uint32_t min_key,
-                 std::vector<uint32_t>* out) {
-  uint32_t buf[kFilterBlock];
+                 std::vector<uint32_t>* out, std::vector<float>* values) {
+  uint32_t buf[kFilterBlock + 16];
+  float vbuf[kFilterBlock + 16];
+  const bool avx512 = CpuHasAvx512();
   for (size_t b = begin; b < end; b += kFilterBlock) {
     const size_t n = std::min(kFilterBlock, end - b);
-    const size_t c = FilterBlock(x.data() + b, n, static_cast<uint32_t>(b), min_key, buf);
+#if defined(TERN_X86_DISPATCH)
+    const size_t c =
+        avx512 ? FilterBlockAvx512(x.data() + b, n, static_cast<uint32_t>(b), min_key, buf, vbuf)
+               : FilterBlock(x.data() + b, n, static_cast<uint32_t>(b), min_key, buf, vbuf);
+#else
+    (void)avx512;
+    const size_t c = FilterBlock(x.data() + b, n, static_cast<uint32_t>(b), min_key, buf, vbuf);
+#endif
     out->insert(out->end(), buf, buf + c);
+    values->insert(values->end(), vbuf, vbuf + c);
   }
 }
 
@@ -48,56 +94,74 @@ uint32_t NthLargest(std::vector<uint32_t>& keys, size_t r) {
   return keys[r];
 }
 
-// From ascending candidates (a superset of the top-k), keeps exactly the k largest, ascending.
-void TrimToTopK(absl::Span<const float> x, size_t k, std::vector<uint32_t>* cand) {
+// From ascending candidates (a superset of the top-k) and their values, keeps exactly the k
+// largest, ascending.
+void TrimToTopK(size_t k, std::vector<uint32_t>* cand, std::vector<float>* values) {
   if (cand->size() <= k) return;
   std::vector<uint32_t> keys(cand->size());
-  for (size_t i = 0; i < cand->size(); ++i) keys[i] = MagnitudeKey(x[(*cand)[i]]);
+  for (size_t i = 0; i < cand->size(); ++i) keys[i] = MagnitudeKey((*values)[i]);
   const uint32_t kth = NthLargest(keys, k - 1);
   size_t above = 0;
-  for (uint32_t idx : *cand) above += MagnitudeKey(x[idx]) > kth;
+  for (float v : *values) above += MagnitudeKey(v) > kth;
   size_t ties = k - above;
   size_t w = 0;
-  for (uint32_t idx : *cand) {
-    const uint32_t key = MagnitudeKey(x[idx]);
-    if (key > kth || (key == kth && ties > 0 && ties--)) (*cand)[w++] = idx;
+  for (size_t i = 0; i < cand->size(); ++i) {
+    const uint32_t key = MagnitudeKey((*values)[i]);
+    if (key > kth || (key == kth && ties > 0 && ties--)) {
+      (*cand)[w] = (*cand)[i];
+      (*values)[w] = (*values)[i];
+      ++w;
+    }
   }
   cand->resize(w);
+  values->resize(w);
 }
 
 }  // namespace
 
 void SelectAtLeast(absl::Span<const float> x, uint32_t min_key, std::vector<uint32_t>* indices,
-                   ThreadPool* pool) {
+                   ThreadPool* pool, std::vector<float>* values) {
+  std::vector<float> local;
+  if (values == nullptr) values = &local;
   indices->clear();
+  values->clear();
   const size_t parts = (pool != nullptr && x.size() >= (size_t{1} << 18))
                            ? static_cast<size_t>(pool->num_threads()) + 1
                            : 1;
   if (parts == 1) {
-    FilterRange(x, 0, x.size(), min_key, indices);
+    FilterRange(x, 0, x.size(), min_key, indices, values);
     return;
   }
   std::vector<std::vector<uint32_t>> pieces(parts);
+  std::vector<std::vector<float>> vpieces(parts);
   const size_t per = (x.size() + parts - 1) / parts;
   pool->ParallelFor(parts, 1, 1, [&](size_t b, size_t e) {
     for (size_t p = b; p < e; ++p) {
-      FilterRange(x, p * per, std::min(x.size(), (p + 1) * per), min_key, &pieces[p]);
+      FilterRange(x, p * per, std::min(x.size(), (p + 1) * per), min_key, &pieces[p], &vpieces[p]);
     }
   });
   size_t total = 0;
   for (auto& p : pieces) total += p.size();
   indices->reserve(total);
-  for (auto& p : pieces) indices->insert(indices->end(), p.begin(), p.end());
+  values->reserve(total);
+  for (size_t p = 0; p < parts; ++p) {
+    indices->insert(indices->end(), pieces[p].begin(), pieces[p].end());
+    values->insert(values->end(), vpieces[p].begin(), vpieces[p].end());
+  }
 }
 
 void SelectTopK(absl::Span<const float> x, size_t k, std::vector<uint32_t>* indices,
-                ThreadPool* pool) {
+                ThreadPool* pool, std::vector<float>* values) {
+  std::vector<float> local;
+  if (values == nullptr) values = &local;
   const size_t d = x.size();
   indices->clear();
+  values->clear();
   if (k == 0) return;
   if (k >= d) {
     indices->resize(d);
     for (size_t i = 0; i < d; ++i) (*indices)[i] = static_cast<uint32_t>(i);
+    values->assign(x.begin(), x.end());
     return;
   }
   // A sample of m elements; its element of rank q (above the expected k*m/d by a few standard
@@ -108,24 +172,28 @@ void SelectTopK(absl::Span<const float> x, size_t k, std::vector<uint32_t>* indi
   const double r = static_cast<double>(k) * sample.size() / d;
   const size_t q = std::min(sample.size() - 1, static_cast<size_t>(r + 4 * std::sqrt(r) + 8));
   const uint32_t bound = NthLargest(sample, q);
-  SelectAtLeast(x, bound, indices, pool);
+  SelectAtLeast(x, bound, indices, pool, values);
   if (indices->size() < k) {
     // The sample misled us (adversarial layout): exact selection over every magnitude.
     std::vector<uint32_t> keys(d);
     for (size_t i = 0; i < d; ++i) keys[i] = MagnitudeKey(x[i]);
-    SelectAtLeast(x, NthLargest(keys, k - 1), indices, pool);
+    SelectAtLeast(x, NthLargest(keys, k - 1), indices, pool, values);
   }
-  TrimToTopK(x, k, indices);
+  TrimToTopK(k, indices, values);
 }
 
 DgcSelection SelectDgc(absl::Span<const float> x, size_t k, double sample_ratio,
-                       std::vector<uint32_t>* indices, ThreadPool* pool) {
+                       std::vector<uint32_t>* indices, ThreadPool* pool,
+                       std::vector<float>* values) {
+  std::vector<float> local;
+  if (values == nullptr) values = &local;
   DgcSelection sel;
   indices->clear();
+  values->clear();
   const size_t d = x.size();
   if (k == 0 || d == 0) return sel;
   if (k >= d) {
-    SelectTopK(x, k, indices, pool);
+    SelectTopK(x, k, indices, pool, values);
     sel.selected = indices->size();
     return sel;
   }
@@ -135,11 +203,11 @@ DgcSelection SelectDgc(absl::Span<const float> x, size_t k, double sample_ratio,
                             static_cast<size_t>(std::ceil(double(k) * sample.size() / d)) - 1);
   uint32_t key = NthLargest(sample, r);
   for (sel.tries = 1;; ++sel.tries) {
-    SelectAtLeast(x, key, indices, pool);
+    SelectAtLeast(x, key, indices, pool, values);
     sel.threshold_key = key;
     sel.selected = indices->size();
     if (indices->size() > k + 3 * k / 10) {  // > 1.3k: exact top-k of the selected
-      TrimToTopK(x, k, indices);
+      TrimToTopK(k, indices, values);
       break;
     }
     if (10 * indices->size() >= 8 * k || sel.tries == 10 || key == 0) break;

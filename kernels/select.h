@@ -26,12 +26,15 @@ inline uint32_t MagnitudeKey(float v) { return std::bit_cast<uint32_t>(v) & 0x7f
 // the lower indices. O(d): a strided sample bounds the k-th magnitude from below, one filtering
 // pass keeps ~k candidates, and a selection among them finishes; if the sample's bound turns out
 // too high, it falls back to nth_element over all magnitudes.
+// With `values`, also replaces *values with x at those indices (gathered during the filtering
+// pass, which saves the caller a second, cache-missing pass over x).
 void SelectTopK(absl::Span<const float> x, size_t k, std::vector<uint32_t>* indices,
-                ThreadPool* pool = nullptr);
+                ThreadPool* pool = nullptr, std::vector<float>* values = nullptr);
 
-// Replaces *indices with every i such that MagnitudeKey(x[i]) >= min_key, ascending.
+// Replaces *indices with every i such that MagnitudeKey(x[i]) >= min_key, ascending (and
+// *values with their values, when given).
 void SelectAtLeast(absl::Span<const float> x, uint32_t min_key, std::vector<uint32_t>* indices,
-                   ThreadPool* pool = nullptr);
+                   ThreadPool* pool = nullptr, std::vector<float>* values = nullptr);
 
 struct DgcSelection {
   uint32_t threshold_key = 0;  // the last threshold tried
@@ -43,7 +46,8 @@ struct DgcSelection {
 // `sample_ratio` * d elements; if more than 1.3k pass, keep the exact top-k of those; if fewer than
 // 0.8k, lower the threshold by 0.8x and retry, at most 10 passes in all.
 DgcSelection SelectDgc(absl::Span<const float> x, size_t k, double sample_ratio,
-                       std::vector<uint32_t>* indices, ThreadPool* pool = nullptr);
+                       std::vector<uint32_t>* indices, ThreadPool* pool = nullptr,
+                       std::vector<float>* values = nullptr);
 
 }  // namespace tern
 

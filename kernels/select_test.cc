@@ -1,7 +1,9 @@
 #include "kernels/select.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -24,8 +26,11 @@ TEST(SelectTopK, MatchesSortingOnAdversarialLayoutsAndTies) {
   for (const auto& x : inputs) {
     for (size_t k : {size_t{1}, size_t{17}, size_t{500}, x.size() - 1, x.size()}) {
       std::vector<uint32_t> idx;
-      SelectTopK(x, k, &idx);
+      std::vector<float> values;
+      SelectTopK(x, k, &idx, nullptr, &values);
       ASSERT_EQ(idx.size(), k);
+      ASSERT_EQ(values.size(), k);
+      for (size_t j = 0; j < k; ++j) ASSERT_EQ(values[j], x[idx[j]]);
       ASSERT_TRUE(std::is_sorted(idx.begin(), idx.end()));
       ASSERT_EQ(std::adjacent_find(idx.begin(), idx.end()), idx.end());
       std::vector<float> sel, all;
@@ -35,6 +40,35 @@ TEST(SelectTopK, MatchesSortingOnAdversarialLayoutsAndTies) {
       std::sort(all.begin(), all.end(), std::greater<>());
       all.resize(k);
       ASSERT_EQ(sel, all) << "k = " << k;  // the multiset of kept magnitudes is the top-k
+    }
+  }
+}
+
+// The filtering pass (AVX-512 compress, or the scalar loop under TERN_SIMD=avx2/none) keeps
+// exactly what a plain loop keeps, with bit-identical values, over sizes with ragged tails and
+// the awkward floats.
+TEST(SelectAtLeast, MatchesAPlainFilterIncludingValuesAndOddFloats) {
+  for (size_t n : {size_t{5}, size_t{2048}, size_t{3 * 2048 + 5}, size_t{100003}}) {
+    std::vector<float> x = testing::Gaussian(n, 44);
+    x[0] = std::numeric_limits<float>::quiet_NaN();
+    if (n > 3) {
+      x[1] = -std::numeric_limits<float>::infinity();
+      x[2] = -0.0f;
+      x[3] = std::numeric_limits<float>::denorm_min();
+    }
+    for (float t : {0.0f, 1e-30f, 0.5f, 2.5f, std::numeric_limits<float>::infinity()}) {
+      std::vector<uint32_t> idx;
+      std::vector<float> values;
+      SelectAtLeast(x, MagnitudeKey(t), &idx, nullptr, &values);
+      std::vector<uint32_t> want;
+      for (size_t i = 0; i < n; ++i) {
+        if (MagnitudeKey(x[i]) >= MagnitudeKey(t)) want.push_back(static_cast<uint32_t>(i));
+      }
+      ASSERT_EQ(idx, want) << "n = " << n << ", t = " << t;
+      ASSERT_EQ(values.size(), idx.size());
+      for (size_t j = 0; j < idx.size(); ++j) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(values[j]), std::bit_cast<uint32_t>(x[idx[j]]));
+      }
     }
   }
 }

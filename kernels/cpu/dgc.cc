@@ -21,9 +21,9 @@ class DgcCodec final : public internal::SparseCodec {
   absl::string_view Name() const override { return "dgc.v1"; }
 
  protected:
-  void Select(absl::Span<const float> x, ThreadPool* pool,
-              std::vector<uint32_t>* indices) override {
-    SelectDgc(x, SparseK(ratio_, x.size()), sample_, indices, pool);
+  void Select(absl::Span<const float> x, ThreadPool* pool, std::vector<uint32_t>* indices,
+              std::vector<float>* values) override {
+    SelectDgc(x, SparseK(ratio_, x.size()), sample_, indices, pool, values);
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/rng.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
@@ -23,6 +24,38 @@ TEST(Qsgd, IsUnbiased) {
   const auto x = testing::Gaussian(256, 71);
   const int trials = 4000;
   testing::ExpectUnbiased(testing::DecodeMoments(**codec, x, trials), x, trials);
+}
+
+// Every level is the documented draw l = floor(r) + [U(seed, i) < r - floor(r)], r = |x| s / ‖x‖,
+// whichever SIMD path made it (ctest reruns this under TERN_SIMD=avx2 and none). The size has a
+// whole block, a partial block and a tail that is not a multiple of 16.
+TEST(Qsgd, LevelsFollowTheDocumentedDraws) {
+  const uint32_t s = 8;
+  auto codec = NewBuiltinCodecRegistry()->Create(absl::StrCat("qsgd:levels=", s));
+  ASSERT_THAT(codec, IsOk());
+  auto x = testing::Gaussian(4096 + 1000 + 7, 73);
+  x[5] = 0.0f;
+  x[100] = -x[100];
+  EncodedTensor enc;
+  EncodeOptions eo;
+  eo.seed = 1234;
+  ASSERT_THAT((*codec)->Encode(x, eo, &enc), IsOk());
+  std::vector<float> y(x.size());
+  ASSERT_THAT((*codec)->Decode(EncodedView::Of(enc), absl::MakeSpan(y)), IsOk());
+  const float norm = enc.scales[0];
+  const RngKey key = MakeRngKey(1234);
+  const float scale = static_cast<float>(s) / norm;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float r = std::fabs(x[i]) * scale;
+    const float f = std::floor(r);
+    const float l = std::min(f + (Uniform01Lo(key, static_cast<uint32_t>(i)) < r - f ? 1.0f : 0.0f),
+                             static_cast<float>(s));
+    const double got = std::round(std::fabs(static_cast<double>(y[i])) * s / norm);
+    ASSERT_EQ(got, l) << "element " << i;
+    if (l > 0) {
+      ASSERT_EQ(std::signbit(y[i]), std::signbit(x[i])) << "element " << i;
+    }
+  }
 }
 
 TEST(Qsgd, VarianceIsWithinThePapersBound) {

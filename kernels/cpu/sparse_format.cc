@@ -41,18 +41,14 @@ absl::Status Parse(absl::string_view codec, const EncodedView& in, SparseView* v
 
 }  // namespace
 
-void WriteSparsePayload(absl::Span<const float> x, absl::Span<const uint32_t> idx,
-                        EncodedTensor* out) {
+void WriteSparsePayloadValues(absl::Span<const uint32_t> idx, absl::Span<const float> values,
+                              EncodedTensor* out) {
   const uint32_t k = static_cast<uint32_t>(idx.size());
   uint8_t* p = ResizePayload(&out->payload, 4 + 8 * size_t{k});
   std::memcpy(p, &k, 4);
   if (k == 0) return;  // (idx.data() may be null)
   std::memcpy(p + 4, idx.data(), 4 * size_t{k});
-  float* values = reinterpret_cast<float*>(p + 4 + 4 * size_t{k});
-  for (uint32_t j = 0; j < k; ++j) {
-    const float v = x[idx[j]];
-    std::memcpy(values + j, &v, 4);
-  }
+  std::memcpy(p + 4 + 4 * size_t{k}, values.data(), 4 * size_t{k});
 }
 
 absl::Status DecodeSparsePayload(absl::string_view codec, const EncodedView& in, float weight,
@@ -86,10 +82,10 @@ absl::Status ReadSparseIndices(absl::string_view codec, const EncodedView& in,
 absl::Status SparseCodec::Encode(absl::Span<const float> x, const EncodeOptions& options,
                                  EncodedTensor* out) {
   if (absl::Status s = CheckNumel(Name(), x.size()); !s.ok()) return s;
-  Select(x, options.pool, &indices_);
+  Select(x, options.pool, &indices_, &values_);
   SetHeader(*this, params_, x.size(), out);
   out->scales.clear();
-  WriteSparsePayload(x, indices_, out);
+  WriteSparsePayloadValues(indices_, values_, out);
   return absl::OkStatus();
 }
 

@@ -17,9 +17,9 @@
 namespace tern::internal {
 
 // Writes x[idx[j]] for the ascending indices `idx` into out->payload (header fields untouched).
-void WriteSparsePayload(absl::Span<const float> x, absl::Span<const uint32_t> idx,
-                        EncodedTensor* out);
-
+// `values` are x at `idx`, in the same order.
+void WriteSparsePayloadValues(absl::Span<const uint32_t> idx, absl::Span<const float> values,
+                              EncodedTensor* out);
 // Validates a sparse payload completely, then writes or accumulates it into `out`.
 absl::Status DecodeSparsePayload(absl::string_view codec, const EncodedView& in, float weight,
                                  bool accumulate, absl::Span<float> out);
@@ -40,9 +40,10 @@ class SparseCodec : public Codec {
   // `params` is the canonical parameter string, e.g. "ratio=0.01".
   SparseCodec(absl::string_view spec_name, std::string params)
       : spec_name_(spec_name), params_(std::move(params)) {}
-  // Replaces *indices with the ascending indices to send. REQUIRES: x.size() < 2^32.
-  virtual void Select(absl::Span<const float> x, ThreadPool* pool,
-                      std::vector<uint32_t>* indices) = 0;
+  // Replaces *indices with the ascending indices to send and *values with x at them.
+  // REQUIRES: x.size() < 2^32.
+  virtual void Select(absl::Span<const float> x, ThreadPool* pool, std::vector<uint32_t>* indices,
+                      std::vector<float>* values) = 0;
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool*) const final {
     return DecodeSparsePayload(Name(), in, weight, accumulate, out);
@@ -52,6 +53,7 @@ class SparseCodec : public Codec {
   const std::string spec_name_;
   const std::string params_;
   std::vector<uint32_t> indices_;
+  std::vector<float> values_;
 };
 
 }  // namespace tern::internal

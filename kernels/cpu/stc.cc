@@ -26,9 +26,9 @@ class StcCodec final : public Codec {
                       EncodedTensor* out) override {
     TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
     const size_t k = SparseK(ratio_, x.size());
-    SelectTopK(x, k, &indices_, options.pool);
+    SelectTopK(x, k, &indices_, options.pool, &values_);
     double sum = 0;
-    for (uint32_t i : indices_) sum += std::fabs(x[i]);
+    for (float v : values_) sum += std::fabs(v);
     const float mu = k > 0 ? static_cast<float>(sum / k) : 0.0f;
     const int b = StcGolombBits(k, x.size());
     internal::SetHeader(*this, params_, x.size(), out);
@@ -39,9 +39,10 @@ class StcCodec final : public Codec {
     header.U8(static_cast<uint8_t>(b));
     BitWriter bits(&out->payload);
     int64_t prev = -1;
-    for (uint32_t i : indices_) {
+    for (size_t j = 0; j < indices_.size(); ++j) {
+      const uint32_t i = indices_[j];
       bits.WriteRice(static_cast<uint64_t>(i - prev - 1), b);
-      bits.Write(x[i] < 0 ? 1 : 0, 1);
+      bits.Write(values_[j] < 0 ? 1 : 0, 1);
       prev = i;
     }
     bits.Finish();
@@ -97,6 +98,7 @@ class StcCodec final : public Codec {
   const double ratio_;
   const std::string params_;
   std::vector<uint32_t> indices_;
+  std::vector<float> values_;  // x at indices_, from the selection pass
 };
 
 }  // namespace

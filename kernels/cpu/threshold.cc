@@ -18,9 +18,9 @@ class ThresholdCodec final : public internal::SparseCodec {
   absl::string_view Name() const override { return "threshold.v1"; }
 
  protected:
-  void Select(absl::Span<const float> x, ThreadPool* pool,
-              std::vector<uint32_t>* indices) override {
-    SelectAtLeast(x, MagnitudeKey(tau_), indices, pool);
+  void Select(absl::Span<const float> x, ThreadPool* pool, std::vector<uint32_t>* indices,
+              std::vector<float>* values) override {
+    SelectAtLeast(x, MagnitudeKey(tau_), indices, pool, values);
   }
 
  private:

@@ -20,9 +20,9 @@ class TopKCodec final : public internal::SparseCodec {
   absl::string_view Name() const override { return "topk.v1"; }
 
  protected:
-  void Select(absl::Span<const float> x, ThreadPool* pool,
-              std::vector<uint32_t>* indices) override {
-    SelectTopK(x, SparseK(ratio_, x.size()), indices, pool);
+  void Select(absl::Span<const float> x, ThreadPool* pool, std::vector<uint32_t>* indices,
+              std::vector<float>* values) override {
+    SelectTopK(x, SparseK(ratio_, x.size()), indices, pool, values);
   }
 
  private:
