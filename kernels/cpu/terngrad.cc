@@ -118,6 +118,44 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void Ternariz
 }
 #endif
 
+#if defined(TERN_X86_DISPATCH)
+// Ternarize + base-3 pack fused, 80 values (16 bytes) at a time: lane j of digit vector k holds
+// value 5j + k (gathered with stride 5, and drawn at that same index), so byte j is
+// d0 + 3 d1 + 9 d2 + 27 d3 + 81 d4 computed lane-wise, then narrowed. Same arithmetic as the
+// scalar loops, so payloads are byte-identical. Handles the largest multiple of 80 of n; returns
+// how many values it did.
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint32_t
+TernarizePackBase3Avx512(const float* x, uint32_t n, uint32_t first, RngKey key, float inv_s,
+                         float s, uint8_t* out) {
+  const internal::LaneRng16 rng = internal::MakeLaneRng16(key);
+  const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(inv_s), zero = _mm512_setzero_ps();
+  const __m512i stride5 = _mm512_mullo_epi32(rng.lane, _mm512_set1_epi32(5));  // 0, 5, ..., 75
+  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+  const uint32_t done = n - n % 80;
+  for (uint32_t i = 0; i < done; i += 80) {
+    __m512i byte = _mm512_setzero_si512();
+    int weight = 1;
+    for (uint32_t k = 0; k < 5; ++k, weight *= 3) {
+      const __m512 v = _mm512_i32gather_ps(stride5, x + i + k, 4);
+      const __m512 a = _mm512_min_ps(_mm512_abs_ps(v), vs);  // = (|x| < s ? |x| : s)
+      // The draws at first + i + 5j + k: Uniform16's lanes are first + lane, so offset the base
+      // by the stride pattern instead (lane' = 5j).
+      internal::LaneRng16 strided = rng;
+      strided.lane = stride5;
+      const __m512 u = internal::Uniform16(strided, first + i + k);
+      const __mmask16 keep = _mm512_cmp_ps_mask(u, _mm512_mul_ps(a, vinv), _CMP_LT_OQ);
+      const __mmask16 neg = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
+      // digit: 0, 1 (+s) or 2 (-s)
+      const __m512i d = _mm512_mask_blend_epi32(neg, _mm512_maskz_mov_epi32(keep, one),
+                                                _mm512_maskz_mov_epi32(keep, two));
+      byte = _mm512_add_epi32(byte, _mm512_mullo_epi32(d, _mm512_set1_epi32(weight)));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i / 5), _mm512_cvtepi32_epi8(byte));
+  }
+  return done;
+}
+#endif
+
 TERN_MULTIVERSION void PackBase3(const uint8_t* t, size_t n, uint8_t* out) {
   size_t i = 0;
   for (; i + 5 <= n; i += 5) {
@@ -216,12 +254,22 @@ class TernGradCodec final : public Codec {
           continue;
         }
 #endif
-        Ternarize(x.data() + begin, static_cast<uint32_t>(n), static_cast<uint32_t>(begin), key,
+        size_t head = 0;  // values of this block already packed by a SIMD loop (base 3)
+#if defined(TERN_X86_DISPATCH)
+        if (pack_ == kBase3 && CpuHasAvx512()) {
+          head = TernarizePackBase3Avx512(x.data() + begin, static_cast<uint32_t>(n),
+                                          static_cast<uint32_t>(begin), key, inv, s,
+                                          p + 1 + begin / 5);
+        }
+#endif
+        const size_t start = begin + head, rest = n - head;  // head is a multiple of 5
+        if (rest == 0) continue;
+        Ternarize(x.data() + start, static_cast<uint32_t>(rest), static_cast<uint32_t>(start), key,
                   inv, s, t);
         if (pack_ == k2Bit) {
-          Pack2Bit(t, n, p + 1 + begin / 4);
+          Pack2Bit(t, rest, p + 1 + start / 4);
         } else {
-          PackBase3(t, n, p + 1 + begin / 5);
+          PackBase3(t, rest, p + 1 + start / 5);
         }
       }
     });

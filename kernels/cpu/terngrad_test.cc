@@ -78,6 +78,32 @@ TEST(TernGrad, TwoBitCodesFollowTheDocumentedDraws) {
   }
 }
 
+// The same for base-3 packing: digit i is (byte i / 5) / 3^(i % 5) mod 3. The size ends with a
+// block of 167 values: two 80-value SIMD groups and a 7-value scalar tail.
+TEST(TernGrad, Base3DigitsFollowTheDocumentedDraws) {
+  auto codec = NewBuiltinCodecRegistry()->Create("terngrad:pack=base3");
+  ASSERT_THAT(codec, IsOk());
+  auto x = testing::Gaussian(2 * 4000 + 167, 65);
+  x[3] = -0.0f;
+  x[40] = 100.0f;
+  x[41] = -100.0f;
+  EncodedTensor e;
+  EncodeOptions o;
+  o.seed = 78;
+  ASSERT_THAT((*codec)->Encode(x, o, &e), IsOk());
+  const float s = e.scales[0];
+  const float inv = 1.0f / s;
+  const RngKey key = MakeRngKey(o.seed);
+  static constexpr int kPow3[5] = {1, 3, 9, 27, 81};
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float a = std::min(std::fabs(x[i]), s);
+    const int keep = Uniform01Lo(key, static_cast<uint32_t>(i)) < a * inv;
+    const int want = keep ? (x[i] < 0 ? 2 : 1) : 0;
+    const int byte = static_cast<uint8_t>(e.payload[1 + i / 5]);
+    ASSERT_EQ(byte / kPow3[i % 5] % 3, want) << "element " << i << " x=" << x[i];
+  }
+}
+
 TEST(TernGrad, RejectsInvalidCodesAndPadding) {
   auto codec = NewBuiltinCodecRegistry()->Create("terngrad");
   auto codec3 = NewBuiltinCodecRegistry()->Create("terngrad:pack=base3");
