@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec_util.h"
+#include "kernels/cpu/simd_rng.h"
 
 namespace tern {
 namespace {
@@ -34,6 +35,31 @@ TERN_MULTIVERSION bool EncodeBlock(const float* x, uint32_t n, uint32_t first, R
   internal::PackSignBits(x, n, signs);
   return nonfinite == 0;
 }
+
+#if defined(TERN_X86_DISPATCH)
+// The same 16 at a time (n % 16 == 0), bit-identical: codes narrowed from 32-bit lanes, and the
+// sign bits straight from the lanes' sign bits (16 values = 2 sign bytes, bit j = value j).
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) bool EncodeBlockAvx512(
+    const float* x, uint32_t n, uint32_t first, RngKey key, uint8_t* codes, uint8_t* signs) {
+  const internal::LaneRng16 rng = internal::MakeLaneRng16(key);
+  const __m512i ff = _mm512_set1_epi32(0xff), mant_mask = _mm512_set1_epi32(0x7fffff);
+  const __m512i e254 = _mm512_set1_epi32(254), one = _mm512_set1_epi32(1);
+  __mmask16 nonfinite = 0;
+  for (uint32_t i = 0; i < n; i += 16) {
+    const __m512i bits = _mm512_loadu_si512(x + i);
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(bits, 23), ff);
+    const __m512i mant = _mm512_and_si512(bits, mant_mask);
+    const __m512i r = _mm512_srli_epi32(internal::Random16(rng, first + i), 9);
+    const __mmask16 up = _mm512_cmplt_epu32_mask(r, mant) & _mm512_cmplt_epu32_mask(e, e254);
+    const __m512i code = _mm512_mask_add_epi32(e, up, e, one);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(code));
+    const uint16_t sign = static_cast<uint16_t>(_mm512_movepi32_mask(bits));
+    std::memcpy(signs + i / 8, &sign, 2);
+    nonfinite |= _mm512_cmpeq_epi32_mask(e, ff);
+  }
+  return nonfinite == 0;
+}
+#endif
 
 // Decodes one block (n <= kBlock) into `v`: the code is the float's exponent field and the sign
 // bit its sign, so each value is assembled from bits in one pass.
@@ -68,6 +94,15 @@ class NaturalCodec final : public Codec {
     ParallelFor(options.pool, nb, 16, 1, [&](size_t b0, size_t b1) {
       for (size_t b = b0; b < b1; ++b) {
         const size_t begin = b * kBlock, n = std::min(kBlock, x.size() - begin);
+#if defined(TERN_X86_DISPATCH)
+        if (n % 16 == 0 && CpuHasAvx512()) {
+          if (!EncodeBlockAvx512(x.data() + begin, static_cast<uint32_t>(n),
+                                 static_cast<uint32_t>(begin), key, p + begin, signs + begin / 8)) {
+            finite = false;
+          }
+          continue;
+        }
+#endif
         if (!EncodeBlock(x.data() + begin, static_cast<uint32_t>(n), static_cast<uint32_t>(begin),
                          key, p + begin, signs + begin / 8)) {
           finite = false;

@@ -42,7 +42,8 @@ TERN_TARGET_AVX512 inline LaneRng16 MakeLaneRng16(RngKey key) {
 }
 
 // Uniform01Lo(key, first + j) for j < 16.
-TERN_TARGET_AVX512 inline __m512 Uniform16(const LaneRng16& c, uint32_t first) {
+// Random32Lo(key, first + lane) in 16 lanes.
+TERN_TARGET_AVX512 inline __m512i Random16(const LaneRng16& c, uint32_t first) {
   __m512i r = _mm512_add_epi32(
       _mm512_xor_si512(_mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(first)), c.lane), c.k0),
       c.k1);
@@ -51,7 +52,13 @@ TERN_TARGET_AVX512 inline __m512 Uniform16(const LaneRng16& c, uint32_t first) {
   r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 15));
   r = _mm512_mullo_epi32(r, c.m2);
   r = _mm512_xor_si512(r, _mm512_srli_epi32(r, 16));
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r, 8)), _mm512_set1_ps(0x1p-24f));
+  return r;
+}
+
+// Uniform01Lo(key, first + lane) in 16 lanes.
+TERN_TARGET_AVX512 inline __m512 Uniform16(const LaneRng16& c, uint32_t first) {
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(Random16(c, first), 8)),
+                       _mm512_set1_ps(0x1p-24f));
 }
 
 TERN_TARGET_AVX2 inline LaneRng8 MakeLaneRng8(RngKey key) {
