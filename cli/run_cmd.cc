@@ -31,7 +31,6 @@
 #include "cli/commands.h"
 #include "cli/report.h"
 #include "cli/train_flags.h"
-#include "common/chunking.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/builtin.h"
 #include "tern/v1/worker.grpc.pb.h"
@@ -147,15 +146,8 @@ std::optional<std::vector<float>> FetchSnapshot(Child& c, int64_t step,
   v1::SnapshotRequest req;
   req.set_round(static_cast<uint64_t>(step));
   auto reader = c.stub->Snapshot(&ctx, req);
-  BundleAssembler assembler(uint64_t{1} << 31);
-  v1::SnapshotReply reply;
-  bool first = true;
-  absl::Status s;
-  while (s.ok() && !assembler.complete() && reader->Read(&reply)) {
-    if (first) *stats = reply.stats();
-    first = false;
-    s = assembler.Add(reply.chunk());
-  }
+  v1::SnapshotReply first;
+  absl::StatusOr<v1::TensorBundle> bundle = ReadChunkedBundle(reader.get(), &first);
   grpc::Status gs = reader->Finish();
   if (!gs.ok()) {
     *retry = gs.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -165,9 +157,8 @@ std::optional<std::vector<float>> FetchSnapshot(Child& c, int64_t step,
                    gs.error_message().c_str());
     return std::nullopt;
   }
-  if (!s.ok() || !assembler.complete()) return std::nullopt;
-  auto bundle = assembler.Finish();
   if (!bundle.ok()) return std::nullopt;
+  *stats = first.stats();
   std::vector<float> x(layout.back().offset + layout.back().numel);
   if (!BundleToFlat(*bundle, layout, codecs, absl::MakeSpan(x)).ok()) return std::nullopt;
   return x;

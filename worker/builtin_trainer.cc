@@ -18,26 +18,6 @@
 #include "worker/partition.h"
 
 namespace tern {
-namespace {
-
-// Reads a chunked bundle from a stream of replies whose `chunk` field carries it.
-template <typename Reply, typename Reader>
-absl::StatusOr<v1::TensorBundle> ReadBundle(Reader* reader, Reply* first) {
-  BundleAssembler assembler(uint64_t{1} << 31);
-  Reply reply;
-  bool got_first = false;
-  while (!assembler.complete() && reader->Read(&reply)) {
-    if (!got_first) {
-      *first = reply;
-      got_first = true;
-    }
-    TERN_RETURN_IF_ERROR(assembler.Add(reply.chunk()));
-  }
-  if (!assembler.complete()) return absl::DataLossError("reply ended before its last chunk");
-  return assembler.Finish();
-}
-
-}  // namespace
 
 int64_t StepsPerEpoch(size_t train_size, int workers, int batch) {
   const size_t per_step = static_cast<size_t>(std::max(1, workers)) * std::max(1, batch);
@@ -144,7 +124,7 @@ absl::Status RunBuiltinTrainer(const std::shared_ptr<grpc::Channel>& channel,
     }
     stream->WritesDone();
     v1::StepReply first;
-    absl::StatusOr<v1::TensorBundle> pb = ReadBundle(stream.get(), &first);
+    absl::StatusOr<v1::TensorBundle> pb = ReadChunkedBundle(stream.get(), &first);
     TERN_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));
     TERN_RETURN_IF_ERROR(pb.status());
     TERN_RETURN_IF_ERROR(BundleToFlat(*pb, layout, *codecs, absl::MakeSpan(params)));

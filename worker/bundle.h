@@ -11,6 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/chunking.h"
+#include "common/status_macros.h"
 #include "kernels/registry.h"
 #include "tern/v1/tensor.pb.h"
 #include "worker/algorithm.h"
@@ -40,6 +42,30 @@ absl::StatusOr<std::vector<ParamTensor>> LayoutFromBundle(const v1::TensorBundle
 
 // True when both layouts name the same tensors with the same shapes, in the same order.
 bool SameLayout(const std::vector<ParamTensor>& a, const std::vector<ParamTensor>& b);
+
+// The chunk a streamed message carries: the message itself, or its `chunk` field.
+inline const v1::BundleChunk& ChunkOf(const v1::BundleChunk& c) { return c; }
+template <typename Msg>
+const v1::BundleChunk& ChunkOf(const Msg& m) {
+  return m.chunk();
+}
+
+// Reads one chunked bundle from a synchronous gRPC stream of `Msg` (a reader or reader-writer);
+// `first`, when given, receives the stream's first message (where header fields ride). Stops at
+// the first bad chunk or when the bundle is complete; the caller still Finish()es the stream.
+template <typename Msg, typename Reader>
+absl::StatusOr<v1::TensorBundle> ReadChunkedBundle(Reader* reader, Msg* first = nullptr) {
+  BundleAssembler assembler(uint64_t{1} << 31);
+  Msg msg;
+  bool got_first = false;
+  while (!assembler.complete() && reader->Read(&msg)) {
+    if (first != nullptr && !got_first) *first = msg;
+    got_first = true;
+    TERN_RETURN_IF_ERROR(assembler.Add(ChunkOf(msg)));
+  }
+  if (!assembler.complete()) return absl::DataLossError("stream ended before the last chunk");
+  return assembler.Finish();
+}
 
 }  // namespace tern
 

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/chunking.h"
 #include "common/status_macros.h"
 #include "grpcpp/alarm.h"
+#include "worker/bundle.h"
 
 namespace tern {
 
@@ -158,14 +158,10 @@ absl::StatusOr<v1::TensorBundle> GrpcTransport::Swap(int to, Chunks chunks, absl
     if (!stream->Write(c)) break;
   }
   stream->WritesDone();
-  BundleAssembler assembler(uint64_t{1} << 31);
-  v1::BundleChunk in;
-  absl::Status s;
-  while (s.ok() && !assembler.complete() && stream->Read(&in)) s = assembler.Add(in);
-  if (!assembler.complete()) ctx.TryCancel();
+  absl::StatusOr<v1::TensorBundle> reply = ReadChunkedBundle<v1::BundleChunk>(stream.get());
+  if (!reply.ok()) ctx.TryCancel();  // a bad or short answer: do not wait for the rest
   TERN_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));
-  TERN_RETURN_IF_ERROR(s);
-  return assembler.Finish();
+  return reply;
 }
 
 void GrpcTransport::Finished() {

@@ -16,8 +16,8 @@
 
 namespace tern::internal {
 
-// Writes x[idx[j]] for the ascending indices `idx` into out->payload (header fields untouched).
-// `values` are x at `idx`, in the same order.
+// Writes the ascending indices `idx` and `values` (x at them, same order) into out->payload
+// (header fields untouched).
 void WriteSparsePayloadValues(absl::Span<const uint32_t> idx, absl::Span<const float> values,
                               EncodedTensor* out);
 // Validates a sparse payload completely, then writes or accumulates it into `out`.
