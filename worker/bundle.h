@@ -12,7 +12,6 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/chunking.h"
-#include "common/status_macros.h"
 #include "kernels/registry.h"
 #include "tern/v1/tensor.pb.h"
 #include "worker/algorithm.h"
@@ -51,17 +50,24 @@ const v1::BundleChunk& ChunkOf(const Msg& m) {
 }
 
 // Reads one chunked bundle from a synchronous gRPC stream of `Msg` (a reader or reader-writer);
-// `first`, when given, receives the stream's first message (where header fields ride). Stops at
-// the first bad chunk or when the bundle is complete; the caller still Finish()es the stream.
+// `first`, when given, receives the stream's first message (where header fields ride). After a
+// bad chunk it reads the stream to its end, so the caller's Finish() returns the server's status
+// instead of waiting on unread messages; the caller still Finish()es the stream.
 template <typename Msg, typename Reader>
 absl::StatusOr<v1::TensorBundle> ReadChunkedBundle(Reader* reader, Msg* first = nullptr) {
   BundleAssembler assembler(uint64_t{1} << 31);
   Msg msg;
   bool got_first = false;
+  absl::Status s;
   while (!assembler.complete() && reader->Read(&msg)) {
     if (first != nullptr && !got_first) *first = msg;
     got_first = true;
-    TERN_RETURN_IF_ERROR(assembler.Add(ChunkOf(msg)));
+    s = assembler.Add(ChunkOf(msg));
+    if (!s.ok()) {
+      while (reader->Read(&msg)) {
+      }
+      return s;
+    }
   }
   if (!assembler.complete()) return absl::DataLossError("stream ended before the last chunk");
   return assembler.Finish();

@@ -159,8 +159,7 @@ absl::StatusOr<v1::TensorBundle> GrpcTransport::Swap(int to, Chunks chunks, absl
   }
   stream->WritesDone();
   absl::StatusOr<v1::TensorBundle> reply = ReadChunkedBundle<v1::BundleChunk>(stream.get());
-  if (!reply.ok()) ctx.TryCancel();  // a bad or short answer: do not wait for the rest
-  TERN_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));
+  TERN_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));  // the partner's refusal, if any
   return reply;
 }
 
