@@ -24,15 +24,14 @@ v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, 
   return b;
 }
 
-absl::StatusOr<GossipMessage> GossipFromBundle(const v1::TensorBundle& bundle,
-                                               uint64_t expected_numel) {
+absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t expected_numel) {
   GossipMessage msg;
   std::set<std::string> seen;
-  for (const v1::NamedTensor& nt : bundle.tensors()) {
+  for (v1::NamedTensor& nt : *bundle.mutable_tensors()) {
     if (!seen.insert(nt.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat("part '", nt.name(), "' appears twice"));
     }
-    const v1::EncodedTensor& m = nt.tensor();
+    v1::EncodedTensor& m = *nt.mutable_tensor();
     if (m.numel() != expected_numel) {
       return absl::InvalidArgumentError(absl::StrCat("part '", nt.name(), "' has ", m.numel(),
                                                      " elements, the model has ", expected_numel));
@@ -42,7 +41,7 @@ absl::StatusOr<GossipMessage> GossipFromBundle(const v1::TensorBundle& bundle,
     t.params = m.params();
     t.numel = m.numel();
     t.scales.assign(m.scales().begin(), m.scales().end());
-    t.payload = m.payload();
+    t.payload = std::move(*m.mutable_payload());  // the bundle is ours: no copy of the bytes
     msg.parts.emplace_back(nt.name(), std::move(t));
   }
   return msg;

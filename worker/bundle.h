@@ -22,9 +22,9 @@ namespace tern {
 // A gossip message as a bundle; its parts become the bundle's tensors, in order.
 v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, int64_t round,
                                 int sender);
-// The reverse; checks only structure (names unique, numel == expected_numel), not payloads.
-absl::StatusOr<GossipMessage> GossipFromBundle(const v1::TensorBundle& bundle,
-                                               uint64_t expected_numel);
+// The reverse, taking the payloads over (pass an rvalue to avoid copying them); checks only
+// structure (names unique, numel == expected_numel), not payloads.
+absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t expected_numel);
 
 // `values` (the flat vector of `layout`) as one tensor per layout entry, codec "none", shapes set.
 absl::StatusOr<v1::TensorBundle> FlatToBundle(const std::vector<ParamTensor>& layout,

@@ -92,7 +92,7 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         return;
       }
       absl::StatusOr<v1::TensorBundle> reply =
-          got->ok() ? d_->engine_->HandleSwap(**got, wire_bytes_) : got->status();
+          got->ok() ? d_->engine_->HandleSwap(**std::move(got), wire_bytes_) : got->status();
       absl::StatusOr<std::vector<v1::BundleChunk>> chunks =
           reply.ok() ? ChunkBundle(*reply, reply->round()) : reply.status();
       if (!chunks.ok()) {
@@ -139,15 +139,16 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         Refuse(got->status());
         return;
       }
-      const v1::TensorBundle* bundle = &**got;
-      absl::Status s = d_->engine_->Deliver(*bundle, wire_bytes_);
+      // Deliver takes the bundle over (its payloads move, not copy); keep what the log needs.
+      const std::string sender = (*got)->sender();
+      const uint64_t round = (*got)->round();
+      absl::Status s = d_->engine_->Deliver(**std::move(got), wire_bytes_);
       if (absl::IsUnavailable(s)) {
         spdlog::debug("worker {}: not ready for '{}' round {}: {}", d_->options_.engine.worker_id,
-                      bundle->sender(), bundle->round(), s.ToString());
+                      sender, round, s.ToString());
       } else if (!s.ok()) {
         spdlog::warn("worker {}: refused a message from '{}' for round {}: {}",
-                     d_->options_.engine.worker_id, bundle->sender(), bundle->round(),
-                     s.ToString());
+                     d_->options_.engine.worker_id, sender, round, s.ToString());
       }
       reply_->set_receiver_round(static_cast<uint64_t>(d_->engine_->next_step()));
       Finish(ToGrpcStatus(s));

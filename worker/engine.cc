@@ -322,7 +322,7 @@ absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome*
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(const v1::TensorBundle& bundle,
+absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundle bundle,
                                                                  uint64_t num_params) const {
   if (num_params == 0) return absl::UnavailableError("this worker has no model registered yet");
   if (bundle.run_id() != options_.run_id) {
@@ -345,7 +345,7 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(const v1::Tenso
     return absl::InvalidArgumentError(
         absl::StrCat("worker ", sender, " is not a neighbour in round ", round));
   }
-  TERN_ASSIGN_OR_RETURN(GossipMessage msg, GossipFromBundle(bundle, num_params));
+  TERN_ASSIGN_OR_RETURN(GossipMessage msg, GossipFromBundle(std::move(bundle), num_params));
   if (msg.parts.size() != parts_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("message has ", msg.parts.size(),
                                                    " parts, expected ", parts_.size(), " (",
@@ -365,7 +365,7 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(const v1::Tenso
   return std::make_pair(sender, std::move(msg));
 }
 
-absl::Status RoundEngine::Deliver(const v1::TensorBundle& bundle, uint64_t wire_bytes) {
+absl::Status RoundEngine::Deliver(v1::TensorBundle bundle, uint64_t wire_bytes) {
   uint64_t num_params;
   {
     absl::MutexLock lock(&mu_);
@@ -378,12 +378,12 @@ absl::Status RoundEngine::Deliver(const v1::TensorBundle& bundle, uint64_t wire_
           absl::StrCat(options_.algorithm, " has no rounds; use Gossip.Swap"));
     }
     // Checked again by Put under the inbox's lock; this early answer saves the decoding.
-    TERN_RETURN_IF_ERROR(inbox_->CheckRound(
-        static_cast<int64_t>(std::min<uint64_t>(bundle.round(), uint64_t{1} << 62))));
-    TERN_ASSIGN_OR_RETURN(auto checked, Check(bundle, num_params));
+    const int64_t round =
+        static_cast<int64_t>(std::min<uint64_t>(bundle.round(), uint64_t{1} << 62));
+    TERN_RETURN_IF_ERROR(inbox_->CheckRound(round));
+    TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(bundle), num_params));
     const uint64_t payload = checked.second.PayloadBytes();
-    TERN_RETURN_IF_ERROR(inbox_->Put(static_cast<int64_t>(bundle.round()), checked.first,
-                                     std::move(checked.second)));
+    TERN_RETURN_IF_ERROR(inbox_->Put(round, checked.first, std::move(checked.second)));
     absl::MutexLock lock(&mu_);
     stats_.set_payload_bytes_received(stats_.payload_bytes_received() + payload);
     stats_.set_wire_bytes_received(stats_.wire_bytes_received() + wire_bytes);
@@ -393,7 +393,7 @@ absl::Status RoundEngine::Deliver(const v1::TensorBundle& bundle, uint64_t wire_
   return s;
 }
 
-absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(const v1::TensorBundle& bundle,
+absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(v1::TensorBundle bundle,
                                                          uint64_t wire_bytes) {
   uint64_t num_params;
   {
@@ -405,7 +405,7 @@ absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(const v1::TensorBundle&
       return absl::FailedPreconditionError(
           absl::StrCat(options_.algorithm, " runs in rounds; use Gossip.Push"));
     }
-    TERN_ASSIGN_OR_RETURN(auto checked, Check(bundle, num_params));
+    TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(bundle), num_params));
     const uint64_t payload = checked.second.PayloadBytes();
     absl::MutexLock lock(&mu_);
     if (published_ == nullptr) return absl::UnavailableError("no model published yet");
@@ -470,8 +470,9 @@ absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* 
   const absl::Time t0 = absl::Now();
   absl::StatusOr<v1::TensorBundle> reply = transport_->Swap(j, chunks, t0 + options_.round_timeout);
   const absl::Time t1 = absl::Now();
+  const uint64_t reply_bytes = reply.ok() ? reply->ByteSizeLong() : 0;
   absl::StatusOr<std::pair<int, GossipMessage>> theirs =
-      reply.ok() ? Check(*reply, algorithm_->params().size())
+      reply.ok() ? Check(*std::move(reply), algorithm_->params().size())
                  : absl::StatusOr<std::pair<int, GossipMessage>>(reply.status());
   if (theirs.ok() && theirs->first != j) {
     theirs = absl::InvalidArgumentError(absl::StrCat("worker ", j, " answered as ", theirs->first));
@@ -483,7 +484,7 @@ absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* 
       stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + payload);
       stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + wire);
       stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + dense);
-      stats_.set_wire_bytes_received(stats_.wire_bytes_received() + reply->ByteSizeLong());
+      stats_.set_wire_bytes_received(stats_.wire_bytes_received() + reply_bytes);
     }
     if (theirs.ok()) {
       stats_.set_payload_bytes_received(stats_.payload_bytes_received() +

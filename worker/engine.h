@@ -112,7 +112,7 @@ class RoundEngine {
   absl::Span<const float> params() const;
 
   // A neighbour's message (`wire_bytes` as received). OK or an error saying why it was refused.
-  absl::Status Deliver(const v1::TensorBundle& bundle, uint64_t wire_bytes);
+  absl::Status Deliver(v1::TensorBundle bundle, uint64_t wire_bytes);
 
   // Parameters after `step` steps: NotFound when never kept or evicted, Unavailable when the
   // worker has not got there yet.
@@ -120,7 +120,7 @@ class RoundEngine {
   v1::WorkerStats Stats() const;
 
   // SwarmSGD: a neighbour's model; answers with ours and averages theirs in at our next step.
-  absl::StatusOr<v1::TensorBundle> HandleSwap(const v1::TensorBundle& bundle, uint64_t wire_bytes);
+  absl::StatusOr<v1::TensorBundle> HandleSwap(v1::TensorBundle bundle, uint64_t wire_bytes);
 
   // Counts a refused incoming push (the RPC layer refuses some before Deliver).
   void CountRefused();
@@ -142,7 +142,7 @@ class RoundEngine {
   absl::Status ApplyMerges();
   absl::Status Publish(int64_t step);
   // Checks a peer's bundle (everything but the round window); returns sender and message.
-  absl::StatusOr<std::pair<int, GossipMessage>> Check(const v1::TensorBundle& bundle,
+  absl::StatusOr<std::pair<int, GossipMessage>> Check(v1::TensorBundle bundle,
                                                       uint64_t num_params) const;
   absl::StatusOr<MixingRow> RowFor(const Graph& g);
   void KeepSnapshot(int64_t step, absl::Span<const float> x) ABSL_LOCKS_EXCLUDED(mu_);

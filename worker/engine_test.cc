@@ -49,7 +49,7 @@ class MemoryTransport final : public PeerTransport {
       }
       auto b = a.Finish();
       ASSERT_THAT(b, IsOk());
-      done(engines[to]->Deliver(*b, wire));
+      done(engines[to]->Deliver(*std::move(b), wire));
     });
   }
   absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time) override {
@@ -60,7 +60,7 @@ class MemoryTransport final : public PeerTransport {
     }
     auto b = a.Finish();
     if (!b.ok()) return b.status();
-    return engines[to]->HandleSwap(*b, 0);
+    return engines[to]->HandleSwap(*std::move(b), 0);
   }
 };
 
