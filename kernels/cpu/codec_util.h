@@ -20,6 +20,11 @@ namespace tern::internal {
 // Largest element count any codec accepts (2^32 - 1): indices travel as u32.
 inline constexpr uint64_t kMaxNumel = 0xffffffffULL;
 
+// Decodes whose output is at least this large write it with non-temporal stores where a SIMD
+// path exists: such an output does not stay in cache anyway (glibc's memcpy switches at a few
+// MiB for the same reason).
+inline constexpr size_t kStreamingStoreBytes = size_t{16} << 20;
+
 template <typename... Args>
 absl::Status PayloadError(absl::string_view codec, const Args&... args) {
   return absl::InvalidArgumentError(absl::StrCat(codec, " payload: ", args...));

@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec_util.h"
+#include "kernels/cpu/simd_rng.h"
 
 namespace tern {
 namespace {
@@ -56,6 +57,78 @@ TERN_MULTIVERSION void MinMax(const float* x, size_t n, float* lo, float* hi) {
   *lo = a;
   *hi = b;
 }
+
+#if defined(TERN_X86_DISPATCH)
+// Quantises 16 at a time, with stochastic draws made in-register (no uniforms buffer):
+// code = clamp(floor((x - lo) * inv + u), kMin, kMax), u = 0.5 or the draw, bit-identical to
+// QuantizeAbsMaxT / QuantizeMinMaxT (lo = 0 for absmax). `first` is the global index of x[0].
+template <bool kMinMax, bool kStochastic>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void QuantizeAvx512(
+    const float* x, size_t n, uint32_t first, RngKey key, float lo, float inv, uint8_t* q) {
+  const internal::LaneRng16 rng = internal::MakeLaneRng16(key);
+  const __m512 vlo = _mm512_set1_ps(lo), vinv = _mm512_set1_ps(inv);
+  const __m512 vmin = _mm512_set1_ps(kMinMax ? 0.0f : -127.0f);
+  const __m512 vmax = _mm512_set1_ps(kMinMax ? 255.0f : 127.0f);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_loadu_ps(x + i);
+    if constexpr (kMinMax) v = _mm512_sub_ps(v, vlo);
+    v = _mm512_mul_ps(v, vinv);
+    // Keep the product rounded to float before adding u, as the scalar loop does: without this
+    // barrier GCC fuses the multiply and add into an FMA and codes would differ by path.
+    asm("" : "+v"(v));
+    v = _mm512_add_ps(v, kStochastic
+                             ? internal::Uniform16(rng, first + static_cast<uint32_t>(i))
+                             : _mm512_set1_ps(0.5f));
+    v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    // min(v, max) returns max for NaN, like std::min(max, v) in the scalar loop.
+    v = _mm512_max_ps(_mm512_min_ps(v, vmax), vmin);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i),
+                     _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+  }
+  if (i < n) {  // tail: the scalar loop (with its own draws)
+    float u[16];
+    if constexpr (kStochastic) {
+      internal::FillUniform01(key, first + static_cast<uint32_t>(i),
+                              static_cast<uint32_t>(n - i), u);
+    }
+    if constexpr (kMinMax) {
+      QuantizeMinMaxT<kStochastic>(x + i, n - i, lo, inv, u, q + i);
+    } else {
+      QuantizeAbsMaxT<kStochastic>(x + i, n - i, inv, u, q + i);
+    }
+  }
+}
+#endif
+
+#if defined(TERN_X86_DISPATCH)
+// MinMax 16 lanes at a time: min_ps(x, a) is x < a ? x : a, exactly std::min(a, x), so NaNs are
+// skipped the same way and the result is identical (min and max are exact in any order).
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void MinMaxAvx512(
+    const float* x, size_t n, float* lo, float* hi) {
+  __m512 a = _mm512_set1_ps(x[0]), b = a;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    a = _mm512_min_ps(v, a);
+    b = _mm512_max_ps(v, b);
+  }
+  float la[16], lb[16];
+  _mm512_storeu_ps(la, a);
+  _mm512_storeu_ps(lb, b);
+  float l = x[0], h = x[0];
+  for (int j = 0; j < 16; ++j) {
+    l = std::min(l, la[j]);
+    h = std::max(h, lb[j]);
+  }
+  for (; i < n; ++i) {
+    l = std::min(l, x[i]);
+    h = std::max(h, x[i]);
+  }
+  *lo = l;
+  *hi = h;
+}
+#endif
 
 template <bool kAccumulate>
 inline void DequantizeAbsMaxT(const uint8_t* q, size_t n, float scale, float w, float* out) {
@@ -106,16 +179,21 @@ class Int8Codec final : public Codec {
     float* scales = out->scales.data();
     ParallelFor(options.pool, nb, std::max<size_t>(1, (size_t{1} << 16) / block_), 1,
                 [&](size_t b0, size_t b1) {
-                  std::vector<float> u(stochastic_ ? block_ : 0);
+#if defined(TERN_X86_DISPATCH)
+                  const bool fused = CpuHasAvx512();
+#else
+                  constexpr bool fused = false;
+#endif
+                  std::vector<float> u(stochastic_ && !fused ? block_ : 0);
                   for (size_t b = b0; b < b1; ++b) {
                     const size_t begin = b * block_;
                     const size_t n = std::min<size_t>(block_, x.size() - begin);
-                    if (stochastic_) {
+                    if (stochastic_ && !fused) {
                       internal::FillUniform01(key, static_cast<uint32_t>(begin),
                                               static_cast<uint32_t>(n), u.data());
                     }
-                    EncodeBlock(x.data() + begin, n, stochastic_ ? u.data() : nullptr, q + begin,
-                                scales, b);
+                    EncodeBlock(x.data() + begin, n, stochastic_ ? u.data() : nullptr, fused,
+                                static_cast<uint32_t>(begin), key, q + begin, scales, b);
                   }
                 });
     return absl::OkStatus();
@@ -166,20 +244,38 @@ class Int8Codec final : public Codec {
   }
 
  private:
-  // `u`: per-element uniforms for stochastic rounding, or nullptr for nearest.
-  void EncodeBlock(const float* x, size_t n, const float* u, uint8_t* q, float* scales,
-                   size_t b) const {
+  // `u`: per-element uniforms for stochastic rounding, or nullptr for nearest; with `fused`
+  // (an AVX-512 machine) one fused loop quantises instead, drawing in-register for elements
+  // first .. first + n.
+  void EncodeBlock(const float* x, size_t n, const float* u, bool fused, uint32_t first,
+                   RngKey key, uint8_t* q, float* scales, size_t b) const {
+    float lo = 0, inv;
     if (!minmax_) {
       const float m = internal::MaxAbs(absl::MakeConstSpan(x, n));
       scales[b] = m / 127.0f;
-      QuantizeAbsMax(x, n, m > 0 ? 127.0f / m : 0.0f, u, q);
+      inv = m > 0 ? 127.0f / m : 0.0f;
     } else {
-      float lo, hi;
+      float hi;
+#if defined(TERN_X86_DISPATCH)
+      fused ? MinMaxAvx512(x, n, &lo, &hi) : MinMax(x, n, &lo, &hi);
+#else
       MinMax(x, n, &lo, &hi);
+#endif
       scales[2 * b] = lo;
       scales[2 * b + 1] = (hi - lo) / 255.0f;
-      QuantizeMinMax(x, n, lo, hi > lo ? 255.0f / (hi - lo) : 0.0f, u, q);
+      inv = hi > lo ? 255.0f / (hi - lo) : 0.0f;
     }
+#if defined(TERN_X86_DISPATCH)
+    if (fused) {
+      if (stochastic_) {
+        return minmax_ ? QuantizeAvx512<true, true>(x, n, first, key, lo, inv, q)
+                       : QuantizeAvx512<false, true>(x, n, first, key, lo, inv, q);
+      }
+      return minmax_ ? QuantizeAvx512<true, false>(x, n, first, key, lo, inv, q)
+                     : QuantizeAvx512<false, false>(x, n, first, key, lo, inv, q);
+    }
+#endif
+    minmax_ ? QuantizeMinMax(x, n, lo, inv, u, q) : QuantizeAbsMax(x, n, inv, u, q);
   }
 
   const uint32_t block_;
