@@ -54,6 +54,17 @@ inline bool CpuHasAvx512() {
 #endif
 }
 
+// CpuHasAvx512() plus AVX512-VBMI (byte permutes across registers: Ice Lake, Sapphire Rapids,
+// Zen 4).
+inline bool CpuHasAvx512Vbmi() {
+#if defined(TERN_X86_DISPATCH)
+  static const bool has = CpuHasAvx512() && __builtin_cpu_supports("avx512vbmi");
+  return has;
+#else
+  return false;
+#endif
+}
+
 }  // namespace tern
 
 #endif  // TERN_COMMON_SIMD_H_

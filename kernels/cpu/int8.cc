@@ -74,12 +74,11 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void Quantize
     __m512 v = _mm512_loadu_ps(x + i);
     if constexpr (kMinMax) v = _mm512_sub_ps(v, vlo);
     v = _mm512_mul_ps(v, vinv);
-    // Keep the product rounded to float before adding u, as the scalar loop does: without this
-    // barrier GCC fuses the multiply and add into an FMA and codes would differ by path.
+    // Keep the product rounded to float before adding u, as the scalar loop does. The build is
+    // ISO C++ (no FP contraction), but a GNU-mode build would fuse these into an FMA.
     asm("" : "+v"(v));
-    v = _mm512_add_ps(v, kStochastic
-                             ? internal::Uniform16(rng, first + static_cast<uint32_t>(i))
-                             : _mm512_set1_ps(0.5f));
+    v = _mm512_add_ps(v, kStochastic ? internal::Uniform16(rng, first + static_cast<uint32_t>(i))
+                                     : _mm512_set1_ps(0.5f));
     v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
     // min(v, max) returns max for NaN, like std::min(max, v) in the scalar loop.
     v = _mm512_max_ps(_mm512_min_ps(v, vmax), vmin);
@@ -89,8 +88,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void Quantize
   if (i < n) {  // tail: the scalar loop (with its own draws)
     float u[16];
     if constexpr (kStochastic) {
-      internal::FillUniform01(key, first + static_cast<uint32_t>(i),
-                              static_cast<uint32_t>(n - i), u);
+      internal::FillUniform01(key, first + static_cast<uint32_t>(i), static_cast<uint32_t>(n - i),
+                              u);
     }
     if constexpr (kMinMax) {
       QuantizeMinMaxT<kStochastic>(x + i, n - i, lo, inv, u, q + i);
@@ -104,8 +103,10 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void Quantize
 #if defined(TERN_X86_DISPATCH)
 // MinMax 16 lanes at a time: min_ps(x, a) is x < a ? x : a, exactly std::min(a, x), so NaNs are
 // skipped the same way and the result is identical (min and max are exact in any order).
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void MinMaxAvx512(
-    const float* x, size_t n, float* lo, float* hi) {
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void MinMaxAvx512(const float* x,
+                                                                                     size_t n,
+                                                                                     float* lo,
+                                                                                     float* hi) {
   __m512 a = _mm512_set1_ps(x[0]), b = a;
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -247,8 +248,8 @@ class Int8Codec final : public Codec {
   // `u`: per-element uniforms for stochastic rounding, or nullptr for nearest; with `fused`
   // (an AVX-512 machine) one fused loop quantises instead, drawing in-register for elements
   // first .. first + n.
-  void EncodeBlock(const float* x, size_t n, const float* u, bool fused, uint32_t first,
-                   RngKey key, uint8_t* q, float* scales, size_t b) const {
+  void EncodeBlock(const float* x, size_t n, const float* u, bool fused, uint32_t first, RngKey key,
+                   uint8_t* q, float* scales, size_t b) const {
     float lo = 0, inv;
     if (!minmax_) {
       const float m = internal::MaxAbs(absl::MakeConstSpan(x, n));

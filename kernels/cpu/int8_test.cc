@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "common/rng.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/rng.h"
 #include "kernels/builtin.h"
 #include "tests/testing/data.h"
 #include "tests/testing/status_matchers.h"

@@ -97,10 +97,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void DecodeBl
   }
   const __m512i sign_bit = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   for (; i + 16 <= n; i += 16) {
-    const __m512i e =
-        _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-                              reinterpret_cast<const __m128i*>(codes + i))),
-                          23);
+    const __m512i e = _mm512_slli_epi32(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i))), 23);
     // Bits i .. i+15 of the sign bitmap: two bytes, or three when i is not byte-aligned (the
     // third is still inside this block's sign bytes because i + 15 < n).
     uint32_t bits = uint32_t{signs[i / 8]} | uint32_t{signs[i / 8 + 1]} << 8;

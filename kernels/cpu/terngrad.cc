@@ -119,38 +119,50 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void Ternariz
 #endif
 
 #if defined(TERN_X86_DISPATCH)
-// Ternarize + base-3 pack fused, 80 values (16 bytes) at a time: lane j of digit vector k holds
-// value 5j + k (gathered with stride 5, and drawn at that same index), so byte j is
-// d0 + 3 d1 + 9 d2 + 27 d3 + 81 d4 computed lane-wise, then narrowed. Same arithmetic as the
-// scalar loops, so payloads are byte-identical. Handles the largest multiple of 80 of n; returns
-// how many values it did.
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) uint32_t
-TernarizePackBase3Avx512(const float* x, uint32_t n, uint32_t first, RngKey key, float inv_s,
-                         float s, uint8_t* out) {
+// Ternarize + PackBase3 fused, 80 values (16 bytes) at a time, bit-identical to the scalar
+// loops: contiguous loads and draws as in the 2-bit loop, then 80 digits become 80 bytes in two
+// registers, one VBMI byte permute across both brings digits 5j+k into plane k (16 bytes each), and
+// Horner's rule in bytes (all sums <= 242) packs them. Handles the largest multiple of 80 of n;
+// returns how many values it did.
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,bmi2"))) uint32_t
+TernarizePackBase3Vbmi(const float* x, uint32_t n, uint32_t first, RngKey key, float inv_s, float s,
+                       uint8_t* out) {
   const internal::LaneRng16 rng = internal::MakeLaneRng16(key);
   const __m512 vs = _mm512_set1_ps(s), vinv = _mm512_set1_ps(inv_s), zero = _mm512_setzero_ps();
-  const __m512i stride5 = _mm512_mullo_epi32(rng.lane, _mm512_set1_epi32(5));  // 0, 5, ..., 75
-  const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2);
+  const __m128i one = _mm_set1_epi8(1), two = _mm_set1_epi8(2);
+  // Plane k (k < 4) in 128-bit lane k of the first permute, plane 4 in lane 0 of the second.
+  alignas(64) uint8_t idx[2][64];
+  for (int k = 0; k < 5; ++k) {
+    for (int j = 0; j < 16; ++j) idx[k / 4][16 * (k % 4) + j] = static_cast<uint8_t>(5 * j + k);
+  }
+  for (int l = 16; l < 64; ++l) idx[1][l] = 0;
+  const __m512i idx0123 = _mm512_load_si512(idx[0]), idx4 = _mm512_load_si512(idx[1]);
   const uint32_t done = n - n % 80;
   for (uint32_t i = 0; i < done; i += 80) {
-    __m512i byte = _mm512_setzero_si512();
-    int weight = 1;
-    for (uint32_t k = 0; k < 5; ++k, weight *= 3) {
-      const __m512 v = _mm512_i32gather_ps(stride5, x + i + k, 4);
+    __m128i d[5];
+    for (uint32_t m = 0; m < 5; ++m) {
+      const __m512 v = _mm512_loadu_ps(x + i + 16 * m);
       const __m512 a = _mm512_min_ps(_mm512_abs_ps(v), vs);  // = (|x| < s ? |x| : s)
-      // The draws at first + i + 5j + k: Uniform16's lanes are first + lane, so offset the base
-      // by the stride pattern instead (lane' = 5j).
-      internal::LaneRng16 strided = rng;
-      strided.lane = stride5;
-      const __m512 u = internal::Uniform16(strided, first + i + k);
+      const __m512 u = internal::Uniform16(rng, first + i + 16 * m);
       const __mmask16 keep = _mm512_cmp_ps_mask(u, _mm512_mul_ps(a, vinv), _CMP_LT_OQ);
       const __mmask16 neg = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
-      // digit: 0, 1 (+s) or 2 (-s)
-      const __m512i d = _mm512_mask_blend_epi32(neg, _mm512_maskz_mov_epi32(keep, one),
-                                                _mm512_maskz_mov_epi32(keep, two));
-      byte = _mm512_add_epi32(byte, _mm512_mullo_epi32(d, _mm512_set1_epi32(weight)));
+      d[m] = _mm_or_si128(_mm_maskz_mov_epi8(_kandn_mask16(neg, keep), one),
+                          _mm_maskz_mov_epi8(_kand_mask16(neg, keep), two));
     }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i / 5), _mm512_cvtepi32_epi8(byte));
+    __m512i lo = _mm512_castsi128_si512(d[0]);
+    lo = _mm512_inserti32x4(lo, d[1], 1);
+    lo = _mm512_inserti32x4(lo, d[2], 2);
+    lo = _mm512_inserti32x4(lo, d[3], 3);
+    const __m512i hi = _mm512_castsi128_si512(d[4]);
+    const __m512i p = _mm512_permutex2var_epi8(lo, idx0123, hi);
+    const __m128i p4 = _mm512_castsi512_si128(_mm512_permutex2var_epi8(lo, idx4, hi));
+    __m128i acc = p4;
+    const __m128i planes[4] = {_mm512_castsi512_si128(p), _mm512_extracti32x4_epi32(p, 1),
+                               _mm512_extracti32x4_epi32(p, 2), _mm512_extracti32x4_epi32(p, 3)};
+    for (int k = 3; k >= 0; --k) {
+      acc = _mm_add_epi8(_mm_add_epi8(acc, _mm_add_epi8(acc, acc)), planes[k]);  // acc * 3 + p_k
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i / 5), acc);
   }
   return done;
 }
@@ -231,8 +243,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void Unpack2B
     std::memcpy(&lo, in + i / 4, 4);
     const uint64_t word = uint64_t{lo} | uint64_t{i % 4 != 0 ? in[i / 4 + 4] : uint8_t{0}} << 32;
     const uint32_t codes = static_cast<uint32_t>(word >> (2 * (i % 4)));
-    const __m512i c =
-        _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(codes)), shift), three);
+    const __m512i c = _mm512_and_si512(
+        _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(codes)), shift), three);
     const __m512 v = _mm512_permutexvar_ps(c, digit);
     if (stream) {
       _mm512_stream_ps(out + i, v);
@@ -308,10 +320,10 @@ class TernGradCodec final : public Codec {
 #endif
         size_t head = 0;  // values of this block already packed by a SIMD loop (base 3)
 #if defined(TERN_X86_DISPATCH)
-        if (pack_ == kBase3 && CpuHasAvx512()) {
-          head = TernarizePackBase3Avx512(x.data() + begin, static_cast<uint32_t>(n),
-                                          static_cast<uint32_t>(begin), key, inv, s,
-                                          p + 1 + begin / 5);
+        if (pack_ == kBase3 && CpuHasAvx512Vbmi()) {
+          head =
+              TernarizePackBase3Vbmi(x.data() + begin, static_cast<uint32_t>(n),
+                                     static_cast<uint32_t>(begin), key, inv, s, p + 1 + begin / 5);
         }
 #endif
         const size_t start = begin + head, rest = n - head;  // head is a multiple of 5
