@@ -113,4 +113,18 @@ std::vector<int> RoundTracker::Close() {
   return std::vector<int>(replied_.begin(), replied_.end());
 }
 
+void RoundTracker::Restore(int64_t round, bool open, std::vector<int> sampled,
+                           std::set<int> replied, uint64_t draws, absl::Time now) {
+  round_ = round;
+  open_ = open;
+  opened_ = now;
+  std::sort(sampled.begin(), sampled.end());
+  sampled_ = std::move(sampled);
+  replied_ = std::move(replied);
+  draws_ = draws;
+  recent_.clear();
+  const int needed = std::min<int>(policy_.min_replies, static_cast<int>(sampled_.size()));
+  min_reached_ = open && static_cast<int>(replied_.size()) >= needed ? now : absl::InfiniteFuture();
+}
+
 }  // namespace tern

@@ -78,6 +78,15 @@ class RoundTracker {
   // Closes the open round; returns the clients that replied in time.
   std::vector<int> Close();
 
+  // For checkpoints: the replies so far and the number of sampling draws made; Restore puts a
+  // tracker back at `round` (open with `sampled` and `replied`, its deadline counted from `now`,
+  // or closed). Closed rounds' stale-reply windows are not restored: late replies for them are
+  // dropped after a restart.
+  const std::set<int>& replied_set() const { return replied_; }
+  uint64_t draws() const { return draws_; }
+  void Restore(int64_t round, bool open, std::vector<int> sampled, std::set<int> replied,
+               uint64_t draws, absl::Time now);
+
  private:
   RoundPolicy policy_;
   std::set<int> available_;

@@ -1,0 +1,152 @@
+// The aggregator's state machine, independent of gRPC and of the clock: clients join and fetch
+// tasks, rounds open over the available clients (RoundTracker), updates are checked and decoded
+// into the round's sum as they arrive, and a round's close applies the aggregate to the global
+// model (with optional server learning rate and outer momentum: FedAvg, local SGD, SlowMo).
+// The durable part of the state is checkpointed atomically after every accepted update and every
+// round close, so a restarted server resumes the round it was in without losing an update it
+// acknowledged. server/service.h puts it behind tern.v1.Aggregator.
+//
+// Thread-safety: thread-safe; every public method takes the internal mutex (checkpoint files
+// are written outside it, in order).
+#ifndef TERN_SERVER_AGGREGATOR_H_
+#define TERN_SERVER_AGGREGATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/registry.h"
+#include "server/aggregation.h"
+#include "server/round.h"
+#include "tern/v1/server.pb.h"
+#include "worker/model.h"
+
+namespace tern {
+
+struct AggregatorOptions {
+  std::string run_id = "tern";
+  // "federated": K of the available clients per round. "local-sgd": every available client,
+  // each round closing when all replied (or at the deadline). "ps": local-sgd with one local
+  // step a round (a synchronous parameter server).
+  std::string mode = "federated";
+  int min_clients = 1;  // the first round waits until this many clients are available
+  int64_t total_rounds = 50;
+  RoundPolicy policy;            // K, min replies, grace, deadline, staleness, sampling
+  std::string rule = "fedavg";   // aggregation rule spec (server/aggregation.h)
+  double server_lr = 1.0;        // x += server_lr * m
+  double server_momentum = 0.0;  // m = momentum * m + mean update (0: plain averaging)
+  std::string downstream_codec = "none";  // how the global model goes to clients
+  v1::Task task;  // training settings handed to clients (kind/round/total_rounds filled in)
+  absl::Duration client_timeout = absl::Seconds(30);  // no Fetch for this long: not available
+  std::string checkpoint_path;  // "" = no checkpoint
+  uint64_t max_params = uint64_t{1} << 28;
+  int keep_models = 8;  // global models kept for GetModel
+};
+
+// Checks options and fills mode presets (K and min replies for local-sgd / ps).
+absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions options,
+                                                             const CodecRegistry& codecs);
+
+struct FetchResult {
+  v1::Task task;
+  // For TRAIN: the round's model, chunked once per round and shared by every client's call.
+  std::shared_ptr<const std::vector<v1::BundleChunk>> chunks;
+};
+
+class Aggregator {
+ public:
+  // Resumes from options.checkpoint_path when that file exists (a corrupt or foreign checkpoint
+  // is an error, never silently replaced). `codecs` must outlive the aggregator.
+  static absl::StatusOr<std::unique_ptr<Aggregator>> Create(AggregatorOptions options,
+                                                            const CodecRegistry* codecs,
+                                                            absl::Time now);
+
+  v1::JoinReply Join(const v1::JoinRequest& request, absl::Time now, absl::Status* status);
+  // The initial model; returns whether this bundle was adopted.
+  absl::StatusOr<bool> InitModel(uint32_t client, const v1::TensorBundle& bundle);
+  absl::StatusOr<FetchResult> Fetch(uint32_t client, absl::Time now);
+  // An update: checked (client, round, layout, every tensor decodes) and accumulated before
+  // the reply; a refused update changes nothing. `wire_bytes`: what its chunks took.
+  absl::StatusOr<v1::PushReply> Push(const v1::UpdateInfo& info, const v1::TensorBundle& update,
+                                     uint64_t wire_bytes, absl::Time now);
+  absl::Status Leave(uint32_t client);
+  // Closes a round that is due and opens the next when clients are there; call periodically.
+  // Returns the error of a failed checkpoint write (the state in memory goes on).
+  absl::Status Tick(absl::Time now);
+
+  // The global model after `round` (0 = latest), kept for the last keep_models rounds.
+  absl::StatusOr<std::pair<int64_t, std::shared_ptr<const v1::TensorBundle>>> Model(
+      int64_t round) const;
+  v1::ServerStatus Status(absl::Time now) const;
+  bool done() const;
+  // The layout, once a model is known.
+  std::vector<ParamTensor> layout() const;
+
+ private:
+  struct Client {
+    std::string name;
+    uint64_t num_samples = 0;
+    absl::Time last_seen = absl::InfinitePast();
+    bool left = false;
+  };
+  struct PendingUpdate {  // robust rules keep updates until the round closes
+    uint32_t client;
+    double weight;
+    std::vector<float> values;
+  };
+
+  Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
+             std::unique_ptr<AggregationRule> rule);
+
+  absl::Status Restore(const v1::AggregatorCheckpoint& ckpt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AdoptModel(const v1::TensorBundle& bundle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishModel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CloseRound(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::set<int> Available(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checkpoint as of now, tagged with a sequence number; written by WriteCheckpoint after
+  // the lock is released (only if nothing newer was written meanwhile).
+  std::shared_ptr<v1::AggregatorCheckpoint> SnapshotState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteCheckpoint(std::shared_ptr<v1::AggregatorCheckpoint> ckpt, uint64_t seq)
+      ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
+
+  const AggregatorOptions options_;
+  const CodecRegistry* const codecs_;
+  const std::unique_ptr<AggregationRule> rule_;
+  const bool fedavg_;
+
+  mutable absl::Mutex mu_;
+  RoundTracker rounds_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, Client> clients_ ABSL_GUARDED_BY(mu_);
+  bool have_model_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> model_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> momentum_ ABSL_GUARDED_BY(mu_);
+  // The open round's accumulation (FedAvg: the weighted sum; robust rules: the updates).
+  std::vector<double> sum_ ABSL_GUARDED_BY(mu_);
+  double total_weight_ ABSL_GUARDED_BY(mu_) = 0;
+  double loss_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<PendingUpdate> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);
+  // Global models by round, and the open round's downstream chunks.
+  std::deque<std::pair<int64_t, std::shared_ptr<const v1::TensorBundle>>> models_
+      ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<v1::BundleChunk>> round_chunks_ ABSL_GUARDED_BY(mu_);
+  uint64_t round_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t round_wire_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::ServerStatus counters_ ABSL_GUARDED_BY(mu_);
+  uint64_t state_seq_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex io_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  uint64_t written_seq_ ABSL_GUARDED_BY(io_mu_) = 0;
+};
+
+}  // namespace tern
+
+#endif  // TERN_SERVER_AGGREGATOR_H_
