@@ -12,6 +12,11 @@ namespace tern {
 int WorkerMain();
 // `tern run`: N workers on 127.0.0.1, progress, metrics and report (run_cmd.cc).
 int RunMain(const std::string& self_exe);
+// `tern server`: the aggregator daemon; `tern client`: built-in clients of an aggregator;
+// `tern run --mode federated|local-sgd|ps`: a server and N clients on 127.0.0.1 (fed_cmd.cc).
+int ServerMain();
+int ClientMain();
+int RunFederatedMain(const std::string& self_exe);
 // `tern report DIR...`: one HTML report comparing runs (report.cc).
 int ReportMain(const std::vector<std::string>& dirs);
 

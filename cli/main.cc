@@ -36,8 +36,11 @@ constexpr char kUsage[] =
     "usage: tern <command> [flags]\n"
     "commands:\n"
     "  run            start N workers on 127.0.0.1 with the built-in trainer (Fashion-MNIST),\n"
+    "                 or with --mode=federated|local-sgd|ps a server and N clients,\n"
     "                 show progress, write a run folder with metrics.jsonl and report.html\n"
     "  worker         the peer daemon (gossip + trainer services); --flagfile=FILE works\n"
+    "  server         the aggregator daemon (federated, local-sgd, ps rounds)\n"
+    "  client         built-in clients of an aggregator (--server=HOST:PORT --clients=N)\n"
     "  report         one HTML report comparing run folders: tern report DIR... --out=F\n"
     "  bench codecs   encode/decode throughput, compression and bits per coordinate of every\n"
     "                 codec, against memcpy measured in the same run\n"
@@ -86,6 +89,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> cmd(args.begin() + 1, args.end());
   if (cmd.empty()) return Fail(kUsage);
   if (cmd[0] == "worker" && cmd.size() == 1) return tern::WorkerMain();
+  if (cmd[0] == "server" && cmd.size() == 1) return tern::ServerMain();
+  if (cmd[0] == "client" && cmd.size() == 1) return tern::ClientMain();
   if (cmd[0] == "run" && cmd.size() == 1) {
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);

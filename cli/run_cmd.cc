@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
+#include "cli/process.h"
 #include "cli/report.h"
 #include "cli/train_flags.h"
 #include "grpcpp/grpcpp.h"
@@ -55,6 +56,7 @@ ABSL_DECLARE_FLAG(std::string, lr_schedule);
 ABSL_DECLARE_FLAG(double, round_timeout);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_DECLARE_FLAG(std::string, out);
+ABSL_DECLARE_FLAG(std::string, mode);
 
 ABSL_FLAG(int, evals_per_epoch, 2, "run: evaluations of the averaged model per epoch");
 ABSL_FLAG(std::string, name, "", "run: run name (default <algorithm>-<codec>-<topology>)");
@@ -68,70 +70,15 @@ volatile sig_atomic_t g_interrupted = 0;
 void OnSignal(int) { g_interrupted = 1; }
 
 struct Child {
-  int id = 0;
-  pid_t pid = -1;
-  bool alive = false;
-  std::string log;
+  ChildProcess proc;
   std::unique_ptr<v1::Trainer::Stub> stub;
   v1::WorkerStats last;  // stats at the previous evaluation
 };
 
-pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log) {
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd >= 0) {
-    dup2(fd, 1);
-    dup2(fd, 2);
-    close(fd);
-  }
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(exe.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(exe.c_str(), argv.data());
-  _exit(127);
-}
-
-std::string Tail(const std::string& path, size_t bytes = 2000) {
-  std::ifstream f(path);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
-}
-
-// Marks children that exited; returns how many are alive.
-int Reap(std::vector<Child>& children, bool quiet = false) {
-  int alive = 0;
-  for (Child& c : children) {
-    if (!c.alive) continue;
-    int status = 0;
-    if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
-      c.alive = false;
-      if (!quiet)
-        std::fprintf(stderr, "\nworker %d exited (%s %d); log: %s\n", c.id,
-                     WIFSIGNALED(status) ? "signal" : "status",
-                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), c.log.c_str());
-    } else {
-      ++alive;
-    }
-  }
-  return alive;
-}
-
-void StopAll(std::vector<Child>& children) {
-  for (Child& c : children) {
-    if (c.alive) kill(c.pid, SIGTERM);
-  }
-  const absl::Time deadline = absl::Now() + absl::Seconds(15);
-  while (Reap(children, /*quiet=*/true) > 0 && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(50));
-  for (Child& c : children) {
-    if (c.alive) {
-      kill(c.pid, SIGKILL);
-      waitpid(c.pid, nullptr, 0);
-      c.alive = false;
-    }
-  }
+std::vector<ChildProcess*> Procs(std::vector<Child>& children) {
+  std::vector<ChildProcess*> out;
+  for (Child& c : children) out.push_back(&c.proc);
+  return out;
 }
 
 // Fetches a worker's snapshot of `step`: the parameters, or nullopt with `retry` saying whether
@@ -153,7 +100,7 @@ std::optional<std::vector<float>> FetchSnapshot(Child& c, int64_t step,
     *retry = gs.error_code() == grpc::StatusCode::UNAVAILABLE ||
              gs.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (!*retry)
-      std::fprintf(stderr, "\nworker %d: snapshot %lld: %s\n", c.id, static_cast<long long>(step),
+      std::fprintf(stderr, "\nworker %d: snapshot %lld: %s\n", c.proc.id, static_cast<long long>(step),
                    gs.error_message().c_str());
     return std::nullopt;
   }
@@ -172,6 +119,7 @@ std::string Bar(double frac, int width = 24) {
 }  // namespace
 
 int RunMain(const std::string& self_exe) {
+  if (absl::GetFlag(FLAGS_mode) != "gossip") return RunFederatedMain(self_exe);
   const int n = absl::GetFlag(FLAGS_workers);
   const int epochs = absl::GetFlag(FLAGS_epochs);
   const int evals = std::max(1, absl::GetFlag(FLAGS_evals_per_epoch));
@@ -266,8 +214,8 @@ int RunMain(const std::string& self_exe) {
   std::vector<Child> children(n);
   for (int i = 0; i < n; ++i) {
     Child& c = children[i];
-    c.id = i;
-    c.log = absl::StrCat(dir, "/worker-", i, ".log");
+    c.proc.id = i;
+    c.proc.log = absl::StrCat(dir, "/worker-", i, ".log");
     std::vector<std::string> args = {
         "worker",
         absl::StrCat("--id=", i),
@@ -281,8 +229,8 @@ int RunMain(const std::string& self_exe) {
         absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
     for (std::string& a : SharedTrainFlagArgs()) args.push_back(std::move(a));
     ::unlink((dir + absl::StrCat("/worker-", i, ".port")).c_str());
-    c.pid = Spawn(self_exe, args, c.log);
-    c.alive = c.pid > 0;
+    c.proc.pid = Spawn(self_exe, args, c.proc.log);
+    c.proc.alive = c.proc.pid > 0;
   }
   // Collect the ports, then tell everyone where everyone is.
   std::vector<std::string> addresses(n);
@@ -293,10 +241,10 @@ int RunMain(const std::string& self_exe) {
     while (!g_interrupted) {
       std::ifstream f(pf);
       if (f >> port && port > 0) break;
-      if (Reap(children) < n || absl::Now() > port_deadline) {
+      if (Reap(Procs(children)) < n || absl::Now() > port_deadline) {
         std::fprintf(stderr, "tern run: worker %d did not start; its log:\n%s\n", i,
-                     Tail(children[i].log).c_str());
-        StopAll(children);
+                     Tail(children[i].proc.log).c_str());
+        StopAll(Procs(children));
         return 1;
       }
       absl::SleepFor(absl::Milliseconds(20));
@@ -329,14 +277,14 @@ int RunMain(const std::string& self_exe) {
     std::vector<std::optional<std::vector<float>>> got(n);
     std::vector<v1::WorkerStats> stats(n);
     std::vector<bool> pending(n);
-    for (int i = 0; i < n; ++i) pending[i] = children[i].alive;
+    for (int i = 0; i < n; ++i) pending[i] = children[i].proc.alive;
     absl::Time last_draw = absl::InfinitePast();
     while (!g_interrupted) {
-      Reap(children);
+      Reap(Procs(children));
       bool any = false;
       for (int i = 0; i < n; ++i) {
         if (!pending[i]) continue;
-        if (!children[i].alive) {
+        if (!children[i].proc.alive) {
           pending[i] = false;
           continue;
         }
@@ -345,13 +293,13 @@ int RunMain(const std::string& self_exe) {
         pending[i] = !got[i].has_value() && retry;
         any = any || pending[i];
       }
-      if (kill_id >= 0 && !killed && children[kill_id].alive) {
+      if (kill_id >= 0 && !killed && children[kill_id].proc.alive) {
         grpc::ClientContext ctx;
         ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
         v1::WorkerStats ws;
         if (children[kill_id].stub->Stats(&ctx, v1::StatsRequest(), &ws).ok() &&
             static_cast<int64_t>(ws.steps()) >= kill_step) {
-          kill(children[kill_id].pid, SIGKILL);
+          kill(children[kill_id].proc.pid, SIGKILL);
           killed = true;
           std::fprintf(stderr, "\n[fault injection] killed worker %d after %llu steps\n", kill_id,
                        static_cast<unsigned long long>(ws.steps()));
@@ -460,7 +408,7 @@ int RunMain(const std::string& self_exe) {
     std::fflush(stdout);
   }
   const bool interrupted = g_interrupted != 0;
-  StopAll(children);
+  StopAll(Procs(children));
   metrics.close();
   auto run = LoadRun(dir);
   if (run.ok()) {

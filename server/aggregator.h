@@ -15,6 +15,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -74,16 +75,21 @@ class Aggregator {
   absl::StatusOr<FetchResult> Fetch(uint32_t client, absl::Time now);
   // An update: checked (client, round, layout, every tensor decodes) and accumulated before
   // the reply; a refused update changes nothing. `wire_bytes`: what its chunks took.
-  absl::StatusOr<v1::PushReply> Push(const v1::UpdateInfo& info, const v1::TensorBundle& update,
+  absl::StatusOr<v1::UpdateReply> Push(const v1::UpdateInfo& info, const v1::TensorBundle& update,
                                      uint64_t wire_bytes, absl::Time now);
   absl::Status Leave(uint32_t client);
   // Closes a round that is due and opens the next when clients are there; call periodically.
   // Returns the error of a failed checkpoint write (the state in memory goes on).
   absl::Status Tick(absl::Time now);
 
-  // The global model after `round` (0 = latest), kept for the last keep_models rounds.
-  absl::StatusOr<std::pair<int64_t, std::shared_ptr<const v1::TensorBundle>>> Model(
-      int64_t round) const;
+  // The global model after `round` (0 = latest), kept for the last keep_models rounds, with
+  // the counters as they were when that round closed.
+  struct KeptModel {
+    int64_t round = 0;
+    std::shared_ptr<const v1::TensorBundle> bundle;
+    v1::ServerStatus status;
+  };
+  absl::StatusOr<KeptModel> Model(int64_t round) const;
   v1::ServerStatus Status(absl::Time now) const;
   bool done() const;
   // The layout, once a model is known.
@@ -135,8 +141,7 @@ class Aggregator {
   std::vector<PendingUpdate> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);
   // Global models by round, and the open round's downstream chunks.
-  std::deque<std::pair<int64_t, std::shared_ptr<const v1::TensorBundle>>> models_
-      ABSL_GUARDED_BY(mu_);
+  std::deque<KeptModel> models_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::vector<v1::BundleChunk>> round_chunks_ ABSL_GUARDED_BY(mu_);
   uint64_t round_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t round_wire_bytes_ ABSL_GUARDED_BY(mu_) = 0;

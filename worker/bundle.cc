@@ -67,6 +67,49 @@ absl::StatusOr<v1::TensorBundle> FlatToBundle(const std::vector<ParamTensor>& la
   return b;
 }
 
+absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTensor>& layout,
+                                                    absl::Span<const float> values, Codec& codec,
+                                                    const EncodeOptions& options,
+                                                    std::vector<float>* residual) {
+  if (residual != nullptr && residual->size() != values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("residual of ", residual->size(),
+                                                   " values for a vector of ", values.size()));
+  }
+  v1::TensorBundle b;
+  std::vector<float> in, decoded;
+  EncodedTensor t;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const ParamTensor& p = layout[i];
+    if (p.offset > values.size() || p.numel > values.size() - p.offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", p.name, "' lies outside the ", values.size(), " values"));
+    }
+    absl::Span<const float> x = values.subspan(p.offset, p.numel);
+    if (residual != nullptr) {
+      in.resize(p.numel);
+      for (size_t j = 0; j < p.numel; ++j) in[j] = x[j] + (*residual)[p.offset + j];
+      x = in;
+    }
+    EncodeOptions o = options;
+    o.seed = options.seed + i;
+    TERN_RETURN_IF_ERROR(codec.Encode(x, o, &t));
+    if (residual != nullptr) {
+      decoded.resize(p.numel);
+      TERN_RETURN_IF_ERROR(codec.Decode(EncodedView::Of(t), absl::MakeSpan(decoded)));
+      for (size_t j = 0; j < p.numel; ++j) (*residual)[p.offset + j] = x[j] - decoded[j];
+    }
+    v1::NamedTensor* nt = b.add_tensors();
+    nt->set_name(p.name);
+    v1::EncodedTensor* m = nt->mutable_tensor();
+    m->set_dtype(v1::DTYPE_FLOAT32);
+    ToProto(std::move(t), m);
+    m->clear_shape();
+    for (int64_t d : p.shape) m->add_shape(d);
+    t = EncodedTensor();
+  }
+  return b;
+}
+
 absl::Status BundleToFlat(const v1::TensorBundle& bundle, const std::vector<ParamTensor>& layout,
                           const CodecRegistry& codecs, absl::Span<float> out) {
   if (static_cast<size_t>(bundle.tensors_size()) != layout.size()) {

@@ -30,6 +30,15 @@ absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t
 absl::StatusOr<v1::TensorBundle> FlatToBundle(const std::vector<ParamTensor>& layout,
                                               absl::Span<const float> values);
 
+// `values` (the flat vector of `layout`) as one tensor per layout entry, each encoded by `codec`
+// (seeded with options.seed + the tensor's index), shapes set. With `residual` (as long as
+// `values`), error feedback: each tensor encodes values + residual, and the residual becomes
+// what that encoding lost.
+absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTensor>& layout,
+                                                    absl::Span<const float> values, Codec& codec,
+                                                    const EncodeOptions& options,
+                                                    std::vector<float>* residual);
+
 // Decodes `bundle` into `out` (the flat vector of `layout`): the tensors must be exactly the
 // layout's, same names, order and element counts; any registered codec is accepted.
 absl::Status BundleToFlat(const v1::TensorBundle& bundle, const std::vector<ParamTensor>& layout,

@@ -11,48 +11,13 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "worker/bundle.h"
+#include "worker/rpc_util.h"
 
 namespace tern {
 namespace {
 
-// Replies of a streamed bundle: the first carries `first`'s header field, each a chunk.
-template <typename Reply, typename Header>
-absl::StatusOr<std::vector<Reply>> ChunkedReplies(const v1::TensorBundle& bundle,
-                                                  uint64_t stream_id,
-                                                  Header* (Reply::*mutable_header)(),
-                                                  const Header& header) {
-  TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks, ChunkBundle(bundle, stream_id));
-  std::vector<Reply> replies(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (i == 0) *(replies[0].*mutable_header)() = header;
-    *replies[i].mutable_chunk() = std::move(chunks[i]);
-  }
-  return replies;
-}
-
 grpc::Status Unavailable() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
-}
-
-// Feeds one chunk of a bundle stream: nullopt while more chunks are needed, then the bundle or
-// the error that ends the stream.
-std::optional<absl::StatusOr<v1::TensorBundle>> Feed(BundleAssembler& a,
-                                                     const v1::BundleChunk& chunk) {
-  if (absl::Status s = a.Add(chunk); !s.ok()) return absl::StatusOr<v1::TensorBundle>(s);
-  if (!a.complete()) return std::nullopt;
-  return a.Finish();
-}
-
-// The OnWriteDone of a reactor that streams `out` in order and then finishes OK.
-template <typename Reactor, typename Message>
-void WriteNextOrFinish(Reactor* r, bool ok, const std::vector<Message>& out, size_t* next) {
-  if (!ok) {
-    r->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
-  } else if (++*next < out.size()) {
-    r->StartWrite(&out[*next]);
-  } else {
-    r->Finish(grpc::Status::OK);
-  }
 }
 
 }  // namespace

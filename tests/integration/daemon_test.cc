@@ -19,64 +19,11 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tern/v1/worker.grpc.pb.h"
+#include "tests/integration/process_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tern {
 namespace {
-
-std::string MakeTempDir() {
-  std::string t = absl::StrCat(::testing::TempDir(), "/tern-it-XXXXXX");
-  char* d = mkdtemp(t.data());
-  EXPECT_NE(d, nullptr);
-  return t;
-}
-
-// With `own_group`, the child leads a new process group, as a shell job does (so a test can
-// send the group SIGINT the way a terminal's Ctrl-C does).
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log, bool own_group = false) {
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  if (own_group) setpgid(0, 0);
-  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  dup2(fd, 1);
-  dup2(fd, 2);
-  std::vector<char*> argv{const_cast<char*>(TERN_BINARY)};
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(TERN_BINARY, argv.data());
-  _exit(127);
-}
-
-int Wait(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// A number from the last metrics line, e.g. Last(dir, "test_acc").
-double Last(const std::string& dir, const std::string& key) {
-  std::ifstream f(dir + "/metrics.jsonl");
-  std::string line, last;
-  while (std::getline(f, line)) {
-    if (!line.empty()) last = line;
-  }
-  // std::regex trips GCC 12's -Wmaybe-uninitialized under ASan; the lines are ours and flat.
-  const std::string tag = "\"" + key + "\":";
-  const size_t at = last.find(tag);
-  if (at == std::string::npos) return -1;
-  return std::strtod(last.c_str() + at + tag.size(), nullptr);
-}
-
-bool Synthetic(const std::string& dir) {
-  return ReadFile(dir + "/run.json").find("\"synthetic\":true") != std::string::npos;
-}
 
 TEST(TernRun, ShortRunOfFourWorkerProcessesConverges) {
   const std::string dir = MakeTempDir();

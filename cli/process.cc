@@ -1,0 +1,88 @@
+#include "cli/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace tern {
+
+pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+  }
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(exe.c_str(), argv.data());
+  _exit(127);
+}
+
+std::string Tail(const std::string& path, size_t bytes) {
+  std::ifstream f(path);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
+}
+
+int Reap(std::vector<ChildProcess*> children, bool quiet) {
+  int alive = 0;
+  for (ChildProcess* c : children) {
+    if (!c->alive) continue;
+    int status = 0;
+    if (waitpid(c->pid, &status, WNOHANG) == c->pid) {
+      c->alive = false;
+      const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!quiet && !clean)
+        std::fprintf(stderr, "\n%s %d exited (%s %d); log: %s\n", c->what.c_str(), c->id,
+                     WIFSIGNALED(status) ? "signal" : "status",
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), c->log.c_str());
+    } else {
+      ++alive;
+    }
+  }
+  return alive;
+}
+
+void StopAll(std::vector<ChildProcess*> children) {
+  for (ChildProcess* c : children) {
+    if (c->alive) kill(c->pid, SIGTERM);
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (Reap(children, /*quiet=*/true) > 0 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(50));
+  for (ChildProcess* c : children) {
+    if (c->alive) {
+      kill(c->pid, SIGKILL);
+      waitpid(c->pid, nullptr, 0);
+      c->alive = false;
+    }
+  }
+}
+
+int WaitForPortFile(const std::string& path, ChildProcess& child, double timeout_s,
+                    const volatile int* interrupted) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  while (!*interrupted) {
+    std::ifstream f(path);
+    int port = 0;
+    if (f >> port && port > 0) return port;
+    if (Reap({&child}) == 0 || absl::Now() > deadline) return 0;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return 0;
+}
+
+}  // namespace tern

@@ -1,0 +1,36 @@
+// Child processes of `tern run`: spawn with output to a log file, reap, stop all.
+//
+// Thread-safety: call from one thread (the launcher's).
+#ifndef TERN_CLI_PROCESS_H_
+#define TERN_CLI_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace tern {
+
+struct ChildProcess {
+  int id = 0;
+  std::string what = "worker";  // for messages: "worker 3", "server", "client group 2"
+  pid_t pid = -1;
+  bool alive = false;
+  std::string log;
+};
+
+// fork + execv(exe, args) with stdout and stderr to `log`; -1 on failure.
+pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log);
+// The last `bytes` of a file.
+std::string Tail(const std::string& path, size_t bytes = 2000);
+// Marks children that exited (printing why, unless quiet); returns how many are alive.
+int Reap(std::vector<ChildProcess*> children, bool quiet = false);
+// SIGTERM, up to 15 s to exit, then SIGKILL.
+void StopAll(std::vector<ChildProcess*> children);
+// Waits for `path` to hold a positive port number; 0 when `child` died or `timeout` passed.
+int WaitForPortFile(const std::string& path, ChildProcess& child, double timeout_s,
+                    const volatile int* interrupted);
+
+}  // namespace tern
+
+#endif  // TERN_CLI_PROCESS_H_

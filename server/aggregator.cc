@@ -1,0 +1,560 @@
+#include "server/aggregator.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/chunking.h"
+#include "common/status_macros.h"
+#include "kernels/wire.h"
+#include "worker/bundle.h"
+
+namespace tern {
+namespace {
+
+constexpr int kUnlimited = 1 << 30;
+
+// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(e)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot sync ", tmp, ": ", std::strerror(errno)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t EncodedBytes(const v1::TensorBundle& b) {
+  uint64_t n = 0;
+  for (const v1::NamedTensor& t : b.tensors()) {
+    n += t.tensor().payload().size() + 4 * static_cast<uint64_t>(t.tensor().scales_size());
+  }
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o,
+                                                             const CodecRegistry& codecs) {
+  if (o.mode == "local-sgd" || o.mode == "ps") {
+    // Every available client every round; a round closes when all replied or at its deadline.
+    o.policy.clients_per_round = kUnlimited;
+    o.policy.min_replies = kUnlimited;
+    if (o.mode == "ps") {
+      o.task.set_local_epochs(0);
+      o.task.set_local_steps(1);
+    }
+  } else if (o.mode != "federated") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown mode '", o.mode, "' (federated, local-sgd, ps)"));
+  }
+  if (o.total_rounds < 1) return absl::InvalidArgumentError("total rounds must be >= 1");
+  if (o.min_clients < 1) return absl::InvalidArgumentError("min clients must be >= 1");
+  if (o.policy.clients_per_round < 1 || o.policy.min_replies < 1) {
+    return absl::InvalidArgumentError("clients per round and min replies must be >= 1");
+  }
+  if (o.policy.deadline <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the round deadline must be > 0");
+  }
+  if (!(o.server_lr > 0) || !(o.server_momentum >= 0 && o.server_momentum < 1)) {
+    return absl::InvalidArgumentError("need server_lr > 0 and 0 <= server_momentum < 1");
+  }
+  if (o.task.local_epochs() == 0 && o.task.local_steps() == 0) {
+    return absl::InvalidArgumentError("a task needs local epochs or local steps");
+  }
+  if (o.task.batch() == 0 || !(o.task.lr() > 0)) {
+    return absl::InvalidArgumentError("a task needs batch >= 1 and lr > 0");
+  }
+  TERN_RETURN_IF_ERROR(codecs.Create(o.downstream_codec).status());
+  TERN_RETURN_IF_ERROR(codecs.Create(o.task.update_codec()).status());
+  o.task.set_total_rounds(static_cast<uint64_t>(o.total_rounds));
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions options,
+                                                              const CodecRegistry* codecs,
+                                                              absl::Time now) {
+  TERN_ASSIGN_OR_RETURN(options, NormalizeAggregatorOptions(std::move(options), *codecs));
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> rule,
+                        CreateAggregationRule(options.rule));
+  std::unique_ptr<Aggregator> a(new Aggregator(std::move(options), codecs, std::move(rule)));
+  if (!a->options_.checkpoint_path.empty()) {
+    std::ifstream f(a->options_.checkpoint_path, std::ios::binary);
+    if (f) {
+      std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      v1::AggregatorCheckpoint ckpt;
+      if (!ckpt.ParseFromString(bytes)) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint ", a->options_.checkpoint_path, " does not parse"));
+      }
+      absl::MutexLock lock(&a->mu_);
+      absl::Status s = a->Restore(ckpt);
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("checkpoint ", a->options_.checkpoint_path,
+                                                   ": ", s.message()));
+      }
+      // Clients have a fresh timeout from now; the open round's deadline restarts.
+      for (auto& [id, c] : a->clients_) c.last_seen = now;
+      std::vector<int> sampled(ckpt.sampled().begin(), ckpt.sampled().end());
+      std::set<int> replied(ckpt.replied().begin(), ckpt.replied().end());
+      a->rounds_.Restore(static_cast<int64_t>(ckpt.round()) + (ckpt.round_open() ? 1 : 0),
+                         ckpt.round_open(), std::move(sampled), std::move(replied),
+                         ckpt.sampling_draws(), now);
+      a->counters_.set_restarts(a->counters_.restarts() + 1);
+    }
+  }
+  return a;
+}
+
+Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
+                       std::unique_ptr<AggregationRule> rule)
+    : options_(std::move(options)),
+      codecs_(codecs),
+      rule_(std::move(rule)),
+      fedavg_(rule_->Spec() == "fedavg"),
+      rounds_(options_.policy) {
+  counters_.set_mode(options_.mode);
+  counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
+}
+
+absl::Status Aggregator::Restore(const v1::AggregatorCheckpoint& ckpt) {
+  if (ckpt.run_id() != options_.run_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("belongs to run '", ckpt.run_id(), "', not '", options_.run_id, "'"));
+  }
+  counters_ = ckpt.counters();
+  counters_.set_mode(options_.mode);
+  counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
+  for (const v1::CheckpointClient& c : ckpt.clients()) {
+    Client& client = clients_[c.id()];
+    client.name = c.name();
+    client.num_samples = c.num_samples();
+    client.left = c.left();
+  }
+  if (ckpt.model().tensors_size() == 0) return absl::OkStatus();  // no model yet
+  TERN_RETURN_IF_ERROR(AdoptModel(ckpt.model()));
+  const size_t d = model_.size();
+  if (ckpt.sum_size() != 0 && static_cast<size_t>(ckpt.sum_size()) != d) {
+    return absl::DataLossError("the round's sum does not match the model");
+  }
+  if (ckpt.momentum_size() != 0 && static_cast<size_t>(ckpt.momentum_size()) != d) {
+    return absl::DataLossError("the momentum does not match the model");
+  }
+  if (ckpt.sum_size() != 0) sum_.assign(ckpt.sum().begin(), ckpt.sum().end());
+  if (ckpt.momentum_size() != 0) momentum_.assign(ckpt.momentum().begin(), ckpt.momentum().end());
+  for (const v1::CheckpointUpdate& u : ckpt.pending()) {
+    if (static_cast<size_t>(u.values_size()) != d || !(u.weight() > 0)) {
+      return absl::DataLossError("a kept update does not match the model");
+    }
+    pending_.push_back({u.client(), u.weight(), {u.values().begin(), u.values().end()}});
+  }
+  total_weight_ = ckpt.total_weight();
+  loss_sum_ = ckpt.loss_sum();
+  // The model adopted above is the global model after ckpt.round() rounds.
+  models_.clear();
+  PublishModel();
+  models_.back().round = static_cast<int64_t>(ckpt.round());
+  return absl::OkStatus();
+}
+
+absl::Status Aggregator::AdoptModel(const v1::TensorBundle& bundle) {
+  TERN_ASSIGN_OR_RETURN(std::vector<ParamTensor> layout,
+                        LayoutFromBundle(bundle, options_.max_params));
+  std::vector<float> x(layout.back().offset + layout.back().numel);
+  TERN_RETURN_IF_ERROR(BundleToFlat(bundle, layout, *codecs_, absl::MakeSpan(x)));
+  for (float v : x) {
+    if (!std::isfinite(v)) return absl::InvalidArgumentError("the model holds Inf or NaN");
+  }
+  layout_ = std::move(layout);
+  model_ = std::move(x);
+  sum_.assign(model_.size(), 0.0);
+  momentum_.assign(model_.size(), 0.0f);
+  scratch_.assign(model_.size(), 0.0f);
+  have_model_ = true;
+  return absl::OkStatus();
+}
+
+void Aggregator::PublishModel() {
+  auto dense = FlatToBundle(layout_, model_);
+  auto b = std::make_shared<v1::TensorBundle>(*std::move(dense));
+  b->set_run_id(options_.run_id);
+  const int64_t round = static_cast<int64_t>(counters_.round());
+  b->set_round(static_cast<uint64_t>(round));
+  b->set_sender("server");
+  models_.push_back({round, std::move(b), counters_});
+  while (models_.size() > static_cast<size_t>(std::max(1, options_.keep_models))) {
+    models_.pop_front();
+  }
+  round_chunks_.reset();  // the downstream copy is made when a round opens
+}
+
+v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
+                               absl::Status* status) {
+  v1::JoinReply reply;
+  absl::MutexLock lock(&mu_);
+  *status = absl::OkStatus();
+  if (request.run_id() != options_.run_id) {
+    *status = absl::FailedPreconditionError(absl::StrCat(
+        "this server runs '", options_.run_id, "', not '", request.run_id(), "'"));
+    return reply;
+  }
+  uint32_t id;
+  if (request.client_id() >= 0 && clients_.count(static_cast<uint32_t>(request.client_id()))) {
+    id = static_cast<uint32_t>(request.client_id());
+  } else {
+    id = clients_.empty() ? 0 : clients_.rbegin()->first + 1;
+  }
+  Client& c = clients_[id];
+  c.name = request.name().substr(0, 128);
+  c.num_samples = request.num_samples();
+  c.last_seen = now;
+  c.left = false;
+  reply.set_client_id(id);
+  reply.set_model_needed(!have_model_);
+  reply.set_mode(options_.mode);
+  counters_.set_clients_joined(static_cast<uint32_t>(clients_.size()));
+  return reply;
+}
+
+absl::StatusOr<bool> Aggregator::InitModel(uint32_t client, const v1::TensorBundle& bundle) {
+  std::shared_ptr<v1::AggregatorCheckpoint> ckpt;
+  uint64_t seq = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!clients_.count(client)) {
+      return absl::NotFoundError(absl::StrCat("client ", client, " has not joined"));
+    }
+    if (have_model_) {
+      TERN_ASSIGN_OR_RETURN(std::vector<ParamTensor> layout,
+                            LayoutFromBundle(bundle, options_.max_params));
+      if (!SameLayout(layout, layout_)) {
+        return absl::FailedPreconditionError("this model's layout differs from the run's");
+      }
+      return false;
+    }
+    TERN_RETURN_IF_ERROR(AdoptModel(bundle));
+    PublishModel();
+    ckpt = SnapshotState();
+    seq = state_seq_;
+  }
+  TERN_RETURN_IF_ERROR(WriteCheckpoint(std::move(ckpt), seq));
+  return true;
+}
+
+std::set<int> Aggregator::Available(absl::Time now) const {
+  std::set<int> out;
+  for (const auto& [id, c] : clients_) {
+    if (!c.left && now - c.last_seen <= options_.client_timeout) out.insert(static_cast<int>(id));
+  }
+  return out;
+}
+
+absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client);
+  if (it == clients_.end()) {
+    return absl::NotFoundError(absl::StrCat("client ", client, " has not joined"));
+  }
+  it->second.last_seen = now;
+  FetchResult r;
+  r.task = options_.task;
+  r.task.set_round(rounds_.round());
+  if (counters_.done()) {
+    r.task.set_kind(v1::Task::DONE);
+    return r;
+  }
+  const std::vector<int>& sampled = rounds_.sampled();
+  const bool mine = rounds_.open() &&
+                    std::binary_search(sampled.begin(), sampled.end(), static_cast<int>(client)) &&
+                    rounds_.replied_set().count(static_cast<int>(client)) == 0;
+  if (!mine || models_.empty()) {
+    r.task.set_kind(v1::Task::WAIT);
+    return r;
+  }
+  if (round_chunks_ == nullptr) {
+    // The round's model, encoded downstream once and chunked once for every client.
+    TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs_->Create(options_.downstream_codec));
+    v1::TensorBundle b;
+    if (options_.downstream_codec == "none") {
+      b = *models_.back().bundle;
+    } else {
+      EncodeOptions eo;
+      eo.seed = options_.task.seed() ^ (static_cast<uint64_t>(rounds_.round()) << 20);
+      TERN_ASSIGN_OR_RETURN(b, EncodeFlatToBundle(layout_, model_, *codec, eo, nullptr));
+      b.set_run_id(options_.run_id);
+      b.set_sender("server");
+    }
+    b.set_round(static_cast<uint64_t>(rounds_.round()));
+    round_payload_bytes_ = EncodedBytes(b);
+    TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
+                          ChunkBundle(b, static_cast<uint64_t>(rounds_.round())));
+    round_wire_bytes_ = 0;
+    for (const v1::BundleChunk& c : chunks) round_wire_bytes_ += c.ByteSizeLong() + 5;
+    round_chunks_ = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
+  }
+  r.task.set_kind(v1::Task::TRAIN);
+  r.chunks = round_chunks_;
+  counters_.set_payload_bytes_down(counters_.payload_bytes_down() + round_payload_bytes_);
+  counters_.set_wire_bytes_down(counters_.wire_bytes_down() + round_wire_bytes_);
+  counters_.set_dense_bytes_down(counters_.dense_bytes_down() + 4 * model_.size());
+  return r;
+}
+
+absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
+                                               const v1::TensorBundle& update,
+                                               uint64_t wire_bytes, absl::Time now) {
+  std::shared_ptr<v1::AggregatorCheckpoint> ckpt;
+  uint64_t seq = 0;
+  v1::UpdateReply reply;
+  {
+    absl::MutexLock lock(&mu_);
+    auto refuse = [&](absl::Status s) {
+      counters_.set_updates_refused(counters_.updates_refused() + 1);
+      return s;
+    };
+    auto it = clients_.find(info.client_id());
+    if (it == clients_.end()) {
+      return refuse(absl::NotFoundError(absl::StrCat("client ", info.client_id(), " has not joined")));
+    }
+    it->second.last_seen = now;
+    if (!have_model_) return refuse(absl::FailedPreconditionError("no model yet"));
+    if (update.run_id() != options_.run_id) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("update for run '", update.run_id(), "', this is '", options_.run_id, "'")));
+    }
+    if (update.round() != info.round()) {
+      return refuse(absl::InvalidArgumentError(absl::StrCat(
+          "the bundle says round ", update.round(), ", the header ", info.round())));
+    }
+    const double weight = info.weight();
+    if (!(weight > 0) || !std::isfinite(weight) || weight > 1e12) {
+      return refuse(absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is not in (0, 1e12]")));
+    }
+    // Decode first: a malformed update must not take the client's reply slot.
+    absl::Status s = BundleToFlat(update, layout_, *codecs_, absl::MakeSpan(scratch_));
+    if (s.ok()) {
+      for (float v : scratch_) {
+        if (!std::isfinite(v)) {
+          s = absl::InvalidArgumentError("the update holds Inf or NaN");
+          break;
+        }
+      }
+    }
+    if (!s.ok()) return refuse(s);
+    absl::StatusOr<ReplyDecision> d =
+        rounds_.Reply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()), now);
+    if (!d.ok()) return refuse(d.status());
+    reply.set_server_round(static_cast<uint64_t>(rounds_.round()));
+    counters_.set_payload_bytes_up(counters_.payload_bytes_up() + EncodedBytes(update));
+    counters_.set_wire_bytes_up(counters_.wire_bytes_up() + wire_bytes);
+    counters_.set_dense_bytes_up(counters_.dense_bytes_up() + 4 * model_.size());
+    if (d->verdict == ReplyVerdict::kDropped) {
+      counters_.set_updates_dropped(counters_.updates_dropped() + 1);
+      reply.set_verdict(v1::UpdateReply::DROPPED);
+      return reply;
+    }
+    const double w = weight * d->weight_scale;
+    if (fedavg_) {
+      for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += w * scratch_[i];
+    } else {
+      pending_.push_back({info.client_id(), w, scratch_});
+    }
+    total_weight_ += w;
+    loss_sum_ += w * (std::isfinite(info.loss()) ? info.loss() : 0.0);
+    if (d->verdict == ReplyVerdict::kAccepted) {
+      counters_.set_updates_accepted(counters_.updates_accepted() + 1);
+      reply.set_verdict(v1::UpdateReply::ACCEPTED);
+    } else {
+      counters_.set_updates_stale(counters_.updates_stale() + 1);
+      reply.set_verdict(v1::UpdateReply::ACCEPTED_STALE);
+    }
+    ckpt = SnapshotState();
+    seq = state_seq_;
+  }
+  // Durable before the client hears "accepted".
+  TERN_RETURN_IF_ERROR(WriteCheckpoint(std::move(ckpt), seq));
+  return reply;
+}
+
+absl::Status Aggregator::Leave(uint32_t client) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client);
+  if (it == clients_.end()) {
+    return absl::NotFoundError(absl::StrCat("client ", client, " has not joined"));
+  }
+  it->second.left = true;
+  return absl::OkStatus();
+}
+
+absl::Status Aggregator::CloseRound(absl::Time now) {
+  (void)now;
+  rounds_.Close();
+  const size_t d = model_.size();
+  std::vector<float> mean(d, 0.0f);
+  bool have_update = false;
+  if (fedavg_) {
+    if (total_weight_ > 0) {
+      for (size_t i = 0; i < d; ++i) mean[i] = static_cast<float>(sum_[i] / total_weight_);
+      have_update = true;
+    }
+  } else if (!pending_.empty()) {
+    std::vector<ClientUpdate> updates;
+    for (const PendingUpdate& p : pending_) updates.push_back({p.values, p.weight});
+    absl::Status s = rule_->Aggregate(updates, absl::MakeSpan(mean));
+    // Too few updates for the rule (e.g. Krum's n >= 2f + 3): the round leaves the model as is.
+    have_update = s.ok();
+  }
+  counters_.set_last_round_updates(
+      static_cast<uint32_t>(fedavg_ ? rounds_.replied_set().size() : pending_.size()));
+  counters_.set_train_loss(total_weight_ > 0 ? loss_sum_ / total_weight_ : 0.0);
+  if (have_update) {
+    const float beta = static_cast<float>(options_.server_momentum);
+    const float lr = static_cast<float>(options_.server_lr);
+    for (size_t i = 0; i < d; ++i) {
+      momentum_[i] = beta * momentum_[i] + mean[i];
+      model_[i] += lr * momentum_[i];
+    }
+  }
+  std::fill(sum_.begin(), sum_.end(), 0.0);
+  pending_.clear();
+  total_weight_ = 0;
+  loss_sum_ = 0;
+  counters_.set_round(counters_.round() + 1);
+  if (static_cast<int64_t>(counters_.round()) >= options_.total_rounds) counters_.set_done(true);
+  PublishModel();
+  return absl::OkStatus();
+}
+
+absl::Status Aggregator::Tick(absl::Time now) {
+  std::shared_ptr<v1::AggregatorCheckpoint> ckpt;
+  uint64_t seq = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!have_model_ || counters_.done()) return absl::OkStatus();
+    bool changed = false;
+    if (rounds_.ShouldClose(now)) {
+      TERN_RETURN_IF_ERROR(CloseRound(now));
+      changed = true;
+    }
+    const std::set<int> available = Available(now);
+    counters_.set_clients_alive(static_cast<uint32_t>(available.size()));
+    const int needed = counters_.round() == 0 ? options_.min_clients : 1;
+    if (!rounds_.open() && !counters_.done() && static_cast<int>(available.size()) >= needed) {
+      rounds_.SetAvailable(available);
+      if (rounds_.Open(now).ok()) {
+        round_chunks_.reset();
+        changed = true;
+      }
+    }
+    counters_.set_round_open(rounds_.open());
+    if (!changed) return absl::OkStatus();
+    ckpt = SnapshotState();
+    seq = state_seq_;
+  }
+  return WriteCheckpoint(std::move(ckpt), seq);
+}
+
+std::shared_ptr<v1::AggregatorCheckpoint> Aggregator::SnapshotState() {
+  ++state_seq_;
+  if (options_.checkpoint_path.empty()) return nullptr;
+  auto c = std::make_shared<v1::AggregatorCheckpoint>();
+  c->set_run_id(options_.run_id);
+  c->set_round(counters_.round());
+  c->set_round_open(rounds_.open());
+  if (rounds_.open()) {
+    for (int s : rounds_.sampled()) c->add_sampled(static_cast<uint32_t>(s));
+    for (int s : rounds_.replied_set()) c->add_replied(static_cast<uint32_t>(s));
+  }
+  c->set_total_weight(total_weight_);
+  c->set_loss_sum(loss_sum_);
+  if (have_model_) {
+    *c->mutable_model() = *models_.back().bundle;
+    if (total_weight_ > 0 && fedavg_) c->mutable_sum()->Add(sum_.begin(), sum_.end());
+    c->mutable_momentum()->Add(momentum_.begin(), momentum_.end());
+    for (const PendingUpdate& p : pending_) {
+      v1::CheckpointUpdate* u = c->add_pending();
+      u->set_client(p.client);
+      u->set_weight(p.weight);
+      u->mutable_values()->Add(p.values.begin(), p.values.end());
+    }
+  }
+  for (const auto& [id, cl] : clients_) {
+    v1::CheckpointClient* p = c->add_clients();
+    p->set_id(id);
+    p->set_name(cl.name);
+    p->set_num_samples(cl.num_samples);
+    p->set_left(cl.left);
+  }
+  *c->mutable_counters() = counters_;
+  c->set_sampling_draws(rounds_.draws());
+  return c;
+}
+
+absl::Status Aggregator::WriteCheckpoint(std::shared_ptr<v1::AggregatorCheckpoint> ckpt,
+                                         uint64_t seq) {
+  if (ckpt == nullptr) return absl::OkStatus();
+  absl::MutexLock lock(&io_mu_);
+  if (seq <= written_seq_) return absl::OkStatus();  // a newer state is already on disk
+  TERN_RETURN_IF_ERROR(WriteFileAtomically(options_.checkpoint_path, ckpt->SerializeAsString()));
+  written_seq_ = seq;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Aggregator::KeptModel> Aggregator::Model(int64_t round) const {
+  absl::MutexLock lock(&mu_);
+  if (models_.empty()) return absl::UnavailableError("no model yet");
+  if (round <= 0) return models_.back();
+  for (const auto& m : models_) {
+    if (m.round == round) return m;
+  }
+  if (round > models_.back().round) {
+    return absl::UnavailableError(absl::StrCat("round ", round, " has not closed yet"));
+  }
+  return absl::NotFoundError(absl::StrCat("the model of round ", round, " is no longer kept"));
+}
+
+v1::ServerStatus Aggregator::Status(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  v1::ServerStatus s = counters_;
+  s.set_clients_alive(static_cast<uint32_t>(Available(now).size()));
+  s.set_round_open(rounds_.open());
+  return s;
+}
+
+bool Aggregator::done() const {
+  absl::MutexLock lock(&mu_);
+  return counters_.done();
+}
+
+std::vector<ParamTensor> Aggregator::layout() const {
+  absl::MutexLock lock(&mu_);
+  return layout_;
+}
+
+}  // namespace tern

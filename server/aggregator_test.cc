@@ -1,0 +1,328 @@
+#include "server/aggregator.h"
+
+#include <stdlib.h>
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/builtin.h"
+#include "tests/testing/status_matchers.h"
+#include "worker/bundle.h"
+
+namespace tern {
+namespace {
+
+using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+
+// A two-tensor model: w [2, 3] and b [3].
+std::vector<ParamTensor> Layout() {
+  ParamTensor w{"w", {2, 3}, 0, 6}, b{"b", {3}, 6, 3};
+  return {w, b};
+}
+const std::vector<float> kX0 = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+std::string TempPath(const std::string& name) {
+  std::string t = absl::StrCat(::testing::TempDir(), "/tern-agg-XXXXXX");
+  char* d = mkdtemp(t.data());
+  return absl::StrCat(d, "/", name);
+}
+
+class AggregatorTest : public ::testing::Test {
+ protected:
+  AggregatorTest() : codecs_(NewBuiltinCodecRegistry()) {
+    options_.run_id = "r";
+    options_.total_rounds = 5;
+    options_.policy.clients_per_round = 3;
+    options_.policy.min_replies = 3;
+    options_.policy.grace = absl::Seconds(1);
+    options_.policy.deadline = absl::Seconds(10);
+    options_.task.set_local_epochs(1);
+    options_.task.set_batch(8);
+    options_.task.set_lr(0.1f);
+    options_.task.set_update_codec("none");
+  }
+
+  // Creates the aggregator, joins `n` clients, gives it kX0 and opens round 1.
+  std::unique_ptr<Aggregator> Start(int n, absl::Time now = kT0) {
+    auto a = Aggregator::Create(options_, codecs_.get(), now);
+    EXPECT_THAT(a, IsOk());
+    if (!a.ok()) return nullptr;
+    for (int i = 0; i < n; ++i) {
+      v1::JoinRequest j;
+      j.set_run_id("r");
+      j.set_name(absl::StrCat("c", i));
+      j.set_num_samples(10);
+      j.set_client_id(-1);
+      absl::Status s;
+      (*a)->Join(j, now, &s);
+      EXPECT_THAT(s, IsOk());
+    }
+    if ((*a)->layout().empty()) {
+      auto b = FlatToBundle(Layout(), kX0);
+      EXPECT_THAT((*a)->InitModel(0, *b), IsOk());
+    }
+    EXPECT_THAT((*a)->Tick(now), IsOk());
+    return *std::move(a);
+  }
+
+  v1::TensorBundle Update(const std::vector<float>& delta, int64_t round,
+                          const std::string& codec = "none") {
+    auto c = codecs_->Create(codec);
+    auto b = EncodeFlatToBundle(Layout(), delta, **c, EncodeOptions(), nullptr);
+    EXPECT_THAT(b, IsOk());
+    b->set_run_id("r");
+    b->set_round(static_cast<uint64_t>(round));
+    return *b;
+  }
+
+  absl::StatusOr<v1::UpdateReply> Push(Aggregator& a, uint32_t client, int64_t round,
+                                       double weight, const std::vector<float>& delta,
+                                       absl::Time now = kT0) {
+    v1::UpdateInfo info;
+    info.set_client_id(client);
+    info.set_round(static_cast<uint64_t>(round));
+    info.set_weight(weight);
+    info.set_loss(1.0f);
+    return a.Push(info, Update(delta, round), 100, now);
+  }
+
+  std::vector<float> ModelOf(const Aggregator& a, int64_t round = 0) {
+    auto m = a.Model(round);
+    EXPECT_THAT(m, IsOk());
+    std::vector<float> x(9);
+    EXPECT_THAT(BundleToFlat(*m->bundle, Layout(), *codecs_, absl::MakeSpan(x)), IsOk());
+    return x;
+  }
+
+  std::unique_ptr<CodecRegistry> codecs_;
+  AggregatorOptions options_;
+};
+
+TEST_F(AggregatorTest, FedAvgRoundAppliesTheSampleWeightedMeanOfTheUpdates) {
+  auto a = Start(3);
+  for (uint32_t c = 0; c < 3; ++c) {
+    auto f = a->Fetch(c, kT0);
+    ASSERT_THAT(f, IsOk());
+    EXPECT_EQ(f->task.kind(), v1::Task::TRAIN);
+    EXPECT_EQ(f->task.round(), 1u);
+    ASSERT_NE(f->chunks, nullptr);
+  }
+  std::vector<float> d0(9, 1.0f), d1(9, 2.0f), d2(9, -3.0f);
+  EXPECT_EQ(Push(*a, 0, 1, 1, d0)->verdict(), v1::UpdateReply::ACCEPTED);
+  EXPECT_EQ(Push(*a, 1, 1, 2, d1)->verdict(), v1::UpdateReply::ACCEPTED);
+  ASSERT_THAT(a->Tick(kT0 + absl::Seconds(5)), IsOk());  // 2 of 3: not yet
+  EXPECT_EQ(a->Status(kT0).round(), 0u);
+  EXPECT_EQ(Push(*a, 2, 1, 3, d2)->verdict(), v1::UpdateReply::ACCEPTED);
+  ASSERT_THAT(a->Tick(kT0 + absl::Seconds(5)), IsOk());  // all replied: closes at once
+  const v1::ServerStatus st = a->Status(kT0);
+  EXPECT_EQ(st.round(), 1u);
+  EXPECT_EQ(st.updates_accepted(), 3u);
+  EXPECT_EQ(st.last_round_updates(), 3u);
+  const float mean = (1 * 1.0f + 2 * 2.0f + 3 * -3.0f) / 6;  // -4/6
+  std::vector<float> want = kX0;
+  for (float& v : want) v += mean;
+  const std::vector<float> got = ModelOf(*a);
+  for (size_t i = 0; i < 9; ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << i;
+  // Round 2 opened with 3 clients; the model of round 1 stays available.
+  EXPECT_EQ(a->Fetch(0, kT0)->task.round(), 2u);
+  EXPECT_THAT(a->Model(1), IsOk());
+}
+
+TEST_F(AggregatorTest, RefusedUpdatesAreNamedAndChangeNothing) {
+  options_.policy.clients_per_round = 2;
+  options_.policy.min_replies = 2;
+  auto a = Start(3);
+  const std::vector<int> sampled = [&] {
+    std::vector<int> s;
+    for (uint32_t c = 0; c < 3; ++c) {
+      if (a->Fetch(c, kT0)->task.kind() == v1::Task::TRAIN) s.push_back(static_cast<int>(c));
+    }
+    return s;
+  }();
+  ASSERT_EQ(sampled.size(), 2u);
+  const uint32_t in = static_cast<uint32_t>(sampled[0]), in2 = static_cast<uint32_t>(sampled[1]);
+  const uint32_t out = 3 - in - in2;
+  const std::vector<float> d(9, 1.0f);
+  EXPECT_THAT(Push(*a, in, 2, 1, d), StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(Push(*a, out, 1, 1, d), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(Push(*a, 7, 1, 1, d), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(Push(*a, in, 1, 0, d), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Push(*a, in, 1, 1, std::vector<float>(9, NAN)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NaN")));
+  v1::UpdateInfo info;
+  info.set_client_id(in);
+  info.set_round(1);
+  info.set_weight(1);
+  v1::TensorBundle bad = Update(d, 1);
+  bad.mutable_tensors(0)->mutable_tensor()->mutable_payload()->resize(5);  // truncated
+  EXPECT_THAT(a->Push(info, bad, 0, kT0), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad = Update(d, 1);
+  bad.mutable_tensors()->RemoveLast();  // a tensor missing
+  EXPECT_THAT(a->Push(info, bad, 0, kT0), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad = Update(d, 1);
+  bad.set_run_id("other");
+  EXPECT_THAT(a->Push(info, bad, 0, kT0), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad = Update(d, 2);  // the bundle and the header disagree
+  EXPECT_THAT(a->Push(info, bad, 0, kT0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(a->Status(kT0).updates_refused(), 9u);
+  // The refused attempts took no reply slot: both sampled clients still count.
+  EXPECT_THAT(Push(*a, in, 1, 1, d), IsOk());
+  EXPECT_THAT(Push(*a, in, 1, 1, d), StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(Push(*a, in2, 1, 1, std::vector<float>(9, 3.0f)), IsOk());
+  ASSERT_THAT(a->Tick(kT0), IsOk());
+  std::vector<float> want = kX0;
+  for (float& v : want) v += 2.0f;
+  EXPECT_THAT(ModelOf(*a), ElementsAreArray(want));
+}
+
+TEST_F(AggregatorTest, ARoundClosesAtItsDeadlineWithoutTheSilentClient) {
+  auto a = Start(3);
+  EXPECT_THAT(Push(*a, 0, 1, 1, std::vector<float>(9, 1.0f)), IsOk());
+  EXPECT_THAT(Push(*a, 1, 1, 1, std::vector<float>(9, 3.0f)), IsOk());
+  ASSERT_THAT(a->Tick(kT0 + absl::Seconds(9)), IsOk());
+  EXPECT_EQ(a->Status(kT0).round(), 0u);
+  ASSERT_THAT(a->Tick(kT0 + absl::Seconds(10)), IsOk());
+  EXPECT_EQ(a->Status(kT0).round(), 1u);
+  std::vector<float> want = kX0;
+  for (float& v : want) v += 2.0f;
+  EXPECT_THAT(ModelOf(*a), ElementsAreArray(want));
+  // The late client's update for the closed round is dropped (no staleness weighting).
+  EXPECT_EQ(Push(*a, 2, 1, 1, std::vector<float>(9, 100.0f))->verdict(),
+            v1::UpdateReply::DROPPED);
+}
+
+TEST_F(AggregatorTest, LateUpdatesAreStalenessWeightedIntoTheNextClose) {
+  options_.policy.staleness_decay = 0.5;
+  options_.policy.max_staleness = 2;
+  auto a = Start(3);
+  EXPECT_THAT(Push(*a, 0, 1, 1, std::vector<float>(9, 1.0f)), IsOk());
+  ASSERT_THAT(a->Tick(kT0 + absl::Seconds(10)), IsOk());  // closes round 1 with one update
+  // Round 2 is open (opened at +10 s); client 1's late update for round 1 gets weight 0.5.
+  EXPECT_EQ(Push(*a, 1, 1, 1, std::vector<float>(9, 4.0f))->verdict(),
+            v1::UpdateReply::ACCEPTED_STALE);
+  EXPECT_THAT(Push(*a, 0, 2, 1, std::vector<float>(9, 1.0f)), IsOk());
+  ASSERT_THAT(a->Tick(kT0 + absl::Seconds(20)), IsOk());
+  EXPECT_EQ(a->Status(kT0).round(), 2u);
+  // Round 2's mean: (0.5 * 4 + 1 * 1) / 1.5 = 2; on top of round 1's +1.
+  std::vector<float> want = kX0;
+  for (float& v : want) v += 3.0f;
+  const std::vector<float> got = ModelOf(*a);
+  for (size_t i = 0; i < 9; ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+TEST_F(AggregatorTest, ARestartedServerResumesTheOpenRoundWithItsAcceptedUpdates) {
+  for (const std::string rule : {"fedavg", "median"}) {
+    SCOPED_TRACE(rule);
+    options_.rule = rule;
+    options_.checkpoint_path = TempPath("server.ckpt");
+    {
+      auto a = Start(3);
+      EXPECT_THAT(Push(*a, 0, 1, 1, std::vector<float>(9, 1.0f)), IsOk());
+      EXPECT_THAT(Push(*a, 1, 1, 1, std::vector<float>(9, 2.0f)), IsOk());
+    }  // killed: only the checkpoint file survives
+    auto b = Aggregator::Create(options_, codecs_.get(), kT0 + absl::Minutes(1));
+    ASSERT_THAT(b, IsOk());
+    const v1::ServerStatus st = (*b)->Status(kT0 + absl::Minutes(1));
+    EXPECT_EQ(st.restarts(), 1u);
+    EXPECT_EQ(st.updates_accepted(), 2u);
+    EXPECT_TRUE(st.round_open());
+    // The round is still 1, client 0 already replied, client 2 is still expected.
+    EXPECT_THAT(Push(**b, 0, 1, 1, std::vector<float>(9, 1.0f), kT0 + absl::Minutes(1)),
+                StatusIs(absl::StatusCode::kAlreadyExists));
+    EXPECT_EQ((*b)->Fetch(2, kT0 + absl::Minutes(1))->task.kind(), v1::Task::TRAIN);
+    EXPECT_THAT(Push(**b, 2, 1, 1, std::vector<float>(9, 6.0f), kT0 + absl::Minutes(1)), IsOk());
+    ASSERT_THAT((*b)->Tick(kT0 + absl::Minutes(1)), IsOk());
+    EXPECT_EQ((*b)->Status(kT0).round(), 1u);
+    // fedavg: (1 + 2 + 6) / 3 = 3; median of {1, 2, 6} = 2.
+    std::vector<float> want = kX0;
+    for (float& v : want) v += rule == "fedavg" ? 3.0f : 2.0f;
+    const std::vector<float> got = ModelOf(**b);
+    for (size_t i = 0; i < 9; ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  }
+}
+
+TEST_F(AggregatorTest, ACorruptOrForeignCheckpointIsAnErrorNotAFreshStart) {
+  options_.checkpoint_path = TempPath("server.ckpt");
+  std::ofstream(options_.checkpoint_path) << "not a checkpoint \xff\xff\xff";
+  EXPECT_THAT(Aggregator::Create(options_, codecs_.get(), kT0),
+              StatusIs(absl::StatusCode::kDataLoss));
+  v1::AggregatorCheckpoint other;
+  other.set_run_id("another-run");
+  std::ofstream(options_.checkpoint_path, std::ios::trunc) << other.SerializeAsString();
+  EXPECT_THAT(Aggregator::Create(options_, codecs_.get(), kT0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("another-run")));
+}
+
+TEST_F(AggregatorTest, LocalSgdSamplesEveryClientAndServerMomentumAccumulates) {
+  options_.mode = "local-sgd";
+  options_.server_momentum = 0.5;
+  auto a = Start(4);
+  for (int round = 1; round <= 2; ++round) {
+    for (uint32_t c = 0; c < 4; ++c) {
+      ASSERT_EQ(a->Fetch(c, kT0)->task.kind(), v1::Task::TRAIN) << round;
+      ASSERT_THAT(Push(*a, c, round, 1, std::vector<float>(9, 1.0f)), IsOk());
+    }
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+  }
+  // m1 = 1, x += 1; m2 = 0.5 + 1, x += 1.5.
+  std::vector<float> want = kX0;
+  for (float& v : want) v += 2.5f;
+  EXPECT_THAT(ModelOf(*a), ElementsAreArray(want));
+}
+
+TEST_F(AggregatorTest, TheRunEndsAfterItsRoundsAndClientsAreToldSo) {
+  options_.total_rounds = 1;
+  auto a = Start(3);
+  for (uint32_t c = 0; c < 3; ++c) ASSERT_THAT(Push(*a, c, 1, 1, std::vector<float>(9, 0)), IsOk());
+  ASSERT_THAT(a->Tick(kT0), IsOk());
+  EXPECT_TRUE(a->done());
+  EXPECT_EQ(a->Fetch(1, kT0)->task.kind(), v1::Task::DONE);
+}
+
+TEST_F(AggregatorTest, ADownstreamCodecEncodesTheModelOncePerRound) {
+  options_.downstream_codec = "fp16";
+  auto a = Start(3);
+  auto f0 = a->Fetch(0, kT0);
+  auto f1 = a->Fetch(1, kT0);
+  ASSERT_THAT(f0, IsOk());
+  EXPECT_EQ(f0->chunks, f1->chunks);  // shared, not re-encoded
+  const v1::ServerStatus st = a->Status(kT0);
+  EXPECT_EQ(st.dense_bytes_down(), 2u * 9 * 4);
+  EXPECT_EQ(st.payload_bytes_down(), 2u * 9 * 2);  // fp16 halves the model
+}
+
+TEST(AggregatorOptionsTest, BadOptionsAreRefusedWithAReason) {
+  auto codecs = NewBuiltinCodecRegistry();
+  AggregatorOptions o;
+  o.task.set_local_epochs(1);
+  o.task.set_batch(8);
+  o.task.set_lr(0.1f);
+  o.task.set_update_codec("none");
+  EXPECT_THAT(NormalizeAggregatorOptions(o, *codecs), IsOk());
+  AggregatorOptions bad = o;
+  bad.mode = "gossip";
+  EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("mode")));
+  bad = o;
+  bad.task.set_update_codec("nope");
+  EXPECT_FALSE(NormalizeAggregatorOptions(bad, *codecs).ok());
+  bad = o;
+  bad.server_momentum = 1.0;
+  EXPECT_FALSE(NormalizeAggregatorOptions(bad, *codecs).ok());
+  auto ps = o;
+  ps.mode = "ps";
+  auto n = NormalizeAggregatorOptions(ps, *codecs);
+  ASSERT_THAT(n, IsOk());
+  EXPECT_EQ(n->task.local_steps(), 1u);
+  EXPECT_EQ(n->task.local_epochs(), 0u);
+}
+
+}  // namespace
+}  // namespace tern

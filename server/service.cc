@@ -1,0 +1,300 @@
+#include "server/service.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "grpcpp/alarm.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "spdlog/spdlog.h"
+#include "tern/v1/server.grpc.pb.h"
+#include "worker/grpc_transport.h"
+#include "worker/rpc_util.h"
+
+namespace tern {
+
+class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
+ public:
+  explicit Service(AggregatorServer* s) : s_(s) {}
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+                                 v1::JoinReply* reply) override {
+    absl::Status st;
+    *reply = s_->aggregator_->Join(*req, absl::Now(), &st);
+    if (st.ok()) {
+      spdlog::info("server: client {} joined as '{}' ({} examples)", reply->client_id(),
+                   req->name(), req->num_samples());
+    }
+    return Done(ctx, st);
+  }
+
+  grpc::ServerReadReactor<v1::InitModelRequest>* InitModel(grpc::CallbackServerContext*,
+                                                           v1::InitModelReply* reply) override {
+    return new InitModelCall(s_, reply);
+  }
+
+  grpc::ServerWriteReactor<v1::FetchReply>* Fetch(grpc::CallbackServerContext* ctx,
+                                                  const v1::FetchRequest* req) override {
+    return new FetchCall(s_, ctx, *req);
+  }
+
+  grpc::ServerReadReactor<v1::UpdateRequest>* Push(grpc::CallbackServerContext*,
+                                                 v1::UpdateReply* reply) override {
+    return new PushCall(s_, reply);
+  }
+
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
+                                  v1::LeaveReply*) override {
+    return Done(ctx, s_->aggregator_->Leave(req->client_id()));
+  }
+
+  grpc::ServerWriteReactor<v1::GetModelReply>* GetModel(grpc::CallbackServerContext*,
+                                                        const v1::GetModelRequest* req) override {
+    return new GetModelCall(s_, *req);
+  }
+
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const v1::StatusRequest*,
+                                   v1::ServerStatus* reply) override {
+    *reply = s_->aggregator_->Status(absl::Now());
+    return Done(ctx, absl::OkStatus());
+  }
+
+ private:
+  static grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& s) {
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    r->Finish(ToGrpcStatus(s));
+    return r;
+  }
+
+  // InitModel: reassemble, then offer the bundle.
+  class InitModelCall final : public grpc::ServerReadReactor<v1::InitModelRequest> {
+   public:
+    InitModelCall(AggregatorServer* s, v1::InitModelReply* reply)
+        : s_(s), reply_(reply), assembler_(s->options_.max_bundle_bytes) {
+      StartRead(&req_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(ToGrpcStatus(absl::InvalidArgumentError("stream ended before the last chunk")));
+        return;
+      }
+      if (first_) client_ = req_.client_id();
+      first_ = false;
+      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, req_.chunk());
+      if (!got) {
+        StartRead(&req_);
+        return;
+      }
+      absl::StatusOr<bool> adopted =
+          got->ok() ? s_->aggregator_->InitModel(client_, **got) : got->status();
+      if (adopted.ok()) {
+        reply_->set_adopted(*adopted);
+        if (*adopted) spdlog::info("server: initial model from client {}", client_);
+      }
+      Finish(ToGrpcStatus(adopted.status()));
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    AggregatorServer* const s_;
+    v1::InitModelReply* const reply_;
+    BundleAssembler assembler_;
+    v1::InitModelRequest req_;
+    bool first_ = true;
+    uint32_t client_ = 0;
+  };
+
+  // Fetch: a long poll. Re-checks for a task on a short alarm until one is there, the wait is
+  // over, the caller goes away or the server stops; never finishes while an alarm is pending.
+  class FetchCall final : public grpc::ServerWriteReactor<v1::FetchReply> {
+   public:
+    FetchCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, const v1::FetchRequest& req)
+        : s_(s),
+          ctx_(ctx),
+          client_(req.client_id()),
+          until_(absl::Now() + absl::Milliseconds(std::min<uint32_t>(req.max_wait_ms(), 30000))) {
+      Poll();
+    }
+    void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, replies_, &next_); }
+    void OnDone() override { delete this; }
+
+   private:
+    void Poll() {
+      absl::StatusOr<FetchResult> r = s_->aggregator_->Fetch(client_, absl::Now());
+      if (!r.ok()) {
+        Finish(ToGrpcStatus(r.status()));
+        return;
+      }
+      const bool wait = r->task.kind() == v1::Task::WAIT;
+      if (wait && absl::Now() < until_ && !ctx_->IsCancelled() && !s_->stopping_) {
+        alarm_.Set(absl::ToChronoTime(absl::Now() + kPollInterval), [this](bool) { Poll(); });
+        return;
+      }
+      replies_.resize(r->chunks == nullptr ? 1 : r->chunks->size());
+      *replies_[0].mutable_task() = r->task;
+      if (r->chunks != nullptr) {
+        for (size_t i = 0; i < r->chunks->size(); ++i) {
+          *replies_[i].mutable_chunk() = (*r->chunks)[i];
+        }
+      }
+      StartWrite(&replies_[0]);
+    }
+
+    static constexpr absl::Duration kPollInterval = absl::Milliseconds(10);
+    AggregatorServer* const s_;
+    grpc::CallbackServerContext* const ctx_;
+    const uint32_t client_;
+    const absl::Time until_;
+    grpc::Alarm alarm_;
+    std::vector<v1::FetchReply> replies_;
+    size_t next_ = 0;
+  };
+
+  // Push: reassemble the update, then the aggregator judges and accumulates it.
+  class PushCall final : public grpc::ServerReadReactor<v1::UpdateRequest> {
+   public:
+    PushCall(AggregatorServer* s, v1::UpdateReply* reply)
+        : s_(s), reply_(reply), assembler_(s->options_.max_bundle_bytes) {
+      StartRead(&req_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Refuse(absl::InvalidArgumentError("stream ended before the update's last chunk"));
+        return;
+      }
+      wire_bytes_ += req_.ByteSizeLong() + 5;
+      if (first_) {
+        if (!req_.has_info()) {
+          Refuse(absl::InvalidArgumentError("the first message must carry UpdateInfo"));
+          return;
+        }
+        info_ = req_.info();
+        first_ = false;
+      }
+      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, req_.chunk());
+      if (!got) {
+        StartRead(&req_);
+        return;
+      }
+      if (!got->ok()) {
+        Refuse(got->status());
+        return;
+      }
+      absl::StatusOr<v1::UpdateReply> r =
+          s_->aggregator_->Push(info_, **got, wire_bytes_, absl::Now());
+      if (!r.ok()) {
+        spdlog::warn("server: refused an update from client {} for round {}: {}",
+                     info_.client_id(), info_.round(), r.status().ToString());
+        Finish(ToGrpcStatus(r.status()));
+        return;
+      }
+      *reply_ = *r;
+      Finish(grpc::Status::OK);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    void Refuse(const absl::Status& st) {
+      spdlog::warn("server: refused an update stream: {}", st.ToString());
+      Finish(ToGrpcStatus(st));
+    }
+
+    AggregatorServer* const s_;
+    v1::UpdateReply* const reply_;
+    BundleAssembler assembler_;
+    v1::UpdateRequest req_;
+    v1::UpdateInfo info_;
+    bool first_ = true;
+    uint64_t wire_bytes_ = 0;
+  };
+
+  class GetModelCall final : public grpc::ServerWriteReactor<v1::GetModelReply> {
+   public:
+    GetModelCall(AggregatorServer* s, const v1::GetModelRequest& req) {
+      absl::Status st = Prepare(s, static_cast<int64_t>(req.round()));
+      if (!st.ok()) {
+        Finish(ToGrpcStatus(st));
+      } else {
+        StartWrite(&replies_[0]);
+      }
+    }
+    void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, replies_, &next_); }
+    void OnDone() override { delete this; }
+
+   private:
+    absl::Status Prepare(AggregatorServer* s, int64_t round) {
+      TERN_ASSIGN_OR_RETURN(Aggregator::KeptModel m, s->aggregator_->Model(round));
+      TERN_ASSIGN_OR_RETURN(replies_,
+                            ChunkedReplies(*m.bundle, static_cast<uint64_t>(m.round),
+                                           &v1::GetModelReply::mutable_status, m.status));
+      return absl::OkStatus();
+    }
+    std::vector<v1::GetModelReply> replies_;
+    size_t next_ = 0;
+  };
+
+  AggregatorServer* const s_;
+};
+
+absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
+    ServerOptions options, const CodecRegistry* codecs) {
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> agg,
+                        Aggregator::Create(options.aggregator, codecs, absl::Now()));
+  std::unique_ptr<AggregatorServer> s(
+      new AggregatorServer(std::move(options), codecs, std::move(agg)));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(s->options_.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", s->options_.listen));
+  }
+  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  s->ticker_ = std::thread([p = s.get()] { p->TickerThread(); });
+  return s;
+}
+
+AggregatorServer::AggregatorServer(ServerOptions options, const CodecRegistry* codecs,
+                                   std::unique_ptr<Aggregator> aggregator)
+    : options_(std::move(options)),
+      codecs_(codecs),
+      aggregator_(std::move(aggregator)),
+      service_(std::make_unique<Service>(this)) {}
+
+AggregatorServer::~AggregatorServer() { Shutdown(absl::Seconds(1)); }
+
+void AggregatorServer::TickerThread() {
+  int64_t logged_round = -1;
+  while (!stopping_) {
+    absl::Status s = aggregator_->Tick(absl::Now());
+    if (!s.ok()) spdlog::error("server: {}", s.ToString());
+    const v1::ServerStatus st = aggregator_->Status(absl::Now());
+    if (static_cast<int64_t>(st.round()) != logged_round && st.round() > 0) {
+      logged_round = static_cast<int64_t>(st.round());
+      spdlog::info("server: round {}/{} closed with {} updates, train loss {:.4f}", st.round(),
+                   st.total_rounds(), st.last_round_updates(), st.train_loss());
+    }
+    if (st.done() && !done_.HasBeenNotified()) done_.Notify();
+    absl::SleepFor(options_.tick);
+  }
+}
+
+void AggregatorServer::WaitDone() { done_.WaitForNotification(); }
+
+void AggregatorServer::Shutdown(absl::Duration grace) {
+  if (stopping_.exchange(true)) return;
+  if (ticker_.joinable()) ticker_.join();
+  if (!done_.HasBeenNotified()) done_.Notify();
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    server_->Wait();
+  }
+}
+
+}  // namespace tern

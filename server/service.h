@@ -1,0 +1,63 @@
+// `tern server`: the Aggregator state machine (server/aggregator.h) behind the tern.v1.Aggregator
+// gRPC service, with callback reactors, health and reflection services, a ticker thread that
+// closes and opens rounds, and graceful shutdown.
+//
+// Thread-safety: Start/Shutdown from one thread; everything else is internally synchronised.
+#ifndef TERN_SERVER_SERVICE_H_
+#define TERN_SERVER_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/registry.h"
+#include "server/aggregator.h"
+
+namespace tern {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:0";
+  AggregatorOptions aggregator;
+  absl::Duration tick = absl::Milliseconds(20);
+  uint64_t max_bundle_bytes = uint64_t{1} << 31;
+};
+
+class AggregatorServer {
+ public:
+  // `codecs` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<AggregatorServer>> Start(ServerOptions options,
+                                                                 const CodecRegistry* codecs);
+  ~AggregatorServer();
+
+  int port() const { return port_; }
+  Aggregator& aggregator() { return *aggregator_; }
+  // Blocks until the run is done (every round closed) or Shutdown is called.
+  void WaitDone();
+  // Stops taking calls, lets running ones finish for up to `grace`, stops the ticker.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  class Service;
+  AggregatorServer(ServerOptions options, const CodecRegistry* codecs,
+                   std::unique_ptr<Aggregator> aggregator);
+  void TickerThread();
+
+  const ServerOptions options_;
+  const CodecRegistry* const codecs_;
+  const std::unique_ptr<Aggregator> aggregator_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  absl::Notification done_;
+  std::thread ticker_;
+};
+
+}  // namespace tern
+
+#endif  // TERN_SERVER_SERVICE_H_

@@ -1,0 +1,238 @@
+// Integration tests of the aggregator with real processes: `tern run --mode=federated` (a
+// `tern server` and `tern client` processes on 127.0.0.1) with injected faults, and a rogue
+// client speaking tern.v1.Aggregator to a `tern server` directly.
+#include <signal.h>
+
+#include <cstring>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/chunking.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tern/v1/server.grpc.pb.h"
+#include "tests/integration/process_util.h"
+
+namespace tern {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(FederatedRun, TheServerKilledMidRunRestartsFromItsCheckpointAndTheRunFinishes) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn({"run", "--mode=federated", "--clients=12", "--clients_per_process=6",
+                     "--clients_per_round=4", "--rounds=6", "--kill_server_at_round=2",
+                     "--log_level=warn", absl::StrCat("--out=", dir)},
+                    dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
+  EXPECT_THAT(ReadFile(dir + "/run.log"), HasSubstr("killed the server after round"));
+  EXPECT_EQ(Last(dir, "round"), 6);
+  EXPECT_GE(Last(dir, "restarts"), 1);
+  // Every round closed with updates, before and after the restart, and the model kept learning.
+  for (const std::string& line : Lines(dir + "/metrics.jsonl")) {
+    EXPECT_GE(Field(line, "updates"), 1) << line;
+  }
+  if (!Synthetic(dir)) {
+    EXPECT_GT(Last(dir, "test_acc"), 0.70);
+  }
+}
+
+TEST(FederatedRun, AClientKilledMidRoundDoesNotStallRoundsPastTheirDeadline) {
+  const std::string dir = MakeTempDir();
+  // Every client every round (K = 8 = min replies), so rounds after the kill can only close at
+  // their 3 s deadline, without the 4 dead clients (still sampled until their 30 s timeout).
+  pid_t pid = Spawn({"run", "--mode=federated", "--clients=8", "--clients_per_process=4",
+                     "--clients_per_round=8", "--rounds=4", "--round_deadline_s=3",
+                     "--kill_client_at_round=1@1", "--log_level=warn",
+                     absl::StrCat("--out=", dir)},
+                    dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
+  const std::vector<std::string> rows = Lines(dir + "/metrics.jsonl");
+  ASSERT_EQ(rows.size(), 4u) << ReadFile(dir + "/metrics.jsonl");
+  EXPECT_EQ(Field(rows[0], "updates"), 8);
+  for (size_t r = 2; r < rows.size(); ++r) EXPECT_EQ(Field(rows[r], "updates"), 4) << rows[r];
+  // Rounds 3 and 4 each took about the deadline, not longer (slack for evaluation and load).
+  for (size_t r = 2; r < rows.size(); ++r) {
+    EXPECT_LT(Field(rows[r], "wall_s") - Field(rows[r - 1], "wall_s"), 3 + 2.5) << rows[r];
+  }
+}
+
+// A rogue client against a real `tern server`.
+class RogueClient : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = MakeTempDir();
+    pid_ = Spawn({"server", "--listen=127.0.0.1:0", absl::StrCat("--port_file=", dir_, "/port"),
+                  "--run_id=it", "--min_clients=2", "--clients_per_round=2", "--rounds=2",
+                  "--round_deadline_s=30", "--linger_s=1"},
+                 dir_ + "/server.log");
+    int port = 0;
+    for (int i = 0; i < 500 && port == 0; ++i) {
+      std::ifstream(dir_ + "/port") >> port;
+      if (port == 0) absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_GT(port, 0) << ReadFile(dir_ + "/server.log");
+    stub_ = v1::Aggregator::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                                        grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    // Our channel goes first: gRPC 1.51's Shutdown waits out its grace while a client keeps a
+    // used connection open.
+    stub_.reset();
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      EXPECT_EQ(Wait(pid_), 0) << ReadFile(dir_ + "/server.log");
+    }
+  }
+
+  static void Deadline(grpc::ClientContext* ctx) {
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  }
+
+  uint32_t Join(const std::string& name) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::JoinRequest req;
+    req.set_run_id("it");
+    req.set_name(name);
+    req.set_num_samples(10);
+    req.set_client_id(-1);
+    v1::JoinReply reply;
+    EXPECT_TRUE(stub_->Join(&ctx, req, &reply).ok());
+    return reply.client_id();
+  }
+
+  // A model of one tensor "w" of 4 values.
+  static v1::TensorBundle Bundle(const std::vector<float>& v, uint64_t round) {
+    v1::TensorBundle b;
+    b.set_run_id("it");
+    b.set_round(round);
+    v1::NamedTensor* t = b.add_tensors();
+    t->set_name("w");
+    t->mutable_tensor()->set_codec("none.v1");
+    t->mutable_tensor()->set_numel(v.size());
+    t->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
+    t->mutable_tensor()->set_payload(reinterpret_cast<const char*>(v.data()), 4 * v.size());
+    return b;
+  }
+
+  grpc::Status Push(uint32_t client, uint64_t round, std::vector<v1::BundleChunk> chunks,
+                    v1::UpdateReply* reply) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    auto w = stub_->Push(&ctx, reply);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      v1::UpdateRequest r;
+      if (i == 0) {
+        r.mutable_info()->set_client_id(client);
+        r.mutable_info()->set_round(round);
+        r.mutable_info()->set_weight(1);
+      }
+      *r.mutable_chunk() = std::move(chunks[i]);
+      if (!w->Write(r)) break;
+    }
+    w->WritesDone();
+    return w->Finish();
+  }
+
+  grpc::Status PushBundle(uint32_t client, uint64_t round, const v1::TensorBundle& b,
+                          v1::UpdateReply* reply) {
+    return Push(client, round, *ChunkBundle(b, 1), reply);
+  }
+
+  v1::ServerStatus Status() {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::ServerStatus s;
+    EXPECT_TRUE(stub_->Status(&ctx, v1::StatusRequest(), &s).ok());
+    return s;
+  }
+
+  std::string dir_;
+  pid_t pid_ = -1;
+  std::unique_ptr<v1::Aggregator::Stub> stub_;
+};
+
+TEST_F(RogueClient, MalformedOversizedAndWrongRoundUpdatesAreRefusedAndTheRoundGoesOn) {
+  const uint32_t a = Join("a"), b = Join("b");
+  {  // the initial model
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::InitModelReply reply;
+    auto w = stub_->InitModel(&ctx, &reply);
+    v1::InitModelRequest r;
+    r.set_client_id(a);
+    *r.mutable_chunk() = (*ChunkBundle(Bundle({1, 2, 3, 4}, 0), 1))[0];
+    w->Write(r);
+    w->WritesDone();
+    ASSERT_TRUE(w->Finish().ok());
+    EXPECT_TRUE(reply.adopted());
+  }
+  // Wait for round 1 to open (the ticker runs every 20 ms).
+  for (int i = 0; i < 200 && !Status().round_open(); ++i) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(Status().round_open());
+
+  v1::UpdateReply reply;
+  // Undecodable: a "none" payload one byte short.
+  v1::TensorBundle bad = Bundle({1, 1, 1, 1}, 1);
+  bad.mutable_tensors(0)->mutable_tensor()->mutable_payload()->pop_back();
+  grpc::Status s = PushBundle(a, 1, bad, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  // The wrong size for the model.
+  s = PushBundle(a, 1, Bundle({1, 1, 1, 1, 1}, 1), &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("elements"));
+  // A round that does not exist.
+  s = PushBundle(a, 7, Bundle({1, 1, 1, 1}, 7), &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE) << s.error_message();
+  // An oversized message: one chunk of 2 MiB, past the server's 1 MiB + header limit.
+  std::vector<v1::BundleChunk> big = *ChunkBundle(Bundle({1, 1, 1, 1}, 1), 1);
+  big[0].mutable_data()->append(std::string(2 << 20, 'x'));
+  s = Push(a, 1, big, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  // A chunk whose checksum does not match its data.
+  std::vector<v1::BundleChunk> corrupt = *ChunkBundle(Bundle({1, 1, 1, 1}, 1), 1);
+  (*corrupt[0].mutable_data())[3] ^= 0x40;
+  s = Push(a, 1, corrupt, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("CRC-32"));
+  // An unknown client.
+  s = PushBundle(99, 1, Bundle({1, 1, 1, 1}, 1), &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+
+  // The round goes on: both good updates are taken and round 1 closes with them.
+  ASSERT_TRUE(PushBundle(a, 1, Bundle({1, 1, 1, 1}, 1), &reply).ok());
+  EXPECT_EQ(reply.verdict(), v1::UpdateReply::ACCEPTED);
+  s = PushBundle(a, 1, Bundle({1, 1, 1, 1}, 1), &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+  ASSERT_TRUE(PushBundle(b, 1, Bundle({3, 3, 3, 3}, 1), &reply).ok());
+  for (int i = 0; i < 200 && Status().round() < 1; ++i) absl::SleepFor(absl::Milliseconds(20));
+  const v1::ServerStatus st = Status();
+  EXPECT_EQ(st.round(), 1u);
+  EXPECT_EQ(st.updates_accepted(), 2u);
+  EXPECT_GE(st.updates_refused(), 4u);  // those that reached the aggregator
+  // The new global model is the mean step: (1 + 3) / 2 = 2 on top of 1, 2, 3, 4.
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::GetModelRequest req;
+  req.set_round(1);
+  auto reader = stub_->GetModel(&ctx, req);
+  v1::GetModelReply m;
+  ASSERT_TRUE(reader->Read(&m));
+  ASSERT_TRUE(reader->Finish().ok());
+  BundleAssembler assembler(1 << 20);
+  ASSERT_TRUE(assembler.Add(m.chunk()).ok());
+  auto model = assembler.Finish();
+  ASSERT_TRUE(model.ok());
+  const std::string& p = model->tensors(0).tensor().payload();
+  std::vector<float> x(4);
+  std::memcpy(x.data(), p.data(), 16);
+  EXPECT_EQ(x, (std::vector<float>{3, 4, 5, 6}));
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,255 @@
+#include "worker/fed_client.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/chunking.h"
+#include "common/status_macros.h"
+#include "kernels/builtin.h"
+#include "spdlog/spdlog.h"
+#include "tern/v1/server.grpc.pb.h"
+#include "worker/bundle.h"
+#include "worker/grpc_transport.h"
+#include "worker/partition.h"
+
+namespace tern {
+namespace {
+
+bool Retryable(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+// Local work of one task on `part`: SGD (with the task's momentum) from `x`, in place. Returns
+// the mean minibatch loss and the examples processed.
+std::pair<double, int64_t> TrainLocally(const Model& model, const Dataset& train,
+                                        const std::vector<uint32_t>& part, const v1::Task& task,
+                                        uint64_t seed, absl::Span<float> x) {
+  const size_t batch = std::max<uint32_t>(1, task.batch());
+  int64_t steps = task.local_steps();
+  if (task.local_epochs() > 0) {
+    steps = static_cast<int64_t>(task.local_epochs()) *
+            static_cast<int64_t>((part.size() + batch - 1) / batch);
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<uint32_t> order = part;
+  size_t pos = order.size();
+  std::vector<float> xb(batch * train.dim), grad(x.size()), velocity(x.size(), 0.0f);
+  std::vector<uint8_t> yb(batch);
+  const float lr = task.lr(), mu = task.momentum();
+  double loss_sum = 0;
+  int64_t seen = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    // Epoch-style passes: the last batch of a pass is short rather than wrapping around.
+    if (pos == order.size()) {
+      std::shuffle(order.begin(), order.end(), rng);
+      pos = 0;
+    }
+    const size_t n = std::min(batch, order.size() - pos);
+    for (size_t b = 0; b < n; ++b) {
+      const uint32_t i = order[pos++];
+      std::copy_n(train.row(i), train.dim, xb.data() + b * train.dim);
+      yb[b] = train.labels[i];
+    }
+    loss_sum += model.LossAndGradient(x, xb.data(), yb.data(), n, absl::MakeSpan(grad));
+    seen += static_cast<int64_t>(n);
+    for (size_t k = 0; k < x.size(); ++k) {
+      velocity[k] = mu * velocity[k] + grad[k];
+      x[k] -= lr * velocity[k];
+    }
+  }
+  return {steps > 0 ? loss_sum / static_cast<double>(steps) : 0.0, seen};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FedClientData>> LoadFedClientData(const std::string& data_dir,
+                                                                  const std::string& partition,
+                                                                  int num_partitions,
+                                                                  const std::string& model,
+                                                                  uint64_t seed) {
+  auto d = std::make_unique<FedClientData>();
+  TERN_ASSIGN_OR_RETURN(d->data, LoadTrainingData(data_dir, seed));
+  TERN_ASSIGN_OR_RETURN(PartitionSpec spec, ParsePartition(partition));
+  TERN_ASSIGN_OR_RETURN(d->parts, Partition(d->data.train.labels, d->data.train.num_classes,
+                                            num_partitions, spec, seed));
+  TERN_ASSIGN_OR_RETURN(d->model,
+                        CreateModel(model, d->data.train.dim, d->data.train.num_classes));
+  return d;
+}
+
+absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Channel>& channel,
+                                                  const FedClientOptions& o,
+                                                  const FedClientData& shared,
+                                                  const std::atomic<bool>& stop) {
+  if (o.index < 0 || static_cast<size_t>(o.index) >= shared.parts.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("client index ", o.index, " outside the ", shared.parts.size(), " partitions"));
+  }
+  const Model& model = *shared.model;
+  const std::vector<uint32_t>& part = shared.parts[static_cast<size_t>(o.index)];
+  const std::string name = o.name.empty() ? absl::StrCat("client-", o.index) : o.name;
+  const std::vector<ParamTensor>& layout = model.Layout();
+  auto codecs = NewBuiltinCodecRegistry();
+  auto stub = v1::Aggregator::NewStub(channel);
+  FedClientStats stats;
+  int64_t id = -1;
+  std::vector<float> residual;  // error feedback, kept between rounds
+  absl::Time unreachable_since = absl::InfiniteFuture();
+  auto deadline = [&](grpc::ClientContext* ctx, absl::Duration extra = absl::ZeroDuration()) {
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + o.call_timeout + extra));
+  };
+  // Backs off on a transient error; returns false once the server has been gone too long.
+  auto still_trying = [&](const grpc::Status& s) {
+    if (!Retryable(s)) return false;
+    const absl::Time now = absl::Now();
+    if (unreachable_since == absl::InfiniteFuture()) unreachable_since = now;
+    if (now - unreachable_since > o.give_up_after) return false;
+    absl::SleepFor(absl::Milliseconds(200));
+    return true;
+  };
+
+  while (!stop.load()) {
+    // (Re)join: after a server restart the old id is asked back.
+    if (id < 0 || unreachable_since != absl::InfiniteFuture()) {
+      grpc::ClientContext ctx;
+      deadline(&ctx);
+      v1::JoinRequest req;
+      req.set_run_id(o.run_id);
+      req.set_name(name);
+      req.set_num_samples(part.size());
+      req.set_client_id(id);
+      v1::JoinReply reply;
+      grpc::Status s = stub->Join(&ctx, req, &reply);
+      if (!s.ok()) {
+        if (still_trying(s)) continue;
+        return FromGrpcStatus(s);
+      }
+      unreachable_since = absl::InfiniteFuture();
+      id = reply.client_id();
+      if (reply.model_needed()) {
+        std::vector<float> x(model.NumParams());
+        model.Init(o.seed, absl::MakeSpan(x));
+        TERN_ASSIGN_OR_RETURN(v1::TensorBundle b, FlatToBundle(layout, x));
+        TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks, ChunkBundle(b, 0));
+        grpc::ClientContext ictx;
+        deadline(&ictx);
+        v1::InitModelReply ireply;
+        auto writer = stub->InitModel(&ictx, &ireply);
+        for (size_t c = 0; c < chunks.size(); ++c) {
+          v1::InitModelRequest r;
+          if (c == 0) r.set_client_id(static_cast<uint32_t>(id));
+          *r.mutable_chunk() = std::move(chunks[c]);
+          if (!writer->Write(r)) break;
+        }
+        writer->WritesDone();
+        grpc::Status is = writer->Finish();
+        if (!is.ok() && !still_trying(is)) return FromGrpcStatus(is);
+      }
+    }
+
+    // Fetch (long poll).
+    grpc::ClientContext fctx;
+    deadline(&fctx, o.fetch_wait);
+    v1::FetchRequest freq;
+    freq.set_client_id(static_cast<uint32_t>(id));
+    freq.set_max_wait_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(o.fetch_wait)));
+    auto reader = stub->Fetch(&fctx, freq);
+    v1::FetchReply first;
+    if (!reader->Read(&first)) {
+      grpc::Status s = reader->Finish();
+      if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+        id = -1;  // the server does not know us (a fresh server): join again
+        continue;
+      }
+      if (still_trying(s)) continue;
+      return FromGrpcStatus(s);
+    }
+    const v1::Task task = first.task();
+    if (task.kind() == v1::Task::DONE) {
+      reader->Finish();
+      break;
+    }
+    if (task.kind() != v1::Task::TRAIN) {
+      reader->Finish();
+      continue;
+    }
+    // The first message may carry the first chunk: assemble from it, then the rest.
+    BundleAssembler assembler(uint64_t{1} << 31);
+    absl::Status as = assembler.Add(first.chunk());
+    v1::FetchReply more;
+    while (as.ok() && !assembler.complete() && reader->Read(&more)) {
+      as = assembler.Add(more.chunk());
+    }
+    if (!as.ok()) {
+      while (reader->Read(&more)) {
+      }
+    }
+    grpc::Status fs = reader->Finish();
+    if (!fs.ok()) {
+      if (still_trying(fs)) continue;
+      return FromGrpcStatus(fs);
+    }
+    TERN_RETURN_IF_ERROR(as);
+    if (!assembler.complete()) return absl::DataLossError("the model stream ended early");
+    TERN_ASSIGN_OR_RETURN(v1::TensorBundle mb, assembler.Finish());
+    std::vector<float> x0(model.NumParams());
+    TERN_RETURN_IF_ERROR(BundleToFlat(mb, layout, *codecs, absl::MakeSpan(x0)));
+
+    // Local training, then the update x - x0, encoded.
+    const absl::Time t0 = absl::Now();
+    std::vector<float> x = x0;
+    const uint64_t data_seed =
+        o.seed * 1000003 + static_cast<uint64_t>(o.index) * 7919 + task.round();
+    auto [loss, seen] = TrainLocally(model, shared.data.train, part, task, data_seed,
+                                     absl::MakeSpan(x));
+    for (size_t k = 0; k < x.size(); ++k) x[k] -= x0[k];
+    const double train_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    ++stats.rounds_trained;
+    TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs->Create(task.update_codec()));
+    if (task.error_feedback() && residual.size() != x.size()) residual.assign(x.size(), 0.0f);
+    EncodeOptions eo;
+    eo.seed = task.seed() ^ (task.round() << 24) ^ (static_cast<uint64_t>(id) << 48);
+    TERN_ASSIGN_OR_RETURN(
+        v1::TensorBundle ub,
+        EncodeFlatToBundle(layout, x, *codec, eo, task.error_feedback() ? &residual : nullptr));
+    ub.set_run_id(o.run_id);
+    ub.set_round(task.round());
+    ub.set_sender(name);
+    TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks, ChunkBundle(ub, task.round()));
+    grpc::ClientContext pctx;
+    deadline(&pctx);
+    v1::UpdateReply preply;
+    auto writer = stub->Push(&pctx, &preply);
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      v1::UpdateRequest r;
+      if (c == 0) {
+        v1::UpdateInfo* info = r.mutable_info();
+        info->set_client_id(static_cast<uint32_t>(id));
+        info->set_round(task.round());
+        info->set_weight(static_cast<double>(part.size()));
+        info->set_loss(static_cast<float>(loss));
+        info->set_train_seconds(train_s);
+      }
+      *r.mutable_chunk() = std::move(chunks[c]);
+      if (!writer->Write(r)) break;
+    }
+    writer->WritesDone();
+    grpc::Status ps = writer->Finish();
+    if (ps.ok() && preply.verdict() != v1::UpdateReply::DROPPED) {
+      ++stats.updates_accepted;
+    } else {
+      ++stats.updates_refused;
+      spdlog::warn("{}: update for round {} not used: {}", name, task.round(),
+                   ps.ok() ? "dropped as late" : ps.error_message());
+      if (!ps.ok() && Retryable(ps)) unreachable_since = absl::Now();
+    }
+    (void)seen;
+  }
+  return stats;
+}
+
+}  // namespace tern
