@@ -82,7 +82,13 @@ ABSL_FLAG(std::string, rule, "fedavg",
 ABSL_FLAG(double, server_lr, 1.0, "server/run: outer learning rate (x += server_lr * m)");
 ABSL_FLAG(double, server_momentum, 0.0,
           "server/run: outer momentum (SlowMo's beta; 0: plain FedAvg / local SGD)");
-ABSL_FLAG(std::string, downstream_codec, "none", "server/run: codec of the model sent to clients");
+ABSL_FLAG(std::string, downstream, "model",
+          "server/run: model (send the global model each round) | delta (send each round's "
+          "global update, encoded with --downstream_codec and a server residual; clients that "
+          "missed rounds catch up from the kept updates)");
+ABSL_FLAG(std::string, downstream_codec, "none",
+          "server/run: codec of what goes to clients (the model, or the update with "
+          "--downstream=delta)");
 ABSL_FLAG(std::string, update_codec, "none", "server/run: codec clients encode updates with");
 ABSL_FLAG(bool, error_feedback, false, "server/run: clients keep their update codec's residual");
 ABSL_FLAG(int, local_epochs, 1,
@@ -129,6 +135,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.rule = absl::GetFlag(FLAGS_rule);
   a.server_lr = absl::GetFlag(FLAGS_server_lr);
   a.server_momentum = absl::GetFlag(FLAGS_server_momentum);
+  a.downstream = absl::GetFlag(FLAGS_downstream);
   a.downstream_codec = absl::GetFlag(FLAGS_downstream_codec);
   a.task.set_local_epochs(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_epochs))));
   a.task.set_local_steps(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_steps))));
@@ -358,13 +365,15 @@ int RunFederatedMain(const std::string& self_exe) {
         "\"topology\":\"server\",\"rule\":\"%s\",\"model\":\"%s\",\"partition\":\"%s\","
         "\"data\":\"%s\",\"workers\":%d,\"clients_per_round\":%d,\"rounds\":%d,"
         "\"local_epochs\":%d,\"local_steps\":%d,\"batch\":%d,\"lr\":%g,\"server_lr\":%g,"
-        "\"server_momentum\":%g,\"downstream_codec\":\"%s\",\"seed\":%d,\"synthetic\":%s}\n",
+        "\"server_momentum\":%g,\"downstream\":\"%s\",\"downstream_codec\":\"%s\",\"seed\":%d,"
+        "\"synthetic\":%s}\n",
         JsonEscape(name), JsonEscape(mode), JsonEscape(mode),
         JsonEscape(absl::GetFlag(FLAGS_update_codec)), JsonEscape(absl::GetFlag(FLAGS_rule)),
         JsonEscape(absl::GetFlag(FLAGS_model)), JsonEscape(absl::GetFlag(FLAGS_partition)),
         JsonEscape(data->test.source), n, k, rounds, absl::GetFlag(FLAGS_local_epochs),
         absl::GetFlag(FLAGS_local_steps), absl::GetFlag(FLAGS_batch), FedLr(),
         absl::GetFlag(FLAGS_server_lr), absl::GetFlag(FLAGS_server_momentum),
+        JsonEscape(absl::GetFlag(FLAGS_downstream)),
         JsonEscape(absl::GetFlag(FLAGS_downstream_codec)),
         static_cast<int64_t>(absl::GetFlag(FLAGS_seed)), data->synthetic ? "true" : "false");
   }
@@ -407,6 +416,7 @@ int RunFederatedMain(const std::string& self_exe) {
         absl::StrCat("--rule=", absl::GetFlag(FLAGS_rule)),
         absl::StrCat("--server_lr=", absl::GetFlag(FLAGS_server_lr)),
         absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum)),
+        absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),
         absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),
         absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),
         absl::StrCat("--error_feedback=", absl::GetFlag(FLAGS_error_feedback) ? "true" : "false"),

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
+#include "common/crc32.h"
 #include "common/status_macros.h"
 #include "kernels/wire.h"
 #include "worker/bundle.h"
@@ -91,6 +92,10 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   if (o.task.batch() == 0 || !(o.task.lr() > 0)) {
     return absl::InvalidArgumentError("a task needs batch >= 1 and lr > 0");
   }
+  if (o.downstream != "model" && o.downstream != "delta") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown downstream '", o.downstream, "' (model, delta)"));
+  }
   TERN_RETURN_IF_ERROR(codecs.Create(o.downstream_codec).status());
   TERN_RETURN_IF_ERROR(codecs.Create(o.task.update_codec()).status());
   o.task.set_total_rounds(static_cast<uint64_t>(o.total_rounds));
@@ -168,6 +173,12 @@ absl::Status Aggregator::Restore(const v1::AggregatorCheckpoint& ckpt) {
   }
   if (ckpt.sum_size() != 0) sum_.assign(ckpt.sum().begin(), ckpt.sum().end());
   if (ckpt.momentum_size() != 0) momentum_.assign(ckpt.momentum().begin(), ckpt.momentum().end());
+  if (ckpt.server_residual_size() != 0) {
+    if (static_cast<size_t>(ckpt.server_residual_size()) != d) {
+      return absl::DataLossError("the server residual does not match the model");
+    }
+    server_residual_.assign(ckpt.server_residual().begin(), ckpt.server_residual().end());
+  }
   for (const v1::CheckpointUpdate& u : ckpt.pending()) {
     if (static_cast<size_t>(u.values_size()) != d || !(u.weight() > 0)) {
       return absl::DataLossError("a kept update does not match the model");
@@ -196,6 +207,7 @@ absl::Status Aggregator::AdoptModel(const v1::TensorBundle& bundle) {
   sum_.assign(model_.size(), 0.0);
   momentum_.assign(model_.size(), 0.0f);
   scratch_.assign(model_.size(), 0.0f);
+  server_residual_.assign(model_.size(), 0.0f);
   have_model_ = true;
   return absl::OkStatus();
 }
@@ -208,10 +220,11 @@ void Aggregator::PublishModel() {
   b->set_round(static_cast<uint64_t>(round));
   b->set_sender("server");
   models_.push_back({round, std::move(b), counters_});
+  model_crc_[round] = Crc32(model_.data(), 4 * model_.size());
   while (models_.size() > static_cast<size_t>(std::max(1, options_.keep_models))) {
     models_.pop_front();
   }
-  round_chunks_.reset();  // the downstream copy is made when a round opens
+  fetch_cache_.clear();  // downstream copies are made when clients fetch
 }
 
 v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
@@ -275,7 +288,8 @@ std::set<int> Aggregator::Available(absl::Time now) const {
   return out;
 }
 
-absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now) {
+absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now,
+                                              int64_t have_round, uint32_t have_crc32) {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(client);
   if (it == clients_.end()) {
@@ -297,33 +311,100 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now) {
     r.task.set_kind(v1::Task::WAIT);
     return r;
   }
-  if (round_chunks_ == nullptr) {
-    // The round's model, encoded downstream once and chunked once for every client.
-    TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs_->Create(options_.downstream_codec));
-    v1::TensorBundle b;
-    if (options_.downstream_codec == "none") {
-      b = *models_.back().bundle;
-    } else {
-      EncodeOptions eo;
-      eo.seed = options_.task.seed() ^ (static_cast<uint64_t>(rounds_.round()) << 20);
-      TERN_ASSIGN_OR_RETURN(b, EncodeFlatToBundle(layout_, model_, *codec, eo, nullptr));
-      b.set_run_id(options_.run_id);
-      b.set_sender("server");
+  // Catch-up from the kept downstream updates when the client's copy is one we published and
+  // every update since is still kept (and they are cheaper than the model); else the model.
+  const int64_t latest = static_cast<int64_t>(counters_.round());
+  int64_t from = -1;
+  if (options_.downstream == "delta" && have_round >= 0 && have_round <= latest) {
+    auto crc = model_crc_.find(have_round);
+    const bool known = crc != model_crc_.end() && crc->second == have_crc32;
+    uint64_t bytes = 0;
+    bool kept = have_round == latest;
+    if (known && !kept && !deltas_.empty() && deltas_.front().round <= have_round + 1) {
+      kept = true;
+      for (const Delta& dl : deltas_) {
+        if (dl.round > have_round) bytes += dl.payload_bytes;
+      }
     }
-    b.set_round(static_cast<uint64_t>(rounds_.round()));
-    round_payload_bytes_ = EncodedBytes(b);
-    TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
-                          ChunkBundle(b, static_cast<uint64_t>(rounds_.round())));
-    round_wire_bytes_ = 0;
-    for (const v1::BundleChunk& c : chunks) round_wire_bytes_ += c.ByteSizeLong() + 5;
-    round_chunks_ = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
+    if (known && kept && bytes < 4 * model_.size()) from = have_round;
   }
+  TERN_ASSIGN_OR_RETURN(Chunked c, Downstream(from));
   r.task.set_kind(v1::Task::TRAIN);
-  r.chunks = round_chunks_;
-  counters_.set_payload_bytes_down(counters_.payload_bytes_down() + round_payload_bytes_);
-  counters_.set_wire_bytes_down(counters_.wire_bytes_down() + round_wire_bytes_);
+  r.task.set_payload(from >= 0 ? v1::Task::DELTAS : v1::Task::MODEL);
+  r.task.set_delta_from(from);
+  // The CRC lets a client check its copy; a lossy model encoding leaves nothing to check.
+  const bool exact = options_.downstream == "delta" || options_.downstream_codec == "none";
+  r.task.set_model_crc32(exact ? model_crc_[latest] : 0);
+  r.chunks = c.chunks;
+  counters_.set_payload_bytes_down(counters_.payload_bytes_down() + c.payload_bytes);
+  counters_.set_wire_bytes_down(counters_.wire_bytes_down() + c.wire_bytes);
   counters_.set_dense_bytes_down(counters_.dense_bytes_down() + 4 * model_.size());
   return r;
+}
+
+absl::StatusOr<Aggregator::Chunked> Aggregator::Downstream(int64_t from) {
+  auto hit = fetch_cache_.find(from);
+  if (hit != fetch_cache_.end()) return hit->second;
+  v1::TensorBundle b;
+  if (from >= 0) {
+    for (const Delta& dl : deltas_) {
+      if (dl.round <= from) continue;
+      for (const v1::NamedTensor& t : dl.tensors) *b.add_tensors() = t;
+    }
+  } else if (options_.downstream == "delta" || options_.downstream_codec == "none") {
+    b = *models_.back().bundle;  // exact
+  } else {
+    TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs_->Create(options_.downstream_codec));
+    EncodeOptions eo;
+    eo.seed = options_.task.seed() ^ (static_cast<uint64_t>(rounds_.round()) << 20);
+    TERN_ASSIGN_OR_RETURN(b, EncodeFlatToBundle(layout_, model_, *codec, eo, nullptr));
+  }
+  b.set_run_id(options_.run_id);
+  b.set_sender("server");
+  b.set_round(static_cast<uint64_t>(rounds_.round()));
+  Chunked c;
+  c.payload_bytes = EncodedBytes(b);
+  TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
+                        ChunkBundle(b, static_cast<uint64_t>(rounds_.round())));
+  for (const v1::BundleChunk& ch : chunks) c.wire_bytes += ch.ByteSizeLong() + 5;
+  c.chunks = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
+  fetch_cache_[from] = c;
+  return c;
+}
+
+absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
+  const size_t d = model_.size();
+  if (options_.downstream != "delta") {
+    for (size_t i = 0; i < d; ++i) model_[i] += step[i];
+    return absl::OkStatus();
+  }
+  // Encode step + residual; the model moves by exactly what clients will decode.
+  std::vector<float> target(d);
+  for (size_t i = 0; i < d; ++i) target[i] = step[i] + server_residual_[i];
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs_->Create(options_.downstream_codec));
+  EncodeOptions eo;
+  const int64_t round = static_cast<int64_t>(counters_.round());
+  eo.seed = options_.task.seed() ^ (static_cast<uint64_t>(round) << 20) ^ 0x5eed;
+  std::vector<float> residual(d, 0.0f);
+  TERN_ASSIGN_OR_RETURN(v1::TensorBundle b, EncodeFlatToBundle(layout_, target, *codec, eo,
+                                                               &residual));
+  // residual = target - decoded, so decoded = target - residual; decode again to apply the
+  // exact values a client computes (decode, then add in float, tensor by tensor).
+  TERN_RETURN_IF_ERROR(BundleToFlat(b, layout_, *codecs_, absl::MakeSpan(scratch_)));
+  for (size_t i = 0; i < d; ++i) model_[i] += scratch_[i];
+  server_residual_ = std::move(residual);
+  Delta dl;
+  dl.round = round;
+  dl.payload_bytes = EncodedBytes(b);
+  for (v1::NamedTensor& t : *b.mutable_tensors()) {
+    t.set_name(absl::StrCat(round, ":", t.name()));
+    dl.tensors.push_back(std::move(t));
+  }
+  deltas_.push_back(std::move(dl));
+  while (deltas_.size() > static_cast<size_t>(std::max(1, options_.keep_deltas))) {
+    deltas_.pop_front();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
@@ -433,12 +514,13 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
   counters_.set_last_round_updates(
       static_cast<uint32_t>(fedavg_ ? rounds_.replied_set().size() : pending_.size()));
   counters_.set_train_loss(total_weight_ > 0 ? loss_sum_ / total_weight_ : 0.0);
+  std::vector<float> step(d, 0.0f);
   if (have_update) {
     const float beta = static_cast<float>(options_.server_momentum);
     const float lr = static_cast<float>(options_.server_lr);
     for (size_t i = 0; i < d; ++i) {
       momentum_[i] = beta * momentum_[i] + mean[i];
-      model_[i] += lr * momentum_[i];
+      step[i] = lr * momentum_[i];
     }
   }
   std::fill(sum_.begin(), sum_.end(), 0.0);
@@ -447,6 +529,7 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
   loss_sum_ = 0;
   counters_.set_round(counters_.round() + 1);
   if (static_cast<int64_t>(counters_.round()) >= options_.total_rounds) counters_.set_done(true);
+  TERN_RETURN_IF_ERROR(ApplyStep(step));
   PublishModel();
   return absl::OkStatus();
 }
@@ -468,7 +551,7 @@ absl::Status Aggregator::Tick(absl::Time now) {
     if (!rounds_.open() && !counters_.done() && static_cast<int>(available.size()) >= needed) {
       rounds_.SetAvailable(available);
       if (rounds_.Open(now).ok()) {
-        round_chunks_.reset();
+        fetch_cache_.clear();
         changed = true;
       }
     }
@@ -497,6 +580,9 @@ std::shared_ptr<v1::AggregatorCheckpoint> Aggregator::SnapshotState() {
     *c->mutable_model() = *models_.back().bundle;
     if (total_weight_ > 0 && fedavg_) c->mutable_sum()->Add(sum_.begin(), sum_.end());
     c->mutable_momentum()->Add(momentum_.begin(), momentum_.end());
+    if (options_.downstream == "delta") {
+      c->mutable_server_residual()->Add(server_residual_.begin(), server_residual_.end());
+    }
     for (const PendingUpdate& p : pending_) {
       v1::CheckpointUpdate* u = c->add_pending();
       u->set_client(p.client);

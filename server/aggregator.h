@@ -43,7 +43,13 @@ struct AggregatorOptions {
   std::string rule = "fedavg";   // aggregation rule spec (server/aggregation.h)
   double server_lr = 1.0;        // x += server_lr * m
   double server_momentum = 0.0;  // m = momentum * m + mean update (0: plain averaging)
-  std::string downstream_codec = "none";  // how the global model goes to clients
+  // Downstream: "model" sends the global model (encoded with downstream_codec) each round;
+  // "delta" (STC federated) sends each round's global update encoded with downstream_codec and
+  // a server residual, and a client that missed rounds catches up from the kept updates, or gets
+  // the exact model when that is cheaper.
+  std::string downstream = "model";
+  std::string downstream_codec = "none";
+  int keep_deltas = 2000;  // downstream updates kept for catch-up
   v1::Task task;  // training settings handed to clients (kind/round/total_rounds filled in)
   absl::Duration client_timeout = absl::Seconds(30);  // no Fetch for this long: not available
   std::string checkpoint_path;  // "" = no checkpoint
@@ -72,7 +78,9 @@ class Aggregator {
   v1::JoinReply Join(const v1::JoinRequest& request, absl::Time now, absl::Status* status);
   // The initial model; returns whether this bundle was adopted.
   absl::StatusOr<bool> InitModel(uint32_t client, const v1::TensorBundle& bundle);
-  absl::StatusOr<FetchResult> Fetch(uint32_t client, absl::Time now);
+  // `have_round` / `have_crc32`: the model the client holds (FetchRequest); -1 for none.
+  absl::StatusOr<FetchResult> Fetch(uint32_t client, absl::Time now, int64_t have_round = -1,
+                                    uint32_t have_crc32 = 0);
   // An update: checked (client, round, layout, every tensor decodes) and accumulated before
   // the reply; a refused update changes nothing. `wire_bytes`: what its chunks took.
   absl::StatusOr<v1::UpdateReply> Push(const v1::UpdateInfo& info, const v1::TensorBundle& update,
@@ -107,6 +115,20 @@ class Aggregator {
     double weight;
     std::vector<float> values;
   };
+  // The open round's downstream payloads, chunked once and shared by every client's call:
+  // keyed by the round the client's copy is from (-1: the model itself).
+  struct Chunked {
+    std::shared_ptr<const std::vector<v1::BundleChunk>> chunks;
+    uint64_t payload_bytes = 0;
+    uint64_t wire_bytes = 0;
+  };
+  // Delta downstream: each closed round's encoded update (its tensors named "<round>:<name>"),
+  // the CRC-32 of the model after each round, and the server's residual.
+  struct Delta {
+    int64_t round;
+    std::vector<v1::NamedTensor> tensors;
+    uint64_t payload_bytes;
+  };
 
   Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
              std::unique_ptr<AggregationRule> rule);
@@ -114,6 +136,10 @@ class Aggregator {
   absl::Status Restore(const v1::AggregatorCheckpoint& ckpt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AdoptModel(const v1::TensorBundle& bundle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishModel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Chunked> Downstream(int64_t from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies `step` to the model: directly ("model"), or through the downstream codec with the
+  // server residual, keeping the encoded update for clients ("delta").
+  absl::Status ApplyStep(const std::vector<float>& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CloseRound(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::set<int> Available(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checkpoint as of now, tagged with a sequence number; written by WriteCheckpoint after
@@ -142,9 +168,10 @@ class Aggregator {
   std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);
   // Global models by round, and the open round's downstream chunks.
   std::deque<KeptModel> models_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<const std::vector<v1::BundleChunk>> round_chunks_ ABSL_GUARDED_BY(mu_);
-  uint64_t round_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t round_wire_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, Chunked> fetch_cache_ ABSL_GUARDED_BY(mu_);
+  std::deque<Delta> deltas_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, uint32_t> model_crc_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> server_residual_ ABSL_GUARDED_BY(mu_);
   v1::ServerStatus counters_ ABSL_GUARDED_BY(mu_);
   uint64_t state_seq_ ABSL_GUARDED_BY(mu_) = 0;
 

@@ -2,12 +2,16 @@
 
 #include <stdlib.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/chunking.h"
+#include "common/crc32.h"
 #include "kernels/builtin.h"
+#include "kernels/wire.h"
 #include "tests/testing/status_matchers.h"
 #include "worker/bundle.h"
 
@@ -65,7 +69,7 @@ class AggregatorTest : public ::testing::Test {
       EXPECT_THAT(s, IsOk());
     }
     if ((*a)->layout().empty()) {
-      auto b = FlatToBundle(Layout(), kX0);
+      auto b = FlatToBundle(layout_, x0_);
       EXPECT_THAT((*a)->InitModel(0, *b), IsOk());
     }
     EXPECT_THAT((*a)->Tick(now), IsOk());
@@ -75,7 +79,7 @@ class AggregatorTest : public ::testing::Test {
   v1::TensorBundle Update(const std::vector<float>& delta, int64_t round,
                           const std::string& codec = "none") {
     auto c = codecs_->Create(codec);
-    auto b = EncodeFlatToBundle(Layout(), delta, **c, EncodeOptions(), nullptr);
+    auto b = EncodeFlatToBundle(layout_, delta, **c, EncodeOptions(), nullptr);
     EXPECT_THAT(b, IsOk());
     b->set_run_id("r");
     b->set_round(static_cast<uint64_t>(round));
@@ -96,13 +100,15 @@ class AggregatorTest : public ::testing::Test {
   std::vector<float> ModelOf(const Aggregator& a, int64_t round = 0) {
     auto m = a.Model(round);
     EXPECT_THAT(m, IsOk());
-    std::vector<float> x(9);
-    EXPECT_THAT(BundleToFlat(*m->bundle, Layout(), *codecs_, absl::MakeSpan(x)), IsOk());
+    std::vector<float> x(x0_.size());
+    EXPECT_THAT(BundleToFlat(*m->bundle, layout_, *codecs_, absl::MakeSpan(x)), IsOk());
     return x;
   }
 
   std::unique_ptr<CodecRegistry> codecs_;
   AggregatorOptions options_;
+  std::vector<ParamTensor> layout_ = Layout();
+  std::vector<float> x0_ = kX0;
 };
 
 TEST_F(AggregatorTest, FedAvgRoundAppliesTheSampleWeightedMeanOfTheUpdates) {
@@ -296,6 +302,63 @@ TEST_F(AggregatorTest, ADownstreamCodecEncodesTheModelOncePerRound) {
   const v1::ServerStatus st = a->Status(kT0);
   EXPECT_EQ(st.dense_bytes_down(), 2u * 9 * 4);
   EXPECT_EQ(st.payload_bytes_down(), 2u * 9 * 2);  // fp16 halves the model
+}
+
+TEST_F(AggregatorTest, DeltaDownstreamCatchesClientsUpBitExactlyWithFewerBytesThanTheModel) {
+  // A model big enough that sparse updates are cheaper than it: w [40, 25], b [25].
+  layout_ = {ParamTensor{"w", {40, 25}, 0, 1000}, ParamTensor{"b", {25}, 1000, 25}};
+  x0_.resize(1025);
+  for (size_t i = 0; i < x0_.size(); ++i) x0_[i] = std::sin(0.1f * static_cast<float>(i));
+  options_.downstream = "delta";
+  options_.downstream_codec = "stc:ratio=0.05";
+  auto a = Start(3);
+  const uint32_t crc0 = Crc32(x0_.data(), 4 * x0_.size());
+  // Round 1: a client holding the initial model gets no model bytes at all.
+  auto f = a->Fetch(0, kT0, 0, crc0);
+  ASSERT_THAT(f, IsOk());
+  EXPECT_EQ(f->task.payload(), v1::Task::DELTAS);
+  EXPECT_EQ(f->task.delta_from(), 0);
+  EXPECT_EQ(f->task.model_crc32(), crc0);
+  EXPECT_EQ(a->Status(kT0).payload_bytes_down(), 0u);
+  std::vector<float> u(1025);
+  for (size_t i = 0; i < u.size(); ++i) u[i] = std::cos(0.37f * static_cast<float>(i));
+  for (int round = 1; round <= 2; ++round) {
+    for (uint32_t c = 0; c < 3; ++c) ASSERT_THAT(Push(*a, c, round, 1, u), IsOk());
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+  }
+  ASSERT_EQ(a->Status(kT0).round(), 2u);
+  // Round 3: a client still at round 0 catches up from the two kept updates, in order.
+  f = a->Fetch(0, kT0, 0, crc0);
+  ASSERT_THAT(f, IsOk());
+  ASSERT_EQ(f->task.payload(), v1::Task::DELTAS);
+  BundleAssembler assembler(1 << 20);
+  for (const v1::BundleChunk& c : *f->chunks) ASSERT_THAT(assembler.Add(c), IsOk());
+  auto b = assembler.Finish();
+  ASSERT_THAT(b, IsOk());
+  ASSERT_EQ(b->tensors_size(), 4);  // 2 rounds x 2 tensors
+  EXPECT_EQ(b->tensors(0).name(), "1:w");
+  EXPECT_EQ(b->tensors(3).name(), "2:b");
+  std::vector<float> copy = x0_;
+  for (const v1::NamedTensor& nt : b->tensors()) {
+    const ParamTensor& p = nt.name().back() == 'w' ? layout_[0] : layout_[1];
+    std::vector<float> v(p.numel);
+    ASSERT_THAT(DecodeMessage(*codecs_, nt.tensor(), absl::MakeSpan(v)), IsOk());
+    for (size_t i = 0; i < p.numel; ++i) copy[p.offset + i] += v[i];
+  }
+  EXPECT_EQ(Crc32(copy.data(), 4 * copy.size()), f->task.model_crc32());
+  EXPECT_EQ(copy, ModelOf(*a));  // bit-identical
+  EXPECT_LT(a->Status(kT0).payload_bytes_down(), 4u * 1025 / 4);
+  // A client with no copy, or a wrong one, gets the exact model instead.
+  EXPECT_EQ(a->Fetch(1, kT0, -1, 0)->task.payload(), v1::Task::MODEL);
+  EXPECT_EQ(a->Fetch(2, kT0, 0, crc0 ^ 1)->task.payload(), v1::Task::MODEL);
+  // Sparse steps, but with the residual fed back the model moves most of the way to x0 + 2u.
+  const std::vector<float> x = ModelOf(*a);
+  double err = 0, full = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    err += std::pow(x[i] - (x0_[i] + 2 * u[i]), 2);
+    full += std::pow(2 * u[i], 2);
+  }
+  EXPECT_LT(err, full);
 }
 
 TEST(AggregatorOptionsTest, BadOptionsAreRefusedWithAReason) {

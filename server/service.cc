@@ -114,6 +114,8 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         : s_(s),
           ctx_(ctx),
           client_(req.client_id()),
+          have_round_(req.have_round()),
+          have_crc32_(req.have_crc32()),
           until_(absl::Now() + absl::Milliseconds(std::min<uint32_t>(req.max_wait_ms(), 30000))) {
       Poll();
     }
@@ -122,7 +124,8 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
 
    private:
     void Poll() {
-      absl::StatusOr<FetchResult> r = s_->aggregator_->Fetch(client_, absl::Now());
+      absl::StatusOr<FetchResult> r =
+          s_->aggregator_->Fetch(client_, absl::Now(), have_round_, have_crc32_);
       if (!r.ok()) {
         Finish(ToGrpcStatus(r.status()));
         return;
@@ -146,6 +149,8 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     AggregatorServer* const s_;
     grpc::CallbackServerContext* const ctx_;
     const uint32_t client_;
+    const int64_t have_round_;
+    const uint32_t have_crc32_;
     const absl::Time until_;
     grpc::Alarm alarm_;
     std::vector<v1::FetchReply> replies_;

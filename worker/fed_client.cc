@@ -7,8 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
+#include "common/crc32.h"
 #include "common/status_macros.h"
 #include "kernels/builtin.h"
+#include "kernels/wire.h"
 #include "spdlog/spdlog.h"
 #include "tern/v1/server.grpc.pb.h"
 #include "worker/bundle.h"
@@ -64,6 +66,28 @@ std::pair<double, int64_t> TrainLocally(const Model& model, const Dataset& train
   return {steps > 0 ? loss_sum / static_cast<double>(steps) : 0.0, seen};
 }
 
+// Adds the downstream updates of a DELTAS payload to `x`, in bundle order: tensors named
+// "<round>:<name>", each decoded into scratch and added element by element (the server applies
+// its updates the same way, so the copies stay bit-identical).
+absl::Status ApplyDeltas(const v1::TensorBundle& b, const std::vector<ParamTensor>& layout,
+                         const CodecRegistry& codecs, absl::Span<float> x) {
+  std::vector<float> scratch;
+  for (const v1::NamedTensor& nt : b.tensors()) {
+    const size_t colon = nt.name().find(':');
+    const std::string name = colon == std::string::npos ? "" : nt.name().substr(colon + 1);
+    auto p = std::find_if(layout.begin(), layout.end(),
+                          [&](const ParamTensor& t) { return t.name == name; });
+    if (p == layout.end() || nt.tensor().numel() != p->numel) {
+      return absl::InvalidArgumentError(absl::StrCat("update tensor '", nt.name(),
+                                                     "' does not match the model"));
+    }
+    scratch.resize(p->numel);
+    TERN_RETURN_IF_ERROR(DecodeMessage(codecs, nt.tensor(), absl::MakeSpan(scratch)));
+    for (size_t i = 0; i < p->numel; ++i) x[p->offset + i] += scratch[i];
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FedClientData>> LoadFedClientData(const std::string& data_dir,
@@ -98,6 +122,13 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
   FedClientStats stats;
   int64_t id = -1;
   std::vector<float> residual;  // error feedback, kept between rounds
+  // The global model as of `have_round` (delta downstream keeps it in step with the server).
+  // It starts as the initial model every client makes from the shared seed: the server's round
+  // 0 when one of us gave it the model, which the CRC confirms (else the server sends the model).
+  std::vector<float> global(model.NumParams());
+  model.Init(o.seed, absl::MakeSpan(global));
+  int64_t have_round = 0;
+  uint32_t have_crc = Crc32(global.data(), 4 * global.size());
   absl::Time unreachable_since = absl::InfiniteFuture();
   auto deadline = [&](grpc::ClientContext* ctx, absl::Duration extra = absl::ZeroDuration()) {
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + o.call_timeout + extra));
@@ -157,6 +188,8 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
     v1::FetchRequest freq;
     freq.set_client_id(static_cast<uint32_t>(id));
     freq.set_max_wait_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(o.fetch_wait)));
+    freq.set_have_round(have_round);
+    freq.set_have_crc32(have_crc);
     auto reader = stub->Fetch(&fctx, freq);
     v1::FetchReply first;
     if (!reader->Read(&first)) {
@@ -196,8 +229,27 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
     TERN_RETURN_IF_ERROR(as);
     if (!assembler.complete()) return absl::DataLossError("the model stream ended early");
     TERN_ASSIGN_OR_RETURN(v1::TensorBundle mb, assembler.Finish());
-    std::vector<float> x0(model.NumParams());
-    TERN_RETURN_IF_ERROR(BundleToFlat(mb, layout, *codecs, absl::MakeSpan(x0)));
+    if (task.payload() == v1::Task::DELTAS) {
+      if (task.delta_from() != have_round) {
+        return absl::DataLossError(absl::StrCat("updates from round ", task.delta_from(),
+                                                " for a copy of round ", have_round));
+      }
+      TERN_RETURN_IF_ERROR(ApplyDeltas(mb, layout, *codecs, absl::MakeSpan(global)));
+    } else {
+      TERN_RETURN_IF_ERROR(BundleToFlat(mb, layout, *codecs, absl::MakeSpan(global)));
+    }
+    have_round = -1;  // unless the copy is known to be exact
+    if (task.model_crc32() != 0) {
+      have_crc = Crc32(global.data(), 4 * global.size());
+      if (have_crc == task.model_crc32()) {
+        have_round = static_cast<int64_t>(task.round()) - 1;
+      } else {
+        spdlog::warn("{}: model copy for round {} fails its CRC; asking for the model next time",
+                     name, task.round());
+        continue;
+      }
+    }
+    const std::vector<float>& x0 = global;
 
     // Local training, then the update x - x0, encoded.
     const absl::Time t0 = absl::Now();
