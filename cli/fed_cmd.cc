@@ -91,6 +91,10 @@ ABSL_FLAG(std::string, downstream_codec, "none",
           "--downstream=delta)");
 ABSL_FLAG(std::string, update_codec, "none", "server/run: codec clients encode updates with");
 ABSL_FLAG(bool, error_feedback, false, "server/run: clients keep their update codec's residual");
+ABSL_FLAG(std::string, memory, "",
+          "server/run: clients' memory around the update codec: ef | "
+          "dgc[:ratio=R,momentum=M,clip=C,warmup=E,exact=B] (Deep Gradient Compression; replaces "
+          "--update_codec)");
 ABSL_FLAG(int, local_epochs, 1,
           "server/run: local epochs per round (0: --local_steps minibatch steps instead)");
 ABSL_FLAG(double, local_momentum, 0.0, "server/run: clients' local SGD momentum");
@@ -144,6 +148,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.task.set_momentum(static_cast<float>(absl::GetFlag(FLAGS_local_momentum)));
   a.task.set_update_codec(absl::GetFlag(FLAGS_update_codec));
   a.task.set_error_feedback(absl::GetFlag(FLAGS_error_feedback));
+  a.task.set_memory(absl::GetFlag(FLAGS_memory));
   a.task.set_seed(absl::GetFlag(FLAGS_seed));
   a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s));
   a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
@@ -342,9 +347,10 @@ int RunFederatedMain(const std::string& self_exe) {
 
   std::string name = absl::GetFlag(FLAGS_name);
   if (name.empty()) {
-    name = absl::StrCat(mode, "-",
-                        absl::StrReplaceAll(absl::GetFlag(FLAGS_update_codec),
-                                            {{":", "-"}, {",", "-"}, {"=", ""}}),
+    const std::string what = absl::GetFlag(FLAGS_memory).rfind("dgc", 0) == 0
+                                 ? absl::GetFlag(FLAGS_memory)
+                                 : absl::GetFlag(FLAGS_update_codec);
+    name = absl::StrCat(mode, "-", absl::StrReplaceAll(what, {{":", "-"}, {",", "-"}, {"=", ""}}),
                         "-", n, "clients");
   }
   std::string dir = absl::GetFlag(FLAGS_out);
@@ -420,6 +426,7 @@ int RunFederatedMain(const std::string& self_exe) {
         absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),
         absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),
         absl::StrCat("--error_feedback=", absl::GetFlag(FLAGS_error_feedback) ? "true" : "false"),
+        absl::StrCat("--memory=", absl::GetFlag(FLAGS_memory)),
         absl::StrCat("--local_epochs=", absl::GetFlag(FLAGS_local_epochs)),
         absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps)),
         absl::StrCat("--local_momentum=", absl::GetFlag(FLAGS_local_momentum)),

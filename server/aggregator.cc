@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "kernels/wire.h"
 #include "worker/bundle.h"
+#include "worker/fed_client.h"
 
 namespace tern {
 namespace {
@@ -70,6 +71,7 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
     if (o.mode == "ps") {
       o.task.set_local_epochs(0);
       o.task.set_local_steps(1);
+      o.task.set_gradient(true);
     }
   } else if (o.mode != "federated") {
     return absl::InvalidArgumentError(
@@ -98,6 +100,9 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   }
   TERN_RETURN_IF_ERROR(codecs.Create(o.downstream_codec).status());
   TERN_RETURN_IF_ERROR(codecs.Create(o.task.update_codec()).status());
+  if (const std::string& m = o.task.memory(); !m.empty() && m != "ef") {
+    TERN_RETURN_IF_ERROR(ParseDgcMemory(m, 1).status());
+  }
   o.task.set_total_rounds(static_cast<uint64_t>(o.total_rounds));
   return o;
 }
@@ -330,6 +335,7 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now,
   }
   TERN_ASSIGN_OR_RETURN(Chunked c, Downstream(from));
   r.task.set_kind(v1::Task::TRAIN);
+  r.task.set_round_clients(static_cast<uint32_t>(sampled.size()));
   r.task.set_payload(from >= 0 ? v1::Task::DELTAS : v1::Task::MODEL);
   r.task.set_delta_from(from);
   // The CRC lets a client check its copy; a lossy model encoding leaves nothing to check.
@@ -517,7 +523,9 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
   std::vector<float> step(d, 0.0f);
   if (have_update) {
     const float beta = static_cast<float>(options_.server_momentum);
-    const float lr = static_cast<float>(options_.server_lr);
+    // ps: the updates are gradients, so the server takes the SGD step itself.
+    const float lr = options_.mode == "ps" ? -options_.task.lr()
+                                           : static_cast<float>(options_.server_lr);
     for (size_t i = 0; i < d; ++i) {
       momentum_[i] = beta * momentum_[i] + mean[i];
       step[i] = lr * momentum_[i];

@@ -196,6 +196,11 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         return;
       }
       *reply_ = *r;
+      // The last reply of a round closes it now rather than at the next tick (parameter-server
+      // steps are one round each).
+      if (absl::Status t = s_->aggregator_->Tick(absl::Now()); !t.ok()) {
+        spdlog::error("server: {}", t.ToString());
+      }
       Finish(grpc::Status::OK);
     }
     void OnDone() override { delete this; }

@@ -10,6 +10,7 @@
 #include "common/crc32.h"
 #include "common/status_macros.h"
 #include "kernels/builtin.h"
+#include "kernels/codec_params.h"
 #include "kernels/wire.h"
 #include "spdlog/spdlog.h"
 #include "tern/v1/server.grpc.pb.h"
@@ -88,7 +89,91 @@ absl::Status ApplyDeltas(const v1::TensorBundle& b, const std::vector<ParamTenso
   return absl::OkStatus();
 }
 
+// The gradient of one minibatch of `batch` examples of `part` at `x`; returns its loss.
+float MinibatchGradient(const Model& model, const Dataset& train,
+                        const std::vector<uint32_t>& part, size_t batch, uint64_t seed,
+                        absl::Span<const float> x, absl::Span<float> grad) {
+  std::mt19937_64 rng(seed);
+  const size_t n = std::min(batch, part.size());
+  std::vector<uint32_t> order = part;
+  for (size_t i = 0; i < n; ++i) {  // partial Fisher-Yates: n distinct examples
+    std::uniform_int_distribution<size_t> pick(i, order.size() - 1);
+    std::swap(order[i], order[pick(rng)]);
+  }
+  std::vector<float> xb(n * train.dim);
+  std::vector<uint8_t> yb(n);
+  for (size_t b = 0; b < n; ++b) {
+    std::copy_n(train.row(order[b]), train.dim, xb.data() + b * train.dim);
+    yb[b] = train.labels[order[b]];
+  }
+  return model.LossAndGradient(x, xb.data(), yb.data(), n, grad);
+}
+
+// The client's memory between rounds around its update codec (Task.memory).
+class UpdateEncoder {
+ public:
+  absl::StatusOr<v1::TensorBundle> Encode(const v1::Task& task,
+                                          const std::vector<ParamTensor>& layout,
+                                          absl::Span<const float> update, double epoch,
+                                          const EncodeOptions& eo, const CodecRegistry& codecs) {
+    const std::string& mem = task.memory();
+    if (mem.rfind("dgc", 0) == 0) {
+      if (dgc_.size() != layout.size()) {
+        TERN_ASSIGN_OR_RETURN(
+            DgcOptions opts,
+            ParseDgcMemory(mem, static_cast<int>(std::max<uint32_t>(1, task.round_clients()))));
+        dgc_.clear();
+        for (size_t i = 0; i < layout.size(); ++i) {
+          TERN_ASSIGN_OR_RETURN(std::unique_ptr<DgcMemory> m, DgcMemory::Create(opts));
+          dgc_.push_back(std::move(m));
+        }
+      }
+      v1::TensorBundle b;
+      for (size_t i = 0; i < layout.size(); ++i) {
+        const ParamTensor& p = layout[i];
+        dgc_[i]->SetEpoch(epoch);
+        EncodedTensor t;
+        EncodeOptions o = eo;
+        o.seed = eo.seed + i;
+        TERN_RETURN_IF_ERROR(dgc_[i]->Encode(update.subspan(p.offset, p.numel), o, &t));
+        v1::NamedTensor* nt = b.add_tensors();
+        nt->set_name(p.name);
+        nt->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
+        ToProto(std::move(t), nt->mutable_tensor());
+        for (int64_t d : p.shape) nt->mutable_tensor()->add_shape(d);
+      }
+      return b;
+    }
+    const bool ef = task.error_feedback() || mem == "ef";
+    if (ef && residual_.size() != update.size()) residual_.assign(update.size(), 0.0f);
+    TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs.Create(task.update_codec()));
+    return EncodeFlatToBundle(layout, update, *codec, eo, ef ? &residual_ : nullptr);
+  }
+
+ private:
+  std::vector<float> residual_;  // error feedback
+  std::vector<std::unique_ptr<DgcMemory>> dgc_;
+};
+
 }  // namespace
+
+absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_workers) {
+  TERN_ASSIGN_OR_RETURN(auto parsed, CodecParams::ParseSpec(spec));
+  auto& [name, params] = parsed;
+  if (name != "dgc") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown client memory '", spec, "' (ef, dgc[:ratio=...])"));
+  }
+  DgcOptions o;
+  TERN_ASSIGN_OR_RETURN(o.ratio, params.Double("ratio", 0.001, 1e-6, 1.0));
+  TERN_ASSIGN_OR_RETURN(o.momentum, params.Double("momentum", 0.9, 0.0, 0.999));
+  TERN_ASSIGN_OR_RETURN(o.clip_norm, params.Double("clip", 0.0, 0.0, 1e9));
+  TERN_ASSIGN_OR_RETURN(o.warmup_epochs, params.Double("warmup", 4.0, 0.0, 1e6));
+  TERN_ASSIGN_OR_RETURN(o.exact_topk, params.Bool("exact", false));
+  TERN_RETURN_IF_ERROR(params.CheckAllUsed("dgc memory"));
+  o.num_workers = std::max(1, num_workers);
+  return o;
+}
 
 absl::StatusOr<std::unique_ptr<FedClientData>> LoadFedClientData(const std::string& data_dir,
                                                                   const std::string& partition,
@@ -121,7 +206,7 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
   auto stub = v1::Aggregator::NewStub(channel);
   FedClientStats stats;
   int64_t id = -1;
-  std::vector<float> residual;  // error feedback, kept between rounds
+  UpdateEncoder encoder;  // error feedback / DGC memory, kept between rounds
   // The global model as of `have_round` (delta downstream keeps it in step with the server).
   // It starts as the initial model every client makes from the shared seed: the server's round
   // 0 when one of us gave it the model, which the CRC confirms (else the server sends the model).
@@ -251,23 +336,31 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
     }
     const std::vector<float>& x0 = global;
 
-    // Local training, then the update x - x0, encoded.
+    // Local training, then the update x - x0 (or, for parameter-server steps, one minibatch
+    // gradient at x0), encoded.
     const absl::Time t0 = absl::Now();
     std::vector<float> x = x0;
     const uint64_t data_seed =
         o.seed * 1000003 + static_cast<uint64_t>(o.index) * 7919 + task.round();
-    auto [loss, seen] = TrainLocally(model, shared.data.train, part, task, data_seed,
-                                     absl::MakeSpan(x));
-    for (size_t k = 0; k < x.size(); ++k) x[k] -= x0[k];
+    double loss;
+    if (task.gradient()) {
+      loss = MinibatchGradient(model, shared.data.train, part, std::max<uint32_t>(1, task.batch()),
+                               data_seed, x0, absl::MakeSpan(x));
+    } else {
+      loss = TrainLocally(model, shared.data.train, part, task, data_seed, absl::MakeSpan(x)).first;
+      for (size_t k = 0; k < x.size(); ++k) x[k] -= x0[k];
+    }
     const double train_s = absl::ToDoubleSeconds(absl::Now() - t0);
     ++stats.rounds_trained;
-    TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs->Create(task.update_codec()));
-    if (task.error_feedback() && residual.size() != x.size()) residual.assign(x.size(), 0.0f);
     EncodeOptions eo;
     eo.seed = task.seed() ^ (task.round() << 24) ^ (static_cast<uint64_t>(id) << 48);
-    TERN_ASSIGN_OR_RETURN(
-        v1::TensorBundle ub,
-        EncodeFlatToBundle(layout, x, *codec, eo, task.error_feedback() ? &residual : nullptr));
+    // Epochs of this client's data seen before this round (DGC's warm-up schedule).
+    const double epoch = part.empty() ? 0.0
+                                      : static_cast<double>(task.round() - 1) *
+                                            std::max<uint32_t>(1, task.batch()) /
+                                            static_cast<double>(part.size());
+    TERN_ASSIGN_OR_RETURN(v1::TensorBundle ub,
+                          encoder.Encode(task, layout, x, epoch, eo, *codecs));
     ub.set_run_id(o.run_id);
     ub.set_round(task.round());
     ub.set_sender(name);
@@ -299,7 +392,6 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
                    ps.ok() ? "dropped as late" : ps.error_message());
       if (!ps.ok() && Retryable(ps)) unreachable_since = absl::Now();
     }
-    (void)seen;
   }
   return stats;
 }

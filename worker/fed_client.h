@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "kernels/dgc_memory.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
 
@@ -49,6 +50,10 @@ struct FedClientOptions {
   // Give up after the server has been unreachable this long.
   absl::Duration give_up_after = absl::Minutes(5);
 };
+
+// Parses a Task.memory spec "dgc[:ratio=R,momentum=M,clip=C,warmup=E,exact=B]" for a client of
+// a run with `num_workers` (clipping is per worker: C / sqrt(n)).
+absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_workers);
 
 struct FedClientStats {
   int64_t rounds_trained = 0;
