@@ -16,6 +16,7 @@
 #include "common/crc32.h"
 #include "common/status_macros.h"
 #include "kernels/wire.h"
+#include "spdlog/spdlog.h"
 #include "worker/bundle.h"
 #include "worker/fed_client.h"
 
@@ -380,6 +381,16 @@ absl::StatusOr<Aggregator::Chunked> Aggregator::Downstream(int64_t from) {
 
 absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
   const size_t d = model_.size();
+  // Updates are finite, but enough huge ones could still overflow the model: such a step is
+  // not taken (the round counts, the model stays as it was).
+  for (size_t i = 0; i < d; ++i) {
+    if (!std::isfinite(model_[i] + step[i]) || !std::isfinite(step[i] + server_residual_[i])) {
+      spdlog::warn("server: round {}: the aggregate would overflow the model; step skipped",
+                   counters_.round());
+      std::fill(momentum_.begin(), momentum_.end(), 0.0f);
+      return absl::OkStatus();
+    }
+  }
   if (options_.downstream != "delta") {
     for (size_t i = 0; i < d; ++i) model_[i] += step[i];
     return absl::OkStatus();
@@ -397,6 +408,13 @@ absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
   // residual = target - decoded, so decoded = target - residual; decode again to apply the
   // exact values a client computes (decode, then add in float, tensor by tensor).
   TERN_RETURN_IF_ERROR(BundleToFlat(b, layout_, *codecs_, absl::MakeSpan(scratch_)));
+  for (size_t i = 0; i < d; ++i) {
+    if (!std::isfinite(model_[i] + scratch_[i])) {
+      spdlog::warn("server: round {}: the encoded step would overflow the model; step skipped",
+                   round);
+      return absl::OkStatus();
+    }
+  }
   for (size_t i = 0; i < d; ++i) model_[i] += scratch_[i];
   server_residual_ = std::move(residual);
   Delta dl;
@@ -406,8 +424,14 @@ absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
     t.set_name(absl::StrCat(round, ":", t.name()));
     dl.tensors.push_back(std::move(t));
   }
+  deltas_bytes_ += dl.payload_bytes;
   deltas_.push_back(std::move(dl));
-  while (deltas_.size() > static_cast<size_t>(std::max(1, options_.keep_deltas))) {
+  // The oldest update is useful only to a client just before it, who would need every later one
+  // too: once those alone cost as much as the model, it never will be sent.
+  while (!deltas_.empty() &&
+         (deltas_.size() > static_cast<size_t>(std::max(1, options_.keep_deltas)) ||
+          deltas_bytes_ - deltas_.front().payload_bytes >= 4 * d)) {
+    deltas_bytes_ -= deltas_.front().payload_bytes;
     deltas_.pop_front();
   }
   return absl::OkStatus();
@@ -421,27 +445,23 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
   v1::UpdateReply reply;
   {
     absl::MutexLock lock(&mu_);
-    auto refuse = [&](absl::Status s) {
-      counters_.set_updates_refused(counters_.updates_refused() + 1);
-      return s;
-    };
     auto it = clients_.find(info.client_id());
     if (it == clients_.end()) {
-      return refuse(absl::NotFoundError(absl::StrCat("client ", info.client_id(), " has not joined")));
+      return Refuse(absl::NotFoundError(absl::StrCat("client ", info.client_id(), " has not joined")));
     }
     it->second.last_seen = now;
-    if (!have_model_) return refuse(absl::FailedPreconditionError("no model yet"));
+    if (!have_model_) return Refuse(absl::FailedPreconditionError("no model yet"));
     if (update.run_id() != options_.run_id) {
-      return refuse(absl::InvalidArgumentError(
+      return Refuse(absl::InvalidArgumentError(
           absl::StrCat("update for run '", update.run_id(), "', this is '", options_.run_id, "'")));
     }
     if (update.round() != info.round()) {
-      return refuse(absl::InvalidArgumentError(absl::StrCat(
+      return Refuse(absl::InvalidArgumentError(absl::StrCat(
           "the bundle says round ", update.round(), ", the header ", info.round())));
     }
     const double weight = info.weight();
     if (!(weight > 0) || !std::isfinite(weight) || weight > 1e12) {
-      return refuse(absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is not in (0, 1e12]")));
+      return Refuse(absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is not in (0, 1e12]")));
     }
     // Decode first: a malformed update must not take the client's reply slot.
     absl::Status s = BundleToFlat(update, layout_, *codecs_, absl::MakeSpan(scratch_));
@@ -453,10 +473,10 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
         }
       }
     }
-    if (!s.ok()) return refuse(s);
+    if (!s.ok()) return Refuse(s);
     absl::StatusOr<ReplyDecision> d =
         rounds_.Reply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()), now);
-    if (!d.ok()) return refuse(d.status());
+    if (!d.ok()) return Refuse(d.status());
     reply.set_server_round(static_cast<uint64_t>(rounds_.round()));
     counters_.set_payload_bytes_up(counters_.payload_bytes_up() + EncodedBytes(update));
     counters_.set_wire_bytes_up(counters_.wire_bytes_up() + wire_bytes);
@@ -487,6 +507,11 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
   // Durable before the client hears "accepted".
   TERN_RETURN_IF_ERROR(WriteCheckpoint(std::move(ckpt), seq));
   return reply;
+}
+
+absl::Status Aggregator::Refuse(absl::Status s) {
+  counters_.set_updates_refused(counters_.updates_refused() + 1);
+  return s;
 }
 
 absl::Status Aggregator::Leave(uint32_t client) {

@@ -141,6 +141,8 @@ class Aggregator {
   // server residual, keeping the encoded update for clients ("delta").
   absl::Status ApplyStep(const std::vector<float>& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CloseRound(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a refused update; returns `s`.
+  absl::Status Refuse(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::set<int> Available(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checkpoint as of now, tagged with a sequence number; written by WriteCheckpoint after
   // the lock is released (only if nothing newer was written meanwhile).
@@ -170,6 +172,7 @@ class Aggregator {
   std::deque<KeptModel> models_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Chunked> fetch_cache_ ABSL_GUARDED_BY(mu_);
   std::deque<Delta> deltas_ ABSL_GUARDED_BY(mu_);
+  uint64_t deltas_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, uint32_t> model_crc_ ABSL_GUARDED_BY(mu_);
   std::vector<float> server_residual_ ABSL_GUARDED_BY(mu_);
   v1::ServerStatus counters_ ABSL_GUARDED_BY(mu_);

@@ -252,8 +252,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
     ServerOptions options, const CodecRegistry* codecs) {
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> agg,
                         Aggregator::Create(options.aggregator, codecs, absl::Now()));
-  std::unique_ptr<AggregatorServer> s(
-      new AggregatorServer(std::move(options), codecs, std::move(agg)));
+  std::unique_ptr<AggregatorServer> s(new AggregatorServer(std::move(options), std::move(agg)));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -269,10 +268,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   return s;
 }
 
-AggregatorServer::AggregatorServer(ServerOptions options, const CodecRegistry* codecs,
-                                   std::unique_ptr<Aggregator> aggregator)
+AggregatorServer::AggregatorServer(ServerOptions options, std::unique_ptr<Aggregator> aggregator)
     : options_(std::move(options)),
-      codecs_(codecs),
       aggregator_(std::move(aggregator)),
       service_(std::make_unique<Service>(this)) {}
 

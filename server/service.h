@@ -29,7 +29,7 @@ struct ServerOptions {
 
 class AggregatorServer {
  public:
-  // `codecs` must outlive the server.
+  // `codecs` must outlive the server (the aggregator decodes with it).
   static absl::StatusOr<std::unique_ptr<AggregatorServer>> Start(ServerOptions options,
                                                                  const CodecRegistry* codecs);
   ~AggregatorServer();
@@ -43,12 +43,10 @@ class AggregatorServer {
 
  private:
   class Service;
-  AggregatorServer(ServerOptions options, const CodecRegistry* codecs,
-                   std::unique_ptr<Aggregator> aggregator);
+  AggregatorServer(ServerOptions options, std::unique_ptr<Aggregator> aggregator);
   void TickerThread();
 
   const ServerOptions options_;
-  const CodecRegistry* const codecs_;
   const std::unique_ptr<Aggregator> aggregator_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
