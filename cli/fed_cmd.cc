@@ -127,7 +127,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.total_rounds = absl::GetFlag(FLAGS_rounds);
   a.policy.clients_per_round = absl::GetFlag(FLAGS_clients_per_round);
   a.policy.min_replies = absl::GetFlag(FLAGS_min_replies) > 0 ? absl::GetFlag(FLAGS_min_replies)
-                                                               : a.policy.clients_per_round;
+                                                              : a.policy.clients_per_round;
   a.policy.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s));
   a.policy.deadline = absl::Seconds(absl::GetFlag(FLAGS_round_deadline_s));
   a.policy.staleness_decay = absl::GetFlag(FLAGS_staleness_decay);
@@ -224,15 +224,14 @@ int ClientMain() {
                  "partitions\n");
     return 2;
   }
-  auto shared = LoadFedClientData(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_partition),
-                                  parts, absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_seed));
+  auto shared = LoadFedClientData(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_partition), parts,
+                                  absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_seed));
   if (!shared.ok()) {
     std::fprintf(stderr, "tern client: %s\n", shared.status().ToString().c_str());
     return 1;
   }
-  auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server),
-                                           grpc::InsecureChannelCredentials(),
-                                           TernChannelArguments());
+  auto channel = grpc::CreateCustomChannel(
+      absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials(), TernChannelArguments());
   std::atomic<bool> stop{false};
   std::atomic<int> failed{0}, finished{0};
   std::vector<std::thread> threads;
@@ -271,9 +270,9 @@ int ClientMain() {
 namespace {
 
 std::optional<std::vector<float>> FetchGlobalModel(v1::Aggregator::Stub& stub, int64_t round,
-                                                  const std::vector<ParamTensor>& layout,
-                                                  const CodecRegistry& codecs,
-                                                  v1::ServerStatus* status) {
+                                                   const std::vector<ParamTensor>& layout,
+                                                   const CodecRegistry& codecs,
+                                                   v1::ServerStatus* status) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   v1::GetModelRequest req;
@@ -388,10 +387,11 @@ int RunFederatedMain(const std::string& self_exe) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
-  std::printf("tern run: %s, %d clients (%d per round), %d rounds, update codec %s, rule %s, %s on %s%s\n",
-              mode.c_str(), n, k, rounds, absl::GetFlag(FLAGS_update_codec).c_str(),
-              absl::GetFlag(FLAGS_rule).c_str(), absl::GetFlag(FLAGS_model).c_str(),
-              data->test.source.c_str(), data->synthetic ? " (synthetic)" : "");
+  std::printf(
+      "tern run: %s, %d clients (%d per round), %d rounds, update codec %s, rule %s, %s on %s%s\n",
+      mode.c_str(), n, k, rounds, absl::GetFlag(FLAGS_update_codec).c_str(),
+      absl::GetFlag(FLAGS_rule).c_str(), absl::GetFlag(FLAGS_model).c_str(),
+      data->test.source.c_str(), data->synthetic ? " (synthetic)" : "");
   std::printf("run folder: %s\n", dir.c_str());
   std::fflush(stdout);
 
@@ -408,9 +408,8 @@ int RunFederatedMain(const std::string& self_exe) {
         absl::StrCat("--checkpoint=", ckpt),
         absl::StrCat("--mode=", mode),
         absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-        absl::StrCat("--min_clients=", absl::GetFlag(FLAGS_min_clients) > 0
-                                           ? absl::GetFlag(FLAGS_min_clients)
-                                           : n),
+        absl::StrCat("--min_clients=",
+                     absl::GetFlag(FLAGS_min_clients) > 0 ? absl::GetFlag(FLAGS_min_clients) : n),
         absl::StrCat("--rounds=", rounds),
         absl::StrCat("--clients_per_round=", absl::GetFlag(FLAGS_clients_per_round)),
         absl::StrCat("--min_replies=", absl::GetFlag(FLAGS_min_replies)),
@@ -459,18 +458,17 @@ int RunFederatedMain(const std::string& self_exe) {
     c.id = static_cast<int>(g);
     c.what = "client group";
     c.log = absl::StrCat(dir, "/clients-", g, ".log");
-    std::vector<std::string> args = {
-        "client",
-        absl::StrCat("--server=", address),
-        absl::StrCat("--clients=", std::min(per, n - first)),
-        absl::StrCat("--first_client=", first),
-        absl::StrCat("--partitions=", n),
-        absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
-        absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
-        absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
-        absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-        absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-        absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
+    std::vector<std::string> args = {"client",
+                                     absl::StrCat("--server=", address),
+                                     absl::StrCat("--clients=", std::min(per, n - first)),
+                                     absl::StrCat("--first_client=", first),
+                                     absl::StrCat("--partitions=", n),
+                                     absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
+                                     absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
+                                     absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
+                                     absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+                                     absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+                                     absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
     c.pid = Spawn(self_exe, args, c.log);
     c.alive = c.pid > 0;
   }
@@ -479,9 +477,8 @@ int RunFederatedMain(const std::string& self_exe) {
     for (ChildProcess& c : groups) v.push_back(&c);
     return v;
   };
-  auto stub = v1::Aggregator::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                TernChannelArguments()));
+  auto stub = v1::Aggregator::NewStub(grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), TernChannelArguments()));
 
   std::ofstream metrics(dir + "/metrics.jsonl");
   const std::vector<ParamTensor>& layout = (*model)->Layout();
@@ -607,8 +604,8 @@ int RunFederatedMain(const std::string& self_exe) {
       "(%.1fx less than dense)\nreport: %s/report.html\n",
       100 * last_acc, rounds, last.payload_bytes_up() / 1e6, last.payload_bytes_down() / 1e6,
       static_cast<double>(last.dense_bytes_up() + last.dense_bytes_down()) /
-          std::max<double>(1, static_cast<double>(last.payload_bytes_up() +
-                                                   last.payload_bytes_down())),
+          std::max<double>(
+              1, static_cast<double>(last.payload_bytes_up() + last.payload_bytes_down())),
       dir.c_str());
   return 0;
 }

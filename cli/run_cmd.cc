@@ -100,8 +100,8 @@ std::optional<std::vector<float>> FetchSnapshot(Child& c, int64_t step,
     *retry = gs.error_code() == grpc::StatusCode::UNAVAILABLE ||
              gs.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (!*retry)
-      std::fprintf(stderr, "\nworker %d: snapshot %lld: %s\n", c.proc.id, static_cast<long long>(step),
-                   gs.error_message().c_str());
+      std::fprintf(stderr, "\nworker %d: snapshot %lld: %s\n", c.proc.id,
+                   static_cast<long long>(step), gs.error_message().c_str());
     return std::nullopt;
   }
   if (!bundle.ok()) return std::nullopt;

@@ -109,11 +109,10 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
 }
 
 absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions options,
-                                                              const CodecRegistry* codecs,
-                                                              absl::Time now) {
+                                                               const CodecRegistry* codecs,
+                                                               absl::Time now) {
   TERN_ASSIGN_OR_RETURN(options, NormalizeAggregatorOptions(std::move(options), *codecs));
-  TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> rule,
-                        CreateAggregationRule(options.rule));
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> rule, CreateAggregationRule(options.rule));
   std::unique_ptr<Aggregator> a(new Aggregator(std::move(options), codecs, std::move(rule)));
   if (!a->options_.checkpoint_path.empty()) {
     std::ifstream f(a->options_.checkpoint_path, std::ios::binary);
@@ -127,8 +126,8 @@ absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions
       absl::MutexLock lock(&a->mu_);
       absl::Status s = a->Restore(ckpt);
       if (!s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("checkpoint ", a->options_.checkpoint_path,
-                                                   ": ", s.message()));
+        return absl::Status(
+            s.code(), absl::StrCat("checkpoint ", a->options_.checkpoint_path, ": ", s.message()));
       }
       // Clients have a fresh timeout from now; the open round's deadline restarts.
       for (auto& [id, c] : a->clients_) c.last_seen = now;
@@ -239,8 +238,8 @@ v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
   absl::MutexLock lock(&mu_);
   *status = absl::OkStatus();
   if (request.run_id() != options_.run_id) {
-    *status = absl::FailedPreconditionError(absl::StrCat(
-        "this server runs '", options_.run_id, "', not '", request.run_id(), "'"));
+    *status = absl::FailedPreconditionError(
+        absl::StrCat("this server runs '", options_.run_id, "', not '", request.run_id(), "'"));
     return reply;
   }
   uint32_t id;
@@ -294,8 +293,8 @@ std::set<int> Aggregator::Available(absl::Time now) const {
   return out;
 }
 
-absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now,
-                                              int64_t have_round, uint32_t have_crc32) {
+absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, int64_t have_round,
+                                              uint32_t have_crc32) {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(client);
   if (it == clients_.end()) {
@@ -403,8 +402,8 @@ absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
   const int64_t round = static_cast<int64_t>(counters_.round());
   eo.seed = options_.task.seed() ^ (static_cast<uint64_t>(round) << 20) ^ 0x5eed;
   std::vector<float> residual(d, 0.0f);
-  TERN_ASSIGN_OR_RETURN(v1::TensorBundle b, EncodeFlatToBundle(layout_, target, *codec, eo,
-                                                               &residual));
+  TERN_ASSIGN_OR_RETURN(v1::TensorBundle b,
+                        EncodeFlatToBundle(layout_, target, *codec, eo, &residual));
   // residual = target - decoded, so decoded = target - residual; decode again to apply the
   // exact values a client computes (decode, then add in float, tensor by tensor).
   TERN_RETURN_IF_ERROR(BundleToFlat(b, layout_, *codecs_, absl::MakeSpan(scratch_)));
@@ -438,8 +437,8 @@ absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
 }
 
 absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
-                                               const v1::TensorBundle& update,
-                                               uint64_t wire_bytes, absl::Time now) {
+                                                 const v1::TensorBundle& update,
+                                                 uint64_t wire_bytes, absl::Time now) {
   std::shared_ptr<v1::AggregatorCheckpoint> ckpt;
   uint64_t seq = 0;
   v1::UpdateReply reply;
@@ -447,7 +446,8 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
     absl::MutexLock lock(&mu_);
     auto it = clients_.find(info.client_id());
     if (it == clients_.end()) {
-      return Refuse(absl::NotFoundError(absl::StrCat("client ", info.client_id(), " has not joined")));
+      return Refuse(
+          absl::NotFoundError(absl::StrCat("client ", info.client_id(), " has not joined")));
     }
     it->second.last_seen = now;
     if (!have_model_) return Refuse(absl::FailedPreconditionError("no model yet"));
@@ -456,12 +456,13 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
           absl::StrCat("update for run '", update.run_id(), "', this is '", options_.run_id, "'")));
     }
     if (update.round() != info.round()) {
-      return Refuse(absl::InvalidArgumentError(absl::StrCat(
-          "the bundle says round ", update.round(), ", the header ", info.round())));
+      return Refuse(absl::InvalidArgumentError(
+          absl::StrCat("the bundle says round ", update.round(), ", the header ", info.round())));
     }
     const double weight = info.weight();
     if (!(weight > 0) || !std::isfinite(weight) || weight > 1e12) {
-      return Refuse(absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is not in (0, 1e12]")));
+      return Refuse(
+          absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is not in (0, 1e12]")));
     }
     // Decode first: a malformed update must not take the client's reply slot.
     absl::Status s = BundleToFlat(update, layout_, *codecs_, absl::MakeSpan(scratch_));
@@ -549,8 +550,8 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
   if (have_update) {
     const float beta = static_cast<float>(options_.server_momentum);
     // ps: the updates are gradients, so the server takes the SGD step itself.
-    const float lr = options_.mode == "ps" ? -options_.task.lr()
-                                           : static_cast<float>(options_.server_lr);
+    const float lr =
+        options_.mode == "ps" ? -options_.task.lr() : static_cast<float>(options_.server_lr);
     for (size_t i = 0; i < d; ++i) {
       momentum_[i] = beta * momentum_[i] + mean[i];
       step[i] = lr * momentum_[i];

@@ -52,7 +52,7 @@ struct AggregatorOptions {
   int keep_deltas = 2000;  // downstream updates kept for catch-up
   v1::Task task;  // training settings handed to clients (kind/round/total_rounds filled in)
   absl::Duration client_timeout = absl::Seconds(30);  // no Fetch for this long: not available
-  std::string checkpoint_path;  // "" = no checkpoint
+  std::string checkpoint_path;                        // "" = no checkpoint
   uint64_t max_params = uint64_t{1} << 28;
   int keep_models = 8;  // global models kept for GetModel
 };
@@ -84,7 +84,7 @@ class Aggregator {
   // An update: checked (client, round, layout, every tensor decodes) and accumulated before
   // the reply; a refused update changes nothing. `wire_bytes`: what its chunks took.
   absl::StatusOr<v1::UpdateReply> Push(const v1::UpdateInfo& info, const v1::TensorBundle& update,
-                                     uint64_t wire_bytes, absl::Time now);
+                                       uint64_t wire_bytes, absl::Time now);
   absl::Status Leave(uint32_t client);
   // Closes a round that is due and opens the next when clients are there; call periodically.
   // Returns the error of a failed checkpoint write (the state in memory goes on).

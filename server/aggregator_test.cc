@@ -6,10 +6,10 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "common/chunking.h"
 #include "common/crc32.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "kernels/builtin.h"
 #include "kernels/wire.h"
 #include "tests/testing/status_matchers.h"
@@ -86,9 +86,8 @@ class AggregatorTest : public ::testing::Test {
     return *b;
   }
 
-  absl::StatusOr<v1::UpdateReply> Push(Aggregator& a, uint32_t client, int64_t round,
-                                       double weight, const std::vector<float>& delta,
-                                       absl::Time now = kT0) {
+  absl::StatusOr<v1::UpdateReply> Push(Aggregator& a, uint32_t client, int64_t round, double weight,
+                                       const std::vector<float>& delta, absl::Time now = kT0) {
     v1::UpdateInfo info;
     info.set_client_id(client);
     info.set_round(static_cast<uint64_t>(round));
@@ -200,8 +199,7 @@ TEST_F(AggregatorTest, ARoundClosesAtItsDeadlineWithoutTheSilentClient) {
   for (float& v : want) v += 2.0f;
   EXPECT_THAT(ModelOf(*a), ElementsAreArray(want));
   // The late client's update for the closed round is dropped (no staleness weighting).
-  EXPECT_EQ(Push(*a, 2, 1, 1, std::vector<float>(9, 100.0f))->verdict(),
-            v1::UpdateReply::DROPPED);
+  EXPECT_EQ(Push(*a, 2, 1, 1, std::vector<float>(9, 100.0f))->verdict(), v1::UpdateReply::DROPPED);
 }
 
 TEST_F(AggregatorTest, LateUpdatesAreStalenessWeightedIntoTheNextClose) {

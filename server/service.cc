@@ -41,7 +41,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
   }
 
   grpc::ServerReadReactor<v1::UpdateRequest>* Push(grpc::CallbackServerContext*,
-                                                 v1::UpdateReply* reply) override {
+                                                   v1::UpdateReply* reply) override {
     return new PushCall(s_, reply);
   }
 
@@ -190,8 +190,8 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
       absl::StatusOr<v1::UpdateReply> r =
           s_->aggregator_->Push(info_, **got, wire_bytes_, absl::Now());
       if (!r.ok()) {
-        spdlog::warn("server: refused an update from client {} for round {}: {}",
-                     info_.client_id(), info_.round(), r.status().ToString());
+        spdlog::warn("server: refused an update from client {} for round {}: {}", info_.client_id(),
+                     info_.round(), r.status().ToString());
         Finish(ToGrpcStatus(r.status()));
         return;
       }
@@ -236,9 +236,8 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
    private:
     absl::Status Prepare(AggregatorServer* s, int64_t round) {
       TERN_ASSIGN_OR_RETURN(Aggregator::KeptModel m, s->aggregator_->Model(round));
-      TERN_ASSIGN_OR_RETURN(replies_,
-                            ChunkedReplies(*m.bundle, static_cast<uint64_t>(m.round),
-                                           &v1::GetModelReply::mutable_status, m.status));
+      TERN_ASSIGN_OR_RETURN(replies_, ChunkedReplies(*m.bundle, static_cast<uint64_t>(m.round),
+                                                     &v1::GetModelReply::mutable_status, m.status));
       return absl::OkStatus();
     }
     std::vector<v1::GetModelReply> replies_;

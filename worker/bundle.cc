@@ -72,8 +72,8 @@ absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTenso
                                                     const EncodeOptions& options,
                                                     std::vector<float>* residual) {
   if (residual != nullptr && residual->size() != values.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("residual of ", residual->size(),
-                                                   " values for a vector of ", values.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("residual of ", residual->size(), " values for a vector of ", values.size()));
   }
   v1::TensorBundle b;
   std::vector<float> in, decoded;

@@ -79,8 +79,8 @@ absl::Status ApplyDeltas(const v1::TensorBundle& b, const std::vector<ParamTenso
     auto p = std::find_if(layout.begin(), layout.end(),
                           [&](const ParamTensor& t) { return t.name == name; });
     if (p == layout.end() || nt.tensor().numel() != p->numel) {
-      return absl::InvalidArgumentError(absl::StrCat("update tensor '", nt.name(),
-                                                     "' does not match the model"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("update tensor '", nt.name(), "' does not match the model"));
     }
     scratch.resize(p->numel);
     TERN_RETURN_IF_ERROR(DecodeMessage(codecs, nt.tensor(), absl::MakeSpan(scratch)));
@@ -90,9 +90,9 @@ absl::Status ApplyDeltas(const v1::TensorBundle& b, const std::vector<ParamTenso
 }
 
 // The gradient of one minibatch of `batch` examples of `part` at `x`; returns its loss.
-float MinibatchGradient(const Model& model, const Dataset& train,
-                        const std::vector<uint32_t>& part, size_t batch, uint64_t seed,
-                        absl::Span<const float> x, absl::Span<float> grad) {
+float MinibatchGradient(const Model& model, const Dataset& train, const std::vector<uint32_t>& part,
+                        size_t batch, uint64_t seed, absl::Span<const float> x,
+                        absl::Span<float> grad) {
   std::mt19937_64 rng(seed);
   const size_t n = std::min(batch, part.size());
   std::vector<uint32_t> order = part;
@@ -176,17 +176,16 @@ absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_worke
 }
 
 absl::StatusOr<std::unique_ptr<FedClientData>> LoadFedClientData(const std::string& data_dir,
-                                                                  const std::string& partition,
-                                                                  int num_partitions,
-                                                                  const std::string& model,
-                                                                  uint64_t seed) {
+                                                                 const std::string& partition,
+                                                                 int num_partitions,
+                                                                 const std::string& model,
+                                                                 uint64_t seed) {
   auto d = std::make_unique<FedClientData>();
   TERN_ASSIGN_OR_RETURN(d->data, LoadTrainingData(data_dir, seed));
   TERN_ASSIGN_OR_RETURN(PartitionSpec spec, ParsePartition(partition));
   TERN_ASSIGN_OR_RETURN(d->parts, Partition(d->data.train.labels, d->data.train.num_classes,
                                             num_partitions, spec, seed));
-  TERN_ASSIGN_OR_RETURN(d->model,
-                        CreateModel(model, d->data.train.dim, d->data.train.num_classes));
+  TERN_ASSIGN_OR_RETURN(d->model, CreateModel(model, d->data.train.dim, d->data.train.num_classes));
   return d;
 }
 
@@ -195,8 +194,8 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
                                                   const FedClientData& shared,
                                                   const std::atomic<bool>& stop) {
   if (o.index < 0 || static_cast<size_t>(o.index) >= shared.parts.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("client index ", o.index, " outside the ", shared.parts.size(), " partitions"));
+    return absl::InvalidArgumentError(absl::StrCat("client index ", o.index, " outside the ",
+                                                   shared.parts.size(), " partitions"));
   }
   const Model& model = *shared.model;
   const std::vector<uint32_t>& part = shared.parts[static_cast<size_t>(o.index)];
@@ -359,8 +358,7 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
                                       : static_cast<double>(task.round() - 1) *
                                             std::max<uint32_t>(1, task.batch()) /
                                             static_cast<double>(part.size());
-    TERN_ASSIGN_OR_RETURN(v1::TensorBundle ub,
-                          encoder.Encode(task, layout, x, epoch, eo, *codecs));
+    TERN_ASSIGN_OR_RETURN(v1::TensorBundle ub, encoder.Encode(task, layout, x, epoch, eo, *codecs));
     ub.set_run_id(o.run_id);
     ub.set_round(task.round());
     ub.set_sender(name);

@@ -34,16 +34,16 @@ struct FedClientData {
 // Loads the training data, splits it into `num_partitions` (partition spec as in
 // worker/partition.h) and builds the model.
 absl::StatusOr<std::unique_ptr<FedClientData>> LoadFedClientData(const std::string& data_dir,
-                                                                  const std::string& partition,
-                                                                  int num_partitions,
-                                                                  const std::string& model,
-                                                                  uint64_t seed);
+                                                                 const std::string& partition,
+                                                                 int num_partitions,
+                                                                 const std::string& model,
+                                                                 uint64_t seed);
 
 struct FedClientOptions {
   std::string run_id = "tern";
-  std::string name;  // default "client-<index>"
-  int index = 0;     // the data partition this client trains on
-  uint64_t seed = 1; // initial model (same on every client) and data order
+  std::string name;   // default "client-<index>"
+  int index = 0;      // the data partition this client trains on
+  uint64_t seed = 1;  // initial model (same on every client) and data order
   absl::Duration call_timeout = absl::Seconds(60);
   // How long the server may hold a Fetch open when there is no task.
   absl::Duration fetch_wait = absl::Seconds(5);

@@ -27,7 +27,8 @@ inline std::string MakeTempDir() {
 
 // With `own_group`, the child leads a new process group, as a shell job does (so a test can
 // send the group SIGINT the way a terminal's Ctrl-C does).
-inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log, bool own_group = false) {
+inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log,
+                   bool own_group = false) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   if (own_group) setpgid(0, 0);

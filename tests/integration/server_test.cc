@@ -4,7 +4,6 @@
 #include <signal.h>
 
 #include <cstring>
-
 #include <string>
 #include <vector>
 
@@ -47,8 +46,8 @@ TEST(FederatedRun, AClientKilledMidRoundDoesNotStallRoundsPastTheirDeadline) {
   // their 3 s deadline, without the 4 dead clients (still sampled until their 30 s timeout).
   pid_t pid = Spawn({"run", "--mode=federated", "--clients=8", "--clients_per_process=4",
                      "--clients_per_round=8", "--rounds=4", "--round_deadline_s=3",
-                     "--kill_client_at_round=1@1", "--log_level=warn",
-                     absl::StrCat("--out=", dir)},
+                     "--local_epochs=0", "--local_steps=20",  // well inside the deadline
+                     "--kill_client_at_round=1@1", "--log_level=warn", absl::StrCat("--out=", dir)},
                     dir + "/run.log");
   ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
   const std::vector<std::string> rows = Lines(dir + "/metrics.jsonl");
@@ -76,8 +75,8 @@ class RogueClient : public ::testing::Test {
       if (port == 0) absl::SleepFor(absl::Milliseconds(20));
     }
     ASSERT_GT(port, 0) << ReadFile(dir_ + "/server.log");
-    stub_ = v1::Aggregator::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                                        grpc::InsecureChannelCredentials()));
+    stub_ = v1::Aggregator::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     // Our channel goes first: gRPC 1.51's Shutdown waits out its grace while a client keeps a
