@@ -31,6 +31,7 @@
 #include "cli/commands.h"
 #include "cli/process.h"
 #include "cli/report.h"
+#include "cli/train_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/builtin.h"
 #include "server/service.h"
@@ -155,23 +156,6 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   return so;
 }
 
-void WritePortFile(const std::string& pf, int port) {
-  if (pf.empty()) return;
-  const std::string tmp = pf + ".tmp";
-  std::ofstream(tmp) << port << "\n";
-  std::rename(tmp.c_str(), pf.c_str());
-}
-
-sigset_t BlockStopSignals() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGUSR1);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  return signals;
-}
-
 }  // namespace
 
 int ServerMain() {
@@ -287,11 +271,6 @@ std::optional<std::vector<float>> FetchGlobalModel(v1::Aggregator::Stub& stub, i
   return x;
 }
 
-std::string FedBar(double frac, int width = 24) {
-  const int full = static_cast<int>(std::clamp(frac, 0.0, 1.0) * width);
-  return std::string(full, '#') + std::string(width - full, '-');
-}
-
 }  // namespace
 
 int RunFederatedMain(const std::string& self_exe) {
@@ -332,16 +311,10 @@ int RunFederatedMain(const std::string& self_exe) {
       return 2;
     }
   }
-  auto data = LoadTrainingData(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_seed));
-  if (!data.ok()) {
-    std::fprintf(stderr, "tern run: %s\n", data.status().ToString().c_str());
-    return 1;
-  }
-  auto model = CreateModel(absl::GetFlag(FLAGS_model), data->test.dim, data->test.num_classes);
-  if (!model.ok()) {
-    std::fprintf(stderr, "tern run: %s\n", model.status().ToString().c_str());
-    return 2;
-  }
+  EvalSetup setup;
+  if (int rc = LoadEvalSetup(&setup); rc != 0) return rc;
+  TrainTest* const data = &setup.data;
+  std::unique_ptr<Model>* const model = &setup.model;
   data->train = Dataset{};
 
   std::string name = absl::GetFlag(FLAGS_name);
@@ -352,16 +325,8 @@ int RunFederatedMain(const std::string& self_exe) {
     name = absl::StrCat(mode, "-", absl::StrReplaceAll(what, {{":", "-"}, {",", "-"}, {"=", ""}}),
                         "-", n, "clients");
   }
-  std::string dir = absl::GetFlag(FLAGS_out);
-  if (dir.empty()) {
-    dir = absl::StrCat("runs/", name, "-",
-                       absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()));
-    ::mkdir("runs", 0755);
-  }
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    std::fprintf(stderr, "tern run: cannot create %s: %s\n", dir.c_str(), std::strerror(errno));
-    return 1;
-  }
+  const std::string dir = MakeRunDir(name);
+  if (dir.empty()) return 1;
   const int k = mode == "federated" ? std::min(n, absl::GetFlag(FLAGS_clients_per_round)) : n;
   {
     std::ofstream cfg(dir + "/run.json");
@@ -569,7 +534,7 @@ int RunFederatedMain(const std::string& self_exe) {
             "%sround %lld/%d [%s] | %u updates | train loss %.3f | acc %.2f%% | up %.2f MB | "
             "down %.2f MB | %u clients | %.0fs\n",
             tty ? "\r\033[K" : "", static_cast<long long>(r), rounds,
-            FedBar(static_cast<double>(r) / rounds).c_str(), rs.last_round_updates(),
+            ProgressBar(static_cast<double>(r) / rounds).c_str(), rs.last_round_updates(),
             rs.train_loss(), 100 * ev.accuracy, up / 1e6, down / 1e6, rs.clients_alive(), wall);
         std::fflush(stdout);
       }

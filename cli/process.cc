@@ -1,10 +1,12 @@
 #include "cli/process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -83,6 +85,28 @@ int WaitForPortFile(const std::string& path, ChildProcess& child, double timeout
     absl::SleepFor(absl::Milliseconds(20));
   }
   return 0;
+}
+
+std::string ProgressBar(double frac, int width) {
+  const int full = static_cast<int>(std::clamp(frac, 0.0, 1.0) * width);
+  return std::string(full, '#') + std::string(width - full, '-');
+}
+
+sigset_t BlockStopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+void WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return;
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::rename(tmp.c_str(), path.c_str());
 }
 
 }  // namespace tern

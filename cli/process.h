@@ -4,6 +4,7 @@
 #ifndef TERN_CLI_PROCESS_H_
 #define TERN_CLI_PROCESS_H_
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <string>
@@ -30,6 +31,15 @@ void StopAll(std::vector<ChildProcess*> children);
 // Waits for `path` to hold a positive port number; 0 when `child` died or `timeout` passed.
 int WaitForPortFile(const std::string& path, ChildProcess& child, double timeout_s,
                     const volatile int* interrupted);
+
+// A text progress bar of `width` characters for a fraction in [0, 1].
+std::string ProgressBar(double frac, int width = 24);
+// Blocks SIGINT, SIGTERM and SIGUSR1 in this thread (and every thread started later), for a
+// daemon's main thread to sigwait() on; returns the set.
+sigset_t BlockStopSignals();
+// Writes `port` to `path` (write, then rename, so a reader never sees a partial file); no-op
+// for an empty path.
+void WritePortFile(const std::string& path, int port);
 
 }  // namespace tern
 

@@ -111,11 +111,6 @@ std::optional<std::vector<float>> FetchSnapshot(Child& c, int64_t step,
   return x;
 }
 
-std::string Bar(double frac, int width = 24) {
-  const int full = static_cast<int>(std::clamp(frac, 0.0, 1.0) * width);
-  return std::string(full, '#') + std::string(width - full, '-');
-}
-
 }  // namespace
 
 int RunMain(const std::string& self_exe) {
@@ -149,16 +144,10 @@ int RunMain(const std::string& self_exe) {
     }
   }
 
-  auto data = LoadTrainingData(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_seed));
-  if (!data.ok()) {
-    std::fprintf(stderr, "tern run: %s\n", data.status().ToString().c_str());
-    return 1;
-  }
-  auto model = CreateModel(absl::GetFlag(FLAGS_model), data->test.dim, data->test.num_classes);
-  if (!model.ok()) {
-    std::fprintf(stderr, "tern run: %s\n", model.status().ToString().c_str());
-    return 2;
-  }
+  EvalSetup setup;
+  if (int rc = LoadEvalSetup(&setup); rc != 0) return rc;
+  TrainTest* const data = &setup.data;
+  std::unique_ptr<Model>* const model = &setup.model;
   const int64_t steps_per_epoch = StepsPerEpoch(data->train.size(), n, absl::GetFlag(FLAGS_batch));
   const int64_t total = steps_per_epoch * epochs;
   const int64_t every = std::max<int64_t>(1, steps_per_epoch / evals);
@@ -171,16 +160,8 @@ int RunMain(const std::string& self_exe) {
                         absl::StrReplaceAll(absl::GetFlag(FLAGS_codec), {{":", "-"}, {",", "-"}}),
                         "-", absl::GetFlag(FLAGS_topology));
   }
-  std::string dir = absl::GetFlag(FLAGS_out);
-  if (dir.empty()) {
-    dir = absl::StrCat("runs/", name, "-",
-                       absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()));
-    ::mkdir("runs", 0755);
-  }
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    std::fprintf(stderr, "tern run: cannot create %s: %s\n", dir.c_str(), std::strerror(errno));
-    return 1;
-  }
+  const std::string dir = MakeRunDir(name);
+  if (dir.empty()) return 1;
   ::unlink((dir + "/peers.txt").c_str());
   {
     std::ofstream cfg(dir + "/run.json");
@@ -323,7 +304,8 @@ int RunMain(const std::string& self_exe) {
             "\r\033[Kepoch %lld/%d [%s] round %lld/%lld | loss %.3f | acc %.2f%% | "
             "%.2f MB/worker | %.1fx vs dense | %.0fs",
             static_cast<long long>(ep), epochs,
-            Bar(static_cast<double>(at - (ep - 1) * steps_per_epoch) / steps_per_epoch).c_str(),
+            ProgressBar(static_cast<double>(at - (ep - 1) * steps_per_epoch) / steps_per_epoch)
+                .c_str(),
             static_cast<long long>(at), static_cast<long long>(total), last_loss, 100 * last_acc,
             last_mb, last_ratio, absl::ToDoubleSeconds(absl::Now() - start));
         std::fflush(stdout);
@@ -400,8 +382,9 @@ int RunMain(const std::string& self_exe) {
         "%sepoch %lld/%d [%s] round %lld/%lld | loss %.3f | acc %.2f%% | consensus "
         "%.2e | %.2f MB/worker | %.1fx vs dense | %d workers | %.0fs\n",
         tty ? "\r\033[K" : "", static_cast<long long>(ep), epochs,
-        Bar(step == 0 ? 0
-                      : static_cast<double>(step - (ep - 1) * steps_per_epoch) / steps_per_epoch)
+        ProgressBar(step == 0
+                        ? 0
+                        : static_cast<double>(step - (ep - 1) * steps_per_epoch) / steps_per_epoch)
             .c_str(),
         static_cast<long long>(step), static_cast<long long>(total), train_loss, 100 * ev.accuracy,
         consensus, last_mb, last_ratio, static_cast<int>(have.size()), wall);

@@ -1,8 +1,19 @@
 #include "cli/train_flags.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_macros.h"
+
+ABSL_DECLARE_FLAG(std::string, out);
 
 ABSL_FLAG(std::string, run_id, "tern", "training: run id; workers refuse messages of other runs");
 ABSL_FLAG(std::string, algorithm, "decentlam",
@@ -101,6 +112,36 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)),
       absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
   };
+}
+
+int LoadEvalSetup(EvalSetup* out) {
+  auto data = LoadTrainingData(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_seed));
+  if (!data.ok()) {
+    std::fprintf(stderr, "tern run: %s\n", data.status().ToString().c_str());
+    return 1;
+  }
+  auto model = CreateModel(absl::GetFlag(FLAGS_model), data->test.dim, data->test.num_classes);
+  if (!model.ok()) {
+    std::fprintf(stderr, "tern run: %s\n", model.status().ToString().c_str());
+    return 2;
+  }
+  out->data = *std::move(data);
+  out->model = *std::move(model);
+  return 0;
+}
+
+std::string MakeRunDir(const std::string& name) {
+  std::string dir = absl::GetFlag(FLAGS_out);
+  if (dir.empty()) {
+    dir = absl::StrCat("runs/", name, "-",
+                       absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()));
+    ::mkdir("runs", 0755);
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    std::fprintf(stderr, "tern run: cannot create %s: %s\n", dir.c_str(), std::strerror(errno));
+    return "";
+  }
+  return dir;
 }
 
 }  // namespace tern

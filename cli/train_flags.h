@@ -3,12 +3,15 @@
 #ifndef TERN_CLI_TRAIN_FLAGS_H_
 #define TERN_CLI_TRAIN_FLAGS_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/builtin_trainer.h"
+#include "worker/dataset.h"
 #include "worker/engine.h"
+#include "worker/model.h"
 
 namespace tern {
 
@@ -19,6 +22,19 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
 BuiltinTrainerOptions TrainerOptionsFromFlags(int id, int workers);
 // --lr, or its default for the algorithm when 0.
 double EffectiveLr();
+
+// What a launcher (`tern run`) evaluates with: --data's splits and a --model for them.
+struct EvalSetup {
+  TrainTest data;
+  std::unique_ptr<Model> model;
+};
+// Loads them; on failure prints "tern run: <why>" and returns the exit code (1: the data,
+// 2: the model spec).
+int LoadEvalSetup(EvalSetup* out);
+
+// The run folder: --out, or runs/<name>-<time>; created if needed. "" (after printing why) when
+// it cannot be.
+std::string MakeRunDir(const std::string& name);
 
 // The shared flags as "--name=value" arguments, to pass on to a child `tern worker`.
 std::vector<std::string> SharedTrainFlagArgs();

@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
+#include "cli/process.h"
 #include "cli/train_flags.h"
 #include "kernels/builtin.h"
 #include "spdlog/spdlog.h"
@@ -71,12 +72,7 @@ absl::StatusOr<std::vector<std::string>> ReadPeers(const std::string& list, cons
 
 int WorkerMain() {
   // Signals go to the waiting main thread only; every thread started later inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGUSR1);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  sigset_t signals = BlockStopSignals();
 
   const int id = absl::GetFlag(FLAGS_id);
   const int workers = absl::GetFlag(FLAGS_workers);
@@ -100,12 +96,7 @@ int WorkerMain() {
   spdlog::info("worker {}/{}: serving on port {} ({}, {}, codec {})", id, workers, port,
                options.engine.algorithm, options.engine.topology,
                options.engine.algorithm_options.codec);
-  if (const std::string pf = absl::GetFlag(FLAGS_port_file); !pf.empty()) {
-    // Write then rename, so a reader never sees a partial file.
-    const std::string tmp = pf + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::rename(tmp.c_str(), pf.c_str());
-  }
+  WritePortFile(absl::GetFlag(FLAGS_port_file), port);
   auto peers = ReadPeers(absl::GetFlag(FLAGS_peers), absl::GetFlag(FLAGS_peers_file),
                          absl::Seconds(absl::GetFlag(FLAGS_peers_timeout)));
   if (!peers.ok()) {

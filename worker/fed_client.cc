@@ -17,6 +17,7 @@
 #include "worker/bundle.h"
 #include "worker/grpc_transport.h"
 #include "worker/partition.h"
+#include "worker/rpc_util.h"
 
 namespace tern {
 namespace {
@@ -254,12 +255,9 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
         deadline(&ictx);
         v1::InitModelReply ireply;
         auto writer = stub->InitModel(&ictx, &ireply);
-        for (size_t c = 0; c < chunks.size(); ++c) {
-          v1::InitModelRequest r;
-          if (c == 0) r.set_client_id(static_cast<uint32_t>(id));
-          *r.mutable_chunk() = std::move(chunks[c]);
-          if (!writer->Write(r)) break;
-        }
+        WriteChunks<v1::InitModelRequest>(
+            writer.get(), std::move(chunks),
+            [&](v1::InitModelRequest& r) { r.set_client_id(static_cast<uint32_t>(id)); });
         writer->WritesDone();
         grpc::Status is = writer->Finish();
         if (!is.ok() && !still_trying(is)) return FromGrpcStatus(is);
@@ -367,19 +365,14 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
     deadline(&pctx);
     v1::UpdateReply preply;
     auto writer = stub->Push(&pctx, &preply);
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      v1::UpdateRequest r;
-      if (c == 0) {
-        v1::UpdateInfo* info = r.mutable_info();
-        info->set_client_id(static_cast<uint32_t>(id));
-        info->set_round(task.round());
-        info->set_weight(static_cast<double>(part.size()));
-        info->set_loss(static_cast<float>(loss));
-        info->set_train_seconds(train_s);
-      }
-      *r.mutable_chunk() = std::move(chunks[c]);
-      if (!writer->Write(r)) break;
-    }
+    WriteChunks<v1::UpdateRequest>(writer.get(), std::move(chunks), [&](v1::UpdateRequest& r) {
+      v1::UpdateInfo* info = r.mutable_info();
+      info->set_client_id(static_cast<uint32_t>(id));
+      info->set_round(task.round());
+      info->set_weight(static_cast<double>(part.size()));
+      info->set_loss(static_cast<float>(loss));
+      info->set_train_seconds(train_s);
+    });
     writer->WritesDone();
     grpc::Status ps = writer->Finish();
     if (ps.ok() && preply.verdict() != v1::UpdateReply::DROPPED) {

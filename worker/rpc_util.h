@@ -55,6 +55,19 @@ void WriteNextOrFinish(Reactor* r, bool ok, const std::vector<Message>& out, siz
   }
 }
 
+// Writes `chunks` to a synchronous client stream as `Request` messages (each with its chunk in
+// the `chunk` field); `header(request)` fills the first one's header fields. Stops at the first
+// failed write (the caller's Finish() then says why); the caller calls WritesDone and Finish.
+template <typename Request, typename Writer, typename Header>
+void WriteChunks(Writer* writer, std::vector<v1::BundleChunk> chunks, Header header) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Request r;
+    if (i == 0) header(r);
+    *r.mutable_chunk() = std::move(chunks[i]);
+    if (!writer->Write(r)) break;
+  }
+}
+
 }  // namespace tern
 
 #endif  // TERN_WORKER_RPC_UTIL_H_
