@@ -672,6 +672,11 @@ bool Aggregator::done() const {
   return counters_.done();
 }
 
+uint64_t Aggregator::MaxUpdateBytes() const {
+  absl::MutexLock lock(&mu_);
+  return 8 * static_cast<uint64_t>(model_.size()) + (uint64_t{1} << 20);
+}
+
 std::vector<ParamTensor> Aggregator::layout() const {
   absl::MutexLock lock(&mu_);
   return layout_;

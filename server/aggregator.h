@@ -102,6 +102,9 @@ class Aggregator {
   bool done() const;
   // The layout, once a model is known.
   std::vector<ParamTensor> layout() const;
+  // The largest serialized update a client may stream: twice the model as fp32 plus 1 MiB
+  // (no codec's update is larger than raw fp32), or 1 MiB before there is a model.
+  uint64_t MaxUpdateBytes() const;
 
  private:
   struct Client {

@@ -161,7 +161,11 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
   class PushCall final : public grpc::ServerReadReactor<v1::UpdateRequest> {
    public:
     PushCall(AggregatorServer* s, v1::UpdateReply* reply)
-        : s_(s), reply_(reply), assembler_(s->options_.max_bundle_bytes) {
+        : s_(s),
+          reply_(reply),
+          // An update cannot be much larger than the model: a client cannot make the server
+          // buffer gigabytes.
+          assembler_(std::min(s->options_.max_bundle_bytes, s->aggregator_->MaxUpdateBytes())) {
       StartRead(&req_);
     }
     void OnReadDone(bool ok) override {

@@ -193,6 +193,13 @@ TEST_F(RogueClient, MalformedOversizedAndWrongRoundUpdatesAreRefusedAndTheRoundG
   big[0].mutable_data()->append(std::string(2 << 20, 'x'));
   s = Push(a, 1, big, &reply);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  // A stream announcing more bytes than any update of this 4-value model can have: refused
+  // before the server buffers any of it.
+  std::vector<v1::BundleChunk> huge = *ChunkBundle(Bundle({1, 1, 1, 1}, 1), 1);
+  huge[0].set_total_size(64 << 20);
+  s = Push(a, 1, huge, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("exceeds the limit"));
   // A chunk whose checksum does not match its data.
   std::vector<v1::BundleChunk> corrupt = *ChunkBundle(Bundle({1, 1, 1, 1}, 1), 1);
   (*corrupt[0].mutable_data())[3] ^= 0x40;
