@@ -367,12 +367,9 @@ int RunFederatedMain(const std::string& self_exe) {
   ::unlink(ckpt.c_str());
   auto server_args = [&](int listen_port) {
     std::vector<std::string> a = {
-        "server",
-        absl::StrCat("--listen=127.0.0.1:", listen_port),
-        absl::StrCat("--port_file=", port_file),
-        absl::StrCat("--checkpoint=", ckpt),
-        absl::StrCat("--mode=", mode),
-        absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+        "server", absl::StrCat("--listen=127.0.0.1:", listen_port),
+        absl::StrCat("--port_file=", port_file), absl::StrCat("--checkpoint=", ckpt),
+        absl::StrCat("--mode=", mode), absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
         absl::StrCat("--min_clients=",
                      absl::GetFlag(FLAGS_min_clients) > 0 ? absl::GetFlag(FLAGS_min_clients) : n),
         absl::StrCat("--rounds=", rounds),
@@ -394,12 +391,11 @@ int RunFederatedMain(const std::string& self_exe) {
         absl::StrCat("--local_epochs=", absl::GetFlag(FLAGS_local_epochs)),
         absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps)),
         absl::StrCat("--local_momentum=", absl::GetFlag(FLAGS_local_momentum)),
-        absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)),
-        absl::StrCat("--lr=", FedLr()),
+        absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)), absl::StrCat("--lr=", FedLr()),
         absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
         absl::StrCat("--client_timeout_s=", absl::GetFlag(FLAGS_client_timeout_s)),
-        "--linger_s=30",
-        absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
+        // The launcher stops the server once it has evaluated the last round.
+        "--linger_s=600", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
     return a;
   };
   ChildProcess server;
@@ -523,12 +519,13 @@ int RunFederatedMain(const std::string& self_exe) {
             "\"payload_mb_up\":%.6g,\"payload_mb_down\":%.6g,\"wire_mb_up\":%.6g,"
             "\"wire_mb_down\":%.6g,\"dense_mb_up\":%.6g,\"dense_mb_down\":%.6g,"
             "\"compression\":%.6g,\"updates_accepted\":%d,\"updates_refused\":%d,"
-            "\"updates_dropped\":%d,\"restarts\":%d}\n",
+            "\"updates_dropped\":%d,\"restarts\":%d,\"closed_s\":%.3f}\n",
             r, r, wall, rs.clients_alive(), rs.train_loss(), ev.loss, ev.accuracy,
             rs.last_round_updates(), (up + down) / n / 1e6, up / 1e6, down / 1e6,
             rs.wire_bytes_up() / 1e6, rs.wire_bytes_down() / 1e6, rs.dense_bytes_up() / 1e6,
             rs.dense_bytes_down() / 1e6, up + down > 0 ? dense / (up + down) : 1.0,
-            rs.updates_accepted(), rs.updates_refused(), rs.updates_dropped(), rs.restarts());
+            rs.updates_accepted(), rs.updates_refused(), rs.updates_dropped(), rs.restarts(),
+            rs.round_closed_unix_s() - absl::ToDoubleSeconds(start - absl::UnixEpoch()));
         metrics.flush();
         std::printf(
             "%sround %lld/%d [%s] | %u updates | train loss %.3f | acc %.2f%% | up %.2f MB | "

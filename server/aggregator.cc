@@ -526,8 +526,8 @@ absl::Status Aggregator::Leave(uint32_t client) {
 }
 
 absl::Status Aggregator::CloseRound(absl::Time now) {
-  (void)now;
   rounds_.Close();
+  counters_.set_round_closed_unix_s(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
   const size_t d = model_.size();
   std::vector<float> mean(d, 0.0f);
   bool have_update = false;
