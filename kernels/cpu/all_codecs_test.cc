@@ -221,6 +221,34 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Builtin, AllCodecs, ::testing::ValuesIn(AllCases()), CaseName);
 
+// Decodes of >= 16 MiB of output take the non-temporal-store path (natural, 2-bit terngrad):
+// the values must equal those of the accumulate path (plain stores), also when the output starts
+// off a 64-byte boundary (a scalar head) and the length is ragged (a scalar tail).
+TEST(LargeDecodes, StreamingStoresWriteTheSameValuesAsTheAccumulatePath) {
+  auto registry = NewBuiltinCodecRegistry();
+  const size_t n = (size_t{16} << 20) / sizeof(float) + 37;
+  const auto x = testing::Gaussian(n, 95);
+  for (const char* spec : {"natural", "terngrad", "int8"}) {
+    auto codec = registry->Create(spec);
+    ASSERT_THAT(codec, IsOk());
+    EncodedTensor e;
+    EncodeOptions o;
+    o.seed = 5;
+    ASSERT_THAT((*codec)->Encode(x, o, &e), IsOk()) << spec;
+    std::vector<float> want(n, 0.0f);
+    ASSERT_THAT((*codec)->DecodeAccumulate(EncodedView::Of(e), 1.0f, absl::MakeSpan(want)), IsOk());
+    for (size_t shift : {0, 1, 5}) {  // 4 and 20 bytes off the allocation's alignment
+      std::vector<float> buf(n + 16, -1.0f);
+      ASSERT_THAT((*codec)->Decode(EncodedView::Of(e), absl::MakeSpan(buf.data() + shift, n)),
+                  IsOk());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(buf[shift + i], want[i]) << spec << " shift " << shift << " element " << i;
+      }
+      EXPECT_EQ(buf[shift + n], -1.0f) << spec;  // nothing written past the end
+    }
+  }
+}
+
 TEST(AllCodecsCoverage, EveryRegisteredCodecHasACase) {
   auto registry = NewBuiltinCodecRegistry();
   for (const std::string& name : registry->Names()) {
