@@ -110,9 +110,6 @@ ABSL_FLAG(std::string, kill_client_at_round, "",
 namespace tern {
 namespace {
 
-volatile sig_atomic_t g_fed_interrupted = 0;
-void OnFedSignal(int) { g_fed_interrupted = 1; }
-
 double FedLr() {
   const double lr = absl::GetFlag(FLAGS_lr);
   return lr > 0 ? lr : 0.05;
@@ -347,10 +344,7 @@ int RunFederatedMain(const std::string& self_exe) {
         JsonEscape(absl::GetFlag(FLAGS_downstream_codec)),
         static_cast<int64_t>(absl::GetFlag(FLAGS_seed)), data->synthetic ? "true" : "false");
   }
-  struct sigaction sa {};
-  sa.sa_handler = OnFedSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  const volatile sig_atomic_t* const interrupted_flag = CatchInterrupts();
 
   std::printf(
       "tern run: %s, %d clients (%d per round), %d rounds, update codec %s, rule %s, %s on %s%s\n",
@@ -403,7 +397,7 @@ int RunFederatedMain(const std::string& self_exe) {
   server.log = dir + "/server.log";
   server.pid = Spawn(self_exe, server_args(0), server.log);
   server.alive = server.pid > 0;
-  const int port = WaitForPortFile(port_file, server, 60, &g_fed_interrupted);
+  const int port = WaitForPortFile(port_file, server, 60, interrupted_flag);
   if (port == 0) {
     std::fprintf(stderr, "tern run: the server did not start; its log:\n%s\n",
                  Tail(server.log).c_str());
@@ -450,7 +444,7 @@ int RunFederatedMain(const std::string& self_exe) {
   v1::ServerStatus last;
   bool server_killed = false, client_killed = false;
   absl::Time last_draw = absl::InfinitePast();
-  while (!g_fed_interrupted) {
+  while (!*interrupted_flag) {
     Reap(all());
     if (!server.alive) {
       if (server_killed && evaluated < rounds) {
@@ -461,7 +455,7 @@ int RunFederatedMain(const std::string& self_exe) {
         server.alive = server.pid > 0;
         server.log += ".restarted";
         server_killed = false;
-        const int p2 = WaitForPortFile(port_file, server, 60, &g_fed_interrupted);
+        const int p2 = WaitForPortFile(port_file, server, 60, interrupted_flag);
         if (p2 == 0) break;
         std::fprintf(stderr, "\n[fault injection] server restarted from its checkpoint\n");
         continue;
@@ -546,7 +540,7 @@ int RunFederatedMain(const std::string& self_exe) {
     if (evaluated >= rounds) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
-  const bool interrupted = g_fed_interrupted != 0;
+  const bool interrupted = *interrupted_flag != 0;
   stub.reset();  // an open connection would hold the server's graceful shutdown to its grace
   StopAll(all());
   metrics.close();

@@ -75,7 +75,7 @@ void StopAll(std::vector<ChildProcess*> children) {
 }
 
 int WaitForPortFile(const std::string& path, ChildProcess& child, double timeout_s,
-                    const volatile int* interrupted) {
+                    const volatile sig_atomic_t* interrupted) {
   const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
   while (!*interrupted) {
     std::ifstream f(path);
@@ -85,6 +85,19 @@ int WaitForPortFile(const std::string& path, ChildProcess& child, double timeout
     absl::SleepFor(absl::Milliseconds(20));
   }
   return 0;
+}
+
+namespace {
+volatile sig_atomic_t g_interrupted = 0;
+void OnInterrupt(int) { g_interrupted = 1; }
+}  // namespace
+
+const volatile sig_atomic_t* CatchInterrupts() {
+  struct sigaction sa {};
+  sa.sa_handler = OnInterrupt;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  return &g_interrupted;
 }
 
 std::string ProgressBar(double frac, int width) {

@@ -30,7 +30,11 @@ int Reap(std::vector<ChildProcess*> children, bool quiet = false);
 void StopAll(std::vector<ChildProcess*> children);
 // Waits for `path` to hold a positive port number; 0 when `child` died or `timeout` passed.
 int WaitForPortFile(const std::string& path, ChildProcess& child, double timeout_s,
-                    const volatile int* interrupted);
+                    const volatile sig_atomic_t* interrupted);
+
+// Makes SIGINT and SIGTERM set the returned flag instead of ending the process, so a launcher
+// can stop its children and still write what it measured.
+const volatile sig_atomic_t* CatchInterrupts();
 
 // A text progress bar of `width` characters for a fraction in [0, 1].
 std::string ProgressBar(double frac, int width = 24);

@@ -66,9 +66,6 @@ ABSL_FLAG(std::string, kill_worker, "",
 namespace tern {
 namespace {
 
-volatile sig_atomic_t g_interrupted = 0;
-void OnSignal(int) { g_interrupted = 1; }
-
 struct Child {
   ChildProcess proc;
   std::unique_ptr<v1::Trainer::Stub> stub;
@@ -179,10 +176,7 @@ int RunMain(const std::string& self_exe) {
         data->synthetic ? "true" : "false");
   }
 
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  const volatile sig_atomic_t* const interrupted_flag = CatchInterrupts();
 
   std::printf("tern run: %d workers, %s, %s, codec %s, %s on %s%s; %lld steps (%lld/epoch)\n", n,
               absl::GetFlag(FLAGS_algorithm).c_str(), absl::GetFlag(FLAGS_topology).c_str(),
@@ -216,19 +210,16 @@ int RunMain(const std::string& self_exe) {
   // Collect the ports, then tell everyone where everyone is.
   std::vector<std::string> addresses(n);
   const absl::Time port_deadline = absl::Now() + absl::Seconds(60);
-  for (int i = 0; i < n && !g_interrupted; ++i) {
-    const std::string pf = absl::StrCat(dir, "/worker-", i, ".port");
-    int port = 0;
-    while (!g_interrupted) {
-      std::ifstream f(pf);
-      if (f >> port && port > 0) break;
-      if (Reap(Procs(children)) < n || absl::Now() > port_deadline) {
-        std::fprintf(stderr, "tern run: worker %d did not start; its log:\n%s\n", i,
-                     Tail(children[i].proc.log).c_str());
-        StopAll(Procs(children));
-        return 1;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
+  for (int i = 0; i < n; ++i) {
+    const int port =
+        WaitForPortFile(absl::StrCat(dir, "/worker-", i, ".port"), children[i].proc,
+                        absl::ToDoubleSeconds(port_deadline - absl::Now()), interrupted_flag);
+    if (*interrupted_flag) break;
+    if (port == 0) {
+      std::fprintf(stderr, "tern run: worker %d did not start; its log:\n%s\n", i,
+                   Tail(children[i].proc.log).c_str());
+      StopAll(Procs(children));
+      return 1;
     }
     addresses[i] = absl::StrCat("127.0.0.1:", port);
   }
@@ -260,7 +251,7 @@ int RunMain(const std::string& self_exe) {
     std::vector<bool> pending(n);
     for (int i = 0; i < n; ++i) pending[i] = children[i].proc.alive;
     absl::Time last_draw = absl::InfinitePast();
-    while (!g_interrupted) {
+    while (!*interrupted_flag) {
       Reap(Procs(children));
       bool any = false;
       for (int i = 0; i < n; ++i) {
@@ -313,7 +304,7 @@ int RunMain(const std::string& self_exe) {
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
-    if (g_interrupted) break;
+    if (*interrupted_flag) break;
     // The averaged model, its test accuracy, and how far the workers are from it.
     std::vector<int> have;
     for (int i = 0; i < n; ++i) {
@@ -390,7 +381,7 @@ int RunMain(const std::string& self_exe) {
         consensus, last_mb, last_ratio, static_cast<int>(have.size()), wall);
     std::fflush(stdout);
   }
-  const bool interrupted = g_interrupted != 0;
+  const bool interrupted = *interrupted_flag != 0;
   StopAll(Procs(children));
   metrics.close();
   auto run = LoadRun(dir);

@@ -53,14 +53,6 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& byt
   return absl::OkStatus();
 }
 
-uint64_t EncodedBytes(const v1::TensorBundle& b) {
-  uint64_t n = 0;
-  for (const v1::NamedTensor& t : b.tensors()) {
-    n += t.tensor().payload().size() + 4 * static_cast<uint64_t>(t.tensor().scales_size());
-  }
-  return n;
-}
-
 }  // namespace
 
 absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o,
@@ -369,7 +361,7 @@ absl::StatusOr<Aggregator::Chunked> Aggregator::Downstream(int64_t from) {
   b.set_sender("server");
   b.set_round(static_cast<uint64_t>(rounds_.round()));
   Chunked c;
-  c.payload_bytes = EncodedBytes(b);
+  c.payload_bytes = PayloadBytes(b);
   TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
                         ChunkBundle(b, static_cast<uint64_t>(rounds_.round())));
   for (const v1::BundleChunk& ch : chunks) c.wire_bytes += ch.ByteSizeLong() + 5;
@@ -418,7 +410,7 @@ absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
   server_residual_ = std::move(residual);
   Delta dl;
   dl.round = round;
-  dl.payload_bytes = EncodedBytes(b);
+  dl.payload_bytes = PayloadBytes(b);
   for (v1::NamedTensor& t : *b.mutable_tensors()) {
     t.set_name(absl::StrCat(round, ":", t.name()));
     dl.tensors.push_back(std::move(t));
@@ -479,7 +471,7 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
         rounds_.Reply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()), now);
     if (!d.ok()) return Refuse(d.status());
     reply.set_server_round(static_cast<uint64_t>(rounds_.round()));
-    counters_.set_payload_bytes_up(counters_.payload_bytes_up() + EncodedBytes(update));
+    counters_.set_payload_bytes_up(counters_.payload_bytes_up() + PayloadBytes(update));
     counters_.set_wire_bytes_up(counters_.wire_bytes_up() + wire_bytes);
     counters_.set_dense_bytes_up(counters_.dense_bytes_up() + 4 * model_.size());
     if (d->verdict == ReplyVerdict::kDropped) {

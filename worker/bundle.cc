@@ -110,6 +110,14 @@ absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTenso
   return b;
 }
 
+uint64_t PayloadBytes(const v1::TensorBundle& bundle) {
+  uint64_t n = 0;
+  for (const v1::NamedTensor& nt : bundle.tensors()) {
+    n += nt.tensor().payload().size() + 4 * static_cast<uint64_t>(nt.tensor().scales_size());
+  }
+  return n;
+}
+
 absl::Status BundleToFlat(const v1::TensorBundle& bundle, const std::vector<ParamTensor>& layout,
                           const CodecRegistry& codecs, absl::Span<float> out) {
   if (static_cast<size_t>(bundle.tensors_size()) != layout.size()) {

@@ -39,6 +39,10 @@ absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTenso
                                                     const EncodeOptions& options,
                                                     std::vector<float>* residual);
 
+// The bundle's encoded bytes as byte counters count them: payloads plus 4 bytes per scale (no
+// names or framing).
+uint64_t PayloadBytes(const v1::TensorBundle& bundle);
+
 // Decodes `bundle` into `out` (the flat vector of `layout`): the tensors must be exactly the
 // layout's, same names, order and element counts; any registered codec is accepted.
 absl::Status BundleToFlat(const v1::TensorBundle& bundle, const std::vector<ParamTensor>& layout,

@@ -418,11 +418,7 @@ absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(v1::TensorBundle bundle
     stats_.set_payload_bytes_received(stats_.payload_bytes_received() + payload);
     stats_.set_wire_bytes_received(stats_.wire_bytes_received() + wire_bytes);
     v1::TensorBundle out = *published_;
-    uint64_t sent = 0;
-    for (const v1::NamedTensor& nt : out.tensors()) {
-      sent += nt.tensor().payload().size() + 4 * static_cast<uint64_t>(nt.tensor().scales_size());
-    }
-    stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + sent);
+    stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + PayloadBytes(out));
     stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + 4 * num_params);
     stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + out.ByteSizeLong());
     return out;
