@@ -16,6 +16,7 @@ int RunMain(const std::string& self_exe);
 // `tern run --mode federated|local-sgd|ps`: a server and N clients on 127.0.0.1 (fed_cmd.cc).
 int ServerMain();
 int ClientMain();
+int SchedulerMain();
 int RunFederatedMain(const std::string& self_exe);
 // `tern report DIR...`: one HTML report comparing runs (report.cc).
 int ReportMain(const std::vector<std::string>& dirs);

@@ -99,6 +99,17 @@ ABSL_FLAG(std::string, memory, "",
 ABSL_FLAG(int, local_epochs, 1,
           "server/run: local epochs per round (0: --local_steps minibatch steps instead)");
 ABSL_FLAG(double, local_momentum, 0.0, "server/run: clients' local SGD momentum");
+ABSL_FLAG(std::string, optimizer, "sgd",
+          "server/run (ps): sgd (with --server_momentum) | adam | lamb | onebit-adam | onebit-lamb");
+ABSL_FLAG(int, warmup_rounds, 100,
+          "server/run: 1-bit Adam/LAMB's dense warm-up rounds, after which the variance freezes");
+ABSL_FLAG(double, adaptive_batch_eta, 0,
+          "server/run: clients' norm test (adaptive batch size for local work): raise the batch "
+          "while Var/b > eta^2 ||g||^2 (0: off)");
+ABSL_FLAG(int, max_batch, 1024, "server/run: the adaptive batch size's cap");
+ABSL_FLAG(double, beta1, 0.9, "server/run: Adam's first-moment decay");
+ABSL_FLAG(double, beta2, 0.999, "server/run: Adam's second-moment decay");
+ABSL_FLAG(double, eps, 1e-8, "server/run: Adam's epsilon");
 ABSL_FLAG(double, client_timeout_s, 30, "server: a client silent this long is not sampled");
 ABSL_FLAG(std::string, checkpoint, "", "server: checkpoint file (resumed from when present)");
 ABSL_FLAG(double, linger_s, 10, "server: seconds to keep serving after the last round");
@@ -148,6 +159,13 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.task.set_error_feedback(absl::GetFlag(FLAGS_error_feedback));
   a.task.set_memory(absl::GetFlag(FLAGS_memory));
   a.task.set_seed(absl::GetFlag(FLAGS_seed));
+  a.task.set_optimizer(absl::GetFlag(FLAGS_optimizer));
+  a.task.set_warmup_rounds(static_cast<uint64_t>(std::max(0, absl::GetFlag(FLAGS_warmup_rounds))));
+  a.task.set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1)));
+  a.task.set_norm_test_eta(static_cast<float>(absl::GetFlag(FLAGS_adaptive_batch_eta)));
+  a.task.set_max_batch(static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_max_batch))));
+  a.task.set_eps(static_cast<float>(absl::GetFlag(FLAGS_eps)));
+  a.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
   a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s));
   a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
   return so;
@@ -333,7 +351,7 @@ int RunFederatedMain(const std::string& self_exe) {
         "\"data\":\"%s\",\"workers\":%d,\"clients_per_round\":%d,\"rounds\":%d,"
         "\"local_epochs\":%d,\"local_steps\":%d,\"batch\":%d,\"lr\":%g,\"server_lr\":%g,"
         "\"server_momentum\":%g,\"downstream\":\"%s\",\"downstream_codec\":\"%s\",\"seed\":%d,"
-        "\"synthetic\":%s}\n",
+        "\"optimizer\":\"%s\",\"warmup_rounds\":%d,\"synthetic\":%s}\n",
         JsonEscape(name), JsonEscape(mode), JsonEscape(mode),
         JsonEscape(absl::GetFlag(FLAGS_update_codec)), JsonEscape(absl::GetFlag(FLAGS_rule)),
         JsonEscape(absl::GetFlag(FLAGS_model)), JsonEscape(absl::GetFlag(FLAGS_partition)),
@@ -342,7 +360,8 @@ int RunFederatedMain(const std::string& self_exe) {
         absl::GetFlag(FLAGS_server_lr), absl::GetFlag(FLAGS_server_momentum),
         JsonEscape(absl::GetFlag(FLAGS_downstream)),
         JsonEscape(absl::GetFlag(FLAGS_downstream_codec)),
-        static_cast<int64_t>(absl::GetFlag(FLAGS_seed)), data->synthetic ? "true" : "false");
+        static_cast<int64_t>(absl::GetFlag(FLAGS_seed)), JsonEscape(absl::GetFlag(FLAGS_optimizer)),
+        absl::GetFlag(FLAGS_warmup_rounds), data->synthetic ? "true" : "false");
   }
   const volatile sig_atomic_t* const interrupted_flag = CatchInterrupts();
 
@@ -382,6 +401,13 @@ int RunFederatedMain(const std::string& self_exe) {
         absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),
         absl::StrCat("--error_feedback=", absl::GetFlag(FLAGS_error_feedback) ? "true" : "false"),
         absl::StrCat("--memory=", absl::GetFlag(FLAGS_memory)),
+        absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
+        absl::StrCat("--warmup_rounds=", absl::GetFlag(FLAGS_warmup_rounds)),
+        absl::StrCat("--beta1=", absl::GetFlag(FLAGS_beta1)),
+        absl::StrCat("--adaptive_batch_eta=", absl::GetFlag(FLAGS_adaptive_batch_eta)),
+        absl::StrCat("--max_batch=", absl::GetFlag(FLAGS_max_batch)),
+        absl::StrCat("--beta2=", absl::GetFlag(FLAGS_beta2)),
+        absl::StrCat("--eps=", absl::GetFlag(FLAGS_eps)),
         absl::StrCat("--local_epochs=", absl::GetFlag(FLAGS_local_epochs)),
         absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps)),
         absl::StrCat("--local_momentum=", absl::GetFlag(FLAGS_local_momentum)),
@@ -513,13 +539,14 @@ int RunFederatedMain(const std::string& self_exe) {
             "\"payload_mb_up\":%.6g,\"payload_mb_down\":%.6g,\"wire_mb_up\":%.6g,"
             "\"wire_mb_down\":%.6g,\"dense_mb_up\":%.6g,\"dense_mb_down\":%.6g,"
             "\"compression\":%.6g,\"updates_accepted\":%d,\"updates_refused\":%d,"
-            "\"updates_dropped\":%d,\"restarts\":%d,\"closed_s\":%.3f}\n",
+            "\"updates_dropped\":%d,\"restarts\":%d,\"closed_s\":%.3f,\"batch\":%.6g}\n",
             r, r, wall, rs.clients_alive(), rs.train_loss(), ev.loss, ev.accuracy,
             rs.last_round_updates(), (up + down) / n / 1e6, up / 1e6, down / 1e6,
             rs.wire_bytes_up() / 1e6, rs.wire_bytes_down() / 1e6, rs.dense_bytes_up() / 1e6,
             rs.dense_bytes_down() / 1e6, up + down > 0 ? dense / (up + down) : 1.0,
             rs.updates_accepted(), rs.updates_refused(), rs.updates_dropped(), rs.restarts(),
-            rs.round_closed_unix_s() - absl::ToDoubleSeconds(start - absl::UnixEpoch()));
+            rs.round_closed_unix_s() - absl::ToDoubleSeconds(start - absl::UnixEpoch()),
+            rs.mean_batch());
         metrics.flush();
         std::printf(
             "%sround %lld/%d [%s] | %u updates | train loss %.3f | acc %.2f%% | up %.2f MB | "

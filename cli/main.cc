@@ -41,6 +41,8 @@ constexpr char kUsage[] =
     "  worker         the peer daemon (gossip + trainer services); --flagfile=FILE works\n"
     "  server         the aggregator daemon (federated, local-sgd, ps rounds)\n"
     "  client         built-in clients of an aggregator (--server=HOST:PORT --clients=N)\n"
+    "  scheduler      optional membership service: registration, heartbeats, failure\n"
+    "                 detection, barriers, gossip neighbours (workers: --scheduler=HOST:PORT)\n"
     "  report         one HTML report comparing run folders: tern report DIR... --out=F\n"
     "  bench codecs   encode/decode throughput, compression and bits per coordinate of every\n"
     "                 codec, against memcpy measured in the same run\n"
@@ -91,6 +93,7 @@ int main(int argc, char** argv) {
   if (cmd[0] == "worker" && cmd.size() == 1) return tern::WorkerMain();
   if (cmd[0] == "server" && cmd.size() == 1) return tern::ServerMain();
   if (cmd[0] == "client" && cmd.size() == 1) return tern::ClientMain();
+  if (cmd[0] == "scheduler" && cmd.size() == 1) return tern::SchedulerMain();
   if (cmd[0] == "run" && cmd.size() == 1) {
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);

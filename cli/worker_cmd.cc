@@ -21,6 +21,7 @@
 #include "kernels/builtin.h"
 #include "spdlog/spdlog.h"
 #include "worker/daemon.h"
+#include "worker/scheduler_client.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "worker: address to serve on (port 0: any)");
 ABSL_FLAG(int, id, 0, "worker: this worker's id in [0, workers)");
@@ -40,6 +41,12 @@ ABSL_FLAG(bool, exit_after_training, false,
 ABSL_FLAG(std::string, round_log, "",
           "worker: write one JSON line per step (bytes sent and received, time split) here");
 ABSL_FLAG(double, peers_timeout, 60, "worker: seconds to wait for --peers_file");
+ABSL_FLAG(std::string, scheduler, "",
+          "worker: a `tern scheduler` HOST:PORT: register, heartbeat, and take the gossip graph "
+          "over the live workers from it once one dies (else the static --peers config only)");
+ABSL_FLAG(std::string, advertise, "",
+          "worker: the host:port peers reach this worker at, told to the scheduler "
+          "(default: --listen's host with the bound port)");
 
 namespace tern {
 namespace {
@@ -85,6 +92,14 @@ int WorkerMain() {
   DaemonOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.engine = *engine;
+  // The scheduler client is made once the port is known; the engine asks it through this.
+  auto sched = std::make_shared<std::atomic<SchedulerClient*>>(nullptr);
+  if (!absl::GetFlag(FLAGS_scheduler).empty()) {
+    options.engine.members = [sched](int64_t round) -> std::optional<std::vector<int>> {
+      SchedulerClient* c = sched->load();
+      return c == nullptr ? std::nullopt : c->MembersFor(round);
+    };
+  }
   options.round_log = absl::GetFlag(FLAGS_round_log);
   auto codecs = NewBuiltinCodecRegistry();
   auto daemon = WorkerDaemon::Start(options, codecs.get());
@@ -97,6 +112,31 @@ int WorkerMain() {
                options.engine.algorithm, options.engine.topology,
                options.engine.algorithm_options.codec);
   WritePortFile(absl::GetFlag(FLAGS_port_file), port);
+  std::unique_ptr<SchedulerClient> scheduler;
+  if (!absl::GetFlag(FLAGS_scheduler).empty()) {
+    SchedulerClientOptions so;
+    so.run_id = options.engine.run_id;
+    so.name = absl::StrCat("worker-", id);
+    so.worker_id = id;
+    so.expected_members = workers;
+    so.address = absl::GetFlag(FLAGS_advertise);
+    if (so.address.empty()) {
+      const std::string listen = absl::GetFlag(FLAGS_listen);
+      so.address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+    }
+    WorkerDaemon* d = daemon->get();
+    so.progress = [d] { return d->engine()->next_step(); };
+    auto c = SchedulerClient::Start(
+        grpc::CreateChannel(absl::GetFlag(FLAGS_scheduler), grpc::InsecureChannelCredentials()),
+        so);
+    if (!c.ok()) {
+      spdlog::error("worker {}: scheduler {}: {}", id, absl::GetFlag(FLAGS_scheduler),
+                    c.status().ToString());
+      return 1;
+    }
+    scheduler = std::move(*c);
+    sched->store(scheduler.get());
+  }
   auto peers = ReadPeers(absl::GetFlag(FLAGS_peers), absl::GetFlag(FLAGS_peers_file),
                          absl::Seconds(absl::GetFlag(FLAGS_peers_timeout)));
   if (!peers.ok()) {
@@ -143,6 +183,11 @@ int WorkerMain() {
   (*daemon)->engine()->Shutdown();
   if (trainer.joinable()) trainer.join();
   (*daemon)->Shutdown(absl::Seconds(5));
+  // After the daemon: no gossip call can be asking it for members any more.
+  if (scheduler != nullptr) {
+    sched->store(nullptr);
+    scheduler->Stop(/*leave=*/true);
+  }
   return trainer_exit.load();
 }
 

@@ -96,6 +96,38 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   if (const std::string& m = o.task.memory(); !m.empty() && m != "ef") {
     TERN_RETURN_IF_ERROR(ParseDgcMemory(m, 1).status());
   }
+  if (!(o.task.norm_test_eta() >= 0) || !std::isfinite(o.task.norm_test_eta())) {
+    return absl::InvalidArgumentError("the norm test's eta must be >= 0");
+  }
+  if (o.task.norm_test_eta() > 0 && o.mode == "ps") {
+    return absl::InvalidArgumentError("the adaptive batch size is for local work, not ps mode");
+  }
+  const std::string& opt = o.task.optimizer();
+  TERN_RETURN_IF_ERROR(CheckOptimizerName(opt));
+  if (IsAdamOptimizer(opt)) {
+    if (o.mode != "ps") {
+      return absl::InvalidArgumentError(absl::StrCat("optimizer '", opt, "' needs mode ps"));
+    }
+    if (o.server_momentum != 0 || !o.task.memory().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer '", opt, "' keeps its own momentum: no server momentum or memory"));
+    }
+    if (!(o.task.beta1() >= 0 && o.task.beta1() < 1) || !(o.beta2 >= 0 && o.beta2 < 1) ||
+        !(o.task.eps() > 0)) {
+      return absl::InvalidArgumentError("Adam needs 0 <= beta1, beta2 < 1 and eps > 0");
+    }
+    if (IsOnebitOptimizer(opt)) {
+      if (o.task.warmup_rounds() < 1) {
+        return absl::InvalidArgumentError("1-bit Adam / LAMB needs warmup rounds >= 1");
+      }
+      // The compressed phase: the clients' momenta up, the server's re-encoded mean down, each
+      // with its error feedback.
+      if (o.task.update_codec() == "none") o.task.set_update_codec("sign");
+      o.downstream = "delta";
+      o.downstream_codec = o.task.update_codec();
+      TERN_RETURN_IF_ERROR(codecs.Create(o.downstream_codec).status());
+    }
+  }
   o.task.set_total_rounds(static_cast<uint64_t>(o.total_rounds));
   return o;
 }
@@ -140,6 +172,8 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
       codecs_(codecs),
       rule_(std::move(rule)),
       fedavg_(rule_->Spec() == "fedavg"),
+      adam_opt_(IsAdamOptimizer(options_.task.optimizer())),
+      onebit_(IsOnebitOptimizer(options_.task.optimizer())),
       rounds_(options_.policy) {
   counters_.set_mode(options_.mode);
   counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
@@ -170,6 +204,18 @@ absl::Status Aggregator::Restore(const v1::AggregatorCheckpoint& ckpt) {
   }
   if (ckpt.sum_size() != 0) sum_.assign(ckpt.sum().begin(), ckpt.sum().end());
   if (ckpt.momentum_size() != 0) momentum_.assign(ckpt.momentum().begin(), ckpt.momentum().end());
+  if (adam_opt_) {
+    if (static_cast<size_t>(ckpt.adam_v_size()) != d ||
+        static_cast<size_t>(ckpt.trust_ratio_size()) != layout_.size()) {
+      return absl::DataLossError("the Adam state does not match the model");
+    }
+    adam_.m = momentum_;
+    adam_.v.assign(ckpt.adam_v().begin(), ckpt.adam_v().end());
+    adam_.ratio.assign(ckpt.trust_ratio().begin(), ckpt.trust_ratio().end());
+    const int64_t closed = static_cast<int64_t>(ckpt.round());
+    adam_.steps = onebit_ ? std::min(closed, static_cast<int64_t>(options_.task.warmup_rounds()))
+                          : closed;
+  }
   if (ckpt.server_residual_size() != 0) {
     if (static_cast<size_t>(ckpt.server_residual_size()) != d) {
       return absl::DataLossError("the server residual does not match the model");
@@ -205,6 +251,7 @@ absl::Status Aggregator::AdoptModel(const v1::TensorBundle& bundle) {
   momentum_.assign(model_.size(), 0.0f);
   scratch_.assign(model_.size(), 0.0f);
   server_residual_.assign(model_.size(), 0.0f);
+  adam_.Reset(model_.size(), layout_.size());
   have_model_ = true;
   return absl::OkStatus();
 }
@@ -286,7 +333,7 @@ std::set<int> Aggregator::Available(absl::Time now) const {
 }
 
 absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, int64_t have_round,
-                                              uint32_t have_crc32) {
+                                              uint32_t have_crc32, bool have_state) {
   absl::MutexLock lock(&mu_);
   auto it = clients_.find(client);
   if (it == clients_.end()) {
@@ -296,6 +343,13 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
   FetchResult r;
   r.task = options_.task;
   r.task.set_round(rounds_.round());
+  const bool onebit_phase = OnebitPhase(rounds_.round());
+  if (onebit_ && !onebit_phase) {  // warm-up: dense gradients
+    r.task.set_update_codec("none");
+    r.task.set_error_feedback(false);
+  } else if (onebit_) {
+    r.task.set_error_feedback(true);
+  }
   if (counters_.done()) {
     r.task.set_kind(v1::Task::DONE);
     return r;
@@ -323,7 +377,9 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
         if (dl.round > have_round) bytes += dl.payload_bytes;
       }
     }
-    if (known && kept && bytes < 4 * model_.size()) from = have_round;
+    // The compressed phase's updates are momenta: useless without the state that goes with them.
+    const bool state_ok = !onebit_phase || have_state;
+    if (known && kept && state_ok && bytes < 4 * model_.size()) from = have_round;
   }
   TERN_ASSIGN_OR_RETURN(Chunked c, Downstream(from));
   r.task.set_kind(v1::Task::TRAIN);
@@ -351,6 +407,9 @@ absl::StatusOr<Aggregator::Chunked> Aggregator::Downstream(int64_t from) {
     }
   } else if (options_.downstream == "delta" || options_.downstream_codec == "none") {
     b = *models_.back().bundle;  // exact
+    if (OnebitPhase(rounds_.round())) {
+      TERN_RETURN_IF_ERROR(AppendOptimizerState(layout_, adam_, &b));
+    }
   } else {
     TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs_->Create(options_.downstream_codec));
     EncodeOptions eo;
@@ -386,19 +445,9 @@ absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
     for (size_t i = 0; i < d; ++i) model_[i] += step[i];
     return absl::OkStatus();
   }
-  // Encode step + residual; the model moves by exactly what clients will decode.
-  std::vector<float> target(d);
-  for (size_t i = 0; i < d; ++i) target[i] = step[i] + server_residual_[i];
-  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs_->Create(options_.downstream_codec));
-  EncodeOptions eo;
+  // The model moves by exactly what clients will decode.
   const int64_t round = static_cast<int64_t>(counters_.round());
-  eo.seed = options_.task.seed() ^ (static_cast<uint64_t>(round) << 20) ^ 0x5eed;
-  std::vector<float> residual(d, 0.0f);
-  TERN_ASSIGN_OR_RETURN(v1::TensorBundle b,
-                        EncodeFlatToBundle(layout_, target, *codec, eo, &residual));
-  // residual = target - decoded, so decoded = target - residual; decode again to apply the
-  // exact values a client computes (decode, then add in float, tensor by tensor).
-  TERN_RETURN_IF_ERROR(BundleToFlat(b, layout_, *codecs_, absl::MakeSpan(scratch_)));
+  TERN_ASSIGN_OR_RETURN(EncodedDownstream e, EncodeDownstream(step, round));
   for (size_t i = 0; i < d; ++i) {
     if (!std::isfinite(model_[i] + scratch_[i])) {
       spdlog::warn("server: round {}: the encoded step would overflow the model; step skipped",
@@ -407,7 +456,31 @@ absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
     }
   }
   for (size_t i = 0; i < d; ++i) model_[i] += scratch_[i];
-  server_residual_ = std::move(residual);
+  KeepDelta(std::move(e), round);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Aggregator::EncodedDownstream> Aggregator::EncodeDownstream(
+    const std::vector<float>& step, int64_t round) {
+  const size_t d = model_.size();
+  std::vector<float> target(d);
+  for (size_t i = 0; i < d; ++i) target[i] = step[i] + server_residual_[i];
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs_->Create(options_.downstream_codec));
+  EncodeOptions eo;
+  eo.seed = options_.task.seed() ^ (static_cast<uint64_t>(round) << 20) ^ 0x5eed;
+  EncodedDownstream e;
+  e.residual.assign(d, 0.0f);
+  TERN_ASSIGN_OR_RETURN(e.bundle, EncodeFlatToBundle(layout_, target, *codec, eo, &e.residual));
+  // residual = target - decoded, so decoded = target - residual; decode again to apply the
+  // exact values a client computes (decode, then use in float, tensor by tensor).
+  TERN_RETURN_IF_ERROR(BundleToFlat(e.bundle, layout_, *codecs_, absl::MakeSpan(scratch_)));
+  return e;
+}
+
+void Aggregator::KeepDelta(EncodedDownstream e, int64_t round) {
+  const size_t d = model_.size();
+  server_residual_ = std::move(e.residual);
+  v1::TensorBundle& b = e.bundle;
   Delta dl;
   dl.round = round;
   dl.payload_bytes = PayloadBytes(b);
@@ -425,7 +498,56 @@ absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
     deltas_bytes_ -= deltas_.front().payload_bytes;
     deltas_.pop_front();
   }
-  return absl::OkStatus();
+}
+
+absl::Status Aggregator::AdamClose(const std::vector<float>& mean, int64_t round) {
+  const size_t d = model_.size();
+  AdamSettings as;
+  as.lr = options_.task.lr();
+  as.beta1 = options_.task.beta1();
+  as.beta2 = options_.beta2;
+  as.eps = options_.task.eps();
+  as.lamb = options_.task.optimizer().find("lamb") != std::string::npos;
+  if (OnebitPhase(round)) {
+    // `mean` is the clients' mean momentum: re-encode it with the server's error feedback; the
+    // momentum becomes what clients decode, and everyone steps with the frozen variance.
+    TERN_ASSIGN_OR_RETURN(EncodedDownstream e, EncodeDownstream(mean, round));
+    std::vector<float> x = model_;
+    for (size_t l = 0; l < layout_.size(); ++l) {
+      const ParamTensor& p = layout_[l];
+      FrozenAdamStep(as.lr, adam_.ratio[l], as.eps,
+                     absl::MakeConstSpan(scratch_).subspan(p.offset, p.numel),
+                     absl::MakeConstSpan(adam_.v).subspan(p.offset, p.numel),
+                     absl::MakeSpan(x).subspan(p.offset, p.numel));
+    }
+    for (size_t i = 0; i < d; ++i) {
+      if (!std::isfinite(x[i])) {
+        spdlog::warn("server: round {}: the step would overflow the model; skipped", round);
+        return absl::OkStatus();
+      }
+    }
+    model_ = std::move(x);
+    adam_.m = scratch_;
+    KeepDelta(std::move(e), round);
+    return absl::OkStatus();
+  }
+  AdamState saved = adam_;  // an overflowing step leaves the optimizer as it was too
+  std::vector<float> step(d);
+  AdamStep(as, layout_, model_, mean, &adam_, absl::MakeSpan(step));
+  for (size_t i = 0; i < d; ++i) {
+    if (!std::isfinite(step[i]) || !std::isfinite(model_[i] + step[i])) {
+      spdlog::warn("server: round {}: the step would overflow the model; skipped", round);
+      adam_ = std::move(saved);
+      return absl::OkStatus();
+    }
+  }
+  if (onebit_) {
+    // Warm-up: the exact model goes down (no kept updates); its last round freezes the variance.
+    for (size_t i = 0; i < d; ++i) model_[i] += step[i];
+    if (round == static_cast<int64_t>(options_.task.warmup_rounds())) FreezeVariance(as, &adam_);
+    return absl::OkStatus();
+  }
+  return ApplyStep(step);
 }
 
 absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
@@ -487,6 +609,10 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
     }
     total_weight_ += w;
     loss_sum_ += w * (std::isfinite(info.loss()) ? info.loss() : 0.0);
+    if (info.batch() > 0) {
+      batch_sum_ += info.batch();
+      ++batch_count_;
+    }
     if (d->verdict == ReplyVerdict::kAccepted) {
       counters_.set_updates_accepted(counters_.updates_accepted() + 1);
       reply.set_verdict(v1::UpdateReply::ACCEPTED);
@@ -520,6 +646,9 @@ absl::Status Aggregator::Leave(uint32_t client) {
 absl::Status Aggregator::CloseRound(absl::Time now) {
   rounds_.Close();
   counters_.set_round_closed_unix_s(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+  counters_.set_mean_batch(batch_count_ > 0 ? batch_sum_ / batch_count_ : 0.0);
+  batch_sum_ = 0;
+  batch_count_ = 0;
   const size_t d = model_.size();
   std::vector<float> mean(d, 0.0f);
   bool have_update = false;
@@ -534,6 +663,21 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
     absl::Status s = rule_->Aggregate(updates, absl::MakeSpan(mean));
     // Too few updates for the rule (e.g. Krum's n >= 2f + 3): the round leaves the model as is.
     have_update = s.ok();
+  }
+  if (adam_opt_) {
+    const int64_t round = static_cast<int64_t>(counters_.round()) + 1;
+    counters_.set_last_round_updates(
+        static_cast<uint32_t>(fedavg_ ? rounds_.replied_set().size() : pending_.size()));
+    counters_.set_train_loss(total_weight_ > 0 ? loss_sum_ / total_weight_ : 0.0);
+    std::fill(sum_.begin(), sum_.end(), 0.0);
+    pending_.clear();
+    total_weight_ = 0;
+    loss_sum_ = 0;
+    counters_.set_round(static_cast<uint64_t>(round));
+    if (round >= options_.total_rounds) counters_.set_done(true);
+    if (have_update) TERN_RETURN_IF_ERROR(AdamClose(mean, round));
+    PublishModel();
+    return absl::OkStatus();
   }
   counters_.set_last_round_updates(
       static_cast<uint32_t>(fedavg_ ? rounds_.replied_set().size() : pending_.size()));
@@ -605,7 +749,13 @@ std::shared_ptr<v1::AggregatorCheckpoint> Aggregator::SnapshotState() {
   if (have_model_) {
     *c->mutable_model() = *models_.back().bundle;
     if (total_weight_ > 0 && fedavg_) c->mutable_sum()->Add(sum_.begin(), sum_.end());
-    c->mutable_momentum()->Add(momentum_.begin(), momentum_.end());
+    if (adam_opt_) {
+      c->mutable_momentum()->Add(adam_.m.begin(), adam_.m.end());
+      c->mutable_adam_v()->Add(adam_.v.begin(), adam_.v.end());
+      c->mutable_trust_ratio()->Add(adam_.ratio.begin(), adam_.ratio.end());
+    } else {
+      c->mutable_momentum()->Add(momentum_.begin(), momentum_.end());
+    }
     if (options_.downstream == "delta") {
       c->mutable_server_residual()->Add(server_residual_.begin(), server_residual_.end());
     }

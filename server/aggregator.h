@@ -27,6 +27,7 @@
 #include "server/aggregation.h"
 #include "server/round.h"
 #include "tern/v1/server.pb.h"
+#include "worker/adam.h"
 #include "worker/model.h"
 
 namespace tern {
@@ -50,6 +51,10 @@ struct AggregatorOptions {
   std::string downstream = "model";
   std::string downstream_codec = "none";
   int keep_deltas = 2000;  // downstream updates kept for catch-up
+  // ps mode's optimizer is task.optimizer (worker/adam.h): "sgd" (with server_momentum),
+  // "adam" / "lamb", or "onebit-adam" / "onebit-lamb" (dense for task.warmup_rounds rounds, then
+  // the clients' momenta encoded with task.update_codec both ways, "sign" when that is "none").
+  float beta2 = 0.999f;
   v1::Task task;  // training settings handed to clients (kind/round/total_rounds filled in)
   absl::Duration client_timeout = absl::Seconds(30);  // no Fetch for this long: not available
   std::string checkpoint_path;                        // "" = no checkpoint
@@ -79,8 +84,9 @@ class Aggregator {
   // The initial model; returns whether this bundle was adopted.
   absl::StatusOr<bool> InitModel(uint32_t client, const v1::TensorBundle& bundle);
   // `have_round` / `have_crc32`: the model the client holds (FetchRequest); -1 for none.
+  // `have_state`: the client holds the 1-bit optimizer state that goes with that model.
   absl::StatusOr<FetchResult> Fetch(uint32_t client, absl::Time now, int64_t have_round = -1,
-                                    uint32_t have_crc32 = 0);
+                                    uint32_t have_crc32 = 0, bool have_state = false);
   // An update: checked (client, round, layout, every tensor decodes) and accumulated before
   // the reply; a refused update changes nothing. `wire_bytes`: what its chunks took.
   absl::StatusOr<v1::UpdateReply> Push(const v1::UpdateInfo& info, const v1::TensorBundle& update,
@@ -143,6 +149,23 @@ class Aggregator {
   // Applies `step` to the model: directly ("model"), or through the downstream codec with the
   // server residual, keeping the encoded update for clients ("delta").
   absl::Status ApplyStep(const std::vector<float>& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Encodes step + server residual with the downstream codec; the decoded values land in
+  // scratch_. KeepDelta then commits it: the new residual, and the encoded update kept for
+  // clients as `round`'s.
+  struct EncodedDownstream {
+    v1::TensorBundle bundle;
+    std::vector<float> residual;
+  };
+  absl::StatusOr<EncodedDownstream> EncodeDownstream(const std::vector<float>& step, int64_t round)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void KeepDelta(EncodedDownstream e, int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adam / LAMB / 1-bit Adam / 1-bit LAMB at the close of `round` from the clients' mean
+  // (gradients, or momenta in the 1-bit compressed phase).
+  absl::Status AdamClose(const std::vector<float>& mean, int64_t round)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool OnebitPhase(int64_t round) const {
+    return onebit_ && round > static_cast<int64_t>(options_.task.warmup_rounds());
+  }
   absl::Status CloseRound(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a refused update; returns `s`.
   absl::Status Refuse(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -157,6 +180,8 @@ class Aggregator {
   const CodecRegistry* const codecs_;
   const std::unique_ptr<AggregationRule> rule_;
   const bool fedavg_;
+  const bool adam_opt_;  // task.optimizer is one of Adam's
+  const bool onebit_;    // ... and a 1-bit one
 
   mutable absl::Mutex mu_;
   RoundTracker rounds_ ABSL_GUARDED_BY(mu_);
@@ -169,6 +194,8 @@ class Aggregator {
   std::vector<double> sum_ ABSL_GUARDED_BY(mu_);
   double total_weight_ ABSL_GUARDED_BY(mu_) = 0;
   double loss_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  double batch_sum_ ABSL_GUARDED_BY(mu_) = 0;  // the open round's updates' batch sizes
+  int64_t batch_count_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<PendingUpdate> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);
   // Global models by round, and the open round's downstream chunks.
@@ -178,6 +205,7 @@ class Aggregator {
   uint64_t deltas_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, uint32_t> model_crc_ ABSL_GUARDED_BY(mu_);
   std::vector<float> server_residual_ ABSL_GUARDED_BY(mu_);
+  AdamState adam_ ABSL_GUARDED_BY(mu_);
   v1::ServerStatus counters_ ABSL_GUARDED_BY(mu_);
   uint64_t state_seq_ ABSL_GUARDED_BY(mu_) = 0;
 

@@ -14,6 +14,7 @@
 #include "kernels/wire.h"
 #include "tests/testing/status_matchers.h"
 #include "worker/bundle.h"
+#include "worker/fed_client.h"
 
 namespace tern {
 namespace {
@@ -357,6 +358,92 @@ TEST_F(AggregatorTest, DeltaDownstreamCatchesClientsUpBitExactlyWithFewerBytesTh
     full += std::pow(2 * u[i], 2);
   }
   EXPECT_LT(err, full);
+}
+
+TEST_F(AggregatorTest, OnebitAdamWarmsUpDenseThenSendsMomentaBothWaysAndCopiesStayBitExact) {
+  layout_ = {ParamTensor{"w", {40, 25}, 0, 1000}, ParamTensor{"b", {25}, 1000, 25}};
+  x0_.resize(1025);
+  for (size_t i = 0; i < x0_.size(); ++i) x0_[i] = std::sin(0.1f * static_cast<float>(i));
+  options_.mode = "ps";
+  options_.total_rounds = 6;
+  options_.task.set_optimizer("onebit-adam");
+  options_.task.set_warmup_rounds(2);
+  options_.task.set_lr(0.01f);
+  options_.task.set_beta1(0.9f);
+  options_.task.set_eps(1e-8f);
+  auto a = Start(3);
+  auto grad = [&](uint32_t c, int round) {
+    std::vector<float> g(1025);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(0.37f * i + c + 0.5f * round);
+    return g;
+  };
+  auto fetch_bundle = [&](const FetchResult& f) {
+    BundleAssembler assembler(1 << 24);
+    for (const v1::BundleChunk& c : *f.chunks) EXPECT_THAT(assembler.Add(c), IsOk());
+    auto b = assembler.Finish();
+    EXPECT_THAT(b, IsOk());
+    return *b;
+  };
+  // Warm-up: dense gradients up, the exact model down, no optimizer state.
+  for (int round = 1; round <= 2; ++round) {
+    auto f = a->Fetch(0, kT0);
+    ASSERT_THAT(f, IsOk());
+    EXPECT_EQ(f->task.update_codec(), "none");
+    EXPECT_FALSE(f->task.error_feedback());
+    EXPECT_EQ(fetch_bundle(*f).tensors_size(), 2);
+    for (uint32_t c = 0; c < 3; ++c) ASSERT_THAT(Push(*a, c, round, 1, grad(c, round)), IsOk());
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+  }
+  // Round 3: compressed. A client without the state gets the model with m, v and the ratios.
+  auto f = a->Fetch(0, kT0, 2, 0, /*have_state=*/false);
+  ASSERT_THAT(f, IsOk());
+  EXPECT_EQ(f->task.update_codec(), "sign");
+  EXPECT_TRUE(f->task.error_feedback());
+  ASSERT_EQ(f->task.payload(), v1::Task::MODEL);
+  v1::TensorBundle mb = fetch_bundle(*f);
+  EXPECT_EQ(mb.tensors_size(), 2 + 2 + 2 + 1);
+  AdamState state;
+  auto took = TakeOptimizerState(layout_, *codecs_, &mb, &state);
+  ASSERT_THAT(took, IsOk());
+  ASSERT_TRUE(*took);
+  std::vector<float> copy(1025);
+  ASSERT_THAT(BundleToFlat(mb, layout_, *codecs_, absl::MakeSpan(copy)), IsOk());
+  EXPECT_EQ(copy, ModelOf(*a));
+  for (float v : state.v) EXPECT_GT(v, 0.0f);  // frozen, bias-corrected
+  const uint32_t crc2 = Crc32(copy.data(), 4 * copy.size());
+  const uint64_t down_before = a->Status(kT0).payload_bytes_down();
+  // Clients push their own momentum, 1-bit encoded.
+  for (int round = 3; round <= 4; ++round) {
+    for (uint32_t c = 0; c < 3; ++c) {
+      std::vector<float> m = grad(c, round);
+      for (size_t i = 0; i < m.size(); ++i) m[i] = 0.9f * state.m[i] + 0.1f * m[i];
+      v1::UpdateInfo info;
+      info.set_client_id(c);
+      info.set_round(static_cast<uint64_t>(round));
+      info.set_weight(1);
+      ASSERT_THAT(a->Push(info, Update(m, round, "sign"), 100, kT0), IsOk());
+    }
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+    if (round == 3) {
+      // A client holding round 2 and the state catches up from the 1-bit mean momentum alone.
+      f = a->Fetch(0, kT0, 2, crc2, /*have_state=*/true);
+      ASSERT_THAT(f, IsOk());
+      ASSERT_EQ(f->task.payload(), v1::Task::DELTAS);
+      ASSERT_THAT(ApplyOnebitDeltas(fetch_bundle(*f), layout_, *codecs_, f->task, &state,
+                                    absl::MakeSpan(copy)),
+                  IsOk());
+      EXPECT_EQ(copy, ModelOf(*a));  // bit-identical
+      EXPECT_EQ(Crc32(copy.data(), 4 * copy.size()), f->task.model_crc32());
+      // One round's downstream: ~1 bit a coordinate (plus a scale per chunk), not 32.
+      EXPECT_LT(a->Status(kT0).payload_bytes_down() - down_before, 4u * 1025 / 20);
+      // Without the state the updates are useless: the model (and state) again.
+      EXPECT_EQ(a->Fetch(1, kT0, 3, f->task.model_crc32(), false)->task.payload(),
+                v1::Task::MODEL);
+    }
+  }
+  // The model moved against the mean momentum (every coordinate, by about lr each round).
+  const std::vector<float> x = ModelOf(*a);
+  EXPECT_NE(x, copy);
 }
 
 TEST(AggregatorOptionsTest, BadOptionsAreRefusedWithAReason) {

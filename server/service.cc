@@ -116,6 +116,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
           client_(req.client_id()),
           have_round_(req.have_round()),
           have_crc32_(req.have_crc32()),
+          have_state_(req.have_optimizer_state()),
           until_(absl::Now() + absl::Milliseconds(std::min<uint32_t>(req.max_wait_ms(), 30000))) {
       Poll();
     }
@@ -125,7 +126,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
    private:
     void Poll() {
       absl::StatusOr<FetchResult> r =
-          s_->aggregator_->Fetch(client_, absl::Now(), have_round_, have_crc32_);
+          s_->aggregator_->Fetch(client_, absl::Now(), have_round_, have_crc32_, have_state_);
       if (!r.ok()) {
         Finish(ToGrpcStatus(r.status()));
         return;
@@ -151,6 +152,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     const uint32_t client_;
     const int64_t have_round_;
     const uint32_t have_crc32_;
+    const bool have_state_;
     const absl::Time until_;
     grpc::Alarm alarm_;
     std::vector<v1::FetchReply> replies_;
@@ -256,17 +258,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> agg,
                         Aggregator::Create(options.aggregator, codecs, absl::Now()));
   std::unique_ptr<AggregatorServer> s(new AggregatorServer(std::move(options), std::move(agg)));
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(s->options_.listen, grpc::InsecureServerCredentials(), &s->port_);
-  builder.RegisterService(s->service_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
-  s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", s->options_.listen));
-  }
-  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  TERN_ASSIGN_OR_RETURN(s->server_,
+                        StartGrpcServer(s->options_.listen, {s->service_.get()}, &s->port_));
   s->ticker_ = std::thread([p = s.get()] { p->TickerThread(); });
   return s;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/chunking.h"
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -341,19 +342,9 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(DaemonOptions 
                         RoundEngine::Create(options.engine, codecs, transport.get()));
   std::unique_ptr<WorkerDaemon> d(
       new WorkerDaemon(std::move(options), codecs, std::move(transport), std::move(engine)));
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(d->options_.listen, grpc::InsecureServerCredentials(), &d->port_);
-  builder.RegisterService(d->gossip_.get());
-  builder.RegisterService(d->trainer_.get());
-  // A request is one chunk (<= 1 MiB of data) plus a small header.
-  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
-  d->server_ = builder.BuildAndStart();
-  if (d->server_ == nullptr || d->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", d->options_.listen));
-  }
-  d->server_->GetHealthCheckService()->SetServingStatus(true);
+  TERN_ASSIGN_OR_RETURN(
+      d->server_,
+      StartGrpcServer(d->options_.listen, {d->gossip_.get(), d->trainer_.get()}, &d->port_));
   if (!d->options_.round_log.empty()) {
     d->round_log_.open(d->options_.round_log, std::ios::trunc);
     if (!d->round_log_) {
@@ -387,11 +378,13 @@ void WorkerDaemon::LogStep(const StepOutcome& out) {
       "{\"step\":%d,\"lr\":%.6g,\"mixed\":%d,\"dropped\":%d,\"loss\":%.6g,"
       "\"payload_bytes_sent\":%d,\"wire_bytes_sent\":%d,\"payload_bytes_received\":%d,"
       "\"wire_bytes_received\":%d,\"dense_bytes_sent\":%d,\"compute_s\":%.6f,"
-      "\"encode_s\":%.6f,\"wait_s\":%.6f,\"transfer_s\":%.6f,\"combine_s\":%.6f}\n",
+      "\"encode_s\":%.6f,\"wait_s\":%.6f,\"transfer_s\":%.6f,\"combine_s\":%.6f,"
+      "\"mixed_ids\":[%s],\"dropped_ids\":[%s]}\n",
       out.step, out.lr, out.mixed.size(), out.dropped.size(), d.loss_sum(), d.payload_bytes_sent(),
       d.wire_bytes_sent(), d.payload_bytes_received(), d.wire_bytes_received(),
       d.dense_bytes_sent(), d.compute_seconds(), d.encode_seconds(), d.wait_seconds(),
-      d.transfer_seconds(), d.combine_seconds());
+      d.transfer_seconds(), d.combine_seconds(), absl::StrJoin(out.mixed, ","),
+      absl::StrJoin(out.dropped, ","));
 }
 
 void WorkerDaemon::Post(std::function<void(bool)> job) {

@@ -66,6 +66,9 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   // Fail now on a graph or weight rule that cannot work for this many workers.
   TERN_ASSIGN_OR_RETURN(Graph g, topology->GraphFor(options.num_workers, 0));
   TERN_RETURN_IF_ERROR(MixingWeights(g, options.weights).status());
+  if (options.members) {
+    topology = std::make_unique<MemberTopology>(std::move(topology), options.members);
+  }
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Algorithm> algorithm,
                         CreateAlgorithm(options.algorithm, options.algorithm_options, codecs));
   std::vector<std::string> parts = algorithm->MessageParts();

@@ -72,6 +72,9 @@ struct EngineOptions {
   int64_t final_step = 0;  // also keep the parameters after this many steps (0: no)
   int max_snapshots = 16;
   uint64_t max_params = uint64_t{1} << 28;
+  // With a scheduler: the workers that are members in a round (worker/scheduler_client.h), the
+  // topology then being built over them (MemberTopology). Unset: every worker, always.
+  MemberTopology::MembersFn members;
 };
 
 struct StepInput {

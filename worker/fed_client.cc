@@ -27,20 +27,67 @@ bool Retryable(const grpc::Status& s) {
          s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
-// Local work of one task on `part`: SGD (with the task's momentum) from `x`, in place. Returns
-// the mean minibatch loss and the examples processed.
+// The norm test of the adaptive batch size (Task.norm_test_eta) on the rows xb[0..b) at x:
+// returns the batch size the test asks for (b when it passes).
+size_t NormTestBatch(const Model& model, const float* xb, const uint8_t* yb, size_t b, size_t dim,
+                     double eta, size_t max_batch, absl::Span<const float> x) {
+  if (b < 2) return std::max<size_t>(b, std::min<size_t>(2, max_batch));
+  const size_t d = x.size();
+  std::vector<float> g(d);
+  std::vector<double> mean(d, 0.0), sq(b, 0.0);
+  std::vector<std::vector<float>> per(b);
+  for (size_t s = 0; s < b; ++s) {
+    per[s].resize(d);
+    model.LossAndGradient(x, xb + s * dim, yb + s, 1, absl::MakeSpan(per[s]));
+    for (size_t k = 0; k < d; ++k) mean[k] += per[s][k];
+  }
+  double mean_sq = 0;
+  for (size_t k = 0; k < d; ++k) {
+    mean[k] /= static_cast<double>(b);
+    mean_sq += mean[k] * mean[k];
+  }
+  double var = 0;
+  for (size_t s = 0; s < b; ++s) {
+    for (size_t k = 0; k < d; ++k) var += std::pow(per[s][k] - mean[k], 2);
+  }
+  var /= static_cast<double>(b - 1);
+  const double bound = eta * eta * mean_sq;
+  if (!(var / static_cast<double>(b) > bound)) return b;
+  const double want = bound > 0 ? std::ceil(var / bound) : static_cast<double>(max_batch);
+  return static_cast<size_t>(std::min<double>(want, static_cast<double>(max_batch)));
+}
+
+// Local work of one task on `part`: SGD (with the task's momentum) from `x`, in place, with
+// minibatches of *batch (which the norm test may raise first). Returns the mean minibatch loss
+// and the examples processed.
 std::pair<double, int64_t> TrainLocally(const Model& model, const Dataset& train,
                                         const std::vector<uint32_t>& part, const v1::Task& task,
-                                        uint64_t seed, absl::Span<float> x) {
-  const size_t batch = std::max<uint32_t>(1, task.batch());
+                                        uint64_t seed, absl::Span<float> x, size_t* batch_state) {
+  size_t batch = std::max<size_t>(1, *batch_state);
+  std::mt19937_64 rng(seed);
+  std::vector<uint32_t> order = part;
+  size_t pos = order.size();
+  if (task.norm_test_eta() > 0 && !order.empty()) {
+    // One minibatch of the current size, drawn as the round's data order would.
+    std::vector<uint32_t> probe = order;
+    std::shuffle(probe.begin(), probe.end(), rng);
+    const size_t n = std::min(batch, probe.size());
+    std::vector<float> pxb(n * train.dim);
+    std::vector<uint8_t> pyb(n);
+    for (size_t b = 0; b < n; ++b) {
+      std::copy_n(train.row(probe[b]), train.dim, pxb.data() + b * train.dim);
+      pyb[b] = train.labels[probe[b]];
+    }
+    const size_t cap = std::max<size_t>(batch, std::min<size_t>(task.max_batch() > 0 ? task.max_batch() : 1024, order.size()));
+    batch = std::max(batch, NormTestBatch(model, pxb.data(), pyb.data(), n, train.dim,
+                                          task.norm_test_eta(), cap, x));
+    *batch_state = batch;
+  }
   int64_t steps = task.local_steps();
   if (task.local_epochs() > 0) {
     steps = static_cast<int64_t>(task.local_epochs()) *
             static_cast<int64_t>((part.size() + batch - 1) / batch);
   }
-  std::mt19937_64 rng(seed);
-  std::vector<uint32_t> order = part;
-  size_t pos = order.size();
   std::vector<float> xb(batch * train.dim), grad(x.size()), velocity(x.size(), 0.0f);
   std::vector<uint8_t> yb(batch);
   const float lr = task.lr(), mu = task.momentum();
@@ -68,6 +115,20 @@ std::pair<double, int64_t> TrainLocally(const Model& model, const Dataset& train
   return {steps > 0 ? loss_sum / static_cast<double>(steps) : 0.0, seen};
 }
 
+// The model tensor a DELTAS payload's tensor "<round>:<name>" is for.
+absl::StatusOr<const ParamTensor*> DeltaTensor(const v1::NamedTensor& nt,
+                                               const std::vector<ParamTensor>& layout) {
+  const size_t colon = nt.name().find(':');
+  const std::string name = colon == std::string::npos ? "" : nt.name().substr(colon + 1);
+  auto p = std::find_if(layout.begin(), layout.end(),
+                        [&](const ParamTensor& t) { return t.name == name; });
+  if (p == layout.end() || nt.tensor().numel() != p->numel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("update tensor '", nt.name(), "' does not match the model"));
+  }
+  return &*p;
+}
+
 // Adds the downstream updates of a DELTAS payload to `x`, in bundle order: tensors named
 // "<round>:<name>", each decoded into scratch and added element by element (the server applies
 // its updates the same way, so the copies stay bit-identical).
@@ -75,20 +136,35 @@ absl::Status ApplyDeltas(const v1::TensorBundle& b, const std::vector<ParamTenso
                          const CodecRegistry& codecs, absl::Span<float> x) {
   std::vector<float> scratch;
   for (const v1::NamedTensor& nt : b.tensors()) {
-    const size_t colon = nt.name().find(':');
-    const std::string name = colon == std::string::npos ? "" : nt.name().substr(colon + 1);
-    auto p = std::find_if(layout.begin(), layout.end(),
-                          [&](const ParamTensor& t) { return t.name == name; });
-    if (p == layout.end() || nt.tensor().numel() != p->numel) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("update tensor '", nt.name(), "' does not match the model"));
-    }
+    TERN_ASSIGN_OR_RETURN(const ParamTensor* p, DeltaTensor(nt, layout));
     scratch.resize(p->numel);
     TERN_RETURN_IF_ERROR(DecodeMessage(codecs, nt.tensor(), absl::MakeSpan(scratch)));
     for (size_t i = 0; i < p->numel; ++i) x[p->offset + i] += scratch[i];
   }
   return absl::OkStatus();
 }
+
+}  // namespace
+
+absl::Status ApplyOnebitDeltas(const v1::TensorBundle& b, const std::vector<ParamTensor>& layout,
+                               const CodecRegistry& codecs, const v1::Task& task,
+                               AdamState* state, absl::Span<float> x) {
+  if (state->m.size() != x.size() || state->v.size() != x.size() ||
+      state->ratio.size() != layout.size()) {
+    return absl::FailedPreconditionError("the optimizer state does not match the model");
+  }
+  for (const v1::NamedTensor& nt : b.tensors()) {
+    TERN_ASSIGN_OR_RETURN(const ParamTensor* p, DeltaTensor(nt, layout));
+    absl::Span<float> m = absl::MakeSpan(state->m).subspan(p->offset, p->numel);
+    TERN_RETURN_IF_ERROR(DecodeMessage(codecs, nt.tensor(), m));
+    FrozenAdamStep(task.lr(), state->ratio[static_cast<size_t>(p - layout.data())], task.eps(), m,
+                   absl::MakeConstSpan(state->v).subspan(p->offset, p->numel),
+                   x.subspan(p->offset, p->numel));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
 
 // The gradient of one minibatch of `batch` examples of `part` at `x`; returns its loss.
 float MinibatchGradient(const Model& model, const Dataset& train, const std::vector<uint32_t>& part,
@@ -158,6 +234,68 @@ class UpdateEncoder {
 
 }  // namespace
 
+namespace {
+constexpr char kStateM[] = "adam.m/";
+constexpr char kStateV[] = "adam.v/";
+constexpr char kStateRatio[] = "adam.ratio";
+
+std::vector<ParamTensor> RatioLayout(size_t tensors) {
+  ParamTensor p;
+  p.name = kStateRatio;
+  p.shape = {static_cast<int64_t>(tensors)};
+  p.numel = tensors;
+  return {p};
+}
+}  // namespace
+
+absl::Status AppendOptimizerState(const std::vector<ParamTensor>& layout, const AdamState& state,
+                                  v1::TensorBundle* b) {
+  for (const auto& [prefix, values] : {std::pair{kStateM, &state.m}, std::pair{kStateV, &state.v}}) {
+    TERN_ASSIGN_OR_RETURN(v1::TensorBundle part, FlatToBundle(layout, *values));
+    for (v1::NamedTensor& t : *part.mutable_tensors()) {
+      t.set_name(absl::StrCat(prefix, t.name()));
+      *b->add_tensors() = std::move(t);
+    }
+  }
+  TERN_ASSIGN_OR_RETURN(v1::TensorBundle r, FlatToBundle(RatioLayout(layout.size()), state.ratio));
+  *b->add_tensors() = std::move(*r.mutable_tensors(0));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> TakeOptimizerState(const std::vector<ParamTensor>& layout,
+                                        const CodecRegistry& codecs, v1::TensorBundle* b,
+                                        AdamState* state) {
+  v1::TensorBundle model, m, v, ratio;
+  for (v1::NamedTensor& t : *b->mutable_tensors()) {
+    const std::string& n = t.name();
+    v1::TensorBundle* dst = &model;
+    if (n.rfind(kStateM, 0) == 0) {
+      t.set_name(n.substr(sizeof(kStateM) - 1));
+      dst = &m;
+    } else if (n.rfind(kStateV, 0) == 0) {
+      t.set_name(n.substr(sizeof(kStateV) - 1));
+      dst = &v;
+    } else if (n == kStateRatio) {
+      dst = &ratio;
+    }
+    *dst->add_tensors() = std::move(t);
+  }
+  b->mutable_tensors()->Swap(model.mutable_tensors());
+  if (m.tensors_size() == 0 && v.tensors_size() == 0 && ratio.tensors_size() == 0) return false;
+  const size_t d = layout.empty() ? 0 : layout.back().offset + layout.back().numel;
+  AdamState st;
+  st.Reset(d, layout.size());
+  TERN_RETURN_IF_ERROR(BundleToFlat(m, layout, codecs, absl::MakeSpan(st.m)));
+  TERN_RETURN_IF_ERROR(BundleToFlat(v, layout, codecs, absl::MakeSpan(st.v)));
+  TERN_RETURN_IF_ERROR(
+      BundleToFlat(ratio, RatioLayout(layout.size()), codecs, absl::MakeSpan(st.ratio)));
+  for (float x : st.v) {
+    if (!(x >= 0) || !std::isfinite(x)) return absl::InvalidArgumentError("bad frozen variance");
+  }
+  *state = std::move(st);
+  return true;
+}
+
 absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_workers) {
   TERN_ASSIGN_OR_RETURN(auto parsed, CodecParams::ParseSpec(spec));
   auto& [name, params] = parsed;
@@ -207,6 +345,9 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
   FedClientStats stats;
   int64_t id = -1;
   UpdateEncoder encoder;  // error feedback / DGC memory, kept between rounds
+  size_t batch = 0;       // the adaptive batch size, once the norm test runs
+  AdamState adam;         // 1-bit Adam / LAMB's compressed phase: momentum, frozen variance
+  bool have_adam = false;
   // The global model as of `have_round` (delta downstream keeps it in step with the server).
   // It starts as the initial model every client makes from the shared seed: the server's round
   // 0 when one of us gave it the model, which the CRC confirms (else the server sends the model).
@@ -272,6 +413,7 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
     freq.set_max_wait_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(o.fetch_wait)));
     freq.set_have_round(have_round);
     freq.set_have_crc32(have_crc);
+    freq.set_have_optimizer_state(have_adam);
     auto reader = stub->Fetch(&fctx, freq);
     v1::FetchReply first;
     if (!reader->Read(&first)) {
@@ -311,14 +453,25 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
     TERN_RETURN_IF_ERROR(as);
     if (!assembler.complete()) return absl::DataLossError("the model stream ended early");
     TERN_ASSIGN_OR_RETURN(v1::TensorBundle mb, assembler.Finish());
+    const bool onebit = IsOnebitOptimizer(task.optimizer()) && task.round() > task.warmup_rounds();
     if (task.payload() == v1::Task::DELTAS) {
       if (task.delta_from() != have_round) {
         return absl::DataLossError(absl::StrCat("updates from round ", task.delta_from(),
                                                 " for a copy of round ", have_round));
       }
-      TERN_RETURN_IF_ERROR(ApplyDeltas(mb, layout, *codecs, absl::MakeSpan(global)));
+      if (onebit) {
+        if (!have_adam) return absl::DataLossError("1-bit updates without the optimizer state");
+        TERN_RETURN_IF_ERROR(
+            ApplyOnebitDeltas(mb, layout, *codecs, task, &adam, absl::MakeSpan(global)));
+      } else {
+        TERN_RETURN_IF_ERROR(ApplyDeltas(mb, layout, *codecs, absl::MakeSpan(global)));
+      }
     } else {
+      TERN_ASSIGN_OR_RETURN(have_adam, TakeOptimizerState(layout, *codecs, &mb, &adam));
       TERN_RETURN_IF_ERROR(BundleToFlat(mb, layout, *codecs, absl::MakeSpan(global)));
+    }
+    if (onebit && !have_adam) {
+      return absl::DataLossError("the server sent no optimizer state for 1-bit Adam");
     }
     have_round = -1;  // unless the copy is known to be exact
     if (task.model_crc32() != 0) {
@@ -343,8 +496,20 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
     if (task.gradient()) {
       loss = MinibatchGradient(model, shared.data.train, part, std::max<uint32_t>(1, task.batch()),
                                data_seed, x0, absl::MakeSpan(x));
+      if (onebit) {  // push this worker's momentum, not its gradient
+        const float b1 = task.beta1();
+        for (size_t k = 0; k < x.size(); ++k) x[k] = b1 * adam.m[k] + (1.0f - b1) * x[k];
+      }
     } else {
-      loss = TrainLocally(model, shared.data.train, part, task, data_seed, absl::MakeSpan(x)).first;
+      if (batch == 0 || task.norm_test_eta() <= 0) batch = std::max<uint32_t>(1, task.batch());
+      const size_t before = batch;
+      loss = TrainLocally(model, shared.data.train, part, task, data_seed, absl::MakeSpan(x),
+                          &batch)
+                 .first;
+      if (batch != before) {
+        spdlog::info("{}: round {}: norm test raised the batch from {} to {}", name, task.round(),
+                     before, batch);
+      }
       for (size_t k = 0; k < x.size(); ++k) x[k] -= x0[k];
     }
     const double train_s = absl::ToDoubleSeconds(absl::Now() - t0);
@@ -372,6 +537,7 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
       info->set_weight(static_cast<double>(part.size()));
       info->set_loss(static_cast<float>(loss));
       info->set_train_seconds(train_s);
+      info->set_batch(static_cast<uint32_t>(task.gradient() ? task.batch() : batch));
     });
     writer->WritesDone();
     grpc::Status ps = writer->Finish();

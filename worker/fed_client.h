@@ -19,6 +19,10 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/dgc_memory.h"
+#include "kernels/registry.h"
+#include "tern/v1/server.pb.h"
+#include "tern/v1/tensor.pb.h"
+#include "worker/adam.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
 
@@ -54,6 +58,22 @@ struct FedClientOptions {
 // Parses a Task.memory spec "dgc[:ratio=R,momentum=M,clip=C,warmup=E,exact=B]" for a client of
 // a run with `num_workers` (clipping is per worker: C / sqrt(n)).
 absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_workers);
+
+// 1-bit Adam / LAMB's state in a MODEL payload (Task.optimizer): tensors "adam.m/<name>",
+// "adam.v/<name>" and "adam.ratio". Append adds them to the model's bundle; Take removes them
+// from `b` into `state` and says whether they were there (all of them, or an error).
+absl::Status AppendOptimizerState(const std::vector<ParamTensor>& layout, const AdamState& state,
+                                  v1::TensorBundle* b);
+absl::StatusOr<bool> TakeOptimizerState(const std::vector<ParamTensor>& layout,
+                                        const CodecRegistry& codecs, v1::TensorBundle* b,
+                                        AdamState* state);
+
+// 1-bit Adam / LAMB's compressed phase, a DELTAS payload: each tensor "<round>:<name>" is the
+// server's encoded mean momentum; `state->m` becomes it and `x` steps with the frozen variance,
+// exactly as the server did (Aggregator::AdamClose), so the copies stay bit-identical.
+absl::Status ApplyOnebitDeltas(const v1::TensorBundle& b, const std::vector<ParamTensor>& layout,
+                               const CodecRegistry& codecs, const v1::Task& task,
+                               AdamState* state, absl::Span<float> x);
 
 struct FedClientStats {
   int64_t rounds_trained = 0;

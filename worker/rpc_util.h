@@ -1,4 +1,5 @@
-// Small pieces shared by the callback-API servers (worker daemon, aggregator): reassembling a
+// Small pieces shared by the callback-API servers (worker daemon, aggregator, scheduler):
+// starting one, reassembling a
 // chunked bundle one chunk at a time, streaming a prepared list of replies, and building chunked
 // replies whose first message carries a header.
 //
@@ -6,17 +7,41 @@
 #ifndef TERN_WORKER_RPC_UTIL_H_
 #define TERN_WORKER_RPC_UTIL_H_
 
+#include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/chunking.h"
 #include "common/status_macros.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "tern/v1/tensor.pb.h"
 
 namespace tern {
+
+// Builds and starts a server for `services` on `listen` with the health (serving) and
+// reflection services on; `port` gets the bound port. A request is one chunk (<= 1 MiB of data)
+// plus a small header, so that is the largest message taken.
+inline absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services, int* port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), port);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
 
 // Replies of a streamed bundle: the first carries `header` in the field that `mutable_header`
 // names, each a chunk.

@@ -242,4 +242,25 @@ std::unique_ptr<TopologyRegistry> NewBuiltinTopologyRegistry() {
   return r;
 }
 
+absl::StatusOr<Graph> MemberTopology::GraphFor(int n, int64_t round) const {
+  std::optional<std::vector<int>> ids = members_(round);
+  if (!ids.has_value()) return base_->GraphFor(n, round);
+  std::vector<int> alive;
+  for (int id : *ids) {
+    if (id >= 0 && id < n) alive.push_back(id);
+  }
+  std::sort(alive.begin(), alive.end());
+  alive.erase(std::unique(alive.begin(), alive.end()), alive.end());
+  Graph g;
+  g.neighbours.resize(static_cast<size_t>(n));
+  if (alive.empty()) return g;
+  TERN_ASSIGN_OR_RETURN(Graph sub, base_->GraphFor(static_cast<int>(alive.size()), round));
+  for (size_t r = 0; r < alive.size(); ++r) {
+    auto& out = g.neighbours[static_cast<size_t>(alive[r])];
+    for (int j : sub.neighbours[r]) out.push_back(alive[static_cast<size_t>(j)]);
+    std::sort(out.begin(), out.end());
+  }
+  return g;
+}
+
 }  // namespace tern

@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,25 @@ absl::StatusOr<std::vector<MixingRow>> MixingWeights(const Graph& g, WeightRule 
 // weight, so the row still sums to 1 (and W stays symmetric when the silence is mutual, as it is
 // for a dead peer).
 MixingRow DropNeighbours(const MixingRow& row, const std::vector<int>& dropped);
+
+// The base topology over the workers that are members in a round (a scheduler's view), ranked
+// by id and mapped back to worker ids; a worker that is not a member has no neighbours. So a
+// dead worker's neighbours get new ones (the graph is repaired) from the round the scheduler
+// names. `members(round)` returns sorted ids, or nullopt for every worker (static config).
+// Thread-safety: as thread-safe as `members`.
+class MemberTopology final : public Topology {
+ public:
+  using MembersFn = std::function<std::optional<std::vector<int>>(int64_t round)>;
+  MemberTopology(std::unique_ptr<Topology> base, MembersFn members)
+      : base_(std::move(base)), members_(std::move(members)) {}
+  std::string Name() const override { return base_->Name() + "+members"; }
+  bool IsStatic() const override { return false; }
+  absl::StatusOr<Graph> GraphFor(int n, int64_t round) const override;
+
+ private:
+  const std::unique_ptr<Topology> base_;
+  const MembersFn members_;
+};
 
 // Builds topologies from a spec "name[:key=value,...]": ring, torus, exponential,
 // one-peer-exponential, random-matching (key seed), complete.

@@ -1,0 +1,64 @@
+// tern scheduler: the optional membership service (server/membership.h). Workers started with
+// --scheduler=HOST:PORT register, heartbeat, and take their gossip neighbours from it once a
+// worker dies.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "cli/commands.h"
+#include "cli/process.h"
+#include "server/scheduler_service.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(int, heartbeat_interval_ms, 1000, "scheduler: how often workers heartbeat");
+ABSL_FLAG(int, heartbeat_timeout_ms, 5000,
+          "scheduler: a worker silent this long is declared dead (a new membership epoch)");
+ABSL_FLAG(int, switch_lag_rounds, 2,
+          "scheduler: a new epoch's graph applies this many rounds past the furthest worker");
+ABSL_FLAG(int, max_members, 4096, "scheduler: the most workers a run may have");
+
+ABSL_DECLARE_FLAG(std::string, listen);
+ABSL_DECLARE_FLAG(std::string, run_id);
+ABSL_DECLARE_FLAG(std::string, topology);
+ABSL_DECLARE_FLAG(std::string, weights);
+ABSL_DECLARE_FLAG(std::string, port_file);
+
+namespace tern {
+
+int SchedulerMain() {
+  sigset_t signals = BlockStopSignals();
+  SchedulerServerOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.scheduler.run_id = absl::GetFlag(FLAGS_run_id);
+  o.scheduler.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  o.scheduler.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
+  o.scheduler.switch_lag_rounds = absl::GetFlag(FLAGS_switch_lag_rounds);
+  o.scheduler.max_members = absl::GetFlag(FLAGS_max_members);
+  o.scheduler.topology = absl::GetFlag(FLAGS_topology);
+  auto weights = ParseWeightRule(absl::GetFlag(FLAGS_weights));
+  if (!weights.ok()) {
+    std::fprintf(stderr, "tern scheduler: %s\n", weights.status().ToString().c_str());
+    return 2;
+  }
+  o.scheduler.weights = *weights;
+  auto topologies = NewBuiltinTopologyRegistry();
+  auto server = SchedulerServer::Start(o, *topologies);
+  if (!server.ok()) {
+    std::fprintf(stderr, "tern scheduler: %s\n", server.status().ToString().c_str());
+    return absl::IsInvalidArgument(server.status()) ? 2 : 1;
+  }
+  spdlog::info("scheduler: run '{}' on port {} ({}; heartbeat {} ms, timeout {} ms)",
+               o.scheduler.run_id, (*server)->port(), o.scheduler.topology,
+               absl::GetFlag(FLAGS_heartbeat_interval_ms), absl::GetFlag(FLAGS_heartbeat_timeout_ms));
+  WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("scheduler: {}, shutting down", strsignal(sig));
+  (*server)->Shutdown(absl::Seconds(2));
+  return 0;
+}
+
+}  // namespace tern

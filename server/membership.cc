@@ -1,0 +1,241 @@
+#include "server/membership.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tern {
+
+absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(
+    SchedulerOptions options, const TopologyRegistry& topologies) {
+  if (options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.heartbeat_timeout <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError(
+        "need 0 < heartbeat interval < heartbeat timeout (a live worker must not look dead)");
+  }
+  if (options.switch_lag_rounds < 0) {
+    return absl::InvalidArgumentError("switch lag must be >= 0 rounds");
+  }
+  if (options.max_members < 1) return absl::InvalidArgumentError("max members must be >= 1");
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Topology> topology, topologies.Create(options.topology));
+  return std::unique_ptr<Membership>(new Membership(std::move(options), std::move(topology)));
+}
+
+Membership::Membership(SchedulerOptions options, std::unique_ptr<Topology> topology)
+    : options_(std::move(options)), topology_(std::move(topology)) {}
+
+void Membership::Changed() {
+  ++epoch_;
+  int64_t furthest = -1;
+  for (const auto& [id, w] : members_) furthest = std::max(furthest, w.round);
+  from_round_ = std::max(from_round_, furthest + 1 + options_.switch_lag_rounds);
+  for (auto& [name, b] : barriers_) {
+    for (auto it = b.arrived.begin(); it != b.arrived.end();) {
+      it = members_.count(*it) ? std::next(it) : b.arrived.erase(it);
+    }
+    if (!b.arrived.empty()) MaybeRelease(b);
+  }
+}
+
+bool Membership::MaybeRelease(BarrierState& b) {
+  for (const auto& [id, w] : members_) {
+    if (!b.arrived.count(id)) return false;
+  }
+  ++b.generation;
+  b.arrived.clear();
+  return true;
+}
+
+absl::StatusOr<v1::MemberRegisterReply> Membership::Register(const v1::MemberRegisterRequest& req,
+                                                       absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (req.run_id() != options_.run_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this scheduler runs '", options_.run_id, "', not '", req.run_id(), "'"));
+  }
+  if (req.worker_id() < -1 || req.worker_id() >= options_.max_members) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker id ", req.worker_id(), " outside [0, ", options_.max_members, ")"));
+  }
+  uint32_t id = 0;
+  if (req.worker_id() >= 0) {
+    // A worker that restarted takes its id back (its old incarnation is replaced).
+    id = static_cast<uint32_t>(req.worker_id());
+  } else {
+    while (members_.count(id)) ++id;
+  }
+  if (!members_.count(id) && static_cast<int>(members_.size()) >= options_.max_members) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the run has its maximum of ", options_.max_members, " members"));
+  }
+  Worker& w = members_[id];
+  w.name = req.name().substr(0, 256);
+  w.address = req.address().substr(0, 256);
+  w.round = -1;
+  w.last_seen = now;
+  Changed();
+  v1::MemberRegisterReply reply;
+  reply.set_worker_id(id);
+  reply.set_epoch(epoch_);
+  reply.set_heartbeat_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+  reply.set_heartbeat_timeout_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_timeout)));
+  reply.set_topology(options_.topology);
+  return reply;
+}
+
+absl::StatusOr<v1::HeartbeatReply> Membership::Heartbeat(const v1::HeartbeatRequest& req,
+                                                         absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = members_.find(req.worker_id());
+  if (it == members_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", req.worker_id(),
+                                            " is not a member (left, declared dead or never "
+                                            "registered): register again"));
+  }
+  it->second.last_seen = now;
+  it->second.round = req.round();
+  v1::HeartbeatReply reply;
+  reply.set_epoch(epoch_);
+  reply.set_from_round(from_round_);
+  return reply;
+}
+
+v1::Member Membership::ToMember(uint32_t id, const Worker& w, absl::Time now) const {
+  v1::Member m;
+  m.set_id(id);
+  m.set_name(w.name);
+  m.set_address(w.address);
+  m.set_round(w.round);
+  m.set_silent_s(absl::ToDoubleSeconds(now - w.last_seen));
+  return m;
+}
+
+absl::StatusOr<v1::View> Membership::GetView(uint32_t id, uint64_t round, absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  auto self = members_.find(id);
+  if (self == members_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", id, " is not a member: register again"));
+  }
+  v1::View v;
+  v.set_epoch(epoch_);
+  v.set_from_round(from_round_);
+  v.set_round(round);
+  v.set_topology(options_.topology);
+  std::vector<uint32_t> ids;
+  for (const auto& [mid, w] : members_) {
+    ids.push_back(mid);
+    *v.add_members() = ToMember(mid, w, now);
+  }
+  const int rank = static_cast<int>(std::distance(members_.begin(), self));
+  v.set_rank(static_cast<uint32_t>(rank));
+  absl::StatusOr<Graph> g = topology_->GraphFor(static_cast<int>(ids.size()),
+                                                static_cast<int64_t>(round));
+  if (!g.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "topology ", options_.topology, " over ", ids.size(), " members: ", g.status().message()));
+  }
+  TERN_ASSIGN_OR_RETURN(std::vector<MixingRow> rows, MixingWeights(*g, options_.weights));
+  const MixingRow& row = rows[static_cast<size_t>(rank)];
+  v.set_self_weight(row.self);
+  for (const auto& [j, w] : row.neighbours) {
+    v1::Neighbor* n = v.add_neighbors();
+    n->set_id(ids[static_cast<size_t>(j)]);
+    n->set_address(members_.at(ids[static_cast<size_t>(j)]).address);
+    n->set_weight(w);
+  }
+  return v;
+}
+
+absl::StatusOr<v1::BarrierReply> Membership::Barrier(const v1::BarrierRequest& req) {
+  absl::MutexLock lock(&mu_);
+  if (!members_.count(req.worker_id())) {
+    return absl::NotFoundError(
+        absl::StrCat("worker ", req.worker_id(), " is not a member: register again"));
+  }
+  if (req.name().empty() || req.name().size() > 256) {
+    return absl::InvalidArgumentError("a barrier needs a name of 1..256 bytes");
+  }
+  BarrierState& b = barriers_[req.name()];
+  v1::BarrierReply reply;
+  reply.set_epoch(epoch_);
+  if (req.generation() == 0) {
+    reply.set_generation(b.generation);
+    b.arrived.insert(req.worker_id());
+    reply.set_released(MaybeRelease(b));
+  } else {
+    if (req.generation() > b.generation) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("barrier '", req.name(), "' has no generation ", req.generation(), " yet"));
+    }
+    reply.set_generation(req.generation());
+    reply.set_released(b.generation > req.generation());
+  }
+  uint32_t waiting = 0;
+  if (!reply.released()) {
+    for (const auto& [id, w] : members_) waiting += b.arrived.count(id) ? 0 : 1;
+  }
+  reply.set_waiting_for(waiting);
+  return reply;
+}
+
+absl::StatusOr<v1::MemberLeaveReply> Membership::Leave(uint32_t id) {
+  absl::MutexLock lock(&mu_);
+  if (members_.erase(id) == 0) {
+    return absl::NotFoundError(absl::StrCat("worker ", id, " is not a member"));
+  }
+  Changed();
+  v1::MemberLeaveReply reply;
+  reply.set_epoch(epoch_);
+  return reply;
+}
+
+v1::MembersReply Membership::Members(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  v1::MembersReply r;
+  r.set_epoch(epoch_);
+  r.set_from_round(from_round_);
+  for (const auto& [id, w] : members_) *r.add_members() = ToMember(id, w, now);
+  for (const v1::Failure& f : failures_) *r.add_failures() = f;
+  r.set_heartbeat_timeout_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_timeout)));
+  return r;
+}
+
+uint64_t Membership::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+std::vector<v1::Failure> Membership::Tick(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Failure> dead;
+  for (auto it = members_.begin(); it != members_.end();) {
+    const absl::Duration silent = now - it->second.last_seen;
+    if (silent <= options_.heartbeat_timeout) {
+      ++it;
+      continue;
+    }
+    v1::Failure f;
+    f.set_id(it->first);
+    f.set_name(it->second.name);
+    f.set_detected_after_s(absl::ToDoubleSeconds(silent));
+    dead.push_back(f);
+    it = members_.erase(it);
+  }
+  if (dead.empty()) return dead;
+  Changed();  // one epoch for every death of this tick
+  for (v1::Failure& f : dead) {
+    f.set_epoch(epoch_);
+    failures_.push_back(f);
+  }
+  while (failures_.size() > static_cast<size_t>(std::max(1, options_.keep_failures))) {
+    failures_.pop_front();
+  }
+  return dead;
+}
+
+}  // namespace tern

@@ -1,0 +1,92 @@
+// The scheduler's state machine (`tern scheduler`), independent of gRPC and of the clock:
+// registration with ids, heartbeats and failure detection, membership epochs, named barriers,
+// and each member's gossip neighbours for a round over the current members (so the graph is
+// repaired when a worker dies: the topology is rebuilt over the survivors, ranked by id).
+// server/scheduler_service.h puts it behind tern.v1.Scheduler.
+//
+// Thread-safety: thread-safe; every public method takes the internal mutex.
+#ifndef TERN_SERVER_MEMBERSHIP_H_
+#define TERN_SERVER_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "tern/v1/scheduler.pb.h"
+#include "worker/topology.h"
+
+namespace tern {
+
+struct SchedulerOptions {
+  std::string run_id = "tern";
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // A member silent this long is declared dead (a new epoch without it).
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  std::string topology = "ring";
+  WeightRule weights = WeightRule::kAuto;
+  int max_members = 4096;
+  // A new epoch's members apply from the furthest member's round plus this many rounds.
+  int64_t switch_lag_rounds = 2;
+  int keep_failures = 256;
+};
+
+class Membership {
+ public:
+  static absl::StatusOr<std::unique_ptr<Membership>> Create(SchedulerOptions options,
+                                                            const TopologyRegistry& topologies);
+
+  absl::StatusOr<v1::MemberRegisterReply> Register(const v1::MemberRegisterRequest& request, absl::Time now);
+  // NotFound when `id` is not a member (never was, left, or was declared dead).
+  absl::StatusOr<v1::HeartbeatReply> Heartbeat(const v1::HeartbeatRequest& request,
+                                               absl::Time now);
+  absl::StatusOr<v1::View> GetView(uint32_t id, uint64_t round, absl::Time now) const;
+  // Arrives at a barrier (generation 0) or checks on the generation arrived at.
+  absl::StatusOr<v1::BarrierReply> Barrier(const v1::BarrierRequest& request);
+  absl::StatusOr<v1::MemberLeaveReply> Leave(uint32_t id);
+  v1::MembersReply Members(absl::Time now) const;
+  uint64_t epoch() const;
+  // Declares members silent for longer than the timeout dead; returns them.
+  std::vector<v1::Failure> Tick(absl::Time now);
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Worker {
+    std::string name;
+    std::string address;
+    int64_t round = -1;
+    absl::Time last_seen;
+  };
+  struct BarrierState {
+    uint64_t generation = 1;
+    std::set<uint32_t> arrived;
+  };
+
+  Membership(SchedulerOptions options, std::unique_ptr<Topology> topology);
+  // A membership change: a new epoch, and barriers re-checked against the new members.
+  void Changed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases `b` when every member has arrived; returns whether it did.
+  bool MaybeRelease(BarrierState& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::Member ToMember(uint32_t id, const Worker& w, absl::Time now) const;
+
+  const SchedulerOptions options_;
+  const std::unique_ptr<Topology> topology_;
+
+  mutable absl::Mutex mu_;
+  std::map<uint32_t, Worker> members_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t from_round_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::Failure> failures_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tern
+
+#endif  // TERN_SERVER_MEMBERSHIP_H_

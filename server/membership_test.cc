@@ -1,0 +1,153 @@
+#include "server/membership.h"
+
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace tern {
+namespace {
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    topologies_ = NewBuiltinTopologyRegistry();
+    SchedulerOptions o;
+    o.heartbeat_interval = absl::Seconds(1);
+    o.heartbeat_timeout = absl::Seconds(3);
+    o.topology = "ring";
+    auto m = Membership::Create(o, *topologies_);
+    ASSERT_TRUE(m.ok()) << m.status();
+    m_ = std::move(*m);
+  }
+  uint32_t Join(int64_t want, absl::Time now) {
+    v1::MemberRegisterRequest r;
+    r.set_run_id("tern");
+    r.set_name("w");
+    r.set_address("10.0.0.1:" + std::to_string(7000 + (want < 0 ? 0 : want)));
+    r.set_worker_id(want);
+    auto reply = m_->Register(r, now);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? reply->worker_id() : 0;
+  }
+  absl::Status Beat(uint32_t id, absl::Time now) {
+    v1::HeartbeatRequest h;
+    h.set_worker_id(id);
+    return m_->Heartbeat(h, now).status();
+  }
+  std::set<uint32_t> Neighbours(uint32_t id, absl::Time now) {
+    auto v = m_->GetView(id, 0, now);
+    EXPECT_TRUE(v.ok()) << v.status();
+    std::set<uint32_t> out;
+    if (v.ok()) {
+      for (const auto& n : v->neighbors()) out.insert(n.id());
+    }
+    return out;
+  }
+
+  std::unique_ptr<TopologyRegistry> topologies_;
+  std::unique_ptr<Membership> m_;
+  const absl::Time t0_ = absl::FromUnixSeconds(1000);
+};
+
+TEST_F(MembershipTest, ASilentWorkerIsDeclaredDeadAfterTheTimeoutAndTheRingIsRepaired) {
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Join(i, t0_), static_cast<uint32_t>(i));
+  const uint64_t e0 = m_->epoch();
+  EXPECT_EQ(Neighbours(1, t0_), (std::set<uint32_t>{0, 2}));
+  EXPECT_EQ(Neighbours(3, t0_), (std::set<uint32_t>{2, 4}));
+  // Worker 2 stops; the others heartbeat every second.
+  for (int s = 1; s <= 3; ++s) {
+    for (uint32_t id : {0u, 1u, 3u, 4u}) ASSERT_TRUE(Beat(id, t0_ + absl::Seconds(s)).ok());
+    EXPECT_TRUE(m_->Tick(t0_ + absl::Seconds(s)).empty()) << "at " << s << " s";
+  }
+  const auto dead = m_->Tick(t0_ + absl::Seconds(3) + absl::Milliseconds(20));
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].id(), 2u);
+  EXPECT_NEAR(dead[0].detected_after_s(), 3.02, 1e-9);
+  EXPECT_EQ(m_->epoch(), e0 + 1);
+  const absl::Time t = t0_ + absl::Seconds(4);
+  EXPECT_EQ(Neighbours(1, t), (std::set<uint32_t>{0, 3}));
+  EXPECT_EQ(Neighbours(3, t), (std::set<uint32_t>{1, 4}));
+  auto v = m_->GetView(3, 0, t);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->members_size(), 4);
+  EXPECT_EQ(v->rank(), 2u);
+  EXPECT_NEAR(v->self_weight() + v->neighbors(0).weight() + v->neighbors(1).weight(), 1.0, 1e-12);
+  EXPECT_EQ(v->neighbors(1).address(), "10.0.0.1:7004");
+  // The dead worker hears it must register again, and comes back with its id.
+  EXPECT_EQ(Beat(2, t).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Join(2, t), 2u);
+  EXPECT_EQ(Neighbours(3, t), (std::set<uint32_t>{2, 4}));
+  EXPECT_EQ(m_->Members(t).failures_size(), 1);
+}
+
+TEST_F(MembershipTest, BarrierReleasesWhenEveryMemberArrivedOrTheMissingOneDies) {
+  for (int i = 0; i < 3; ++i) Join(i, t0_);
+  v1::BarrierRequest b;
+  b.set_name("epoch-1");
+  b.set_worker_id(0);
+  auto r0 = m_->Barrier(b);
+  ASSERT_TRUE(r0.ok());
+  EXPECT_FALSE(r0->released());
+  EXPECT_EQ(r0->waiting_for(), 2u);
+  b.set_worker_id(1);
+  auto r1 = m_->Barrier(b);
+  ASSERT_TRUE(r1.ok());
+  EXPECT_FALSE(r1->released());
+  // Worker 2 dies instead of arriving: the barrier releases without it.
+  ASSERT_TRUE(Beat(0, t0_ + absl::Seconds(3)).ok());
+  ASSERT_TRUE(Beat(1, t0_ + absl::Seconds(3)).ok());
+  ASSERT_EQ(m_->Tick(t0_ + absl::Seconds(4)).size(), 1u);
+  v1::BarrierRequest again = b;
+  again.set_generation(r0->generation());
+  auto r2 = m_->Barrier(again);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_TRUE(r2->released());
+  // The next use of the name is a new generation that needs both survivors again.
+  b.set_worker_id(0);
+  auto r3 = m_->Barrier(b);
+  ASSERT_TRUE(r3.ok());
+  EXPECT_FALSE(r3->released());
+  EXPECT_EQ(r3->generation(), r0->generation() + 1);
+  b.set_worker_id(1);
+  auto r4 = m_->Barrier(b);
+  ASSERT_TRUE(r4.ok());
+  EXPECT_TRUE(r4->released());
+}
+
+TEST_F(MembershipTest, RequestsFromStrangersAndBadInputAreRefused) {
+  v1::MemberRegisterRequest r;
+  r.set_run_id("other");
+  EXPECT_EQ(m_->Register(r, t0_).status().code(), absl::StatusCode::kFailedPrecondition);
+  r.set_run_id("tern");
+  r.set_worker_id(1 << 20);
+  EXPECT_EQ(m_->Register(r, t0_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m_->GetView(7, 0, t0_).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(m_->Leave(7).status().code(), absl::StatusCode::kNotFound);
+  const uint32_t id = Join(-1, t0_);
+  v1::BarrierRequest b;
+  b.set_worker_id(id);
+  EXPECT_EQ(m_->Barrier(b).status().code(), absl::StatusCode::kInvalidArgument);  // no name
+  b.set_name("x");
+  b.set_generation(99);
+  EXPECT_EQ(m_->Barrier(b).status().code(), absl::StatusCode::kInvalidArgument);
+  SchedulerOptions bad;
+  bad.heartbeat_timeout = bad.heartbeat_interval;
+  EXPECT_FALSE(Membership::Create(bad, *topologies_).ok());
+  bad = SchedulerOptions();
+  bad.topology = "moebius";
+  EXPECT_FALSE(Membership::Create(bad, *topologies_).ok());
+}
+
+TEST_F(MembershipTest, NewWorkersTakeTheLowestFreeIdAndEveryChangeIsAnEpoch) {
+  EXPECT_EQ(Join(-1, t0_), 0u);
+  EXPECT_EQ(Join(-1, t0_), 1u);
+  EXPECT_EQ(Join(-1, t0_), 2u);
+  const uint64_t e = m_->epoch();
+  ASSERT_TRUE(m_->Leave(1).ok());
+  EXPECT_EQ(m_->epoch(), e + 1);
+  EXPECT_EQ(Join(-1, t0_), 1u);
+  EXPECT_EQ(m_->epoch(), e + 2);
+}
+
+}  // namespace
+}  // namespace tern

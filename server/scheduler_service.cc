@@ -1,0 +1,176 @@
+#include "server/scheduler_service.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "grpcpp/alarm.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "spdlog/spdlog.h"
+#include "tern/v1/scheduler.grpc.pb.h"
+#include "worker/grpc_transport.h"
+#include "worker/rpc_util.h"
+
+namespace tern {
+namespace {
+
+constexpr absl::Duration kPollInterval = absl::Milliseconds(10);
+constexpr uint32_t kMaxWaitMs = 30000;
+
+// A unary long poll: calls `poll` until it says done (or errs), the wait is over, the caller
+// goes away or the server stops; never finishes while an alarm is pending.
+class LongPoll final : public grpc::ServerUnaryReactor {
+ public:
+  // Returns OK + true when the reply is final, OK + false to poll again.
+  using PollFn = std::function<absl::StatusOr<bool>()>;
+  LongPoll(grpc::CallbackServerContext* ctx, uint32_t max_wait_ms,
+           const std::atomic<bool>* stopping, PollFn poll)
+      : ctx_(ctx),
+        stopping_(stopping),
+        poll_(std::move(poll)),
+        until_(absl::Now() + absl::Milliseconds(std::min(max_wait_ms, kMaxWaitMs))) {
+    Poll();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Poll() {
+    absl::StatusOr<bool> done = poll_();
+    if (!done.ok()) {
+      Finish(ToGrpcStatus(done.status()));
+      return;
+    }
+    if (!*done && absl::Now() < until_ && !ctx_->IsCancelled() && !stopping_->load()) {
+      alarm_.Set(absl::ToChronoTime(absl::Now() + kPollInterval), [this](bool) { Poll(); });
+      return;
+    }
+    Finish(grpc::Status::OK);
+  }
+
+  grpc::CallbackServerContext* const ctx_;
+  const std::atomic<bool>* const stopping_;
+  const PollFn poll_;
+  const absl::Time until_;
+  grpc::Alarm alarm_;
+};
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& s) {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(ToGrpcStatus(s));
+  return r;
+}
+
+}  // namespace
+
+class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
+ public:
+  explicit Service(SchedulerServer* s) : s_(s), m_(s->membership_.get()) {}
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const v1::MemberRegisterRequest* req,
+                                     v1::MemberRegisterReply* reply) override {
+    absl::StatusOr<v1::MemberRegisterReply> r = m_->Register(*req, absl::Now());
+    if (r.ok()) {
+      *reply = *r;
+      spdlog::info("scheduler: worker {} registered as '{}' at '{}'; epoch {}", r->worker_id(),
+                   req->name(), req->address(), r->epoch());
+    }
+    return Done(ctx, r.status());
+  }
+
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const v1::HeartbeatRequest* req,
+                                      v1::HeartbeatReply* reply) override {
+    absl::StatusOr<v1::HeartbeatReply> r = m_->Heartbeat(*req, absl::Now());
+    if (r.ok()) *reply = *r;
+    return Done(ctx, r.status());
+  }
+
+  grpc::ServerUnaryReactor* GetView(grpc::CallbackServerContext* ctx, const v1::ViewRequest* req,
+                                    v1::View* reply) override {
+    const v1::ViewRequest q = *req;
+    Membership* m = m_;
+    return new LongPoll(ctx, q.max_wait_ms(), &s_->stopping_, [m, q, reply]() -> absl::StatusOr<bool> {
+      TERN_ASSIGN_OR_RETURN(*reply, m->GetView(q.worker_id(), q.round(), absl::Now()));
+      return reply->epoch() > q.after_epoch();
+    });
+  }
+
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
+                                    const v1::BarrierRequest* req,
+                                    v1::BarrierReply* reply) override {
+    // Arrive once, then wait on the generation arrived at.
+    auto q = std::make_shared<v1::BarrierRequest>(*req);
+    Membership* m = m_;
+    return new LongPoll(ctx, q->max_wait_ms(), &s_->stopping_,
+                        [m, q, reply]() -> absl::StatusOr<bool> {
+                          TERN_ASSIGN_OR_RETURN(*reply, m->Barrier(*q));
+                          q->set_generation(reply->generation());
+                          return reply->released();
+                        });
+  }
+
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::MemberLeaveRequest* req,
+                                  v1::MemberLeaveReply* reply) override {
+    absl::StatusOr<v1::MemberLeaveReply> r = m_->Leave(req->worker_id());
+    if (r.ok()) {
+      *reply = *r;
+      spdlog::info("scheduler: worker {} left; epoch {}", req->worker_id(), r->epoch());
+    }
+    return Done(ctx, r.status());
+  }
+
+  grpc::ServerUnaryReactor* Members(grpc::CallbackServerContext* ctx, const v1::MembersRequest*,
+                                    v1::MembersReply* reply) override {
+    *reply = m_->Members(absl::Now());
+    return Done(ctx, absl::OkStatus());
+  }
+
+ private:
+  SchedulerServer* const s_;
+  Membership* const m_;
+};
+
+absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
+    SchedulerServerOptions options, const TopologyRegistry& topologies) {
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Membership> m,
+                        Membership::Create(options.scheduler, topologies));
+  std::unique_ptr<SchedulerServer> s(new SchedulerServer(std::move(options), std::move(m)));
+  TERN_ASSIGN_OR_RETURN(s->server_,
+                        StartGrpcServer(s->options_.listen, {s->service_.get()}, &s->port_));
+  s->ticker_ = std::thread([p = s.get()] { p->TickerThread(); });
+  return s;
+}
+
+SchedulerServer::SchedulerServer(SchedulerServerOptions options,
+                                 std::unique_ptr<Membership> membership)
+    : options_(std::move(options)),
+      membership_(std::move(membership)),
+      service_(std::make_unique<Service>(this)) {}
+
+SchedulerServer::~SchedulerServer() { Shutdown(absl::Seconds(1)); }
+
+void SchedulerServer::TickerThread() {
+  while (!stopping_) {
+    for (const v1::Failure& f : membership_->Tick(absl::Now())) {
+      spdlog::warn("scheduler: worker {} ('{}') silent for {:.2f} s: declared dead; epoch {}",
+                   f.id(), f.name(), f.detected_after_s(), f.epoch());
+    }
+    absl::SleepFor(options_.tick);
+  }
+}
+
+void SchedulerServer::Shutdown(absl::Duration grace) {
+  if (stopping_.exchange(true)) return;
+  if (ticker_.joinable()) ticker_.join();
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    server_->Wait();
+  }
+}
+
+}  // namespace tern

@@ -1,0 +1,182 @@
+#include "worker/scheduler_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/grpc_transport.h"
+
+namespace tern {
+
+absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Start(
+    std::shared_ptr<grpc::Channel> channel, SchedulerClientOptions options, absl::Duration wait) {
+  std::unique_ptr<SchedulerClient> c(new SchedulerClient(std::move(channel), std::move(options)));
+  const absl::Time until = absl::Now() + wait;
+  while (true) {
+    absl::Status s = c->Register();
+    if (s.ok()) break;
+    if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) return s;
+    if (absl::Now() > until) return s;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  c->thread_ = std::thread([p = c.get()] { p->HeartbeatLoop(); });
+  return c;
+}
+
+SchedulerClient::SchedulerClient(std::shared_ptr<grpc::Channel> channel,
+                                 SchedulerClientOptions options)
+    : options_(std::move(options)), stub_(v1::Scheduler::NewStub(channel)) {}
+
+SchedulerClient::~SchedulerClient() { Stop(false); }
+
+void SchedulerClient::Deadline(grpc::ClientContext* ctx, absl::Duration extra) const {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout + extra));
+}
+
+absl::Status SchedulerClient::Register() {
+  v1::MemberRegisterRequest req;
+  req.set_run_id(options_.run_id);
+  req.set_name(options_.name);
+  req.set_address(options_.address);
+  {
+    absl::MutexLock lock(&mu_);
+    // After the first registration, ask for the same id back.
+    req.set_worker_id(registered_ ? static_cast<int64_t>(id_) : options_.worker_id);
+  }
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::MemberRegisterReply reply;
+  TERN_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(&ctx, req, &reply)));
+  {
+    absl::MutexLock lock(&mu_);
+    id_ = reply.worker_id();
+    registered_ = true;
+  }
+  interval_ = absl::Milliseconds(std::max<uint32_t>(10, reply.heartbeat_interval_ms()));
+  spdlog::info("scheduler: registered as worker {} (epoch {}, heartbeat every {} ms, timeout {} ms)",
+               reply.worker_id(), reply.epoch(), reply.heartbeat_interval_ms(),
+               reply.heartbeat_timeout_ms());
+  return absl::OkStatus();
+}
+
+void SchedulerClient::Follow(uint64_t epoch, int64_t from_round) {
+  const int64_t round = options_.progress ? options_.progress() : 0;
+  absl::StatusOr<v1::View> v = View(static_cast<uint64_t>(std::max<int64_t>(from_round, round)));
+  if (!v.ok()) {
+    spdlog::warn("scheduler: view of epoch {}: {}", epoch, v.status().ToString());
+    return;
+  }
+  Epoch e{v->epoch(), v->from_round(), {}};
+  std::vector<std::string> nbrs;
+  for (const v1::Member& m : v->members()) e.members.push_back(static_cast<int>(m.id()));
+  for (const v1::Neighbor& n : v->neighbors()) nbrs.push_back(absl::StrCat(n.id()));
+  spdlog::info("scheduler: epoch {} from round {}: members [{}], neighbours [{}]", e.epoch,
+               e.from_round, absl::StrJoin(e.members, ","), absl::StrJoin(nbrs, ","));
+  absl::MutexLock lock(&mu_);
+  epoch_ = std::max(epoch_, v->epoch());
+  if (!epochs_.empty() && epochs_.back().epoch >= e.epoch) return;
+  if (static_cast<int>(e.members.size()) >= options_.expected_members) formed_ = true;
+  if (!formed_) return;  // still starting: the static configuration holds
+  epochs_.push_back(std::move(e));
+  if (epochs_.size() > 64) epochs_.erase(epochs_.begin());
+}
+
+void SchedulerClient::HeartbeatLoop() {
+  while (!stop_.WaitForNotificationWithTimeout(interval_)) {
+    v1::HeartbeatRequest req;
+    {
+      absl::MutexLock lock(&mu_);
+      req.set_worker_id(id_);
+    }
+    req.set_round(options_.progress ? options_.progress() : -1);
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::HeartbeatReply reply;
+    grpc::Status s = stub_->Heartbeat(&ctx, req, &reply);
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      // Declared dead (we were too slow) or the scheduler restarted: come back with our id.
+      spdlog::warn("scheduler: {}; registering again", s.error_message());
+      if (absl::Status r = Register(); !r.ok()) spdlog::warn("scheduler: {}", r.ToString());
+      continue;
+    }
+    if (!s.ok()) {
+      spdlog::debug("scheduler: heartbeat: {}", s.error_message());
+      continue;
+    }
+    uint64_t known;
+    {
+      absl::MutexLock lock(&mu_);
+      known = epoch_;
+    }
+    if (reply.epoch() != known) Follow(reply.epoch(), reply.from_round());
+  }
+}
+
+uint32_t SchedulerClient::id() const {
+  absl::MutexLock lock(&mu_);
+  return id_;
+}
+
+uint64_t SchedulerClient::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+std::optional<std::vector<int>> SchedulerClient::MembersFor(int64_t round) const {
+  absl::MutexLock lock(&mu_);
+  for (auto it = epochs_.rbegin(); it != epochs_.rend(); ++it) {
+    if (it->from_round <= round) return it->members;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<v1::View> SchedulerClient::View(uint64_t round) {
+  v1::ViewRequest req;
+  req.set_worker_id(id());
+  req.set_round(round);
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::View v;
+  TERN_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetView(&ctx, req, &v)));
+  return v;
+}
+
+absl::Status SchedulerClient::Barrier(const std::string& name, absl::Duration timeout) {
+  const absl::Time until = absl::Now() + timeout;
+  v1::BarrierRequest req;
+  req.set_worker_id(id());
+  req.set_name(name);
+  while (true) {
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(absl::StrCat("barrier '", name, "' not released"));
+    }
+    req.set_max_wait_ms(static_cast<uint32_t>(
+        std::min<int64_t>(10000, std::max<int64_t>(1, absl::ToInt64Milliseconds(left)))));
+    grpc::ClientContext ctx;
+    Deadline(&ctx, absl::Milliseconds(req.max_wait_ms()));
+    v1::BarrierReply reply;
+    TERN_RETURN_IF_ERROR(FromGrpcStatus(stub_->Barrier(&ctx, req, &reply)));
+    if (reply.released()) return absl::OkStatus();
+    req.set_generation(reply.generation());  // keep waiting without arriving again
+  }
+}
+
+void SchedulerClient::Stop(bool leave) {
+  if (stopped_.exchange(true)) return;
+  stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+  if (!leave) return;
+  v1::MemberLeaveRequest req;
+  req.set_worker_id(id());
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::MemberLeaveReply reply;
+  grpc::Status s = stub_->Leave(&ctx, req, &reply);
+  if (!s.ok()) spdlog::debug("scheduler: leave: {}", s.error_message());
+}
+
+}  // namespace tern
