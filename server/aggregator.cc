@@ -500,7 +500,7 @@ void Aggregator::KeepDelta(EncodedDownstream e, int64_t round) {
   }
 }
 
-absl::Status Aggregator::AdamClose(const std::vector<float>& mean, int64_t round) {
+absl::Status Aggregator::AdamClose(const std::vector<float>* mean_or_null, int64_t round) {
   const size_t d = model_.size();
   AdamSettings as;
   as.lr = options_.task.lr();
@@ -508,6 +508,12 @@ absl::Status Aggregator::AdamClose(const std::vector<float>& mean, int64_t round
   as.beta2 = options_.beta2;
   as.eps = options_.task.eps();
   as.lamb = options_.task.optimizer().find("lamb") != std::string::npos;
+  const bool freeze = onebit_ && round == static_cast<int64_t>(options_.task.warmup_rounds());
+  if (mean_or_null == nullptr) {  // no update this round: the model stays
+    if (freeze) FreezeVariance(as, &adam_);
+    return absl::OkStatus();
+  }
+  const std::vector<float>& mean = *mean_or_null;
   if (OnebitPhase(round)) {
     // `mean` is the clients' mean momentum: re-encode it with the server's error feedback; the
     // momentum becomes what clients decode, and everyone steps with the frozen variance.
@@ -534,20 +540,22 @@ absl::Status Aggregator::AdamClose(const std::vector<float>& mean, int64_t round
   AdamState saved = adam_;  // an overflowing step leaves the optimizer as it was too
   std::vector<float> step(d);
   AdamStep(as, layout_, model_, mean, &adam_, absl::MakeSpan(step));
-  for (size_t i = 0; i < d; ++i) {
-    if (!std::isfinite(step[i]) || !std::isfinite(model_[i] + step[i])) {
-      spdlog::warn("server: round {}: the step would overflow the model; skipped", round);
-      adam_ = std::move(saved);
-      return absl::OkStatus();
-    }
+  bool finite = true;
+  for (size_t i = 0; i < d && finite; ++i) {
+    finite = std::isfinite(step[i]) && std::isfinite(model_[i] + step[i]);
   }
-  if (onebit_) {
-    // Warm-up: the exact model goes down (no kept updates); its last round freezes the variance.
+  if (!finite) {
+    spdlog::warn("server: round {}: the step would overflow the model; skipped", round);
+    adam_ = std::move(saved);
+  }
+  if (!onebit_) return finite ? ApplyStep(step) : absl::OkStatus();
+  // Warm-up: the exact model goes down (no kept updates); its last round freezes the variance
+  // (even when that round's step was skipped).
+  if (finite) {
     for (size_t i = 0; i < d; ++i) model_[i] += step[i];
-    if (round == static_cast<int64_t>(options_.task.warmup_rounds())) FreezeVariance(as, &adam_);
-    return absl::OkStatus();
   }
-  return ApplyStep(step);
+  if (freeze) FreezeVariance(as, &adam_);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
@@ -675,7 +683,7 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
     loss_sum_ = 0;
     counters_.set_round(static_cast<uint64_t>(round));
     if (round >= options_.total_rounds) counters_.set_done(true);
-    if (have_update) TERN_RETURN_IF_ERROR(AdamClose(mean, round));
+    TERN_RETURN_IF_ERROR(AdamClose(have_update ? &mean : nullptr, round));
     PublishModel();
     return absl::OkStatus();
   }

@@ -160,8 +160,8 @@ class Aggregator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KeepDelta(EncodedDownstream e, int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adam / LAMB / 1-bit Adam / 1-bit LAMB at the close of `round` from the clients' mean
-  // (gradients, or momenta in the 1-bit compressed phase).
-  absl::Status AdamClose(const std::vector<float>& mean, int64_t round)
+  // (gradients, or momenta in the 1-bit compressed phase); null when no update came.
+  absl::Status AdamClose(const std::vector<float>* mean_or_null, int64_t round)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool OnebitPhase(int64_t round) const {
     return onebit_ && round > static_cast<int64_t>(options_.task.warmup_rounds());

@@ -29,9 +29,10 @@ class MembershipTest : public ::testing::Test {
     EXPECT_TRUE(reply.ok()) << reply.status();
     return reply.ok() ? reply->worker_id() : 0;
   }
-  absl::Status Beat(uint32_t id, absl::Time now) {
+  absl::Status Beat(uint32_t id, absl::Time now, int64_t round = -1) {
     v1::HeartbeatRequest h;
     h.set_worker_id(id);
+    h.set_round(round);
     return m_->Heartbeat(h, now).status();
   }
   std::set<uint32_t> Neighbours(uint32_t id, absl::Time now) {
@@ -56,7 +57,9 @@ TEST_F(MembershipTest, ASilentWorkerIsDeclaredDeadAfterTheTimeoutAndTheRingIsRep
   EXPECT_EQ(Neighbours(3, t0_), (std::set<uint32_t>{2, 4}));
   // Worker 2 stops; the others heartbeat every second.
   for (int s = 1; s <= 3; ++s) {
-    for (uint32_t id : {0u, 1u, 3u, 4u}) ASSERT_TRUE(Beat(id, t0_ + absl::Seconds(s)).ok());
+    for (uint32_t id : {0u, 1u, 3u, 4u}) {
+      ASSERT_TRUE(Beat(id, t0_ + absl::Seconds(s), 10 * s + id).ok());
+    }
     EXPECT_TRUE(m_->Tick(t0_ + absl::Seconds(s)).empty()) << "at " << s << " s";
   }
   const auto dead = m_->Tick(t0_ + absl::Seconds(3) + absl::Milliseconds(20));
@@ -73,6 +76,8 @@ TEST_F(MembershipTest, ASilentWorkerIsDeclaredDeadAfterTheTimeoutAndTheRingIsRep
   EXPECT_EQ(v->rank(), 2u);
   EXPECT_NEAR(v->self_weight() + v->neighbors(0).weight() + v->neighbors(1).weight(), 1.0, 1e-12);
   EXPECT_EQ(v->neighbors(1).address(), "10.0.0.1:7004");
+  // The repaired graph applies past the furthest survivor's round (34) plus the lag (2).
+  EXPECT_EQ(v->from_round(), 34 + 1 + 2);
   // The dead worker hears it must register again, and comes back with its id.
   EXPECT_EQ(Beat(2, t).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Join(2, t), 2u);
