@@ -32,25 +32,22 @@ bool Retryable(const grpc::Status& s) {
 size_t NormTestBatch(const Model& model, const float* xb, const uint8_t* yb, size_t b, size_t dim,
                      double eta, size_t max_batch, absl::Span<const float> x) {
   if (b < 2) return std::max<size_t>(b, std::min<size_t>(2, max_batch));
+  // One pass, no per-sample copies: sum_s ||g_s - mean||^2 = sum_s ||g_s||^2 - b ||mean||^2.
   const size_t d = x.size();
   std::vector<float> g(d);
-  std::vector<double> mean(d, 0.0), sq(b, 0.0);
-  std::vector<std::vector<float>> per(b);
+  std::vector<double> sum(d, 0.0);
+  double sum_sq = 0;
   for (size_t s = 0; s < b; ++s) {
-    per[s].resize(d);
-    model.LossAndGradient(x, xb + s * dim, yb + s, 1, absl::MakeSpan(per[s]));
-    for (size_t k = 0; k < d; ++k) mean[k] += per[s][k];
+    model.LossAndGradient(x, xb + s * dim, yb + s, 1, absl::MakeSpan(g));
+    for (size_t k = 0; k < d; ++k) {
+      sum[k] += g[k];
+      sum_sq += static_cast<double>(g[k]) * g[k];
+    }
   }
   double mean_sq = 0;
-  for (size_t k = 0; k < d; ++k) {
-    mean[k] /= static_cast<double>(b);
-    mean_sq += mean[k] * mean[k];
-  }
-  double var = 0;
-  for (size_t s = 0; s < b; ++s) {
-    for (size_t k = 0; k < d; ++k) var += std::pow(per[s][k] - mean[k], 2);
-  }
-  var /= static_cast<double>(b - 1);
+  for (size_t k = 0; k < d; ++k) mean_sq += (sum[k] / b) * (sum[k] / b);
+  const double var =
+      std::max(0.0, sum_sq - static_cast<double>(b) * mean_sq) / static_cast<double>(b - 1);
   const double bound = eta * eta * mean_sq;
   if (!(var / static_cast<double>(b) > bound)) return b;
   const double want = bound > 0 ? std::ceil(var / bound) : static_cast<double>(max_batch);
