@@ -106,6 +106,10 @@ ABSL_FLAG(int, warmup_rounds, 100,
 ABSL_FLAG(double, adaptive_batch_eta, 0,
           "server/run: clients' norm test (adaptive batch size for local work): raise the batch "
           "while Var/b > eta^2 ||g||^2 (0: off)");
+ABSL_FLAG(double, overlap_anchor, 0,
+          "server/run, mode local-sgd: Overlap-Local-SGD's pull alpha (clients keep their own "
+          "models, run the next local steps while the anchor is averaged, then pull "
+          "x -= alpha (x - anchor)); 0: plain local SGD");
 ABSL_FLAG(int, max_batch, 1024, "server/run: the adaptive batch size's cap");
 ABSL_FLAG(double, beta1, 0.9, "server/run: Adam's first-moment decay");
 ABSL_FLAG(double, beta2, 0.999, "server/run: Adam's second-moment decay");
@@ -164,6 +168,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.task.set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1)));
   a.task.set_norm_test_eta(static_cast<float>(absl::GetFlag(FLAGS_adaptive_batch_eta)));
   a.task.set_max_batch(static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_max_batch))));
+  a.task.set_anchor_pull(static_cast<float>(absl::GetFlag(FLAGS_overlap_anchor)));
   a.task.set_eps(static_cast<float>(absl::GetFlag(FLAGS_eps)));
   a.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
   a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s));
@@ -339,6 +344,7 @@ int RunFederatedMain(const std::string& self_exe) {
                                  : absl::GetFlag(FLAGS_update_codec);
     name = absl::StrCat(mode, "-", absl::StrReplaceAll(what, {{":", "-"}, {",", "-"}, {"=", ""}}),
                         "-", n, "clients");
+    if (absl::GetFlag(FLAGS_overlap_anchor) > 0) name = absl::StrCat("overlap-", name);
   }
   const std::string dir = MakeRunDir(name);
   if (dir.empty()) return 1;
@@ -351,7 +357,7 @@ int RunFederatedMain(const std::string& self_exe) {
         "\"data\":\"%s\",\"workers\":%d,\"clients_per_round\":%d,\"rounds\":%d,"
         "\"local_epochs\":%d,\"local_steps\":%d,\"batch\":%d,\"lr\":%g,\"server_lr\":%g,"
         "\"server_momentum\":%g,\"downstream\":\"%s\",\"downstream_codec\":\"%s\",\"seed\":%d,"
-        "\"optimizer\":\"%s\",\"warmup_rounds\":%d,\"synthetic\":%s}\n",
+        "\"optimizer\":\"%s\",\"warmup_rounds\":%d,\"overlap_anchor\":%g,\"synthetic\":%s}\n",
         JsonEscape(name), JsonEscape(mode), JsonEscape(mode),
         JsonEscape(absl::GetFlag(FLAGS_update_codec)), JsonEscape(absl::GetFlag(FLAGS_rule)),
         JsonEscape(absl::GetFlag(FLAGS_model)), JsonEscape(absl::GetFlag(FLAGS_partition)),
@@ -361,7 +367,8 @@ int RunFederatedMain(const std::string& self_exe) {
         JsonEscape(absl::GetFlag(FLAGS_downstream)),
         JsonEscape(absl::GetFlag(FLAGS_downstream_codec)),
         static_cast<int64_t>(absl::GetFlag(FLAGS_seed)), JsonEscape(absl::GetFlag(FLAGS_optimizer)),
-        absl::GetFlag(FLAGS_warmup_rounds), data->synthetic ? "true" : "false");
+        absl::GetFlag(FLAGS_warmup_rounds), absl::GetFlag(FLAGS_overlap_anchor),
+        data->synthetic ? "true" : "false");
   }
   const volatile sig_atomic_t* const interrupted_flag = CatchInterrupts();
 
@@ -406,6 +413,7 @@ int RunFederatedMain(const std::string& self_exe) {
         absl::StrCat("--beta1=", absl::GetFlag(FLAGS_beta1)),
         absl::StrCat("--adaptive_batch_eta=", absl::GetFlag(FLAGS_adaptive_batch_eta)),
         absl::StrCat("--max_batch=", absl::GetFlag(FLAGS_max_batch)),
+        absl::StrCat("--overlap_anchor=", absl::GetFlag(FLAGS_overlap_anchor)),
         absl::StrCat("--beta2=", absl::GetFlag(FLAGS_beta2)),
         absl::StrCat("--eps=", absl::GetFlag(FLAGS_eps)),
         absl::StrCat("--local_epochs=", absl::GetFlag(FLAGS_local_epochs)),

@@ -102,6 +102,12 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   if (o.task.norm_test_eta() > 0 && o.mode == "ps") {
     return absl::InvalidArgumentError("the adaptive batch size is for local work, not ps mode");
   }
+  if (const float a = o.task.anchor_pull(); !(a >= 0 && a <= 1)) {
+    return absl::InvalidArgumentError("the anchor pull alpha must be in [0, 1]");
+  } else if (a > 0 && o.mode != "local-sgd") {
+    // Clients keep their own models between rounds: every client must take part in every one.
+    return absl::InvalidArgumentError("Overlap-Local-SGD's anchor needs mode local-sgd");
+  }
   const std::string& opt = o.task.optimizer();
   TERN_RETURN_IF_ERROR(CheckOptimizerName(opt));
   if (IsAdamOptimizer(opt)) {

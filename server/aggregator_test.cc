@@ -464,6 +464,14 @@ TEST(AggregatorOptionsTest, BadOptionsAreRefusedWithAReason) {
   bad = o;
   bad.server_momentum = 1.0;
   EXPECT_FALSE(NormalizeAggregatorOptions(bad, *codecs).ok());
+  bad = o;
+  bad.task.set_anchor_pull(0.5f);  // federated: clients sampled per round keep no model
+  EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("local-sgd")));
+  bad.mode = "local-sgd";
+  EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs), IsOk());
+  bad.task.set_anchor_pull(1.5f);
+  EXPECT_FALSE(NormalizeAggregatorOptions(bad, *codecs).ok());
   auto ps = o;
   ps.mode = "ps";
   auto n = NormalizeAggregatorOptions(ps, *codecs);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
 #include <numeric>
 #include <random>
 
@@ -110,6 +111,27 @@ std::pair<double, int64_t> TrainLocally(const Model& model, const Dataset& train
     }
   }
   return {steps > 0 ? loss_sum / static_cast<double>(steps) : 0.0, seen};
+}
+
+// One round's local work (TrainLocally) from `start`, timed: what an Overlap-Local-SGD client
+// runs in the background while the anchor is averaged.
+struct LocalWork {
+  std::vector<float> x;
+  double loss = 0;
+  size_t batch = 0;
+  double seconds = 0;
+};
+LocalWork RunLocalWork(const Model& model, const Dataset& train, const std::vector<uint32_t>& part,
+                       const v1::Task& task, uint64_t seed, std::vector<float> start,
+                       size_t batch) {
+  const absl::Time t0 = absl::Now();
+  LocalWork w;
+  w.x = std::move(start);
+  if (batch == 0 || task.norm_test_eta() <= 0) batch = std::max<uint32_t>(1, task.batch());
+  w.loss = TrainLocally(model, train, part, task, seed, absl::MakeSpan(w.x), &batch).first;
+  w.batch = batch;
+  w.seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  return w;
 }
 
 // The model tensor a DELTAS payload's tensor "<round>:<name>" is for.
@@ -366,6 +388,11 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
     return true;
   };
 
+  // Overlap-Local-SGD: the client's own model and the next round's local steps, in flight.
+  std::vector<float> local;
+  std::future<LocalWork> pending;
+  const absl::Time started = absl::Now();
+
   while (!stop.load()) {
     // (Re)join: after a server restart the old id is asked back.
     if (id < 0 || unreachable_since != absl::InfiniteFuture()) {
@@ -490,7 +517,35 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
     const uint64_t data_seed =
         o.seed * 1000003 + static_cast<uint64_t>(o.index) * 7919 + task.round();
     double loss;
-    if (task.gradient()) {
+    double train_s;
+    const bool overlap = task.anchor_pull() > 0 && !task.gradient();
+    if (overlap) {
+      // Overlap-Local-SGD: this round's local steps ran from the client's own model while the
+      // anchor x0 was averaged and fetched (run now in the first round, when none did). Pull
+      // towards the anchor; push the pulled model's offset from it.
+      if (local.empty()) local = x0;
+      LocalWork w = pending.valid() ? pending.get()
+                                    : RunLocalWork(model, shared.data.train, part, task, data_seed,
+                                                   local, batch);
+      x = std::move(w.x);
+      const float a = task.anchor_pull();
+      for (size_t k = 0; k < x.size(); ++k) x[k] -= a * (x[k] - x0[k]);
+      local = x;
+      for (size_t k = 0; k < x.size(); ++k) x[k] -= x0[k];
+      if (w.batch != batch) {
+        spdlog::info("{}: round {}: norm test raised the batch from {} to {}", name, task.round(),
+                     batch, w.batch);
+      }
+      batch = w.batch;
+      loss = w.loss;
+      train_s = w.seconds;
+      // The next round's steps start now, from the pulled model, with this task's settings.
+      const uint64_t next_seed = data_seed + 1;
+      pending = std::async(std::launch::async, [&model, &shared, &part, task, next_seed,
+                                                start = local, b = batch] {
+        return RunLocalWork(model, shared.data.train, part, task, next_seed, start, b);
+      });
+    } else if (task.gradient()) {
       loss = MinibatchGradient(model, shared.data.train, part, std::max<uint32_t>(1, task.batch()),
                                data_seed, x0, absl::MakeSpan(x));
       if (onebit) {  // push this worker's momentum, not its gradient
@@ -509,7 +564,8 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
       }
       for (size_t k = 0; k < x.size(); ++k) x[k] -= x0[k];
     }
-    const double train_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    if (!overlap) train_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    stats.train_seconds += train_s;
     ++stats.rounds_trained;
     EncodeOptions eo;
     eo.seed = task.seed() ^ (task.round() << 24) ^ (static_cast<uint64_t>(id) << 48);
@@ -547,6 +603,10 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
       if (!ps.ok() && Retryable(ps)) unreachable_since = absl::Now();
     }
   }
+  stats.wall_seconds = absl::ToDoubleSeconds(absl::Now() - started);
+  spdlog::info("{}: {} rounds; {:.1f} s of local work in {:.1f} s ({:.0f} % busy)", name,
+               stats.rounds_trained, stats.train_seconds, stats.wall_seconds,
+               stats.wall_seconds > 0 ? 100 * stats.train_seconds / stats.wall_seconds : 0.0);
   return stats;
 }
 

@@ -79,6 +79,8 @@ struct FedClientStats {
   int64_t rounds_trained = 0;
   int64_t updates_accepted = 0;
   int64_t updates_refused = 0;
+  double train_seconds = 0;  // local work (in the background with Overlap-Local-SGD)
+  double wall_seconds = 0;
 };
 
 absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Channel>& channel,
