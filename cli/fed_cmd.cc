@@ -99,8 +99,9 @@ ABSL_FLAG(std::string, memory, "",
 ABSL_FLAG(int, local_epochs, 1,
           "server/run: local epochs per round (0: --local_steps minibatch steps instead)");
 ABSL_FLAG(double, local_momentum, 0.0, "server/run: clients' local SGD momentum");
-ABSL_FLAG(std::string, optimizer, "sgd",
-          "server/run (ps): sgd (with --server_momentum) | adam | lamb | onebit-adam | onebit-lamb");
+ABSL_FLAG(
+    std::string, optimizer, "sgd",
+    "server/run (ps): sgd (with --server_momentum) | adam | lamb | onebit-adam | onebit-lamb");
 ABSL_FLAG(int, warmup_rounds, 100,
           "server/run: 1-bit Adam/LAMB's dense warm-up rounds, after which the variance freezes");
 ABSL_FLAG(double, adaptive_batch_eta, 0,

@@ -115,8 +115,8 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
       return absl::InvalidArgumentError(absl::StrCat("optimizer '", opt, "' needs mode ps"));
     }
     if (o.server_momentum != 0 || !o.task.memory().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer '", opt, "' keeps its own momentum: no server momentum or memory"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer '", opt, "' keeps its own momentum: no server momentum or memory"));
     }
     if (!(o.task.beta1() >= 0 && o.task.beta1() < 1) || !(o.beta2 >= 0 && o.beta2 < 1) ||
         !(o.task.eps() > 0)) {
@@ -219,8 +219,8 @@ absl::Status Aggregator::Restore(const v1::AggregatorCheckpoint& ckpt) {
     adam_.v.assign(ckpt.adam_v().begin(), ckpt.adam_v().end());
     adam_.ratio.assign(ckpt.trust_ratio().begin(), ckpt.trust_ratio().end());
     const int64_t closed = static_cast<int64_t>(ckpt.round());
-    adam_.steps = onebit_ ? std::min(closed, static_cast<int64_t>(options_.task.warmup_rounds()))
-                          : closed;
+    adam_.steps =
+        onebit_ ? std::min(closed, static_cast<int64_t>(options_.task.warmup_rounds())) : closed;
   }
   if (ckpt.server_residual_size() != 0) {
     if (static_cast<size_t>(ckpt.server_residual_size()) != d) {

@@ -437,8 +437,7 @@ TEST_F(AggregatorTest, OnebitAdamWarmsUpDenseThenSendsMomentaBothWaysAndCopiesSt
       // One round's downstream: ~1 bit a coordinate (plus a scale per chunk), not 32.
       EXPECT_LT(a->Status(kT0).payload_bytes_down() - down_before, 4u * 1025 / 20);
       // Without the state the updates are useless: the model (and state) again.
-      EXPECT_EQ(a->Fetch(1, kT0, 3, f->task.model_crc32(), false)->task.payload(),
-                v1::Task::MODEL);
+      EXPECT_EQ(a->Fetch(1, kT0, 3, f->task.model_crc32(), false)->task.payload(), v1::Task::MODEL);
     }
   }
   // The model moved against the mean momentum (every coordinate, by about lr each round).

@@ -1,14 +1,15 @@
 // In-process runs of `tern server`'s service with the built-in client (worker/fed_client.h) on
 // threads: the gRPC path, the client's local work and the aggregator's rounds together.
+#include "server/service.h"
+
 #include <atomic>
 #include <thread>
 #include <vector>
 
-#include "tests/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
-#include "server/service.h"
+#include "tests/testing/status_matchers.h"
 #include "worker/bundle.h"
 #include "worker/fed_client.h"
 #include "worker/grpc_transport.h"
@@ -50,9 +51,9 @@ RunResult LocalSgdRun(int clients, int rounds, float anchor_pull, double server_
   auto data = LoadFedClientData("", "iid", clients, "softmax", 3);
   EXPECT_THAT(data, IsOk());
   if (!data.ok()) return result;
-  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
-                                           grpc::InsecureChannelCredentials(),
-                                           TernChannelArguments());
+  auto channel =
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                                grpc::InsecureChannelCredentials(), TernChannelArguments());
   std::atomic<bool> stop{false};
   result.stats.resize(clients);
   std::vector<std::thread> threads;
@@ -75,8 +76,7 @@ RunResult LocalSgdRun(int clients, int rounds, float anchor_pull, double server_
   if (kept.ok()) {
     const std::vector<ParamTensor> layout = (*server)->aggregator().layout();
     result.model.resize(layout.back().offset + layout.back().numel);
-    EXPECT_THAT(BundleToFlat(*kept->bundle, layout, *codecs, absl::MakeSpan(result.model)),
-                IsOk());
+    EXPECT_THAT(BundleToFlat(*kept->bundle, layout, *codecs, absl::MakeSpan(result.model)), IsOk());
     result.updates = static_cast<int64_t>(kept->status.updates_accepted());
   }
   (*server)->Shutdown(absl::Seconds(1));

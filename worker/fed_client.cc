@@ -76,7 +76,8 @@ std::pair<double, int64_t> TrainLocally(const Model& model, const Dataset& train
       std::copy_n(train.row(probe[b]), train.dim, pxb.data() + b * train.dim);
       pyb[b] = train.labels[probe[b]];
     }
-    const size_t cap = std::max<size_t>(batch, std::min<size_t>(task.max_batch() > 0 ? task.max_batch() : 1024, order.size()));
+    const size_t cap = std::max<size_t>(
+        batch, std::min<size_t>(task.max_batch() > 0 ? task.max_batch() : 1024, order.size()));
     batch = std::max(batch, NormTestBatch(model, pxb.data(), pyb.data(), n, train.dim,
                                           task.norm_test_eta(), cap, x));
     *batch_state = batch;
@@ -166,8 +167,8 @@ absl::Status ApplyDeltas(const v1::TensorBundle& b, const std::vector<ParamTenso
 }  // namespace
 
 absl::Status ApplyOnebitDeltas(const v1::TensorBundle& b, const std::vector<ParamTensor>& layout,
-                               const CodecRegistry& codecs, const v1::Task& task,
-                               AdamState* state, absl::Span<float> x) {
+                               const CodecRegistry& codecs, const v1::Task& task, AdamState* state,
+                               absl::Span<float> x) {
   if (state->m.size() != x.size() || state->v.size() != x.size() ||
       state->ratio.size() != layout.size()) {
     return absl::FailedPreconditionError("the optimizer state does not match the model");
@@ -269,7 +270,8 @@ std::vector<ParamTensor> RatioLayout(size_t tensors) {
 
 absl::Status AppendOptimizerState(const std::vector<ParamTensor>& layout, const AdamState& state,
                                   v1::TensorBundle* b) {
-  for (const auto& [prefix, values] : {std::pair{kStateM, &state.m}, std::pair{kStateV, &state.v}}) {
+  for (const auto& [prefix, values] :
+       {std::pair{kStateM, &state.m}, std::pair{kStateV, &state.v}}) {
     TERN_ASSIGN_OR_RETURN(v1::TensorBundle part, FlatToBundle(layout, *values));
     for (v1::NamedTensor& t : *part.mutable_tensors()) {
       t.set_name(absl::StrCat(prefix, t.name()));
@@ -541,10 +543,10 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
       train_s = w.seconds;
       // The next round's steps start now, from the pulled model, with this task's settings.
       const uint64_t next_seed = data_seed + 1;
-      pending = std::async(std::launch::async, [&model, &shared, &part, task, next_seed,
-                                                start = local, b = batch] {
-        return RunLocalWork(model, shared.data.train, part, task, next_seed, start, b);
-      });
+      pending = std::async(
+          std::launch::async, [&model, &shared, &part, task, next_seed, start = local, b = batch] {
+            return RunLocalWork(model, shared.data.train, part, task, next_seed, start, b);
+          });
     } else if (task.gradient()) {
       loss = MinibatchGradient(model, shared.data.train, part, std::max<uint32_t>(1, task.batch()),
                                data_seed, x0, absl::MakeSpan(x));
@@ -555,9 +557,9 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
     } else {
       if (batch == 0 || task.norm_test_eta() <= 0) batch = std::max<uint32_t>(1, task.batch());
       const size_t before = batch;
-      loss = TrainLocally(model, shared.data.train, part, task, data_seed, absl::MakeSpan(x),
-                          &batch)
-                 .first;
+      loss =
+          TrainLocally(model, shared.data.train, part, task, data_seed, absl::MakeSpan(x), &batch)
+              .first;
       if (batch != before) {
         spdlog::info("{}: round {}: norm test raised the batch from {} to {}", name, task.round(),
                      before, batch);

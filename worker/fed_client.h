@@ -72,8 +72,8 @@ absl::StatusOr<bool> TakeOptimizerState(const std::vector<ParamTensor>& layout,
 // server's encoded mean momentum; `state->m` becomes it and `x` steps with the frozen variance,
 // exactly as the server did (Aggregator::AdamClose), so the copies stay bit-identical.
 absl::Status ApplyOnebitDeltas(const v1::TensorBundle& b, const std::vector<ParamTensor>& layout,
-                               const CodecRegistry& codecs, const v1::Task& task,
-                               AdamState* state, absl::Span<float> x);
+                               const CodecRegistry& codecs, const v1::Task& task, AdamState* state,
+                               absl::Span<float> x);
 
 struct FedClientStats {
   int64_t rounds_trained = 0;

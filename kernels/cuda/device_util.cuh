@@ -1,0 +1,291 @@
+// Device-side helpers shared by the GPU codecs: the counter RNG (common/rng.h, whose constexpr
+// functions compile for the device), IEEE half / bfloat16 conversions written like
+// common/half.h, the CPU codecs' fixed-order reductions (kernels/cpu/codec_util.cc), a scratch
+// arena and launch helpers. Internal to kernels/cuda/.
+//
+// Every arithmetic step that feeds a payload is written so that it rounds exactly as the CPU
+// code does: the library is compiled with --fmad=false (no contraction) and reductions whose
+// result depends on order (float sums) follow the CPU's order.
+#ifndef TERN_KERNELS_CUDA_DEVICE_UTIL_CUH_
+#define TERN_KERNELS_CUDA_DEVICE_UTIL_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/rng.h"
+#include "common/status_macros.h"
+#include "kernels/codec.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace tern::cuda::internal {
+
+inline constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n items (at most 64 per SM worth; enough to fill an H100).
+inline unsigned GridFor(size_t n, int threads = kThreads) {
+  const size_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks == 0 ? 1 : (blocks > 8192 ? 8192 : blocks));
+}
+
+// Bump allocator over the caller's scratch buffer; with base == nullptr it only measures.
+class Arena {
+ public:
+  Arena(void* base, size_t bytes) : base_(static_cast<char*>(base)), cap_(bytes) {}
+  template <typename T>
+  T* Take(size_t count) {
+    used_ = (used_ + 255) & ~size_t{255};
+    T* p = base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + used_);
+    used_ += count * sizeof(T);
+    return p;
+  }
+  size_t used() const { return used_ + 256; }
+  bool fits() const { return base_ != nullptr && used_ <= cap_; }
+
+ private:
+  char* base_;
+  size_t cap_;
+  size_t used_ = 0;
+};
+
+inline absl::Status ScratchError(absl::string_view codec, size_t need, size_t have) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(codec, ": scratch of ", have, " bytes, need ", need));
+}
+
+inline absl::Status LaunchStatus(const char* what) { return FromCuda(cudaGetLastError(), what); }
+
+// The checks every decoder starts with: the payload's codec and element count.
+inline absl::Status CheckView(absl::string_view name, const EncodedView& in, size_t n) {
+  if (in.codec != name || in.numel != n) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": a payload of ", in.codec, " for ",
+                                                   in.numel, " elements, expected ", n));
+  }
+  if (n > 0xffffffffULL) return absl::InvalidArgumentError(absl::StrCat(name, ": numel > 2^32-1"));
+  return absl::OkStatus();
+}
+
+template <typename... Args>
+absl::Status PayloadError(absl::string_view codec, const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(codec, " payload: ", args...));
+}
+
+// Exactly `count` scales, each finite (and >= 0 unless signed_ok): the CPU's CheckScales.
+inline absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t count,
+                                bool signed_ok = false) {
+  if (in.scales.size() != count) {
+    return PayloadError(codec, "expected ", count, " scales, got ", in.scales.size());
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const float v = in.scales[i];
+    if (!std::isfinite(v) || (!signed_ok && v < 0)) {
+      return PayloadError(codec, "scale ", i, " is ", v);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Copies host floats (scales) into device scratch.
+inline absl::Status UploadFloats(absl::Span<const float> v, float* d_dst, cudaStream_t stream) {
+  if (v.empty()) return absl::OkStatus();
+  return FromCuda(
+      cudaMemcpyAsync(d_dst, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, stream),
+      "cudaMemcpyAsync (scales)");
+}
+
+// Reads u32 / u8 little-endian fields from host bytes.
+inline uint32_t LoadU32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Copies the received payload bytes into device scratch.
+inline absl::Status Upload(const EncodedView& in, void* d_dst, cudaStream_t stream) {
+  if (in.payload.empty()) return absl::OkStatus();
+  return FromCuda(
+      cudaMemcpyAsync(d_dst, in.payload.data(), in.payload.size(), cudaMemcpyHostToDevice, stream),
+      "cudaMemcpyAsync (payload)");
+}
+
+// Copies device floats into a host vector (resized); does not wait.
+inline absl::Status CopyScalesOut(const float* d_src, size_t count, cudaStream_t stream,
+                                  std::vector<float>* dst) {
+  dst->resize(count);
+  if (count == 0) return absl::OkStatus();
+  return FromCuda(
+      cudaMemcpyAsync(dst->data(), d_src, count * sizeof(float), cudaMemcpyDeviceToHost, stream),
+      "cudaMemcpyAsync (scales out)");
+}
+
+// Copies `bytes` device bytes into a host string (resized) and waits for the stream.
+inline absl::Status CopyOut(const void* d_src, size_t bytes, cudaStream_t stream,
+                            std::string* dst) {
+  dst->resize(bytes);
+  if (bytes > 0) {
+    TERN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst->data(), d_src, bytes, cudaMemcpyDeviceToHost, stream));
+  }
+  return FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+__device__ __forceinline__ uint32_t AbsBits(float v) {
+  const uint32_t a = __float_as_uint(v) & 0x7fffffffu;
+  return a > 0x7f800000u ? 0u : a;  // NaN counts as 0 (kernels/cpu/codec_util.cc)
+}
+
+// kernels/select.h's MagnitudeKey: NaN sorts above +Inf.
+__device__ __forceinline__ uint32_t MagnitudeKey(float v) {
+  return __float_as_uint(v) & 0x7fffffffu;
+}
+
+// common/half.h's FloatToHalf, bit for bit (including its NaN).
+__device__ __forceinline__ uint16_t FloatToHalf(float f) {
+  const uint32_t bits = __float_as_uint(f);
+  const uint32_t sign = bits & 0x80000000u;
+  const uint32_t x = bits ^ sign;
+  const uint32_t big = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  const float denorm_magic = __uint_as_float(((127u - 15u) + (23u - 10u) + 1u) << 23);
+  const uint32_t sub =
+      __float_as_uint(__fadd_rn(__uint_as_float(x), denorm_magic)) - __float_as_uint(denorm_magic);
+  const uint32_t mant_odd = (x >> 13) & 1u;
+  const uint32_t norm = (x + ((15u - 127u) << 23) + 0xfffu + mant_odd) >> 13;
+  const uint32_t o = x >= ((127u + 16u) << 23) ? big : (x < (113u << 23) ? sub : norm);
+  return static_cast<uint16_t>(o | (sign >> 16));
+}
+
+__device__ __forceinline__ float HalfToFloat(uint16_t h) {
+  const uint32_t shifted_exp = 0x7c00u << 13;
+  uint32_t o = (static_cast<uint32_t>(h) & 0x7fffu) << 13;
+  const uint32_t exp = shifted_exp & o;
+  o += (127u - 15u) << 23;
+  const uint32_t inf_nan = o + ((128u - 16u) << 23);
+  const float magic = __uint_as_float(113u << 23);
+  const uint32_t denorm = __float_as_uint(__fsub_rn(__uint_as_float(o + (1u << 23)), magic));
+  o = exp == shifted_exp ? inf_nan : (exp == 0 ? denorm : o);
+  return __uint_as_float(o | ((static_cast<uint32_t>(h) & 0x8000u) << 16));
+}
+
+__device__ __forceinline__ uint16_t FloatToBfloat16(float f) {
+  const uint32_t x = __float_as_uint(f);
+  const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>(nan ? ((x >> 16) | 0x40u) : rounded);
+}
+
+__device__ __forceinline__ float Bfloat16ToFloat(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+
+// out[i] (+)= weight * v, rounded as the CPU's Store<> (a product, then a sum).
+__device__ __forceinline__ void Store(float* out, size_t i, float v, float weight, bool acc) {
+  out[i] = acc ? __fadd_rn(out[i], __fmul_rn(weight, v)) : v;
+}
+
+// The CPU's fixed blocking for sums (kernels/cpu/codec_util.cc): blocks of 4096 elements, each
+// summed in 16 float lane accumulators over whole groups of 16, then the tail into a fresh sum,
+// then the 16 lanes in order; block partials are added in double, in block order.
+inline constexpr size_t kSumBlock = 4096;
+
+enum class SumOf { kAbs, kSquares, kValues };
+
+template <SumOf kWhat>
+__device__ __forceinline__ float Term(float v) {
+  if constexpr (kWhat == SumOf::kAbs) return fabsf(v);
+  if constexpr (kWhat == SumOf::kSquares) return __fmul_rn(v, v);
+  return v;
+}
+
+// One warp per 4096-block of each segment: partial[b] = that block's float sum, in the CPU's
+// order. Segments (chunks of `segment` elements; the last may be shorter) are blocked
+// separately, so block b of segment s starts at s * segment + b * 4096.
+template <SumOf kWhat>
+__global__ void BlockPartialsKernel(const float* x, size_t n, size_t segment,
+                                    size_t blocks_per_segment, size_t total_blocks,
+                                    float* partial) {
+  const int lane = threadIdx.x & 31;
+  const size_t warps = (size_t{gridDim.x} * blockDim.x) >> 5;
+  for (size_t w = (size_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5; w < total_blocks;
+       w += warps) {
+    const size_t s = w / blocks_per_segment, b = w % blocks_per_segment;
+    const size_t seg_begin = s * segment;
+    const size_t seg_end = seg_begin + segment < n ? seg_begin + segment : n;
+    const size_t begin = seg_begin + b * kSumBlock;
+    const size_t len = begin + kSumBlock < seg_end ? kSumBlock : seg_end - begin;
+    const size_t whole = len & ~size_t{15};
+    float acc = 0.0f;
+    if (lane < 16) {
+      for (size_t i = lane; i < whole; i += 16) acc = __fadd_rn(acc, Term<kWhat>(x[begin + i]));
+    }
+    // Gather the 16 lane sums to lane 0, which adds the tail first, then the lanes in order.
+    float lanes[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) lanes[j] = __shfl_sync(0xffffffffu, acc, j);
+    if (lane == 0) {
+      float sum = 0.0f;
+      for (size_t i = whole; i < len; ++i) sum = __fadd_rn(sum, Term<kWhat>(x[begin + i]));
+#pragma unroll
+      for (int j = 0; j < 16; ++j) sum = __fadd_rn(sum, lanes[j]);
+      partial[w] = sum;
+    }
+  }
+}
+
+// total[s] = the double sum of segment s's block partials, in order (one thread a segment).
+__global__ void SegmentTotalsKernel(const float* partial, size_t segments,
+                                    size_t blocks_per_segment, size_t total_blocks, double* total);
+
+// Blocks (of 4096) that segments of `segment` elements over n split into.
+inline size_t BlocksPerSegment(size_t segment) { return (segment + kSumBlock - 1) / kSumBlock; }
+inline size_t TotalBlocks(size_t n, size_t segment) {
+  if (n == 0) return 0;
+  const size_t segments = (n + segment - 1) / segment;
+  const size_t last = n - (segments - 1) * segment;
+  return (segments - 1) * BlocksPerSegment(segment) + BlocksPerSegment(last);
+}
+
+// Enqueues totals[s] = CPU-order sum over segment s (scratch: TotalBlocks floats).
+template <SumOf kWhat>
+absl::Status SegmentSums(const float* d_x, size_t n, size_t segment, float* d_partial,
+                         double* d_totals, cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  const size_t segments = (n + segment - 1) / segment;
+  const size_t bps = BlocksPerSegment(segment);
+  // With a short last segment the block numbering above (s * bps + b) still holds: the last
+  // segment simply has fewer blocks, all at the end.
+  const size_t total_blocks = (segments - 1) * bps + BlocksPerSegment(n - (segments - 1) * segment);
+  const size_t threads = total_blocks * 32;
+  BlockPartialsKernel<kWhat>
+      <<<GridFor(threads), kThreads, 0, stream>>>(d_x, n, segment, bps, total_blocks, d_partial);
+  TERN_RETURN_IF_ERROR(LaunchStatus("BlockPartialsKernel"));
+  SegmentTotalsKernel<<<GridFor(segments), kThreads, 0, stream>>>(d_partial, segments, bps,
+                                                                  total_blocks, d_totals);
+  return LaunchStatus("SegmentTotalsKernel");
+}
+
+// Per segment of `segment` elements, reductions that do not depend on order: the largest AbsBits
+// (max_abs[s], as float bits) and, when lo/hi are given, the min and max value (CPU's
+// std::min/std::max semantics for non-NaN input). One block per segment.
+__global__ void SegmentExtremaKernel(const float* x, size_t n, size_t segment, uint32_t* max_abs,
+                                     float* lo, float* hi);
+
+// *out = max(*out, largest AbsBits of x) (as float bits; zero *out first), over the whole grid.
+__global__ void MaxAbsKernel(const float* x, size_t n, uint32_t* out);
+
+// Validation flag helpers: a kernel sets *flag to a non-zero code on bad input; the host reads it.
+inline absl::Status ReadFlag(const uint32_t* d_flag, cudaStream_t stream, uint32_t* flag) {
+  TERN_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(flag, d_flag, sizeof(uint32_t), cudaMemcpyDeviceToHost, stream));
+  return FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+}  // namespace tern::cuda::internal
+
+#endif  // TERN_KERNELS_CUDA_DEVICE_UTIL_CUH_

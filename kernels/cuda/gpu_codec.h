@@ -1,0 +1,97 @@
+// GPU codecs: encoders and decoders that run on a CUDA device and produce and accept the same
+// payloads as the CPU codecs (docs/wire-format.md), so a payload encoded on either side decodes
+// on the other to the same values. Stochastic codecs draw from the same counter-based generator
+// (common/rng.h), so with the same seed the payload bytes are identical to the CPU's.
+//
+// The host API follows CUB: the caller passes device pointers, a cudaStream_t and a scratch
+// buffer it owns, sized by the matching *ScratchBytes query; nothing allocates device memory.
+// CUDA errors come back as absl::Status, never an abort. Only the encoded payload crosses to the
+// host (Encode ends with a copy into `out` and waits for the stream); Decode takes the payload as
+// received (host memory), copies it to the scratch, validates it there completely and only then
+// writes `d_out`, so a bad payload leaves d_out untouched.
+//
+// Thread-safety: like Codec, Encode is not thread-safe per instance; Decode is const. Calls on
+// different streams with different scratch buffers may run concurrently.
+#ifndef TERN_KERNELS_CUDA_GPU_CODEC_H_
+#define TERN_KERNELS_CUDA_GPU_CODEC_H_
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/codec.h"
+#include "kernels/codec_params.h"
+
+namespace tern::cuda {
+
+class GpuCodec {
+ public:
+  virtual ~GpuCodec() = default;
+
+  // The wire name, as the CPU codec's ("stc.v1"), and the spec that recreates it.
+  virtual absl::string_view Name() const = 0;
+  virtual std::string Spec() const = 0;
+
+  // Scratch bytes Encode needs for a tensor of n elements.
+  virtual size_t EncodeScratchBytes(size_t n) const = 0;
+  // Encodes the n floats at d_x (device memory) into `out` (host). Enqueues on `stream` and
+  // returns after the payload is on the host.
+  virtual absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options,
+                              void* d_scratch, size_t scratch_bytes, cudaStream_t stream,
+                              EncodedTensor* out) = 0;
+
+  // Scratch bytes Decode needs for this payload (enough for any payload of in.numel elements
+  // whose size is in.payload.size()).
+  virtual size_t DecodeScratchBytes(const EncodedView& in) const = 0;
+  // d_out[0..n) = decode(in) (accumulate == false) or += weight * decode(in). n must equal
+  // in.numel. A malformed payload is InvalidArgument, with d_out untouched.
+  virtual absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out,
+                              size_t n, void* d_scratch, size_t scratch_bytes,
+                              cudaStream_t stream) const = 0;
+};
+
+using GpuCodecFactory = std::function<absl::StatusOr<std::unique_ptr<GpuCodec>>(CodecParams&)>;
+
+// GPU codecs by spec name, like CodecRegistry: Create("stc:ratio=0.001") gives the GPU encoder
+// for what CodecRegistry::Create gives the CPU one (same parameters, same defaults, same
+// errors); DecoderFor("stc.v1") decodes any such payload on the device.
+//
+// Thread-safety: Register before concurrent use; Create and DecoderFor are then thread-safe.
+class GpuCodecRegistry {
+ public:
+  absl::Status Register(absl::string_view name, GpuCodecFactory factory);
+  absl::StatusOr<std::unique_ptr<GpuCodec>> Create(absl::string_view spec) const;
+  absl::StatusOr<const GpuCodec*> DecoderFor(absl::string_view wire_name) const;
+  bool Has(absl::string_view name) const { return factories_.contains(name); }
+  std::vector<std::string> Names() const;
+
+ private:
+  absl::flat_hash_map<std::string, GpuCodecFactory> factories_;
+  absl::flat_hash_map<std::string, std::unique_ptr<GpuCodec>> decoders_;  // by wire name
+};
+
+// A registry with every GPU codec.
+std::unique_ptr<GpuCodecRegistry> NewBuiltinGpuCodecRegistry();
+
+// Factories, one per codec file (kernels/cuda/<codec>.cu).
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuNoneCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuFp16Codec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuBf16Codec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuInt8Codec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuSignCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTernGradCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuNaturalCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTopKCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuThresholdCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuDgcCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuRandomKCodec(CodecParams& params);
+
+}  // namespace tern::cuda
+
+#endif  // TERN_KERNELS_CUDA_GPU_CODEC_H_

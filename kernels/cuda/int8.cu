@@ -1,0 +1,197 @@
+// int8.v1 on the device (kernels/cpu/int8.cc): per-block absmax or min/max (exact reductions),
+// then one thread per element quantises with the same float steps and the same counter draws.
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/gpu_codec.h"
+
+namespace tern::cuda {
+namespace {
+
+using internal::Arena;
+
+constexpr uint8_t kAbsMax = 0;
+constexpr uint8_t kMinMax = 1;
+constexpr size_t kHeaderBytes = 5;
+
+// scales and inverse steps per block, as Int8Codec::EncodeBlock computes them.
+__global__ void Int8ScalesKernel(const uint32_t* max_abs, const float* lo, const float* hi,
+                                 size_t nb, bool minmax, float* scales, float* inv) {
+  for (size_t b = size_t{blockIdx.x} * blockDim.x + threadIdx.x; b < nb;
+       b += size_t{gridDim.x} * blockDim.x) {
+    if (!minmax) {
+      const float m = __uint_as_float(max_abs[b]);
+      scales[b] = __fdiv_rn(m, 127.0f);
+      inv[b] = m > 0 ? __fdiv_rn(127.0f, m) : 0.0f;
+    } else {
+      const float range = __fsub_rn(hi[b], lo[b]);
+      scales[2 * b] = lo[b];
+      scales[2 * b + 1] = __fdiv_rn(range, 255.0f);
+      inv[b] = hi[b] > lo[b] ? __fdiv_rn(255.0f, range) : 0.0f;
+    }
+  }
+}
+
+__global__ void Int8QuantizeKernel(const float* x, size_t n, uint32_t block, bool minmax,
+                                   bool stochastic, RngKey key, const float* lo, const float* inv,
+                                   uint8_t* q) {
+  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const size_t b = i / block;
+    const float u = stochastic ? Uniform01Lo(key, static_cast<uint32_t>(i)) : 0.5f;
+    float v = minmax ? __fsub_rn(x[i], lo[b]) : x[i];
+    v = floorf(__fadd_rn(__fmul_rn(v, inv[b]), u));
+    const float top = minmax ? 255.0f : 127.0f, bottom = minmax ? 0.0f : -127.0f;
+    v = bottom > (top < v ? top : v) ? bottom : (top < v ? top : v);  // max(bottom, min(top, v))
+    q[i] = static_cast<uint8_t>(static_cast<int32_t>(v));
+  }
+}
+
+__global__ void Int8CheckKernel(const uint8_t* q, size_t n, uint32_t* flag) {
+  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    if (q[i] == 0x80) atomicOr(flag, 1u);
+  }
+}
+
+__global__ void Int8DequantizeKernel(const uint8_t* q, size_t n, uint32_t block, bool minmax,
+                                     const float* scales, float w, bool acc, float* out) {
+  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const size_t b = i / block;
+    const float v =
+        minmax ? __fadd_rn(scales[2 * b], __fmul_rn(static_cast<float>(q[i]), scales[2 * b + 1]))
+               : __fmul_rn(static_cast<float>(static_cast<int8_t>(q[i])), scales[b]);
+    internal::Store(out, i, v, w, acc);
+  }
+}
+
+class GpuInt8Codec final : public GpuCodec {
+ public:
+  GpuInt8Codec(uint32_t block, bool minmax, bool stochastic)
+      : block_(block),
+        minmax_(minmax),
+        stochastic_(stochastic),
+        params_(absl::StrCat("block=", block, ",mode=", minmax ? "minmax" : "absmax",
+                             ",round=", stochastic ? "stochastic" : "nearest")) {}
+  absl::string_view Name() const override { return "int8.v1"; }
+  std::string Spec() const override { return absl::StrCat("int8:", params_); }
+
+  size_t EncodeScratchBytes(size_t n) const override { return Layout(nullptr, 0, n).used(); }
+  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options, void* d_scratch,
+                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
+    Buffers b;
+    Arena a = Layout(d_scratch, scratch_bytes, n, &b);
+    if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
+    const size_t nb = (n + block_ - 1) / block_;
+    if (n > 0) {
+      internal::SegmentExtremaKernel<<<internal::GridFor(nb * 256, 256), 256, 0, stream>>>(
+          d_x, n, block_, minmax_ ? nullptr : b.max_abs, minmax_ ? b.lo : nullptr,
+          minmax_ ? b.hi : nullptr);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("SegmentExtremaKernel"));
+      Int8ScalesKernel<<<internal::GridFor(nb), internal::kThreads, 0, stream>>>(
+          b.max_abs, b.lo, b.hi, nb, minmax_, b.scales, b.inv);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("Int8ScalesKernel"));
+      Int8QuantizeKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
+          d_x, n, block_, minmax_, stochastic_, MakeRngKey(options.seed), b.lo, b.inv, b.q);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("Int8QuantizeKernel"));
+    }
+    out->codec = "int8.v1";
+    out->params = params_;
+    out->numel = n;
+    TERN_RETURN_IF_ERROR(
+        internal::CopyScalesOut(b.scales, minmax_ ? 2 * nb : nb, stream, &out->scales));
+    // The codes land after a 5-byte gap that the header then fills on the host.
+    TERN_RETURN_IF_ERROR(
+        internal::CopyOut(b.q - kHeaderBytes, kHeaderBytes + n, stream, &out->payload));
+    std::memcpy(out->payload.data(), &block_, 4);
+    out->payload[4] = static_cast<char>(minmax_ ? kMinMax : kAbsMax);
+    return absl::OkStatus();
+  }
+
+  size_t DecodeScratchBytes(const EncodedView& in) const override {
+    Arena a(nullptr, 0);
+    a.Take<uint8_t>(in.payload.size());
+    a.Take<float>(in.scales.size());
+    a.Take<uint32_t>(1);
+    return a.used();
+  }
+  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
+                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const override {
+    TERN_RETURN_IF_ERROR(internal::CheckView(Name(), in, n));
+    if (in.payload.size() < kHeaderBytes) return internal::PayloadError(Name(), "truncated header");
+    const uint32_t block = internal::LoadU32(in.payload.data());
+    const uint8_t mode = in.payload[4];
+    if (block == 0 || block > (1u << 20)) {
+      return internal::PayloadError(Name(), "block size ", block, " outside [1, 2^20]");
+    }
+    if (mode != kAbsMax && mode != kMinMax) {
+      return internal::PayloadError(Name(), "unknown mode ", int{mode});
+    }
+    if (in.payload.size() - kHeaderBytes != n) {
+      return internal::PayloadError(Name(), "expected ", n, " value bytes, got ",
+                                    in.payload.size() - kHeaderBytes);
+    }
+    const size_t nb = (n + block - 1) / block;
+    TERN_RETURN_IF_ERROR(
+        internal::CheckScales(Name(), in, mode == kMinMax ? 2 * nb : nb, mode == kMinMax));
+    Arena a(d_scratch, scratch_bytes);
+    uint8_t* p = a.Take<uint8_t>(in.payload.size());
+    float* scales = a.Take<float>(in.scales.size());
+    uint32_t* d_flag = a.Take<uint32_t>(1);
+    if (!a.fits()) return internal::ScratchError(Name(), DecodeScratchBytes(in), scratch_bytes);
+    if (n == 0) return absl::OkStatus();
+    TERN_RETURN_IF_ERROR(internal::Upload(in, p, stream));
+    TERN_RETURN_IF_ERROR(internal::UploadFloats(in.scales, scales, stream));
+    if (mode == kAbsMax) {
+      TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_flag, 0, 4, stream));
+      Int8CheckKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(p + kHeaderBytes, n,
+                                                                               d_flag);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("Int8CheckKernel"));
+      uint32_t flag = 0;
+      TERN_RETURN_IF_ERROR(internal::ReadFlag(d_flag, stream, &flag));
+      if (flag != 0) return internal::PayloadError(Name(), "value -128 (byte 0x80)");
+    }
+    Int8DequantizeKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
+        p + kHeaderBytes, n, block, mode == kMinMax, scales, weight, accumulate, d_out);
+    TERN_RETURN_IF_ERROR(internal::LaunchStatus("Int8DequantizeKernel"));
+    return FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+
+ private:
+  struct Buffers {
+    uint32_t* max_abs = nullptr;
+    float *lo = nullptr, *hi = nullptr, *scales = nullptr, *inv = nullptr;
+    uint8_t* q = nullptr;  // kHeaderBytes after the start of a payload buffer
+  };
+  Arena Layout(void* base, size_t bytes, size_t n, Buffers* b = nullptr) const {
+    Buffers local;
+    if (b == nullptr) b = &local;
+    const size_t nb = (n + block_ - 1) / block_;
+    Arena a(base, bytes);
+    b->max_abs = a.Take<uint32_t>(nb);
+    b->lo = a.Take<float>(nb);
+    b->hi = a.Take<float>(nb);
+    b->scales = a.Take<float>(2 * nb);
+    b->inv = a.Take<float>(nb);
+    uint8_t* payload = a.Take<uint8_t>(kHeaderBytes + n);
+    b->q = payload == nullptr ? nullptr : payload + kHeaderBytes;
+    return a;
+  }
+
+  const uint32_t block_;
+  const bool minmax_;
+  const bool stochastic_;
+  const std::string params_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuInt8Codec(CodecParams& params) {
+  TERN_ASSIGN_OR_RETURN(int64_t block, params.Int("block", 1024, 1, 1 << 20));
+  TERN_ASSIGN_OR_RETURN(std::string mode, params.Enum("mode", "absmax", {"absmax", "minmax"}));
+  TERN_ASSIGN_OR_RETURN(std::string round,
+                        params.Enum("round", "nearest", {"nearest", "stochastic"}));
+  return std::make_unique<GpuInt8Codec>(static_cast<uint32_t>(block), mode == "minmax",
+                                        round == "stochastic");
+}
+
+}  // namespace tern::cuda

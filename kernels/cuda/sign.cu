@@ -1,0 +1,146 @@
+// sign.v1 on the device (kernels/cpu/sign.cc): sign bits packed a byte per thread, and each
+// chunk's scale ||x_c||_1 / len_c summed in the CPU's fixed order (device_util.cuh).
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/gpu_codec.h"
+
+namespace tern::cuda {
+namespace {
+
+using internal::Arena;
+
+constexpr size_t kHeaderBytes = 4;
+
+__global__ void PackSignsKernel(const float* x, size_t n, uint8_t* out) {
+  const size_t bytes = (n + 7) / 8;
+  for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < bytes;
+       j += size_t{gridDim.x} * blockDim.x) {
+    unsigned b = 0;
+    for (size_t k = 0; k < 8 && 8 * j + k < n; ++k) b |= (__float_as_uint(x[8 * j + k]) >> 31) << k;
+    out[j] = static_cast<uint8_t>(b);
+  }
+}
+
+__global__ void ChunkScalesKernel(const double* totals, size_t n, size_t chunk, float* scales) {
+  const size_t nc = (n + chunk - 1) / chunk;
+  for (size_t c = size_t{blockIdx.x} * blockDim.x + threadIdx.x; c < nc;
+       c += size_t{gridDim.x} * blockDim.x) {
+    const size_t len = c * chunk + chunk < n ? chunk : n - c * chunk;
+    scales[c] = static_cast<float>(totals[c] / static_cast<double>(len));
+  }
+}
+
+__global__ void SignDecodeKernel(const uint8_t* bits, size_t n, size_t chunk, const float* scales,
+                                 float w, bool acc, float* out) {
+  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const uint32_t neg = (bits[i / 8] >> (i % 8)) & 1u;
+    const float v = __uint_as_float(__float_as_uint(scales[i / chunk]) ^ (neg << 31));
+    internal::Store(out, i, v, w, acc);
+  }
+}
+
+class GpuSignCodec final : public GpuCodec {
+ public:
+  explicit GpuSignCodec(uint32_t chunk) : chunk_(chunk), params_(absl::StrCat("chunk=", chunk)) {}
+  absl::string_view Name() const override { return "sign.v1"; }
+  std::string Spec() const override { return absl::StrCat("sign:", params_); }
+
+  size_t EncodeScratchBytes(size_t n) const override { return Layout(nullptr, 0, n).used(); }
+  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions&, void* d_scratch,
+                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
+    Buffers b;
+    Arena a = Layout(d_scratch, scratch_bytes, n, &b);
+    if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
+    const size_t nc = (n + chunk_ - 1) / chunk_;
+    if (n > 0) {
+      TERN_RETURN_IF_ERROR(internal::SegmentSums<internal::SumOf::kAbs>(d_x, n, chunk_, b.partial,
+                                                                        b.totals, stream));
+      ChunkScalesKernel<<<internal::GridFor(nc), internal::kThreads, 0, stream>>>(b.totals, n,
+                                                                                  chunk_, b.scales);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("ChunkScalesKernel"));
+      PackSignsKernel<<<internal::GridFor((n + 7) / 8), internal::kThreads, 0, stream>>>(d_x, n,
+                                                                                         b.bits);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("PackSignsKernel"));
+    }
+    out->codec = "sign.v1";
+    out->params = params_;
+    out->numel = n;
+    TERN_RETURN_IF_ERROR(internal::CopyScalesOut(b.scales, nc, stream, &out->scales));
+    TERN_RETURN_IF_ERROR(internal::CopyOut(b.bits - kHeaderBytes, kHeaderBytes + (n + 7) / 8,
+                                           stream, &out->payload));
+    std::memcpy(out->payload.data(), &chunk_, 4);
+    return absl::OkStatus();
+  }
+
+  size_t DecodeScratchBytes(const EncodedView& in) const override {
+    Arena a(nullptr, 0);
+    a.Take<uint8_t>(in.payload.size());
+    a.Take<float>(in.scales.size());
+    return a.used();
+  }
+  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
+                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const override {
+    TERN_RETURN_IF_ERROR(internal::CheckView(Name(), in, n));
+    if (in.payload.size() < kHeaderBytes) return internal::PayloadError(Name(), "truncated header");
+    const uint32_t chunk = internal::LoadU32(in.payload.data());
+    if (chunk < 8 || chunk % 8 != 0 || chunk > (1u << 30)) {
+      return internal::PayloadError(Name(), "chunk ", chunk,
+                                    " is not a multiple of 8 in [8, 2^30]");
+    }
+    const size_t bytes = (n + 7) / 8;
+    if (in.payload.size() - kHeaderBytes != bytes) {
+      return internal::PayloadError(Name(), "expected ", bytes, " sign bytes, got ",
+                                    in.payload.size() - kHeaderBytes);
+    }
+    TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, (n + chunk - 1) / chunk));
+    if (n % 8 != 0 && (in.payload[kHeaderBytes + bytes - 1] >> (n % 8)) != 0) {
+      return internal::PayloadError(Name(), "non-zero padding bits");
+    }
+    Arena a(d_scratch, scratch_bytes);
+    uint8_t* p = a.Take<uint8_t>(in.payload.size());
+    float* scales = a.Take<float>(in.scales.size());
+    if (!a.fits()) return internal::ScratchError(Name(), DecodeScratchBytes(in), scratch_bytes);
+    if (n == 0) return absl::OkStatus();
+    TERN_RETURN_IF_ERROR(internal::Upload(in, p, stream));
+    TERN_RETURN_IF_ERROR(internal::UploadFloats(in.scales, scales, stream));
+    SignDecodeKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
+        p + kHeaderBytes, n, chunk, scales, weight, accumulate, d_out);
+    TERN_RETURN_IF_ERROR(internal::LaunchStatus("SignDecodeKernel"));
+    return FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+
+ private:
+  struct Buffers {
+    float *partial = nullptr, *scales = nullptr;
+    double* totals = nullptr;
+    uint8_t* bits = nullptr;  // kHeaderBytes after the start of a payload buffer
+  };
+  Arena Layout(void* base, size_t bytes, size_t n, Buffers* b = nullptr) const {
+    Buffers local;
+    if (b == nullptr) b = &local;
+    const size_t nc = (n + chunk_ - 1) / chunk_;
+    Arena a(base, bytes);
+    b->partial = a.Take<float>(internal::TotalBlocks(n, chunk_));
+    b->totals = a.Take<double>(nc);
+    b->scales = a.Take<float>(nc);
+    uint8_t* payload = a.Take<uint8_t>(kHeaderBytes + (n + 7) / 8);
+    b->bits = payload == nullptr ? nullptr : payload + kHeaderBytes;
+    return a;
+  }
+
+  const uint32_t chunk_;
+  const std::string params_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuSignCodec(CodecParams& params) {
+  TERN_ASSIGN_OR_RETURN(int64_t chunk, params.Int("chunk", 1024, 8, 1 << 30));
+  if (chunk % 8 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sign: chunk=", chunk, " must be a multiple of 8"));
+  }
+  return std::make_unique<GpuSignCodec>(static_cast<uint32_t>(chunk));
+}
+
+}  // namespace tern::cuda

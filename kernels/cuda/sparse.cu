@@ -1,0 +1,447 @@
+// topk.v1, threshold.v1 and dgc.v1 on the device: the sparse layout of
+// kernels/cpu/sparse_format.cc. Selection is by the bit pattern of |x| as in kernels/select.h;
+// CUB's order-preserving DeviceSelect gives ascending indices directly, and the k-th largest
+// key comes from a radix sort of a small candidate set (a strided sample bounds it from below
+// first), so the selected set, and hence the payload, is exactly the CPU's.
+#include <thrust/iterator/counting_iterator.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cub/device/device_select.cuh>
+
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/gpu_codec.h"
+
+namespace tern::cuda {
+namespace {
+
+using internal::Arena;
+
+struct AtLeast {
+  const float* x;
+  uint32_t min_key;
+  __device__ bool operator()(uint32_t i) const { return internal::MagnitudeKey(x[i]) >= min_key; }
+};
+
+__global__ void GatherKeysKernel(const float* x, const uint32_t* idx, size_t count,
+                                 uint32_t* keys) {
+  for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < count;
+       j += size_t{gridDim.x} * blockDim.x) {
+    keys[j] = internal::MagnitudeKey(x[idx[j]]);
+  }
+}
+
+__global__ void StridedKeysKernel(const float* x, size_t first, size_t stride, size_t count,
+                                  uint32_t* keys) {
+  for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < count;
+       j += size_t{gridDim.x} * blockDim.x) {
+    keys[j] = internal::MagnitudeKey(x[first + j * stride]);
+  }
+}
+
+__global__ void GatherValuesKernel(const float* x, const uint32_t* idx, size_t count,
+                                   float* values) {
+  for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < count;
+       j += size_t{gridDim.x} * blockDim.x) {
+    values[j] = x[idx[j]];
+  }
+}
+
+// eq[j] = 1 where candidate j's key equals kth; *above += candidates with a larger key.
+__global__ void TieFlagsKernel(const uint32_t* keys, size_t count, uint32_t kth, uint32_t* eq,
+                               unsigned long long* above) {
+  unsigned long long mine = 0;
+  for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < count;
+       j += size_t{gridDim.x} * blockDim.x) {
+    eq[j] = keys[j] == kth;
+    mine += keys[j] > kth;
+  }
+  if (mine != 0) atomicAdd(above, mine);
+}
+
+// keep[j]: key above kth, or one of the first `ties` candidates equal to it (the lowest indices).
+struct KeepTopK {
+  const uint32_t* keys;
+  const uint32_t* rank;  // exclusive prefix count of keys equal to kth
+  uint32_t kth;
+  unsigned long long ties;
+  __device__ bool operator()(uint32_t j) const {
+    return keys[j] > kth || (keys[j] == kth && rank[j] < ties);
+  }
+};
+
+__global__ void SparseCheckKernel(const uint32_t* idx, size_t k, size_t n, uint32_t* flag) {
+  for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < k;
+       j += size_t{gridDim.x} * blockDim.x) {
+    if (idx[j] >= n || (j > 0 && idx[j] <= idx[j - 1])) atomicOr(flag, 1u);
+  }
+}
+
+__global__ void SparseScatterKernel(const uint32_t* idx, const float* values, size_t k, float w,
+                                    bool acc, float* out) {
+  for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < k;
+       j += size_t{gridDim.x} * blockDim.x) {
+    internal::Store(out, idx[j], values[j], w, acc);
+  }
+}
+
+// The device side of a sparse selection: candidates, keys, and CUB's temporary storage, laid
+// out in the caller's scratch. Sizes are for the worst case (every element selected).
+struct SelectBuffers {
+  uint32_t* cand = nullptr;    // n candidate indices
+  uint32_t* keys = nullptr;    // n keys (candidates' or a sample's)
+  uint32_t* sorted = nullptr;  // n keys, sorted descending
+  uint32_t* eq = nullptr;      // n tie flags, then their exclusive scan in `rank`
+  uint32_t* rank = nullptr;
+  uint32_t* count = nullptr;  // DeviceSelect's count
+  unsigned long long* above = nullptr;
+  uint8_t* payload = nullptr;  // 4 + 8n bytes
+  void* temp = nullptr;
+  size_t temp_bytes = 0;
+};
+
+size_t CubTempBytes(size_t n) {
+  size_t select = 0, sort = 0, scan = 0;
+  const int items = static_cast<int>(std::max<size_t>(n, 1));
+  cub::DeviceSelect::If(nullptr, select, thrust::counting_iterator<uint32_t>(0),
+                        static_cast<uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), items,
+                        AtLeast{nullptr, 0});
+  size_t flagged = 0;
+  cub::DeviceSelect::If(nullptr, flagged, thrust::counting_iterator<uint32_t>(0),
+                        static_cast<uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), items,
+                        KeepTopK{nullptr, nullptr, 0, 0});
+  cub::DeviceRadixSort::SortKeysDescending(nullptr, sort, static_cast<uint32_t*>(nullptr),
+                                           static_cast<uint32_t*>(nullptr), items);
+  cub::DeviceScan::ExclusiveSum(nullptr, scan, static_cast<uint32_t*>(nullptr),
+                                static_cast<uint32_t*>(nullptr), items);
+  return std::max({select, flagged, sort, scan});
+}
+
+Arena LayoutSelect(void* base, size_t bytes, size_t n, SelectBuffers* b) {
+  Arena a(base, bytes);
+  b->cand = a.Take<uint32_t>(n);
+  b->keys = a.Take<uint32_t>(n);
+  b->sorted = a.Take<uint32_t>(n);
+  b->eq = a.Take<uint32_t>(n);
+  b->rank = a.Take<uint32_t>(n);
+  b->count = a.Take<uint32_t>(1);
+  b->above = a.Take<unsigned long long>(1);
+  b->payload = a.Take<uint8_t>(4 + 8 * n);
+  b->temp_bytes = CubTempBytes(n);
+  b->temp = a.Take<uint8_t>(b->temp_bytes);
+  return a;
+}
+
+// Selection steps, each enqueued on `stream`; the ones that return a count wait for it.
+class Selector {
+ public:
+  Selector(const float* x, size_t n, SelectBuffers& b, cudaStream_t stream)
+      : x_(x), n_(n), b_(b), stream_(stream) {}
+
+  // Candidates with key >= min_key into b.cand (ascending); returns their count.
+  absl::StatusOr<size_t> AtLeastKey(uint32_t min_key) {
+    size_t temp = b_.temp_bytes;
+    TERN_CUDA_RETURN_IF_ERROR(
+        cub::DeviceSelect::If(b_.temp, temp, thrust::counting_iterator<uint32_t>(0), b_.cand,
+                              b_.count, static_cast<int>(n_), AtLeast{x_, min_key}, stream_));
+    uint32_t count = 0;
+    TERN_RETURN_IF_ERROR(internal::ReadFlag(b_.count, stream_, &count));
+    return size_t{count};
+  }
+
+  // The r-th largest (0-based) of `count` keys at b.keys.
+  absl::StatusOr<uint32_t> NthLargest(size_t count, size_t r) {
+    size_t temp = b_.temp_bytes;
+    TERN_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortKeysDescending(
+        b_.temp, temp, b_.keys, b_.sorted, static_cast<int>(count), 0, 32, stream_));
+    uint32_t key = 0;
+    TERN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&key, b_.sorted + r, 4, cudaMemcpyDeviceToHost, stream_));
+    TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return key;
+  }
+
+  // Keys of the first `count` candidates into b.keys.
+  absl::Status CandidateKeys(size_t count) {
+    if (count == 0) return absl::OkStatus();
+    GatherKeysKernel<<<internal::GridFor(count), internal::kThreads, 0, stream_>>>(x_, b_.cand,
+                                                                                   count, b_.keys);
+    return internal::LaunchStatus("GatherKeysKernel");
+  }
+
+  // From `count` ascending candidates (a superset of the top k), the exact top k, ascending,
+  // written as the payload's indices; returns k. (kernels/select.cc's TrimToTopK.)
+  absl::StatusOr<size_t> TrimToTopK(size_t count, size_t k, uint32_t* out_idx) {
+    TERN_RETURN_IF_ERROR(CandidateKeys(count));
+    if (count <= k) {
+      TERN_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(out_idx, b_.cand, 4 * count, cudaMemcpyDeviceToDevice, stream_));
+      return count;
+    }
+    TERN_ASSIGN_OR_RETURN(const uint32_t kth, NthLargest(count, k - 1));
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b_.above, 0, sizeof(unsigned long long), stream_));
+    TieFlagsKernel<<<internal::GridFor(count), internal::kThreads, 0, stream_>>>(
+        b_.keys, count, kth, b_.eq, b_.above);
+    TERN_RETURN_IF_ERROR(internal::LaunchStatus("TieFlagsKernel"));
+    size_t temp = b_.temp_bytes;
+    TERN_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(b_.temp, temp, b_.eq, b_.rank,
+                                                            static_cast<int>(count), stream_));
+    unsigned long long above = 0;
+    TERN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&above, b_.above, sizeof(above), cudaMemcpyDeviceToHost, stream_));
+    TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    // Positions j of the kept candidates, ascending, then mapped to their indices.
+    temp = b_.temp_bytes;
+    TERN_CUDA_RETURN_IF_ERROR(cub::DeviceSelect::If(
+        b_.temp, temp, thrust::counting_iterator<uint32_t>(0), b_.sorted, b_.count,
+        static_cast<int>(count), KeepTopK{b_.keys, b_.rank, kth, k - above}, stream_));
+    GatherValuesIdx(b_.sorted, k, out_idx);
+    TERN_RETURN_IF_ERROR(internal::LaunchStatus("MapCandidates"));
+    return k;
+  }
+
+  // Exact top k over all of x into out_idx (ascending); returns k.
+  absl::StatusOr<size_t> TopK(size_t k, uint32_t* out_idx) {
+    if (k == 0) return size_t{0};
+    if (k >= n_) return AllThenCopy(out_idx);
+    // A strided sample bounds the k-th largest key from below with a margin, as on the CPU.
+    const size_t m = std::min(n_, std::max<size_t>(4096, n_ / 256));
+    const size_t stride = std::max<size_t>(1, n_ / m);
+    const size_t samples = (n_ - stride / 2 + stride - 1) / stride;
+    StridedKeysKernel<<<internal::GridFor(samples), internal::kThreads, 0, stream_>>>(
+        x_, stride / 2, stride, samples, b_.keys);
+    TERN_RETURN_IF_ERROR(internal::LaunchStatus("StridedKeysKernel"));
+    const double r = static_cast<double>(k) * samples / n_;
+    const size_t q = std::min(samples - 1, static_cast<size_t>(r + 4 * std::sqrt(r) + 8));
+    TERN_ASSIGN_OR_RETURN(const uint32_t bound, NthLargest(samples, q));
+    TERN_ASSIGN_OR_RETURN(size_t count, AtLeastKey(bound));
+    if (count < k) {  // the sample misled us: the exact k-th key over every element
+      StridedKeysKernel<<<internal::GridFor(n_), internal::kThreads, 0, stream_>>>(x_, 0, 1, n_,
+                                                                                   b_.keys);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("StridedKeysKernel"));
+      TERN_ASSIGN_OR_RETURN(const uint32_t kth, NthLargest(n_, k - 1));
+      TERN_ASSIGN_OR_RETURN(count, AtLeastKey(kth));
+    }
+    return TrimToTopK(count, k, out_idx);
+  }
+
+  absl::StatusOr<size_t> AllThenCopy(uint32_t* out_idx) {
+    TERN_ASSIGN_OR_RETURN(const size_t count, AtLeastKey(0));
+    TERN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(out_idx, b_.cand, 4 * count, cudaMemcpyDeviceToDevice, stream_));
+    return count;
+  }
+
+  // Kept candidate positions -> indices.
+  void GatherValuesIdx(const uint32_t* positions, size_t k, uint32_t* out_idx);
+
+ private:
+  const float* x_;
+  const size_t n_;
+  SelectBuffers& b_;
+  cudaStream_t stream_;
+};
+
+__global__ void MapPositionsKernel(const uint32_t* cand, const uint32_t* positions, size_t k,
+                                   uint32_t* out) {
+  for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < k;
+       j += size_t{gridDim.x} * blockDim.x) {
+    out[j] = cand[positions[j]];
+  }
+}
+
+void Selector::GatherValuesIdx(const uint32_t* positions, size_t k, uint32_t* out_idx) {
+  if (k == 0) return;
+  MapPositionsKernel<<<internal::GridFor(k), internal::kThreads, 0, stream_>>>(b_.cand, positions,
+                                                                               k, out_idx);
+}
+
+enum class Kind { kTopK, kThreshold, kDgc };
+
+size_t SparseK(double ratio, size_t d) {  // kernels/cpu/topk.cc
+  if (d == 0) return 0;
+  const double k = std::ceil(ratio * static_cast<double>(d));
+  return std::clamp<size_t>(static_cast<size_t>(k), 1, d);
+}
+
+uint32_t HostMagnitudeKey(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  return bits & 0x7fffffffu;
+}
+
+class GpuSparseCodec final : public GpuCodec {
+ public:
+  GpuSparseCodec(Kind kind, double ratio, double sample, float tau)
+      : kind_(kind), ratio_(ratio), sample_(sample), tau_(tau) {
+    switch (kind) {
+      case Kind::kTopK:
+        name_ = "topk.v1";
+        spec_ = absl::StrCat("topk:ratio=", ratio);
+        break;
+      case Kind::kThreshold:
+        name_ = "threshold.v1";
+        spec_ = absl::StrCat("threshold:tau=", tau);
+        break;
+      case Kind::kDgc:
+        name_ = "dgc.v1";
+        spec_ = absl::StrCat("dgc:ratio=", ratio, ",sample=", sample);
+        break;
+    }
+  }
+  absl::string_view Name() const override { return name_; }
+  std::string Spec() const override { return spec_; }
+
+  size_t EncodeScratchBytes(size_t n) const override {
+    SelectBuffers b;
+    return LayoutSelect(nullptr, 0, n, &b).used();
+  }
+  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions&, void* d_scratch,
+                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
+    SelectBuffers b;
+    if (!LayoutSelect(d_scratch, scratch_bytes, n, &b).fits()) {
+      return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
+    }
+    if (n > 0xffffffffULL) return absl::InvalidArgumentError(absl::StrCat(Name(), ": too large"));
+    Selector sel(d_x, n, b, stream);
+    uint32_t* idx = reinterpret_cast<uint32_t*>(b.payload + 4);
+    size_t k = 0;
+    if (n > 0) {
+      switch (kind_) {
+        case Kind::kTopK: {
+          TERN_ASSIGN_OR_RETURN(k, sel.TopK(SparseK(ratio_, n), idx));
+          break;
+        }
+        case Kind::kThreshold: {
+          TERN_ASSIGN_OR_RETURN(k, sel.AtLeastKey(HostMagnitudeKey(tau_)));
+          TERN_CUDA_RETURN_IF_ERROR(
+              cudaMemcpyAsync(idx, b.cand, 4 * k, cudaMemcpyDeviceToDevice, stream));
+          break;
+        }
+        case Kind::kDgc: {
+          TERN_ASSIGN_OR_RETURN(k, Dgc(sel, b, d_x, n, stream, idx));
+          break;
+        }
+      }
+    }
+    // Values after the k indices, then the whole payload to the host.
+    float* values = reinterpret_cast<float*>(b.payload + 4 + 4 * k);
+    if (k > 0) {
+      GatherValuesKernel<<<internal::GridFor(k), internal::kThreads, 0, stream>>>(d_x, idx, k,
+                                                                                  values);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("GatherValuesKernel"));
+    }
+    out->codec = name_;
+    out->params = spec_.substr(spec_.find(':') + 1);
+    out->numel = n;
+    out->scales.clear();
+    TERN_RETURN_IF_ERROR(internal::CopyOut(b.payload, 4 + 8 * k, stream, &out->payload));
+    const uint32_t k32 = static_cast<uint32_t>(k);
+    std::memcpy(out->payload.data(), &k32, 4);
+    return absl::OkStatus();
+  }
+
+  size_t DecodeScratchBytes(const EncodedView& in) const override {
+    Arena a(nullptr, 0);
+    a.Take<uint8_t>(in.payload.size());
+    a.Take<uint32_t>(1);
+    return a.used();
+  }
+  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
+                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const override {
+    TERN_RETURN_IF_ERROR(internal::CheckView(Name(), in, n));
+    if (!in.scales.empty()) {
+      return internal::PayloadError(Name(), "expected no scales, got ", in.scales.size());
+    }
+    if (in.payload.size() < 4) {
+      return internal::PayloadError(Name(), "truncated header (", in.payload.size(), " bytes)");
+    }
+    const uint32_t k = internal::LoadU32(in.payload.data());
+    if (k > n) return internal::PayloadError(Name(), "k = ", k, " exceeds numel = ", n);
+    if (in.payload.size() - 4 != uint64_t{k} * 8) {
+      return internal::PayloadError(Name(), "k = ", k, " needs ", uint64_t{k} * 8,
+                                    " body bytes, got ", in.payload.size() - 4);
+    }
+    Arena a(d_scratch, scratch_bytes);
+    uint8_t* p = a.Take<uint8_t>(in.payload.size());
+    uint32_t* d_flag = a.Take<uint32_t>(1);
+    if (!a.fits()) return internal::ScratchError(Name(), DecodeScratchBytes(in), scratch_bytes);
+    TERN_RETURN_IF_ERROR(internal::Upload(in, p, stream));
+    const uint32_t* idx = reinterpret_cast<const uint32_t*>(p + 4);
+    const float* values = reinterpret_cast<const float*>(p + 4 + 4 * size_t{k});
+    if (k > 0) {
+      TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_flag, 0, 4, stream));
+      SparseCheckKernel<<<internal::GridFor(k), internal::kThreads, 0, stream>>>(idx, k, n, d_flag);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("SparseCheckKernel"));
+      uint32_t flag = 0;
+      TERN_RETURN_IF_ERROR(internal::ReadFlag(d_flag, stream, &flag));
+      if (flag != 0) {
+        return internal::PayloadError(Name(), "an index is out of range or not ascending");
+      }
+    }
+    if (!accumulate && n > 0) {
+      TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_out, 0, n * sizeof(float), stream));
+    }
+    if (k > 0) {
+      SparseScatterKernel<<<internal::GridFor(k), internal::kThreads, 0, stream>>>(
+          idx, values, k, weight, accumulate, d_out);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("SparseScatterKernel"));
+    }
+    return FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+
+ private:
+  // kernels/select.cc's SelectDgc, step for step.
+  absl::StatusOr<size_t> Dgc(Selector& sel, SelectBuffers& b, const float* d_x, size_t n,
+                             cudaStream_t stream, uint32_t* idx) {
+    const size_t k = SparseK(ratio_, n);
+    if (k >= n) return sel.AllThenCopy(idx);
+    const size_t m = std::min(n, std::max<size_t>(64, static_cast<size_t>(sample_ * n)));
+    const size_t stride = std::max<size_t>(1, n / std::max<size_t>(1, m));
+    const size_t samples = (n - stride / 2 + stride - 1) / stride;
+    StridedKeysKernel<<<internal::GridFor(samples), internal::kThreads, 0, stream>>>(
+        d_x, stride / 2, stride, samples, b.keys);
+    TERN_RETURN_IF_ERROR(internal::LaunchStatus("StridedKeysKernel"));
+    const size_t r =
+        std::min(samples - 1, static_cast<size_t>(std::ceil(double(k) * samples / n)) - 1);
+    TERN_ASSIGN_OR_RETURN(uint32_t key, sel.NthLargest(samples, r));
+    for (int tries = 1;; ++tries) {
+      TERN_ASSIGN_OR_RETURN(const size_t count, sel.AtLeastKey(key));
+      if (count > k + 3 * k / 10) return sel.TrimToTopK(count, k, idx);
+      if (10 * count >= 8 * k || tries == 10 || key == 0) {
+        TERN_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(idx, b.cand, 4 * count, cudaMemcpyDeviceToDevice, stream));
+        return count;
+      }
+      float f;
+      std::memcpy(&f, &key, 4);
+      key = HostMagnitudeKey(f * 0.8f);
+    }
+  }
+
+  const Kind kind_;
+  const double ratio_, sample_;
+  const float tau_;
+  std::string name_, spec_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTopKCodec(CodecParams& params) {
+  TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.01, 1e-9, 1.0));
+  if (ratio <= 0) return absl::InvalidArgumentError("topk: ratio must be > 0");
+  return std::make_unique<GpuSparseCodec>(Kind::kTopK, ratio, 0, 0);
+}
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuThresholdCodec(CodecParams& params) {
+  TERN_ASSIGN_OR_RETURN(double tau, params.Double("tau", 1e-3, 0.0, 3.4e38));
+  return std::make_unique<GpuSparseCodec>(Kind::kThreshold, 0, 0, static_cast<float>(tau));
+}
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuDgcCodec(CodecParams& params) {
+  TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.001, 1e-9, 1.0));
+  TERN_ASSIGN_OR_RETURN(double sample, params.Double("sample", 0.01, 1e-6, 1.0));
+  return std::make_unique<GpuSparseCodec>(Kind::kDgc, ratio, sample, 0);
+}
+
+}  // namespace tern::cuda

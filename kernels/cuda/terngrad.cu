@@ -1,0 +1,222 @@
+// terngrad.v1 on the device (kernels/cpu/terngrad.cc): the scale from the exact max |x| or, with
+// clipping, from the moments summed in the CPU's order; then one thread per packed byte draws
+// its 4 (2-bit) or 5 (base-3) ternary digits from the counter generator.
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/gpu_codec.h"
+
+namespace tern::cuda {
+namespace {
+
+using internal::Arena;
+
+constexpr uint8_t k2Bit = 0;
+constexpr uint8_t kBase3 = 1;
+
+size_t PackedBytes(uint8_t pack, size_t n) { return pack == k2Bit ? (n + 3) / 4 : (n + 4) / 5; }
+
+// s as TernGradCodec::Encode computes it; scale[0] = s, scale[1] = 1 / s (or 0).
+__global__ void TernScaleKernel(const double* sum, const double* sum_sq, const uint32_t* max_abs,
+                                size_t n, double clip, float* scale) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const float m = __uint_as_float(*max_abs);
+  float s = m;
+  if (clip > 0 && n > 0) {
+    const double mean = *sum / static_cast<double>(n);
+    const double var0 = *sum_sq / static_cast<double>(n) - mean * mean;
+    const double var = 0.0 > var0 ? 0.0 : var0;  // std::max(0.0, var0)
+    const float c = static_cast<float>(clip * sqrt(var));
+    s = c < m ? c : m;  // std::min(m, c)
+  }
+  scale[0] = s;
+  scale[1] = s > 0 ? __fdiv_rn(1.0f, s) : 0.0f;
+}
+
+__device__ __forceinline__ unsigned Digit(const float* x, size_t i, RngKey key, float s,
+                                          float inv) {
+  const float v = x[i];
+  const float a = fabsf(v) < s ? fabsf(v) : s;
+  const unsigned keep = Uniform01Lo(key, static_cast<uint32_t>(i)) < __fmul_rn(a, inv);
+  const unsigned neg = v < 0;
+  return keep + (keep & neg);
+}
+
+__global__ void TernPackKernel(const float* x, size_t n, uint8_t pack, RngKey key,
+                               const float* scale, uint8_t* out) {
+  const float s = scale[0], inv = scale[1];
+  const size_t per = pack == k2Bit ? 4 : 5;
+  const size_t bytes = (n + per - 1) / per;
+  for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < bytes;
+       j += size_t{gridDim.x} * blockDim.x) {
+    unsigned b = 0, mul = 1;
+    for (size_t k = 0; k < per && per * j + k < n; ++k) {
+      const unsigned t = Digit(x, per * j + k, key, s, inv);
+      if (pack == k2Bit) {
+        b |= t << (2 * k);
+      } else {
+        b += t * mul;
+        mul *= 3;
+      }
+    }
+    out[j] = static_cast<uint8_t>(b);
+  }
+}
+
+__global__ void TernCheckKernel(const uint8_t* body, size_t bytes, uint8_t pack, uint32_t* flag) {
+  for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < bytes;
+       j += size_t{gridDim.x} * blockDim.x) {
+    const unsigned b = body[j];
+    const bool bad = pack == k2Bit ? (((b & 0x55u) & ((b >> 1) & 0x55u)) != 0) : b >= 243;
+    if (bad) atomicOr(flag, 1u);
+  }
+}
+
+__global__ void TernDecodeKernel(const uint8_t* body, size_t n, uint8_t pack, float s, float w,
+                                 bool acc, float* out) {
+  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    unsigned t;
+    if (pack == k2Bit) {
+      t = (body[i / 4] >> (2 * (i % 4))) & 3u;
+    } else {
+      t = body[i / 5];
+      for (size_t k = 0; k < i % 5; ++k) t /= 3;
+      t %= 3;
+    }
+    const float v = t == 1 ? s : (t == 2 ? -s : 0.0f);
+    internal::Store(out, i, v, w, acc);
+  }
+}
+
+class GpuTernGradCodec final : public GpuCodec {
+ public:
+  GpuTernGradCodec(double clip, uint8_t pack)
+      : clip_(clip),
+        pack_(pack),
+        params_(absl::StrCat("clip=", clip, ",pack=", pack == k2Bit ? "2bit" : "base3")) {}
+  absl::string_view Name() const override { return "terngrad.v1"; }
+  std::string Spec() const override { return absl::StrCat("terngrad:", params_); }
+
+  size_t EncodeScratchBytes(size_t n) const override { return Layout(nullptr, 0, n).used(); }
+  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options, void* d_scratch,
+                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
+    Buffers b;
+    Arena a = Layout(d_scratch, scratch_bytes, n, &b);
+    if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
+    const size_t segment = n > 0 ? n : 1;
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.max_abs, 0, 4, stream));
+    if (n > 0) {
+      internal::MaxAbsKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(d_x, n,
+                                                                                      b.max_abs);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("MaxAbsKernel"));
+      if (clip_ > 0) {
+        TERN_RETURN_IF_ERROR(internal::SegmentSums<internal::SumOf::kValues>(
+            d_x, n, segment, b.partial, b.sum, stream));
+        TERN_RETURN_IF_ERROR(internal::SegmentSums<internal::SumOf::kSquares>(
+            d_x, n, segment, b.partial, b.sum_sq, stream));
+      }
+    }
+    TernScaleKernel<<<1, 1, 0, stream>>>(b.sum, b.sum_sq, b.max_abs, n, n > 0 ? clip_ : 0.0,
+                                         b.scale);
+    TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernScaleKernel"));
+    const size_t bytes = PackedBytes(pack_, n);
+    if (n > 0) {
+      TernPackKernel<<<internal::GridFor(bytes), internal::kThreads, 0, stream>>>(
+          d_x, n, pack_, MakeRngKey(options.seed), b.scale, b.body);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernPackKernel"));
+    }
+    out->codec = "terngrad.v1";
+    out->params = params_;
+    out->numel = n;
+    TERN_RETURN_IF_ERROR(internal::CopyScalesOut(b.scale, 1, stream, &out->scales));
+    TERN_RETURN_IF_ERROR(internal::CopyOut(b.body - 1, 1 + bytes, stream, &out->payload));
+    out->payload[0] = static_cast<char>(pack_);
+    return absl::OkStatus();
+  }
+
+  size_t DecodeScratchBytes(const EncodedView& in) const override {
+    Arena a(nullptr, 0);
+    a.Take<uint8_t>(in.payload.size());
+    a.Take<uint32_t>(1);
+    return a.used();
+  }
+  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
+                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const override {
+    TERN_RETURN_IF_ERROR(internal::CheckView(Name(), in, n));
+    if (in.payload.empty()) return internal::PayloadError(Name(), "truncated header");
+    const uint8_t pack = in.payload[0];
+    if (pack != k2Bit && pack != kBase3) {
+      return internal::PayloadError(Name(), "unknown packing ", int{pack});
+    }
+    const size_t bytes = PackedBytes(pack, n);
+    if (in.payload.size() != 1 + bytes) {
+      return internal::PayloadError(Name(), "expected ", 1 + bytes, " bytes, got ",
+                                    in.payload.size());
+    }
+    TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, 1));
+    if (bytes > 0) {  // canonical padding, checked on the host: it is one byte
+      const uint8_t last = in.payload[bytes];
+      if (pack == k2Bit && n % 4 != 0 && (last >> (2 * (n % 4))) != 0) {
+        return internal::PayloadError(Name(), "non-zero padding in the last byte");
+      }
+      if (pack == kBase3 && n % 5 != 0) {
+        unsigned pow = 1;
+        for (size_t j = 0; j < n % 5; ++j) pow *= 3;
+        if (last >= pow) return internal::PayloadError(Name(), "non-zero padding in the last byte");
+      }
+    }
+    Arena a(d_scratch, scratch_bytes);
+    uint8_t* p = a.Take<uint8_t>(in.payload.size());
+    uint32_t* d_flag = a.Take<uint32_t>(1);
+    if (!a.fits()) return internal::ScratchError(Name(), DecodeScratchBytes(in), scratch_bytes);
+    if (n == 0) return absl::OkStatus();
+    TERN_RETURN_IF_ERROR(internal::Upload(in, p, stream));
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_flag, 0, 4, stream));
+    TernCheckKernel<<<internal::GridFor(bytes), internal::kThreads, 0, stream>>>(p + 1, bytes, pack,
+                                                                                 d_flag);
+    TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernCheckKernel"));
+    uint32_t flag = 0;
+    TERN_RETURN_IF_ERROR(internal::ReadFlag(d_flag, stream, &flag));
+    if (flag != 0) {
+      return internal::PayloadError(Name(), pack == k2Bit ? "invalid 2-bit code 3" : "byte >= 3^5");
+    }
+    TernDecodeKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
+        p + 1, n, pack, in.scales[0], weight, accumulate, d_out);
+    TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernDecodeKernel"));
+    return FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+
+ private:
+  struct Buffers {
+    float *partial = nullptr, *scale = nullptr;
+    double *sum = nullptr, *sum_sq = nullptr;
+    uint32_t* max_abs = nullptr;
+    uint8_t* body = nullptr;  // 1 byte after the start of a payload buffer
+  };
+  Arena Layout(void* base, size_t bytes, size_t n, Buffers* b = nullptr) const {
+    Buffers local;
+    if (b == nullptr) b = &local;
+    Arena a(base, bytes);
+    b->partial = a.Take<float>(internal::TotalBlocks(n, n > 0 ? n : 1));
+    b->sum = a.Take<double>(1);
+    b->sum_sq = a.Take<double>(1);
+    b->max_abs = a.Take<uint32_t>(1);
+    b->scale = a.Take<float>(2);
+    uint8_t* payload = a.Take<uint8_t>(1 + PackedBytes(pack_, n));
+    b->body = payload == nullptr ? nullptr : payload + 1;
+    return a;
+  }
+
+  const double clip_;
+  const uint8_t pack_;
+  const std::string params_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTernGradCodec(CodecParams& params) {
+  TERN_ASSIGN_OR_RETURN(double clip, params.Double("clip", 2.5, 0.0, 1e6));
+  TERN_ASSIGN_OR_RETURN(std::string pack, params.Enum("pack", "2bit", {"2bit", "base3"}));
+  return std::make_unique<GpuTernGradCodec>(clip, pack == "2bit" ? k2Bit : kBase3);
+}
+
+}  // namespace tern::cuda
