@@ -32,16 +32,18 @@
 #include "cli/process.h"
 #include "cli/report.h"
 #include "cli/train_flags.h"
+#include "clients/cpp/fed_client.h"
+#include "core/model/bundle.h"
+#include "core/rpc/channel.h"
+#include "core/rpc/chunk_stream.h"
+#include "core/rpc/status.h"
+#include "core/workload/builtin_model.h"
+#include "core/workload/dataset.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/builtin.h"
 #include "server/service.h"
 #include "spdlog/spdlog.h"
 #include "tern/v1/server.grpc.pb.h"
-#include "worker/bundle.h"
-#include "worker/dataset.h"
-#include "worker/fed_client.h"
-#include "worker/grpc_transport.h"
-#include "worker/model.h"
 
 ABSL_DECLARE_FLAG(std::string, listen);
 ABSL_DECLARE_FLAG(std::string, port_file);
@@ -235,8 +237,7 @@ int ClientMain() {
     std::fprintf(stderr, "tern client: %s\n", shared.status().ToString().c_str());
     return 1;
   }
-  auto channel = grpc::CreateCustomChannel(
-      absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials(), TernChannelArguments());
+  auto channel = MakeChannel(absl::GetFlag(FLAGS_server));
   std::atomic<bool> stop{false};
   std::atomic<int> failed{0}, finished{0};
   std::vector<std::thread> threads;
@@ -287,7 +288,7 @@ std::optional<std::vector<float>> FetchGlobalModel(v1::Aggregator::Stub& stub, i
   absl::StatusOr<v1::TensorBundle> bundle = ReadChunkedBundle(reader.get(), &first);
   if (!reader->Finish().ok() || !bundle.ok()) return std::nullopt;
   *status = first.status();
-  std::vector<float> x(layout.back().offset + layout.back().numel);
+  std::vector<float> x(LayoutNumel(layout));
   if (!BundleToFlat(*bundle, layout, codecs, absl::MakeSpan(x)).ok()) return std::nullopt;
   return x;
 }
@@ -467,8 +468,7 @@ int RunFederatedMain(const std::string& self_exe) {
     for (ChildProcess& c : groups) v.push_back(&c);
     return v;
   };
-  auto stub = v1::Aggregator::NewStub(grpc::CreateCustomChannel(
-      address, grpc::InsecureChannelCredentials(), TernChannelArguments()));
+  auto stub = v1::Aggregator::NewStub(MakeChannel(address));
 
   std::ofstream metrics(dir + "/metrics.jsonl");
   const std::vector<ParamTensor>& layout = (*model)->Layout();

@@ -32,14 +32,16 @@
 #include "cli/process.h"
 #include "cli/report.h"
 #include "cli/train_flags.h"
+#include "clients/cpp/builtin_trainer.h"
+#include "core/model/bundle.h"
+#include "core/rpc/channel.h"
+#include "core/rpc/chunk_stream.h"
+#include "core/rpc/status.h"
+#include "core/workload/builtin_model.h"
+#include "core/workload/dataset.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/builtin.h"
 #include "tern/v1/worker.grpc.pb.h"
-#include "worker/builtin_trainer.h"
-#include "worker/bundle.h"
-#include "worker/dataset.h"
-#include "worker/grpc_transport.h"
-#include "worker/model.h"
 
 ABSL_DECLARE_FLAG(int, workers);
 ABSL_DECLARE_FLAG(int, epochs);
@@ -103,7 +105,7 @@ std::optional<std::vector<float>> FetchSnapshot(Child& c, int64_t step,
   }
   if (!bundle.ok()) return std::nullopt;
   *stats = first.stats();
-  std::vector<float> x(layout.back().offset + layout.back().numel);
+  std::vector<float> x(LayoutNumel(layout));
   if (!BundleToFlat(*bundle, layout, codecs, absl::MakeSpan(x)).ok()) return std::nullopt;
   return x;
 }
@@ -229,8 +231,7 @@ int RunMain(const std::string& self_exe) {
   }
   std::rename((dir + "/peers.txt.tmp").c_str(), (dir + "/peers.txt").c_str());
   for (int i = 0; i < n; ++i) {
-    children[i].stub = v1::Trainer::NewStub(grpc::CreateCustomChannel(
-        addresses[i], grpc::InsecureChannelCredentials(), TernChannelArguments()));
+    children[i].stub = v1::Trainer::NewStub(MakeChannel(addresses[i]));
   }
 
   const std::vector<ParamTensor>& layout = (*model)->Layout();
@@ -315,7 +316,7 @@ int RunMain(const std::string& self_exe) {
                    static_cast<long long>(step));
       break;
     }
-    std::vector<double> avg(layout.back().offset + layout.back().numel, 0.0);
+    std::vector<double> avg(LayoutNumel(layout), 0.0);
     for (int i : have) {
       for (size_t k = 0; k < avg.size(); ++k) avg[k] += (*got[i])[k];
     }

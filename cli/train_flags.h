@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/builtin_trainer.h"
-#include "worker/dataset.h"
+#include "clients/cpp/builtin_trainer.h"
+#include "core/workload/builtin_model.h"
+#include "core/workload/dataset.h"
 #include "worker/engine.h"
-#include "worker/model.h"
 
 namespace tern {
 

@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/process.h"
 #include "cli/train_flags.h"
+#include "core/rpc/channel.h"
 #include "kernels/builtin.h"
 #include "spdlog/spdlog.h"
 #include "worker/daemon.h"
@@ -126,9 +127,7 @@ int WorkerMain() {
     }
     WorkerDaemon* d = daemon->get();
     so.progress = [d] { return d->engine()->next_step(); };
-    auto c = SchedulerClient::Start(
-        grpc::CreateChannel(absl::GetFlag(FLAGS_scheduler), grpc::InsecureChannelCredentials()),
-        so);
+    auto c = SchedulerClient::Start(MakeChannel(absl::GetFlag(FLAGS_scheduler)), so);
     if (!c.ok()) {
       spdlog::error("worker {}: scheduler {}: {}", id, absl::GetFlag(FLAGS_scheduler),
                     c.status().ToString());

@@ -15,10 +15,10 @@
 #include "common/chunking.h"
 #include "common/crc32.h"
 #include "common/status_macros.h"
+#include "core/federated/protocol.h"
+#include "core/model/bundle.h"
 #include "kernels/wire.h"
 #include "spdlog/spdlog.h"
-#include "worker/bundle.h"
-#include "worker/fed_client.h"
 
 namespace tern {
 namespace {
@@ -246,7 +246,7 @@ absl::Status Aggregator::Restore(const v1::AggregatorCheckpoint& ckpt) {
 absl::Status Aggregator::AdoptModel(const v1::TensorBundle& bundle) {
   TERN_ASSIGN_OR_RETURN(std::vector<ParamTensor> layout,
                         LayoutFromBundle(bundle, options_.max_params));
-  std::vector<float> x(layout.back().offset + layout.back().numel);
+  std::vector<float> x(LayoutNumel(layout));
   TERN_RETURN_IF_ERROR(BundleToFlat(bundle, layout, *codecs_, absl::MakeSpan(x)));
   for (float v : x) {
     if (!std::isfinite(v)) return absl::InvalidArgumentError("the model holds Inf or NaN");

@@ -23,12 +23,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/model/adam.h"
+#include "core/model/layout.h"
 #include "kernels/registry.h"
 #include "server/aggregation.h"
 #include "server/round.h"
 #include "tern/v1/server.pb.h"
-#include "worker/adam.h"
-#include "worker/model.h"
 
 namespace tern {
 
@@ -51,7 +51,7 @@ struct AggregatorOptions {
   std::string downstream = "model";
   std::string downstream_codec = "none";
   int keep_deltas = 2000;  // downstream updates kept for catch-up
-  // ps mode's optimizer is task.optimizer (worker/adam.h): "sgd" (with server_momentum),
+  // ps mode's optimizer is task.optimizer (core/model/adam.h): "sgd" (with server_momentum),
   // "adam" / "lamb", or "onebit-adam" / "onebit-lamb" (dense for task.warmup_rounds rounds, then
   // the clients' momenta encoded with task.update_codec both ways, "sign" when that is "none").
   float beta2 = 0.999f;

@@ -8,19 +8,20 @@
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
 #include "common/crc32.h"
+#include "core/federated/protocol.h"
+#include "core/model/bundle.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
 #include "kernels/wire.h"
 #include "tests/testing/status_matchers.h"
-#include "worker/bundle.h"
-#include "worker/fed_client.h"
 
 namespace tern {
 namespace {
 
 using ::tern::testing::IsOk;
 using ::tern::testing::StatusIs;
+using ::tern::testing::ValueOrFailure;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
@@ -71,7 +72,10 @@ class AggregatorTest : public ::testing::Test {
     }
     if ((*a)->layout().empty()) {
       auto b = FlatToBundle(layout_, x0_);
-      EXPECT_THAT((*a)->InitModel(0, *b), IsOk());
+      EXPECT_THAT(b, IsOk());
+      if (b.ok()) {
+        EXPECT_THAT((*a)->InitModel(0, *b), IsOk());
+      }
     }
     EXPECT_THAT((*a)->Tick(now), IsOk());
     return *std::move(a);
@@ -80,8 +84,11 @@ class AggregatorTest : public ::testing::Test {
   v1::TensorBundle Update(const std::vector<float>& delta, int64_t round,
                           const std::string& codec = "none") {
     auto c = codecs_->Create(codec);
+    EXPECT_THAT(c, IsOk());
+    if (!c.ok()) return {};
     auto b = EncodeFlatToBundle(layout_, delta, **c, EncodeOptions(), nullptr);
     EXPECT_THAT(b, IsOk());
+    if (!b.ok()) return {};
     b->set_run_id("r");
     b->set_round(static_cast<uint64_t>(round));
     return *b;
@@ -101,6 +108,7 @@ class AggregatorTest : public ::testing::Test {
     auto m = a.Model(round);
     EXPECT_THAT(m, IsOk());
     std::vector<float> x(x0_.size());
+    if (!m.ok()) return x;
     EXPECT_THAT(BundleToFlat(*m->bundle, layout_, *codecs_, absl::MakeSpan(x)), IsOk());
     return x;
   }
@@ -113,6 +121,7 @@ class AggregatorTest : public ::testing::Test {
 
 TEST_F(AggregatorTest, FedAvgRoundAppliesTheSampleWeightedMeanOfTheUpdates) {
   auto a = Start(3);
+  ASSERT_NE(a, nullptr);
   for (uint32_t c = 0; c < 3; ++c) {
     auto f = a->Fetch(c, kT0);
     ASSERT_THAT(f, IsOk());
@@ -121,11 +130,11 @@ TEST_F(AggregatorTest, FedAvgRoundAppliesTheSampleWeightedMeanOfTheUpdates) {
     ASSERT_NE(f->chunks, nullptr);
   }
   std::vector<float> d0(9, 1.0f), d1(9, 2.0f), d2(9, -3.0f);
-  EXPECT_EQ(Push(*a, 0, 1, 1, d0)->verdict(), v1::UpdateReply::ACCEPTED);
-  EXPECT_EQ(Push(*a, 1, 1, 2, d1)->verdict(), v1::UpdateReply::ACCEPTED);
+  EXPECT_EQ(ValueOrFailure(Push(*a, 0, 1, 1, d0)).verdict(), v1::UpdateReply::ACCEPTED);
+  EXPECT_EQ(ValueOrFailure(Push(*a, 1, 1, 2, d1)).verdict(), v1::UpdateReply::ACCEPTED);
   ASSERT_THAT(a->Tick(kT0 + absl::Seconds(5)), IsOk());  // 2 of 3: not yet
   EXPECT_EQ(a->Status(kT0).round(), 0u);
-  EXPECT_EQ(Push(*a, 2, 1, 3, d2)->verdict(), v1::UpdateReply::ACCEPTED);
+  EXPECT_EQ(ValueOrFailure(Push(*a, 2, 1, 3, d2)).verdict(), v1::UpdateReply::ACCEPTED);
   ASSERT_THAT(a->Tick(kT0 + absl::Seconds(5)), IsOk());  // all replied: closes at once
   const v1::ServerStatus st = a->Status(kT0);
   EXPECT_EQ(st.round(), 1u);
@@ -137,7 +146,7 @@ TEST_F(AggregatorTest, FedAvgRoundAppliesTheSampleWeightedMeanOfTheUpdates) {
   const std::vector<float> got = ModelOf(*a);
   for (size_t i = 0; i < 9; ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << i;
   // Round 2 opened with 3 clients; the model of round 1 stays available.
-  EXPECT_EQ(a->Fetch(0, kT0)->task.round(), 2u);
+  EXPECT_EQ(ValueOrFailure(a->Fetch(0, kT0)).task.round(), 2u);
   EXPECT_THAT(a->Model(1), IsOk());
 }
 
@@ -145,10 +154,12 @@ TEST_F(AggregatorTest, RefusedUpdatesAreNamedAndChangeNothing) {
   options_.policy.clients_per_round = 2;
   options_.policy.min_replies = 2;
   auto a = Start(3);
+  ASSERT_NE(a, nullptr);
   const std::vector<int> sampled = [&] {
     std::vector<int> s;
     for (uint32_t c = 0; c < 3; ++c) {
-      if (a->Fetch(c, kT0)->task.kind() == v1::Task::TRAIN) s.push_back(static_cast<int>(c));
+      if (ValueOrFailure(a->Fetch(c, kT0)).task.kind() == v1::Task::TRAIN)
+        s.push_back(static_cast<int>(c));
     }
     return s;
   }();
@@ -190,6 +201,7 @@ TEST_F(AggregatorTest, RefusedUpdatesAreNamedAndChangeNothing) {
 
 TEST_F(AggregatorTest, ARoundClosesAtItsDeadlineWithoutTheSilentClient) {
   auto a = Start(3);
+  ASSERT_NE(a, nullptr);
   EXPECT_THAT(Push(*a, 0, 1, 1, std::vector<float>(9, 1.0f)), IsOk());
   EXPECT_THAT(Push(*a, 1, 1, 1, std::vector<float>(9, 3.0f)), IsOk());
   ASSERT_THAT(a->Tick(kT0 + absl::Seconds(9)), IsOk());
@@ -200,17 +212,19 @@ TEST_F(AggregatorTest, ARoundClosesAtItsDeadlineWithoutTheSilentClient) {
   for (float& v : want) v += 2.0f;
   EXPECT_THAT(ModelOf(*a), ElementsAreArray(want));
   // The late client's update for the closed round is dropped (no staleness weighting).
-  EXPECT_EQ(Push(*a, 2, 1, 1, std::vector<float>(9, 100.0f))->verdict(), v1::UpdateReply::DROPPED);
+  EXPECT_EQ(ValueOrFailure(Push(*a, 2, 1, 1, std::vector<float>(9, 100.0f))).verdict(),
+            v1::UpdateReply::DROPPED);
 }
 
 TEST_F(AggregatorTest, LateUpdatesAreStalenessWeightedIntoTheNextClose) {
   options_.policy.staleness_decay = 0.5;
   options_.policy.max_staleness = 2;
   auto a = Start(3);
+  ASSERT_NE(a, nullptr);
   EXPECT_THAT(Push(*a, 0, 1, 1, std::vector<float>(9, 1.0f)), IsOk());
   ASSERT_THAT(a->Tick(kT0 + absl::Seconds(10)), IsOk());  // closes round 1 with one update
   // Round 2 is open (opened at +10 s); client 1's late update for round 1 gets weight 0.5.
-  EXPECT_EQ(Push(*a, 1, 1, 1, std::vector<float>(9, 4.0f))->verdict(),
+  EXPECT_EQ(ValueOrFailure(Push(*a, 1, 1, 1, std::vector<float>(9, 4.0f))).verdict(),
             v1::UpdateReply::ACCEPTED_STALE);
   EXPECT_THAT(Push(*a, 0, 2, 1, std::vector<float>(9, 1.0f)), IsOk());
   ASSERT_THAT(a->Tick(kT0 + absl::Seconds(20)), IsOk());
@@ -229,6 +243,7 @@ TEST_F(AggregatorTest, ARestartedServerResumesTheOpenRoundWithItsAcceptedUpdates
     options_.checkpoint_path = TempPath("server.ckpt");
     {
       auto a = Start(3);
+      ASSERT_NE(a, nullptr);
       EXPECT_THAT(Push(*a, 0, 1, 1, std::vector<float>(9, 1.0f)), IsOk());
       EXPECT_THAT(Push(*a, 1, 1, 1, std::vector<float>(9, 2.0f)), IsOk());
     }  // killed: only the checkpoint file survives
@@ -241,7 +256,7 @@ TEST_F(AggregatorTest, ARestartedServerResumesTheOpenRoundWithItsAcceptedUpdates
     // The round is still 1, client 0 already replied, client 2 is still expected.
     EXPECT_THAT(Push(**b, 0, 1, 1, std::vector<float>(9, 1.0f), kT0 + absl::Minutes(1)),
                 StatusIs(absl::StatusCode::kAlreadyExists));
-    EXPECT_EQ((*b)->Fetch(2, kT0 + absl::Minutes(1))->task.kind(), v1::Task::TRAIN);
+    EXPECT_EQ(ValueOrFailure((*b)->Fetch(2, kT0 + absl::Minutes(1))).task.kind(), v1::Task::TRAIN);
     EXPECT_THAT(Push(**b, 2, 1, 1, std::vector<float>(9, 6.0f), kT0 + absl::Minutes(1)), IsOk());
     ASSERT_THAT((*b)->Tick(kT0 + absl::Minutes(1)), IsOk());
     EXPECT_EQ((*b)->Status(kT0).round(), 1u);
@@ -269,9 +284,10 @@ TEST_F(AggregatorTest, LocalSgdSamplesEveryClientAndServerMomentumAccumulates) {
   options_.mode = "local-sgd";
   options_.server_momentum = 0.5;
   auto a = Start(4);
+  ASSERT_NE(a, nullptr);
   for (int round = 1; round <= 2; ++round) {
     for (uint32_t c = 0; c < 4; ++c) {
-      ASSERT_EQ(a->Fetch(c, kT0)->task.kind(), v1::Task::TRAIN) << round;
+      ASSERT_EQ(ValueOrFailure(a->Fetch(c, kT0)).task.kind(), v1::Task::TRAIN) << round;
       ASSERT_THAT(Push(*a, c, round, 1, std::vector<float>(9, 1.0f)), IsOk());
     }
     ASSERT_THAT(a->Tick(kT0), IsOk());
@@ -285,17 +301,21 @@ TEST_F(AggregatorTest, LocalSgdSamplesEveryClientAndServerMomentumAccumulates) {
 TEST_F(AggregatorTest, TheRunEndsAfterItsRoundsAndClientsAreToldSo) {
   options_.total_rounds = 1;
   auto a = Start(3);
+  ASSERT_NE(a, nullptr);
   for (uint32_t c = 0; c < 3; ++c) ASSERT_THAT(Push(*a, c, 1, 1, std::vector<float>(9, 0)), IsOk());
   ASSERT_THAT(a->Tick(kT0), IsOk());
   EXPECT_TRUE(a->done());
-  EXPECT_EQ(a->Fetch(1, kT0)->task.kind(), v1::Task::DONE);
+  EXPECT_EQ(ValueOrFailure(a->Fetch(1, kT0)).task.kind(), v1::Task::DONE);
 }
 
 TEST_F(AggregatorTest, ADownstreamCodecEncodesTheModelOncePerRound) {
   options_.downstream_codec = "fp16";
   auto a = Start(3);
+  ASSERT_NE(a, nullptr);
   auto f0 = a->Fetch(0, kT0);
+  ASSERT_THAT(f0, IsOk());
   auto f1 = a->Fetch(1, kT0);
+  ASSERT_THAT(f1, IsOk());
   ASSERT_THAT(f0, IsOk());
   EXPECT_EQ(f0->chunks, f1->chunks);  // shared, not re-encoded
   const v1::ServerStatus st = a->Status(kT0);
@@ -311,6 +331,7 @@ TEST_F(AggregatorTest, DeltaDownstreamCatchesClientsUpBitExactlyWithFewerBytesTh
   options_.downstream = "delta";
   options_.downstream_codec = "stc:ratio=0.05";
   auto a = Start(3);
+  ASSERT_NE(a, nullptr);
   const uint32_t crc0 = Crc32(x0_.data(), 4 * x0_.size());
   // Round 1: a client holding the initial model gets no model bytes at all.
   auto f = a->Fetch(0, kT0, 0, crc0);
@@ -348,8 +369,8 @@ TEST_F(AggregatorTest, DeltaDownstreamCatchesClientsUpBitExactlyWithFewerBytesTh
   EXPECT_EQ(copy, ModelOf(*a));  // bit-identical
   EXPECT_LT(a->Status(kT0).payload_bytes_down(), 4u * 1025 / 4);
   // A client with no copy, or a wrong one, gets the exact model instead.
-  EXPECT_EQ(a->Fetch(1, kT0, -1, 0)->task.payload(), v1::Task::MODEL);
-  EXPECT_EQ(a->Fetch(2, kT0, 0, crc0 ^ 1)->task.payload(), v1::Task::MODEL);
+  EXPECT_EQ(ValueOrFailure(a->Fetch(1, kT0, -1, 0)).task.payload(), v1::Task::MODEL);
+  EXPECT_EQ(ValueOrFailure(a->Fetch(2, kT0, 0, crc0 ^ 1)).task.payload(), v1::Task::MODEL);
   // Sparse steps, but with the residual fed back the model moves most of the way to x0 + 2u.
   const std::vector<float> x = ModelOf(*a);
   double err = 0, full = 0;
@@ -372,6 +393,7 @@ TEST_F(AggregatorTest, OnebitAdamWarmsUpDenseThenSendsMomentaBothWaysAndCopiesSt
   options_.task.set_beta1(0.9f);
   options_.task.set_eps(1e-8f);
   auto a = Start(3);
+  ASSERT_NE(a, nullptr);
   auto grad = [&](uint32_t c, int round) {
     std::vector<float> g(1025);
     for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(0.37f * i + c + 0.5f * round);
@@ -380,9 +402,7 @@ TEST_F(AggregatorTest, OnebitAdamWarmsUpDenseThenSendsMomentaBothWaysAndCopiesSt
   auto fetch_bundle = [&](const FetchResult& f) {
     BundleAssembler assembler(1 << 24);
     for (const v1::BundleChunk& c : *f.chunks) EXPECT_THAT(assembler.Add(c), IsOk());
-    auto b = assembler.Finish();
-    EXPECT_THAT(b, IsOk());
-    return *b;
+    return ValueOrFailure(assembler.Finish());
   };
   // Warm-up: dense gradients up, the exact model down, no optimizer state.
   for (int round = 1; round <= 2; ++round) {
@@ -437,7 +457,8 @@ TEST_F(AggregatorTest, OnebitAdamWarmsUpDenseThenSendsMomentaBothWaysAndCopiesSt
       // One round's downstream: ~1 bit a coordinate (plus a scale per chunk), not 32.
       EXPECT_LT(a->Status(kT0).payload_bytes_down() - down_before, 4u * 1025 / 20);
       // Without the state the updates are useless: the model (and state) again.
-      EXPECT_EQ(a->Fetch(1, kT0, 3, f->task.model_crc32(), false)->task.payload(), v1::Task::MODEL);
+      EXPECT_EQ(ValueOrFailure(a->Fetch(1, kT0, 3, f->task.model_crc32(), false)).task.payload(),
+                v1::Task::MODEL);
     }
   }
   // The model moved against the mean momentum (every coordinate, by about lr each round).

@@ -20,8 +20,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/topology/topology.h"
 #include "tern/v1/scheduler.pb.h"
-#include "worker/topology.h"
 
 namespace tern {
 
@@ -43,10 +43,10 @@ class Membership {
   static absl::StatusOr<std::unique_ptr<Membership>> Create(SchedulerOptions options,
                                                             const TopologyRegistry& topologies);
 
-  absl::StatusOr<v1::MemberRegisterReply> Register(const v1::MemberRegisterRequest& request, absl::Time now);
+  absl::StatusOr<v1::MemberRegisterReply> Register(const v1::MemberRegisterRequest& request,
+                                                   absl::Time now);
   // NotFound when `id` is not a member (never was, left, or was declared dead).
-  absl::StatusOr<v1::HeartbeatReply> Heartbeat(const v1::HeartbeatRequest& request,
-                                               absl::Time now);
+  absl::StatusOr<v1::HeartbeatReply> Heartbeat(const v1::HeartbeatRequest& request, absl::Time now);
   absl::StatusOr<v1::View> GetView(uint32_t id, uint64_t round, absl::Time now) const;
   // Arrives at a barrier (generation 0) or checks on the generation arrived at.
   absl::StatusOr<v1::BarrierReply> Barrier(const v1::BarrierRequest& request);

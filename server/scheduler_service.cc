@@ -6,13 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/rpc/channel.h"
+#include "core/rpc/chunk_stream.h"
+#include "core/rpc/server.h"
+#include "core/rpc/status.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "tern/v1/scheduler.grpc.pb.h"
-#include "worker/grpc_transport.h"
-#include "worker/rpc_util.h"
 
 namespace tern {
 namespace {
@@ -93,14 +95,14 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
                                     v1::View* reply) override {
     const v1::ViewRequest q = *req;
     Membership* m = m_;
-    return new LongPoll(ctx, q.max_wait_ms(), &s_->stopping_, [m, q, reply]() -> absl::StatusOr<bool> {
-      TERN_ASSIGN_OR_RETURN(*reply, m->GetView(q.worker_id(), q.round(), absl::Now()));
-      return reply->epoch() > q.after_epoch();
-    });
+    return new LongPoll(
+        ctx, q.max_wait_ms(), &s_->stopping_, [m, q, reply]() -> absl::StatusOr<bool> {
+          TERN_ASSIGN_OR_RETURN(*reply, m->GetView(q.worker_id(), q.round(), absl::Now()));
+          return reply->epoch() > q.after_epoch();
+        });
   }
 
-  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx,
-                                    const v1::BarrierRequest* req,
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const v1::BarrierRequest* req,
                                     v1::BarrierReply* reply) override {
     // Arrive once, then wait on the generation arrived at.
     auto q = std::make_shared<v1::BarrierRequest>(*req);
@@ -113,7 +115,8 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
                         });
   }
 
-  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::MemberLeaveRequest* req,
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx,
+                                  const v1::MemberLeaveRequest* req,
                                   v1::MemberLeaveReply* reply) override {
     absl::StatusOr<v1::MemberLeaveReply> r = m_->Leave(req->worker_id());
     if (r.ok()) {

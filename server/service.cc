@@ -5,13 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/rpc/channel.h"
+#include "core/rpc/chunk_stream.h"
+#include "core/rpc/server.h"
+#include "core/rpc/status.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "tern/v1/server.grpc.pb.h"
-#include "worker/grpc_transport.h"
-#include "worker/rpc_util.h"
 
 namespace tern {
 

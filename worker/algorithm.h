@@ -16,9 +16,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "core/topology/topology.h"
 #include "kernels/codec.h"
 #include "kernels/registry.h"
-#include "worker/topology.h"
 
 namespace tern {
 

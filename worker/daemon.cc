@@ -8,11 +8,14 @@
 #include "absl/strings/str_join.h"
 #include "common/chunking.h"
 #include "common/status_macros.h"
+#include "core/model/bundle.h"
+#include "core/rpc/channel.h"
+#include "core/rpc/chunk_stream.h"
+#include "core/rpc/server.h"
+#include "core/rpc/status.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
-#include "worker/bundle.h"
-#include "worker/rpc_util.h"
 
 namespace tern {
 namespace {
@@ -268,7 +271,7 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
         return absl::UnavailableError("this worker does not know its peers yet");
       }
       std::vector<ParamTensor> layout = e->layout();
-      std::vector<float> grad(layout.back().offset + layout.back().numel);
+      std::vector<float> grad(LayoutNumel(layout));
       TERN_RETURN_IF_ERROR(BundleToFlat(b, layout, *d_->codecs_, absl::MakeSpan(grad)));
       StepInput in;
       in.step = static_cast<int64_t>(info_.step());

@@ -8,9 +8,10 @@
 #include "common/chunking.h"
 #include "common/rng.h"
 #include "common/status_macros.h"
+#include "core/model/bundle.h"
 #include "kernels/wire.h"
 #include "spdlog/spdlog.h"
-#include "worker/bundle.h"
+#include "worker/gossip_bundle.h"
 
 namespace tern {
 namespace {

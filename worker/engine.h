@@ -28,14 +28,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "core/model/layout.h"
+#include "core/topology/topology.h"
 #include "kernels/registry.h"
 #include "tern/v1/tensor.pb.h"
 #include "tern/v1/worker.pb.h"
 #include "worker/algorithm.h"
 #include "worker/gossip_inbox.h"
 #include "worker/lr_schedule.h"
-#include "worker/model.h"
-#include "worker/topology.h"
 
 namespace tern {
 

@@ -3,11 +3,12 @@
 #include <thread>
 
 #include "common/chunking.h"
+#include "core/model/bundle.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
 #include "tests/testing/status_matchers.h"
-#include "worker/bundle.h"
+#include "worker/gossip_bundle.h"
 
 namespace tern {
 namespace {

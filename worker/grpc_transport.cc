@@ -5,29 +5,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "core/rpc/channel.h"
+#include "core/rpc/chunk_stream.h"
+#include "core/rpc/status.h"
 #include "grpcpp/alarm.h"
-#include "worker/bundle.h"
 
 namespace tern {
-
-grpc::Status ToGrpcStatus(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-absl::Status FromGrpcStatus(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
-
-grpc::ChannelArguments TernChannelArguments() {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  args.SetMaxReceiveMessageSize(4 << 20);
-  return args;
-}
 
 // One push attempt; on UNAVAILABLE with retries allowed it schedules its successor after a
 // backoff. Deletes itself in OnDone (gRPC's reactor ownership model).
@@ -109,8 +92,7 @@ absl::Status GrpcTransport::SetPeers(const std::vector<std::string>& addresses) 
     if (addresses[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("peer ", i, " has no address"));
     }
-    auto channel = grpc::CreateCustomChannel(addresses[i], grpc::InsecureChannelCredentials(),
-                                             TernChannelArguments());
+    std::shared_ptr<grpc::Channel> channel = MakeChannel(addresses[i]);
     stubs.push_back(v1::Gossip::NewStub(channel));
   }
   absl::MutexLock lock(&mu_);

@@ -46,14 +46,6 @@ class GrpcTransport final : public PeerTransport {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// gRPC status <-> absl::Status (same numeric codes).
-grpc::Status ToGrpcStatus(const absl::Status& s);
-absl::Status FromGrpcStatus(const grpc::Status& s);
-
-// Channel arguments tern uses for every channel: short reconnect backoff (peers come back),
-// message limits sized for 1 MiB chunks.
-grpc::ChannelArguments TernChannelArguments();
-
 }  // namespace tern
 
 #endif  // TERN_WORKER_GRPC_TRANSPORT_H_

@@ -6,8 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "core/rpc/channel.h"
+#include "core/rpc/chunk_stream.h"
+#include "core/rpc/status.h"
 #include "spdlog/spdlog.h"
-#include "worker/grpc_transport.h"
 
 namespace tern {
 
@@ -56,9 +58,10 @@ absl::Status SchedulerClient::Register() {
     registered_ = true;
   }
   interval_ = absl::Milliseconds(std::max<uint32_t>(10, reply.heartbeat_interval_ms()));
-  spdlog::info("scheduler: registered as worker {} (epoch {}, heartbeat every {} ms, timeout {} ms)",
-               reply.worker_id(), reply.epoch(), reply.heartbeat_interval_ms(),
-               reply.heartbeat_timeout_ms());
+  spdlog::info(
+      "scheduler: registered as worker {} (epoch {}, heartbeat every {} ms, timeout {} ms)",
+      reply.worker_id(), reply.epoch(), reply.heartbeat_interval_ms(),
+      reply.heartbeat_timeout_ms());
   return absl::OkStatus();
 }
 

@@ -12,9 +12,9 @@
 #include <memory>
 #include <string>
 
+#include "core/model/bundle.h"
 #include "kernels/builtin.h"
 #include "server/aggregator.h"
-#include "worker/bundle.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <memory>
 
+#include "core/model/bundle.h"
 #include "kernels/builtin.h"
-#include "worker/bundle.h"
 #include "worker/engine.h"
 
 namespace {

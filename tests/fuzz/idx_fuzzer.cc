@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "worker/dataset.h"
+#include "core/workload/dataset.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto parsed = tern::ParseIdx(absl::string_view(reinterpret_cast<const char*>(data), size),

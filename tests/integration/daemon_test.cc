@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunking.h"
+#include "core/rpc/channel.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -126,8 +127,7 @@ class FourDaemons : public ::testing::Test {
   }
 
   v1::WorkerStats Stats(int i) {
-    auto stub = v1::Trainer::NewStub(
-        grpc::CreateChannel(addresses_[i], grpc::InsecureChannelCredentials()));
+    auto stub = v1::Trainer::NewStub(MakeChannel(addresses_[i]));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
     v1::WorkerStats s;
@@ -137,8 +137,7 @@ class FourDaemons : public ::testing::Test {
 
   // Pushes `chunks` to worker `i` as a rogue peer; returns the status the worker answered.
   grpc::Status Push(int i, const std::vector<v1::BundleChunk>& chunks) {
-    auto stub =
-        v1::Gossip::NewStub(grpc::CreateChannel(addresses_[i], grpc::InsecureChannelCredentials()));
+    auto stub = v1::Gossip::NewStub(MakeChannel(addresses_[i]));
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
     v1::PushReply reply;

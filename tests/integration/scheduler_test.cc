@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/rpc/channel.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tern/v1/scheduler.grpc.pb.h"
@@ -36,8 +37,8 @@ std::set<int> Ids(const std::string& line, const std::string& key) {
   const size_t at = line.find(tag);
   if (at == std::string::npos) return out;
   const size_t end = line.find(']', at);
-  for (absl::string_view v :
-       absl::StrSplit(line.substr(at + tag.size(), end - at - tag.size()), ',', absl::SkipEmpty())) {
+  for (absl::string_view v : absl::StrSplit(line.substr(at + tag.size(), end - at - tag.size()),
+                                            ',', absl::SkipEmpty())) {
     out.insert(std::atoi(std::string(v).c_str()));
   }
   return out;
@@ -55,8 +56,7 @@ class ScheduledWorkers : public ::testing::Test {
                        dir_ + "/scheduler.log");
     const int sport = WaitForPort(dir_ + "/scheduler.port");
     ASSERT_GT(sport, 0) << "the scheduler did not start";
-    stub_ = v1::Scheduler::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", sport),
-                                                       grpc::InsecureChannelCredentials()));
+    stub_ = v1::Scheduler::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", sport)));
     for (int i = 0; i < 4; ++i) {
       workers_.push_back(Spawn(
           {"worker", absl::StrCat("--id=", i), "--workers=4", "--algorithm=dpsgd", "--epochs=20",
@@ -108,7 +108,9 @@ class ScheduledWorkers : public ::testing::Test {
     for (const auto& n : v.neighbors()) out.insert(n.id());
     return out;
   }
-  int Steps(int i) { return static_cast<int>(Lines(absl::StrCat(dir_, "/rounds-", i, ".jsonl")).size()); }
+  int Steps(int i) {
+    return static_cast<int>(Lines(absl::StrCat(dir_, "/rounds-", i, ".jsonl")).size());
+  }
 
   std::string dir_;
   pid_t scheduler_ = 0;
@@ -152,8 +154,10 @@ TEST_F(ScheduledWorkers, ADeadWorkerIsNoticedWithinTheHeartbeatTimeoutAndItsNeig
   EXPECT_GE(f->detected_after_s(), kTimeoutMs / 1000.0);
   EXPECT_LE(f->detected_after_s(), kTimeoutMs / 1000.0 + 0.25);
   EXPECT_LE(noticed_s, kTimeoutMs / 1000.0 + 0.5) << "noticed " << noticed_s << " s after";
-  std::printf("worker 2 SIGKILLed: declared dead %.3f s later (%.3f s after its last heartbeat; "
-              "timeout %.1f s)\n", noticed_s, f->detected_after_s(), kTimeoutMs / 1000.0);
+  std::printf(
+      "worker 2 SIGKILLed: declared dead %.3f s later (%.3f s after its last heartbeat; "
+      "timeout %.1f s)\n",
+      noticed_s, f->detected_after_s(), kTimeoutMs / 1000.0);
   EXPECT_EQ(m.members_size(), 3);
   EXPECT_EQ(Neighbours(1), (std::set<uint32_t>{0, 3}));
   EXPECT_EQ(Neighbours(3), (std::set<uint32_t>{0, 1}));

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunking.h"
+#include "core/rpc/channel.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -79,8 +80,7 @@ class RogueClient : public ::testing::Test {
       if (port == 0) absl::SleepFor(absl::Milliseconds(20));
     }
     ASSERT_GT(port, 0) << ReadFile(dir_ + "/server.log");
-    stub_ = v1::Aggregator::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+    stub_ = v1::Aggregator::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
   }
   void TearDown() override {
     // Our channel goes first: gRPC 1.51's Shutdown waits out its grace while a client keeps a

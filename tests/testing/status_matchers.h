@@ -4,6 +4,7 @@
 #define TERN_TESTS_TESTING_STATUS_MATCHERS_H_
 
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,6 +35,17 @@ MATCHER_P(StatusIs, code, "") {
   const absl::Status& s = GetStatus(arg);
   *result_listener << "status: " << s.ToString();
   return s.code() == code;
+}
+
+// The value of `s`, or a test failure and a value-initialised T: a test can chain on a call's
+// result without dereferencing an error.
+template <typename T>
+T ValueOrFailure(absl::StatusOr<T> s) {
+  if (!s.ok()) {
+    ADD_FAILURE() << "status: " << s.status();
+    return T{};
+  }
+  return *std::move(s);
 }
 
 #define TERN_ASSERT_OK(expr) ASSERT_THAT((expr), ::tern::testing::IsOk())

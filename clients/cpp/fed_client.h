@@ -1,0 +1,72 @@
+// The built-in client of an aggregator (`tern client`): joins, sends the initial model when the
+// server has none, then loops Fetch -> local training on its data partition -> Push of the
+// encoded update (new model minus the round's model, with the codec and optional error feedback
+// the task names) until the server says DONE. One process can host many simulated clients, one
+// thread each, over one shared copy of the data.
+//
+// Thread-safety: RunFederatedClient blocks its calling thread; `stop` may be set from any
+// thread; FedClientData is immutable and shared.
+#ifndef TERN_CLIENTS_CPP_FED_CLIENT_H_
+#define TERN_CLIENTS_CPP_FED_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/workload/builtin_model.h"
+#include "core/workload/dataset.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/dgc_memory.h"
+#include "kernels/registry.h"
+#include "tern/v1/server.pb.h"
+#include "tern/v1/tensor.pb.h"
+
+namespace tern {
+
+// The data and model every simulated client of a process shares.
+struct FedClientData {
+  TrainTest data;
+  std::vector<std::vector<uint32_t>> parts;  // example indices per partition
+  std::unique_ptr<Model> model;
+};
+
+// Loads the training data, splits it into `num_partitions` (partition spec as in
+// core/workload/partition.h) and builds the model.
+absl::StatusOr<std::unique_ptr<FedClientData>> LoadFedClientData(const std::string& data_dir,
+                                                                 const std::string& partition,
+                                                                 int num_partitions,
+                                                                 const std::string& model,
+                                                                 uint64_t seed);
+
+struct FedClientOptions {
+  std::string run_id = "tern";
+  std::string name;   // default "client-<index>"
+  int index = 0;      // the data partition this client trains on
+  uint64_t seed = 1;  // initial model (same on every client) and data order
+  absl::Duration call_timeout = absl::Seconds(60);
+  // How long the server may hold a Fetch open when there is no task.
+  absl::Duration fetch_wait = absl::Seconds(5);
+  // Give up after the server has been unreachable this long.
+  absl::Duration give_up_after = absl::Minutes(5);
+};
+
+struct FedClientStats {
+  int64_t rounds_trained = 0;
+  int64_t updates_accepted = 0;
+  int64_t updates_refused = 0;
+  double train_seconds = 0;  // local work (in the background with Overlap-Local-SGD)
+  double wall_seconds = 0;
+};
+
+absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Channel>& channel,
+                                                  const FedClientOptions& options,
+                                                  const FedClientData& shared,
+                                                  const std::atomic<bool>& stop);
+
+}  // namespace tern
+
+#endif  // TERN_CLIENTS_CPP_FED_CLIENT_H_

@@ -1,0 +1,147 @@
+#include "core/model/bundle.h"
+
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/wire.h"
+
+namespace tern {
+
+absl::StatusOr<v1::TensorBundle> FlatToBundle(const std::vector<ParamTensor>& layout,
+                                              absl::Span<const float> values) {
+  v1::TensorBundle b;
+  for (const ParamTensor& p : layout) {
+    if (p.offset > values.size() || p.numel > values.size() - p.offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", p.name, "' lies outside the ", values.size(), " values"));
+    }
+    v1::NamedTensor* nt = b.add_tensors();
+    nt->set_name(p.name);
+    v1::EncodedTensor* t = nt->mutable_tensor();
+    t->set_codec("none.v1");
+    t->set_numel(p.numel);
+    t->set_dtype(v1::DTYPE_FLOAT32);
+    for (int64_t d : p.shape) t->add_shape(d);
+    t->set_payload(reinterpret_cast<const char*>(values.data() + p.offset), p.numel * 4);
+  }
+  return b;
+}
+
+absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTensor>& layout,
+                                                    absl::Span<const float> values, Codec& codec,
+                                                    const EncodeOptions& options,
+                                                    std::vector<float>* residual) {
+  if (residual != nullptr && residual->size() != values.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("residual of ", residual->size(), " values for a vector of ", values.size()));
+  }
+  v1::TensorBundle b;
+  std::vector<float> in, decoded;
+  EncodedTensor t;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const ParamTensor& p = layout[i];
+    if (p.offset > values.size() || p.numel > values.size() - p.offset) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", p.name, "' lies outside the ", values.size(), " values"));
+    }
+    absl::Span<const float> x = values.subspan(p.offset, p.numel);
+    if (residual != nullptr) {
+      in.resize(p.numel);
+      for (size_t j = 0; j < p.numel; ++j) in[j] = x[j] + (*residual)[p.offset + j];
+      x = in;
+    }
+    EncodeOptions o = options;
+    o.seed = options.seed + i;
+    TERN_RETURN_IF_ERROR(codec.Encode(x, o, &t));
+    if (residual != nullptr) {
+      decoded.resize(p.numel);
+      TERN_RETURN_IF_ERROR(codec.Decode(EncodedView::Of(t), absl::MakeSpan(decoded)));
+      for (size_t j = 0; j < p.numel; ++j) (*residual)[p.offset + j] = x[j] - decoded[j];
+    }
+    v1::NamedTensor* nt = b.add_tensors();
+    nt->set_name(p.name);
+    v1::EncodedTensor* m = nt->mutable_tensor();
+    m->set_dtype(v1::DTYPE_FLOAT32);
+    ToProto(std::move(t), m);
+    m->clear_shape();
+    for (int64_t d : p.shape) m->add_shape(d);
+    t = EncodedTensor();
+  }
+  return b;
+}
+
+uint64_t PayloadBytes(const v1::TensorBundle& bundle) {
+  uint64_t n = 0;
+  for (const v1::NamedTensor& nt : bundle.tensors()) {
+    n += nt.tensor().payload().size() + 4 * static_cast<uint64_t>(nt.tensor().scales_size());
+  }
+  return n;
+}
+
+absl::Status BundleToFlat(const v1::TensorBundle& bundle, const std::vector<ParamTensor>& layout,
+                          const CodecRegistry& codecs, absl::Span<float> out) {
+  if (static_cast<size_t>(bundle.tensors_size()) != layout.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("bundle has ", bundle.tensors_size(),
+                                                   " tensors, the model has ", layout.size()));
+  }
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const v1::NamedTensor& nt = bundle.tensors(static_cast<int>(i));
+    const ParamTensor& p = layout[i];
+    if (nt.name() != p.name) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, " is '", nt.name(), "', expected '", p.name, "'"));
+    }
+    if (nt.tensor().numel() != p.numel || p.offset + p.numel > out.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", p.name, "' has ", nt.tensor().numel(), " elements, expected ", p.numel));
+    }
+    absl::Status s = DecodeMessage(codecs, nt.tensor(), out.subspan(p.offset, p.numel));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", p.name, "': ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ParamTensor>> LayoutFromBundle(const v1::TensorBundle& bundle,
+                                                          uint64_t max_params) {
+  std::vector<ParamTensor> layout;
+  std::set<std::string> seen;
+  uint64_t offset = 0;
+  for (const v1::NamedTensor& nt : bundle.tensors()) {
+    if (nt.name().empty() || !seen.insert(nt.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor name '", nt.name(), "' is empty or repeated"));
+    }
+    TERN_RETURN_IF_ERROR(ViewOf(nt.tensor()).status());  // shape agrees with numel
+    const uint64_t numel = nt.tensor().numel();
+    if (numel == 0 || numel > max_params - offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", nt.name(), "' is empty or takes the model past ", max_params, " values"));
+    }
+    ParamTensor p;
+    p.name = nt.name();
+    p.shape.assign(nt.tensor().shape().begin(), nt.tensor().shape().end());
+    if (p.shape.empty()) p.shape.push_back(static_cast<int64_t>(numel));
+    p.offset = offset;
+    p.numel = numel;
+    offset += numel;
+    layout.push_back(std::move(p));
+  }
+  if (layout.empty()) return absl::InvalidArgumentError("the model has no tensors");
+  return layout;
+}
+
+bool SameLayout(const std::vector<ParamTensor>& a, const std::vector<ParamTensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || a[i].shape != b[i].shape || a[i].numel != b[i].numel) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace tern

@@ -1,0 +1,25 @@
+// The one place tern builds a client channel: every stub of every daemon and client (gossip
+// peers, the aggregator, the scheduler, a worker's trainer) gets its channel here, so transport
+// settings, and later credentials, are decided once.
+//
+// Thread-safety: pure functions; a grpc::Channel is itself thread-safe.
+#ifndef TERN_CORE_RPC_CHANNEL_H_
+#define TERN_CORE_RPC_CHANNEL_H_
+
+#include <memory>
+#include <string>
+
+#include "grpcpp/grpcpp.h"
+
+namespace tern {
+
+// Channel arguments for every channel: short reconnect backoff (peers come back), message limits
+// sized for 1 MiB chunks.
+grpc::ChannelArguments TernChannelArguments();
+
+// A channel to `target` ("host:port") with TernChannelArguments(). Plaintext for now.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+
+}  // namespace tern
+
+#endif  // TERN_CORE_RPC_CHANNEL_H_

@@ -1,0 +1,107 @@
+// Streams of bundle chunks on both sides of a call: a callback-API server reassembling a chunked
+// bundle one chunk at a time, streaming a prepared list of replies (the first carrying a
+// header); a synchronous client writing a bundle's chunks or reading a chunked reply.
+//
+// Thread-safety: free functions over the caller's objects.
+#ifndef TERN_CORE_RPC_CHUNK_STREAM_H_
+#define TERN_CORE_RPC_CHUNK_STREAM_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/chunking.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "tern/v1/tensor.pb.h"
+
+namespace tern {
+
+// Replies of a streamed bundle: the first carries `header` in the field that `mutable_header`
+// names, each a chunk.
+template <typename Reply, typename Header>
+absl::StatusOr<std::vector<Reply>> ChunkedReplies(const v1::TensorBundle& bundle,
+                                                  uint64_t stream_id,
+                                                  Header* (Reply::*mutable_header)(),
+                                                  const Header& header) {
+  TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks, ChunkBundle(bundle, stream_id));
+  std::vector<Reply> replies(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i == 0) *(replies[0].*mutable_header)() = header;
+    *replies[i].mutable_chunk() = std::move(chunks[i]);
+  }
+  return replies;
+}
+
+// Feeds one chunk of a bundle stream: nullopt while more chunks are needed, then the bundle or
+// the error that ends the stream.
+inline std::optional<absl::StatusOr<v1::TensorBundle>> Feed(BundleAssembler& a,
+                                                            const v1::BundleChunk& chunk) {
+  if (absl::Status s = a.Add(chunk); !s.ok()) return absl::StatusOr<v1::TensorBundle>(s);
+  if (!a.complete()) return std::nullopt;
+  return a.Finish();
+}
+
+// The OnWriteDone of a reactor that streams `out` in order and then finishes OK.
+template <typename Reactor, typename Message>
+void WriteNextOrFinish(Reactor* r, bool ok, const std::vector<Message>& out, size_t* next) {
+  if (!ok) {
+    r->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away"));
+  } else if (++*next < out.size()) {
+    r->StartWrite(&out[*next]);
+  } else {
+    r->Finish(grpc::Status::OK);
+  }
+}
+
+// Writes `chunks` to a synchronous client stream as `Request` messages (each with its chunk in
+// the `chunk` field); `header(request)` fills the first one's header fields. Stops at the first
+// failed write (the caller's Finish() then says why); the caller calls WritesDone and Finish.
+template <typename Request, typename Writer, typename Header>
+void WriteChunks(Writer* writer, std::vector<v1::BundleChunk> chunks, Header header) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Request r;
+    if (i == 0) header(r);
+    *r.mutable_chunk() = std::move(chunks[i]);
+    if (!writer->Write(r)) break;
+  }
+}
+
+// The chunk a streamed message carries: the message itself, or its `chunk` field.
+inline const v1::BundleChunk& ChunkOf(const v1::BundleChunk& c) { return c; }
+template <typename Msg>
+const v1::BundleChunk& ChunkOf(const Msg& m) {
+  return m.chunk();
+}
+
+// Reads one chunked bundle from a synchronous gRPC stream of `Msg` (a reader or reader-writer);
+// `first`, when given, receives the stream's first message (where header fields ride). After a
+// bad chunk it reads the stream to its end, so the caller's Finish() returns the server's status
+// instead of waiting on unread messages; the caller still Finish()es the stream.
+template <typename Msg, typename Reader>
+absl::StatusOr<v1::TensorBundle> ReadChunkedBundle(Reader* reader, Msg* first = nullptr) {
+  BundleAssembler assembler(uint64_t{1} << 31);
+  Msg msg;
+  bool got_first = false;
+  absl::Status s;
+  while (!assembler.complete() && reader->Read(&msg)) {
+    if (first != nullptr && !got_first) *first = msg;
+    got_first = true;
+    s = assembler.Add(ChunkOf(msg));
+    if (!s.ok()) {
+      while (reader->Read(&msg)) {
+      }
+      return s;
+    }
+  }
+  if (!assembler.complete()) return absl::DataLossError("stream ended before the last chunk");
+  return assembler.Finish();
+}
+
+}  // namespace tern
+
+#endif  // TERN_CORE_RPC_CHUNK_STREAM_H_

@@ -1,0 +1,26 @@
+#include "core/rpc/server.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/chunking.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace tern {
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services, int* port) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), port);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+}  // namespace tern

@@ -1,0 +1,25 @@
+// Starting a tern gRPC server (worker daemon, aggregator, scheduler): one builder with health and
+// reflection on and the message limit every tern service shares.
+//
+// Thread-safety: StartGrpcServer may be called from any thread.
+#ifndef TERN_CORE_RPC_SERVER_H_
+#define TERN_CORE_RPC_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+
+namespace tern {
+
+// Builds and starts a server for `services` on `listen` with the health (serving) and
+// reflection services on; `port` gets the bound port. A request is one chunk (<= 1 MiB of data)
+// plus a small header, so that is the largest message taken.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services, int* port);
+
+}  // namespace tern
+
+#endif  // TERN_CORE_RPC_SERVER_H_

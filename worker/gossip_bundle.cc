@@ -1,0 +1,49 @@
+#include "worker/gossip_bundle.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/wire.h"
+
+namespace tern {
+
+v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, int64_t round,
+                                int sender) {
+  v1::TensorBundle b;
+  b.set_run_id(run_id);
+  b.set_round(static_cast<uint64_t>(round));
+  b.set_sender(absl::StrCat(sender));
+  for (auto& [name, t] : msg.parts) {
+    v1::NamedTensor* nt = b.add_tensors();
+    nt->set_name(name);
+    nt->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
+    ToProto(std::move(t), nt->mutable_tensor());
+  }
+  return b;
+}
+
+absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t expected_numel) {
+  GossipMessage msg;
+  std::set<std::string> seen;
+  for (v1::NamedTensor& nt : *bundle.mutable_tensors()) {
+    if (!seen.insert(nt.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("part '", nt.name(), "' appears twice"));
+    }
+    v1::EncodedTensor& m = *nt.mutable_tensor();
+    if (m.numel() != expected_numel) {
+      return absl::InvalidArgumentError(absl::StrCat("part '", nt.name(), "' has ", m.numel(),
+                                                     " elements, the model has ", expected_numel));
+    }
+    EncodedTensor t;
+    t.codec = m.codec();
+    t.params = m.params();
+    t.numel = m.numel();
+    t.scales.assign(m.scales().begin(), m.scales().end());
+    t.payload = std::move(*m.mutable_payload());  // the bundle is ours: no copy of the bytes
+    msg.parts.emplace_back(nt.name(), std::move(t));
+  }
+  return msg;
+}
+
+}  // namespace tern
