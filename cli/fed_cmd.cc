@@ -188,8 +188,8 @@ int ServerMain() {
     std::fprintf(stderr, "tern server: %s\n", options.status().ToString().c_str());
     return 2;
   }
-  auto codecs = NewBuiltinCodecRegistry();
-  auto server = AggregatorServer::Start(*options, codecs.get());
+  const ServerRegistries registries = NewBuiltinServerRegistries();
+  auto server = AggregatorServer::Start(*options, &registries);
   if (!server.ok()) {
     std::fprintf(stderr, "tern server: %s\n", server.status().ToString().c_str());
     return 1;
@@ -304,12 +304,13 @@ int RunFederatedMain(const std::string& self_exe) {
     std::fprintf(stderr, "tern run: need 1 <= --clients <= 10000 and --rounds >= 1\n");
     return 2;
   }
-  auto codecs = NewBuiltinCodecRegistry();
+  const ServerRegistries registries = NewBuiltinServerRegistries();
+  const CodecRegistry* codecs = registries.codecs.get();
   {
     auto so = ServerOptionsFromFlags();
     absl::Status s = so.status();
     if (s.ok()) s = NormalizeAggregatorOptions(so->aggregator, *codecs).status();
-    if (s.ok()) s = CreateAggregationRule(so->aggregator.rule).status();
+    if (s.ok()) s = registries.rules->Create(so->aggregator.rule).status();
     if (!s.ok()) {
       std::fprintf(stderr, "tern run: %s\n", s.ToString().c_str());
       return 2;

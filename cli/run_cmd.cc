@@ -122,11 +122,12 @@ int RunMain(const std::string& self_exe) {
     return 2;
   }
   // Check the configuration here, so a typo fails before any process starts.
-  auto codecs = NewBuiltinCodecRegistry();
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  const CodecRegistry* codecs = registries.codecs.get();
   {
     auto eo = EngineOptionsFromFlags(0, n, 1, 1);
     absl::Status s = eo.status();
-    if (s.ok()) s = RoundEngine::Create(*eo, codecs.get(), nullptr).status();
+    if (s.ok()) s = RoundEngine::Create(*eo, &registries, nullptr).status();
     if (!s.ok()) {
       std::fprintf(stderr, "tern run: %s\n", s.ToString().c_str());
       return 2;

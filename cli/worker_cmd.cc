@@ -102,8 +102,8 @@ int WorkerMain() {
     };
   }
   options.round_log = absl::GetFlag(FLAGS_round_log);
-  auto codecs = NewBuiltinCodecRegistry();
-  auto daemon = WorkerDaemon::Start(options, codecs.get());
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  auto daemon = WorkerDaemon::Start(options, &registries);
   if (!daemon.ok()) {
     std::fprintf(stderr, "tern worker: %s\n", daemon.status().ToString().c_str());
     return 1;

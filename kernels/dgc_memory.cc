@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec.h"
 #include "common/status_macros.h"
-#include "kernels/codec_params.h"
 #include "kernels/cpu/codec_util.h"
 #include "kernels/cpu/dgc.h"
 #include "kernels/cpu/sparse_format.h"
@@ -47,7 +47,7 @@ absl::Status DgcMemory::Encode(absl::Span<const float> g, const EncodeOptions& o
   const double ratio = CurrentRatio();
   if (ratio != codec_ratio_) {
     // The ratio changes only during warm-up, a handful of times per epoch at most.
-    auto parsed = CodecParams::ParseSpec(
+    auto parsed = SpecParams::ParseSpec(
         options_.exact_topk ? absl::StrCat("topk:ratio=", ratio)
                             : absl::StrCat("dgc:ratio=", ratio, ",sample=", options_.sample));
     TERN_RETURN_IF_ERROR(parsed.status());

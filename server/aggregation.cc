@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/spec.h"
 #include "common/status_macros.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 namespace {
@@ -178,39 +178,60 @@ double ClipToNorm(absl::Span<float> v, double max_norm) {
   return f;
 }
 
-std::vector<std::string> AggregationRuleNames() {
-  return {"fedavg", "median", "trimmed-mean", "krum", "multi-krum"};
+namespace {
+
+// Every rule takes an optional norm clip; `make` builds the rule from its own parameters.
+using RuleMaker = std::function<absl::StatusOr<std::unique_ptr<AggregationRule>>(
+    const std::string& name, SpecParams& p, double clip)>;
+
+AggregationRuleRegistry::Factory WithClip(std::string name, RuleMaker make) {
+  return [name = std::move(name), make = std::move(make)](
+             SpecParams& p) -> absl::StatusOr<std::unique_ptr<AggregationRule>> {
+    TERN_ASSIGN_OR_RETURN(double clip, p.Double("clip", 0.0, 0.0, 1e30));
+    return make(name, p, clip);
+  };
 }
 
-absl::StatusOr<std::unique_ptr<AggregationRule>> CreateAggregationRule(absl::string_view spec) {
-  TERN_ASSIGN_OR_RETURN(auto parsed, CodecParams::ParseSpec(spec));
-  const std::string& name = parsed.first;
-  CodecParams& p = parsed.second;
-  TERN_ASSIGN_OR_RETURN(double clip, p.Double("clip", 0.0, 0.0, 1e30));
-  std::unique_ptr<AggregationRule> rule;
-  if (name == "fedavg") {
-    rule = std::make_unique<FedAvg>(name, "", clip);
-  } else if (name == "median") {
-    rule = std::make_unique<CoordinateWise>(name, "", clip, 0.0, true);
-  } else if (name == "trimmed-mean") {
-    TERN_ASSIGN_OR_RETURN(double trim, p.Double("trim", 0.1, 0.0, 0.4999));
-    rule =
-        std::make_unique<CoordinateWise>(name, absl::StrFormat("trim=%g", trim), clip, trim, false);
-  } else if (name == "krum" || name == "multi-krum") {
-    TERN_ASSIGN_OR_RETURN(int64_t f, p.Int("f", 1, 0, 1 << 20));
-    int64_t m = 1;
-    if (name == "multi-krum") {
-      TERN_ASSIGN_OR_RETURN(m, p.Int("m", 2, 1, 1 << 20));
-    }
-    rule = std::make_unique<Krum>(
-        name, name == "krum" ? absl::StrCat("f=", f) : absl::StrCat("f=", f, ",m=", m), clip,
-        static_cast<int>(f), static_cast<int>(m));
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown aggregation rule '", name, "' (fedavg, median, trimmed-mean, krum, multi-krum)"));
+absl::StatusOr<std::unique_ptr<AggregationRule>> MakeKrum(const std::string& name, SpecParams& p,
+                                                          double clip) {
+  TERN_ASSIGN_OR_RETURN(int64_t f, p.Int("f", 1, 0, 1 << 20));
+  int64_t m = 1;
+  if (name == "multi-krum") {
+    TERN_ASSIGN_OR_RETURN(m, p.Int("m", 2, 1, 1 << 20));
   }
-  TERN_RETURN_IF_ERROR(p.CheckAllUsed(name));
-  return rule;
+  return std::make_unique<Krum>(
+      name, name == "krum" ? absl::StrCat("f=", f) : absl::StrCat("f=", f, ",m=", m), clip,
+      static_cast<int>(f), static_cast<int>(m));
+}
+
+}  // namespace
+
+std::unique_ptr<AggregationRuleRegistry> NewBuiltinAggregationRuleRegistry() {
+  auto r = std::make_unique<AggregationRuleRegistry>("aggregation rule");
+  const std::pair<const char*, RuleMaker> all[] = {
+      {"fedavg",
+       [](const std::string& name, SpecParams&,
+          double clip) -> absl::StatusOr<std::unique_ptr<AggregationRule>> {
+         return std::make_unique<FedAvg>(name, "", clip);
+       }},
+      {"median",
+       [](const std::string& name, SpecParams&,
+          double clip) -> absl::StatusOr<std::unique_ptr<AggregationRule>> {
+         return std::make_unique<CoordinateWise>(name, "", clip, 0.0, true);
+       }},
+      {"trimmed-mean",
+       [](const std::string& name, SpecParams& p,
+          double clip) -> absl::StatusOr<std::unique_ptr<AggregationRule>> {
+         TERN_ASSIGN_OR_RETURN(double trim, p.Double("trim", 0.1, 0.0, 0.4999));
+         return std::make_unique<CoordinateWise>(name, absl::StrFormat("trim=%g", trim), clip, trim,
+                                                 false);
+       }},
+      {"krum", MakeKrum},
+      {"multi-krum", MakeKrum},
+  };
+  // Distinct names by construction: Register cannot fail here.
+  for (const auto& [name, make] : all) (void)r->Register(name, WithClip(name, make));
+  return r;
 }
 
 FedAvgAccumulator::FedAvgAccumulator(const CodecRegistry* codecs, size_t size, double clip)

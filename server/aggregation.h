@@ -1,5 +1,5 @@
 // Aggregation rules of the aggregator (ALGORITHMS.md §4): weighted FedAvg, coordinate-wise
-// median, trimmed mean, Krum / Multi-Krum, each with optional norm clipping, in one registry
+// median, trimmed mean, Krum / Multi-Krum, each with optional norm clipping, in a registry
 // keyed by spec ("fedavg", "median", "trimmed-mean:trim=0.1", "krum:f=1", "multi-krum:f=1,m=3",
 // any of them with ",clip=C").
 //
@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/registry.h"
 #include "kernels/codec.h"
 #include "kernels/registry.h"
 
@@ -41,8 +42,10 @@ class AggregationRule {
                                  absl::Span<float> out) const = 0;
 };
 
-absl::StatusOr<std::unique_ptr<AggregationRule>> CreateAggregationRule(absl::string_view spec);
-std::vector<std::string> AggregationRuleNames();
+// Rules by spec: fedavg, median, trimmed-mean[:trim=T], krum[:f=F], multi-krum[:f=F,m=M], each
+// with an optional clip=C.
+using AggregationRuleRegistry = Registry<AggregationRule>;
+std::unique_ptr<AggregationRuleRegistry> NewBuiltinAggregationRuleRegistry();
 
 // Scales `v` down to L2 norm `max_norm` when it is longer; returns the factor applied.
 double ClipToNorm(absl::Span<float> v, double max_norm);

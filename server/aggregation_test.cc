@@ -24,11 +24,36 @@ std::vector<ClientUpdate> Spans(const std::vector<std::vector<float>>& v,
 
 std::vector<float> Aggregate(const std::string& spec, const std::vector<std::vector<float>>& v,
                              std::vector<double> w = {}) {
-  auto rule = CreateAggregationRule(spec);
+  auto rule = NewBuiltinAggregationRuleRegistry()->Create(spec);
   EXPECT_THAT(rule, IsOk());
   std::vector<float> out(v[0].size());
+  if (!rule.ok()) return out;
   EXPECT_THAT((*rule)->Aggregate(Spans(v, w), absl::MakeSpan(out)), IsOk()) << spec;
   return out;
+}
+
+// Every registered rule: its default spec names it and recreates it, and the aggregate of
+// identical updates is that update.
+TEST(AggregationCoverage, EveryRegisteredRuleKeepsIdenticalUpdatesAndItsSpec) {
+  auto rules = NewBuiltinAggregationRuleRegistry();
+  ASSERT_FALSE(rules->Names().empty());
+  const std::vector<float> u = testing::Gaussian(16, 3);
+  for (const std::string& name : rules->Names()) {
+    auto rule = rules->Create(name);
+    ASSERT_THAT(rule, IsOk()) << name;
+    const std::string spec = (*rule)->Spec();
+    EXPECT_EQ(spec.substr(0, spec.find(':')), name);
+    auto again = rules->Create(spec);
+    ASSERT_THAT(again, IsOk()) << spec;
+    EXPECT_EQ((*again)->Spec(), spec);
+    std::vector<float> out(u.size());
+    ASSERT_THAT(
+        (*rule)->Aggregate(Spans(std::vector<std::vector<float>>(9, u)), absl::MakeSpan(out)),
+        IsOk())
+        << name;
+    for (size_t k = 0; k < u.size(); ++k) EXPECT_FLOAT_EQ(out[k], u[k]) << name << " " << k;
+  }
+  EXPECT_THAT(rules->Create("mean"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(Aggregation, FedAvgIsTheSampleWeightedMean) {
@@ -88,18 +113,18 @@ TEST(Aggregation, ClippingBoundsEveryUpdatesNorm) {
 }
 
 TEST(Aggregation, BadSpecsAndInputsAreErrors) {
-  EXPECT_FALSE(CreateAggregationRule("mean").ok());
-  EXPECT_FALSE(CreateAggregationRule("trimmed-mean:trim=0.6").ok());
-  EXPECT_FALSE(CreateAggregationRule("krum:f=-1").ok());
-  EXPECT_FALSE(CreateAggregationRule("median:bogus=1").ok());
-  EXPECT_EQ((*CreateAggregationRule("multi-krum:f=1,m=4,clip=2"))->Spec(),
+  EXPECT_FALSE(NewBuiltinAggregationRuleRegistry()->Create("mean").ok());
+  EXPECT_FALSE(NewBuiltinAggregationRuleRegistry()->Create("trimmed-mean:trim=0.6").ok());
+  EXPECT_FALSE(NewBuiltinAggregationRuleRegistry()->Create("krum:f=-1").ok());
+  EXPECT_FALSE(NewBuiltinAggregationRuleRegistry()->Create("median:bogus=1").ok());
+  EXPECT_EQ((*NewBuiltinAggregationRuleRegistry()->Create("multi-krum:f=1,m=4,clip=2"))->Spec(),
             "multi-krum:f=1,m=4,clip=2");
-  auto krum = CreateAggregationRule("krum:f=2");
+  auto krum = NewBuiltinAggregationRuleRegistry()->Create("krum:f=2");
   std::vector<float> out(2);
   std::vector<std::vector<float>> six(6, std::vector<float>(2, 1.0f));
   EXPECT_THAT((*krum)->Aggregate(Spans(six), absl::MakeSpan(out)),
               StatusIs(absl::StatusCode::kInvalidArgument));  // needs 2f + 3 = 7
-  auto avg = CreateAggregationRule("fedavg");
+  auto avg = NewBuiltinAggregationRuleRegistry()->Create("fedavg");
   EXPECT_THAT((*avg)->Aggregate({}, absl::MakeSpan(out)),
               StatusIs(absl::StatusCode::kInvalidArgument));
   std::vector<std::vector<float>> wrong = {{1, 2, 3}};

@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "core/federated/protocol.h"
 #include "core/model/bundle.h"
+#include "kernels/builtin.h"
 #include "kernels/wire.h"
 #include "spdlog/spdlog.h"
 
@@ -138,11 +139,20 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   return o;
 }
 
+ServerRegistries NewBuiltinServerRegistries() {
+  ServerRegistries r;
+  r.codecs = NewBuiltinCodecRegistry();
+  r.rules = NewBuiltinAggregationRuleRegistry();
+  return r;
+}
+
 absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions options,
-                                                               const CodecRegistry* codecs,
+                                                               const ServerRegistries* registries,
                                                                absl::Time now) {
+  const CodecRegistry* codecs = registries->codecs.get();
   TERN_ASSIGN_OR_RETURN(options, NormalizeAggregatorOptions(std::move(options), *codecs));
-  TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> rule, CreateAggregationRule(options.rule));
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> rule,
+                        registries->rules->Create(options.rule));
   std::unique_ptr<Aggregator> a(new Aggregator(std::move(options), codecs, std::move(rule)));
   if (!a->options_.checkpoint_path.empty()) {
     std::ifstream f(a->options_.checkpoint_path, std::ios::binary);

@@ -72,12 +72,20 @@ struct FetchResult {
   std::shared_ptr<const std::vector<v1::BundleChunk>> chunks;
 };
 
+// The registries an aggregator builds its codecs and aggregation rule from, created once by the
+// caller (tern server, tests) and passed in.
+struct ServerRegistries {
+  std::unique_ptr<CodecRegistry> codecs;
+  std::unique_ptr<AggregationRuleRegistry> rules;
+};
+ServerRegistries NewBuiltinServerRegistries();
+
 class Aggregator {
  public:
   // Resumes from options.checkpoint_path when that file exists (a corrupt or foreign checkpoint
-  // is an error, never silently replaced). `codecs` must outlive the aggregator.
+  // is an error, never silently replaced). `registries` must outlive the aggregator.
   static absl::StatusOr<std::unique_ptr<Aggregator>> Create(AggregatorOptions options,
-                                                            const CodecRegistry* codecs,
+                                                            const ServerRegistries* registries,
                                                             absl::Time now);
 
   v1::JoinReply Join(const v1::JoinRequest& request, absl::Time now, absl::Status* status);

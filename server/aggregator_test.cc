@@ -42,7 +42,7 @@ std::string TempPath(const std::string& name) {
 
 class AggregatorTest : public ::testing::Test {
  protected:
-  AggregatorTest() : codecs_(NewBuiltinCodecRegistry()) {
+  AggregatorTest() : registries_(NewBuiltinServerRegistries()), codecs_(registries_.codecs.get()) {
     options_.run_id = "r";
     options_.total_rounds = 5;
     options_.policy.clients_per_round = 3;
@@ -57,7 +57,7 @@ class AggregatorTest : public ::testing::Test {
 
   // Creates the aggregator, joins `n` clients, gives it kX0 and opens round 1.
   std::unique_ptr<Aggregator> Start(int n, absl::Time now = kT0) {
-    auto a = Aggregator::Create(options_, codecs_.get(), now);
+    auto a = Aggregator::Create(options_, &registries_, now);
     EXPECT_THAT(a, IsOk());
     if (!a.ok()) return nullptr;
     for (int i = 0; i < n; ++i) {
@@ -113,7 +113,8 @@ class AggregatorTest : public ::testing::Test {
     return x;
   }
 
-  std::unique_ptr<CodecRegistry> codecs_;
+  ServerRegistries registries_;
+  const CodecRegistry* codecs_;
   AggregatorOptions options_;
   std::vector<ParamTensor> layout_ = Layout();
   std::vector<float> x0_ = kX0;
@@ -247,7 +248,7 @@ TEST_F(AggregatorTest, ARestartedServerResumesTheOpenRoundWithItsAcceptedUpdates
       EXPECT_THAT(Push(*a, 0, 1, 1, std::vector<float>(9, 1.0f)), IsOk());
       EXPECT_THAT(Push(*a, 1, 1, 1, std::vector<float>(9, 2.0f)), IsOk());
     }  // killed: only the checkpoint file survives
-    auto b = Aggregator::Create(options_, codecs_.get(), kT0 + absl::Minutes(1));
+    auto b = Aggregator::Create(options_, &registries_, kT0 + absl::Minutes(1));
     ASSERT_THAT(b, IsOk());
     const v1::ServerStatus st = (*b)->Status(kT0 + absl::Minutes(1));
     EXPECT_EQ(st.restarts(), 1u);
@@ -271,12 +272,12 @@ TEST_F(AggregatorTest, ARestartedServerResumesTheOpenRoundWithItsAcceptedUpdates
 TEST_F(AggregatorTest, ACorruptOrForeignCheckpointIsAnErrorNotAFreshStart) {
   options_.checkpoint_path = TempPath("server.ckpt");
   std::ofstream(options_.checkpoint_path) << "not a checkpoint \xff\xff\xff";
-  EXPECT_THAT(Aggregator::Create(options_, codecs_.get(), kT0),
+  EXPECT_THAT(Aggregator::Create(options_, &registries_, kT0),
               StatusIs(absl::StatusCode::kDataLoss));
   v1::AggregatorCheckpoint other;
   other.set_run_id("another-run");
   std::ofstream(options_.checkpoint_path, std::ios::trunc) << other.SerializeAsString();
-  EXPECT_THAT(Aggregator::Create(options_, codecs_.get(), kT0),
+  EXPECT_THAT(Aggregator::Create(options_, &registries_, kT0),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("another-run")));
 }
 

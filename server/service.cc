@@ -256,9 +256,9 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
 };
 
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
-    ServerOptions options, const CodecRegistry* codecs) {
+    ServerOptions options, const ServerRegistries* registries) {
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> agg,
-                        Aggregator::Create(options.aggregator, codecs, absl::Now()));
+                        Aggregator::Create(options.aggregator, registries, absl::Now()));
   std::unique_ptr<AggregatorServer> s(new AggregatorServer(std::move(options), std::move(agg)));
   TERN_ASSIGN_OR_RETURN(s->server_,
                         StartGrpcServer(s->options_.listen, {s->service_.get()}, &s->port_));

@@ -29,9 +29,9 @@ struct ServerOptions {
 
 class AggregatorServer {
  public:
-  // `codecs` must outlive the server (the aggregator decodes with it).
-  static absl::StatusOr<std::unique_ptr<AggregatorServer>> Start(ServerOptions options,
-                                                                 const CodecRegistry* codecs);
+  // `registries` must outlive the server (the aggregator decodes with its codecs).
+  static absl::StatusOr<std::unique_ptr<AggregatorServer>> Start(
+      ServerOptions options, const ServerRegistries* registries);
   ~AggregatorServer();
 
   int port() const { return port_; }

@@ -336,13 +336,9 @@ class Swarm final : public AlgorithmBase {
 
 }  // namespace
 
-std::vector<std::string> AlgorithmNames() {
-  return {"dpsgd", "dmsgd", "decentlam", "heavy-ball", "choco", "local-sgd", "swarm"};
-}
+namespace {
 
-absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(absl::string_view name,
-                                                           const AlgorithmOptions& o,
-                                                           const CodecRegistry* codecs) {
+absl::Status CheckOptions(const AlgorithmOptions& o) {
   if (o.momentum < 0 || o.momentum >= 1) {
     return absl::InvalidArgumentError(absl::StrCat("momentum must be in [0, 1), got ", o.momentum));
   }
@@ -351,18 +347,35 @@ absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(absl::string_view nam
         absl::StrCat("consensus step must be in (0, 1], got ", o.consensus_step));
   }
   if (o.local_steps < 1) return absl::InvalidArgumentError("local_steps must be >= 1");
-  if (name == "dpsgd") return std::make_unique<Dpsgd>(o, codecs, false);
-  if (name == "dmsgd") return std::make_unique<Dpsgd>(o, codecs, true);
-  if (name == "decentlam") return std::make_unique<DecentLam>(o, codecs);
-  if (name == "heavy-ball") return std::make_unique<HeavyBall>(o, codecs);
-  // Fail early on a bad codec spec rather than at Init.
-  TERN_RETURN_IF_ERROR(codecs->Create(o.codec).status());
-  if (name == "choco") return std::make_unique<Choco>(o, codecs);
-  if (name == "local-sgd") return std::make_unique<LocalSgd>(o, codecs);
-  if (name == "swarm") return std::make_unique<Swarm>(o, codecs);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown algorithm '", name,
-                   "' (dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd, swarm)"));
+  return absl::OkStatus();
+}
+
+// A factory for algorithm A; `uses_codec` algorithms check their codec spec here, so a bad one
+// fails at creation rather than at Init.
+template <typename A, typename... Extra>
+AlgorithmRegistry::Factory Make(bool uses_codec, Extra... extra) {
+  return [uses_codec, extra...](
+             SpecParams&, const AlgorithmOptions& o,
+             const CodecRegistry* codecs) -> absl::StatusOr<std::unique_ptr<Algorithm>> {
+    TERN_RETURN_IF_ERROR(CheckOptions(o));
+    if (uses_codec) TERN_RETURN_IF_ERROR(codecs->Create(o.codec).status());
+    return std::make_unique<A>(o, codecs, extra...);
+  };
+}
+
+}  // namespace
+
+std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry() {
+  auto r = std::make_unique<AlgorithmRegistry>("algorithm");
+  const std::pair<const char*, AlgorithmRegistry::Factory> all[] = {
+      {"dpsgd", Make<Dpsgd>(false, false)},  {"dmsgd", Make<Dpsgd>(false, true)},
+      {"decentlam", Make<DecentLam>(false)}, {"heavy-ball", Make<HeavyBall>(false)},
+      {"choco", Make<Choco>(true)},          {"local-sgd", Make<LocalSgd>(true)},
+      {"swarm", Make<Swarm>(true)},
+  };
+  // Distinct names by construction: Register cannot fail here.
+  for (const auto& [name, factory] : all) (void)r->Register(name, factory);
+  return r;
 }
 
 }  // namespace tern

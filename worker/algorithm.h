@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/registry.h"
 #include "core/topology/topology.h"
 #include "kernels/codec.h"
 #include "kernels/registry.h"
@@ -70,11 +71,10 @@ class Algorithm {
   virtual std::vector<std::string> MessageParts() const = 0;
 };
 
-// Names: dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd, swarm.
-std::vector<std::string> AlgorithmNames();
-absl::StatusOr<std::unique_ptr<Algorithm>> CreateAlgorithm(absl::string_view name,
-                                                           const AlgorithmOptions& options,
-                                                           const CodecRegistry* codecs);
+// Algorithms by name (dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd, swarm), built for
+// the given options and codecs (which must outlive the algorithm).
+using AlgorithmRegistry = Registry<Algorithm, const AlgorithmOptions&, const CodecRegistry*>;
+std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry();
 
 }  // namespace tern
 

@@ -338,11 +338,12 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
 
 // ---------------------------------------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(DaemonOptions options,
-                                                                  const CodecRegistry* codecs) {
+absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(
+    DaemonOptions options, const WorkerRegistries* registries) {
+  const CodecRegistry* codecs = registries->codecs.get();
   auto transport = std::make_unique<GrpcTransport>(options.engine.worker_id);
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<RoundEngine> engine,
-                        RoundEngine::Create(options.engine, codecs, transport.get()));
+                        RoundEngine::Create(options.engine, registries, transport.get()));
   std::unique_ptr<WorkerDaemon> d(
       new WorkerDaemon(std::move(options), codecs, std::move(transport), std::move(engine)));
   TERN_ASSIGN_OR_RETURN(

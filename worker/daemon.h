@@ -1,7 +1,7 @@
 // The peer daemon: a gRPC server (callback API) with the Gossip and Trainer services plus health
 // and reflection, a RoundEngine, and the one thread that runs registrations and steps in order.
 //
-//   auto d = WorkerDaemon::Start(options, codecs);   // binds, serves
+//   auto d = WorkerDaemon::Start(options, registries);   // binds, serves
 //   d->SetPeers(addresses);                          // before the first step
 //   ... a trainer drives it over d->InProcessChannel() or the network ...
 //   d->Shutdown(absl::Seconds(5));                   // graceful
@@ -41,9 +41,9 @@ struct DaemonOptions {
 
 class WorkerDaemon {
  public:
-  // `codecs` must outlive the daemon.
+  // `registries` must outlive the daemon.
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Start(DaemonOptions options,
-                                                             const CodecRegistry* codecs);
+                                                             const WorkerRegistries* registries);
   ~WorkerDaemon();
 
   int port() const { return port_; }

@@ -9,6 +9,7 @@
 #include "common/rng.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
+#include "kernels/builtin.h"
 #include "kernels/wire.h"
 #include "spdlog/spdlog.h"
 #include "worker/gossip_bundle.h"
@@ -48,8 +49,16 @@ v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
   return d;
 }
 
+WorkerRegistries NewBuiltinWorkerRegistries() {
+  WorkerRegistries r;
+  r.codecs = NewBuiltinCodecRegistry();
+  r.topologies = NewBuiltinTopologyRegistry();
+  r.algorithms = NewBuiltinAlgorithmRegistry();
+  return r;
+}
+
 absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions options,
-                                                                 const CodecRegistry* codecs,
+                                                                 const WorkerRegistries* registries,
                                                                  PeerTransport* transport) {
   if (options.num_workers < 1 || options.worker_id < 0 ||
       options.worker_id >= options.num_workers) {
@@ -62,16 +71,18 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   if (options.max_rounds_ahead < 1 || options.snapshot_every < 0 || options.max_snapshots < 1) {
     return absl::InvalidArgumentError("max_rounds_ahead, max_snapshots must be >= 1");
   }
-  auto topologies = NewBuiltinTopologyRegistry();
-  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Topology> topology, topologies->Create(options.topology));
+  const CodecRegistry* codecs = registries->codecs.get();
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Topology> topology,
+                        registries->topologies->Create(options.topology));
   // Fail now on a graph or weight rule that cannot work for this many workers.
   TERN_ASSIGN_OR_RETURN(Graph g, topology->GraphFor(options.num_workers, 0));
   TERN_RETURN_IF_ERROR(MixingWeights(g, options.weights).status());
   if (options.members) {
     topology = std::make_unique<MemberTopology>(std::move(topology), options.members);
   }
-  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Algorithm> algorithm,
-                        CreateAlgorithm(options.algorithm, options.algorithm_options, codecs));
+  TERN_ASSIGN_OR_RETURN(
+      std::unique_ptr<Algorithm> algorithm,
+      registries->algorithms->Create(options.algorithm, options.algorithm_options, codecs));
   std::vector<std::string> parts = algorithm->MessageParts();
   return absl::WrapUnique(new RoundEngine(std::move(options), codecs, transport,
                                           std::move(topology), std::move(algorithm),

@@ -95,11 +95,20 @@ struct StepOutcome {
 // after - before, counter by counter (worker_id kept).
 v1::WorkerStats StatsDelta(const v1::WorkerStats& after, const v1::WorkerStats& before);
 
+// The registries a worker builds its codecs, topology and algorithm from, created once by the
+// caller (tern worker, tern run, tests) and passed in.
+struct WorkerRegistries {
+  std::unique_ptr<CodecRegistry> codecs;
+  std::unique_ptr<TopologyRegistry> topologies;
+  std::unique_ptr<AlgorithmRegistry> algorithms;
+};
+WorkerRegistries NewBuiltinWorkerRegistries();
+
 class RoundEngine {
  public:
-  // `codecs` and `transport` must outlive the engine.
+  // `registries` and `transport` must outlive the engine.
   static absl::StatusOr<std::unique_ptr<RoundEngine>> Create(EngineOptions options,
-                                                             const CodecRegistry* codecs,
+                                                             const WorkerRegistries* registries,
                                                              PeerTransport* transport);
 
   // Starts the algorithm from `x0` laid out as `layout`. A second call with the same layout is

@@ -74,7 +74,8 @@ std::vector<ParamTensor> Layout(size_t n) {
 }
 
 struct Cluster {
-  std::unique_ptr<CodecRegistry> codecs = NewBuiltinCodecRegistry();
+  WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  const CodecRegistry* codecs = registries.codecs.get();
   MemoryTransport transport;
   std::vector<std::unique_ptr<RoundEngine>> engines;
 
@@ -89,7 +90,7 @@ struct Cluster {
       o.round_timeout = timeout;
       o.snapshot_every = 1;
       o.algorithm_options.local_steps = local_steps;
-      auto e = RoundEngine::Create(o, codecs.get(), &transport);
+      auto e = RoundEngine::Create(o, &registries, &transport);
       EXPECT_THAT(e, IsOk());
       std::vector<float> x0(dim, static_cast<float>(i));  // different starts: mixing shows
       EXPECT_THAT((*e)->Init(Layout(dim), x0), IsOk());
@@ -244,10 +245,10 @@ TEST(RoundEngine, SwarmSkipsADeadPartner) {
 }
 
 TEST(RoundEngine, StepsMustComeInOrderAfterRegistration) {
-  auto codecs = NewBuiltinCodecRegistry();
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   MemoryTransport t;
   EngineOptions o;
-  auto e = RoundEngine::Create(o, codecs.get(), &t);
+  auto e = RoundEngine::Create(o, &registries, &t);
   ASSERT_THAT(e, IsOk());
   std::vector<float> g(4);
   StepInput in;
@@ -267,22 +268,22 @@ TEST(RoundEngine, StepsMustComeInOrderAfterRegistration) {
 }
 
 TEST(RoundEngine, CreateRejectsBadConfiguration) {
-  auto codecs = NewBuiltinCodecRegistry();
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   EngineOptions o;
   o.num_workers = 4;
   o.worker_id = 4;
-  EXPECT_THAT(RoundEngine::Create(o, codecs.get(), nullptr).status(),
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
   o.worker_id = 0;
   o.algorithm = "nope";
-  EXPECT_THAT(RoundEngine::Create(o, codecs.get(), nullptr).status(),
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
   o.algorithm = "dpsgd";
   o.topology = "hypercube";
-  EXPECT_FALSE(RoundEngine::Create(o, codecs.get(), nullptr).ok());
+  EXPECT_FALSE(RoundEngine::Create(o, &registries, nullptr).ok());
   o.topology = "ring";
   o.round_timeout = absl::ZeroDuration();
-  EXPECT_FALSE(RoundEngine::Create(o, codecs.get(), nullptr).ok());
+  EXPECT_FALSE(RoundEngine::Create(o, &registries, nullptr).ok());
 }
 
 TEST(LrSchedule, ShapesAndParsing) {

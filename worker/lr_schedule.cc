@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec.h"
 #include "common/status_macros.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
@@ -36,9 +36,9 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view spec, double base,
   if (!(base > 0) || !std::isfinite(base)) {
     return absl::InvalidArgumentError(absl::StrCat("learning rate must be > 0, got ", base));
   }
-  TERN_ASSIGN_OR_RETURN(auto parsed, CodecParams::ParseSpec(spec));
+  TERN_ASSIGN_OR_RETURN(auto parsed, SpecParams::ParseSpec(spec));
   const std::string& name = parsed.first;
-  CodecParams& params = parsed.second;
+  SpecParams& params = parsed.second;
   LrSchedule s;
   s.base = base;
   s.total_steps = total_steps;
@@ -59,7 +59,7 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view spec, double base,
     return absl::InvalidArgumentError(
         absl::StrCat("unknown learning-rate schedule '", name, "' (constant, cosine, step)"));
   }
-  TERN_RETURN_IF_ERROR(params.CheckAllUsed(name));
+  TERN_RETURN_IF_ERROR(params.CheckAllUsed(absl::StrCat("learning-rate schedule '", name, "'")));
   return s;
 }
 

@@ -31,7 +31,8 @@ struct RunResult {
 // rounds of 5 local steps; returns the server's final model.
 RunResult LocalSgdRun(int clients, int rounds, float anchor_pull, double server_lr) {
   RunResult result;
-  auto codecs = NewBuiltinCodecRegistry();
+  const ServerRegistries registries = NewBuiltinServerRegistries();
+  const CodecRegistry* codecs = registries.codecs.get();
   ServerOptions so;
   AggregatorOptions& a = so.aggregator;
   a.run_id = "overlap";
@@ -47,7 +48,7 @@ RunResult LocalSgdRun(int clients, int rounds, float anchor_pull, double server_
   a.task.set_update_codec("none");
   a.task.set_seed(3);
   a.task.set_anchor_pull(anchor_pull);
-  auto server = AggregatorServer::Start(so, codecs.get());
+  auto server = AggregatorServer::Start(so, &registries);
   EXPECT_THAT(server, IsOk());
   if (!server.ok()) return result;
   auto data = LoadFedClientData("", "iid", clients, "softmax", 3);

@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
-#include "kernels/codec_params.h"
 #include "kernels/wire.h"
 
 namespace tern {
@@ -121,7 +121,7 @@ absl::StatusOr<bool> TakeOptimizerState(const std::vector<ParamTensor>& layout,
 }
 
 absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_workers) {
-  TERN_ASSIGN_OR_RETURN(auto parsed, CodecParams::ParseSpec(spec));
+  TERN_ASSIGN_OR_RETURN(auto parsed, SpecParams::ParseSpec(spec));
   auto& [name, params] = parsed;
   if (name != "dgc") {
     return absl::InvalidArgumentError(

@@ -147,7 +147,7 @@ class Complete final : public Topology {
 
 template <typename T>
 TopologyRegistry::Factory NoParams() {
-  return [](CodecParams&) -> absl::StatusOr<std::unique_ptr<Topology>> {
+  return [](SpecParams&) -> absl::StatusOr<std::unique_ptr<Topology>> {
     return std::make_unique<T>();
   };
 }
@@ -205,40 +205,22 @@ MixingRow DropNeighbours(const MixingRow& row, const std::vector<int>& dropped) 
   return out;
 }
 
-void TopologyRegistry::Register(std::string name, Factory factory) {
-  factories_[std::move(name)] = std::move(factory);
-}
-
-absl::StatusOr<std::unique_ptr<Topology>> TopologyRegistry::Create(absl::string_view spec) const {
-  TERN_ASSIGN_OR_RETURN(auto parsed, CodecParams::ParseSpec(spec));
-  auto& [name, params] = parsed;
-  auto it = factories_.find(name);
-  if (it == factories_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown topology '", name, "'; known: ", absl::StrJoin(Names(), ", ")));
-  }
-  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Topology> topology, it->second(params));
-  TERN_RETURN_IF_ERROR(params.CheckAllUsed(name));
-  return topology;
-}
-
-std::vector<std::string> TopologyRegistry::Names() const {
-  std::vector<std::string> names;
-  for (const auto& [name, factory] : factories_) names.push_back(name);
-  return names;
-}
-
 std::unique_ptr<TopologyRegistry> NewBuiltinTopologyRegistry() {
-  auto r = std::make_unique<TopologyRegistry>();
-  r->Register("ring", NoParams<Ring>());
-  r->Register("torus", NoParams<Torus>());
-  r->Register("exponential", NoParams<Exponential>());
-  r->Register("one-peer-exponential", NoParams<OnePeerExponential>());
-  r->Register("complete", NoParams<Complete>());
-  r->Register("random-matching", [](CodecParams& p) -> absl::StatusOr<std::unique_ptr<Topology>> {
-    TERN_ASSIGN_OR_RETURN(int64_t seed, p.Int("seed", 1, 0, int64_t{1} << 62));
-    return std::make_unique<RandomMatching>(static_cast<uint64_t>(seed));
-  });
+  auto r = std::make_unique<TopologyRegistry>("topology");
+  const std::pair<const char*, TopologyRegistry::Factory> all[] = {
+      {"ring", NoParams<Ring>()},
+      {"torus", NoParams<Torus>()},
+      {"exponential", NoParams<Exponential>()},
+      {"one-peer-exponential", NoParams<OnePeerExponential>()},
+      {"complete", NoParams<Complete>()},
+      {"random-matching",
+       [](SpecParams& p) -> absl::StatusOr<std::unique_ptr<Topology>> {
+         TERN_ASSIGN_OR_RETURN(int64_t seed, p.Int("seed", 1, 0, int64_t{1} << 62));
+         return std::make_unique<RandomMatching>(static_cast<uint64_t>(seed));
+       }},
+  };
+  // Distinct names by construction: Register cannot fail here.
+  for (const auto& [name, factory] : all) (void)r->Register(name, factory);
   return r;
 }
 

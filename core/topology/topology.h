@@ -20,7 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/codec_params.h"
+#include "common/registry.h"
+#include "common/spec.h"
 
 namespace tern {
 
@@ -82,18 +83,9 @@ class MemberTopology final : public Topology {
   const MembersFn members_;
 };
 
-// Builds topologies from a spec "name[:key=value,...]": ring, torus, exponential,
-// one-peer-exponential, random-matching (key seed), complete.
-class TopologyRegistry {
- public:
-  using Factory = std::function<absl::StatusOr<std::unique_ptr<Topology>>(CodecParams& params)>;
-  void Register(std::string name, Factory factory);
-  absl::StatusOr<std::unique_ptr<Topology>> Create(absl::string_view spec) const;
-  std::vector<std::string> Names() const;
-
- private:
-  std::map<std::string, Factory, std::less<>> factories_;
-};
+// Topologies by spec "name[:key=value,...]": ring, torus, exponential, one-peer-exponential,
+// random-matching (key seed), complete.
+using TopologyRegistry = Registry<Topology>;
 
 // A registry holding every built-in topology.
 std::unique_ptr<TopologyRegistry> NewBuiltinTopologyRegistry();

@@ -9,8 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/rng.h"
+#include "common/spec.h"
 #include "common/status_macros.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 namespace {
@@ -211,7 +211,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(absl::string_view spec, size_
   if (input_dim == 0 || num_classes < 2) {
     return absl::InvalidArgumentError("a model needs input_dim >= 1 and >= 2 classes");
   }
-  TERN_ASSIGN_OR_RETURN(auto parsed, CodecParams::ParseSpec(spec));
+  TERN_ASSIGN_OR_RETURN(auto parsed, SpecParams::ParseSpec(spec));
   auto& [name, params] = parsed;
   std::vector<size_t> hidden;
   if (name == "mlp") {
@@ -228,7 +228,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(absl::string_view spec, size_
     return absl::InvalidArgumentError(
         absl::StrCat("unknown model '", name, "' (softmax, mlp:hidden=128x64)"));
   }
-  TERN_RETURN_IF_ERROR(params.CheckAllUsed(name));
+  TERN_RETURN_IF_ERROR(params.CheckAllUsed(absl::StrCat("model '", name, "'")));
   const std::string canonical =
       name == "mlp" ? absl::StrCat("mlp:hidden=", absl::StrJoin(hidden, "x")) : "softmax";
   return std::make_unique<Mlp>(canonical, input_dim, num_classes, std::move(hidden));

@@ -4,8 +4,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/spec.h"
 #include "common/status_macros.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
@@ -22,7 +22,7 @@ std::string PartitionSpec::ToString() const {
 }
 
 absl::StatusOr<PartitionSpec> ParsePartition(absl::string_view spec) {
-  TERN_ASSIGN_OR_RETURN(auto parsed, CodecParams::ParseSpec(spec));
+  TERN_ASSIGN_OR_RETURN(auto parsed, SpecParams::ParseSpec(spec));
   auto& [name, params] = parsed;
   PartitionSpec out;
   if (name == "iid") {
@@ -38,7 +38,7 @@ absl::StatusOr<PartitionSpec> ParsePartition(absl::string_view spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown partition '", name, "' (iid, dirichlet:alpha=A, classes:k=K)"));
   }
-  TERN_RETURN_IF_ERROR(params.CheckAllUsed(name));
+  TERN_RETURN_IF_ERROR(params.CheckAllUsed(absl::StrCat("partition '", name, "'")));
   return out;
 }
 

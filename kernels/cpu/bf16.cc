@@ -46,7 +46,7 @@ struct Bf16Traits {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewBf16Codec(CodecParams&) {
+absl::StatusOr<std::unique_ptr<Codec>> NewBf16Codec(SpecParams&) {
   return std::make_unique<internal::CastCodec<Bf16Traits>>();
 }
 

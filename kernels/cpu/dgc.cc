@@ -33,7 +33,7 @@ class DgcCodec final : public internal::SparseCodec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewDgcCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewDgcCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.001, 1e-9, 1.0));
   TERN_ASSIGN_OR_RETURN(double sample, params.Double("sample", 0.01, 1e-6, 1.0));
   return std::make_unique<DgcCodec>(ratio, sample);

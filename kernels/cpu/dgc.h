@@ -8,13 +8,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: ratio in (0, 1], default 0.001; sample in (0, 1], default 0.01.
-absl::StatusOr<std::unique_ptr<Codec>> NewDgcCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewDgcCodec(SpecParams& params);
 
 }  // namespace tern
 

@@ -106,7 +106,7 @@ struct Fp16Traits {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewFp16Codec(CodecParams&) {
+absl::StatusOr<std::unique_ptr<Codec>> NewFp16Codec(SpecParams&) {
   return std::make_unique<internal::CastCodec<Fp16Traits>>();
 }
 

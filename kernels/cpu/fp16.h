@@ -6,13 +6,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // No parameters.
-absl::StatusOr<std::unique_ptr<Codec>> NewFp16Codec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewFp16Codec(SpecParams& params);
 
 }  // namespace tern
 

@@ -287,7 +287,7 @@ class Int8Codec final : public Codec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewInt8Codec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewInt8Codec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(int64_t block, params.Int("block", 1024, 1, 1 << 20));
   TERN_ASSIGN_OR_RETURN(std::string mode, params.Enum("mode", "absmax", {"absmax", "minmax"}));
   TERN_ASSIGN_OR_RETURN(std::string round,

@@ -8,14 +8,14 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: block in [1, 2^20], default 1024; mode=absmax|minmax (default absmax);
 // round=nearest|stochastic (default nearest).
-absl::StatusOr<std::unique_ptr<Codec>> NewInt8Codec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewInt8Codec(SpecParams& params);
 
 }  // namespace tern
 

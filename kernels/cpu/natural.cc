@@ -202,7 +202,7 @@ class NaturalCodec final : public Codec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewNaturalCodec(CodecParams&) {
+absl::StatusOr<std::unique_ptr<Codec>> NewNaturalCodec(SpecParams&) {
   return std::make_unique<NaturalCodec>();
 }
 

@@ -107,7 +107,7 @@ class NaturalDitherCodec final : public Codec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewNaturalDitherCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewNaturalDitherCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(int64_t levels, params.Int("levels", 8, 1, kMaxLevels));
   return std::make_unique<NaturalDitherCodec>(static_cast<uint32_t>(levels));
 }

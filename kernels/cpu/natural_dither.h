@@ -7,13 +7,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: levels s in [1, 30], default 8.
-absl::StatusOr<std::unique_ptr<Codec>> NewNaturalDitherCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewNaturalDitherCodec(SpecParams& params);
 
 }  // namespace tern
 

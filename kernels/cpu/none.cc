@@ -30,7 +30,7 @@ struct NoneTraits {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewNoneCodec(CodecParams&) {
+absl::StatusOr<std::unique_ptr<Codec>> NewNoneCodec(SpecParams&) {
   return std::make_unique<internal::CastCodec<NoneTraits>>();
 }
 

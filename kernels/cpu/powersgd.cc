@@ -162,7 +162,7 @@ class PowerSgdCodec final : public Codec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewPowerSgdCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewPowerSgdCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(int64_t rank, params.Int("rank", 4, 1, kMaxRank));
   return std::make_unique<PowerSgdCodec>(static_cast<uint32_t>(rank));
 }

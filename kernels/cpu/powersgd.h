@@ -13,13 +13,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: rank in [1, 256], default 4.
-absl::StatusOr<std::unique_ptr<Codec>> NewPowerSgdCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewPowerSgdCodec(SpecParams& params);
 
 namespace powersgd {
 // p[rows x r] = m[rows x cols] * q[cols x r], all row-major.

@@ -186,7 +186,7 @@ class QsgdCodec final : public Codec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewQsgdCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewQsgdCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(int64_t levels, params.Int("levels", 16, 1, kMaxLevels));
   return std::make_unique<QsgdCodec>(static_cast<uint32_t>(levels));
 }

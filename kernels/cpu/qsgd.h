@@ -8,13 +8,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: levels s in [1, 2^24], default 16.
-absl::StatusOr<std::unique_ptr<Codec>> NewQsgdCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewQsgdCodec(SpecParams& params);
 
 }  // namespace tern
 

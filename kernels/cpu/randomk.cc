@@ -115,7 +115,7 @@ class RandomKCodec final : public Codec {
 
 uint32_t RandomKPosition(uint64_t seed, uint64_t d, uint32_t j) { return Permutation(seed, d)(j); }
 
-absl::StatusOr<std::unique_ptr<Codec>> NewRandomKCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewRandomKCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.01, 1e-9, 1.0));
   TERN_ASSIGN_OR_RETURN(bool unbiased, params.Bool("unbiased", false));
   return std::make_unique<RandomKCodec>(ratio, unbiased);

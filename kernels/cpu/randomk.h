@@ -9,13 +9,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: ratio in (0, 1], default 0.01; unbiased=0|1, default 0.
-absl::StatusOr<std::unique_ptr<Codec>> NewRandomKCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewRandomKCodec(SpecParams& params);
 
 // The j-th position (j < d) of the permutation of [0, d) keyed by `seed`. REQUIRES: 0 < d <= 2^32.
 uint32_t RandomKPosition(uint64_t seed, uint64_t d, uint32_t j);

@@ -94,7 +94,7 @@ class SignCodec final : public Codec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewSignCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewSignCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(int64_t chunk, params.Int("chunk", 1024, 8, 1 << 30));
   if (chunk % 8 != 0) {
     return absl::InvalidArgumentError(

@@ -7,13 +7,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: chunk in [8, 2^30] and a multiple of 8, default 1024.
-absl::StatusOr<std::unique_ptr<Codec>> NewSignCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewSignCodec(SpecParams& params);
 
 }  // namespace tern
 

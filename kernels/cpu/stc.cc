@@ -111,7 +111,7 @@ int StcGolombBits(uint64_t k, uint64_t d) {
   return static_cast<int>(std::clamp(b, 0.0, 31.0));
 }
 
-absl::StatusOr<std::unique_ptr<Codec>> NewStcCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewStcCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.01, 1e-9, 1.0));
   return std::make_unique<StcCodec>(ratio);
 }

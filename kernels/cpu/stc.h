@@ -9,13 +9,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: ratio in (0, 1], default 0.01.
-absl::StatusOr<std::unique_ptr<Codec>> NewStcCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewStcCodec(SpecParams& params);
 
 // The Golomb parameter b* for k non-zeros among d positions, clamped to [0, 31].
 int StcGolombBits(uint64_t k, uint64_t d);

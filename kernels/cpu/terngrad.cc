@@ -429,7 +429,7 @@ class TernGradCodec final : public Codec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewTernGradCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewTernGradCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double clip, params.Double("clip", 2.5, 0.0, 1e6));
   TERN_ASSIGN_OR_RETURN(std::string pack, params.Enum("pack", "2bit", {"2bit", "base3"}));
   return std::make_unique<TernGradCodec>(clip, pack == "2bit" ? k2Bit : kBase3);

@@ -8,14 +8,14 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: clip >= 0 (multiples of the standard deviation; 0 disables), default 2.5;
 // pack=2bit|base3, default 2bit.
-absl::StatusOr<std::unique_ptr<Codec>> NewTernGradCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewTernGradCodec(SpecParams& params);
 
 }  // namespace tern
 

@@ -29,7 +29,7 @@ class ThresholdCodec final : public internal::SparseCodec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> NewThresholdCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewThresholdCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double tau, params.Double("tau", 1e-3, 0.0, 3.4e38));
   return std::make_unique<ThresholdCodec>(static_cast<float>(tau));
 }

@@ -5,13 +5,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: tau >= 0, default 0.001.
-absl::StatusOr<std::unique_ptr<Codec>> NewThresholdCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewThresholdCodec(SpecParams& params);
 
 }  // namespace tern
 

@@ -37,7 +37,7 @@ size_t SparseK(double ratio, size_t d) {
   return std::clamp<size_t>(static_cast<size_t>(k), 1, d);
 }
 
-absl::StatusOr<std::unique_ptr<Codec>> NewTopKCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<Codec>> NewTopKCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.01, 1e-9, 1.0));
   if (ratio <= 0) return absl::InvalidArgumentError("topk: ratio must be > 0");
   return std::make_unique<TopKCodec>(ratio);

@@ -6,13 +6,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
 
 namespace tern {
 
 // Parameters: ratio in (0, 1], default 0.01.
-absl::StatusOr<std::unique_ptr<Codec>> NewTopKCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<Codec>> NewTopKCodec(SpecParams& params);
 
 // k for ratio and d: ceil(ratio * d), at least 1 when d > 0, at most d.
 size_t SparseK(double ratio, size_t d);

@@ -101,13 +101,13 @@ class GpuCastCodec final : public GpuCodec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuNoneCodec(CodecParams&) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuNoneCodec(SpecParams&) {
   return std::make_unique<GpuCastCodec<NoneWord>>();
 }
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuFp16Codec(CodecParams&) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuFp16Codec(SpecParams&) {
   return std::make_unique<GpuCastCodec<Fp16Word>>();
 }
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuBf16Codec(CodecParams&) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuBf16Codec(SpecParams&) {
   return std::make_unique<GpuCastCodec<Bf16Word>>();
 }
 

@@ -25,8 +25,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/spec.h"
 #include "kernels/codec.h"
-#include "kernels/codec_params.h"
+#include "kernels/registry.h"
 
 namespace tern::cuda {
 
@@ -56,41 +57,32 @@ class GpuCodec {
                               cudaStream_t stream) const = 0;
 };
 
-using GpuCodecFactory = std::function<absl::StatusOr<std::unique_ptr<GpuCodec>>(CodecParams&)>;
-
-// GPU codecs by spec name, like CodecRegistry: Create("stc:ratio=0.001") gives the GPU encoder
-// for what CodecRegistry::Create gives the CPU one (same parameters, same defaults, same
-// errors); DecoderFor("stc.v1") decodes any such payload on the device.
+// GPU codecs by spec name, like CodecRegistry (the same template): Create("stc:ratio=0.001")
+// gives the GPU encoder for what CodecRegistry::Create gives the CPU one (same parameters, same
+// defaults, same errors); DecoderFor("stc.v1") decodes any such payload on the device.
 //
 // Thread-safety: Register before concurrent use; Create and DecoderFor are then thread-safe.
-class GpuCodecRegistry {
+class GpuCodecRegistry final : public CodecRegistryOf<GpuCodec> {
  public:
-  absl::Status Register(absl::string_view name, GpuCodecFactory factory);
-  absl::StatusOr<std::unique_ptr<GpuCodec>> Create(absl::string_view spec) const;
-  absl::StatusOr<const GpuCodec*> DecoderFor(absl::string_view wire_name) const;
-  bool Has(absl::string_view name) const { return factories_.contains(name); }
-  std::vector<std::string> Names() const;
-
- private:
-  absl::flat_hash_map<std::string, GpuCodecFactory> factories_;
-  absl::flat_hash_map<std::string, std::unique_ptr<GpuCodec>> decoders_;  // by wire name
+  GpuCodecRegistry() : CodecRegistryOf<GpuCodec>("GPU codec") {}
 };
+using GpuCodecFactory = GpuCodecRegistry::Factory;
 
 // A registry with every GPU codec.
 std::unique_ptr<GpuCodecRegistry> NewBuiltinGpuCodecRegistry();
 
 // Factories, one per codec file (kernels/cuda/<codec>.cu).
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuNoneCodec(CodecParams& params);
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuFp16Codec(CodecParams& params);
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuBf16Codec(CodecParams& params);
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuInt8Codec(CodecParams& params);
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuSignCodec(CodecParams& params);
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTernGradCodec(CodecParams& params);
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuNaturalCodec(CodecParams& params);
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTopKCodec(CodecParams& params);
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuThresholdCodec(CodecParams& params);
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuDgcCodec(CodecParams& params);
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuRandomKCodec(CodecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuNoneCodec(SpecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuFp16Codec(SpecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuBf16Codec(SpecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuInt8Codec(SpecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuSignCodec(SpecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTernGradCodec(SpecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuNaturalCodec(SpecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTopKCodec(SpecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuThresholdCodec(SpecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuDgcCodec(SpecParams& params);
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuRandomKCodec(SpecParams& params);
 
 }  // namespace tern::cuda
 

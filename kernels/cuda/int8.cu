@@ -185,7 +185,7 @@ class GpuInt8Codec final : public GpuCodec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuInt8Codec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuInt8Codec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(int64_t block, params.Int("block", 1024, 1, 1 << 20));
   TERN_ASSIGN_OR_RETURN(std::string mode, params.Enum("mode", "absmax", {"absmax", "minmax"}));
   TERN_ASSIGN_OR_RETURN(std::string round,

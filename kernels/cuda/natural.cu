@@ -117,7 +117,7 @@ class GpuNaturalCodec final : public GpuCodec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuNaturalCodec(CodecParams&) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuNaturalCodec(SpecParams&) {
   return std::make_unique<GpuNaturalCodec>();
 }
 

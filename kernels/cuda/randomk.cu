@@ -154,7 +154,7 @@ class GpuRandomKCodec final : public GpuCodec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuRandomKCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuRandomKCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.01, 1e-9, 1.0));
   TERN_ASSIGN_OR_RETURN(bool unbiased, params.Bool("unbiased", false));
   return std::make_unique<GpuRandomKCodec>(ratio, unbiased);

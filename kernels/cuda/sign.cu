@@ -134,7 +134,7 @@ class GpuSignCodec final : public GpuCodec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuSignCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuSignCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(int64_t chunk, params.Int("chunk", 1024, 8, 1 << 30));
   if (chunk % 8 != 0) {
     return absl::InvalidArgumentError(

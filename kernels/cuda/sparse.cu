@@ -429,16 +429,16 @@ class GpuSparseCodec final : public GpuCodec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTopKCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTopKCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.01, 1e-9, 1.0));
   if (ratio <= 0) return absl::InvalidArgumentError("topk: ratio must be > 0");
   return std::make_unique<GpuSparseCodec>(Kind::kTopK, ratio, 0, 0);
 }
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuThresholdCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuThresholdCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double tau, params.Double("tau", 1e-3, 0.0, 3.4e38));
   return std::make_unique<GpuSparseCodec>(Kind::kThreshold, 0, 0, static_cast<float>(tau));
 }
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuDgcCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuDgcCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.001, 1e-9, 1.0));
   TERN_ASSIGN_OR_RETURN(double sample, params.Double("sample", 0.01, 1e-6, 1.0));
   return std::make_unique<GpuSparseCodec>(Kind::kDgc, ratio, sample, 0);

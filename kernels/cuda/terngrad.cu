@@ -213,7 +213,7 @@ class GpuTernGradCodec final : public GpuCodec {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTernGradCodec(CodecParams& params) {
+absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTernGradCodec(SpecParams& params) {
   TERN_ASSIGN_OR_RETURN(double clip, params.Double("clip", 2.5, 0.0, 1e6));
   TERN_ASSIGN_OR_RETURN(std::string pack, params.Enum("pack", "2bit", {"2bit", "base3"}));
   return std::make_unique<GpuTernGradCodec>(clip, pack == "2bit" ? k2Bit : kBase3);

@@ -36,11 +36,12 @@ tern::AggregatorOptions Options() {
 }
 
 struct Fixture {
-  std::unique_ptr<tern::CodecRegistry> codecs = tern::NewBuiltinCodecRegistry();
+  tern::ServerRegistries registries = tern::NewBuiltinServerRegistries();
+  const tern::CodecRegistry* codecs = registries.codecs.get();
   std::unique_ptr<tern::Aggregator> agg;
   std::string ckpt_path;
   Fixture() {
-    agg = *tern::Aggregator::Create(Options(), codecs.get(), kNow);
+    agg = *tern::Aggregator::Create(Options(), &registries, kNow);
     for (int i = 0; i < 2; ++i) {
       tern::v1::JoinRequest j;
       j.set_run_id("f");
@@ -70,7 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         .write(reinterpret_cast<const char*>(data + 1), static_cast<std::streamsize>(size - 1));
     tern::AggregatorOptions o = Options();
     o.checkpoint_path = f->ckpt_path;
-    auto a = tern::Aggregator::Create(o, f->codecs.get(), kNow);
+    auto a = tern::Aggregator::Create(o, &f->registries, kNow);
     if (a.ok()) (void)(*a)->Tick(kNow);
     return 0;
   }

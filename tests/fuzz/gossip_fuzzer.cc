@@ -14,7 +14,7 @@
 namespace {
 
 struct Fixture {
-  std::unique_ptr<tern::CodecRegistry> codecs = tern::NewBuiltinCodecRegistry();
+  tern::WorkerRegistries registries = tern::NewBuiltinWorkerRegistries();
   std::unique_ptr<tern::RoundEngine> engine;
   std::vector<tern::ParamTensor> layout;
   Fixture() {
@@ -22,7 +22,7 @@ struct Fixture {
     o.worker_id = 0;
     o.num_workers = 4;
     o.algorithm = "heavy-ball";  // two parts per message
-    engine = *tern::RoundEngine::Create(o, codecs.get(), nullptr);
+    engine = *tern::RoundEngine::Create(o, &registries, nullptr);
     tern::ParamTensor a{"a", {4, 8}, 0, 32}, b{"b", {32}, 32, 32};
     layout = {a, b};
     if (!engine->Init(layout, std::vector<float>(64, 0.5f)).ok()) std::abort();
@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Accepted messages stay in the inbox (later duplicates are refused): fine, both are answers.
   (void)f->engine->Deliver(bundle, size);
   std::vector<float> out(64);
-  (void)tern::BundleToFlat(bundle, f->layout, *f->codecs, absl::MakeSpan(out));
+  (void)tern::BundleToFlat(bundle, f->layout, *f->registries.codecs, absl::MakeSpan(out));
   auto layout = tern::LayoutFromBundle(bundle, 1 << 20);
   if (layout.ok()) {
     uint64_t total = 0;

@@ -1,4 +1,4 @@
-#include "kernels/codec_params.h"
+#include "common/spec.h"
 
 #include <cmath>
 
@@ -24,7 +24,7 @@ bool ValidToken(absl::string_view s) {
 
 }  // namespace
 
-absl::StatusOr<std::pair<std::string, CodecParams>> CodecParams::ParseSpec(absl::string_view spec) {
+absl::StatusOr<std::pair<std::string, SpecParams>> SpecParams::ParseSpec(absl::string_view spec) {
   absl::string_view name = spec, rest;
   if (size_t colon = spec.find(':'); colon != absl::string_view::npos) {
     name = spec.substr(0, colon);
@@ -33,7 +33,7 @@ absl::StatusOr<std::pair<std::string, CodecParams>> CodecParams::ParseSpec(absl:
   if (!ValidToken(name)) {
     return absl::InvalidArgumentError(absl::StrCat("bad codec name in spec '", spec, "'"));
   }
-  CodecParams params;
+  SpecParams params;
   if (!rest.empty()) {
     for (absl::string_view kv : absl::StrSplit(rest, ',')) {
       std::pair<absl::string_view, absl::string_view> p =
@@ -53,8 +53,8 @@ absl::StatusOr<std::pair<std::string, CodecParams>> CodecParams::ParseSpec(absl:
   return std::make_pair(std::string(name), std::move(params));
 }
 
-absl::StatusOr<double> CodecParams::Double(absl::string_view key, double default_value, double min,
-                                           double max) {
+absl::StatusOr<double> SpecParams::Double(absl::string_view key, double default_value, double min,
+                                          double max) {
   auto it = values_.find(key);
   if (it == values_.end()) return default_value;
   used_.emplace(key);
@@ -70,8 +70,8 @@ absl::StatusOr<double> CodecParams::Double(absl::string_view key, double default
   return v;
 }
 
-absl::StatusOr<int64_t> CodecParams::Int(absl::string_view key, int64_t default_value, int64_t min,
-                                         int64_t max) {
+absl::StatusOr<int64_t> SpecParams::Int(absl::string_view key, int64_t default_value, int64_t min,
+                                        int64_t max) {
   auto it = values_.find(key);
   if (it == values_.end()) return default_value;
   used_.emplace(key);
@@ -87,7 +87,7 @@ absl::StatusOr<int64_t> CodecParams::Int(absl::string_view key, int64_t default_
   return v;
 }
 
-absl::StatusOr<bool> CodecParams::Bool(absl::string_view key, bool default_value) {
+absl::StatusOr<bool> SpecParams::Bool(absl::string_view key, bool default_value) {
   auto it = values_.find(key);
   if (it == values_.end()) return default_value;
   used_.emplace(key);
@@ -99,16 +99,15 @@ absl::StatusOr<bool> CodecParams::Bool(absl::string_view key, bool default_value
   return v;
 }
 
-std::string CodecParams::String(absl::string_view key, absl::string_view default_value) {
+std::string SpecParams::String(absl::string_view key, absl::string_view default_value) {
   auto it = values_.find(key);
   if (it == values_.end()) return std::string(default_value);
   used_.emplace(key);
   return it->second;
 }
 
-absl::StatusOr<std::string> CodecParams::Enum(absl::string_view key,
-                                              absl::string_view default_value,
-                                              std::initializer_list<absl::string_view> allowed) {
+absl::StatusOr<std::string> SpecParams::Enum(absl::string_view key, absl::string_view default_value,
+                                             std::initializer_list<absl::string_view> allowed) {
   auto it = values_.find(key);
   if (it == values_.end()) return std::string(default_value);
   used_.emplace(key);
@@ -119,14 +118,14 @@ absl::StatusOr<std::string> CodecParams::Enum(absl::string_view key,
                                                  " must be one of ", absl::StrJoin(allowed, "|")));
 }
 
-absl::Status CodecParams::CheckAllUsed(absl::string_view codec_name) const {
+absl::Status SpecParams::CheckAllUsed(absl::string_view what) const {
   std::vector<absl::string_view> unknown;
   for (const auto& [k, v] : values_) {
     if (!used_.contains(k)) unknown.push_back(k);
   }
   if (unknown.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown parameter(s) ", absl::StrJoin(unknown, ", "), " for codec '", codec_name, "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown parameter(s) ", absl::StrJoin(unknown, ", "), " for ", what));
 }
 
 }  // namespace tern

@@ -1,4 +1,4 @@
-#include "kernels/codec_params.h"
+#include "common/spec.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -11,8 +11,8 @@ using ::tern::testing::IsOk;
 using ::tern::testing::StatusIs;
 using ::testing::HasSubstr;
 
-TEST(CodecParams, ParsesNameAndTypedParameters) {
-  auto parsed = CodecParams::ParseSpec("stc:ratio=0.01,levels=16,flag=true,mode=minmax");
+TEST(SpecParams, ParsesNameAndTypedParameters) {
+  auto parsed = SpecParams::ParseSpec("stc:ratio=0.01,levels=16,flag=true,mode=minmax");
   ASSERT_THAT(parsed, IsOk());
   auto& [name, p] = *parsed;
   EXPECT_EQ(name, "stc");
@@ -24,15 +24,15 @@ TEST(CodecParams, ParsesNameAndTypedParameters) {
   EXPECT_THAT(p.CheckAllUsed("stc"), IsOk());
 }
 
-TEST(CodecParams, RejectsMalformedSpecs) {
+TEST(SpecParams, RejectsMalformedSpecs) {
   for (const char* spec : {"", ":ratio=1", "stc:", "stc:ratio", "stc:=1", "stc:ratio=1,ratio=2",
                            "st c", "stc:ratio=1,,x=2", "stc:r=1;x"}) {
-    EXPECT_THAT(CodecParams::ParseSpec(spec), StatusIs(absl::StatusCode::kInvalidArgument)) << spec;
+    EXPECT_THAT(SpecParams::ParseSpec(spec), StatusIs(absl::StatusCode::kInvalidArgument)) << spec;
   }
 }
 
-TEST(CodecParams, RangeTypeAndUnknownKeyErrorsSayWhatIsWrong) {
-  auto parsed = CodecParams::ParseSpec("x:ratio=2,levels=1.5,b=maybe,m=foo,typo=1");
+TEST(SpecParams, RangeTypeAndUnknownKeyErrorsSayWhatIsWrong) {
+  auto parsed = SpecParams::ParseSpec("x:ratio=2,levels=1.5,b=maybe,m=foo,typo=1");
   ASSERT_THAT(parsed, IsOk());
   auto& p = parsed->second;
   EXPECT_THAT(p.Double("ratio", 0, 0, 1),

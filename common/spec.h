@@ -1,10 +1,11 @@
-// Parsing of codec spec strings: "name" or "name:key=value,key=value". Factories read their
+// Parsing of spec strings (codecs, topologies, algorithms, aggregation rules): "name" or
+// "name:key=value,key=value". Factories read their
 // parameters through typed getters with ranges; any key a factory did not read is an error, so a
 // typo ("ratoi=0.01") never silently falls back to a default.
 //
 // Thread-safety: not thread-safe (getters record which keys were used).
-#ifndef TERN_KERNELS_CODEC_PARAMS_H_
-#define TERN_KERNELS_CODEC_PARAMS_H_
+#ifndef TERN_COMMON_SPEC_H_
+#define TERN_COMMON_SPEC_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -17,13 +18,13 @@
 
 namespace tern {
 
-class CodecParams {
+class SpecParams {
  public:
-  CodecParams() = default;
+  SpecParams() = default;
 
   // Splits "name:k=v,..." into the name and its parameters. Rejects empty keys, duplicate keys and
   // characters outside [A-Za-z0-9_.+-].
-  static absl::StatusOr<std::pair<std::string, CodecParams>> ParseSpec(absl::string_view spec);
+  static absl::StatusOr<std::pair<std::string, SpecParams>> ParseSpec(absl::string_view spec);
 
   absl::StatusOr<double> Double(absl::string_view key, double default_value, double min,
                                 double max);
@@ -35,8 +36,8 @@ class CodecParams {
   absl::StatusOr<std::string> Enum(absl::string_view key, absl::string_view default_value,
                                    std::initializer_list<absl::string_view> allowed);
 
-  // Error naming every key no getter asked for.
-  absl::Status CheckAllUsed(absl::string_view codec_name) const;
+  // Error naming every key no getter asked for, and `what` they were given to ("codec 'stc'").
+  absl::Status CheckAllUsed(absl::string_view what) const;
 
  private:
   std::map<std::string, std::string, std::less<>> values_;
@@ -45,4 +46,4 @@ class CodecParams {
 
 }  // namespace tern
 
-#endif  // TERN_KERNELS_CODEC_PARAMS_H_
+#endif  // TERN_COMMON_SPEC_H_
