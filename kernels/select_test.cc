@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/topk.h"
+#include "kernels/format/sparse.h"
 #include "tests/testing/data.h"
 
 namespace tern {
@@ -76,7 +77,7 @@ TEST(SelectAtLeast, MatchesAPlainFilterIncludingValuesAndOddFloats) {
 TEST(SelectDgc, SelectionLandsInTheBandAroundK) {
   for (double ratio : {0.001, 0.01, 0.05}) {
     const auto x = testing::Gaussian(1 << 20, 43);
-    const size_t k = SparseK(ratio, x.size());
+    const size_t k = format::SparseK(ratio, x.size());
     std::vector<uint32_t> idx;
     const DgcSelection sel = SelectDgc(x, k, 0.01, &idx);
     EXPECT_GE(idx.size(), (8 * k) / 10) << ratio;

@@ -10,18 +10,19 @@
 #include "common/thread_pool.h"
 #include "kernels/codec.h"
 #include "kernels/cpu/codec_util.h"
+#include "kernels/format/cast.h"
 
 namespace tern::internal {
 
-// Traits: kName ("fp16.v1"), kSpec ("fp16"), kWordBytes, kLossless,
+// Traits: kFormat (kernels/format/cast.h), kLossless,
 //   static void EncodeLoop(const float* x, uint8_t* out, size_t n);
 //   static void DecodeLoop(const uint8_t* in, float* out, size_t n);          // overwrite
 //   static void AccumulateLoop(const uint8_t* in, float w, float* out, size_t n);
 template <typename Traits>
 class CastCodec final : public Codec {
  public:
-  absl::string_view Name() const override { return Traits::kName; }
-  std::string Spec() const override { return std::string(Traits::kSpec); }
+  absl::string_view Name() const override { return Traits::kFormat.name; }
+  std::string Spec() const override { return Traits::kFormat.spec; }
   bool lossless() const override { return Traits::kLossless; }
 
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
@@ -29,9 +30,9 @@ class CastCodec final : public Codec {
     if (absl::Status s = CheckNumel(Name(), x.size()); !s.ok()) return s;
     SetHeader(*this, "", x.size(), out);
     out->scales.clear();
-    uint8_t* p = ResizePayload(&out->payload, x.size() * Traits::kWordBytes);
+    uint8_t* p = ResizePayload(&out->payload, x.size() * Traits::kFormat.word_bytes);
     ParallelFor(options.pool, x.size(), kGrain, 64, [&](size_t b, size_t e) {
-      Traits::EncodeLoop(x.data() + b, p + b * Traits::kWordBytes, e - b);
+      Traits::EncodeLoop(x.data() + b, p + b * Traits::kFormat.word_bytes, e - b);
     });
     return absl::OkStatus();
   }
@@ -39,17 +40,13 @@ class CastCodec final : public Codec {
  protected:
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool* pool) const override {
-    if (!in.scales.empty()) return PayloadError(Name(), "expected no scales");
-    if (in.payload.size() != in.numel * Traits::kWordBytes) {
-      return PayloadError(Name(), "expected ", in.numel * Traits::kWordBytes, " bytes for ",
-                          in.numel, " elements, got ", in.payload.size());
-    }
+    if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
     const uint8_t* p = in.payload.data();
     ParallelFor(pool, out.size(), kGrain, 64, [&](size_t b, size_t e) {
       if (accumulate) {
-        Traits::AccumulateLoop(p + b * Traits::kWordBytes, weight, out.data() + b, e - b);
+        Traits::AccumulateLoop(p + b * Traits::kFormat.word_bytes, weight, out.data() + b, e - b);
       } else {
-        Traits::DecodeLoop(p + b * Traits::kWordBytes, out.data() + b, e - b);
+        Traits::DecodeLoop(p + b * Traits::kFormat.word_bytes, out.data() + b, e - b);
       }
     });
     return absl::OkStatus();

@@ -206,21 +206,6 @@ void PackSignBits(const float* x, size_t n, uint8_t* out) {
   PackSignBitsGeneric(x, n, out);
 }
 
-absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t count,
-                         bool signed_ok) {
-  if (in.scales.size() != count) {
-    return PayloadError(codec, "expected ", count, " scales, got ", in.scales.size());
-  }
-  for (size_t i = 0; i < count; ++i) {
-    const float s = in.scales[i];
-    if (!std::isfinite(s) || (!signed_ok && s < 0)) {
-      return PayloadError(codec, "scale ", i, " is ", s, " (must be finite",
-                          signed_ok ? "" : " and >= 0", ")");
-    }
-  }
-  return absl::OkStatus();
-}
-
 double SumSquares(absl::Span<const float> x) {
   double s = 0;
   for (size_t i = 0; i < x.size(); i += kBlock) {

@@ -14,34 +14,14 @@
 #include "absl/types/span.h"
 #include "common/rng.h"
 #include "kernels/codec.h"
+#include "kernels/format/payload.h"
 
 namespace tern::internal {
-
-// Largest element count any codec accepts (2^32 - 1): indices travel as u32.
-inline constexpr uint64_t kMaxNumel = 0xffffffffULL;
 
 // Decodes whose output is at least this large write it with non-temporal stores where a SIMD
 // path exists: such an output does not stay in cache anyway (glibc's memcpy switches at a few
 // MiB for the same reason).
 inline constexpr size_t kStreamingStoreBytes = size_t{16} << 20;
-
-template <typename... Args>
-absl::Status PayloadError(absl::string_view codec, const Args&... args) {
-  return absl::InvalidArgumentError(absl::StrCat(codec, " payload: ", args...));
-}
-
-inline absl::Status CheckNumel(absl::string_view codec, size_t n) {
-  if (n > kMaxNumel) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(codec, ": tensor of ", n, " elements exceeds the limit of ", kMaxNumel));
-  }
-  return absl::OkStatus();
-}
-
-// Checks that there are exactly `count` scales and each is finite and >= 0 (or any sign when
-// `signed_ok`).
-absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t count,
-                         bool signed_ok = false);
 
 // Sum of squares with a fixed blocking (4096 elements per float partial, partials summed in
 // double), so the result does not depend on the thread count.

@@ -12,13 +12,10 @@
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec_util.h"
 #include "kernels/cpu/simd_rng.h"
+#include "kernels/format/int8.h"
 
 namespace tern {
 namespace {
-
-constexpr uint8_t kAbsMax = 0;
-constexpr uint8_t kMinMax = 1;
-constexpr size_t kHeaderBytes = 5;  // u32 block | u8 mode
 
 // Quantises one block: code = clamp(floor(x * inv + u)), u = 0.5 (nearest) or uniform draws.
 template <bool kStochastic>
@@ -157,14 +154,14 @@ TERN_MULTIVERSION void DequantizeMinMax(bool accumulate, const uint8_t* q, size_
 
 class Int8Codec final : public Codec {
  public:
-  Int8Codec(uint32_t block, bool minmax, bool stochastic)
-      : block_(block),
-        minmax_(minmax),
-        stochastic_(stochastic),
-        params_(absl::StrCat("block=", block, ",mode=", minmax ? "minmax" : "absmax",
-                             ",round=", stochastic ? "stochastic" : "nearest")) {}
-  absl::string_view Name() const override { return "int8.v1"; }
-  std::string Spec() const override { return absl::StrCat("int8:", params_); }
+  explicit Int8Codec(const format::Int8Params& p)
+      : format_(p),
+        block_(p.block),
+        minmax_(p.minmax),
+        stochastic_(p.stochastic),
+        params_(p.Canonical()) {}
+  absl::string_view Name() const override { return format::kInt8Name; }
+  std::string Spec() const override { return format_.Spec(); }
 
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
@@ -172,10 +169,9 @@ class Int8Codec final : public Codec {
     const size_t nb = (x.size() + block_ - 1) / block_;
     internal::SetHeader(*this, params_, x.size(), out);
     out->scales.resize(minmax_ ? 2 * nb : nb);
-    uint8_t* p = internal::ResizePayload(&out->payload, kHeaderBytes + x.size());
-    std::memcpy(p, &block_, 4);
-    p[4] = minmax_ ? kMinMax : kAbsMax;
-    uint8_t* q = p + kHeaderBytes;
+    uint8_t* p = internal::ResizePayload(&out->payload, format::kInt8HeaderBytes + x.size());
+    format::WriteInt8Header(format_, p);
+    uint8_t* q = p + format::kInt8HeaderBytes;
     const RngKey key = MakeRngKey(options.seed);
     float* scales = out->scales.data();
     ParallelFor(options.pool, nb, std::max<size_t>(1, (size_t{1} << 16) / block_), 1,
@@ -203,25 +199,11 @@ class Int8Codec final : public Codec {
  protected:
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool* pool) const override {
-    ByteReader r(in.payload.data(), in.payload.size());
-    uint32_t block;
-    uint8_t mode;
-    if (!r.U32(&block) || !r.U8(&mode)) return internal::PayloadError(Name(), "truncated header");
-    if (block == 0 || block > (1u << 20)) {
-      return internal::PayloadError(Name(), "block size ", block, " outside [1, 2^20]");
-    }
-    if (mode != kAbsMax && mode != kMinMax) {
-      return internal::PayloadError(Name(), "unknown mode ", int{mode});
-    }
-    if (r.remaining() != in.numel) {
-      return internal::PayloadError(Name(), "expected ", in.numel, " value bytes, got ",
-                                    r.remaining());
-    }
-    const size_t nb = (in.numel + block - 1) / block;
-    TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, mode == kMinMax ? 2 * nb : nb,
-                                               /*signed_ok=*/mode == kMinMax));
-    const uint8_t* q = r.ptr();
-    if (mode == kAbsMax) {  // memchr, not a loop with an early exit: it runs at memory speed
+    TERN_ASSIGN_OR_RETURN(const format::Int8Header h, format::ReadInt8Header(in));
+    const uint32_t block = h.block;
+    const size_t nb = h.blocks;
+    const uint8_t* q = h.codes;
+    if (!h.minmax) {  // memchr, not a loop with an early exit: it runs at memory speed
       if (const void* bad = std::memchr(q, 0x80, in.numel); bad != nullptr) {
         return internal::PayloadError(Name(), "value -128 at ",
                                       static_cast<const uint8_t*>(bad) - q);
@@ -233,7 +215,7 @@ class Int8Codec final : public Codec {
                     const size_t begin = b * block;
                     const size_t n = std::min<size_t>(block, in.numel - begin);
                     float* o = out.data() + begin;
-                    if (mode == kAbsMax) {
+                    if (!h.minmax) {
                       DequantizeAbsMax(accumulate, q + begin, n, in.scales[b], weight, o);
                     } else {
                       DequantizeMinMax(accumulate, q + begin, n, in.scales[2 * b],
@@ -279,6 +261,7 @@ class Int8Codec final : public Codec {
     minmax_ ? QuantizeMinMax(x, n, lo, inv, u, q) : QuantizeAbsMax(x, n, inv, u, q);
   }
 
+  const format::Int8Params format_;
   const uint32_t block_;
   const bool minmax_;
   const bool stochastic_;
@@ -288,12 +271,8 @@ class Int8Codec final : public Codec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Codec>> NewInt8Codec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(int64_t block, params.Int("block", 1024, 1, 1 << 20));
-  TERN_ASSIGN_OR_RETURN(std::string mode, params.Enum("mode", "absmax", {"absmax", "minmax"}));
-  TERN_ASSIGN_OR_RETURN(std::string round,
-                        params.Enum("round", "nearest", {"nearest", "stochastic"}));
-  return std::make_unique<Int8Codec>(static_cast<uint32_t>(block), mode == "minmax",
-                                     round == "stochastic");
+  TERN_ASSIGN_OR_RETURN(format::Int8Params p, format::ParseInt8Params(params));
+  return std::make_unique<Int8Codec>(p);
 }
 
 }  // namespace tern

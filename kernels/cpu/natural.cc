@@ -11,6 +11,7 @@
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec_util.h"
 #include "kernels/cpu/simd_rng.h"
+#include "kernels/format/natural.h"
 
 namespace tern {
 namespace {
@@ -117,8 +118,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void DecodeBl
 
 class NaturalCodec final : public Codec {
  public:
-  absl::string_view Name() const override { return "natural.v1"; }
-  std::string Spec() const override { return "natural"; }
+  absl::string_view Name() const override { return format::kNaturalName; }
+  std::string Spec() const override { return format::kNaturalSpec; }
 
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
@@ -155,20 +156,12 @@ class NaturalCodec final : public Codec {
  protected:
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool* pool) const override {
-    if (!in.scales.empty()) return internal::PayloadError(Name(), "expected no scales");
-    const size_t sign_bytes = (in.numel + 7) / 8;
-    if (in.payload.size() != in.numel + sign_bytes) {
-      return internal::PayloadError(Name(), "expected ", in.numel + sign_bytes, " bytes, got ",
-                                    in.payload.size());
-    }
-    const uint8_t* codes = in.payload.data();
-    const uint8_t* signs = codes + in.numel;
+    TERN_ASSIGN_OR_RETURN(const format::NaturalHeader h, format::ReadNaturalHeader(in));
+    const uint8_t* codes = h.codes;
+    const uint8_t* signs = h.signs;
     if (const void* bad = std::memchr(codes, 0xff, in.numel); bad != nullptr) {
       return internal::PayloadError(Name(), "exponent code 255 at ",
                                     static_cast<const uint8_t*>(bad) - codes);
-    }
-    if (in.numel % 8 != 0 && (signs[sign_bytes - 1] >> (in.numel % 8)) != 0) {
-      return internal::PayloadError(Name(), "non-zero padding bits");
     }
     const size_t nb = (in.numel + kBlock - 1) / kBlock;
 #if defined(TERN_X86_DISPATCH)

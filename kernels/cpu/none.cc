@@ -17,9 +17,7 @@ TERN_MULTIVERSION void AccumulateF32(const uint8_t* in, float w, float* out, siz
 }
 
 struct NoneTraits {
-  static constexpr absl::string_view kName = "none.v1";
-  static constexpr absl::string_view kSpec = "none";
-  static constexpr size_t kWordBytes = 4;
+  static constexpr const format::CastFormat& kFormat = format::kNone;
   static constexpr bool kLossless = true;
   static void EncodeLoop(const float* x, uint8_t* out, size_t n) { std::memcpy(out, x, 4 * n); }
   static void DecodeLoop(const uint8_t* in, float* out, size_t n) { std::memcpy(out, in, 4 * n); }

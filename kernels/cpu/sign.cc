@@ -10,11 +10,10 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec_util.h"
+#include "kernels/format/sign.h"
 
 namespace tern {
 namespace {
-
-constexpr size_t kHeaderBytes = 4;  // u32 chunk
 
 constexpr size_t kDecodeBlock = 4096;  // a multiple of 8, so blocks own whole sign bytes
 
@@ -30,9 +29,10 @@ void DecodeChunk(const uint8_t* bits, size_t n, float scale, bool accumulate, fl
 
 class SignCodec final : public Codec {
  public:
-  explicit SignCodec(uint32_t chunk) : chunk_(chunk), params_(absl::StrCat("chunk=", chunk)) {}
-  absl::string_view Name() const override { return "sign.v1"; }
-  std::string Spec() const override { return absl::StrCat("sign:", params_); }
+  explicit SignCodec(const format::SignParams& p)
+      : format_(p), chunk_(p.chunk), params_(p.Canonical()) {}
+  absl::string_view Name() const override { return format::kSignName; }
+  std::string Spec() const override { return format_.Spec(); }
 
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
@@ -40,9 +40,10 @@ class SignCodec final : public Codec {
     const size_t nc = (x.size() + chunk_ - 1) / chunk_;
     internal::SetHeader(*this, params_, x.size(), out);
     out->scales.resize(nc);
-    uint8_t* p = internal::ResizePayload(&out->payload, kHeaderBytes + (x.size() + 7) / 8);
-    std::memcpy(p, &chunk_, 4);
-    uint8_t* bits = p + kHeaderBytes;
+    uint8_t* p =
+        internal::ResizePayload(&out->payload, format::kSignHeaderBytes + (x.size() + 7) / 8);
+    format::WriteSignHeader(format_, p);
+    uint8_t* bits = p + format::kSignHeaderBytes;
     float* scales = out->scales.data();
     ParallelFor(options.pool, nc, std::max<size_t>(1, (size_t{1} << 16) / chunk_), 1,
                 [&](size_t c0, size_t c1) {
@@ -60,23 +61,10 @@ class SignCodec final : public Codec {
  protected:
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool* pool) const override {
-    ByteReader r(in.payload.data(), in.payload.size());
-    uint32_t chunk;
-    if (!r.U32(&chunk)) return internal::PayloadError(Name(), "truncated header");
-    if (chunk < 8 || chunk % 8 != 0 || chunk > (1u << 30)) {
-      return internal::PayloadError(Name(), "chunk ", chunk,
-                                    " is not a multiple of 8 in [8, 2^30]");
-    }
-    const size_t bytes = (in.numel + 7) / 8;
-    if (r.remaining() != bytes) {
-      return internal::PayloadError(Name(), "expected ", bytes, " sign bytes, got ", r.remaining());
-    }
-    const size_t nc = (in.numel + chunk - 1) / chunk;
-    TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, nc));
-    const uint8_t* bits = r.ptr();
-    if (in.numel % 8 != 0 && (bits[bytes - 1] >> (in.numel % 8)) != 0) {
-      return internal::PayloadError(Name(), "non-zero padding bits");
-    }
+    TERN_ASSIGN_OR_RETURN(const format::SignHeader h, format::ReadSignHeader(in));
+    const uint32_t chunk = h.chunk;
+    const size_t nc = h.chunks;
+    const uint8_t* bits = h.bits;
     ParallelFor(
         pool, nc, std::max<size_t>(1, (size_t{1} << 16) / chunk), 1, [&](size_t c0, size_t c1) {
           for (size_t c = c0; c < c1; ++c) {
@@ -88,6 +76,7 @@ class SignCodec final : public Codec {
   }
 
  private:
+  const format::SignParams format_;
   const uint32_t chunk_;
   const std::string params_;
 };
@@ -95,12 +84,8 @@ class SignCodec final : public Codec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Codec>> NewSignCodec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(int64_t chunk, params.Int("chunk", 1024, 8, 1 << 30));
-  if (chunk % 8 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sign: chunk=", chunk, " must be a multiple of 8"));
-  }
-  return std::make_unique<SignCodec>(static_cast<uint32_t>(chunk));
+  TERN_ASSIGN_OR_RETURN(format::SignParams p, format::ParseSignParams(params));
+  return std::make_unique<SignCodec>(p);
 }
 
 }  // namespace tern

@@ -5,6 +5,7 @@
 
 #include "common/byte_io.h"
 #include "kernels/cpu/codec_util.h"
+#include "kernels/format/sparse.h"
 
 namespace tern::internal {
 namespace {
@@ -16,16 +17,11 @@ struct SparseView {
 };
 
 absl::Status Parse(absl::string_view codec, const EncodedView& in, SparseView* v) {
-  if (!in.scales.empty()) return PayloadError(codec, "expected no scales, got ", in.scales.size());
-  ByteReader r(in.payload.data(), in.payload.size());
-  if (!r.U32(&v->k)) return PayloadError(codec, "truncated header (", in.payload.size(), " bytes)");
-  if (v->k > in.numel) return PayloadError(codec, "k = ", v->k, " exceeds numel = ", in.numel);
-  const uint64_t body = uint64_t{v->k} * 8;
-  if (r.remaining() != body) {
-    return PayloadError(codec, "k = ", v->k, " needs ", body, " body bytes, got ", r.remaining());
-  }
-  v->indices = r.Take(4 * size_t{v->k});
-  v->values = r.Take(4 * size_t{v->k});
+  absl::StatusOr<format::SparseHeader> h = format::ReadSparseHeader(codec, in);
+  if (!h.ok()) return h.status();
+  v->k = h->k;
+  v->indices = h->indices;
+  v->values = h->values;
   int64_t prev = -1;
   for (uint32_t j = 0; j < v->k; ++j) {
     uint32_t idx;

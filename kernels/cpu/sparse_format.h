@@ -1,4 +1,5 @@
-// The (index, value) layout shared by topk.v1, dgc.v1 and threshold.v1, and their common base:
+// The (index, value) layout shared by topk.v1, dgc.v1 and threshold.v1 (kernels/format/sparse.h),
+// and their common base:
 //   u32 k | k x u32 index, strictly ascending, each < numel | k x f32 value
 // Internal to kernels/.
 #ifndef TERN_KERNELS_CPU_SPARSE_FORMAT_H_
@@ -32,14 +33,15 @@ absl::Status ReadSparseIndices(absl::string_view codec, const EncodedView& in,
 // indices. Same thread-safety as Codec: Encode reuses an index scratch buffer.
 class SparseCodec : public Codec {
  public:
-  std::string Spec() const final { return absl::StrCat(spec_name_, ":", params_); }
+  std::string Spec() const final { return spec_; }
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) final;
 
  protected:
-  // `params` is the canonical parameter string, e.g. "ratio=0.01".
-  SparseCodec(absl::string_view spec_name, std::string params)
-      : spec_name_(spec_name), params_(std::move(params)) {}
+  // `spec` and `params` are the canonical spec and parameters (kernels/format/sparse.h), e.g.
+  // "topk:ratio=0.01" and "ratio=0.01".
+  SparseCodec(std::string spec, std::string params)
+      : spec_(std::move(spec)), params_(std::move(params)) {}
   // Replaces *indices with the ascending indices to send and *values with x at them.
   // REQUIRES: x.size() < 2^32.
   virtual void Select(absl::Span<const float> x, ThreadPool* pool, std::vector<uint32_t>* indices,
@@ -50,7 +52,7 @@ class SparseCodec : public Codec {
   }
 
  private:
-  const std::string spec_name_;
+  const std::string spec_;
   const std::string params_;
   std::vector<uint32_t> indices_;
   std::vector<float> values_;

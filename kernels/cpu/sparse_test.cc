@@ -1,4 +1,6 @@
 // topk.v1, dgc.v1, threshold.v1: selection properties and index validation.
+#include "kernels/format/sparse.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -31,7 +33,7 @@ TEST(TopKCodec, KeepsExactlyTheKLargestMagnitudes) {
   const auto x = testing::Gaussian(100003, 41);
   EncodedTensor enc;
   ASSERT_THAT((*codec)->Encode(x, {}, &enc), IsOk());
-  const size_t k = SparseK(0.013, x.size());
+  const size_t k = format::SparseK(0.013, x.size());
   ASSERT_EQ(K(enc), k);
   std::vector<float> y(x.size());
   ASSERT_THAT((*codec)->Decode(EncodedView::Of(enc), absl::MakeSpan(y)), IsOk());

@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/codec_util.h"
 #include "kernels/cpu/topk.h"
+#include "kernels/format/sparse.h"
 #include "kernels/select.h"
 
 namespace tern {
@@ -25,7 +26,7 @@ class StcCodec final : public Codec {
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
     TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
-    const size_t k = SparseK(ratio_, x.size());
+    const size_t k = format::SparseK(ratio_, x.size());
     SelectTopK(x, k, &indices_, options.pool, &values_);
     double sum = 0;
     for (float v : values_) sum += std::fabs(v);

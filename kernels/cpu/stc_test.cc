@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
 #include "kernels/cpu/topk.h"
+#include "kernels/format/sparse.h"
 #include "tests/testing/data.h"
 #include "tests/testing/status_matchers.h"
 
@@ -65,7 +66,7 @@ TEST(Stc, MeasuredBitsMatchTheGolombFormula) {
     ASSERT_THAT(codec, IsOk());
     EncodedTensor enc;
     ASSERT_THAT((*codec)->Encode(x, {}, &enc), IsOk());
-    const size_t k = SparseK(ratio, x.size());
+    const size_t k = format::SparseK(ratio, x.size());
     const double p = double(k) / x.size();
     const int b = StcGolombBits(k, x.size());
     const double expected = b + 1.0 / (1.0 - std::pow(1.0 - p, std::ldexp(1.0, b)));

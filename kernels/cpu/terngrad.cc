@@ -11,12 +11,13 @@
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec_util.h"
 #include "kernels/cpu/simd_rng.h"
+#include "kernels/format/terngrad.h"
 
 namespace tern {
 namespace {
 
-constexpr uint8_t k2Bit = 0;
-constexpr uint8_t kBase3 = 1;
+constexpr uint8_t k2Bit = format::kTernGrad2Bit;
+constexpr uint8_t kBase3 = format::kTernGradBase3;
 constexpr size_t kBlock = 4000;  // values per work item: a multiple of 32 and of 5, so packed
                                  // blocks start on byte boundaries in both packings
 
@@ -270,16 +271,12 @@ TERN_MULTIVERSION uint8_t MaxByte(const uint8_t* b, size_t n) {
   return m;
 }
 
-size_t PackedBytes(uint8_t pack, size_t n) { return pack == k2Bit ? (n + 3) / 4 : (n + 4) / 5; }
-
 class TernGradCodec final : public Codec {
  public:
-  TernGradCodec(double clip, uint8_t pack)
-      : clip_(clip),
-        pack_(pack),
-        params_(absl::StrCat("clip=", clip, ",pack=", pack == k2Bit ? "2bit" : "base3")) {}
-  absl::string_view Name() const override { return "terngrad.v1"; }
-  std::string Spec() const override { return absl::StrCat("terngrad:", params_); }
+  explicit TernGradCodec(const format::TernGradParams& p)
+      : format_(p), clip_(p.clip), pack_(p.pack), params_(p.Canonical()) {}
+  absl::string_view Name() const override { return format::kTernGradName; }
+  std::string Spec() const override { return format_.Spec(); }
 
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
@@ -297,7 +294,8 @@ class TernGradCodec final : public Codec {
     }
     internal::SetHeader(*this, params_, x.size(), out);
     out->scales.assign(1, s);
-    uint8_t* p = internal::ResizePayload(&out->payload, 1 + PackedBytes(pack_, x.size()));
+    uint8_t* p =
+        internal::ResizePayload(&out->payload, 1 + format::TernGradPackedBytes(pack_, x.size()));
     p[0] = pack_;
     const RngKey key = MakeRngKey(options.seed);
     const float inv = s > 0 ? 1.0f / s : 0.0f;
@@ -343,18 +341,10 @@ class TernGradCodec final : public Codec {
  protected:
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool* pool) const override {
-    if (in.payload.empty()) return internal::PayloadError(Name(), "truncated header");
-    const uint8_t pack = in.payload[0];
-    if (pack != k2Bit && pack != kBase3) {
-      return internal::PayloadError(Name(), "unknown packing ", int{pack});
-    }
-    const size_t bytes = PackedBytes(pack, in.numel);
-    if (in.payload.size() != 1 + bytes) {
-      return internal::PayloadError(Name(), "expected ", 1 + bytes, " bytes, got ",
-                                    in.payload.size());
-    }
-    TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, 1));
-    const uint8_t* body = in.payload.data() + 1;
+    TERN_ASSIGN_OR_RETURN(const format::TernGradHeader h, format::ReadTernGradHeader(in));
+    const uint8_t pack = h.pack;
+    const size_t bytes = h.bytes;
+    const uint8_t* body = h.body;
     // Validate every code (and canonical zero padding) before touching `out`.
     // Checked 4 KiB at a time with vectorised reductions; the byte-exact loop runs only in the
     // chunk that failed, to name the byte.
@@ -369,22 +359,12 @@ class TernGradCodec final : public Codec {
           }
         }
       }
-      if (in.numel % 4 != 0 && (body[bytes - 1] >> (2 * (in.numel % 4))) != 0) {
-        return internal::PayloadError(Name(), "non-zero padding in the last byte");
-      }
     } else {
       for (size_t c = 0; c < bytes; c += kChunk) {
         const size_t len = std::min(kChunk, bytes - c);
         if (MaxByte(body + c, len) < 243) continue;
         for (size_t i = c;; ++i) {
           if (body[i] >= 243) return internal::PayloadError(Name(), "byte ", i, " >= 3^5");
-        }
-      }
-      if (size_t rem = in.numel % 5; rem != 0) {
-        unsigned pow = 1;
-        for (size_t j = 0; j < rem; ++j) pow *= 3;
-        if (body[bytes - 1] >= pow) {
-          return internal::PayloadError(Name(), "non-zero padding in the last byte");
         }
       }
     }
@@ -422,6 +402,7 @@ class TernGradCodec final : public Codec {
   }
 
  private:
+  const format::TernGradParams format_;
   const double clip_;
   const uint8_t pack_;
   const std::string params_;
@@ -430,9 +411,8 @@ class TernGradCodec final : public Codec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Codec>> NewTernGradCodec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(double clip, params.Double("clip", 2.5, 0.0, 1e6));
-  TERN_ASSIGN_OR_RETURN(std::string pack, params.Enum("pack", "2bit", {"2bit", "base3"}));
-  return std::make_unique<TernGradCodec>(clip, pack == "2bit" ? k2Bit : kBase3);
+  TERN_ASSIGN_OR_RETURN(format::TernGradParams p, format::ParseTernGradParams(params));
+  return std::make_unique<TernGradCodec>(p);
 }
 
 }  // namespace tern

@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/codec_util.h"
 #include "kernels/cpu/sparse_format.h"
+#include "kernels/format/sparse.h"
 #include "kernels/select.h"
 
 namespace tern {
@@ -13,9 +14,9 @@ namespace {
 
 class ThresholdCodec final : public internal::SparseCodec {
  public:
-  explicit ThresholdCodec(float tau)
-      : SparseCodec("threshold", absl::StrCat("tau=", tau)), tau_(tau) {}
-  absl::string_view Name() const override { return "threshold.v1"; }
+  explicit ThresholdCodec(const format::ThresholdParams& p)
+      : SparseCodec(p.Spec(), p.Canonical()), tau_(p.tau) {}
+  absl::string_view Name() const override { return format::kThresholdName; }
 
  protected:
   void Select(absl::Span<const float> x, ThreadPool* pool, std::vector<uint32_t>* indices,
@@ -30,8 +31,8 @@ class ThresholdCodec final : public internal::SparseCodec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Codec>> NewThresholdCodec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(double tau, params.Double("tau", 1e-3, 0.0, 3.4e38));
-  return std::make_unique<ThresholdCodec>(static_cast<float>(tau));
+  TERN_ASSIGN_OR_RETURN(format::ThresholdParams p, format::ParseThresholdParams(params));
+  return std::make_unique<ThresholdCodec>(p);
 }
 
 }  // namespace tern

@@ -14,9 +14,6 @@ namespace tern {
 // Parameters: ratio in (0, 1], default 0.01.
 absl::StatusOr<std::unique_ptr<Codec>> NewTopKCodec(SpecParams& params);
 
-// k for ratio and d: ceil(ratio * d), at least 1 when d > 0, at most d.
-size_t SparseK(double ratio, size_t d);
-
 }  // namespace tern
 
 #endif  // TERN_KERNELS_CPU_TOPK_H_

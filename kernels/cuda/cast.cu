@@ -2,6 +2,7 @@
 // codecs convert (kernels/cpu/cast_codec.h).
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gpu_codec.h"
+#include "kernels/format/cast.h"
 
 namespace tern::cuda {
 namespace {
@@ -9,22 +10,19 @@ namespace {
 using internal::Arena;
 
 struct NoneWord {
-  static constexpr const char* kName = "none.v1";
-  static constexpr const char* kSpec = "none";
+  static constexpr const format::CastFormat& kFormat = format::kNone;
   using Word = uint32_t;
   static __device__ Word Encode(float v) { return __float_as_uint(v); }
   static __device__ float Decode(Word w) { return __uint_as_float(w); }
 };
 struct Fp16Word {
-  static constexpr const char* kName = "fp16.v1";
-  static constexpr const char* kSpec = "fp16";
+  static constexpr const format::CastFormat& kFormat = format::kFp16;
   using Word = uint16_t;
   static __device__ Word Encode(float v) { return internal::FloatToHalf(v); }
   static __device__ float Decode(Word w) { return internal::HalfToFloat(w); }
 };
 struct Bf16Word {
-  static constexpr const char* kName = "bf16.v1";
-  static constexpr const char* kSpec = "bf16";
+  static constexpr const format::CastFormat& kFormat = format::kBf16;
   using Word = uint16_t;
   static __device__ Word Encode(float v) { return internal::FloatToBfloat16(v); }
   static __device__ float Decode(Word w) { return internal::Bfloat16ToFloat(w); }
@@ -49,9 +47,11 @@ __global__ void CastDecodeKernel(const typename T::Word* in, size_t n, float w, 
 
 template <typename T>
 class GpuCastCodec final : public GpuCodec {
+  static_assert(sizeof(typename T::Word) == T::kFormat.word_bytes);
+
  public:
-  absl::string_view Name() const override { return T::kName; }
-  std::string Spec() const override { return T::kSpec; }
+  absl::string_view Name() const override { return T::kFormat.name; }
+  std::string Spec() const override { return T::kFormat.spec; }
 
   size_t EncodeScratchBytes(size_t n) const override {
     Arena a(nullptr, 0);
@@ -67,7 +67,7 @@ class GpuCastCodec final : public GpuCodec {
       CastEncodeKernel<T><<<internal::GridFor(n), internal::kThreads, 0, stream>>>(d_x, n, words);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("CastEncodeKernel"));
     }
-    out->codec = T::kName;
+    out->codec = T::kFormat.name;
     out->params.clear();
     out->numel = n;
     out->scales.clear();
@@ -79,14 +79,14 @@ class GpuCastCodec final : public GpuCodec {
     a.Take<uint8_t>(in.payload.size());
     return a.used();
   }
-  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
-                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const override {
-    TERN_RETURN_IF_ERROR(internal::CheckView(Name(), in, n));
-    if (!in.scales.empty()) return internal::PayloadError(Name(), "expected no scales");
-    if (in.payload.size() != n * sizeof(typename T::Word)) {
-      return internal::PayloadError(Name(), "expected ", n * sizeof(typename T::Word),
-                                    " bytes, got ", in.payload.size());
-    }
+  absl::Status CheckPayload(const EncodedView& in) const override {
+    return format::CheckCastPayload(T::kFormat, in);
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate, float* d_out,
+                          size_t n, void* d_scratch, size_t scratch_bytes,
+                          cudaStream_t stream) const override {
     Arena a(d_scratch, scratch_bytes);
     auto* words = a.Take<typename T::Word>(n);
     if (!a.fits()) return internal::ScratchError(Name(), DecodeScratchBytes(in), scratch_bytes);

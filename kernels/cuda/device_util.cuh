@@ -24,8 +24,12 @@
 #include "common/status_macros.h"
 #include "kernels/codec.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/format/payload.h"
 
 namespace tern::cuda::internal {
+
+// The payload errors and checks are the CPU codecs' (kernels/format/payload.h).
+using ::tern::internal::PayloadError;
 
 inline constexpr int kThreads = 256;
 
@@ -62,49 +66,12 @@ inline absl::Status ScratchError(absl::string_view codec, size_t need, size_t ha
 
 inline absl::Status LaunchStatus(const char* what) { return FromCuda(cudaGetLastError(), what); }
 
-// The checks every decoder starts with: the payload's codec and element count.
-inline absl::Status CheckView(absl::string_view name, const EncodedView& in, size_t n) {
-  if (in.codec != name || in.numel != n) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": a payload of ", in.codec, " for ",
-                                                   in.numel, " elements, expected ", n));
-  }
-  if (n > 0xffffffffULL) return absl::InvalidArgumentError(absl::StrCat(name, ": numel > 2^32-1"));
-  return absl::OkStatus();
-}
-
-template <typename... Args>
-absl::Status PayloadError(absl::string_view codec, const Args&... args) {
-  return absl::InvalidArgumentError(absl::StrCat(codec, " payload: ", args...));
-}
-
-// Exactly `count` scales, each finite (and >= 0 unless signed_ok): the CPU's CheckScales.
-inline absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t count,
-                                bool signed_ok = false) {
-  if (in.scales.size() != count) {
-    return PayloadError(codec, "expected ", count, " scales, got ", in.scales.size());
-  }
-  for (size_t i = 0; i < count; ++i) {
-    const float v = in.scales[i];
-    if (!std::isfinite(v) || (!signed_ok && v < 0)) {
-      return PayloadError(codec, "scale ", i, " is ", v);
-    }
-  }
-  return absl::OkStatus();
-}
-
 // Copies host floats (scales) into device scratch.
 inline absl::Status UploadFloats(absl::Span<const float> v, float* d_dst, cudaStream_t stream) {
   if (v.empty()) return absl::OkStatus();
   return FromCuda(
       cudaMemcpyAsync(d_dst, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, stream),
       "cudaMemcpyAsync (scales)");
-}
-
-// Reads u32 / u8 little-endian fields from host bytes.
-inline uint32_t LoadU32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
 }
 
 // Copies the received payload bytes into device scratch.

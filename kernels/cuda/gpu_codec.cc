@@ -1,6 +1,16 @@
 #include "kernels/cuda/gpu_codec.h"
 
+#include "kernels/format/payload.h"
+
 namespace tern::cuda {
+
+absl::Status GpuCodec::Decode(const EncodedView& in, float weight, bool accumulate, float* d_out,
+                              size_t n, void* d_scratch, size_t scratch_bytes,
+                              cudaStream_t stream) const {
+  if (absl::Status s = internal::CheckView(Name(), in, n); !s.ok()) return s;
+  if (absl::Status s = CheckPayload(in); !s.ok()) return s;
+  return DecodeImpl(in, weight, accumulate, d_out, n, d_scratch, scratch_bytes, stream);
+}
 
 std::unique_ptr<GpuCodecRegistry> NewBuiltinGpuCodecRegistry() {
   auto r = std::make_unique<GpuCodecRegistry>();

@@ -51,10 +51,22 @@ class GpuCodec {
   // whose size is in.payload.size()).
   virtual size_t DecodeScratchBytes(const EncodedView& in) const = 0;
   // d_out[0..n) = decode(in) (accumulate == false) or += weight * decode(in). n must equal
-  // in.numel. A malformed payload is InvalidArgument, with d_out untouched.
-  virtual absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out,
-                              size_t n, void* d_scratch, size_t scratch_bytes,
-                              cudaStream_t stream) const = 0;
+  // in.numel. A malformed payload is InvalidArgument, with d_out untouched. Checks the codec
+  // name and element count, then the payload's host-side structure (CheckPayload), then hands
+  // over to the codec, which validates the rest on the device before writing d_out.
+  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
+                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const;
+
+  // The host-side checks of a payload for this codec (header, sizes, scales, padding), with the
+  // same wire-format reader the CPU codec uses (kernels/format/): needs no device. What is left
+  // for the device is data-dependent (codes, index order).
+  virtual absl::Status CheckPayload(const EncodedView& in) const = 0;
+
+ protected:
+  // Codec-specific decoding, after Decode's checks passed.
+  virtual absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
+                                  float* d_out, size_t n, void* d_scratch, size_t scratch_bytes,
+                                  cudaStream_t stream) const = 0;
 };
 
 // GPU codecs by spec name, like CodecRegistry (the same template): Create("stc:ratio=0.001")

@@ -2,15 +2,14 @@
 // then one thread per element quantises with the same float steps and the same counter draws.
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gpu_codec.h"
+#include "kernels/format/int8.h"
 
 namespace tern::cuda {
 namespace {
 
 using internal::Arena;
 
-constexpr uint8_t kAbsMax = 0;
-constexpr uint8_t kMinMax = 1;
-constexpr size_t kHeaderBytes = 5;
+constexpr size_t kHeaderBytes = format::kInt8HeaderBytes;
 
 // scales and inverse steps per block, as Int8Codec::EncodeBlock computes them.
 __global__ void Int8ScalesKernel(const uint32_t* max_abs, const float* lo, const float* hi,
@@ -66,14 +65,14 @@ __global__ void Int8DequantizeKernel(const uint8_t* q, size_t n, uint32_t block,
 
 class GpuInt8Codec final : public GpuCodec {
  public:
-  GpuInt8Codec(uint32_t block, bool minmax, bool stochastic)
-      : block_(block),
-        minmax_(minmax),
-        stochastic_(stochastic),
-        params_(absl::StrCat("block=", block, ",mode=", minmax ? "minmax" : "absmax",
-                             ",round=", stochastic ? "stochastic" : "nearest")) {}
-  absl::string_view Name() const override { return "int8.v1"; }
-  std::string Spec() const override { return absl::StrCat("int8:", params_); }
+  explicit GpuInt8Codec(const format::Int8Params& p)
+      : format_(p),
+        block_(p.block),
+        minmax_(p.minmax),
+        stochastic_(p.stochastic),
+        params_(p.Canonical()) {}
+  absl::string_view Name() const override { return format::kInt8Name; }
+  std::string Spec() const override { return format_.Spec(); }
 
   size_t EncodeScratchBytes(size_t n) const override { return Layout(nullptr, 0, n).used(); }
   absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options, void* d_scratch,
@@ -94,7 +93,7 @@ class GpuInt8Codec final : public GpuCodec {
           d_x, n, block_, minmax_, stochastic_, MakeRngKey(options.seed), b.lo, b.inv, b.q);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("Int8QuantizeKernel"));
     }
-    out->codec = "int8.v1";
+    out->codec = format::kInt8Name;
     out->params = params_;
     out->numel = n;
     TERN_RETURN_IF_ERROR(
@@ -102,8 +101,7 @@ class GpuInt8Codec final : public GpuCodec {
     // The codes land after a 5-byte gap that the header then fills on the host.
     TERN_RETURN_IF_ERROR(
         internal::CopyOut(b.q - kHeaderBytes, kHeaderBytes + n, stream, &out->payload));
-    std::memcpy(out->payload.data(), &block_, 4);
-    out->payload[4] = static_cast<char>(minmax_ ? kMinMax : kAbsMax);
+    format::WriteInt8Header(format_, reinterpret_cast<uint8_t*>(out->payload.data()));
     return absl::OkStatus();
   }
 
@@ -114,25 +112,16 @@ class GpuInt8Codec final : public GpuCodec {
     a.Take<uint32_t>(1);
     return a.used();
   }
-  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
-                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const override {
-    TERN_RETURN_IF_ERROR(internal::CheckView(Name(), in, n));
-    if (in.payload.size() < kHeaderBytes) return internal::PayloadError(Name(), "truncated header");
-    const uint32_t block = internal::LoadU32(in.payload.data());
-    const uint8_t mode = in.payload[4];
-    if (block == 0 || block > (1u << 20)) {
-      return internal::PayloadError(Name(), "block size ", block, " outside [1, 2^20]");
-    }
-    if (mode != kAbsMax && mode != kMinMax) {
-      return internal::PayloadError(Name(), "unknown mode ", int{mode});
-    }
-    if (in.payload.size() - kHeaderBytes != n) {
-      return internal::PayloadError(Name(), "expected ", n, " value bytes, got ",
-                                    in.payload.size() - kHeaderBytes);
-    }
-    const size_t nb = (n + block - 1) / block;
-    TERN_RETURN_IF_ERROR(
-        internal::CheckScales(Name(), in, mode == kMinMax ? 2 * nb : nb, mode == kMinMax));
+  absl::Status CheckPayload(const EncodedView& in) const override {
+    return format::ReadInt8Header(in).status();
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate, float* d_out,
+                          size_t n, void* d_scratch, size_t scratch_bytes,
+                          cudaStream_t stream) const override {
+    TERN_ASSIGN_OR_RETURN(const format::Int8Header h, format::ReadInt8Header(in));
+    const uint32_t block = h.block;
     Arena a(d_scratch, scratch_bytes);
     uint8_t* p = a.Take<uint8_t>(in.payload.size());
     float* scales = a.Take<float>(in.scales.size());
@@ -141,7 +130,7 @@ class GpuInt8Codec final : public GpuCodec {
     if (n == 0) return absl::OkStatus();
     TERN_RETURN_IF_ERROR(internal::Upload(in, p, stream));
     TERN_RETURN_IF_ERROR(internal::UploadFloats(in.scales, scales, stream));
-    if (mode == kAbsMax) {
+    if (!h.minmax) {
       TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_flag, 0, 4, stream));
       Int8CheckKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(p + kHeaderBytes, n,
                                                                                d_flag);
@@ -151,7 +140,7 @@ class GpuInt8Codec final : public GpuCodec {
       if (flag != 0) return internal::PayloadError(Name(), "value -128 (byte 0x80)");
     }
     Int8DequantizeKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
-        p + kHeaderBytes, n, block, mode == kMinMax, scales, weight, accumulate, d_out);
+        p + kHeaderBytes, n, block, h.minmax, scales, weight, accumulate, d_out);
     TERN_RETURN_IF_ERROR(internal::LaunchStatus("Int8DequantizeKernel"));
     return FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
@@ -177,6 +166,7 @@ class GpuInt8Codec final : public GpuCodec {
     return a;
   }
 
+  const format::Int8Params format_;
   const uint32_t block_;
   const bool minmax_;
   const bool stochastic_;
@@ -186,12 +176,8 @@ class GpuInt8Codec final : public GpuCodec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuInt8Codec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(int64_t block, params.Int("block", 1024, 1, 1 << 20));
-  TERN_ASSIGN_OR_RETURN(std::string mode, params.Enum("mode", "absmax", {"absmax", "minmax"}));
-  TERN_ASSIGN_OR_RETURN(std::string round,
-                        params.Enum("round", "nearest", {"nearest", "stochastic"}));
-  return std::make_unique<GpuInt8Codec>(static_cast<uint32_t>(block), mode == "minmax",
-                                        round == "stochastic");
+  TERN_ASSIGN_OR_RETURN(format::Int8Params p, format::ParseInt8Params(params));
+  return std::make_unique<GpuInt8Codec>(p);
 }
 
 }  // namespace tern::cuda

@@ -2,6 +2,7 @@
 // up with probability mantissa / 2^23 from the counter generator; sign bits a byte per thread.
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gpu_codec.h"
+#include "kernels/format/natural.h"
 
 namespace tern::cuda {
 namespace {
@@ -46,8 +47,8 @@ __global__ void NaturalDecodeKernel(const uint8_t* codes, const uint8_t* signs, 
 
 class GpuNaturalCodec final : public GpuCodec {
  public:
-  absl::string_view Name() const override { return "natural.v1"; }
-  std::string Spec() const override { return "natural"; }
+  absl::string_view Name() const override { return format::kNaturalName; }
+  std::string Spec() const override { return format::kNaturalSpec; }
 
   size_t EncodeScratchBytes(size_t n) const override {
     Arena a(nullptr, 0);
@@ -67,7 +68,7 @@ class GpuNaturalCodec final : public GpuCodec {
           d_x, n, MakeRngKey(options.seed), p, p + n, d_flag);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("NaturalEncodeKernel"));
     }
-    out->codec = "natural.v1";
+    out->codec = format::kNaturalName;
     out->params.clear();
     out->numel = n;
     out->scales.clear();
@@ -84,18 +85,14 @@ class GpuNaturalCodec final : public GpuCodec {
     a.Take<uint32_t>(1);
     return a.used();
   }
-  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
-                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const override {
-    TERN_RETURN_IF_ERROR(internal::CheckView(Name(), in, n));
-    if (!in.scales.empty()) return internal::PayloadError(Name(), "expected no scales");
-    const size_t sign_bytes = (n + 7) / 8;
-    if (in.payload.size() != n + sign_bytes) {
-      return internal::PayloadError(Name(), "expected ", n + sign_bytes, " bytes, got ",
-                                    in.payload.size());
-    }
-    if (n % 8 != 0 && (in.payload[n + sign_bytes - 1] >> (n % 8)) != 0) {
-      return internal::PayloadError(Name(), "non-zero padding bits");
-    }
+  absl::Status CheckPayload(const EncodedView& in) const override {
+    return format::ReadNaturalHeader(in).status();
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate, float* d_out,
+                          size_t n, void* d_scratch, size_t scratch_bytes,
+                          cudaStream_t stream) const override {
     Arena a(d_scratch, scratch_bytes);
     uint8_t* p = a.Take<uint8_t>(in.payload.size());
     uint32_t* d_flag = a.Take<uint32_t>(1);

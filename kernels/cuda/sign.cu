@@ -2,13 +2,14 @@
 // chunk's scale ||x_c||_1 / len_c summed in the CPU's fixed order (device_util.cuh).
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gpu_codec.h"
+#include "kernels/format/sign.h"
 
 namespace tern::cuda {
 namespace {
 
 using internal::Arena;
 
-constexpr size_t kHeaderBytes = 4;
+constexpr size_t kHeaderBytes = format::kSignHeaderBytes;
 
 __global__ void PackSignsKernel(const float* x, size_t n, uint8_t* out) {
   const size_t bytes = (n + 7) / 8;
@@ -41,9 +42,10 @@ __global__ void SignDecodeKernel(const uint8_t* bits, size_t n, size_t chunk, co
 
 class GpuSignCodec final : public GpuCodec {
  public:
-  explicit GpuSignCodec(uint32_t chunk) : chunk_(chunk), params_(absl::StrCat("chunk=", chunk)) {}
-  absl::string_view Name() const override { return "sign.v1"; }
-  std::string Spec() const override { return absl::StrCat("sign:", params_); }
+  explicit GpuSignCodec(const format::SignParams& p)
+      : format_(p), chunk_(p.chunk), params_(p.Canonical()) {}
+  absl::string_view Name() const override { return format::kSignName; }
+  std::string Spec() const override { return format_.Spec(); }
 
   size_t EncodeScratchBytes(size_t n) const override { return Layout(nullptr, 0, n).used(); }
   absl::Status Encode(const float* d_x, size_t n, const EncodeOptions&, void* d_scratch,
@@ -62,13 +64,13 @@ class GpuSignCodec final : public GpuCodec {
                                                                                          b.bits);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("PackSignsKernel"));
     }
-    out->codec = "sign.v1";
+    out->codec = format::kSignName;
     out->params = params_;
     out->numel = n;
     TERN_RETURN_IF_ERROR(internal::CopyScalesOut(b.scales, nc, stream, &out->scales));
     TERN_RETURN_IF_ERROR(internal::CopyOut(b.bits - kHeaderBytes, kHeaderBytes + (n + 7) / 8,
                                            stream, &out->payload));
-    std::memcpy(out->payload.data(), &chunk_, 4);
+    format::WriteSignHeader(format_, reinterpret_cast<uint8_t*>(out->payload.data()));
     return absl::OkStatus();
   }
 
@@ -78,24 +80,16 @@ class GpuSignCodec final : public GpuCodec {
     a.Take<float>(in.scales.size());
     return a.used();
   }
-  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
-                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const override {
-    TERN_RETURN_IF_ERROR(internal::CheckView(Name(), in, n));
-    if (in.payload.size() < kHeaderBytes) return internal::PayloadError(Name(), "truncated header");
-    const uint32_t chunk = internal::LoadU32(in.payload.data());
-    if (chunk < 8 || chunk % 8 != 0 || chunk > (1u << 30)) {
-      return internal::PayloadError(Name(), "chunk ", chunk,
-                                    " is not a multiple of 8 in [8, 2^30]");
-    }
-    const size_t bytes = (n + 7) / 8;
-    if (in.payload.size() - kHeaderBytes != bytes) {
-      return internal::PayloadError(Name(), "expected ", bytes, " sign bytes, got ",
-                                    in.payload.size() - kHeaderBytes);
-    }
-    TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, (n + chunk - 1) / chunk));
-    if (n % 8 != 0 && (in.payload[kHeaderBytes + bytes - 1] >> (n % 8)) != 0) {
-      return internal::PayloadError(Name(), "non-zero padding bits");
-    }
+  absl::Status CheckPayload(const EncodedView& in) const override {
+    return format::ReadSignHeader(in).status();
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate, float* d_out,
+                          size_t n, void* d_scratch, size_t scratch_bytes,
+                          cudaStream_t stream) const override {
+    TERN_ASSIGN_OR_RETURN(const format::SignHeader h, format::ReadSignHeader(in));
+    const uint32_t chunk = h.chunk;
     Arena a(d_scratch, scratch_bytes);
     uint8_t* p = a.Take<uint8_t>(in.payload.size());
     float* scales = a.Take<float>(in.scales.size());
@@ -128,6 +122,7 @@ class GpuSignCodec final : public GpuCodec {
     return a;
   }
 
+  const format::SignParams format_;
   const uint32_t chunk_;
   const std::string params_;
 };
@@ -135,12 +130,8 @@ class GpuSignCodec final : public GpuCodec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuSignCodec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(int64_t chunk, params.Int("chunk", 1024, 8, 1 << 30));
-  if (chunk % 8 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sign: chunk=", chunk, " must be a multiple of 8"));
-  }
-  return std::make_unique<GpuSignCodec>(static_cast<uint32_t>(chunk));
+  TERN_ASSIGN_OR_RETURN(format::SignParams p, format::ParseSignParams(params));
+  return std::make_unique<GpuSignCodec>(p);
 }
 
 }  // namespace tern::cuda

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gpu_codec.h"
+#include "kernels/format/sparse.h"
 
 namespace tern::cuda {
 namespace {
@@ -260,12 +261,6 @@ void Selector::GatherValuesIdx(const uint32_t* positions, size_t k, uint32_t* ou
 
 enum class Kind { kTopK, kThreshold, kDgc };
 
-size_t SparseK(double ratio, size_t d) {  // kernels/cpu/topk.cc
-  if (d == 0) return 0;
-  const double k = std::ceil(ratio * static_cast<double>(d));
-  return std::clamp<size_t>(static_cast<size_t>(k), 1, d);
-}
-
 uint32_t HostMagnitudeKey(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, 4);
@@ -274,23 +269,14 @@ uint32_t HostMagnitudeKey(float v) {
 
 class GpuSparseCodec final : public GpuCodec {
  public:
-  GpuSparseCodec(Kind kind, double ratio, double sample, float tau)
-      : kind_(kind), ratio_(ratio), sample_(sample), tau_(tau) {
-    switch (kind) {
-      case Kind::kTopK:
-        name_ = "topk.v1";
-        spec_ = absl::StrCat("topk:ratio=", ratio);
-        break;
-      case Kind::kThreshold:
-        name_ = "threshold.v1";
-        spec_ = absl::StrCat("threshold:tau=", tau);
-        break;
-      case Kind::kDgc:
-        name_ = "dgc.v1";
-        spec_ = absl::StrCat("dgc:ratio=", ratio, ",sample=", sample);
-        break;
-    }
-  }
+  GpuSparseCodec(Kind kind, const char* name, std::string spec, double ratio, double sample,
+                 float tau)
+      : kind_(kind),
+        ratio_(ratio),
+        sample_(sample),
+        tau_(tau),
+        name_(name),
+        spec_(std::move(spec)) {}
   absl::string_view Name() const override { return name_; }
   std::string Spec() const override { return spec_; }
 
@@ -311,7 +297,7 @@ class GpuSparseCodec final : public GpuCodec {
     if (n > 0) {
       switch (kind_) {
         case Kind::kTopK: {
-          TERN_ASSIGN_OR_RETURN(k, sel.TopK(SparseK(ratio_, n), idx));
+          TERN_ASSIGN_OR_RETURN(k, sel.TopK(format::SparseK(ratio_, n), idx));
           break;
         }
         case Kind::kThreshold: {
@@ -349,21 +335,16 @@ class GpuSparseCodec final : public GpuCodec {
     a.Take<uint32_t>(1);
     return a.used();
   }
-  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
-                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const override {
-    TERN_RETURN_IF_ERROR(internal::CheckView(Name(), in, n));
-    if (!in.scales.empty()) {
-      return internal::PayloadError(Name(), "expected no scales, got ", in.scales.size());
-    }
-    if (in.payload.size() < 4) {
-      return internal::PayloadError(Name(), "truncated header (", in.payload.size(), " bytes)");
-    }
-    const uint32_t k = internal::LoadU32(in.payload.data());
-    if (k > n) return internal::PayloadError(Name(), "k = ", k, " exceeds numel = ", n);
-    if (in.payload.size() - 4 != uint64_t{k} * 8) {
-      return internal::PayloadError(Name(), "k = ", k, " needs ", uint64_t{k} * 8,
-                                    " body bytes, got ", in.payload.size() - 4);
-    }
+  absl::Status CheckPayload(const EncodedView& in) const override {
+    return format::ReadSparseHeader(name_, in).status();
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate, float* d_out,
+                          size_t n, void* d_scratch, size_t scratch_bytes,
+                          cudaStream_t stream) const override {
+    TERN_ASSIGN_OR_RETURN(const format::SparseHeader h, format::ReadSparseHeader(name_, in));
+    const uint32_t k = h.k;
     Arena a(d_scratch, scratch_bytes);
     uint8_t* p = a.Take<uint8_t>(in.payload.size());
     uint32_t* d_flag = a.Take<uint32_t>(1);
@@ -396,7 +377,7 @@ class GpuSparseCodec final : public GpuCodec {
   // kernels/select.cc's SelectDgc, step for step.
   absl::StatusOr<size_t> Dgc(Selector& sel, SelectBuffers& b, const float* d_x, size_t n,
                              cudaStream_t stream, uint32_t* idx) {
-    const size_t k = SparseK(ratio_, n);
+    const size_t k = format::SparseK(ratio_, n);
     if (k >= n) return sel.AllThenCopy(idx);
     const size_t m = std::min(n, std::max<size_t>(64, static_cast<size_t>(sample_ * n)));
     const size_t stride = std::max<size_t>(1, n / std::max<size_t>(1, m));
@@ -430,18 +411,18 @@ class GpuSparseCodec final : public GpuCodec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTopKCodec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.01, 1e-9, 1.0));
-  if (ratio <= 0) return absl::InvalidArgumentError("topk: ratio must be > 0");
-  return std::make_unique<GpuSparseCodec>(Kind::kTopK, ratio, 0, 0);
+  TERN_ASSIGN_OR_RETURN(format::TopKParams p, format::ParseTopKParams(params));
+  return std::make_unique<GpuSparseCodec>(Kind::kTopK, format::kTopKName, p.Spec(), p.ratio, 0, 0);
 }
 absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuThresholdCodec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(double tau, params.Double("tau", 1e-3, 0.0, 3.4e38));
-  return std::make_unique<GpuSparseCodec>(Kind::kThreshold, 0, 0, static_cast<float>(tau));
+  TERN_ASSIGN_OR_RETURN(format::ThresholdParams p, format::ParseThresholdParams(params));
+  return std::make_unique<GpuSparseCodec>(Kind::kThreshold, format::kThresholdName, p.Spec(), 0, 0,
+                                          p.tau);
 }
 absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuDgcCodec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(double ratio, params.Double("ratio", 0.001, 1e-9, 1.0));
-  TERN_ASSIGN_OR_RETURN(double sample, params.Double("sample", 0.01, 1e-6, 1.0));
-  return std::make_unique<GpuSparseCodec>(Kind::kDgc, ratio, sample, 0);
+  TERN_ASSIGN_OR_RETURN(format::DgcParams p, format::ParseDgcParams(params));
+  return std::make_unique<GpuSparseCodec>(Kind::kDgc, format::kDgcName, p.Spec(), p.ratio, p.sample,
+                                          0);
 }
 
 }  // namespace tern::cuda

@@ -3,16 +3,15 @@
 // its 4 (2-bit) or 5 (base-3) ternary digits from the counter generator.
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gpu_codec.h"
+#include "kernels/format/terngrad.h"
 
 namespace tern::cuda {
 namespace {
 
 using internal::Arena;
 
-constexpr uint8_t k2Bit = 0;
-constexpr uint8_t kBase3 = 1;
-
-size_t PackedBytes(uint8_t pack, size_t n) { return pack == k2Bit ? (n + 3) / 4 : (n + 4) / 5; }
+constexpr uint8_t k2Bit = format::kTernGrad2Bit;
+constexpr uint8_t kBase3 = format::kTernGradBase3;
 
 // s as TernGradCodec::Encode computes it; scale[0] = s, scale[1] = 1 / s (or 0).
 __global__ void TernScaleKernel(const double* sum, const double* sum_sq, const uint32_t* max_abs,
@@ -89,12 +88,10 @@ __global__ void TernDecodeKernel(const uint8_t* body, size_t n, uint8_t pack, fl
 
 class GpuTernGradCodec final : public GpuCodec {
  public:
-  GpuTernGradCodec(double clip, uint8_t pack)
-      : clip_(clip),
-        pack_(pack),
-        params_(absl::StrCat("clip=", clip, ",pack=", pack == k2Bit ? "2bit" : "base3")) {}
-  absl::string_view Name() const override { return "terngrad.v1"; }
-  std::string Spec() const override { return absl::StrCat("terngrad:", params_); }
+  explicit GpuTernGradCodec(const format::TernGradParams& p)
+      : format_(p), clip_(p.clip), pack_(p.pack), params_(p.Canonical()) {}
+  absl::string_view Name() const override { return format::kTernGradName; }
+  std::string Spec() const override { return format_.Spec(); }
 
   size_t EncodeScratchBytes(size_t n) const override { return Layout(nullptr, 0, n).used(); }
   absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options, void* d_scratch,
@@ -118,13 +115,13 @@ class GpuTernGradCodec final : public GpuCodec {
     TernScaleKernel<<<1, 1, 0, stream>>>(b.sum, b.sum_sq, b.max_abs, n, n > 0 ? clip_ : 0.0,
                                          b.scale);
     TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernScaleKernel"));
-    const size_t bytes = PackedBytes(pack_, n);
+    const size_t bytes = format::TernGradPackedBytes(pack_, n);
     if (n > 0) {
       TernPackKernel<<<internal::GridFor(bytes), internal::kThreads, 0, stream>>>(
           d_x, n, pack_, MakeRngKey(options.seed), b.scale, b.body);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernPackKernel"));
     }
-    out->codec = "terngrad.v1";
+    out->codec = format::kTernGradName;
     out->params = params_;
     out->numel = n;
     TERN_RETURN_IF_ERROR(internal::CopyScalesOut(b.scale, 1, stream, &out->scales));
@@ -139,31 +136,17 @@ class GpuTernGradCodec final : public GpuCodec {
     a.Take<uint32_t>(1);
     return a.used();
   }
-  absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
-                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const override {
-    TERN_RETURN_IF_ERROR(internal::CheckView(Name(), in, n));
-    if (in.payload.empty()) return internal::PayloadError(Name(), "truncated header");
-    const uint8_t pack = in.payload[0];
-    if (pack != k2Bit && pack != kBase3) {
-      return internal::PayloadError(Name(), "unknown packing ", int{pack});
-    }
-    const size_t bytes = PackedBytes(pack, n);
-    if (in.payload.size() != 1 + bytes) {
-      return internal::PayloadError(Name(), "expected ", 1 + bytes, " bytes, got ",
-                                    in.payload.size());
-    }
-    TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, 1));
-    if (bytes > 0) {  // canonical padding, checked on the host: it is one byte
-      const uint8_t last = in.payload[bytes];
-      if (pack == k2Bit && n % 4 != 0 && (last >> (2 * (n % 4))) != 0) {
-        return internal::PayloadError(Name(), "non-zero padding in the last byte");
-      }
-      if (pack == kBase3 && n % 5 != 0) {
-        unsigned pow = 1;
-        for (size_t j = 0; j < n % 5; ++j) pow *= 3;
-        if (last >= pow) return internal::PayloadError(Name(), "non-zero padding in the last byte");
-      }
-    }
+  absl::Status CheckPayload(const EncodedView& in) const override {
+    return format::ReadTernGradHeader(in).status();
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate, float* d_out,
+                          size_t n, void* d_scratch, size_t scratch_bytes,
+                          cudaStream_t stream) const override {
+    TERN_ASSIGN_OR_RETURN(const format::TernGradHeader h, format::ReadTernGradHeader(in));
+    const uint8_t pack = h.pack;
+    const size_t bytes = h.bytes;
     Arena a(d_scratch, scratch_bytes);
     uint8_t* p = a.Take<uint8_t>(in.payload.size());
     uint32_t* d_flag = a.Take<uint32_t>(1);
@@ -201,11 +184,12 @@ class GpuTernGradCodec final : public GpuCodec {
     b->sum_sq = a.Take<double>(1);
     b->max_abs = a.Take<uint32_t>(1);
     b->scale = a.Take<float>(2);
-    uint8_t* payload = a.Take<uint8_t>(1 + PackedBytes(pack_, n));
+    uint8_t* payload = a.Take<uint8_t>(1 + format::TernGradPackedBytes(pack_, n));
     b->body = payload == nullptr ? nullptr : payload + 1;
     return a;
   }
 
+  const format::TernGradParams format_;
   const double clip_;
   const uint8_t pack_;
   const std::string params_;
@@ -214,9 +198,8 @@ class GpuTernGradCodec final : public GpuCodec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GpuCodec>> NewGpuTernGradCodec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(double clip, params.Double("clip", 2.5, 0.0, 1e6));
-  TERN_ASSIGN_OR_RETURN(std::string pack, params.Enum("pack", "2bit", {"2bit", "base3"}));
-  return std::make_unique<GpuTernGradCodec>(clip, pack == "2bit" ? k2Bit : kBase3);
+  TERN_ASSIGN_OR_RETURN(format::TernGradParams p, format::ParseTernGradParams(params));
+  return std::make_unique<GpuTernGradCodec>(p);
 }
 
 }  // namespace tern::cuda

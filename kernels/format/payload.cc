@@ -1,0 +1,39 @@
+#include "kernels/format/payload.h"
+
+#include <cmath>
+
+namespace tern::internal {
+
+absl::Status CheckView(absl::string_view codec, const EncodedView& in, size_t out_size) {
+  if (in.codec != codec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload of codec '", in.codec, "' given to decoder '", codec, "'"));
+  }
+  if (in.numel != out_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload holds ", in.numel, " elements but the output has ", out_size));
+  }
+  return CheckNumel(codec, out_size);
+}
+
+absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t count,
+                         bool signed_ok) {
+  if (in.scales.size() != count) {
+    return PayloadError(codec, "expected ", count, " scales, got ", in.scales.size());
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const float s = in.scales[i];
+    if (!std::isfinite(s) || (!signed_ok && s < 0)) {
+      return PayloadError(codec, "scale ", i, " is ", s, " (must be finite",
+                          signed_ok ? "" : " and >= 0", ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool PaddingIsZero(const uint8_t* p, size_t bytes, size_t bits_used) {
+  const size_t rem = bits_used % 8;
+  return bytes == 0 || rem == 0 || (p[bytes - 1] >> rem) == 0;
+}
+
+}  // namespace tern::internal
