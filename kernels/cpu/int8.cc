@@ -154,42 +154,37 @@ TERN_MULTIVERSION void DequantizeMinMax(bool accumulate, const uint8_t* q, size_
 
 class Int8Codec final : public Codec {
  public:
-  explicit Int8Codec(const format::Int8Params& p)
-      : format_(p),
-        block_(p.block),
-        minmax_(p.minmax),
-        stochastic_(p.stochastic),
-        params_(p.Canonical()) {}
+  explicit Int8Codec(const format::Int8Params& p) : format_(p), params_(p.Canonical()) {}
   absl::string_view Name() const override { return format::kInt8Name; }
   std::string Spec() const override { return format_.Spec(); }
 
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
     TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
-    const size_t nb = (x.size() + block_ - 1) / block_;
+    const size_t nb = (x.size() + format_.block - 1) / format_.block;
     internal::SetHeader(*this, params_, x.size(), out);
-    out->scales.resize(minmax_ ? 2 * nb : nb);
+    out->scales.resize(format_.minmax ? 2 * nb : nb);
     uint8_t* p = internal::ResizePayload(&out->payload, format::kInt8HeaderBytes + x.size());
     format::WriteInt8Header(format_, p);
     uint8_t* q = p + format::kInt8HeaderBytes;
     const RngKey key = MakeRngKey(options.seed);
     float* scales = out->scales.data();
-    ParallelFor(options.pool, nb, std::max<size_t>(1, (size_t{1} << 16) / block_), 1,
+    ParallelFor(options.pool, nb, std::max<size_t>(1, (size_t{1} << 16) / format_.block), 1,
                 [&](size_t b0, size_t b1) {
 #if defined(TERN_X86_DISPATCH)
                   const bool fused = CpuHasAvx512();
 #else
                   constexpr bool fused = false;
 #endif
-                  std::vector<float> u(stochastic_ && !fused ? block_ : 0);
+                  std::vector<float> u(format_.stochastic && !fused ? format_.block : 0);
                   for (size_t b = b0; b < b1; ++b) {
-                    const size_t begin = b * block_;
-                    const size_t n = std::min<size_t>(block_, x.size() - begin);
-                    if (stochastic_ && !fused) {
+                    const size_t begin = b * format_.block;
+                    const size_t n = std::min<size_t>(format_.block, x.size() - begin);
+                    if (format_.stochastic && !fused) {
                       internal::FillUniform01(key, static_cast<uint32_t>(begin),
                                               static_cast<uint32_t>(n), u.data());
                     }
-                    EncodeBlock(x.data() + begin, n, stochastic_ ? u.data() : nullptr, fused,
+                    EncodeBlock(x.data() + begin, n, format_.stochastic ? u.data() : nullptr, fused,
                                 static_cast<uint32_t>(begin), key, q + begin, scales, b);
                   }
                 });
@@ -233,7 +228,7 @@ class Int8Codec final : public Codec {
   void EncodeBlock(const float* x, size_t n, const float* u, bool fused, uint32_t first, RngKey key,
                    uint8_t* q, float* scales, size_t b) const {
     float lo = 0, inv;
-    if (!minmax_) {
+    if (!format_.minmax) {
       const float m = internal::MaxAbs(absl::MakeConstSpan(x, n));
       scales[b] = m / 127.0f;
       inv = m > 0 ? 127.0f / m : 0.0f;
@@ -250,21 +245,18 @@ class Int8Codec final : public Codec {
     }
 #if defined(TERN_X86_DISPATCH)
     if (fused) {
-      if (stochastic_) {
-        return minmax_ ? QuantizeAvx512<true, true>(x, n, first, key, lo, inv, q)
-                       : QuantizeAvx512<false, true>(x, n, first, key, lo, inv, q);
+      if (format_.stochastic) {
+        return format_.minmax ? QuantizeAvx512<true, true>(x, n, first, key, lo, inv, q)
+                              : QuantizeAvx512<false, true>(x, n, first, key, lo, inv, q);
       }
-      return minmax_ ? QuantizeAvx512<true, false>(x, n, first, key, lo, inv, q)
-                     : QuantizeAvx512<false, false>(x, n, first, key, lo, inv, q);
+      return format_.minmax ? QuantizeAvx512<true, false>(x, n, first, key, lo, inv, q)
+                            : QuantizeAvx512<false, false>(x, n, first, key, lo, inv, q);
     }
 #endif
-    minmax_ ? QuantizeMinMax(x, n, lo, inv, u, q) : QuantizeAbsMax(x, n, inv, u, q);
+    format_.minmax ? QuantizeMinMax(x, n, lo, inv, u, q) : QuantizeAbsMax(x, n, inv, u, q);
   }
 
   const format::Int8Params format_;
-  const uint32_t block_;
-  const bool minmax_;
-  const bool stochastic_;
   const std::string params_;
 };
 

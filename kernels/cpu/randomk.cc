@@ -18,21 +18,20 @@ using Permutation = format::RandomKPermutation;
 
 class RandomKCodec final : public Codec {
  public:
-  explicit RandomKCodec(const format::RandomKParams& p)
-      : format_(p), ratio_(p.ratio), unbiased_(p.unbiased), params_(p.Canonical()) {}
+  explicit RandomKCodec(const format::RandomKParams& p) : format_(p), params_(p.Canonical()) {}
   absl::string_view Name() const override { return format::kRandomKName; }
   std::string Spec() const override { return format_.Spec(); }
 
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
     TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
-    const uint32_t k = static_cast<uint32_t>(format::SparseK(ratio_, x.size()));
+    const uint32_t k = static_cast<uint32_t>(format::SparseK(format_.ratio, x.size()));
     internal::SetHeader(*this, params_, x.size(), out);
     out->scales.clear();
     uint8_t* p =
         internal::ResizePayload(&out->payload, format::kRandomKHeaderBytes + 4 * size_t{k});
     format::WriteRandomKHeader(options.seed, k, p);
-    const float scale = unbiased_ ? static_cast<float>(double(x.size()) / k) : 1.0f;
+    const float scale = format_.unbiased ? static_cast<float>(double(x.size()) / k) : 1.0f;
     if (k == 0) return absl::OkStatus();
     const Permutation perm = Permutation::Make(options.seed, x.size());
     for (uint32_t j = 0; j < k; ++j) {
@@ -66,8 +65,6 @@ class RandomKCodec final : public Codec {
 
  private:
   const format::RandomKParams format_;
-  const double ratio_;
-  const bool unbiased_;
   const std::string params_;
 };
 

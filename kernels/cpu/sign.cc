@@ -29,15 +29,14 @@ void DecodeChunk(const uint8_t* bits, size_t n, float scale, bool accumulate, fl
 
 class SignCodec final : public Codec {
  public:
-  explicit SignCodec(const format::SignParams& p)
-      : format_(p), chunk_(p.chunk), params_(p.Canonical()) {}
+  explicit SignCodec(const format::SignParams& p) : format_(p), params_(p.Canonical()) {}
   absl::string_view Name() const override { return format::kSignName; }
   std::string Spec() const override { return format_.Spec(); }
 
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
     TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
-    const size_t nc = (x.size() + chunk_ - 1) / chunk_;
+    const size_t nc = (x.size() + format_.chunk - 1) / format_.chunk;
     internal::SetHeader(*this, params_, x.size(), out);
     out->scales.resize(nc);
     uint8_t* p =
@@ -45,10 +44,11 @@ class SignCodec final : public Codec {
     format::WriteSignHeader(format_, p);
     uint8_t* bits = p + format::kSignHeaderBytes;
     float* scales = out->scales.data();
-    ParallelFor(options.pool, nc, std::max<size_t>(1, (size_t{1} << 16) / chunk_), 1,
+    ParallelFor(options.pool, nc, std::max<size_t>(1, (size_t{1} << 16) / format_.chunk), 1,
                 [&](size_t c0, size_t c1) {
                   for (size_t c = c0; c < c1; ++c) {
-                    const size_t begin = c * chunk_, n = std::min<size_t>(chunk_, x.size() - begin);
+                    const size_t begin = c * format_.chunk,
+                                 n = std::min<size_t>(format_.chunk, x.size() - begin);
                     const float* xc = x.data() + begin;
                     internal::PackSignBits(xc, n, bits + begin / 8);
                     scales[c] =
@@ -77,7 +77,6 @@ class SignCodec final : public Codec {
 
  private:
   const format::SignParams format_;
-  const uint32_t chunk_;
   const std::string params_;
 };
 

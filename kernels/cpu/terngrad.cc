@@ -273,8 +273,7 @@ TERN_MULTIVERSION uint8_t MaxByte(const uint8_t* b, size_t n) {
 
 class TernGradCodec final : public Codec {
  public:
-  explicit TernGradCodec(const format::TernGradParams& p)
-      : format_(p), clip_(p.clip), pack_(p.pack), params_(p.Canonical()) {}
+  explicit TernGradCodec(const format::TernGradParams& p) : format_(p), params_(p.Canonical()) {}
   absl::string_view Name() const override { return format::kTernGradName; }
   std::string Spec() const override { return format_.Spec(); }
 
@@ -282,21 +281,21 @@ class TernGradCodec final : public Codec {
                       EncodedTensor* out) override {
     TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
     float s;
-    if (clip_ > 0 && !x.empty()) {
+    if (format_.clip > 0 && !x.empty()) {
       // sigma from E[x^2] - E[x]^2 (gradients are near zero-mean, so this is well conditioned);
       // one fused pass gives it and max |x|.
       const internal::Moments m = internal::ComputeMoments(x);
       const double mean = m.sum / x.size();
       const double var = std::max(0.0, m.sum_squares / x.size() - mean * mean);
-      s = std::min(m.max_abs, static_cast<float>(clip_ * std::sqrt(var)));
+      s = std::min(m.max_abs, static_cast<float>(format_.clip * std::sqrt(var)));
     } else {
       s = internal::MaxAbs(x);
     }
     internal::SetHeader(*this, params_, x.size(), out);
     out->scales.assign(1, s);
-    uint8_t* p =
-        internal::ResizePayload(&out->payload, 1 + format::TernGradPackedBytes(pack_, x.size()));
-    p[0] = pack_;
+    uint8_t* p = internal::ResizePayload(&out->payload,
+                                         1 + format::TernGradPackedBytes(format_.pack, x.size()));
+    p[0] = format_.pack;
     const RngKey key = MakeRngKey(options.seed);
     const float inv = s > 0 ? 1.0f / s : 0.0f;
     const size_t nblocks = (x.size() + kBlock - 1) / kBlock;
@@ -305,12 +304,12 @@ class TernGradCodec final : public Codec {
       for (size_t b = b0; b < b1; ++b) {
         const size_t begin = b * kBlock, n = std::min(kBlock, x.size() - begin);
 #if defined(TERN_X86_DISPATCH)
-        if (pack_ == k2Bit && n % 32 == 0 && CpuHasAvx512()) {
+        if (format_.pack == k2Bit && n % 32 == 0 && CpuHasAvx512()) {
           TernarizePack2BitAvx512(x.data() + begin, static_cast<uint32_t>(n),
                                   static_cast<uint32_t>(begin), key, inv, s, p + 1 + begin / 4);
           continue;
         }
-        if (pack_ == k2Bit && n % 32 == 0 && CpuHasAvx2F16c()) {
+        if (format_.pack == k2Bit && n % 32 == 0 && CpuHasAvx2F16c()) {
           TernarizePack2BitAvx2(x.data() + begin, static_cast<uint32_t>(n),
                                 static_cast<uint32_t>(begin), key, inv, s, p + 1 + begin / 4);
           continue;
@@ -318,7 +317,7 @@ class TernGradCodec final : public Codec {
 #endif
         size_t head = 0;  // values of this block already packed by a SIMD loop (base 3)
 #if defined(TERN_X86_DISPATCH)
-        if (pack_ == kBase3 && CpuHasAvx512Vbmi()) {
+        if (format_.pack == kBase3 && CpuHasAvx512Vbmi()) {
           head =
               TernarizePackBase3Vbmi(x.data() + begin, static_cast<uint32_t>(n),
                                      static_cast<uint32_t>(begin), key, inv, s, p + 1 + begin / 5);
@@ -328,7 +327,7 @@ class TernGradCodec final : public Codec {
         if (rest == 0) continue;
         Ternarize(x.data() + start, static_cast<uint32_t>(rest), static_cast<uint32_t>(start), key,
                   inv, s, t);
-        if (pack_ == k2Bit) {
+        if (format_.pack == k2Bit) {
           Pack2Bit(t, rest, p + 1 + start / 4);
         } else {
           PackBase3(t, rest, p + 1 + start / 5);
@@ -403,8 +402,6 @@ class TernGradCodec final : public Codec {
 
  private:
   const format::TernGradParams format_;
-  const double clip_;
-  const uint8_t pack_;
   const std::string params_;
 };
 

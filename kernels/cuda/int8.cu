@@ -65,12 +65,7 @@ __global__ void Int8DequantizeKernel(const uint8_t* q, size_t n, uint32_t block,
 
 class GpuInt8Codec final : public GpuCodec {
  public:
-  explicit GpuInt8Codec(const format::Int8Params& p)
-      : format_(p),
-        block_(p.block),
-        minmax_(p.minmax),
-        stochastic_(p.stochastic),
-        params_(p.Canonical()) {}
+  explicit GpuInt8Codec(const format::Int8Params& p) : format_(p), params_(p.Canonical()) {}
   absl::string_view Name() const override { return format::kInt8Name; }
   std::string Spec() const override { return format_.Spec(); }
 
@@ -80,24 +75,25 @@ class GpuInt8Codec final : public GpuCodec {
     Buffers b;
     Arena a = Layout(d_scratch, scratch_bytes, n, &b);
     if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
-    const size_t nb = (n + block_ - 1) / block_;
+    const size_t nb = (n + format_.block - 1) / format_.block;
     if (n > 0) {
       internal::SegmentExtremaKernel<<<internal::GridFor(nb * 256, 256), 256, 0, stream>>>(
-          d_x, n, block_, minmax_ ? nullptr : b.max_abs, minmax_ ? b.lo : nullptr,
-          minmax_ ? b.hi : nullptr);
+          d_x, n, format_.block, format_.minmax ? nullptr : b.max_abs,
+          format_.minmax ? b.lo : nullptr, format_.minmax ? b.hi : nullptr);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("SegmentExtremaKernel"));
       Int8ScalesKernel<<<internal::GridFor(nb), internal::kThreads, 0, stream>>>(
-          b.max_abs, b.lo, b.hi, nb, minmax_, b.scales, b.inv);
+          b.max_abs, b.lo, b.hi, nb, format_.minmax, b.scales, b.inv);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("Int8ScalesKernel"));
       Int8QuantizeKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
-          d_x, n, block_, minmax_, stochastic_, MakeRngKey(options.seed), b.lo, b.inv, b.q);
+          d_x, n, format_.block, format_.minmax, format_.stochastic, MakeRngKey(options.seed), b.lo,
+          b.inv, b.q);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("Int8QuantizeKernel"));
     }
     out->codec = format::kInt8Name;
     out->params = params_;
     out->numel = n;
     TERN_RETURN_IF_ERROR(
-        internal::CopyScalesOut(b.scales, minmax_ ? 2 * nb : nb, stream, &out->scales));
+        internal::CopyScalesOut(b.scales, format_.minmax ? 2 * nb : nb, stream, &out->scales));
     // The codes land after a 5-byte gap that the header then fills on the host.
     TERN_RETURN_IF_ERROR(
         internal::CopyOut(b.q - kHeaderBytes, kHeaderBytes + n, stream, &out->payload));
@@ -154,7 +150,7 @@ class GpuInt8Codec final : public GpuCodec {
   Arena Layout(void* base, size_t bytes, size_t n, Buffers* b = nullptr) const {
     Buffers local;
     if (b == nullptr) b = &local;
-    const size_t nb = (n + block_ - 1) / block_;
+    const size_t nb = (n + format_.block - 1) / format_.block;
     Arena a(base, bytes);
     b->max_abs = a.Take<uint32_t>(nb);
     b->lo = a.Take<float>(nb);
@@ -167,9 +163,6 @@ class GpuInt8Codec final : public GpuCodec {
   }
 
   const format::Int8Params format_;
-  const uint32_t block_;
-  const bool minmax_;
-  const bool stochastic_;
   const std::string params_;
 };
 

@@ -34,25 +34,24 @@ __global__ void RandomKDecodeKernel(const float* values, Permutation perm, uint3
 
 class GpuRandomKCodec final : public GpuCodec {
  public:
-  explicit GpuRandomKCodec(const format::RandomKParams& p)
-      : format_(p), ratio_(p.ratio), unbiased_(p.unbiased), params_(p.Canonical()) {}
+  explicit GpuRandomKCodec(const format::RandomKParams& p) : format_(p), params_(p.Canonical()) {}
   absl::string_view Name() const override { return format::kRandomKName; }
   std::string Spec() const override { return format_.Spec(); }
 
   size_t EncodeScratchBytes(size_t n) const override {
     Arena a(nullptr, 0);
-    a.Take<uint8_t>(kHeaderBytes + 4 * format::SparseK(ratio_, n));
+    a.Take<uint8_t>(kHeaderBytes + 4 * format::SparseK(format_.ratio, n));
     return a.used();
   }
   absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options, void* d_scratch,
                       size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
-    const uint32_t k = static_cast<uint32_t>(format::SparseK(ratio_, n));
+    const uint32_t k = static_cast<uint32_t>(format::SparseK(format_.ratio, n));
     Arena a(d_scratch, scratch_bytes);
     uint8_t* p = a.Take<uint8_t>(kHeaderBytes + 4 * size_t{k});
     if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
     // Header bytes are written on the host after the copy; values are 4-aligned at offset 12.
     float* values = reinterpret_cast<float*>(p + kHeaderBytes);
-    const float scale = unbiased_ ? static_cast<float>(double(n) / k) : 1.0f;
+    const float scale = format_.unbiased ? static_cast<float>(double(n) / k) : 1.0f;
     if (k > 0) {
       RandomKEncodeKernel<<<internal::GridFor(k), internal::kThreads, 0, stream>>>(
           d_x, Permutation::Make(options.seed, n), k, scale, values);
@@ -100,8 +99,6 @@ class GpuRandomKCodec final : public GpuCodec {
 
  private:
   const format::RandomKParams format_;
-  const double ratio_;
-  const bool unbiased_;
   const std::string params_;
 };
 

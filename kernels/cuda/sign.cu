@@ -42,8 +42,7 @@ __global__ void SignDecodeKernel(const uint8_t* bits, size_t n, size_t chunk, co
 
 class GpuSignCodec final : public GpuCodec {
  public:
-  explicit GpuSignCodec(const format::SignParams& p)
-      : format_(p), chunk_(p.chunk), params_(p.Canonical()) {}
+  explicit GpuSignCodec(const format::SignParams& p) : format_(p), params_(p.Canonical()) {}
   absl::string_view Name() const override { return format::kSignName; }
   std::string Spec() const override { return format_.Spec(); }
 
@@ -53,12 +52,12 @@ class GpuSignCodec final : public GpuCodec {
     Buffers b;
     Arena a = Layout(d_scratch, scratch_bytes, n, &b);
     if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
-    const size_t nc = (n + chunk_ - 1) / chunk_;
+    const size_t nc = (n + format_.chunk - 1) / format_.chunk;
     if (n > 0) {
-      TERN_RETURN_IF_ERROR(internal::SegmentSums<internal::SumOf::kAbs>(d_x, n, chunk_, b.partial,
-                                                                        b.totals, stream));
-      ChunkScalesKernel<<<internal::GridFor(nc), internal::kThreads, 0, stream>>>(b.totals, n,
-                                                                                  chunk_, b.scales);
+      TERN_RETURN_IF_ERROR(internal::SegmentSums<internal::SumOf::kAbs>(
+          d_x, n, format_.chunk, b.partial, b.totals, stream));
+      ChunkScalesKernel<<<internal::GridFor(nc), internal::kThreads, 0, stream>>>(
+          b.totals, n, format_.chunk, b.scales);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("ChunkScalesKernel"));
       PackSignsKernel<<<internal::GridFor((n + 7) / 8), internal::kThreads, 0, stream>>>(d_x, n,
                                                                                          b.bits);
@@ -112,9 +111,9 @@ class GpuSignCodec final : public GpuCodec {
   Arena Layout(void* base, size_t bytes, size_t n, Buffers* b = nullptr) const {
     Buffers local;
     if (b == nullptr) b = &local;
-    const size_t nc = (n + chunk_ - 1) / chunk_;
+    const size_t nc = (n + format_.chunk - 1) / format_.chunk;
     Arena a(base, bytes);
-    b->partial = a.Take<float>(internal::TotalBlocks(n, chunk_));
+    b->partial = a.Take<float>(internal::TotalBlocks(n, format_.chunk));
     b->totals = a.Take<double>(nc);
     b->scales = a.Take<float>(nc);
     uint8_t* payload = a.Take<uint8_t>(kHeaderBytes + (n + 7) / 8);
@@ -123,7 +122,6 @@ class GpuSignCodec final : public GpuCodec {
   }
 
   const format::SignParams format_;
-  const uint32_t chunk_;
   const std::string params_;
 };
 

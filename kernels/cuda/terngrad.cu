@@ -88,8 +88,7 @@ __global__ void TernDecodeKernel(const uint8_t* body, size_t n, uint8_t pack, fl
 
 class GpuTernGradCodec final : public GpuCodec {
  public:
-  explicit GpuTernGradCodec(const format::TernGradParams& p)
-      : format_(p), clip_(p.clip), pack_(p.pack), params_(p.Canonical()) {}
+  explicit GpuTernGradCodec(const format::TernGradParams& p) : format_(p), params_(p.Canonical()) {}
   absl::string_view Name() const override { return format::kTernGradName; }
   std::string Spec() const override { return format_.Spec(); }
 
@@ -105,20 +104,20 @@ class GpuTernGradCodec final : public GpuCodec {
       internal::MaxAbsKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(d_x, n,
                                                                                       b.max_abs);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("MaxAbsKernel"));
-      if (clip_ > 0) {
+      if (format_.clip > 0) {
         TERN_RETURN_IF_ERROR(internal::SegmentSums<internal::SumOf::kValues>(
             d_x, n, segment, b.partial, b.sum, stream));
         TERN_RETURN_IF_ERROR(internal::SegmentSums<internal::SumOf::kSquares>(
             d_x, n, segment, b.partial, b.sum_sq, stream));
       }
     }
-    TernScaleKernel<<<1, 1, 0, stream>>>(b.sum, b.sum_sq, b.max_abs, n, n > 0 ? clip_ : 0.0,
+    TernScaleKernel<<<1, 1, 0, stream>>>(b.sum, b.sum_sq, b.max_abs, n, n > 0 ? format_.clip : 0.0,
                                          b.scale);
     TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernScaleKernel"));
-    const size_t bytes = format::TernGradPackedBytes(pack_, n);
+    const size_t bytes = format::TernGradPackedBytes(format_.pack, n);
     if (n > 0) {
       TernPackKernel<<<internal::GridFor(bytes), internal::kThreads, 0, stream>>>(
-          d_x, n, pack_, MakeRngKey(options.seed), b.scale, b.body);
+          d_x, n, format_.pack, MakeRngKey(options.seed), b.scale, b.body);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernPackKernel"));
     }
     out->codec = format::kTernGradName;
@@ -126,7 +125,7 @@ class GpuTernGradCodec final : public GpuCodec {
     out->numel = n;
     TERN_RETURN_IF_ERROR(internal::CopyScalesOut(b.scale, 1, stream, &out->scales));
     TERN_RETURN_IF_ERROR(internal::CopyOut(b.body - 1, 1 + bytes, stream, &out->payload));
-    out->payload[0] = static_cast<char>(pack_);
+    out->payload[0] = static_cast<char>(format_.pack);
     return absl::OkStatus();
   }
 
@@ -184,14 +183,12 @@ class GpuTernGradCodec final : public GpuCodec {
     b->sum_sq = a.Take<double>(1);
     b->max_abs = a.Take<uint32_t>(1);
     b->scale = a.Take<float>(2);
-    uint8_t* payload = a.Take<uint8_t>(1 + format::TernGradPackedBytes(pack_, n));
+    uint8_t* payload = a.Take<uint8_t>(1 + format::TernGradPackedBytes(format_.pack, n));
     b->body = payload == nullptr ? nullptr : payload + 1;
     return a;
   }
 
   const format::TernGradParams format_;
-  const double clip_;
-  const uint8_t pack_;
   const std::string params_;
 };
 
