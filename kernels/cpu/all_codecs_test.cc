@@ -36,8 +36,10 @@ std::vector<Case> AllCases() {
       {"int8:mode=minmax,round=stochastic,block=100", 3e-2},
       {"topk:ratio=0.1", 0.9},
       {"dgc:ratio=0.1", 0.9},
-      {"randomk:ratio=0.1", 1.0},
-      {"randomk:ratio=0.5,unbiased=1", 1.5},
+      // Biased random-k keeps 10 % unchanged: sqrt(1 - 0.1) = 0.949 expected.
+      {"randomk:ratio=0.1", 0.96},
+      // Unbiased random-k scales by d / k = 2: sqrt(d / k - 1) = 1 expected.
+      {"randomk:ratio=0.5,unbiased=1", 1.05},
       {"threshold:tau=1.0", 0.9},
       {"terngrad", 2.0},
       {"terngrad:pack=base3,clip=0", 2.5},
@@ -46,10 +48,12 @@ std::vector<Case> AllCases() {
       {"sign", 0.7},
       {"sign:chunk=8", 0.7},
       {"natural", 0.5},
-      {"natural-dither:levels=8", 2.0},
-      {"natural-dither:levels=30", 1.0},
-      {"stc:ratio=0.1", 1.0},
-      {"powersgd:rank=4", 1.0},
+      {"natural-dither:levels=8", 0.45},   // measured 0.36
+      {"natural-dither:levels=30", 0.35},  // measured 0.29
+      {"stc:ratio=0.1", 0.8},              // measured 0.76: top 10 % by their mean magnitude
+      // 10007 values are not a multiple of 7, so the tensor goes unshaped: a 1 x n matrix has
+      // rank 1, and rank 4 reproduces it exactly.
+      {"powersgd:rank=4", 1e-6},
   };
 }
 
