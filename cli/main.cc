@@ -1,4 +1,4 @@
-// tern — command-line entry point. Subcommands:
+// tern — command-line entry point (commands and their flags: cli/command_table.cc). Subcommands:
 //   tern run [--workers=8 --epochs=5 --algorithm=decentlam ...]   the main job
 //   tern worker --id=I --workers=N --peers=... [training flags]   the peer daemon
 //   tern report RUN_DIR... [--out=FILE]                            compare runs in one page
@@ -14,11 +14,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/bench_codecs.h"
+#include "cli/command_table.h"
 #include "cli/commands.h"
 #include "common/logging.h"
 #include "kernels/builtin.h"
@@ -31,24 +33,6 @@ ABSL_FLAG(std::string, json, "", "bench: also write results as JSON lines to thi
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace {
-
-constexpr char kUsage[] =
-    "usage: tern <command> [flags]\n"
-    "commands:\n"
-    "  run            start N workers on 127.0.0.1 with the built-in trainer (Fashion-MNIST),\n"
-    "                 or with --mode=federated|local-sgd|ps a server and N clients,\n"
-    "                 show progress, write a run folder with metrics.jsonl and report.html\n"
-    "  worker         the peer daemon (gossip + trainer services); --flagfile=FILE works\n"
-    "  server         the aggregator daemon (federated, local-sgd, ps rounds)\n"
-    "  client         built-in clients of an aggregator (--server=HOST:PORT --clients=N)\n"
-    "  scheduler      optional membership service: registration, heartbeats, failure\n"
-    "                 detection, barriers, gossip neighbours (workers: --scheduler=HOST:PORT)\n"
-    "  report         one HTML report comparing run folders: tern report DIR... --out=F\n"
-    "  bench codecs   encode/decode throughput, compression and bits per coordinate of every\n"
-    "                 codec, against memcpy measured in the same run\n"
-    "  codecs         list the codecs (spec name -> wire name)\n"
-    "  version        print the version\n"
-    "run 'tern --help' for flags";
 
 bool ParseSize(absl::string_view s, uint64_t* out) {
   uint64_t mult = 1;
@@ -80,16 +64,73 @@ int Fail(const std::string& msg) {
   return 2;
 }
 
+// "tern 0.1.0 (wire format tern.v1, Release build)": the build type CMake configured.
+std::string VersionString() {
+  return absl::StrCat("tern 0.1.0 (wire format tern.v1, ", TERN_BUILD_TYPE, " build)");
+}
+
+// `tern help [COMMAND]` and `--help`: the commands, or one command's flags. Returns the exit code.
+int Help(const std::vector<tern::CommandInfo>& table, const tern::CommandLine& line) {
+  tern::CommandLine target = line;
+  if (line.command == "help") {
+    target.command = line.positional.empty() ? "" : line.positional[0];
+    if (target.command == "bench" && line.positional.size() > 1) target.command = "bench codecs";
+  }
+  if (absl::Status s = tern::CheckTable(table); !s.ok()) {
+    std::fprintf(stderr, "tern: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  if (target.command.empty()) {
+    std::printf("%s", tern::CommandsHelp(table).c_str());
+    return 0;
+  }
+  const tern::CommandInfo* c = tern::FindCommand(table, target);
+  if (c == nullptr) return Fail(absl::StrCat("unknown command '", target.command, "'"));
+  std::printf("%s", tern::CommandHelp(*c).c_str());
+  return 0;
+}
+
+// Everything about the command line that can be wrong, before anything starts or binds.
+absl::Status CheckCommandLine(const std::vector<tern::CommandInfo>& table,
+                              const tern::CommandInfo* command, const tern::CommandLine& line) {
+  if (absl::Status s = tern::CheckFlagNames(table, command, line.flag_names); !s.ok()) return s;
+  return tern::CheckValueSyntax(line);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
+  const std::vector<tern::CommandInfo> table = tern::CommandTable();
+  const tern::CommandLine line = tern::ScanCommandLine(argc, argv);
+  absl::FlagsUsageConfig usage;
+  usage.version_string = VersionString;
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(tern::CommandsHelp(table));
+  if (line.version || line.command == "version") {
+    std::printf("%s\n", VersionString().c_str());
+    return 0;
+  }
+  if (line.help || line.command == "help") return Help(table, line);
+  if (line.command.empty()) return Fail(tern::CommandsHelp(table));
+  const tern::CommandInfo* command = tern::FindCommand(table, line);
+  if (command == nullptr) {
+    return Fail(absl::StrCat("unknown command '", line.command, "'\n", tern::CommandsHelp(table)));
+  }
+  if (absl::Status s = CheckCommandLine(table, command, line); !s.ok()) {
+    return Fail(absl::StrCat(command->name, ": ", s.message()));
+  }
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  // A flagfile's flags are checked only now that they are read.
+  if (absl::Status s = tern::CheckFlagNames(table, command, tern::SpecifiedFlagNames()); !s.ok()) {
+    return Fail(absl::StrCat(command->name, ": ", s.message()));
+  }
+  if (absl::Status s = tern::CheckFlagValues(); !s.ok()) {
+    return Fail(absl::StrCat(command->name, ": ", s.message()));
+  }
   if (auto s = tern::InitLogging(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
     return Fail(std::string(s.message()));
   }
   std::vector<std::string> cmd(args.begin() + 1, args.end());
-  if (cmd.empty()) return Fail(kUsage);
   if (cmd[0] == "worker" && cmd.size() == 1) return tern::WorkerMain();
   if (cmd[0] == "server" && cmd.size() == 1) return tern::ServerMain();
   if (cmd[0] == "client" && cmd.size() == 1) return tern::ClientMain();
@@ -101,10 +142,6 @@ int main(int argc, char** argv) {
     return tern::RunMain(std::string(exe, static_cast<size_t>(len)));
   }
   if (cmd[0] == "report") return tern::ReportMain({cmd.begin() + 1, cmd.end()});
-  if (cmd[0] == "version") {
-    std::printf("tern 0.1.0 (wire format tern.v1)\n");
-    return 0;
-  }
   if (cmd[0] == "codecs") {
     auto registry = tern::NewBuiltinCodecRegistry();
     for (const std::string& name : registry->Names()) {
@@ -130,5 +167,6 @@ int main(int argc, char** argv) {
     if (auto s = tern::RunBenchCodecs(options); !s.ok()) return Fail(s.ToString());
     return 0;
   }
-  return Fail(absl::StrCat("unknown command '", absl::StrJoin(cmd, " "), "'\n", kUsage));
+  return Fail(absl::StrCat("'", absl::StrJoin(cmd, " "), "': unexpected arguments\n",
+                           tern::CommandsHelp(table)));
 }

@@ -1,0 +1,360 @@
+#include "cli/command_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+
+namespace tern {
+namespace {
+
+using Names = std::vector<std::string>;
+
+Names Join(std::initializer_list<Names> parts) {
+  Names out;
+  for (const Names& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// What the built-in trainer and the round engine read (cli/train_flags.cc).
+Names TrainingFlags() {
+  return {"algorithm", "codec",         "consensus_step", "local_steps", "lr",       "lr_schedule",
+          "momentum",  "round_timeout", "run_id",         "seed",        "topology", "weights",
+          "batch",     "data",          "epochs",         "model",       "partition"};
+}
+
+// What the aggregator reads (cli/fed_cmd.cc ServerOptionsFromFlags), the run's and the daemon's.
+Names AggregatorFlags() {
+  return {"mode",
+          "rounds",
+          "clients_per_round",
+          "min_clients",
+          "min_replies",
+          "grace_s",
+          "round_deadline_s",
+          "staleness_decay",
+          "max_staleness",
+          "sampling",
+          "rule",
+          "server_lr",
+          "server_momentum",
+          "downstream",
+          "downstream_codec",
+          "update_codec",
+          "error_feedback",
+          "memory",
+          "local_epochs",
+          "local_momentum",
+          "local_steps",
+          "batch",
+          "warmup_rounds",
+          "adaptive_batch_eta",
+          "overlap_anchor",
+          "max_batch",
+          "beta1",
+          "beta2",
+          "eps",
+          "optimizer",
+          "client_timeout_s",
+          "run_id",
+          "seed",
+          "lr"};
+}
+
+// Flags every command takes: tern's own and absl's (--flagfile and friends).
+bool IsCommonFlag(absl::string_view name) {
+  static const char* const kCommon[] = {"log_level", "flagfile", "fromenv", "tryfromenv",
+                                        "undefok"};
+  for (const char* c : kCommon) {
+    if (name == c) return true;
+  }
+  return false;
+}
+
+struct Range {
+  const char* flag;
+  double min, max;
+  const char* says;  // the rule, as the error states it
+};
+constexpr Range kRanges[] = {
+    {"lr", 0, 1e6, ">= 0 (0: the algorithm's default)"},
+    {"batch", 1, 1 << 20, "in [1, 2^20]"},
+    {"epochs", 1, 1e6, ">= 1"},
+    {"workers", 1, 256, "in [1, 256]"},
+    {"momentum", 0, 0.999999, "in [0, 1)"},
+    {"consensus_step", 1e-12, 1, "in (0, 1]"},
+    {"local_steps", 1, 1e9, ">= 1"},
+    {"round_timeout", 1e-3, 1e6, "> 0 seconds"},
+    {"evals_per_epoch", 1, 1e6, ">= 1"},
+    {"rounds", 1, 1e9, ">= 1"},
+    {"clients", 1, 1e6, ">= 1"},
+    {"clients_per_process", 1, 1e5, ">= 1"},
+    {"clients_per_round", 1, 1e6, ">= 1"},
+    {"local_epochs", 0, 1e6, ">= 0"},
+    {"server_lr", 0, 1e6, ">= 0"},
+    {"server_momentum", 0, 0.999999, "in [0, 1)"},
+    {"beta1", 0, 0.999999, "in [0, 1)"},
+    {"beta2", 0, 0.999999999, "in [0, 1)"},
+    {"threads", 1, 1024, "in [1, 1024]"},
+    {"min_time", 0, 1e6, ">= 0"},
+    {"heartbeat_interval_ms", 1, 1e9, ">= 1"},
+    {"heartbeat_timeout_ms", 1, 1e9, ">= 1"},
+};
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Whether a flag was set (on the command line or in a flagfile) to other than its default;
+// abseil 20220623 keeps IsSpecifiedOnCommandLine() private. A flag set to its default value
+// counts as unset, which no check here minds.
+bool IsSet(const absl::CommandLineFlag& flag) { return flag.CurrentValue() != flag.DefaultValue(); }
+
+// "--name=value", "--name value", "-name", "--noname" (absl's negated boolean) -> "name".
+std::string FlagNameOf(absl::string_view arg) {
+  while (absl::ConsumePrefix(&arg, "-")) {
+  }
+  return std::string(arg.substr(0, arg.find('=')));
+}
+
+}  // namespace
+
+std::vector<CommandInfo> CommandTable() {
+  return {
+      {"run",
+       "start N workers on 127.0.0.1 with the built-in trainer (Fashion-MNIST), show "
+       "progress, write a run folder with metrics.jsonl and report.html",
+       Join({TrainingFlags(),
+             {"workers", "evals_per_epoch", "kill_worker", "mode", "name", "out"}})},
+      {"run --mode=federated|local-sgd|ps",
+       "start an aggregator and N built-in clients on 127.0.0.1, with the same run folder",
+       Join({AggregatorFlags(),
+             {"clients", "clients_per_process", "kill_server_at_round", "kill_client_at_round",
+              "data", "model", "partition", "name", "out"}})},
+      {"worker", "the peer daemon: gossip and trainer services (--flagfile=FILE works)",
+       Join({TrainingFlags(),
+             {"advertise", "exit_after_training", "id", "listen", "peers", "peers_file",
+              "peers_timeout", "port_file", "round_log", "scheduler", "snapshot_every",
+              "total_steps", "trainer", "workers"}})},
+      {"server", "the aggregator daemon (federated, local-sgd, ps rounds)",
+       Join({AggregatorFlags(), {"checkpoint", "listen", "linger_s", "port_file"}})},
+      {"client",
+       "built-in clients of an aggregator (--server=HOST:PORT --clients=N)",
+       {"clients", "data", "first_client", "model", "partition", "partitions", "run_id", "seed",
+        "server"}},
+      {"scheduler",
+       "optional membership service: registration, heartbeats, failure detection, barriers, "
+       "gossip neighbours (workers: --scheduler=HOST:PORT)",
+       {"heartbeat_interval_ms", "heartbeat_timeout_ms", "listen", "max_members", "port_file",
+        "run_id", "switch_lag_rounds", "topology", "weights"}},
+      {"report", "one HTML report comparing run folders: tern report DIR... --out=FILE", {"out"}},
+      {"bench codecs",
+       "encode/decode throughput, compression and bits per coordinate of every codec, against "
+       "memcpy measured in the same run",
+       {"sizes", "codecs", "threads", "min_time", "json"}},
+      {"codecs", "list the codecs (spec name -> wire name)", {}},
+      {"version", "print the version and build type", {}},
+      {"help", "tern help [COMMAND]: the commands, or one command's flags", {}},
+  };
+}
+
+CommandLine ScanCommandLine(int argc, char** argv) {
+  CommandLine line;
+  bool after_dashes = false;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (!after_dashes && arg == "--") {
+      after_dashes = true;
+    } else if (!after_dashes && absl::StartsWith(arg, "-") && arg.size() > 1) {
+      const std::string name = FlagNameOf(arg);
+      if (name == "help" || name == "h" || name == "helpfull" || name == "helpshort") {
+        line.help = true;
+      } else if (name == "version") {
+        line.version = true;
+      } else {
+        line.flag_names.push_back(name);
+        if (const size_t eq = arg.find('='); eq != absl::string_view::npos) {
+          line.values.emplace_back(name, std::string(arg.substr(eq + 1)));
+          if (name == "mode") line.mode = line.values.back().second;
+        }
+      }
+    } else if (line.command.empty()) {
+      line.command = std::string(arg);
+    } else if (line.command == "bench" && line.positional.empty() && arg == "codecs") {
+      line.command = "bench codecs";
+    } else {
+      line.positional.emplace_back(arg);
+    }
+  }
+  return line;
+}
+
+const CommandInfo* FindCommand(const std::vector<CommandInfo>& table, const CommandLine& line) {
+  std::string name = line.command;
+  if (name == "run" && !line.mode.empty() && line.mode != "gossip") {
+    name = "run --mode=federated|local-sgd|ps";
+  }
+  for (const CommandInfo& c : table) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+std::string CommandsHelp(const std::vector<CommandInfo>& table) {
+  std::string out = "usage: tern <command> [flags]\ncommands:\n";
+  for (const CommandInfo& c : table) {
+    absl::StrAppendFormat(&out, "  %s\n      %s\n", c.name, c.summary);
+  }
+  out += "'tern help COMMAND' or 'tern COMMAND --help' lists a command's flags.\n";
+  return out;
+}
+
+std::string CommandHelp(const CommandInfo& command) {
+  std::string out =
+      absl::StrCat("usage: tern ", command.name, " [flags]\n  ", command.summary, "\nflags:\n");
+  Names names = command.flags;
+  names.push_back("log_level");
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  for (const std::string& name : names) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) continue;
+    std::string def = flag->DefaultValue();
+    if (def.empty()) def = "\"\"";
+    absl::StrAppendFormat(&out, "  --%s (default %s)\n      %s\n", name, def, flag->Help());
+  }
+  out += "  --flagfile=FILE\n      read flags, one --name=value a line, from FILE\n";
+  return out;
+}
+
+absl::Status CheckFlagNames(const std::vector<CommandInfo>& table, const CommandInfo* command,
+                            const std::vector<std::string>& flag_names) {
+  for (const std::string& given : flag_names) {
+    std::string name = given;
+    if (absl::FindCommandLineFlag(name) == nullptr && absl::StartsWith(name, "no") &&
+        absl::FindCommandLineFlag(name.substr(2)) != nullptr) {
+      name = name.substr(2);  // --noerror_feedback
+    }
+    if (IsCommonFlag(name)) continue;
+    if (absl::FindCommandLineFlag(name) == nullptr) {
+      Names candidates;
+      for (const CommandInfo& c : table) {
+        if (command == nullptr || &c == command) {
+          candidates.insert(candidates.end(), c.flags.begin(), c.flags.end());
+        }
+      }
+      const Names near = NearestNames(name, candidates);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown flag --", given,
+          near.empty() ? "" : absl::StrCat("; did you mean --", absl::StrJoin(near, ", --"), "?")));
+    }
+    if (command == nullptr) continue;
+    if (std::find(command->flags.begin(), command->flags.end(), name) != command->flags.end()) {
+      continue;
+    }
+    Names owners;
+    for (const CommandInfo& c : table) {
+      if (std::find(c.flags.begin(), c.flags.end(), name) != c.flags.end()) {
+        owners.push_back(absl::StrCat("tern ", c.name));
+      }
+    }
+    return absl::InvalidArgumentError(absl::StrCat("--", name, " is not a flag of 'tern ",
+                                                   command->name, "'; it belongs to ",
+                                                   absl::StrJoin(owners, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTable(const std::vector<CommandInfo>& table) {
+  std::set<std::string> listed;
+  for (const CommandInfo& c : table) {
+    for (const std::string& name : c.flags) {
+      if (absl::FindCommandLineFlag(name) == nullptr) {
+        return absl::InternalError(
+            absl::StrCat("'tern ", c.name, "' lists --", name, ", which no flag defines"));
+      }
+      listed.insert(name);
+    }
+  }
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    const bool absl_own = absl::StrContains(flag->Filename(), "absl/");
+    if (!absl_own && !IsCommonFlag(name) && listed.count(std::string(name)) == 0) {
+      return absl::InternalError(absl::StrCat("--", name, " (", flag->Filename(),
+                                              ") belongs to no command in cli/command_table.cc"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckValueSyntax(const CommandLine& line) {
+  for (const auto& [name, value] : line.values) {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr || name == "flagfile") continue;
+    // Parse into the flag (as the full parse will again): the only public way to try a value.
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> SpecifiedFlagNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (IsSet(*flag)) names.emplace_back(name);
+  }
+  return names;
+}
+
+absl::Status CheckFlagValues() {
+  for (const Range& r : kRanges) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(r.flag);
+    if (flag == nullptr || !IsSet(*flag)) continue;
+    double v;
+    const std::string text = flag->CurrentValue();
+    if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v < r.min || v > r.max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", r.flag, "=", text, ": must be ", r.says));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> NearestNames(absl::string_view name, const Names& candidates) {
+  std::vector<std::pair<size_t, std::string>> scored;
+  std::set<std::string> seen;
+  for (const std::string& c : candidates) {
+    if (!seen.insert(c).second) continue;
+    const size_t d = EditDistance(name, c);
+    // Close enough to be a typo: within a third of the name, or a prefix of it.
+    if (d <= std::max<size_t>(2, name.size() / 3) || absl::StartsWith(c, name)) {
+      scored.emplace_back(d, c);
+    }
+  }
+  std::sort(scored.begin(), scored.end());
+  Names out;
+  for (size_t i = 0; i < scored.size() && i < 3; ++i) out.push_back(scored[i].second);
+  return out;
+}
+
+}  // namespace tern
