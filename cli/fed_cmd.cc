@@ -245,6 +245,7 @@ int ClientMain() {
     threads.emplace_back([&, i] {
       FedClientOptions o;
       o.run_id = absl::GetFlag(FLAGS_run_id);
+      o.server = absl::GetFlag(FLAGS_server);
       o.index = first + i;
       o.seed = absl::GetFlag(FLAGS_seed);
       auto r = RunFederatedClient(channel, o, **shared, stop);

@@ -39,6 +39,21 @@ std::string Tail(const std::string& path, size_t bytes) {
   return s.size() > bytes ? s.substr(s.size() - bytes) : s;
 }
 
+std::string FirstErrorLine(const std::string& path) {
+  std::ifstream f(path);
+  std::string line, last;
+  while (std::getline(f, line)) {
+    if (line.empty()) continue;
+    // spdlog lines read "<time> E [pid] ..." (common/logging.cc); CLI errors "tern <cmd>: ...".
+    if (line.find(" E [") != std::string::npos || line.rfind("tern ", 0) == 0 ||
+        line.rfind("tern: ", 0) == 0) {
+      return line;
+    }
+    last = line;
+  }
+  return last;
+}
+
 int Reap(std::vector<ChildProcess*> children, bool quiet) {
   int alive = 0;
   for (ChildProcess* c : children) {
@@ -47,10 +62,12 @@ int Reap(std::vector<ChildProcess*> children, bool quiet) {
     if (waitpid(c->pid, &status, WNOHANG) == c->pid) {
       c->alive = false;
       const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!quiet && !clean)
-        std::fprintf(stderr, "\n%s %d exited (%s %d); log: %s\n", c->what.c_str(), c->id,
+      if (!quiet && !clean) {
+        std::fprintf(stderr, "\n%s %d exited (%s %d): %s\n  log: %s\n", c->what.c_str(), c->id,
                      WIFSIGNALED(status) ? "signal" : "status",
-                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), c->log.c_str());
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                     FirstErrorLine(c->log).c_str(), c->log.c_str());
+      }
     } else {
       ++alive;
     }

@@ -24,6 +24,9 @@ struct ChildProcess {
 pid_t Spawn(const std::string& exe, const std::vector<std::string>& args, const std::string& log);
 // The last `bytes` of a file.
 std::string Tail(const std::string& path, size_t bytes = 2000);
+// The line of a child's log that says why it failed: its first error (an error-level log line or
+// a "tern ...:" message), else its last line.
+std::string FirstErrorLine(const std::string& path);
 // Marks children that exited (printing why, unless quiet); returns how many are alive.
 int Reap(std::vector<ChildProcess*> children, bool quiet = false);
 // SIGTERM, up to 15 s to exit, then SIGKILL.

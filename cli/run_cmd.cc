@@ -39,6 +39,7 @@
 #include "core/rpc/status.h"
 #include "core/workload/builtin_model.h"
 #include "core/workload/dataset.h"
+#include "core/workload/partition.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/builtin.h"
 #include "tern/v1/worker.grpc.pb.h"
@@ -128,6 +129,13 @@ int RunMain(const std::string& self_exe) {
     auto eo = EngineOptionsFromFlags(0, n, 1, 1);
     absl::Status s = eo.status();
     if (s.ok()) s = RoundEngine::Create(*eo, &registries, nullptr).status();
+    // What the workers' built-in trainers check at their start, checked here instead.
+    if (s.ok()) {
+      if (absl::Status p = ParsePartition(absl::GetFlag(FLAGS_partition)).status(); !p.ok()) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition), ": ", p.message()));
+      }
+    }
     if (!s.ok()) {
       std::fprintf(stderr, "tern run: %s\n", s.ToString().c_str());
       return 2;

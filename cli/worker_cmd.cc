@@ -14,10 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
 #include "cli/process.h"
 #include "cli/train_flags.h"
+#include "common/file_util.h"
+#include "core/model/bundle.h"
 #include "core/rpc/channel.h"
 #include "kernels/builtin.h"
 #include "spdlog/spdlog.h"
@@ -39,6 +42,10 @@ ABSL_FLAG(int64_t, snapshot_every, 0, "worker: keep the parameters every N steps
 ABSL_FLAG(int64_t, total_steps, 0, "worker: steps of the whole run (cosine schedule)");
 ABSL_FLAG(bool, exit_after_training, false,
           "worker: exit when the built-in trainer finishes instead of serving until signalled");
+ABSL_FLAG(std::string, final_model, "",
+          "worker: with the built-in trainer, write the final parameters here (a "
+          "tern.v1.TensorBundle, fp32 tensors by name, written atomically) before the worker "
+          "exits or goes on serving");
 ABSL_FLAG(std::string, round_log, "",
           "worker: write one JSON line per step (bytes sent and received, time split) here");
 ABSL_FLAG(double, peers_timeout, 60, "worker: seconds to wait for --peers_file");
@@ -76,6 +83,25 @@ absl::StatusOr<std::vector<std::string>> ReadPeers(const std::string& list, cons
   }
 }
 
+// Writes the engine's parameters to `path` from the round-loop thread (the one that steps it),
+// once the trainer is done: a TensorBundle of fp32 tensors named as the trainer registered them.
+absl::Status WriteFinalModel(WorkerDaemon& d, const std::string& path) {
+  absl::Notification done;
+  absl::Status status;
+  d.Post([&](bool cancelled) {
+    RoundEngine* e = d.engine();
+    if (cancelled || !e->initialized()) {
+      status = absl::FailedPreconditionError("no model: the trainer never registered one");
+    } else {
+      absl::StatusOr<v1::TensorBundle> b = FlatToBundle(e->layout(), e->params());
+      status = b.ok() ? WriteFileAtomically(path, b->SerializeAsString()) : b.status();
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
 }  // namespace
 
 int WorkerMain() {
@@ -88,6 +114,16 @@ int WorkerMain() {
                                        absl::GetFlag(FLAGS_total_steps));
   if (!engine.ok()) {
     std::fprintf(stderr, "tern worker: %s\n", engine.status().ToString().c_str());
+    return 2;
+  }
+  const std::string trainer_kind = absl::GetFlag(FLAGS_trainer);
+  if (trainer_kind != "builtin" && trainer_kind != "external") {
+    std::fprintf(stderr, "tern worker: --trainer=%s: must be builtin or external\n",
+                 trainer_kind.c_str());
+    return 2;
+  }
+  if (!absl::GetFlag(FLAGS_final_model).empty() && trainer_kind != "builtin") {
+    std::fprintf(stderr, "tern worker: --final_model needs --trainer=builtin\n");
     return 2;
   }
   DaemonOptions options;
@@ -166,11 +202,17 @@ int WorkerMain() {
       } else {
         spdlog::info("worker {}: training {}", id, stop.load() ? "stopped" : "done");
       }
+      if (s.ok() && !stop.load() && !absl::GetFlag(FLAGS_final_model).empty()) {
+        const std::string path = absl::GetFlag(FLAGS_final_model);
+        if (absl::Status w = WriteFinalModel(**daemon, path); !w.ok()) {
+          spdlog::error("worker {}: final model: {}", id, w.ToString());
+          trainer_exit = 1;
+        } else {
+          spdlog::info("worker {}: final model written to {}", id, path);
+        }
+      }
       if (!s.ok() || absl::GetFlag(FLAGS_exit_after_training)) kill(getpid(), SIGUSR1);
     });
-  } else if (absl::GetFlag(FLAGS_trainer) != "external") {
-    spdlog::error("--trainer must be builtin or external");
-    return 2;
   }
   int sig = 0;
   sigwait(&signals, &sig);

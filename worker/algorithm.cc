@@ -350,17 +350,38 @@ absl::Status CheckOptions(const AlgorithmOptions& o) {
   return absl::OkStatus();
 }
 
-// A factory for algorithm A; `uses_codec` algorithms check their codec spec here, so a bad one
-// fails at creation rather than at Init.
+// Algorithms other than CHOCO send the model (and momentum) itself, with no error compensation:
+// a lossy codec's error lands in x every round and accumulates (DecentLaM with top-k 1 %
+// trains to 45 % where fp16 gets 84 %). Only near-exact codecs keep them converging; CHOCO's
+// x-hat copies absorb any compressor's error (ALGORITHMS.md, compressed gossip).
+absl::Status CheckCodecFor(absl::string_view algorithm, const AlgorithmOptions& o,
+                           const CodecRegistry* codecs) {
+  TERN_RETURN_IF_ERROR(codecs->Create(o.codec).status());
+  if (algorithm == "choco") return absl::OkStatus();
+  const std::string name = o.codec.substr(0, o.codec.find(':'));
+  for (const char* exact : {"none", "fp16", "bf16", "int8"}) {
+    if (name == exact) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(algorithm,
+                   " sends the model itself, so its codec must be near-exact (none, fp16, bf16, "
+                   "int8); '",
+                   o.codec,
+                   "' would compound its error every round: use --algorithm=choco for "
+                   "compressed gossip"));
+}
+
+// A factory for algorithm `name`, implemented by A; the options and the codec are checked here,
+// so a bad one fails at creation rather than at Init.
 template <typename A, typename... Extra>
-AlgorithmRegistry::Factory Make(bool uses_codec, Extra... extra) {
-  return [uses_codec, extra...](
-             SpecParams&, const AlgorithmOptions& o,
-             const CodecRegistry* codecs) -> absl::StatusOr<std::unique_ptr<Algorithm>> {
-    TERN_RETURN_IF_ERROR(CheckOptions(o));
-    if (uses_codec) TERN_RETURN_IF_ERROR(codecs->Create(o.codec).status());
-    return std::make_unique<A>(o, codecs, extra...);
-  };
+AlgorithmRegistry::Factory Make(const char* name, Extra... extra) {
+  return
+      [name, extra...](SpecParams&, const AlgorithmOptions& o,
+                       const CodecRegistry* codecs) -> absl::StatusOr<std::unique_ptr<Algorithm>> {
+        TERN_RETURN_IF_ERROR(CheckOptions(o));
+        TERN_RETURN_IF_ERROR(CheckCodecFor(name, o, codecs));
+        return std::make_unique<A>(o, codecs, extra...);
+      };
 }
 
 }  // namespace
@@ -368,10 +389,13 @@ AlgorithmRegistry::Factory Make(bool uses_codec, Extra... extra) {
 std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry() {
   auto r = std::make_unique<AlgorithmRegistry>("algorithm");
   const std::pair<const char*, AlgorithmRegistry::Factory> all[] = {
-      {"dpsgd", Make<Dpsgd>(false, false)},  {"dmsgd", Make<Dpsgd>(false, true)},
-      {"decentlam", Make<DecentLam>(false)}, {"heavy-ball", Make<HeavyBall>(false)},
-      {"choco", Make<Choco>(true)},          {"local-sgd", Make<LocalSgd>(true)},
-      {"swarm", Make<Swarm>(true)},
+      {"dpsgd", Make<Dpsgd>("dpsgd", false)},
+      {"dmsgd", Make<Dpsgd>("dmsgd", true)},
+      {"decentlam", Make<DecentLam>("decentlam")},
+      {"heavy-ball", Make<HeavyBall>("heavy-ball")},
+      {"choco", Make<Choco>("choco")},
+      {"local-sgd", Make<LocalSgd>("local-sgd")},
+      {"swarm", Make<Swarm>("swarm")},
   };
   // Distinct names by construction: Register cannot fail here.
   for (const auto& [name, factory] : all) (void)r->Register(name, factory);

@@ -35,7 +35,7 @@ struct AlgorithmOptions {
   double momentum = 0.9;        // beta of DmSGD, DecentLaM, heavy-ball, and CHOCO's local step
   double consensus_step = 0.5;  // CHOCO's gamma_c in (0, 1]
   // CHOCO's compressor (any registry spec); what the others send x (and m) with, where only
-  // near-exact codecs (none, fp16, bf16) make sense.
+  // near-exact codecs (none, fp16, bf16, int8) are accepted.
   std::string codec = "none";
   int local_steps = 4;  // local-sgd and swarm: H
   uint64_t seed = 1;    // stochastic codecs draw from (seed, worker, round)

@@ -222,5 +222,24 @@ TEST(Algorithm, BadNamesAndOptionsAreRejected) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(Algorithm, LossyCodecsOnlyWhereTheirErrorIsCompensated) {
+  auto codecs = NewBuiltinCodecRegistry();
+  auto algorithms = NewBuiltinAlgorithmRegistry();
+  AlgorithmOptions lossy;
+  lossy.codec = "topk:ratio=0.01";
+  EXPECT_THAT(algorithms->Create("choco", lossy, codecs.get()), IsOk());
+  for (const std::string& name : algorithms->Names()) {
+    if (name == "choco") continue;
+    EXPECT_THAT(algorithms->Create(name, lossy, codecs.get()),
+                StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("choco")))
+        << name;
+    for (const char* exact : {"none", "fp16", "bf16", "int8"}) {
+      AlgorithmOptions o;
+      o.codec = exact;
+      EXPECT_THAT(algorithms->Create(name, o, codecs.get()), IsOk()) << name << " " << exact;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tern

@@ -389,6 +389,7 @@ void WorkerDaemon::LogStep(const StepOutcome& out) {
       d.dense_bytes_sent(), d.compute_seconds(), d.encode_seconds(), d.wait_seconds(),
       d.transfer_seconds(), d.combine_seconds(), absl::StrJoin(out.mixed, ","),
       absl::StrJoin(out.dropped, ","));
+  round_log_.flush();  // as it goes: a reader (or a crash) sees every finished step
 }
 
 void WorkerDaemon::Post(std::function<void(bool)> job) {

@@ -250,12 +250,25 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
   auto deadline = [&](grpc::ClientContext* ctx, absl::Duration extra = absl::ZeroDuration()) {
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + o.call_timeout + extra));
   };
-  // Backs off on a transient error; returns false once the server has been gone too long.
+  // Backs off on a transient error, saying so now and then; returns false once the server has
+  // been gone too long.
+  absl::Time last_said = absl::InfinitePast();
   auto still_trying = [&](const grpc::Status& s) {
     if (!Retryable(s)) return false;
     const absl::Time now = absl::Now();
     if (unreachable_since == absl::InfiniteFuture()) unreachable_since = now;
-    if (now - unreachable_since > o.give_up_after) return false;
+    if (now - unreachable_since > o.give_up_after) {
+      spdlog::error("{}: cannot reach {} ({}); gave up after {}", name,
+                    o.server.empty() ? "the server" : o.server, s.error_message(),
+                    absl::FormatDuration(o.give_up_after));
+      return false;
+    }
+    if (now - last_said >= absl::Seconds(5)) {
+      spdlog::warn("{}: cannot reach {} ({}), retrying for up to {}", name,
+                   o.server.empty() ? "the server" : o.server, s.error_message(),
+                   absl::FormatDuration(o.give_up_after - (now - unreachable_since)));
+      last_said = now;
+    }
     absl::SleepFor(absl::Milliseconds(200));
     return true;
   };

@@ -44,7 +44,8 @@ absl::StatusOr<std::unique_ptr<FedClientData>> LoadFedClientData(const std::stri
 
 struct FedClientOptions {
   std::string run_id = "tern";
-  std::string name;   // default "client-<index>"
+  std::string name;    // default "client-<index>"
+  std::string server;  // the aggregator's address, for messages
   int index = 0;      // the data partition this client trains on
   uint64_t seed = 1;  // initial model (same on every client) and data order
   absl::Duration call_timeout = absl::Seconds(60);

@@ -1,11 +1,15 @@
 // The `tern` command line as a user meets it: help that lists each command's flags, a flag of
 // another command or an unknown one refused with a pointer to the right one, values checked
 // before anything starts (exit code 2, the flag named), and a version that says its build.
+#include <signal.h>
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tern/v1/tensor.pb.h"
 #include "tests/integration/process_util.h"
 
 namespace tern {
@@ -75,7 +79,8 @@ TEST(Cli, BadValuesFailBeforeAnythingStartsWithTheFlagNamed) {
                                                {"run", "--lr=abc"},
                                                {"worker", "--momentum=1.5"},
                                                {"run", "--mode=ps", "--rounds=0"},
-                                               {"scheduler", "--heartbeat_interval_ms=0"}}) {
+                                               {"scheduler", "--heartbeat_interval_ms=0"},
+                                               {"run", "--partition=bogus"}}) {
     const Result r = Tern(args);
     EXPECT_EQ(r.code, 2) << args[1] << ": " << r.out;
     const std::string flag = args.back().substr(0, args.back().find('='));
@@ -86,6 +91,66 @@ TEST(Cli, BadValuesFailBeforeAnythingStartsWithTheFlagNamed) {
   const Result unknown = Tern({"frobnicate"});
   EXPECT_EQ(unknown.code, 2);
   EXPECT_THAT(unknown.out, HasSubstr("unknown command 'frobnicate'"));
+}
+
+TEST(Cli, ALossyCodecIsRefusedForAnAlgorithmThatCannotCompensateIt) {
+  const Result r = Tern({"run", "--codec=topk:ratio=0.01"});  // the default algorithm: decentlam
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.out, AllOf(HasSubstr("decentlam"), HasSubstr("topk:ratio=0.01"),
+                           HasSubstr("--algorithm=choco")));
+}
+
+// A lone worker (no peers) trains on its own: the round log grows while it runs, and with
+// --exit_after_training it writes the final model before it exits.
+TEST(Cli, AWorkerFlushesItsRoundLogAndWritesItsFinalModelBeforeExiting) {
+  const std::string dir = MakeTempDir();
+  const std::vector<std::string> common = {
+      "worker",          "--workers=1",          "--epochs=1",      "--batch=512",
+      "--model=softmax", "--listen=127.0.0.1:0", "--log_level=warn"};
+  std::vector<std::string> serving = common;
+  serving.push_back("--round_log=" + dir + "/rounds.jsonl");
+  const pid_t pid = Spawn(serving, dir + "/serving.log");
+  // 60000 / 512 = 118 steps; the worker keeps serving afterwards, so the lines are there only
+  // if they were flushed as they were written.
+  size_t lines = 0;
+  for (int i = 0; i < 600 && lines < 118; ++i) {
+    usleep(100 * 1000);
+    lines = Lines(dir + "/rounds.jsonl").size();
+  }
+  EXPECT_EQ(lines, 118u) << ReadFile(dir + "/serving.log");
+  kill(pid, SIGTERM);
+  EXPECT_EQ(Wait(pid), 0);
+
+  std::vector<std::string> once = common;
+  once.push_back("--exit_after_training");
+  once.push_back("--final_model=" + dir + "/model.pb");
+  const int code = Wait(Spawn(once, dir + "/once.log"));
+  EXPECT_EQ(code, 0) << ReadFile(dir + "/once.log");
+  v1::TensorBundle model;
+  ASSERT_TRUE(model.ParseFromString(ReadFile(dir + "/model.pb"))) << ReadFile(dir + "/once.log");
+  ASSERT_EQ(model.tensors_size(), 2);  // softmax: weight [784, 10], bias [10]
+  uint64_t numel = 0;
+  for (const v1::NamedTensor& t : model.tensors()) {
+    EXPECT_EQ(t.tensor().codec(), "none.v1");
+    EXPECT_EQ(t.tensor().payload().size(), 4 * t.tensor().numel());
+    numel += t.tensor().numel();
+  }
+  EXPECT_EQ(numel, 784u * 10 + 10);
+}
+
+TEST(Cli, AClientOfADeadServerSaysItCannotReachItWhileItRetries) {
+  const std::string dir = MakeTempDir();
+  // Port 1 on loopback: nothing listens there, connections are refused at once.
+  const pid_t pid = Spawn({"client", "--server=127.0.0.1:1", "--clients=1", "--model=softmax"},
+                          dir + "/client.log");
+  std::string log;
+  for (int i = 0; i < 300 && log.find("cannot reach") == std::string::npos; ++i) {
+    usleep(100 * 1000);
+    log = ReadFile(dir + "/client.log");
+  }
+  EXPECT_THAT(log, AllOf(HasSubstr("cannot reach 127.0.0.1:1 ("), HasSubstr("retrying")));
+  kill(pid, SIGTERM);
+  Wait(pid);
 }
 
 TEST(Cli, VersionSaysTheBuildType) {

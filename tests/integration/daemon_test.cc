@@ -53,6 +53,8 @@ TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
   ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
   const std::string log = ReadFile(dir + "/run.log");
   EXPECT_NE(log.find("killed worker 2"), std::string::npos) << log;
+  // The run says which child died and the line of its log that tells why (here, its last).
+  EXPECT_NE(log.find("worker 2 exited (signal 9): "), std::string::npos) << log;
   EXPECT_EQ(Last(dir, "workers"), 3);
   EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.7);
   // Worker 2's neighbours (1 and 3) noticed: their push failed, or its message never came.
