@@ -15,6 +15,13 @@
 
 namespace tern {
 
+// The one error-feedback step, over a residual the caller keeps (a slice of a model-sized
+// buffer, or ErrorFeedback's own): residual += g; out = C(residual); residual -= D(out).
+// REQUIRES: residual.size() == g.size().
+absl::Status EncodeWithErrorFeedback(Codec& codec, absl::Span<const float> g,
+                                     absl::Span<float> residual, const EncodeOptions& options,
+                                     EncodedTensor* out);
+
 class ErrorFeedback {
  public:
   explicit ErrorFeedback(std::unique_ptr<Codec> codec) : codec_(std::move(codec)) {}

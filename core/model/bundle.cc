@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/error_feedback.h"
 #include "kernels/wire.h"
 
 namespace tern {
@@ -38,7 +39,6 @@ absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTenso
         absl::StrCat("residual of ", residual->size(), " values for a vector of ", values.size()));
   }
   v1::TensorBundle b;
-  std::vector<float> in, decoded;
   EncodedTensor t;
   for (size_t i = 0; i < layout.size(); ++i) {
     const ParamTensor& p = layout[i];
@@ -46,19 +46,14 @@ absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTenso
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", p.name, "' lies outside the ", values.size(), " values"));
     }
-    absl::Span<const float> x = values.subspan(p.offset, p.numel);
-    if (residual != nullptr) {
-      in.resize(p.numel);
-      for (size_t j = 0; j < p.numel; ++j) in[j] = x[j] + (*residual)[p.offset + j];
-      x = in;
-    }
+    const absl::Span<const float> x = values.subspan(p.offset, p.numel);
     EncodeOptions o = options;
     o.seed = options.seed + i;
-    TERN_RETURN_IF_ERROR(codec.Encode(x, o, &t));
     if (residual != nullptr) {
-      decoded.resize(p.numel);
-      TERN_RETURN_IF_ERROR(codec.Decode(EncodedView::Of(t), absl::MakeSpan(decoded)));
-      for (size_t j = 0; j < p.numel; ++j) (*residual)[p.offset + j] = x[j] - decoded[j];
+      TERN_RETURN_IF_ERROR(EncodeWithErrorFeedback(
+          codec, x, absl::MakeSpan(*residual).subspan(p.offset, p.numel), o, &t));
+    } else {
+      TERN_RETURN_IF_ERROR(codec.Encode(x, o, &t));
     }
     v1::NamedTensor* nt = b.add_tensors();
     nt->set_name(p.name);
