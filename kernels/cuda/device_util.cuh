@@ -253,6 +253,19 @@ inline absl::Status ReadFlag(const uint32_t* d_flag, cudaStream_t stream, uint32
   return FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
+// The decoders' device-side check: clears *d_flag, runs `launch` (a check kernel named `kernel`
+// that sets the flag on bad data), and turns a set flag into `codec`'s payload error `what`.
+template <typename Launch>
+absl::Status CheckOnDevice(uint32_t* d_flag, cudaStream_t stream, const char* kernel, Launch launch,
+                           absl::string_view codec, absl::string_view what) {
+  TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_flag, 0, 4, stream));
+  launch();
+  TERN_RETURN_IF_ERROR(LaunchStatus(kernel));
+  uint32_t flag = 0;
+  TERN_RETURN_IF_ERROR(ReadFlag(d_flag, stream, &flag));
+  return flag == 0 ? absl::OkStatus() : PayloadError(codec, what);
+}
+
 }  // namespace tern::cuda::internal
 
 #endif  // TERN_KERNELS_CUDA_DEVICE_UTIL_CUH_

@@ -127,13 +127,13 @@ class GpuInt8Codec final : public GpuCodec {
     TERN_RETURN_IF_ERROR(internal::Upload(in, p, stream));
     TERN_RETURN_IF_ERROR(internal::UploadFloats(in.scales, scales, stream));
     if (!h.minmax) {
-      TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_flag, 0, 4, stream));
-      Int8CheckKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(p + kHeaderBytes, n,
-                                                                               d_flag);
-      TERN_RETURN_IF_ERROR(internal::LaunchStatus("Int8CheckKernel"));
-      uint32_t flag = 0;
-      TERN_RETURN_IF_ERROR(internal::ReadFlag(d_flag, stream, &flag));
-      if (flag != 0) return internal::PayloadError(Name(), "value -128 (byte 0x80)");
+      TERN_RETURN_IF_ERROR(internal::CheckOnDevice(
+          d_flag, stream, "Int8CheckKernel",
+          [&] {
+            Int8CheckKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
+                p + kHeaderBytes, n, d_flag);
+          },
+          Name(), "value -128 (byte 0x80)"));
     }
     Int8DequantizeKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
         p + kHeaderBytes, n, block, h.minmax, scales, weight, accumulate, d_out);

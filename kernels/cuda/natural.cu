@@ -99,12 +99,12 @@ class GpuNaturalCodec final : public GpuCodec {
     if (!a.fits()) return internal::ScratchError(Name(), DecodeScratchBytes(in), scratch_bytes);
     if (n == 0) return absl::OkStatus();
     TERN_RETURN_IF_ERROR(internal::Upload(in, p, stream));
-    TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_flag, 0, 4, stream));
-    NaturalCheckKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(p, n, d_flag);
-    TERN_RETURN_IF_ERROR(internal::LaunchStatus("NaturalCheckKernel"));
-    uint32_t flag = 0;
-    TERN_RETURN_IF_ERROR(internal::ReadFlag(d_flag, stream, &flag));
-    if (flag != 0) return internal::PayloadError(Name(), "exponent code 255");
+    TERN_RETURN_IF_ERROR(internal::CheckOnDevice(
+        d_flag, stream, "NaturalCheckKernel",
+        [&] {
+          NaturalCheckKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(p, n, d_flag);
+        },
+        Name(), "exponent code 255"));
     NaturalDecodeKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
         p, p + n, n, weight, accumulate, d_out);
     TERN_RETURN_IF_ERROR(internal::LaunchStatus("NaturalDecodeKernel"));

@@ -353,14 +353,13 @@ class GpuSparseCodec final : public GpuCodec {
     const uint32_t* idx = reinterpret_cast<const uint32_t*>(p + 4);
     const float* values = reinterpret_cast<const float*>(p + 4 + 4 * size_t{k});
     if (k > 0) {
-      TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_flag, 0, 4, stream));
-      SparseCheckKernel<<<internal::GridFor(k), internal::kThreads, 0, stream>>>(idx, k, n, d_flag);
-      TERN_RETURN_IF_ERROR(internal::LaunchStatus("SparseCheckKernel"));
-      uint32_t flag = 0;
-      TERN_RETURN_IF_ERROR(internal::ReadFlag(d_flag, stream, &flag));
-      if (flag != 0) {
-        return internal::PayloadError(Name(), "an index is out of range or not ascending");
-      }
+      TERN_RETURN_IF_ERROR(internal::CheckOnDevice(
+          d_flag, stream, "SparseCheckKernel",
+          [&] {
+            SparseCheckKernel<<<internal::GridFor(k), internal::kThreads, 0, stream>>>(idx, k, n,
+                                                                                       d_flag);
+          },
+          Name(), "an index is out of range or not ascending"));
     }
     if (!accumulate && n > 0) {
       TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_out, 0, n * sizeof(float), stream));

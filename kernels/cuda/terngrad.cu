@@ -152,15 +152,13 @@ class GpuTernGradCodec final : public GpuCodec {
     if (!a.fits()) return internal::ScratchError(Name(), DecodeScratchBytes(in), scratch_bytes);
     if (n == 0) return absl::OkStatus();
     TERN_RETURN_IF_ERROR(internal::Upload(in, p, stream));
-    TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_flag, 0, 4, stream));
-    TernCheckKernel<<<internal::GridFor(bytes), internal::kThreads, 0, stream>>>(p + 1, bytes, pack,
-                                                                                 d_flag);
-    TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernCheckKernel"));
-    uint32_t flag = 0;
-    TERN_RETURN_IF_ERROR(internal::ReadFlag(d_flag, stream, &flag));
-    if (flag != 0) {
-      return internal::PayloadError(Name(), pack == k2Bit ? "invalid 2-bit code 3" : "byte >= 3^5");
-    }
+    TERN_RETURN_IF_ERROR(internal::CheckOnDevice(
+        d_flag, stream, "TernCheckKernel",
+        [&] {
+          TernCheckKernel<<<internal::GridFor(bytes), internal::kThreads, 0, stream>>>(
+              p + 1, bytes, pack, d_flag);
+        },
+        Name(), pack == k2Bit ? "invalid 2-bit code 3" : "byte >= 3^5"));
     TernDecodeKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
         p + 1, n, pack, in.scales[0], weight, accumulate, d_out);
     TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernDecodeKernel"));
