@@ -192,9 +192,19 @@ CommandLine ScanCommandLine(int argc, char** argv) {
         line.version = true;
       } else {
         line.flag_names.push_back(name);
+        std::string value;
+        bool has_value = false;
         if (const size_t eq = arg.find('='); eq != absl::string_view::npos) {
-          line.values.emplace_back(name, std::string(arg.substr(eq + 1)));
-          if (name == "mode") line.mode = line.values.back().second;
+          value = std::string(arg.substr(eq + 1));
+          has_value = true;
+        } else if (const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
+                   f != nullptr && !f->IsOfType<bool>() && i + 1 < argc) {
+          value = argv[++i];  // "--name value" (the value may start with '-': "--lr -0.1")
+          has_value = true;
+        }
+        if (has_value) {
+          line.values.emplace_back(name, value);
+          if (name == "mode") line.mode = value;
         }
       }
     } else if (line.command.empty()) {

@@ -88,6 +88,10 @@ TEST(Cli, BadValuesFailBeforeAnythingStartsWithTheFlagNamed) {
     // Refused before binding or spawning: nothing was started, so nothing logged a port.
     EXPECT_THAT(r.out, Not(HasSubstr("port")));
   }
+  // "--name value" is checked the same way, a negative value included.
+  const Result spaced = Tern({"run", "--lr", "-0.1"});
+  EXPECT_EQ(spaced.code, 2);
+  EXPECT_THAT(spaced.out, HasSubstr("--lr=-0.1: must be >= 0"));
   const Result unknown = Tern({"frobnicate"});
   EXPECT_EQ(unknown.code, 2);
   EXPECT_THAT(unknown.out, HasSubstr("unknown command 'frobnicate'"));
