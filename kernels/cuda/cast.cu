@@ -87,6 +87,7 @@ class GpuCastCodec final : public GpuCodec {
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate, float* d_out,
                           size_t n, void* d_scratch, size_t scratch_bytes,
                           cudaStream_t stream) const override {
+    TERN_RETURN_IF_ERROR(CheckPayload(in));
     Arena a(d_scratch, scratch_bytes);
     auto* words = a.Take<typename T::Word>(n);
     if (!a.fits()) return internal::ScratchError(Name(), DecodeScratchBytes(in), scratch_bytes);

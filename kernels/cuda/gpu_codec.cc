@@ -8,7 +8,6 @@ absl::Status GpuCodec::Decode(const EncodedView& in, float weight, bool accumula
                               size_t n, void* d_scratch, size_t scratch_bytes,
                               cudaStream_t stream) const {
   if (absl::Status s = internal::CheckView(Name(), in, n); !s.ok()) return s;
-  if (absl::Status s = CheckPayload(in); !s.ok()) return s;
   return DecodeImpl(in, weight, accumulate, d_out, n, d_scratch, scratch_bytes, stream);
 }
 

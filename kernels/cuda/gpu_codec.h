@@ -52,8 +52,8 @@ class GpuCodec {
   virtual size_t DecodeScratchBytes(const EncodedView& in) const = 0;
   // d_out[0..n) = decode(in) (accumulate == false) or += weight * decode(in). n must equal
   // in.numel. A malformed payload is InvalidArgument, with d_out untouched. Checks the codec
-  // name and element count, then the payload's host-side structure (CheckPayload), then hands
-  // over to the codec, which validates the rest on the device before writing d_out.
+  // name and element count, then hands over to the codec, which reads the header once with the
+  // same reader CheckPayload uses and validates the rest on the device before writing d_out.
   absl::Status Decode(const EncodedView& in, float weight, bool accumulate, float* d_out, size_t n,
                       void* d_scratch, size_t scratch_bytes, cudaStream_t stream) const;
 
@@ -63,7 +63,8 @@ class GpuCodec {
   virtual absl::Status CheckPayload(const EncodedView& in) const = 0;
 
  protected:
-  // Codec-specific decoding, after Decode's checks passed.
+  // Codec-specific decoding, after the name and element count were checked; it validates the
+  // payload itself (its wire-format reader on the host, then the data on the device).
   virtual absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                                   float* d_out, size_t n, void* d_scratch, size_t scratch_bytes,
                                   cudaStream_t stream) const = 0;

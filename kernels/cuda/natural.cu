@@ -93,6 +93,7 @@ class GpuNaturalCodec final : public GpuCodec {
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate, float* d_out,
                           size_t n, void* d_scratch, size_t scratch_bytes,
                           cudaStream_t stream) const override {
+    TERN_RETURN_IF_ERROR(CheckPayload(in));
     Arena a(d_scratch, scratch_bytes);
     uint8_t* p = a.Take<uint8_t>(in.payload.size());
     uint32_t* d_flag = a.Take<uint32_t>(1);

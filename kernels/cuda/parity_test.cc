@@ -13,6 +13,11 @@
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
 #include "kernels/cuda/gpu_codec.h"
+#include "kernels/format/int8.h"
+#include "kernels/format/randomk.h"
+#include "kernels/format/sign.h"
+#include "kernels/format/sparse.h"
+#include "kernels/format/terngrad.h"
 #include "tests/testing/data.h"
 #include "tests/testing/status_matchers.h"
 
@@ -85,11 +90,13 @@ TEST(CpuGpuParity, EverySpecHasTheSameCanonicalSpecAndParameterVerdict) {
 // Header bytes of each wire format (kernels/format/): the bytes a flip may hit without touching
 // the data the device validates.
 size_t HeaderBytes(absl::string_view wire) {
-  if (wire == "int8.v1") return 5;
-  if (wire == "sign.v1") return 4;
-  if (wire == "terngrad.v1") return 1;
-  if (wire == "randomk.v1") return 12;
-  if (wire == "topk.v1" || wire == "threshold.v1" || wire == "dgc.v1") return 4;
+  if (wire == format::kInt8Name) return format::kInt8HeaderBytes;
+  if (wire == format::kSignName) return format::kSignHeaderBytes;
+  if (wire == format::kTernGradName) return 1;  // u8 packing
+  if (wire == format::kRandomKName) return format::kRandomKHeaderBytes;
+  if (wire == format::kTopKName || wire == format::kThresholdName || wire == format::kDgcName) {
+    return 4;  // u32 k
+  }
   return 0;  // none, fp16, bf16, natural: no header
 }
 
