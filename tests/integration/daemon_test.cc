@@ -100,6 +100,8 @@ TEST(TernRun, CtrlCStopsEveryWorkerAndKeepsWhatWasMeasured) {
 
 class FourDaemons : public ::testing::Test {
  protected:
+  static constexpr absl::Duration kCallDeadline = absl::Seconds(30);
+
   void SetUp() override {
     dir_ = MakeTempDir();
     for (int i = 0; i < 4; ++i) {
@@ -131,9 +133,12 @@ class FourDaemons : public ::testing::Test {
   v1::WorkerStats Stats(int i) {
     auto stub = v1::Trainer::NewStub(MakeChannel(addresses_[i]));
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    // Generous: under ASan, with other tests' daemons on the same 2 cores, a call can wait.
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
     v1::WorkerStats s;
-    EXPECT_TRUE(stub->Stats(&ctx, v1::StatsRequest(), &s).ok());
+    const grpc::Status status = stub->Stats(&ctx, v1::StatsRequest(), &s);
+    EXPECT_TRUE(status.ok()) << "Stats of worker " << i << ": " << status.error_code() << " "
+                             << status.error_message();
     return s;
   }
 
@@ -141,7 +146,7 @@ class FourDaemons : public ::testing::Test {
   grpc::Status Push(int i, const std::vector<v1::BundleChunk>& chunks) {
     auto stub = v1::Gossip::NewStub(MakeChannel(addresses_[i]));
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
     v1::PushReply reply;
     auto w = stub->Push(&ctx, &reply);
     for (const auto& c : chunks) {
