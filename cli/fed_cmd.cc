@@ -33,6 +33,7 @@
 #include "cli/report.h"
 #include "cli/train_flags.h"
 #include "clients/cpp/fed_client.h"
+#include "common/status_macros.h"
 #include "core/model/bundle.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
@@ -133,6 +134,40 @@ double FedLr() {
   return lr > 0 ? lr : 0.05;
 }
 
+// The task's work for `mode` from the flags: a gradient step (ps) or local training. A flag
+// of the other kind of work is an error rather than silently ignored.
+absl::Status SetTaskWork(const std::string& mode, v1::Task* task) {
+  const uint32_t batch = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_batch)));
+  const std::string& optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (mode == "ps") {
+    if (absl::GetFlag(FLAGS_adaptive_batch_eta) > 0) {
+      return absl::InvalidArgumentError(
+          "--adaptive_batch_eta is for local work, not --mode=ps (one minibatch a round)");
+    }
+    v1::GradientStep* g = task->mutable_gradient();
+    g->set_batch(batch);
+    g->set_lr(static_cast<float>(FedLr()));
+    g->set_optimizer(optimizer);
+    g->set_warmup_rounds(static_cast<uint64_t>(std::max(0, absl::GetFlag(FLAGS_warmup_rounds))));
+    g->set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1)));
+    g->set_eps(static_cast<float>(absl::GetFlag(FLAGS_eps)));
+    return absl::OkStatus();
+  }
+  if (!optimizer.empty() && optimizer != "sgd") {
+    return absl::InvalidArgumentError(absl::StrCat("--optimizer=", optimizer, " needs --mode=ps"));
+  }
+  v1::LocalTraining* l = task->mutable_local();
+  l->set_local_epochs(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_epochs))));
+  l->set_local_steps(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_steps))));
+  l->set_batch(batch);
+  l->set_lr(static_cast<float>(FedLr()));
+  l->set_momentum(static_cast<float>(absl::GetFlag(FLAGS_local_momentum)));
+  l->set_norm_test_eta(static_cast<float>(absl::GetFlag(FLAGS_adaptive_batch_eta)));
+  l->set_max_batch(static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_max_batch))));
+  l->set_anchor_pull(static_cast<float>(absl::GetFlag(FLAGS_overlap_anchor)));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   ServerOptions so;
   so.listen = absl::GetFlag(FLAGS_listen);
@@ -157,22 +192,11 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.server_momentum = absl::GetFlag(FLAGS_server_momentum);
   a.downstream = absl::GetFlag(FLAGS_downstream);
   a.downstream_codec = absl::GetFlag(FLAGS_downstream_codec);
-  a.task.set_local_epochs(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_epochs))));
-  a.task.set_local_steps(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_steps))));
-  a.task.set_batch(static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_batch))));
-  a.task.set_lr(static_cast<float>(FedLr()));
-  a.task.set_momentum(static_cast<float>(absl::GetFlag(FLAGS_local_momentum)));
   a.task.set_update_codec(absl::GetFlag(FLAGS_update_codec));
   a.task.set_error_feedback(absl::GetFlag(FLAGS_error_feedback));
   a.task.set_memory(absl::GetFlag(FLAGS_memory));
   a.task.set_seed(absl::GetFlag(FLAGS_seed));
-  a.task.set_optimizer(absl::GetFlag(FLAGS_optimizer));
-  a.task.set_warmup_rounds(static_cast<uint64_t>(std::max(0, absl::GetFlag(FLAGS_warmup_rounds))));
-  a.task.set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1)));
-  a.task.set_norm_test_eta(static_cast<float>(absl::GetFlag(FLAGS_adaptive_batch_eta)));
-  a.task.set_max_batch(static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_max_batch))));
-  a.task.set_anchor_pull(static_cast<float>(absl::GetFlag(FLAGS_overlap_anchor)));
-  a.task.set_eps(static_cast<float>(absl::GetFlag(FLAGS_eps)));
+  TERN_RETURN_IF_ERROR(SetTaskWork(a.mode, &a.task));
   a.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
   a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s));
   a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);

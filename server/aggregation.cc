@@ -234,31 +234,4 @@ std::unique_ptr<AggregationRuleRegistry> NewBuiltinAggregationRuleRegistry() {
   return r;
 }
 
-FedAvgAccumulator::FedAvgAccumulator(const CodecRegistry* codecs, size_t size, double clip)
-    : codecs_(codecs), clip_(clip), sum_(size, 0.0), scratch_(size) {}
-
-absl::Status FedAvgAccumulator::Add(const EncodedView& update, double weight) {
-  if (!(weight > 0) || !std::isfinite(weight)) {
-    return absl::InvalidArgumentError(absl::StrCat("weight must be positive, got ", weight));
-  }
-  if (update.numel != sum_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("update of ", update.numel, " values for a model of ", sum_.size()));
-  }
-  // Decode into scratch first: a malformed update must not leave half of itself in the sum.
-  TERN_RETURN_IF_ERROR(codecs_->Decode(update, absl::MakeSpan(scratch_)));
-  if (clip_ > 0) ClipToNorm(absl::MakeSpan(scratch_), clip_);
-  for (size_t k = 0; k < sum_.size(); ++k) sum_[k] += weight * scratch_[k];
-  total_weight_ += weight;
-  ++count_;
-  return absl::OkStatus();
-}
-
-absl::Status FedAvgAccumulator::Finish(absl::Span<float> out) const {
-  if (count_ == 0) return absl::FailedPreconditionError("no update was added");
-  if (out.size() != sum_.size()) return absl::InvalidArgumentError("output size mismatch");
-  for (size_t k = 0; k < sum_.size(); ++k) out[k] = static_cast<float>(sum_[k] / total_weight_);
-  return absl::OkStatus();
-}
-
 }  // namespace tern

@@ -135,36 +135,5 @@ TEST(Aggregation, BadSpecsAndInputsAreErrors) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-TEST(FedAvgAccumulator, MatchesFedAvgOverEncodedUpdatesAndRefusesBadOnes) {
-  auto codecs = NewBuiltinCodecRegistry();
-  auto fp32 = *codecs->Create("none");
-  const size_t d = 1000;
-  std::vector<std::vector<float>> v;
-  std::vector<double> w = {100, 250, 50};
-  FedAvgAccumulator acc(codecs.get(), d);
-  for (int i = 0; i < 3; ++i) {
-    v.push_back(testing::Gaussian(d, 30 + i));
-    EncodedTensor t;
-    ASSERT_THAT(fp32->Encode(v.back(), {}, &t), IsOk());
-    ASSERT_THAT(acc.Add(EncodedView::Of(t), w[i]), IsOk());
-  }
-  // A truncated update and a wrong-size one are refused and leave the sum alone.
-  EncodedTensor bad;
-  ASSERT_THAT(fp32->Encode(v[0], {}, &bad), IsOk());
-  bad.payload.resize(bad.payload.size() - 3);
-  EXPECT_FALSE(acc.Add(EncodedView::Of(bad), 10).ok());
-  EncodedTensor small;
-  ASSERT_THAT(fp32->Encode(std::vector<float>(5), {}, &small), IsOk());
-  EXPECT_FALSE(acc.Add(EncodedView::Of(small), 10).ok());
-  EXPECT_EQ(acc.count(), 3u);
-  std::vector<float> streamed(d);
-  ASSERT_THAT(acc.Finish(absl::MakeSpan(streamed)), IsOk());
-  auto direct = Aggregate("fedavg", v, w);
-  for (size_t k = 0; k < d; ++k) EXPECT_NEAR(streamed[k], direct[k], 1e-5f);
-  FedAvgAccumulator empty(codecs.get(), d);
-  EXPECT_THAT(empty.Finish(absl::MakeSpan(streamed)),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
-}
-
 }  // namespace
 }  // namespace tern

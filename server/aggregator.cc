@@ -26,6 +26,78 @@ namespace tern {
 namespace {
 
 constexpr int kUnlimited = 1 << 30;
+// internal::AggregatorCheckpoint.format this server writes and reads.
+constexpr uint32_t kCheckpointFormat = 2;
+
+std::unique_ptr<Downstream> MakeDownstream(const AggregatorOptions& o,
+                                           const CodecRegistry* codecs) {
+  if (o.downstream == "delta") {
+    return std::make_unique<DeltaDownstream>(codecs, o.downstream_codec, o.task.seed(),
+                                             o.keep_deltas);
+  }
+  return std::make_unique<ModelDownstream>(codecs, o.downstream_codec);
+}
+
+std::unique_ptr<ServerStep> MakeServerStep(const AggregatorOptions& o, Downstream* downstream) {
+  const v1::GradientStep& g = o.task.gradient();
+  const std::string& opt = g.optimizer();
+  if (IsAdamOptimizer(opt)) {
+    AdamSettings as;
+    as.lr = g.lr();
+    as.beta1 = g.beta1();
+    as.beta2 = o.beta2;
+    as.eps = g.eps();
+    as.lamb = opt.find("lamb") != std::string::npos;
+    // NormalizeAggregatorOptions gives the 1-bit ones a delta downstream.
+    if (IsOnebitOptimizer(opt)) {
+      return std::make_unique<AdamServerStep>(as, static_cast<int64_t>(g.warmup_rounds()),
+                                              static_cast<DeltaDownstream*>(downstream));
+    }
+    return std::make_unique<AdamServerStep>(as, 0, nullptr);
+  }
+  // ps: the updates are gradients, so the server takes the SGD step itself.
+  const float lr = o.mode == "ps" ? -g.lr() : static_cast<float>(o.server_lr);
+  return std::make_unique<SgdServerStep>(lr, static_cast<float>(o.server_momentum));
+}
+
+}  // namespace
+
+namespace {
+
+absl::Status CheckLocalTraining(const v1::LocalTraining& l, const std::string& mode) {
+  if (l.local_epochs() == 0 && l.local_steps() == 0) {
+    return absl::InvalidArgumentError("local training needs local epochs or local steps");
+  }
+  if (l.batch() == 0 || !(l.lr() > 0)) {
+    return absl::InvalidArgumentError("local training needs batch >= 1 and lr > 0");
+  }
+  if (!(l.norm_test_eta() >= 0) || !std::isfinite(l.norm_test_eta())) {
+    return absl::InvalidArgumentError("the norm test's eta must be >= 0");
+  }
+  if (const float a = l.anchor_pull(); !(a >= 0 && a <= 1)) {
+    return absl::InvalidArgumentError("the anchor pull alpha must be in [0, 1]");
+  } else if (a > 0 && mode != "local-sgd") {
+    // Clients keep their own models between rounds: every client must take part in every one.
+    return absl::InvalidArgumentError("Overlap-Local-SGD's anchor needs mode local-sgd");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGradientStep(const v1::GradientStep& g) {
+  if (g.batch() == 0 || !(g.lr() > 0)) {
+    return absl::InvalidArgumentError("a gradient step needs batch >= 1 and lr > 0");
+  }
+  TERN_RETURN_IF_ERROR(CheckOptimizerName(g.optimizer()));
+  if (IsAdamOptimizer(g.optimizer())) {
+    if (!(g.beta1() >= 0 && g.beta1() < 1) || !(g.eps() > 0)) {
+      return absl::InvalidArgumentError("Adam needs 0 <= beta1, beta2 < 1 and eps > 0");
+    }
+    if (IsOnebitOptimizer(g.optimizer()) && g.warmup_rounds() < 1) {
+      return absl::InvalidArgumentError("1-bit Adam / LAMB needs warmup rounds >= 1");
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -35,14 +107,22 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
     // Every available client every round; a round closes when all replied or at its deadline.
     o.policy.clients_per_round = kUnlimited;
     o.policy.min_replies = kUnlimited;
-    if (o.mode == "ps") {
-      o.task.set_local_epochs(0);
-      o.task.set_local_steps(1);
-      o.task.set_gradient(true);
-    }
   } else if (o.mode != "federated") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown mode '", o.mode, "' (federated, local-sgd, ps)"));
+  }
+  // The work matches the mode: gradients for ps, local training otherwise.
+  if (o.mode == "ps") {
+    if (!o.task.has_gradient()) {
+      return absl::InvalidArgumentError("mode ps needs a gradient-step task (Task.gradient)");
+    }
+    TERN_RETURN_IF_ERROR(CheckGradientStep(o.task.gradient()));
+  } else {
+    if (!o.task.has_local()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mode ", o.mode, " needs a local-training task (Task.local)"));
+    }
+    TERN_RETURN_IF_ERROR(CheckLocalTraining(o.task.local(), o.mode));
   }
   if (o.total_rounds < 1) return absl::InvalidArgumentError("total rounds must be >= 1");
   if (o.min_clients < 1) return absl::InvalidArgumentError("min clients must be >= 1");
@@ -55,12 +135,6 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   if (!(o.server_lr > 0) || !(o.server_momentum >= 0 && o.server_momentum < 1)) {
     return absl::InvalidArgumentError("need server_lr > 0 and 0 <= server_momentum < 1");
   }
-  if (o.task.local_epochs() == 0 && o.task.local_steps() == 0) {
-    return absl::InvalidArgumentError("a task needs local epochs or local steps");
-  }
-  if (o.task.batch() == 0 || !(o.task.lr() > 0)) {
-    return absl::InvalidArgumentError("a task needs batch >= 1 and lr > 0");
-  }
   if (o.downstream != "model" && o.downstream != "delta") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown downstream '", o.downstream, "' (model, delta)"));
@@ -70,36 +144,16 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   if (const std::string& m = o.task.memory(); !m.empty() && m != "ef") {
     TERN_RETURN_IF_ERROR(ParseDgcMemory(m, 1).status());
   }
-  if (!(o.task.norm_test_eta() >= 0) || !std::isfinite(o.task.norm_test_eta())) {
-    return absl::InvalidArgumentError("the norm test's eta must be >= 0");
-  }
-  if (o.task.norm_test_eta() > 0 && o.mode == "ps") {
-    return absl::InvalidArgumentError("the adaptive batch size is for local work, not ps mode");
-  }
-  if (const float a = o.task.anchor_pull(); !(a >= 0 && a <= 1)) {
-    return absl::InvalidArgumentError("the anchor pull alpha must be in [0, 1]");
-  } else if (a > 0 && o.mode != "local-sgd") {
-    // Clients keep their own models between rounds: every client must take part in every one.
-    return absl::InvalidArgumentError("Overlap-Local-SGD's anchor needs mode local-sgd");
-  }
-  const std::string& opt = o.task.optimizer();
-  TERN_RETURN_IF_ERROR(CheckOptimizerName(opt));
+  const std::string& opt = o.task.gradient().optimizer();
   if (IsAdamOptimizer(opt)) {
-    if (o.mode != "ps") {
-      return absl::InvalidArgumentError(absl::StrCat("optimizer '", opt, "' needs mode ps"));
-    }
     if (o.server_momentum != 0 || !o.task.memory().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "optimizer '", opt, "' keeps its own momentum: no server momentum or memory"));
     }
-    if (!(o.task.beta1() >= 0 && o.task.beta1() < 1) || !(o.beta2 >= 0 && o.beta2 < 1) ||
-        !(o.task.eps() > 0)) {
+    if (!(o.beta2 >= 0 && o.beta2 < 1)) {
       return absl::InvalidArgumentError("Adam needs 0 <= beta1, beta2 < 1 and eps > 0");
     }
     if (IsOnebitOptimizer(opt)) {
-      if (o.task.warmup_rounds() < 1) {
-        return absl::InvalidArgumentError("1-bit Adam / LAMB needs warmup rounds >= 1");
-      }
       // The compressed phase: the clients' momenta up, the server's re-encoded mean down, each
       // with its error feedback.
       if (o.task.update_codec() == "none") o.task.set_update_codec("sign");
@@ -131,7 +185,7 @@ absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions
     std::ifstream f(a->options_.checkpoint_path, std::ios::binary);
     if (f) {
       std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      v1::AggregatorCheckpoint ckpt;
+      internal::AggregatorCheckpoint ckpt;
       if (!ckpt.ParseFromString(bytes)) {
         return absl::DataLossError(
             absl::StrCat("checkpoint ", a->options_.checkpoint_path, " does not parse"));
@@ -160,15 +214,18 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
     : options_(std::move(options)),
       codecs_(codecs),
       rule_(std::move(rule)),
-      fedavg_(rule_->Spec() == "fedavg"),
-      adam_opt_(IsAdamOptimizer(options_.task.optimizer())),
-      onebit_(IsOnebitOptimizer(options_.task.optimizer())),
+      downstream_(MakeDownstream(options_, codecs)),
+      step_(MakeServerStep(options_, downstream_.get())),
       rounds_(options_.policy) {
   counters_.set_mode(options_.mode);
   counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
 }
 
-absl::Status Aggregator::Restore(const v1::AggregatorCheckpoint& ckpt) {
+absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
+  if (ckpt.format() != kCheckpointFormat) {
+    return absl::DataLossError(
+        absl::StrCat("format ", ckpt.format(), ", this server reads ", kCheckpointFormat));
+  }
   if (ckpt.run_id() != options_.run_id) {
     return absl::FailedPreconditionError(
         absl::StrCat("belongs to run '", ckpt.run_id(), "', not '", options_.run_id, "'"));
@@ -176,7 +233,7 @@ absl::Status Aggregator::Restore(const v1::AggregatorCheckpoint& ckpt) {
   counters_ = ckpt.counters();
   counters_.set_mode(options_.mode);
   counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
-  for (const v1::CheckpointClient& c : ckpt.clients()) {
+  for (const internal::CheckpointClient& c : ckpt.clients()) {
     Client& client = clients_[c.id()];
     client.name = c.name();
     client.num_samples = c.num_samples();
@@ -184,41 +241,9 @@ absl::Status Aggregator::Restore(const v1::AggregatorCheckpoint& ckpt) {
   }
   if (ckpt.model().tensors_size() == 0) return absl::OkStatus();  // no model yet
   TERN_RETURN_IF_ERROR(AdoptModel(ckpt.model()));
-  const size_t d = model_.size();
-  if (ckpt.sum_size() != 0 && static_cast<size_t>(ckpt.sum_size()) != d) {
-    return absl::DataLossError("the round's sum does not match the model");
-  }
-  if (ckpt.momentum_size() != 0 && static_cast<size_t>(ckpt.momentum_size()) != d) {
-    return absl::DataLossError("the momentum does not match the model");
-  }
-  if (ckpt.sum_size() != 0) sum_.assign(ckpt.sum().begin(), ckpt.sum().end());
-  if (ckpt.momentum_size() != 0) momentum_.assign(ckpt.momentum().begin(), ckpt.momentum().end());
-  if (adam_opt_) {
-    if (static_cast<size_t>(ckpt.adam_v_size()) != d ||
-        static_cast<size_t>(ckpt.trust_ratio_size()) != layout_.size()) {
-      return absl::DataLossError("the Adam state does not match the model");
-    }
-    adam_.m = momentum_;
-    adam_.v.assign(ckpt.adam_v().begin(), ckpt.adam_v().end());
-    adam_.ratio.assign(ckpt.trust_ratio().begin(), ckpt.trust_ratio().end());
-    const int64_t closed = static_cast<int64_t>(ckpt.round());
-    adam_.steps =
-        onebit_ ? std::min(closed, static_cast<int64_t>(options_.task.warmup_rounds())) : closed;
-  }
-  if (ckpt.server_residual_size() != 0) {
-    if (static_cast<size_t>(ckpt.server_residual_size()) != d) {
-      return absl::DataLossError("the server residual does not match the model");
-    }
-    server_residual_.assign(ckpt.server_residual().begin(), ckpt.server_residual().end());
-  }
-  for (const v1::CheckpointUpdate& u : ckpt.pending()) {
-    if (static_cast<size_t>(u.values_size()) != d || !(u.weight() > 0)) {
-      return absl::DataLossError("a kept update does not match the model");
-    }
-    pending_.push_back({u.client(), u.weight(), {u.values().begin(), u.values().end()}});
-  }
-  total_weight_ = ckpt.total_weight();
-  loss_sum_ = ckpt.loss_sum();
+  TERN_RETURN_IF_ERROR(accumulator_->Restore(ckpt.round_state()));
+  TERN_RETURN_IF_ERROR(step_->Restore(ckpt.optimizer(), static_cast<int64_t>(ckpt.round())));
+  TERN_RETURN_IF_ERROR(downstream_->Restore(ckpt.downstream()));
   // The model adopted above is the global model after ckpt.round() rounds.
   models_.clear();
   PublishModel();
@@ -236,11 +261,10 @@ absl::Status Aggregator::AdoptModel(const v1::TensorBundle& bundle) {
   }
   layout_ = std::move(layout);
   model_ = std::move(x);
-  sum_.assign(model_.size(), 0.0);
-  momentum_.assign(model_.size(), 0.0f);
   scratch_.assign(model_.size(), 0.0f);
-  server_residual_.assign(model_.size(), 0.0f);
-  adam_.Reset(model_.size(), layout_.size());
+  accumulator_ = std::make_unique<RoundAccumulator>(rule_.get(), model_.size());
+  step_->Reset(layout_);
+  downstream_->Reset(layout_);
   have_model_ = true;
   return absl::OkStatus();
 }
@@ -289,7 +313,7 @@ v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
 }
 
 absl::StatusOr<bool> Aggregator::InitModel(uint32_t client, const v1::TensorBundle& bundle) {
-  std::shared_ptr<v1::AggregatorCheckpoint> ckpt;
+  std::shared_ptr<internal::AggregatorCheckpoint> ckpt;
   uint64_t seq = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -332,13 +356,7 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
   FetchResult r;
   r.task = options_.task;
   r.task.set_round(rounds_.round());
-  const bool onebit_phase = OnebitPhase(rounds_.round());
-  if (onebit_ && !onebit_phase) {  // warm-up: dense gradients
-    r.task.set_update_codec("none");
-    r.task.set_error_feedback(false);
-  } else if (onebit_) {
-    r.task.set_error_feedback(true);
-  }
+  step_->AdjustTask(rounds_.round(), &r.task);
   if (counters_.done()) {
     r.task.set_kind(v1::Task::DONE);
     return r;
@@ -351,33 +369,14 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
     r.task.set_kind(v1::Task::WAIT);
     return r;
   }
-  // Catch-up from the kept downstream updates when the client's copy is one we published and
-  // every update since is still kept (and they are cheaper than the model); else the model.
-  const int64_t latest = static_cast<int64_t>(counters_.round());
-  int64_t from = -1;
-  if (options_.downstream == "delta" && have_round >= 0 && have_round <= latest) {
-    auto crc = model_crc_.find(have_round);
-    const bool known = crc != model_crc_.end() && crc->second == have_crc32;
-    uint64_t bytes = 0;
-    bool kept = have_round == latest;
-    if (known && !kept && !deltas_.empty() && deltas_.front().round <= have_round + 1) {
-      kept = true;
-      for (const Delta& dl : deltas_) {
-        if (dl.round > have_round) bytes += dl.payload_bytes;
-      }
-    }
-    // The compressed phase's updates are momenta: useless without the state that goes with them.
-    const bool state_ok = !onebit_phase || have_state;
-    if (known && kept && state_ok && bytes < 4 * model_.size()) from = have_round;
-  }
-  TERN_ASSIGN_OR_RETURN(Chunked c, Downstream(from));
+  const int64_t from = CatchUpFrom(have_round, have_crc32, have_state);
+  TERN_ASSIGN_OR_RETURN(Chunked c, DownstreamChunks(from));
   r.task.set_kind(v1::Task::TRAIN);
   r.task.set_round_clients(static_cast<uint32_t>(sampled.size()));
   r.task.set_payload(from >= 0 ? v1::Task::DELTAS : v1::Task::MODEL);
   r.task.set_delta_from(from);
   // The CRC lets a client check its copy; a lossy model encoding leaves nothing to check.
-  const bool exact = options_.downstream == "delta" || options_.downstream_codec == "none";
-  r.task.set_model_crc32(exact ? model_crc_[latest] : 0);
+  r.task.set_model_crc32(downstream_->exact() ? model_crc_[counters_.round()] : 0);
   r.chunks = c.chunks;
   counters_.set_payload_bytes_down(counters_.payload_bytes_down() + c.payload_bytes);
   counters_.set_wire_bytes_down(counters_.wire_bytes_down() + c.wire_bytes);
@@ -385,172 +384,39 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
   return r;
 }
 
-absl::StatusOr<Aggregator::Chunked> Aggregator::Downstream(int64_t from) {
+int64_t Aggregator::CatchUpFrom(int64_t have_round, uint32_t have_crc32, bool have_state) const {
+  // Only from a model we published, and (1-bit) with the optimizer state that goes with it:
+  // the compressed phase's updates are momenta, useless without it.
+  auto crc = model_crc_.find(have_round);
+  if (crc == model_crc_.end() || crc->second != have_crc32) return -1;
+  if (step_->UpdatesNeedState(rounds_.round()) && !have_state) return -1;
+  return downstream_->CatchUpFrom(have_round, static_cast<int64_t>(counters_.round()));
+}
+
+absl::StatusOr<Aggregator::Chunked> Aggregator::DownstreamChunks(int64_t from) {
   auto hit = fetch_cache_.find(from);
   if (hit != fetch_cache_.end()) return hit->second;
-  v1::TensorBundle b;
-  if (from >= 0) {
-    for (const Delta& dl : deltas_) {
-      if (dl.round <= from) continue;
-      for (const v1::NamedTensor& t : dl.tensors) *b.add_tensors() = t;
-    }
-  } else if (options_.downstream == "delta" || options_.downstream_codec == "none") {
-    b = *models_.back().bundle;  // exact
-    if (OnebitPhase(rounds_.round())) {
-      TERN_RETURN_IF_ERROR(AppendOptimizerState(layout_, adam_, &b));
-    }
-  } else {
-    TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs_->Create(options_.downstream_codec));
-    EncodeOptions eo;
-    eo.seed = options_.task.seed() ^ (static_cast<uint64_t>(rounds_.round()) << 20);
-    TERN_ASSIGN_OR_RETURN(b, EncodeFlatToBundle(layout_, model_, *codec, eo, nullptr));
-  }
+  const uint64_t round = static_cast<uint64_t>(rounds_.round());
+  TERN_ASSIGN_OR_RETURN(v1::TensorBundle b,
+                        downstream_->Payload(from, model_, *models_.back().bundle,
+                                             options_.task.seed() ^ (round << 20)));
+  if (from < 0) TERN_RETURN_IF_ERROR(step_->AppendState(rounds_.round(), &b));
   b.set_run_id(options_.run_id);
   b.set_sender("server");
-  b.set_round(static_cast<uint64_t>(rounds_.round()));
+  b.set_round(round);
   Chunked c;
   c.payload_bytes = PayloadBytes(b);
-  TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
-                        ChunkBundle(b, static_cast<uint64_t>(rounds_.round())));
+  TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks, ChunkBundle(b, round));
   for (const v1::BundleChunk& ch : chunks) c.wire_bytes += ch.ByteSizeLong() + 5;
   c.chunks = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
   fetch_cache_[from] = c;
   return c;
 }
 
-absl::Status Aggregator::ApplyStep(const std::vector<float>& step) {
-  const size_t d = model_.size();
-  // Updates are finite, but enough huge ones could still overflow the model: such a step is
-  // not taken (the round counts, the model stays as it was).
-  for (size_t i = 0; i < d; ++i) {
-    if (!std::isfinite(model_[i] + step[i]) || !std::isfinite(step[i] + server_residual_[i])) {
-      spdlog::warn("server: round {}: the aggregate would overflow the model; step skipped",
-                   counters_.round());
-      std::fill(momentum_.begin(), momentum_.end(), 0.0f);
-      return absl::OkStatus();
-    }
-  }
-  if (options_.downstream != "delta") {
-    for (size_t i = 0; i < d; ++i) model_[i] += step[i];
-    return absl::OkStatus();
-  }
-  // The model moves by exactly what clients will decode.
-  const int64_t round = static_cast<int64_t>(counters_.round());
-  TERN_ASSIGN_OR_RETURN(EncodedDownstream e, EncodeDownstream(step, round));
-  for (size_t i = 0; i < d; ++i) {
-    if (!std::isfinite(model_[i] + scratch_[i])) {
-      spdlog::warn("server: round {}: the encoded step would overflow the model; step skipped",
-                   round);
-      return absl::OkStatus();
-    }
-  }
-  for (size_t i = 0; i < d; ++i) model_[i] += scratch_[i];
-  KeepDelta(std::move(e), round);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Aggregator::EncodedDownstream> Aggregator::EncodeDownstream(
-    const std::vector<float>& step, int64_t round) {
-  const size_t d = model_.size();
-  std::vector<float> target(d);
-  for (size_t i = 0; i < d; ++i) target[i] = step[i] + server_residual_[i];
-  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs_->Create(options_.downstream_codec));
-  EncodeOptions eo;
-  eo.seed = options_.task.seed() ^ (static_cast<uint64_t>(round) << 20) ^ 0x5eed;
-  EncodedDownstream e;
-  e.residual.assign(d, 0.0f);
-  TERN_ASSIGN_OR_RETURN(e.bundle, EncodeFlatToBundle(layout_, target, *codec, eo, &e.residual));
-  // residual = target - decoded, so decoded = target - residual; decode again to apply the
-  // exact values a client computes (decode, then use in float, tensor by tensor).
-  TERN_RETURN_IF_ERROR(BundleToFlat(e.bundle, layout_, *codecs_, absl::MakeSpan(scratch_)));
-  return e;
-}
-
-void Aggregator::KeepDelta(EncodedDownstream e, int64_t round) {
-  const size_t d = model_.size();
-  server_residual_ = std::move(e.residual);
-  v1::TensorBundle& b = e.bundle;
-  Delta dl;
-  dl.round = round;
-  dl.payload_bytes = PayloadBytes(b);
-  for (v1::NamedTensor& t : *b.mutable_tensors()) {
-    t.set_name(absl::StrCat(round, ":", t.name()));
-    dl.tensors.push_back(std::move(t));
-  }
-  deltas_bytes_ += dl.payload_bytes;
-  deltas_.push_back(std::move(dl));
-  // The oldest update is useful only to a client just before it, who would need every later one
-  // too: once those alone cost as much as the model, it never will be sent.
-  while (!deltas_.empty() &&
-         (deltas_.size() > static_cast<size_t>(std::max(1, options_.keep_deltas)) ||
-          deltas_bytes_ - deltas_.front().payload_bytes >= 4 * d)) {
-    deltas_bytes_ -= deltas_.front().payload_bytes;
-    deltas_.pop_front();
-  }
-}
-
-absl::Status Aggregator::AdamClose(const std::vector<float>* mean_or_null, int64_t round) {
-  const size_t d = model_.size();
-  AdamSettings as;
-  as.lr = options_.task.lr();
-  as.beta1 = options_.task.beta1();
-  as.beta2 = options_.beta2;
-  as.eps = options_.task.eps();
-  as.lamb = options_.task.optimizer().find("lamb") != std::string::npos;
-  const bool freeze = onebit_ && round == static_cast<int64_t>(options_.task.warmup_rounds());
-  if (mean_or_null == nullptr) {  // no update this round: the model stays
-    if (freeze) FreezeVariance(as, &adam_);
-    return absl::OkStatus();
-  }
-  const std::vector<float>& mean = *mean_or_null;
-  if (OnebitPhase(round)) {
-    // `mean` is the clients' mean momentum: re-encode it with the server's error feedback; the
-    // momentum becomes what clients decode, and everyone steps with the frozen variance.
-    TERN_ASSIGN_OR_RETURN(EncodedDownstream e, EncodeDownstream(mean, round));
-    std::vector<float> x = model_;
-    for (size_t l = 0; l < layout_.size(); ++l) {
-      const ParamTensor& p = layout_[l];
-      FrozenAdamStep(as.lr, adam_.ratio[l], as.eps,
-                     absl::MakeConstSpan(scratch_).subspan(p.offset, p.numel),
-                     absl::MakeConstSpan(adam_.v).subspan(p.offset, p.numel),
-                     absl::MakeSpan(x).subspan(p.offset, p.numel));
-    }
-    for (size_t i = 0; i < d; ++i) {
-      if (!std::isfinite(x[i])) {
-        spdlog::warn("server: round {}: the step would overflow the model; skipped", round);
-        return absl::OkStatus();
-      }
-    }
-    model_ = std::move(x);
-    adam_.m = scratch_;
-    KeepDelta(std::move(e), round);
-    return absl::OkStatus();
-  }
-  AdamState saved = adam_;  // an overflowing step leaves the optimizer as it was too
-  std::vector<float> step(d);
-  AdamStep(as, layout_, model_, mean, &adam_, absl::MakeSpan(step));
-  bool finite = true;
-  for (size_t i = 0; i < d && finite; ++i) {
-    finite = std::isfinite(step[i]) && std::isfinite(model_[i] + step[i]);
-  }
-  if (!finite) {
-    spdlog::warn("server: round {}: the step would overflow the model; skipped", round);
-    adam_ = std::move(saved);
-  }
-  if (!onebit_) return finite ? ApplyStep(step) : absl::OkStatus();
-  // Warm-up: the exact model goes down (no kept updates); its last round freezes the variance
-  // (even when that round's step was skipped).
-  if (finite) {
-    for (size_t i = 0; i < d; ++i) model_[i] += step[i];
-  }
-  if (freeze) FreezeVariance(as, &adam_);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
                                                  const v1::TensorBundle& update,
                                                  uint64_t wire_bytes, absl::Time now) {
-  std::shared_ptr<v1::AggregatorCheckpoint> ckpt;
+  std::shared_ptr<internal::AggregatorCheckpoint> ckpt;
   uint64_t seq = 0;
   v1::UpdateReply reply;
   {
@@ -599,17 +465,8 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
       return reply;
     }
     const double w = weight * d->weight_scale;
-    if (fedavg_) {
-      for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += w * scratch_[i];
-    } else {
-      pending_.push_back({info.client_id(), w, scratch_});
-    }
-    total_weight_ += w;
-    loss_sum_ += w * (std::isfinite(info.loss()) ? info.loss() : 0.0);
-    if (info.batch() > 0) {
-      batch_sum_ += info.batch();
-      ++batch_count_;
-    }
+    TERN_RETURN_IF_ERROR(
+        accumulator_->Add(info.client_id(), scratch_, w, info.loss(), info.batch()));
     if (d->verdict == ReplyVerdict::kAccepted) {
       counters_.set_updates_accepted(counters_.updates_accepted() + 1);
       reply.set_verdict(v1::UpdateReply::ACCEPTED);
@@ -642,67 +499,24 @@ absl::Status Aggregator::Leave(uint32_t client) {
 
 absl::Status Aggregator::CloseRound(absl::Time now) {
   rounds_.Close();
+  const int64_t round = static_cast<int64_t>(counters_.round()) + 1;
   counters_.set_round_closed_unix_s(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
-  counters_.set_mean_batch(batch_count_ > 0 ? batch_sum_ / batch_count_ : 0.0);
-  batch_sum_ = 0;
-  batch_count_ = 0;
-  const size_t d = model_.size();
-  std::vector<float> mean(d, 0.0f);
-  bool have_update = false;
-  if (fedavg_) {
-    if (total_weight_ > 0) {
-      for (size_t i = 0; i < d; ++i) mean[i] = static_cast<float>(sum_[i] / total_weight_);
-      have_update = true;
-    }
-  } else if (!pending_.empty()) {
-    std::vector<ClientUpdate> updates;
-    for (const PendingUpdate& p : pending_) updates.push_back({p.values, p.weight});
-    absl::Status s = rule_->Aggregate(updates, absl::MakeSpan(mean));
-    // Too few updates for the rule (e.g. Krum's n >= 2f + 3): the round leaves the model as is.
-    have_update = s.ok();
-  }
-  if (adam_opt_) {
-    const int64_t round = static_cast<int64_t>(counters_.round()) + 1;
-    counters_.set_last_round_updates(
-        static_cast<uint32_t>(fedavg_ ? rounds_.replied_set().size() : pending_.size()));
-    counters_.set_train_loss(total_weight_ > 0 ? loss_sum_ / total_weight_ : 0.0);
-    std::fill(sum_.begin(), sum_.end(), 0.0);
-    pending_.clear();
-    total_weight_ = 0;
-    loss_sum_ = 0;
-    counters_.set_round(static_cast<uint64_t>(round));
-    if (round >= options_.total_rounds) counters_.set_done(true);
-    TERN_RETURN_IF_ERROR(AdamClose(have_update ? &mean : nullptr, round));
-    PublishModel();
-    return absl::OkStatus();
-  }
-  counters_.set_last_round_updates(
-      static_cast<uint32_t>(fedavg_ ? rounds_.replied_set().size() : pending_.size()));
-  counters_.set_train_loss(total_weight_ > 0 ? loss_sum_ / total_weight_ : 0.0);
-  std::vector<float> step(d, 0.0f);
-  if (have_update) {
-    const float beta = static_cast<float>(options_.server_momentum);
-    // ps: the updates are gradients, so the server takes the SGD step itself.
-    const float lr =
-        options_.mode == "ps" ? -options_.task.lr() : static_cast<float>(options_.server_lr);
-    for (size_t i = 0; i < d; ++i) {
-      momentum_[i] = beta * momentum_[i] + mean[i];
-      step[i] = lr * momentum_[i];
-    }
-  }
-  std::fill(sum_.begin(), sum_.end(), 0.0);
-  pending_.clear();
-  total_weight_ = 0;
-  loss_sum_ = 0;
-  counters_.set_round(counters_.round() + 1);
-  if (static_cast<int64_t>(counters_.round()) >= options_.total_rounds) counters_.set_done(true);
-  TERN_RETURN_IF_ERROR(ApplyStep(step));
+  counters_.set_mean_batch(accumulator_->mean_batch());
+  counters_.set_last_round_updates(static_cast<uint32_t>(accumulator_->count()));
+  counters_.set_train_loss(accumulator_->mean_loss());
+  std::vector<float> mean(model_.size(), 0.0f);
+  TERN_ASSIGN_OR_RETURN(bool have_update, accumulator_->Aggregate(absl::MakeSpan(mean)));
+  accumulator_->Reset();
+  counters_.set_round(static_cast<uint64_t>(round));
+  if (round >= options_.total_rounds) counters_.set_done(true);
+  TERN_RETURN_IF_ERROR(
+      step_->Close(have_update ? &mean : nullptr, round, &model_, downstream_.get()));
   PublishModel();
   return absl::OkStatus();
 }
 
 absl::Status Aggregator::Tick(absl::Time now) {
-  std::shared_ptr<v1::AggregatorCheckpoint> ckpt;
+  std::shared_ptr<internal::AggregatorCheckpoint> ckpt;
   uint64_t seq = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -730,10 +544,11 @@ absl::Status Aggregator::Tick(absl::Time now) {
   return WriteCheckpoint(std::move(ckpt), seq);
 }
 
-std::shared_ptr<v1::AggregatorCheckpoint> Aggregator::SnapshotState() {
+std::shared_ptr<internal::AggregatorCheckpoint> Aggregator::SnapshotState() {
   ++state_seq_;
   if (options_.checkpoint_path.empty()) return nullptr;
-  auto c = std::make_shared<v1::AggregatorCheckpoint>();
+  auto c = std::make_shared<internal::AggregatorCheckpoint>();
+  c->set_format(kCheckpointFormat);
   c->set_run_id(options_.run_id);
   c->set_round(counters_.round());
   c->set_round_open(rounds_.open());
@@ -741,41 +556,25 @@ std::shared_ptr<v1::AggregatorCheckpoint> Aggregator::SnapshotState() {
     for (int s : rounds_.sampled()) c->add_sampled(static_cast<uint32_t>(s));
     for (int s : rounds_.replied_set()) c->add_replied(static_cast<uint32_t>(s));
   }
-  c->set_total_weight(total_weight_);
-  c->set_loss_sum(loss_sum_);
+  c->set_sampling_draws(rounds_.draws());
   if (have_model_) {
     *c->mutable_model() = *models_.back().bundle;
-    if (total_weight_ > 0 && fedavg_) c->mutable_sum()->Add(sum_.begin(), sum_.end());
-    if (adam_opt_) {
-      c->mutable_momentum()->Add(adam_.m.begin(), adam_.m.end());
-      c->mutable_adam_v()->Add(adam_.v.begin(), adam_.v.end());
-      c->mutable_trust_ratio()->Add(adam_.ratio.begin(), adam_.ratio.end());
-    } else {
-      c->mutable_momentum()->Add(momentum_.begin(), momentum_.end());
-    }
-    if (options_.downstream == "delta") {
-      c->mutable_server_residual()->Add(server_residual_.begin(), server_residual_.end());
-    }
-    for (const PendingUpdate& p : pending_) {
-      v1::CheckpointUpdate* u = c->add_pending();
-      u->set_client(p.client);
-      u->set_weight(p.weight);
-      u->mutable_values()->Add(p.values.begin(), p.values.end());
-    }
+    accumulator_->Save(c->mutable_round_state());
+    step_->Save(c->mutable_optimizer());
+    downstream_->Save(c->mutable_downstream());
   }
   for (const auto& [id, cl] : clients_) {
-    v1::CheckpointClient* p = c->add_clients();
+    internal::CheckpointClient* p = c->add_clients();
     p->set_id(id);
     p->set_name(cl.name);
     p->set_num_samples(cl.num_samples);
     p->set_left(cl.left);
   }
   *c->mutable_counters() = counters_;
-  c->set_sampling_draws(rounds_.draws());
   return c;
 }
 
-absl::Status Aggregator::WriteCheckpoint(std::shared_ptr<v1::AggregatorCheckpoint> ckpt,
+absl::Status Aggregator::WriteCheckpoint(std::shared_ptr<internal::AggregatorCheckpoint> ckpt,
                                          uint64_t seq) {
   if (ckpt == nullptr) return absl::OkStatus();
   absl::MutexLock lock(&io_mu_);

@@ -23,11 +23,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/model/adam.h"
 #include "core/model/layout.h"
 #include "kernels/registry.h"
+#include "server/accumulator.h"
 #include "server/aggregation.h"
+#include "server/downstream.h"
 #include "server/round.h"
+#include "server/server_step.h"
+#include "tern/internal/checkpoint.pb.h"
 #include "tern/v1/server.pb.h"
 
 namespace tern {
@@ -51,11 +54,14 @@ struct AggregatorOptions {
   std::string downstream = "model";
   std::string downstream_codec = "none";
   int keep_deltas = 2000;  // downstream updates kept for catch-up
-  // ps mode's optimizer is task.optimizer (core/model/adam.h): "sgd" (with server_momentum),
-  // "adam" / "lamb", or "onebit-adam" / "onebit-lamb" (dense for task.warmup_rounds rounds, then
-  // the clients' momenta encoded with task.update_codec both ways, "sign" when that is "none").
+  // ps mode's optimizer is task.gradient().optimizer (core/model/adam.h): "sgd" (with
+  // server_momentum), "adam" / "lamb", or "onebit-adam" / "onebit-lamb" (dense for the warm-up
+  // rounds, then the clients' momenta encoded with task.update_codec both ways, "sign" when that
+  // is "none").
   float beta2 = 0.999f;
-  v1::Task task;  // training settings handed to clients (kind/round/total_rounds filled in)
+  // Settings handed to clients (kind, round, total_rounds filled in). Its work matches the
+  // mode: task.gradient for ps, task.local for federated and local-sgd.
+  v1::Task task;
   absl::Duration client_timeout = absl::Seconds(30);  // no Fetch for this long: not available
   std::string checkpoint_path;                        // "" = no checkpoint
   uint64_t max_params = uint64_t{1} << 28;
@@ -127,11 +133,6 @@ class Aggregator {
     absl::Time last_seen = absl::InfinitePast();
     bool left = false;
   };
-  struct PendingUpdate {  // robust rules keep updates until the round closes
-    uint32_t client;
-    double weight;
-    std::vector<float> values;
-  };
   // The open round's downstream payloads, chunked once and shared by every client's call:
   // keyed by the round the client's copy is from (-1: the model itself).
   struct Chunked {
@@ -139,81 +140,48 @@ class Aggregator {
     uint64_t payload_bytes = 0;
     uint64_t wire_bytes = 0;
   };
-  // Delta downstream: each closed round's encoded update (its tensors named "<round>:<name>"),
-  // the CRC-32 of the model after each round, and the server's residual.
-  struct Delta {
-    int64_t round;
-    std::vector<v1::NamedTensor> tensors;
-    uint64_t payload_bytes;
-  };
-
   Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
              std::unique_ptr<AggregationRule> rule);
 
-  absl::Status Restore(const v1::AggregatorCheckpoint& ckpt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Restore(const internal::AggregatorCheckpoint& ckpt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AdoptModel(const v1::TensorBundle& bundle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishModel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Chunked> Downstream(int64_t from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies `step` to the model: directly ("model"), or through the downstream codec with the
-  // server residual, keeping the encoded update for clients ("delta").
-  absl::Status ApplyStep(const std::vector<float>& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Encodes step + server residual with the downstream codec; the decoded values land in
-  // scratch_. KeepDelta then commits it: the new residual, and the encoded update kept for
-  // clients as `round`'s.
-  struct EncodedDownstream {
-    v1::TensorBundle bundle;
-    std::vector<float> residual;
-  };
-  absl::StatusOr<EncodedDownstream> EncodeDownstream(const std::vector<float>& step, int64_t round)
+  absl::StatusOr<Chunked> DownstreamChunks(int64_t from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The round a client holding (have_round, have_crc32) catches up from, or -1 for the model.
+  int64_t CatchUpFrom(int64_t have_round, uint32_t have_crc32, bool have_state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void KeepDelta(EncodedDownstream e, int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adam / LAMB / 1-bit Adam / 1-bit LAMB at the close of `round` from the clients' mean
-  // (gradients, or momenta in the 1-bit compressed phase); null when no update came.
-  absl::Status AdamClose(const std::vector<float>* mean_or_null, int64_t round)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool OnebitPhase(int64_t round) const {
-    return onebit_ && round > static_cast<int64_t>(options_.task.warmup_rounds());
-  }
   absl::Status CloseRound(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a refused update; returns `s`.
   absl::Status Refuse(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::set<int> Available(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checkpoint as of now, tagged with a sequence number; written by WriteCheckpoint after
   // the lock is released (only if nothing newer was written meanwhile).
-  std::shared_ptr<v1::AggregatorCheckpoint> SnapshotState() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status WriteCheckpoint(std::shared_ptr<v1::AggregatorCheckpoint> ckpt, uint64_t seq)
+  std::shared_ptr<internal::AggregatorCheckpoint> SnapshotState()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteCheckpoint(std::shared_ptr<internal::AggregatorCheckpoint> ckpt, uint64_t seq)
       ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
 
   const AggregatorOptions options_;
   const CodecRegistry* const codecs_;
   const std::unique_ptr<AggregationRule> rule_;
-  const bool fedavg_;
-  const bool adam_opt_;  // task.optimizer is one of Adam's
-  const bool onebit_;    // ... and a 1-bit one
-
+  // The strategies, chosen once from the options: how the model goes down, what a round's
+  // close does with the aggregate (step_ may point into downstream_).
   mutable absl::Mutex mu_;
+  const std::unique_ptr<Downstream> downstream_ ABSL_PT_GUARDED_BY(mu_);
+  const std::unique_ptr<ServerStep> step_ ABSL_PT_GUARDED_BY(mu_);
   RoundTracker rounds_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, Client> clients_ ABSL_GUARDED_BY(mu_);
   bool have_model_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);
   std::vector<float> model_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> momentum_ ABSL_GUARDED_BY(mu_);
-  // The open round's accumulation (FedAvg: the weighted sum; robust rules: the updates).
-  std::vector<double> sum_ ABSL_GUARDED_BY(mu_);
-  double total_weight_ ABSL_GUARDED_BY(mu_) = 0;
-  double loss_sum_ ABSL_GUARDED_BY(mu_) = 0;
-  double batch_sum_ ABSL_GUARDED_BY(mu_) = 0;  // the open round's updates' batch sizes
-  int64_t batch_count_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<PendingUpdate> pending_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);
-  // Global models by round, and the open round's downstream chunks.
+  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);  // one decoded update
+  // The open round's accepted updates (made with the model).
+  std::unique_ptr<RoundAccumulator> accumulator_ ABSL_GUARDED_BY(mu_);
+  // Global models by round (and their CRC-32s), and the open round's downstream chunks.
   std::deque<KeptModel> models_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, Chunked> fetch_cache_ ABSL_GUARDED_BY(mu_);
-  std::deque<Delta> deltas_ ABSL_GUARDED_BY(mu_);
-  uint64_t deltas_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, uint32_t> model_crc_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> server_residual_ ABSL_GUARDED_BY(mu_);
-  AdamState adam_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Chunked> fetch_cache_ ABSL_GUARDED_BY(mu_);
   v1::ServerStatus counters_ ABSL_GUARDED_BY(mu_);
   uint64_t state_seq_ ABSL_GUARDED_BY(mu_) = 0;
 

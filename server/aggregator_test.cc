@@ -49,9 +49,9 @@ class AggregatorTest : public ::testing::Test {
     options_.policy.min_replies = 3;
     options_.policy.grace = absl::Seconds(1);
     options_.policy.deadline = absl::Seconds(10);
-    options_.task.set_local_epochs(1);
-    options_.task.set_batch(8);
-    options_.task.set_lr(0.1f);
+    options_.task.mutable_local()->set_local_epochs(1);
+    options_.task.mutable_local()->set_batch(8);
+    options_.task.mutable_local()->set_lr(0.1f);
     options_.task.set_update_codec("none");
   }
 
@@ -274,7 +274,13 @@ TEST_F(AggregatorTest, ACorruptOrForeignCheckpointIsAnErrorNotAFreshStart) {
   std::ofstream(options_.checkpoint_path) << "not a checkpoint \xff\xff\xff";
   EXPECT_THAT(Aggregator::Create(options_, &registries_, kT0),
               StatusIs(absl::StatusCode::kDataLoss));
-  v1::AggregatorCheckpoint other;
+  internal::AggregatorCheckpoint old_format;  // e.g. one written before the format changed
+  old_format.set_run_id(options_.run_id);
+  std::ofstream(options_.checkpoint_path, std::ios::trunc) << old_format.SerializeAsString();
+  EXPECT_THAT(Aggregator::Create(options_, &registries_, kT0),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("format 0")));
+  internal::AggregatorCheckpoint other;
+  other.set_format(2);
   other.set_run_id("another-run");
   std::ofstream(options_.checkpoint_path, std::ios::trunc) << other.SerializeAsString();
   EXPECT_THAT(Aggregator::Create(options_, &registries_, kT0),
@@ -388,11 +394,13 @@ TEST_F(AggregatorTest, OnebitAdamWarmsUpDenseThenSendsMomentaBothWaysAndCopiesSt
   for (size_t i = 0; i < x0_.size(); ++i) x0_[i] = std::sin(0.1f * static_cast<float>(i));
   options_.mode = "ps";
   options_.total_rounds = 6;
-  options_.task.set_optimizer("onebit-adam");
-  options_.task.set_warmup_rounds(2);
-  options_.task.set_lr(0.01f);
-  options_.task.set_beta1(0.9f);
-  options_.task.set_eps(1e-8f);
+  v1::GradientStep* step = options_.task.mutable_gradient();
+  step->set_batch(8);
+  step->set_optimizer("onebit-adam");
+  step->set_warmup_rounds(2);
+  step->set_lr(0.01f);
+  step->set_beta1(0.9f);
+  step->set_eps(1e-8f);
   auto a = Start(3);
   ASSERT_NE(a, nullptr);
   auto grad = [&](uint32_t c, int round) {
@@ -470,9 +478,9 @@ TEST_F(AggregatorTest, OnebitAdamWarmsUpDenseThenSendsMomentaBothWaysAndCopiesSt
 TEST(AggregatorOptionsTest, BadOptionsAreRefusedWithAReason) {
   auto codecs = NewBuiltinCodecRegistry();
   AggregatorOptions o;
-  o.task.set_local_epochs(1);
-  o.task.set_batch(8);
-  o.task.set_lr(0.1f);
+  o.task.mutable_local()->set_local_epochs(1);
+  o.task.mutable_local()->set_batch(8);
+  o.task.mutable_local()->set_lr(0.1f);
   o.task.set_update_codec("none");
   EXPECT_THAT(NormalizeAggregatorOptions(o, *codecs), IsOk());
   AggregatorOptions bad = o;
@@ -486,19 +494,31 @@ TEST(AggregatorOptionsTest, BadOptionsAreRefusedWithAReason) {
   bad.server_momentum = 1.0;
   EXPECT_FALSE(NormalizeAggregatorOptions(bad, *codecs).ok());
   bad = o;
-  bad.task.set_anchor_pull(0.5f);  // federated: clients sampled per round keep no model
+  bad.task.mutable_local()->set_anchor_pull(
+      0.5f);  // federated: clients sampled per round keep no model
   EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("local-sgd")));
   bad.mode = "local-sgd";
   EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs), IsOk());
-  bad.task.set_anchor_pull(1.5f);
+  bad.task.mutable_local()->set_anchor_pull(1.5f);
   EXPECT_FALSE(NormalizeAggregatorOptions(bad, *codecs).ok());
+  // The work must match the mode: ps takes gradients, the others local training.
   auto ps = o;
   ps.mode = "ps";
-  auto n = NormalizeAggregatorOptions(ps, *codecs);
-  ASSERT_THAT(n, IsOk());
-  EXPECT_EQ(n->task.local_steps(), 1u);
-  EXPECT_EQ(n->task.local_epochs(), 0u);
+  EXPECT_THAT(NormalizeAggregatorOptions(ps, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Task.gradient")));
+  ps.task.mutable_gradient()->set_batch(8);
+  ps.task.mutable_gradient()->set_lr(0.1f);
+  EXPECT_THAT(NormalizeAggregatorOptions(ps, *codecs), IsOk());
+  ps.task.mutable_gradient()->set_optimizer("onebit-adam");  // without warm-up rounds
+  ps.task.mutable_gradient()->set_eps(1e-8f);
+  EXPECT_THAT(NormalizeAggregatorOptions(ps, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("warmup")));
+  bad = o;
+  bad.mode = "local-sgd";
+  bad.task.mutable_gradient()->set_batch(8);
+  EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Task.local")));
 }
 
 }  // namespace

@@ -8,8 +8,8 @@
 
 namespace tern {
 
-absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(
-    SchedulerOptions options, const TopologyRegistry& topologies) {
+absl::StatusOr<std::unique_ptr<Membership>> Membership::Create(SchedulerOptions options,
+                                                               const TopologyRegistry& topologies) {
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.heartbeat_timeout <= options.heartbeat_interval) {
     return absl::InvalidArgumentError(
@@ -49,7 +49,7 @@ bool Membership::MaybeRelease(BarrierState& b) {
 }
 
 absl::StatusOr<v1::MemberRegisterReply> Membership::Register(const v1::MemberRegisterRequest& req,
-                                                       absl::Time now) {
+                                                             absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (req.run_id() != options_.run_id) {
     return absl::FailedPreconditionError(
@@ -132,8 +132,8 @@ absl::StatusOr<v1::View> Membership::GetView(uint32_t id, uint64_t round, absl::
   }
   const int rank = static_cast<int>(std::distance(members_.begin(), self));
   v.set_rank(static_cast<uint32_t>(rank));
-  absl::StatusOr<Graph> g = topology_->GraphFor(static_cast<int>(ids.size()),
-                                                static_cast<int64_t>(round));
+  absl::StatusOr<Graph> g =
+      topology_->GraphFor(static_cast<int>(ids.size()), static_cast<int64_t>(round));
   if (!g.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "topology ", options_.topology, " over ", ids.size(), " members: ", g.status().message()));

@@ -27,8 +27,8 @@ struct SchedulerServerOptions {
 
 class SchedulerServer {
  public:
-  static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(
-      SchedulerServerOptions options, const TopologyRegistry& topologies);
+  static absl::StatusOr<std::unique_ptr<SchedulerServer>> Start(SchedulerServerOptions options,
+                                                                const TopologyRegistry& topologies);
   ~SchedulerServer();
 
   int port() const { return port_; }

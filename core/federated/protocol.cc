@@ -41,6 +41,15 @@ std::vector<ParamTensor> RatioLayout(size_t tensors) {
 
 }  // namespace
 
+bool InOnebitPhase(const v1::Task& task) {
+  return task.has_gradient() && IsOnebitOptimizer(task.gradient().optimizer()) &&
+         task.round() > task.gradient().warmup_rounds();
+}
+
+uint32_t TaskBatch(const v1::Task& task) {
+  return task.has_gradient() ? task.gradient().batch() : task.local().batch();
+}
+
 absl::Status ApplyDeltas(const v1::TensorBundle& b, const std::vector<ParamTensor>& layout,
                          const CodecRegistry& codecs, absl::Span<float> x) {
   std::vector<float> scratch;
@@ -64,7 +73,8 @@ absl::Status ApplyOnebitDeltas(const v1::TensorBundle& b, const std::vector<Para
     TERN_ASSIGN_OR_RETURN(const ParamTensor* p, DeltaTensor(nt, layout));
     absl::Span<float> m = absl::MakeSpan(state->m).subspan(p->offset, p->numel);
     TERN_RETURN_IF_ERROR(DecodeMessage(codecs, nt.tensor(), m));
-    FrozenAdamStep(task.lr(), state->ratio[static_cast<size_t>(p - layout.data())], task.eps(), m,
+    FrozenAdamStep(task.gradient().lr(), state->ratio[static_cast<size_t>(p - layout.data())],
+                   task.gradient().eps(), m,
                    absl::MakeConstSpan(state->v).subspan(p->offset, p->numel),
                    x.subspan(p->offset, p->numel));
   }

@@ -21,6 +21,13 @@
 
 namespace tern {
 
+// Whether `task` is in 1-bit Adam / LAMB's compressed phase (after its warm-up rounds), where
+// updates and DELTAS are momenta.
+bool InOnebitPhase(const v1::Task& task);
+
+// The minibatch size the task's work starts from.
+uint32_t TaskBatch(const v1::Task& task);
+
 // Adds the downstream updates of a DELTAS payload to `x`, in bundle order: tensors named
 // "<round>:<name>", each decoded into scratch and added element by element (the server applies
 // its updates the same way, so the copies stay bit-identical).

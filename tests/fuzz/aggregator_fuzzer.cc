@@ -26,9 +26,9 @@ tern::AggregatorOptions Options() {
   o.total_rounds = 1000000;
   o.policy.clients_per_round = 2;
   o.policy.min_replies = 2;
-  o.task.set_local_epochs(1);
-  o.task.set_batch(8);
-  o.task.set_lr(0.1f);
+  o.task.mutable_local()->set_local_epochs(1);
+  o.task.mutable_local()->set_batch(8);
+  o.task.mutable_local()->set_lr(0.1f);
   o.task.set_update_codec("none");
   o.rule = "median";  // keeps updates: exercises the pending path too
   o.max_params = 1 << 16;
