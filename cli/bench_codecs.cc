@@ -13,10 +13,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_lines.h"
 #include "common/rng.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "kernels/builtin.h"
+#include "tern/v1/records.pb.h"
 
 namespace tern {
 namespace {
@@ -160,12 +162,19 @@ absl::Status RunBenchCodecs(const BenchCodecsOptions& options) {
                   gb / t_enc, enc_ratio, gb / t_dec, dec_ratio, 4.0 * d / bytes, 8 * bytes / d,
                   std::sqrt(num / den), verdict.c_str());
       if (json.is_open()) {
-        json << absl::StrFormat(
-            "{\"size\":%d,\"codec\":\"%s\",\"threads\":%d,\"memcpy_gbs\":%.4f,\"encode_gbs\":%.4f,"
-            "\"decode_gbs\":%.4f,\"encode_vs_memcpy\":%.4f,\"decode_vs_memcpy\":%.4f,"
-            "\"compression\":%.3f,\"bits_per_coord\":%.4f,\"rel_error\":%.4e}\n",
-            d, spec, options.threads, memcpy_gbs, gb / t_enc, gb / t_dec, enc_ratio, dec_ratio,
-            4.0 * d / bytes, 8 * bytes / d, std::sqrt(num / den));
+        v1::CodecBenchRow row;
+        row.set_size(static_cast<int32_t>(d));
+        row.set_codec(spec);
+        row.set_threads(options.threads);
+        row.set_memcpy_gbs(memcpy_gbs);
+        row.set_encode_gbs(gb / t_enc);
+        row.set_decode_gbs(gb / t_dec);
+        row.set_encode_vs_memcpy(enc_ratio);
+        row.set_decode_vs_memcpy(dec_ratio);
+        row.set_compression(4.0 * d / bytes);
+        row.set_bits_per_coord(8 * bytes / d);
+        row.set_rel_error(std::sqrt(num / den));
+        json << ToJsonLine(row);
       }
     }
   }

@@ -33,6 +33,7 @@
 #include "cli/report.h"
 #include "cli/train_flags.h"
 #include "clients/cpp/fed_client.h"
+#include "common/json_lines.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
 #include "core/rpc/channel.h"
@@ -44,6 +45,7 @@
 #include "kernels/builtin.h"
 #include "server/service.h"
 #include "spdlog/spdlog.h"
+#include "tern/v1/records.pb.h"
 #include "tern/v1/server.grpc.pb.h"
 
 ABSL_DECLARE_FLAG(std::string, listen);
@@ -378,25 +380,33 @@ int RunFederatedMain(const std::string& self_exe) {
   if (dir.empty()) return 1;
   const int k = mode == "federated" ? std::min(n, absl::GetFlag(FLAGS_clients_per_round)) : n;
   {
-    std::ofstream cfg(dir + "/run.json");
-    cfg << absl::StrFormat(
-        "{\"name\":\"%s\",\"mode\":\"%s\",\"algorithm\":\"%s\",\"codec\":\"%s\","
-        "\"topology\":\"server\",\"rule\":\"%s\",\"model\":\"%s\",\"partition\":\"%s\","
-        "\"data\":\"%s\",\"workers\":%d,\"clients_per_round\":%d,\"rounds\":%d,"
-        "\"local_epochs\":%d,\"local_steps\":%d,\"batch\":%d,\"lr\":%g,\"server_lr\":%g,"
-        "\"server_momentum\":%g,\"downstream\":\"%s\",\"downstream_codec\":\"%s\",\"seed\":%d,"
-        "\"optimizer\":\"%s\",\"warmup_rounds\":%d,\"overlap_anchor\":%g,\"synthetic\":%s}\n",
-        JsonEscape(name), JsonEscape(mode), JsonEscape(mode),
-        JsonEscape(absl::GetFlag(FLAGS_update_codec)), JsonEscape(absl::GetFlag(FLAGS_rule)),
-        JsonEscape(absl::GetFlag(FLAGS_model)), JsonEscape(absl::GetFlag(FLAGS_partition)),
-        JsonEscape(data->test.source), n, k, rounds, absl::GetFlag(FLAGS_local_epochs),
-        absl::GetFlag(FLAGS_local_steps), absl::GetFlag(FLAGS_batch), FedLr(),
-        absl::GetFlag(FLAGS_server_lr), absl::GetFlag(FLAGS_server_momentum),
-        JsonEscape(absl::GetFlag(FLAGS_downstream)),
-        JsonEscape(absl::GetFlag(FLAGS_downstream_codec)),
-        static_cast<int64_t>(absl::GetFlag(FLAGS_seed)), JsonEscape(absl::GetFlag(FLAGS_optimizer)),
-        absl::GetFlag(FLAGS_warmup_rounds), absl::GetFlag(FLAGS_overlap_anchor),
-        data->synthetic ? "true" : "false");
+    v1::RunConfig c;
+    c.set_name(name);
+    c.set_mode(mode);
+    c.set_algorithm(mode);
+    c.set_codec(absl::GetFlag(FLAGS_update_codec));
+    c.set_topology("server");
+    c.set_rule(absl::GetFlag(FLAGS_rule));
+    c.set_model(absl::GetFlag(FLAGS_model));
+    c.set_partition(absl::GetFlag(FLAGS_partition));
+    c.set_data(data->test.source);
+    c.set_workers(n);
+    c.set_clients_per_round(k);
+    c.set_rounds(rounds);
+    c.set_local_epochs(absl::GetFlag(FLAGS_local_epochs));
+    c.set_local_steps(absl::GetFlag(FLAGS_local_steps));
+    c.set_batch(absl::GetFlag(FLAGS_batch));
+    c.set_lr(FedLr());
+    c.set_server_lr(absl::GetFlag(FLAGS_server_lr));
+    c.set_server_momentum(absl::GetFlag(FLAGS_server_momentum));
+    c.set_downstream(absl::GetFlag(FLAGS_downstream));
+    c.set_downstream_codec(absl::GetFlag(FLAGS_downstream_codec));
+    c.set_seed(static_cast<double>(absl::GetFlag(FLAGS_seed)));
+    c.set_optimizer(absl::GetFlag(FLAGS_optimizer));
+    c.set_warmup_rounds(absl::GetFlag(FLAGS_warmup_rounds));
+    c.set_overlap_anchor(absl::GetFlag(FLAGS_overlap_anchor));
+    c.set_synthetic(data->synthetic);
+    std::ofstream(dir + "/run.json") << ToJsonLine(c);
   }
   const volatile sig_atomic_t* const interrupted_flag = CatchInterrupts();
 
@@ -568,20 +578,33 @@ int RunFederatedMain(const std::string& self_exe) {
         const double up = static_cast<double>(rs.payload_bytes_up());
         const double down = static_cast<double>(rs.payload_bytes_down());
         const double dense = static_cast<double>(rs.dense_bytes_up() + rs.dense_bytes_down());
-        metrics << absl::StrFormat(
-            "{\"step\":%d,\"round\":%d,\"wall_s\":%.3f,\"workers\":%d,\"train_loss\":%.6g,"
-            "\"test_loss\":%.6g,\"test_acc\":%.6g,\"updates\":%d,\"mb_sent_per_worker\":%.6g,"
-            "\"payload_mb_up\":%.6g,\"payload_mb_down\":%.6g,\"wire_mb_up\":%.6g,"
-            "\"wire_mb_down\":%.6g,\"dense_mb_up\":%.6g,\"dense_mb_down\":%.6g,"
-            "\"compression\":%.6g,\"updates_accepted\":%d,\"updates_refused\":%d,"
-            "\"updates_dropped\":%d,\"restarts\":%d,\"closed_s\":%.3f,\"batch\":%.6g}\n",
-            r, r, wall, rs.clients_alive(), rs.train_loss(), ev.loss, ev.accuracy,
-            rs.last_round_updates(), (up + down) / n / 1e6, up / 1e6, down / 1e6,
-            rs.wire_bytes_up() / 1e6, rs.wire_bytes_down() / 1e6, rs.dense_bytes_up() / 1e6,
-            rs.dense_bytes_down() / 1e6, up + down > 0 ? dense / (up + down) : 1.0,
-            rs.updates_accepted(), rs.updates_refused(), rs.updates_dropped(), rs.restarts(),
-            rs.round_closed_unix_s() - absl::ToDoubleSeconds(start - absl::UnixEpoch()),
-            rs.mean_batch());
+        v1::MetricsRow row;
+        row.set_step(static_cast<int32_t>(r));
+        row.set_round(static_cast<int32_t>(r));
+        row.set_wall_s(wall);
+        row.set_workers(static_cast<int32_t>(rs.clients_alive()));
+        if (r > 0) row.set_train_loss(rs.train_loss());  // no loss before the first round
+        row.set_test_loss(ev.loss);
+        row.set_test_acc(ev.accuracy);
+        row.set_updates(static_cast<int32_t>(rs.last_round_updates()));
+        row.set_mb_sent_per_worker((up + down) / n / 1e6);
+        row.set_payload_mb_up(up / 1e6);
+        row.set_payload_mb_down(down / 1e6);
+        row.set_wire_mb_up(static_cast<double>(rs.wire_bytes_up()) / 1e6);
+        row.set_wire_mb_down(static_cast<double>(rs.wire_bytes_down()) / 1e6);
+        row.set_dense_mb_up(static_cast<double>(rs.dense_bytes_up()) / 1e6);
+        row.set_dense_mb_down(static_cast<double>(rs.dense_bytes_down()) / 1e6);
+        row.set_compression(up + down > 0 ? dense / (up + down) : 1.0);
+        row.set_updates_accepted(static_cast<int32_t>(rs.updates_accepted()));
+        row.set_updates_refused(static_cast<int32_t>(rs.updates_refused()));
+        row.set_updates_dropped(static_cast<int32_t>(rs.updates_dropped()));
+        row.set_restarts(static_cast<int32_t>(rs.restarts()));
+        if (r > 0) {
+          row.set_closed_s(rs.round_closed_unix_s() -
+                           absl::ToDoubleSeconds(start - absl::UnixEpoch()));
+        }
+        if (rs.mean_batch() > 0) row.set_batch(rs.mean_batch());
+        metrics << ToJsonLine(row);
         metrics.flush();
         std::printf(
             "%sround %lld/%d [%s] | %u updates | train loss %.3f | acc %.2f%% | up %.2f MB | "

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/flags/flag.h"
@@ -13,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/commands.h"
+#include "common/json_lines.h"
 #include "common/status_macros.h"
 
 ABSL_FLAG(std::string, out, "",
@@ -20,95 +22,6 @@ ABSL_FLAG(std::string, out, "",
           "report.html)");
 
 namespace tern {
-namespace {
-
-void SkipSpace(absl::string_view& s) { s = absl::StripLeadingAsciiWhitespace(s); }
-
-absl::StatusOr<std::string> ParseString(absl::string_view& s) {
-  if (s.empty() || s[0] != '"') return absl::InvalidArgumentError("expected a string");
-  std::string out;
-  size_t i = 1;
-  for (; i < s.size() && s[i] != '"'; ++i) {
-    if (s[i] == '\\' && i + 1 < s.size()) {
-      ++i;
-      switch (s[i]) {
-        case 'n':
-          out += '\n';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u':
-          out += '?';
-          i = std::min(s.size() - 1, i + 4);
-          break;
-        default:
-          out += s[i];
-      }
-    } else {
-      out += s[i];
-    }
-  }
-  if (i >= s.size()) return absl::InvalidArgumentError("unterminated string");
-  s.remove_prefix(i + 1);
-  return out;
-}
-
-}  // namespace
-
-std::string JsonEscape(absl::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-absl::StatusOr<FlatJson> ParseFlatJson(absl::string_view s) {
-  FlatJson out;
-  SkipSpace(s);
-  if (s.empty() || s[0] != '{') return absl::InvalidArgumentError("expected '{'");
-  s.remove_prefix(1);
-  SkipSpace(s);
-  if (!s.empty() && s[0] == '}') return out;
-  while (true) {
-    SkipSpace(s);
-    TERN_ASSIGN_OR_RETURN(std::string key, ParseString(s));
-    SkipSpace(s);
-    if (s.empty() || s[0] != ':') return absl::InvalidArgumentError("expected ':'");
-    s.remove_prefix(1);
-    SkipSpace(s);
-    if (!s.empty() && s[0] == '"') {
-      TERN_ASSIGN_OR_RETURN(out.strings[key], ParseString(s));
-    } else {
-      size_t end = s.find_first_of(",}");
-      if (end == s.npos) return absl::InvalidArgumentError("unterminated value");
-      absl::string_view v = absl::StripAsciiWhitespace(s.substr(0, end));
-      double d = 0;
-      if (v == "true") {
-        d = 1;
-      } else if (v == "false" || v == "null") {
-        d = 0;
-      } else if (!absl::SimpleAtod(v, &d)) {
-        return absl::InvalidArgumentError(absl::StrCat("bad value '", v, "'"));
-      }
-      out.numbers[key] = d;
-      s.remove_prefix(end);
-    }
-    SkipSpace(s);
-    if (s.empty()) return absl::InvalidArgumentError("unterminated object");
-    if (s[0] == '}') return out;
-    if (s[0] != ',') return absl::InvalidArgumentError("expected ','");
-    s.remove_prefix(1);
-  }
-}
 
 absl::StatusOr<RunSeries> LoadRun(const std::string& dir) {
   RunSeries run;
@@ -116,20 +29,24 @@ absl::StatusOr<RunSeries> LoadRun(const std::string& dir) {
   if (!cfg) return absl::NotFoundError(absl::StrCat(dir, "/run.json not found"));
   std::stringstream ss;
   ss << cfg.rdbuf();
-  TERN_ASSIGN_OR_RETURN(run.config, ParseFlatJson(ss.str()));
-  run.name = run.config.strings.count("name") ? run.config.strings["name"] : dir;
+  if (absl::Status s = FromJson(ss.str(), &run.config); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/run.json: ", s.message()));
+  }
+  // Runs are labelled by their folder: that is what the user named and compares.
+  std::string base(absl::StripSuffix(dir, "/"));
+  run.name = base.substr(base.find_last_of('/') + 1);
   std::ifstream metrics(dir + "/metrics.jsonl");
   std::string line;
   int n = 0;
   while (std::getline(metrics, line)) {
     ++n;
     if (absl::StripAsciiWhitespace(line).empty()) continue;
-    auto row = ParseFlatJson(line);
-    if (!row.ok()) {
+    v1::MetricsRow row;
+    if (absl::Status s = FromJson(line, &row); !s.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(dir, "/metrics.jsonl line ", n, ": ", row.status().message()));
+          absl::StrCat(dir, "/metrics.jsonl line ", n, ": ", s.message()));
     }
-    run.rows.push_back(*std::move(row));
+    run.rows.push_back(std::move(row));
   }
   return run;
 }
@@ -162,6 +79,23 @@ std::string Html(absl::string_view s) {
   return out;
 }
 
+// A numeric field of `m` by name, when it was recorded.
+std::optional<double> Field(const google::protobuf::Message& m, const std::string& name) {
+  const google::protobuf::FieldDescriptor* f = m.GetDescriptor()->FindFieldByName(name);
+  const google::protobuf::Reflection* r = m.GetReflection();
+  if (f == nullptr || f->is_repeated() || !r->HasField(m, f)) return std::nullopt;
+  switch (f->cpp_type()) {
+    case google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE:
+      return r->GetDouble(m, f);
+    case google::protobuf::FieldDescriptor::CPPTYPE_INT32:
+      return r->GetInt32(m, f);
+    case google::protobuf::FieldDescriptor::CPPTYPE_BOOL:
+      return r->GetBool(m, f) ? 1.0 : 0.0;
+    default:
+      return std::nullopt;
+  }
+}
+
 // A "nice" tick step for a range.
 double TickStep(double range) {
   if (!(range > 0)) return 1;
@@ -171,71 +105,149 @@ double TickStep(double range) {
   return mag * (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10);
 }
 
-std::string Chart(const std::vector<RunSeries>& runs, const std::string& x_key,
-                  const std::string& x_label, const std::string& y_key, const std::string& y_label,
-                  double y_scale) {
-  constexpr double W = 560, H = 320, L = 60, R = 20, T = 20, B = 45;
-  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
-  for (const RunSeries& r : runs) {
-    for (const FlatJson& row : r.rows) {
-      if (!row.numbers.count(x_key) || !row.numbers.count(y_key)) continue;
-      x0 = std::min(x0, row.Num(x_key));
-      x1 = std::max(x1, row.Num(x_key));
-      y0 = std::min(y0, row.Num(y_key) * y_scale);
-      y1 = std::max(y1, row.Num(y_key) * y_scale);
+// A tick label short enough for the margin: "1200", "0.05", "1e-04".
+std::string TickLabel(double v) {
+  if (std::abs(v) < 1e-12) return "0";
+  return absl::StrFormat("%.4g", v);
+}
+
+struct ChartSpec {
+  std::string x_key, x_label, y_key, y_label;
+  double y_scale = 1;
+  bool log_y = false;
+};
+
+struct Point {
+  double x, y;
+};
+
+// Each run's points of `c` (non-positive values dropped on a log scale).
+std::vector<std::vector<Point>> Series(const std::vector<RunSeries>& runs, const ChartSpec& c) {
+  std::vector<std::vector<Point>> out(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    for (const v1::MetricsRow& row : runs[i].rows) {
+      const std::optional<double> x = Field(row, c.x_key), y = Field(row, c.y_key);
+      if (!x || !y || !std::isfinite(*x) || !std::isfinite(*y)) continue;
+      const double v = *y * c.y_scale;
+      if (c.log_y && !(v > 0)) continue;
+      out[i].push_back({*x, c.log_y ? std::log10(v) : v});
     }
   }
-  if (x0 > x1) return "<p>(no data)</p>";
+  return out;
+}
+
+// The chart of `c` over the runs that recorded it; "" when none did.
+std::string Chart(const std::vector<RunSeries>& runs, const ChartSpec& c) {
+  const std::vector<std::vector<Point>> series = Series(runs, c);
+  double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
+  for (const auto& s : series) {
+    for (const Point& p : s) {
+      x0 = std::min(x0, p.x);
+      x1 = std::max(x1, p.x);
+      y0 = std::min(y0, p.y);
+      y1 = std::max(y1, p.y);
+    }
+  }
+  if (x0 > x1) return "";
+  // Wide margins: the longest tick label ("0.0001", "12000") and the axis titles fit.
+  constexpr double W = 560, H = 320, L = 72, R = 28, T = 28, B = 45;
+  x0 = std::min(x0, 0.0);
   if (x1 == x0) x1 = x0 + 1;
   if (y1 == y0) y1 = y0 + 1;
-  x0 = std::min(x0, 0.0);
-  const double ys = TickStep(y1 - y0);
+  const double ys = c.log_y ? 1.0 : TickStep(y1 - y0);  // decades on a log scale
   y0 = std::floor(y0 / ys) * ys;
   y1 = std::ceil(y1 / ys) * ys;
   auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
   auto py = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
   std::string svg = absl::StrFormat(
-      "<svg xmlns='http://www.w3.org/2000/svg' width='%g' height='%g' "
-      "font-family='sans-serif' font-size='11'>",
-      W, H);
-  // Axes and grid.
+      "<figure><figcaption>%s</figcaption><svg xmlns='http://www.w3.org/2000/svg' width='%g' "
+      "height='%g' font-family='sans-serif' font-size='11'>",
+      Html(c.y_label + " vs " + c.x_label), W, H);
   for (double y = y0; y <= y1 + ys / 2; y += ys) {
-    absl::StrAppendFormat(&svg,
-                          "<line x1='%g' y1='%.1f' x2='%g' y2='%.1f' stroke='#ddd'/>"
-                          "<text x='%g' y='%.1f' text-anchor='end'>%g</text>",
-                          L, py(y), W - R, py(y), L - 4, py(y) + 4, y);
+    absl::StrAppendFormat(
+        &svg,
+        "<line x1='%g' y1='%.1f' x2='%g' y2='%.1f' stroke='#ddd'/>"
+        "<text x='%g' y='%.1f' text-anchor='end'>%s</text>",
+        L, py(y), W - R, py(y), L - 6, py(y) + 4,
+        c.log_y ? absl::StrFormat("1e%d", static_cast<int>(std::lround(y))) : TickLabel(y));
   }
   const double xs = TickStep(x1 - x0);
   for (double x = std::ceil(x0 / xs) * xs; x <= x1 + xs / 2; x += xs) {
     absl::StrAppendFormat(&svg,
                           "<line x1='%.1f' y1='%g' x2='%.1f' y2='%g' stroke='#eee'/>"
-                          "<text x='%.1f' y='%g' text-anchor='middle'>%g</text>",
-                          px(x), T, px(x), H - B, px(x), H - B + 14, x);
+                          "<text x='%.1f' y='%g' text-anchor='middle'>%s</text>",
+                          px(x), T, px(x), H - B, px(x), H - B + 15, TickLabel(x));
   }
   absl::StrAppendFormat(&svg,
                         "<rect x='%g' y='%g' width='%g' height='%g' fill='none' stroke='#888'/>"
                         "<text x='%g' y='%g' text-anchor='middle'>%s</text>"
                         "<text transform='translate(14,%g) rotate(-90)' "
                         "text-anchor='middle'>%s</text>",
-                        L, T, W - L - R, H - T - B, (L + W - R) / 2, H - 8, Html(x_label),
-                        (T + H - B) / 2, Html(y_label));
-  for (size_t i = 0; i < runs.size(); ++i) {
+                        L, T, W - L - R, H - T - B, (L + W - R) / 2, H - 8, Html(c.x_label),
+                        (T + H - B) / 2, Html(c.y_label + (c.log_y ? " (log)" : "")));
+  for (size_t i = 0; i < series.size(); ++i) {
     std::string pts;
-    for (const FlatJson& row : runs[i].rows) {
-      if (!row.numbers.count(x_key) || !row.numbers.count(y_key)) continue;
-      absl::StrAppendFormat(&pts, "%.1f,%.1f ", px(row.Num(x_key)), py(row.Num(y_key) * y_scale));
-    }
-    const char* color = kColors[i % 10];
+    for (const Point& p : series[i]) absl::StrAppendFormat(&pts, "%.1f,%.1f ", px(p.x), py(p.y));
     absl::StrAppendFormat(&svg, "<polyline points='%s' fill='none' stroke='%s' stroke-width='2'/>",
-                          pts, color);
-    absl::StrAppendFormat(&svg,
-                          "<rect x='%g' y='%g' width='10' height='10' fill='%s'/>"
-                          "<text x='%g' y='%g'>%s</text>",
-                          L + 10, T + 8 + 14 * static_cast<double>(i), color, L + 24,
-                          T + 17 + 14 * static_cast<double>(i), Html(runs[i].name));
+                          pts, kColors[i % 10]);
   }
-  svg += "</svg>";
+  svg += "</svg></figure>";
   return svg;
+}
+
+// The legend, once for every chart (outside them, so it never covers a curve).
+std::string Legend(const std::vector<RunSeries>& runs) {
+  std::string h = "<p class='legend'>";
+  for (size_t i = 0; i < runs.size(); ++i) {
+    absl::StrAppendFormat(&h, "<span><i style='background:%s'></i>%s</span>", kColors[i % 10],
+                          Html(runs[i].name));
+  }
+  return h + "</p>";
+}
+
+bool IsAggregatorRun(const RunSeries& r) {
+  return r.config.has_mode() && r.config.mode() != "gossip";
+}
+
+std::string SummaryTable(const std::vector<RunSeries>& runs) {
+  std::string h =
+      "<table><tr><th>run</th><th>mode</th><th>algorithm / rule</th><th>codec</th>"
+      "<th>workers</th><th>steps / rounds</th><th>final test acc</th><th>best test acc</th>"
+      "<th>MB sent / worker</th><th>compression vs dense</th><th>wall s</th></tr>";
+  for (const RunSeries& r : runs) {
+    double best = 0;
+    for (const v1::MetricsRow& row : r.rows) best = std::max(best, row.test_acc());
+    const v1::MetricsRow last = r.rows.empty() ? v1::MetricsRow() : r.rows.back();
+    const v1::RunConfig& c = r.config;
+    absl::StrAppendFormat(
+        &h,
+        "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td>"
+        "<td>%.2f %%</td><td>%.2f %%</td><td>%.2f</td><td>%.1f×</td><td>%.1f</td></tr>",
+        Html(r.name), Html(c.has_mode() ? c.mode() : "gossip"),
+        Html(IsAggregatorRun(r) ? c.rule() : c.algorithm()), Html(c.codec()), c.workers(),
+        last.step(), 100 * last.test_acc(), 100 * best, last.mb_sent_per_worker(),
+        last.compression(), last.wall_s());
+  }
+  return h + "</table>";
+}
+
+std::vector<ChartSpec> Charts(const std::vector<RunSeries>& runs) {
+  bool any_gossip = false;
+  for (const RunSeries& r : runs) any_gossip |= !IsAggregatorRun(r);
+  const std::string x = any_gossip ? "step / round" : "round";
+  return {
+      {"step", x, "test_acc", "test accuracy (%)", 100},
+      {"mb_sent_per_worker", "MB sent per worker (both ways)", "test_acc", "test accuracy (%)",
+       100},
+      {"wall_s", "wall time (s)", "test_acc", "test accuracy (%)", 100},
+      {"step", x, "train_loss", "training loss"},
+      {"step", x, "consensus", "consensus distance", 1, /*log_y=*/true},
+      {"round", "round", "payload_mb_up", "payload MB up (all clients)"},
+      {"round", "round", "payload_mb_down", "payload MB down (all clients)"},
+      {"round", "round", "updates_refused", "updates refused (total)"},
+      {"round", "round", "updates_dropped", "late updates dropped (total)"},
+      {"round", "round", "closed_s", "round closed at (s)"},
+  };
 }
 
 }  // namespace
@@ -246,40 +258,16 @@ std::string RenderReport(const std::vector<RunSeries>& runs) {
       "body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse}"
       "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f4f4f4}"
       "td:first-child{text-align:left}.charts{display:flex;flex-wrap:wrap;gap:12px}"
-      "</style></head><body><h1>tern training report</h1>";
-  h += "<table><tr><th>run</th><th>algorithm</th><th>codec</th><th>topology</th><th>workers</th>"
-       "<th>steps</th><th>final test acc</th><th>best test acc</th><th>MB sent / worker</th>"
-       "<th>compression vs dense</th><th>wall s</th></tr>";
-  for (const RunSeries& r : runs) {
-    double best = 0;
-    for (const FlatJson& row : r.rows) best = std::max(best, row.Num("test_acc"));
-    const FlatJson empty;
-    const FlatJson& last = r.rows.empty() ? empty : r.rows.back();
-    auto str = [&](const char* k) {
-      auto it = r.config.strings.find(k);
-      return Html(it == r.config.strings.end() ? "" : it->second);
-    };
-    absl::StrAppendFormat(
-        &h,
-        "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%g</td><td>%g</td>"
-        "<td>%.2f %%</td><td>%.2f %%</td><td>%.2f</td><td>%.1f×</td><td>%.1f</td></tr>",
-        Html(r.name), str("algorithm"), str("codec"), str("topology"), r.config.Num("workers"),
-        last.Num("step"), 100 * last.Num("test_acc"), 100 * best, last.Num("mb_sent_per_worker"),
-        last.Num("compression"), last.Num("wall_s"));
-  }
-  h += "</table><div class='charts'>";
-  h += Chart(runs, "step", "round", "test_acc", "test accuracy (%)", 100);
-  h +=
-      Chart(runs, "mb_sent_per_worker", "MB sent per worker", "test_acc", "test accuracy (%)", 100);
-  h += Chart(runs, "wall_s", "wall time (s)", "test_acc", "test accuracy (%)", 100);
-  h += Chart(runs, "step", "round", "train_loss", "training loss", 1);
-  h += Chart(runs, "step", "round", "consensus", "consensus distance", 1);
+      "pre{white-space:pre-wrap}figure{margin:0}figcaption{font-size:13px;color:#555;margin:4px 0}"
+      ".legend span{margin-right:16px}.legend i{display:inline-block;width:12px;height:12px;"
+      "margin-right:6px;vertical-align:-1px}</style></head><body><h1>tern training report</h1>";
+  h += SummaryTable(runs);
+  h += Legend(runs);
+  h += "<div class='charts'>";
+  for (const ChartSpec& c : Charts(runs)) h += Chart(runs, c);
   h += "</div><h2>Configurations</h2>";
   for (const RunSeries& r : runs) {
-    h += "<h3>" + Html(r.name) + "</h3><pre>";
-    for (const auto& [k, v] : r.config.strings) h += Html(k) + " = " + Html(v) + "\n";
-    for (const auto& [k, v] : r.config.numbers) h += absl::StrFormat("%s = %g\n", Html(k), v);
-    h += "</pre>";
+    h += "<h3>" + Html(r.name) + "</h3><pre>" + Html(ToJsonLine(r.config)) + "</pre>";
   }
   h += "</body></html>\n";
   return h;

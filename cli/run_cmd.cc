@@ -33,6 +33,7 @@
 #include "cli/report.h"
 #include "cli/train_flags.h"
 #include "clients/cpp/builtin_trainer.h"
+#include "common/json_lines.h"
 #include "core/model/bundle.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
@@ -42,6 +43,7 @@
 #include "core/workload/partition.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/builtin.h"
+#include "tern/v1/records.pb.h"
 #include "tern/v1/worker.grpc.pb.h"
 
 ABSL_DECLARE_FLAG(int, workers);
@@ -172,19 +174,26 @@ int RunMain(const std::string& self_exe) {
   if (dir.empty()) return 1;
   ::unlink((dir + "/peers.txt").c_str());
   {
-    std::ofstream cfg(dir + "/run.json");
-    cfg << absl::StrFormat(
-        "{\"name\":\"%s\",\"algorithm\":\"%s\",\"codec\":\"%s\",\"topology\":\"%s\","
-        "\"model\":\"%s\",\"partition\":\"%s\",\"lr_schedule\":\"%s\",\"data\":\"%s\","
-        "\"workers\":%d,\"epochs\":%d,\"batch\":%d,\"lr\":%g,\"seed\":%d,"
-        "\"steps_per_epoch\":%d,\"total_steps\":%d,\"train_examples\":%d,\"synthetic\":%s}\n",
-        JsonEscape(name), JsonEscape(absl::GetFlag(FLAGS_algorithm)),
-        JsonEscape(absl::GetFlag(FLAGS_codec)), JsonEscape(absl::GetFlag(FLAGS_topology)),
-        JsonEscape(absl::GetFlag(FLAGS_model)), JsonEscape(absl::GetFlag(FLAGS_partition)),
-        JsonEscape(absl::GetFlag(FLAGS_lr_schedule)), JsonEscape(data->test.source), n, epochs,
-        absl::GetFlag(FLAGS_batch), EffectiveLr(), static_cast<int64_t>(absl::GetFlag(FLAGS_seed)),
-        steps_per_epoch, total, static_cast<int64_t>(train_size),
-        data->synthetic ? "true" : "false");
+    v1::RunConfig c;
+    c.set_name(name);
+    c.set_mode("gossip");
+    c.set_algorithm(absl::GetFlag(FLAGS_algorithm));
+    c.set_codec(absl::GetFlag(FLAGS_codec));
+    c.set_topology(absl::GetFlag(FLAGS_topology));
+    c.set_model(absl::GetFlag(FLAGS_model));
+    c.set_partition(absl::GetFlag(FLAGS_partition));
+    c.set_lr_schedule(absl::GetFlag(FLAGS_lr_schedule));
+    c.set_data(data->test.source);
+    c.set_workers(n);
+    c.set_epochs(epochs);
+    c.set_batch(absl::GetFlag(FLAGS_batch));
+    c.set_lr(EffectiveLr());
+    c.set_seed(static_cast<double>(absl::GetFlag(FLAGS_seed)));
+    c.set_steps_per_epoch(static_cast<int32_t>(steps_per_epoch));
+    c.set_total_steps(static_cast<int32_t>(total));
+    c.set_train_examples(static_cast<int32_t>(train_size));
+    c.set_synthetic(data->synthetic);
+    std::ofstream(dir + "/run.json") << ToJsonLine(c);
   }
 
   const volatile sig_atomic_t* const interrupted_flag = CatchInterrupts();
@@ -367,16 +376,25 @@ int RunMain(const std::string& self_exe) {
     last_mb = payload / k / 1e6;
     last_ratio = payload > 0 ? dense / payload : 1;
     completed_step = step;
-    metrics << absl::StrFormat(
-        "{\"step\":%d,\"epoch\":%.4f,\"wall_s\":%.3f,\"workers\":%d,\"train_loss\":%.6g,"
-        "\"test_loss\":%.6g,\"test_acc\":%.6g,\"consensus\":%.6g,\"mb_sent_per_worker\":%.6g,"
-        "\"wire_mb_sent_per_worker\":%.6g,\"wire_mb_received_per_worker\":%.6g,"
-        "\"dense_mb_per_worker\":%.6g,\"compression\":%.6g,\"compute_s\":%.4g,"
-        "\"encode_s\":%.4g,\"wait_s\":%.4g,\"transfer_s\":%.4g}\n",
-        step, static_cast<double>(step) / steps_per_epoch, wall, static_cast<int>(have.size()),
-        train_loss, ev.loss, ev.accuracy, consensus, payload / k / 1e6, wire / k / 1e6,
-        recv / k / 1e6, dense / k / 1e6, last_ratio, compute / k, encode / k, wait / k,
-        transfer / k);
+    v1::MetricsRow row;
+    row.set_step(static_cast<int32_t>(step));
+    row.set_epoch(static_cast<double>(step) / steps_per_epoch);
+    row.set_wall_s(wall);
+    row.set_workers(static_cast<int32_t>(have.size()));
+    if (steps_done > 0) row.set_train_loss(train_loss);  // no loss before the first step
+    row.set_test_loss(ev.loss);
+    row.set_test_acc(ev.accuracy);
+    row.set_consensus(consensus);
+    row.set_mb_sent_per_worker(payload / k / 1e6);
+    row.set_wire_mb_sent_per_worker(wire / k / 1e6);
+    row.set_wire_mb_received_per_worker(recv / k / 1e6);
+    row.set_dense_mb_per_worker(dense / k / 1e6);
+    row.set_compression(last_ratio);
+    row.set_compute_s(compute / k);
+    row.set_encode_s(encode / k);
+    row.set_wait_s(wait / k);
+    row.set_transfer_s(transfer / k);
+    metrics << ToJsonLine(row);
     metrics.flush();
     const int64_t ep = step == 0 ? 0 : (step - 1) / steps_per_epoch + 1;
     std::printf(

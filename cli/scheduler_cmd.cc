@@ -52,7 +52,8 @@ int SchedulerMain() {
   }
   spdlog::info("scheduler: run '{}' on port {} ({}; heartbeat {} ms, timeout {} ms)",
                o.scheduler.run_id, (*server)->port(), o.scheduler.topology,
-               absl::GetFlag(FLAGS_heartbeat_interval_ms), absl::GetFlag(FLAGS_heartbeat_timeout_ms));
+               absl::GetFlag(FLAGS_heartbeat_interval_ms),
+               absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
   int sig = 0;
   sigwait(&signals, &sig);

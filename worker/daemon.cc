@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/chunking.h"
+#include "common/json_lines.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
 #include "core/rpc/channel.h"
@@ -16,6 +17,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
+#include "tern/v1/records.pb.h"
 
 namespace tern {
 namespace {
@@ -378,17 +380,25 @@ std::shared_ptr<grpc::Channel> WorkerDaemon::InProcessChannel() {
 void WorkerDaemon::LogStep(const StepOutcome& out) {
   if (!round_log_.is_open()) return;
   const v1::WorkerStats& d = out.delta;
-  round_log_ << absl::StrFormat(
-      "{\"step\":%d,\"lr\":%.6g,\"mixed\":%d,\"dropped\":%d,\"loss\":%.6g,"
-      "\"payload_bytes_sent\":%d,\"wire_bytes_sent\":%d,\"payload_bytes_received\":%d,"
-      "\"wire_bytes_received\":%d,\"dense_bytes_sent\":%d,\"compute_s\":%.6f,"
-      "\"encode_s\":%.6f,\"wait_s\":%.6f,\"transfer_s\":%.6f,\"combine_s\":%.6f,"
-      "\"mixed_ids\":[%s],\"dropped_ids\":[%s]}\n",
-      out.step, out.lr, out.mixed.size(), out.dropped.size(), d.loss_sum(), d.payload_bytes_sent(),
-      d.wire_bytes_sent(), d.payload_bytes_received(), d.wire_bytes_received(),
-      d.dense_bytes_sent(), d.compute_seconds(), d.encode_seconds(), d.wait_seconds(),
-      d.transfer_seconds(), d.combine_seconds(), absl::StrJoin(out.mixed, ","),
-      absl::StrJoin(out.dropped, ","));
+  v1::StepRecord r;
+  r.set_step(static_cast<int32_t>(out.step));
+  r.set_lr(out.lr);
+  r.set_mixed(static_cast<int32_t>(out.mixed.size()));
+  r.set_dropped(static_cast<int32_t>(out.dropped.size()));
+  r.set_loss(d.loss_sum());
+  r.set_payload_bytes_sent(static_cast<double>(d.payload_bytes_sent()));
+  r.set_wire_bytes_sent(static_cast<double>(d.wire_bytes_sent()));
+  r.set_payload_bytes_received(static_cast<double>(d.payload_bytes_received()));
+  r.set_wire_bytes_received(static_cast<double>(d.wire_bytes_received()));
+  r.set_dense_bytes_sent(static_cast<double>(d.dense_bytes_sent()));
+  r.set_compute_s(d.compute_seconds());
+  r.set_encode_s(d.encode_seconds());
+  r.set_wait_s(d.wait_seconds());
+  r.set_transfer_s(d.transfer_seconds());
+  r.set_combine_s(d.combine_seconds());
+  for (int id : out.mixed) r.add_mixed_ids(id);
+  for (int id : out.dropped) r.add_dropped_ids(id);
+  round_log_ << ToJsonLine(r);
   round_log_.flush();  // as it goes: a reader (or a crash) sees every finished step
 }
 

@@ -1,0 +1,121 @@
+#include "cli/report.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "common/json_lines.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace tern {
+namespace {
+
+using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string TempDir(const std::string& name) {
+  std::string base = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+                     "/tern-report-XXXXXX";
+  const std::string dir = mkdtemp(base.data());
+  const std::string run = dir + "/" + name;
+  EXPECT_EQ(mkdir(run.c_str(), 0755), 0);
+  return run;
+}
+
+void WriteRun(const std::string& dir, const v1::RunConfig& c,
+              const std::vector<v1::MetricsRow>& rows, const std::string& extra_line = "") {
+  std::ofstream(dir + "/run.json") << ToJsonLine(c);
+  std::ofstream m(dir + "/metrics.jsonl");
+  for (const v1::MetricsRow& r : rows) m << ToJsonLine(r);
+  m << extra_line;
+}
+
+v1::MetricsRow Row(int step, double acc) {
+  v1::MetricsRow r;
+  r.set_step(step);
+  r.set_round(step);
+  r.set_wall_s(step * 0.5);
+  r.set_test_acc(acc);
+  r.set_mb_sent_per_worker(step * 0.1);
+  if (step > 0) r.set_train_loss(1.0 / step);
+  return r;
+}
+
+TEST(RunFolder, RowsRoundTripThroughJsonAndUnknownFieldsAreIgnored) {
+  const std::string dir = TempDir("gossip-a");
+  v1::RunConfig c;
+  c.set_mode("gossip");
+  c.set_workers(4);
+  v1::MetricsRow r = Row(3, 0.75);
+  r.set_consensus(1e-3);
+  WriteRun(dir, c, {Row(0, 0.1), r}, "{\"step\":4,\"from_a_newer_build\":7}\n");
+  const absl::StatusOr<RunSeries> run = LoadRun(dir);
+  ASSERT_THAT(run, IsOk());
+  EXPECT_EQ(run->name, "gossip-a");  // the folder, not the config's name
+  ASSERT_EQ(run->rows.size(), 3u);
+  EXPECT_FALSE(run->rows[0].has_train_loss());  // never recorded before the first step
+  EXPECT_EQ(run->rows[1].SerializeAsString(), r.SerializeAsString());
+  EXPECT_EQ(run->rows[2].step(), 4);
+  // Numbers stay numbers: the JSON has no quoted integers.
+  EXPECT_THAT(ToJsonLine(r), HasSubstr("\"step\":3,"));
+}
+
+TEST(RunFolder, ABadLineIsAnErrorNamingIt) {
+  const std::string dir = TempDir("broken");
+  WriteRun(dir, v1::RunConfig(), {Row(0, 0.1)}, "{\"step\":\n");
+  EXPECT_THAT(LoadRun(dir), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("line 2")));
+  EXPECT_THAT(LoadRun(dir + "/nowhere"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(Report, AGossipRunChartsConsensusOnALogScaleAndNoLossBeforeTheFirstStep) {
+  RunSeries run;
+  run.name = "dpsgd-run";
+  run.config.set_mode("gossip");
+  for (int s = 0; s <= 1200; s += 300) {
+    v1::MetricsRow r = Row(s, 0.5 + s / 3000.0);
+    r.set_consensus(std::pow(10.0, -1 - s / 400.0));
+    run.rows.push_back(r);
+  }
+  const std::string html = RenderReport({run});
+  EXPECT_THAT(html, HasSubstr("consensus distance (log)"));
+  EXPECT_THAT(html, HasSubstr(">1e-4<"));  // decade ticks
+  EXPECT_THAT(html, HasSubstr(">1200<"));  // the last step tick, whole
+  EXPECT_THAT(html, HasSubstr("dpsgd-run"));
+  EXPECT_THAT(html, Not(HasSubstr("payload MB up")));  // nothing a gossip run lacks
+  // The loss chart starts at the first step: its first point is step 300's, x > the axis.
+  const size_t loss = html.find("training loss vs");
+  ASSERT_NE(loss, std::string::npos);
+  const size_t poly = html.find("<polyline points='", loss);
+  ASSERT_NE(poly, std::string::npos);
+  EXPECT_NE(html.substr(poly + 18, 5), "72.0,");  // not at x = 0 (the left edge)
+}
+
+TEST(Report, AFederatedRunChartsBytesBothWaysRefusalsAndCloseTimesNotConsensus) {
+  RunSeries run;
+  run.name = "fedavg";
+  run.config.set_mode("federated");
+  for (int r = 0; r <= 5; ++r) {
+    v1::MetricsRow row = Row(r, 0.6);
+    row.set_payload_mb_up(r * 2.0);
+    row.set_payload_mb_down(r * 3.0);
+    row.set_updates_refused(r / 2);
+    row.set_updates_dropped(0);
+    if (r > 0) row.set_closed_s(r * 1.5);
+    run.rows.push_back(row);
+  }
+  const std::string html = RenderReport({run});
+  for (const char* chart : {"payload MB up", "payload MB down", "updates refused",
+                            "late updates dropped", "round closed at"}) {
+    EXPECT_THAT(html, HasSubstr(chart));
+  }
+  EXPECT_THAT(html, Not(HasSubstr("consensus")));
+}
+
+}  // namespace
+}  // namespace tern
