@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
+#include "cli/local_cluster.h"
 #include "cli/process.h"
 #include "cli/report.h"
 #include "cli/train_flags.h"
@@ -320,330 +321,389 @@ std::optional<std::vector<float>> FetchGlobalModel(v1::Aggregator::Stub& stub, i
   return x;
 }
 
-}  // namespace
+// What an aggregator run is, from the flags, checked before anything starts.
+struct FedRun {
+  std::string mode;
+  int n = 0;    // clients
+  int per = 1;  // clients per process
+  int rounds = 0;
+  int k = 0;                                    // clients per round
+  int kill_server_round = -1;                   // --kill_server_at_round
+  int kill_group = -1, kill_client_round = -1;  // --kill_client_at_round
+  int groups() const { return (n + per - 1) / per; }
+};
 
-int RunFederatedMain(const std::string& self_exe) {
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  const int n = absl::GetFlag(FLAGS_clients);
-  const int per = std::max(1, absl::GetFlag(FLAGS_clients_per_process));
-  const int rounds = absl::GetFlag(FLAGS_rounds);
-  if (n < 1 || n > 10000 || rounds < 1) {
-    std::fprintf(stderr, "tern run: need 1 <= --clients <= 10000 and --rounds >= 1\n");
-    return 2;
+absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
+  run->mode = absl::GetFlag(FLAGS_mode);
+  run->n = absl::GetFlag(FLAGS_clients);
+  run->per = std::max(1, absl::GetFlag(FLAGS_clients_per_process));
+  run->rounds = absl::GetFlag(FLAGS_rounds);
+  if (run->n < 1 || run->n > 10000 || run->rounds < 1) {
+    return absl::InvalidArgumentError("need 1 <= --clients <= 10000 and --rounds >= 1");
   }
-  const ServerRegistries registries = NewBuiltinServerRegistries();
-  const CodecRegistry* codecs = registries.codecs.get();
-  {
-    auto so = ServerOptionsFromFlags();
-    absl::Status s = so.status();
-    if (s.ok()) s = NormalizeAggregatorOptions(so->aggregator, *codecs).status();
-    if (s.ok()) s = registries.rules->Create(so->aggregator.rule).status();
-    if (!s.ok()) {
-      std::fprintf(stderr, "tern run: %s\n", s.ToString().c_str());
-      return 2;
-    }
-  }
-  int kill_server_round = -1, kill_group = -1, kill_client_round = -1;
+  run->k =
+      run->mode == "federated" ? std::min(run->n, absl::GetFlag(FLAGS_clients_per_round)) : run->n;
+  TERN_ASSIGN_OR_RETURN(ServerOptions so, ServerOptionsFromFlags());
+  TERN_RETURN_IF_ERROR(NormalizeAggregatorOptions(so.aggregator, *registries.codecs).status());
+  TERN_RETURN_IF_ERROR(registries.rules->Create(so.aggregator.rule).status());
   if (const std::string k = absl::GetFlag(FLAGS_kill_server_at_round); !k.empty()) {
-    if (!absl::SimpleAtoi(k, &kill_server_round) || kill_server_round < 1 ||
-        kill_server_round >= rounds) {
-      std::fprintf(stderr, "tern run: --kill_server_at_round wants R in [1, rounds)\n");
-      return 2;
+    if (!absl::SimpleAtoi(k, &run->kill_server_round) || run->kill_server_round < 1 ||
+        run->kill_server_round >= run->rounds) {
+      return absl::InvalidArgumentError("--kill_server_at_round wants R in [1, rounds)");
     }
   }
   if (const std::string k = absl::GetFlag(FLAGS_kill_client_at_round); !k.empty()) {
     const size_t at = k.find('@');
-    if (at == std::string::npos || !absl::SimpleAtoi(k.substr(0, at), &kill_group) ||
-        !absl::SimpleAtoi(k.substr(at + 1), &kill_client_round) || kill_group < 0 ||
-        kill_group >= (n + per - 1) / per || kill_client_round < 1) {
-      std::fprintf(stderr, "tern run: --kill_client_at_round wants G@R with G < %d\n",
-                   (n + per - 1) / per);
-      return 2;
+    if (at == std::string::npos || !absl::SimpleAtoi(k.substr(0, at), &run->kill_group) ||
+        !absl::SimpleAtoi(k.substr(at + 1), &run->kill_client_round) || run->kill_group < 0 ||
+        run->kill_group >= run->groups() || run->kill_client_round < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kill_client_at_round wants G@R with G < ", run->groups()));
     }
+  }
+  return absl::OkStatus();
+}
+
+std::string FedRunName(const FedRun& run) {
+  std::string name = absl::GetFlag(FLAGS_name);
+  if (!name.empty()) return name;
+  const std::string what = absl::GetFlag(FLAGS_memory).rfind("dgc", 0) == 0
+                               ? absl::GetFlag(FLAGS_memory)
+                               : absl::GetFlag(FLAGS_update_codec);
+  name = absl::StrCat(run.mode, "-", absl::StrReplaceAll(what, {{":", "-"}, {",", "-"}, {"=", ""}}),
+                      "-", run.n, "clients");
+  if (absl::GetFlag(FLAGS_overlap_anchor) > 0) name = absl::StrCat("overlap-", name);
+  return name;
+}
+
+v1::RunConfig FedConfig(const std::string& name, const FedRun& run, const TrainTest& data) {
+  v1::RunConfig c;
+  c.set_name(name);
+  c.set_mode(run.mode);
+  c.set_algorithm(run.mode);
+  c.set_codec(absl::GetFlag(FLAGS_update_codec));
+  c.set_topology("server");
+  c.set_rule(absl::GetFlag(FLAGS_rule));
+  c.set_model(absl::GetFlag(FLAGS_model));
+  c.set_partition(absl::GetFlag(FLAGS_partition));
+  c.set_data(data.test.source);
+  c.set_workers(run.n);
+  c.set_clients_per_round(run.k);
+  c.set_rounds(run.rounds);
+  c.set_local_epochs(absl::GetFlag(FLAGS_local_epochs));
+  c.set_local_steps(absl::GetFlag(FLAGS_local_steps));
+  c.set_batch(absl::GetFlag(FLAGS_batch));
+  c.set_lr(FedLr());
+  c.set_server_lr(absl::GetFlag(FLAGS_server_lr));
+  c.set_server_momentum(absl::GetFlag(FLAGS_server_momentum));
+  c.set_downstream(absl::GetFlag(FLAGS_downstream));
+  c.set_downstream_codec(absl::GetFlag(FLAGS_downstream_codec));
+  c.set_seed(static_cast<double>(absl::GetFlag(FLAGS_seed)));
+  c.set_optimizer(absl::GetFlag(FLAGS_optimizer));
+  c.set_warmup_rounds(absl::GetFlag(FLAGS_warmup_rounds));
+  c.set_overlap_anchor(absl::GetFlag(FLAGS_overlap_anchor));
+  c.set_synthetic(data.synthetic);
+  return c;
+}
+
+// `tern server` with the run's settings, listening on `port` (0: any).
+std::vector<std::string> ServerArgs(const FedRun& run, const std::string& dir, int port) {
+  return {
+      "server", absl::StrCat("--listen=127.0.0.1:", port),
+      absl::StrCat("--port_file=", dir, "/server.port"),
+      absl::StrCat("--checkpoint=", dir, "/server.ckpt"), absl::StrCat("--mode=", run.mode),
+      absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+      absl::StrCat("--min_clients=",
+                   absl::GetFlag(FLAGS_min_clients) > 0 ? absl::GetFlag(FLAGS_min_clients) : run.n),
+      absl::StrCat("--rounds=", run.rounds),
+      absl::StrCat("--clients_per_round=", absl::GetFlag(FLAGS_clients_per_round)),
+      absl::StrCat("--min_replies=", absl::GetFlag(FLAGS_min_replies)),
+      absl::StrCat("--grace_s=", absl::GetFlag(FLAGS_grace_s)),
+      absl::StrCat("--round_deadline_s=", absl::GetFlag(FLAGS_round_deadline_s)),
+      absl::StrCat("--staleness_decay=", absl::GetFlag(FLAGS_staleness_decay)),
+      absl::StrCat("--max_staleness=", absl::GetFlag(FLAGS_max_staleness)),
+      absl::StrCat("--sampling=", absl::GetFlag(FLAGS_sampling)),
+      absl::StrCat("--rule=", absl::GetFlag(FLAGS_rule)),
+      absl::StrCat("--server_lr=", absl::GetFlag(FLAGS_server_lr)),
+      absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum)),
+      absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),
+      absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),
+      absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),
+      absl::StrCat("--error_feedback=", absl::GetFlag(FLAGS_error_feedback) ? "true" : "false"),
+      absl::StrCat("--memory=", absl::GetFlag(FLAGS_memory)),
+      absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
+      absl::StrCat("--warmup_rounds=", absl::GetFlag(FLAGS_warmup_rounds)),
+      absl::StrCat("--beta1=", absl::GetFlag(FLAGS_beta1)),
+      absl::StrCat("--adaptive_batch_eta=", absl::GetFlag(FLAGS_adaptive_batch_eta)),
+      absl::StrCat("--max_batch=", absl::GetFlag(FLAGS_max_batch)),
+      absl::StrCat("--overlap_anchor=", absl::GetFlag(FLAGS_overlap_anchor)),
+      absl::StrCat("--beta2=", absl::GetFlag(FLAGS_beta2)),
+      absl::StrCat("--eps=", absl::GetFlag(FLAGS_eps)),
+      absl::StrCat("--local_epochs=", absl::GetFlag(FLAGS_local_epochs)),
+      absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps)),
+      absl::StrCat("--local_momentum=", absl::GetFlag(FLAGS_local_momentum)),
+      absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)), absl::StrCat("--lr=", FedLr()),
+      absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+      absl::StrCat("--client_timeout_s=", absl::GetFlag(FLAGS_client_timeout_s)),
+      // The launcher stops the server once it has evaluated the last round.
+      "--linger_s=600", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
+}
+
+// The client processes, `per` clients to each.
+std::vector<ChildProcess*> StartClientGroups(LocalCluster& cluster, const FedRun& run,
+                                             const std::string& address) {
+  std::vector<ChildProcess*> groups;
+  for (int g = 0; g < run.groups(); ++g) {
+    const int first = g * run.per;
+    groups.push_back(
+        cluster.Start("client group", g,
+                      {"client", absl::StrCat("--server=", address),
+                       absl::StrCat("--clients=", std::min(run.per, run.n - first)),
+                       absl::StrCat("--first_client=", first), absl::StrCat("--partitions=", run.n),
+                       absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
+                       absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
+                       absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
+                       absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+                       absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+                       absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
+                      absl::StrCat("clients-", g, ".log")));
+  }
+  return groups;
+}
+
+// The metrics row of round `r` from the server's counters at its close and the test accuracy
+// of its global model.
+v1::MetricsRow RoundRow(const FedRun& run, int64_t r, const v1::ServerStatus& rs,
+                        const EvalResult& ev, absl::Time start) {
+  const double up = static_cast<double>(rs.payload_bytes_up());
+  const double down = static_cast<double>(rs.payload_bytes_down());
+  const double dense = static_cast<double>(rs.dense_bytes_up() + rs.dense_bytes_down());
+  v1::MetricsRow row;
+  row.set_step(static_cast<int32_t>(r));
+  row.set_round(static_cast<int32_t>(r));
+  row.set_wall_s(absl::ToDoubleSeconds(absl::Now() - start));
+  row.set_workers(static_cast<int32_t>(rs.clients_alive()));
+  row.set_train_loss(rs.train_loss());
+  row.set_test_loss(ev.loss);
+  row.set_test_acc(ev.accuracy);
+  row.set_updates(static_cast<int32_t>(rs.last_round_updates()));
+  row.set_mb_sent_per_worker((up + down) / run.n / 1e6);
+  row.set_payload_mb_up(up / 1e6);
+  row.set_payload_mb_down(down / 1e6);
+  row.set_wire_mb_up(static_cast<double>(rs.wire_bytes_up()) / 1e6);
+  row.set_wire_mb_down(static_cast<double>(rs.wire_bytes_down()) / 1e6);
+  row.set_dense_mb_up(static_cast<double>(rs.dense_bytes_up()) / 1e6);
+  row.set_dense_mb_down(static_cast<double>(rs.dense_bytes_down()) / 1e6);
+  row.set_compression(up + down > 0 ? dense / (up + down) : 1.0);
+  row.set_updates_accepted(static_cast<int32_t>(rs.updates_accepted()));
+  row.set_updates_refused(static_cast<int32_t>(rs.updates_refused()));
+  row.set_updates_dropped(static_cast<int32_t>(rs.updates_dropped()));
+  row.set_restarts(static_cast<int32_t>(rs.restarts()));
+  row.set_closed_s(rs.round_closed_unix_s() - absl::ToDoubleSeconds(start - absl::UnixEpoch()));
+  if (rs.mean_batch() > 0) row.set_batch(rs.mean_batch());
+  return row;
+}
+
+// Watches an aggregator run: evaluates every closed round's global model, injects the faults
+// asked for (and restarts the killed server from its checkpoint).
+class FedWatch {
+ public:
+  FedWatch(LocalCluster* cluster, const FedRun& run, ChildProcess* server,
+           std::vector<ChildProcess*> groups, const std::string& address, const EvalSetup* eval,
+           const CodecRegistry* codecs)
+      : cluster_(*cluster),
+        run_(run),
+        server_(server),
+        groups_(std::move(groups)),
+        port_(address.substr(address.rfind(':') + 1)),
+        stub_(v1::Aggregator::NewStub(MakeChannel(address))),
+        eval_(*eval),
+        codecs_(*codecs) {}
+
+  // Until the last round is evaluated, the server is gone or Ctrl-C.
+  void Run() {
+    while (!cluster_.interrupted() && evaluated_ < run_.rounds) {
+      cluster_.Reap();
+      if (!server_->alive && !RestartKilledServer()) break;
+      if (!server_->alive) continue;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      v1::ServerStatus st;
+      if (!stub_->Status(&ctx, v1::StatusRequest(), &st).ok()) {
+        absl::SleepFor(absl::Milliseconds(100));
+        continue;
+      }
+      const int64_t done = static_cast<int64_t>(st.round());
+      if (InjectFaults(done, st)) continue;
+      if (done > evaluated_) {
+        EvaluateRounds(done);
+      } else {
+        DrawLiveLine(done, st);
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    stub_.reset();  // an open connection would hold the server's graceful shutdown to its grace
+  }
+
+  int64_t evaluated() const { return evaluated_; }
+  double last_acc() const { return last_acc_; }
+  const v1::ServerStatus& last() const { return last_; }
+
+ private:
+  // The server died: restarted (true) when it was the injected fault, else false (said why).
+  bool RestartKilledServer() {
+    if (!server_killed_) {
+      std::fprintf(stderr, "\ntern run: the server exited; log:\n%s\n", Tail(server_->log).c_str());
+      return false;
+    }
+    // On the same port (the clients know that address); the checkpoint brings the run back.
+    ::unlink((cluster_.dir() + "/server.port").c_str());
+    int port = 0;
+    (void)absl::SimpleAtoi(port_, &port);
+    cluster_.Restart(server_, ServerArgs(run_, cluster_.dir(), port));
+    server_killed_ = false;
+    if (!cluster_.WaitForAddress(server_, "server.port", absl::Seconds(60)).ok()) return false;
+    std::fprintf(stderr, "\n[fault injection] server restarted from its checkpoint\n");
+    return true;
+  }
+
+  // Returns true when it killed the server (the caller then waits for it to go).
+  bool InjectFaults(int64_t done, const v1::ServerStatus& st) {
+    if (run_.kill_server_round > 0 && !server_killed_ && done >= run_.kill_server_round &&
+        st.restarts() == 0) {
+      cluster_.Kill(server_);
+      server_killed_ = true;
+      std::fprintf(stderr, "\n[fault injection] killed the server after round %lld\n",
+                   static_cast<long long>(done));
+      absl::SleepFor(absl::Milliseconds(200));
+      return true;
+    }
+    if (run_.kill_group >= 0 && !client_killed_ && done >= run_.kill_client_round &&
+        groups_[static_cast<size_t>(run_.kill_group)]->alive) {
+      cluster_.Kill(groups_[static_cast<size_t>(run_.kill_group)]);
+      client_killed_ = true;
+      std::fprintf(stderr, "\n[fault injection] killed client group %d after round %lld\n",
+                   run_.kill_group, static_cast<long long>(done));
+    }
+    return false;
+  }
+
+  // Every round in order while the server still keeps its model (the last few), so a fast run
+  // still has one point per round, each with the counters of its close.
+  void EvaluateRounds(int64_t done) {
+    const Model& model = *eval_.model;
+    const TrainTest& data = eval_.data;
+    for (int64_t r = std::max<int64_t>(evaluated_ + 1, 1); r <= done; ++r) {
+      v1::ServerStatus rs;
+      auto x = FetchGlobalModel(*stub_, r, model.Layout(), codecs_, &rs);
+      if (!x.has_value()) {
+        if (r == done) break;  // try again on the next pass
+        evaluated_ = r;        // an older round no longer kept: skipped
+        continue;
+      }
+      const EvalResult ev =
+          model.Evaluate(*x, data.test.features.data(), data.test.labels.data(), data.test.size());
+      evaluated_ = r;
+      last_acc_ = ev.accuracy;
+      last_ = rs;
+      const v1::MetricsRow row = RoundRow(run_, r, rs, ev, start_);
+      cluster_.AppendMetrics(row);
+      std::printf(
+          "%sround %lld/%d [%s] | %u updates | train loss %.3f | acc %.2f%% | up %.2f MB | "
+          "down %.2f MB | %u clients | %.0fs\n",
+          tty_ ? "\r\033[K" : "", static_cast<long long>(r), run_.rounds,
+          ProgressBar(static_cast<double>(r) / run_.rounds).c_str(), rs.last_round_updates(),
+          rs.train_loss(), 100 * ev.accuracy, row.payload_mb_up(), row.payload_mb_down(),
+          rs.clients_alive(), row.wall_s());
+      std::fflush(stdout);
+    }
+  }
+
+  void DrawLiveLine(int64_t done, const v1::ServerStatus& st) {
+    if (!tty_ || absl::Now() - last_draw_ <= absl::Milliseconds(500)) return;
+    std::printf("\r\033[Kround %lld/%d in progress%s | %u clients alive | %.0fs",
+                static_cast<long long>(done + 1), run_.rounds,
+                done == 0 && !st.round_open() ? " (waiting for clients)" : "", st.clients_alive(),
+                absl::ToDoubleSeconds(absl::Now() - start_));
+    std::fflush(stdout);
+    last_draw_ = absl::Now();
+  }
+
+  LocalCluster& cluster_;
+  const FedRun& run_;
+  ChildProcess* const server_;
+  const std::vector<ChildProcess*> groups_;
+  const std::string port_;
+  std::unique_ptr<v1::Aggregator::Stub> stub_;
+  const EvalSetup& eval_;
+  const CodecRegistry& codecs_;
+  const bool tty_ = isatty(1) != 0;
+  const absl::Time start_ = absl::Now();
+  absl::Time last_draw_ = absl::InfinitePast();
+  int64_t evaluated_ = -1;
+  double last_acc_ = 0;
+  v1::ServerStatus last_;
+  bool server_killed_ = false, client_killed_ = false;
+};
+
+}  // namespace
+
+int RunFederatedMain(const std::string& self_exe) {
+  const ServerRegistries registries = NewBuiltinServerRegistries();
+  FedRun run;
+  if (absl::Status s = CheckFedFlags(registries, &run); !s.ok()) {
+    std::fprintf(stderr, "tern run: %s\n", s.ToString().c_str());
+    return 2;
   }
   EvalSetup setup;
   if (int rc = LoadEvalSetup(&setup); rc != 0) return rc;
-  TrainTest* const data = &setup.data;
-  std::unique_ptr<Model>* const model = &setup.model;
-  data->train = Dataset{};
-
-  std::string name = absl::GetFlag(FLAGS_name);
-  if (name.empty()) {
-    const std::string what = absl::GetFlag(FLAGS_memory).rfind("dgc", 0) == 0
-                                 ? absl::GetFlag(FLAGS_memory)
-                                 : absl::GetFlag(FLAGS_update_codec);
-    name = absl::StrCat(mode, "-", absl::StrReplaceAll(what, {{":", "-"}, {",", "-"}, {"=", ""}}),
-                        "-", n, "clients");
-    if (absl::GetFlag(FLAGS_overlap_anchor) > 0) name = absl::StrCat("overlap-", name);
-  }
+  setup.data.train = Dataset{};  // only the test split is needed here
+  const std::string name = FedRunName(run);
   const std::string dir = MakeRunDir(name);
   if (dir.empty()) return 1;
-  const int k = mode == "federated" ? std::min(n, absl::GetFlag(FLAGS_clients_per_round)) : n;
-  {
-    v1::RunConfig c;
-    c.set_name(name);
-    c.set_mode(mode);
-    c.set_algorithm(mode);
-    c.set_codec(absl::GetFlag(FLAGS_update_codec));
-    c.set_topology("server");
-    c.set_rule(absl::GetFlag(FLAGS_rule));
-    c.set_model(absl::GetFlag(FLAGS_model));
-    c.set_partition(absl::GetFlag(FLAGS_partition));
-    c.set_data(data->test.source);
-    c.set_workers(n);
-    c.set_clients_per_round(k);
-    c.set_rounds(rounds);
-    c.set_local_epochs(absl::GetFlag(FLAGS_local_epochs));
-    c.set_local_steps(absl::GetFlag(FLAGS_local_steps));
-    c.set_batch(absl::GetFlag(FLAGS_batch));
-    c.set_lr(FedLr());
-    c.set_server_lr(absl::GetFlag(FLAGS_server_lr));
-    c.set_server_momentum(absl::GetFlag(FLAGS_server_momentum));
-    c.set_downstream(absl::GetFlag(FLAGS_downstream));
-    c.set_downstream_codec(absl::GetFlag(FLAGS_downstream_codec));
-    c.set_seed(static_cast<double>(absl::GetFlag(FLAGS_seed)));
-    c.set_optimizer(absl::GetFlag(FLAGS_optimizer));
-    c.set_warmup_rounds(absl::GetFlag(FLAGS_warmup_rounds));
-    c.set_overlap_anchor(absl::GetFlag(FLAGS_overlap_anchor));
-    c.set_synthetic(data->synthetic);
-    std::ofstream(dir + "/run.json") << ToJsonLine(c);
-  }
-  const volatile sig_atomic_t* const interrupted_flag = CatchInterrupts();
-
+  LocalCluster cluster(self_exe, dir);
+  cluster.WriteConfig(FedConfig(name, run, setup.data));
   std::printf(
       "tern run: %s, %d clients (%d per round), %d rounds, update codec %s, rule %s, %s on %s%s\n",
-      mode.c_str(), n, k, rounds, absl::GetFlag(FLAGS_update_codec).c_str(),
+      run.mode.c_str(), run.n, run.k, run.rounds, absl::GetFlag(FLAGS_update_codec).c_str(),
       absl::GetFlag(FLAGS_rule).c_str(), absl::GetFlag(FLAGS_model).c_str(),
-      data->test.source.c_str(), data->synthetic ? " (synthetic)" : "");
+      setup.data.test.source.c_str(), setup.data.synthetic ? " (synthetic)" : "");
   std::printf("run folder: %s\n", dir.c_str());
   std::fflush(stdout);
 
-  // The server.
-  const std::string port_file = dir + "/server.port";
-  const std::string ckpt = dir + "/server.ckpt";
-  ::unlink(port_file.c_str());
-  ::unlink(ckpt.c_str());
-  auto server_args = [&](int listen_port) {
-    std::vector<std::string> a = {
-        "server", absl::StrCat("--listen=127.0.0.1:", listen_port),
-        absl::StrCat("--port_file=", port_file), absl::StrCat("--checkpoint=", ckpt),
-        absl::StrCat("--mode=", mode), absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-        absl::StrCat("--min_clients=",
-                     absl::GetFlag(FLAGS_min_clients) > 0 ? absl::GetFlag(FLAGS_min_clients) : n),
-        absl::StrCat("--rounds=", rounds),
-        absl::StrCat("--clients_per_round=", absl::GetFlag(FLAGS_clients_per_round)),
-        absl::StrCat("--min_replies=", absl::GetFlag(FLAGS_min_replies)),
-        absl::StrCat("--grace_s=", absl::GetFlag(FLAGS_grace_s)),
-        absl::StrCat("--round_deadline_s=", absl::GetFlag(FLAGS_round_deadline_s)),
-        absl::StrCat("--staleness_decay=", absl::GetFlag(FLAGS_staleness_decay)),
-        absl::StrCat("--max_staleness=", absl::GetFlag(FLAGS_max_staleness)),
-        absl::StrCat("--sampling=", absl::GetFlag(FLAGS_sampling)),
-        absl::StrCat("--rule=", absl::GetFlag(FLAGS_rule)),
-        absl::StrCat("--server_lr=", absl::GetFlag(FLAGS_server_lr)),
-        absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum)),
-        absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),
-        absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),
-        absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),
-        absl::StrCat("--error_feedback=", absl::GetFlag(FLAGS_error_feedback) ? "true" : "false"),
-        absl::StrCat("--memory=", absl::GetFlag(FLAGS_memory)),
-        absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
-        absl::StrCat("--warmup_rounds=", absl::GetFlag(FLAGS_warmup_rounds)),
-        absl::StrCat("--beta1=", absl::GetFlag(FLAGS_beta1)),
-        absl::StrCat("--adaptive_batch_eta=", absl::GetFlag(FLAGS_adaptive_batch_eta)),
-        absl::StrCat("--max_batch=", absl::GetFlag(FLAGS_max_batch)),
-        absl::StrCat("--overlap_anchor=", absl::GetFlag(FLAGS_overlap_anchor)),
-        absl::StrCat("--beta2=", absl::GetFlag(FLAGS_beta2)),
-        absl::StrCat("--eps=", absl::GetFlag(FLAGS_eps)),
-        absl::StrCat("--local_epochs=", absl::GetFlag(FLAGS_local_epochs)),
-        absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps)),
-        absl::StrCat("--local_momentum=", absl::GetFlag(FLAGS_local_momentum)),
-        absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)), absl::StrCat("--lr=", FedLr()),
-        absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-        absl::StrCat("--client_timeout_s=", absl::GetFlag(FLAGS_client_timeout_s)),
-        // The launcher stops the server once it has evaluated the last round.
-        "--linger_s=600", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
-    return a;
-  };
-  ChildProcess server;
-  server.what = "server";
-  server.log = dir + "/server.log";
-  server.pid = Spawn(self_exe, server_args(0), server.log);
-  server.alive = server.pid > 0;
-  const int port = WaitForPortFile(port_file, server, 60, interrupted_flag);
-  if (port == 0) {
-    std::fprintf(stderr, "tern run: the server did not start; its log:\n%s\n",
-                 Tail(server.log).c_str());
-    StopAll({&server});
+  ::unlink((dir + "/server.port").c_str());
+  ::unlink((dir + "/server.ckpt").c_str());
+  ChildProcess* server = cluster.Start("server", 0, ServerArgs(run, dir, 0), "server.log");
+  absl::StatusOr<std::string> address =
+      cluster.WaitForAddress(server, "server.port", absl::Seconds(60));
+  if (!address.ok()) {
+    if (!cluster.interrupted()) {
+      std::fprintf(stderr, "tern run: %s\n", std::string(address.status().message()).c_str());
+    }
+    cluster.Finish();
+    if (cluster.interrupted()) return 130;
     return 1;
   }
-  const std::string address = absl::StrCat("127.0.0.1:", port);
-  // The clients, `per` to a process.
-  std::vector<ChildProcess> groups((n + per - 1) / per);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const int first = static_cast<int>(g) * per;
-    ChildProcess& c = groups[g];
-    c.id = static_cast<int>(g);
-    c.what = "client group";
-    c.log = absl::StrCat(dir, "/clients-", g, ".log");
-    std::vector<std::string> args = {"client",
-                                     absl::StrCat("--server=", address),
-                                     absl::StrCat("--clients=", std::min(per, n - first)),
-                                     absl::StrCat("--first_client=", first),
-                                     absl::StrCat("--partitions=", n),
-                                     absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
-                                     absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
-                                     absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
-                                     absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-                                     absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-                                     absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
-    c.pid = Spawn(self_exe, args, c.log);
-    c.alive = c.pid > 0;
-  }
-  auto all = [&] {
-    std::vector<ChildProcess*> v = {&server};
-    for (ChildProcess& c : groups) v.push_back(&c);
-    return v;
-  };
-  auto stub = v1::Aggregator::NewStub(MakeChannel(address));
-
-  std::ofstream metrics(dir + "/metrics.jsonl");
-  const std::vector<ParamTensor>& layout = (*model)->Layout();
-  const bool tty = isatty(1);
-  const absl::Time start = absl::Now();
-  int64_t evaluated = -1;
-  double last_acc = 0;
-  v1::ServerStatus last;
-  bool server_killed = false, client_killed = false;
-  absl::Time last_draw = absl::InfinitePast();
-  while (!*interrupted_flag) {
-    Reap(all());
-    if (!server.alive) {
-      if (server_killed && evaluated < rounds) {
-        // Restart after the injected fault: the checkpoint brings the run back.
-        ::unlink(port_file.c_str());
-        // On the same port: the clients know that address.
-        server.pid = Spawn(self_exe, server_args(port), server.log + ".restarted");
-        server.alive = server.pid > 0;
-        server.log += ".restarted";
-        server_killed = false;
-        const int p2 = WaitForPortFile(port_file, server, 60, interrupted_flag);
-        if (p2 == 0) break;
-        std::fprintf(stderr, "\n[fault injection] server restarted from its checkpoint\n");
-        continue;
-      }
-      std::fprintf(stderr, "\ntern run: the server exited; log:\n%s\n", Tail(server.log).c_str());
-      break;
-    }
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-    v1::ServerStatus st;
-    if (!stub->Status(&ctx, v1::StatusRequest(), &st).ok()) {
-      absl::SleepFor(absl::Milliseconds(100));
-      continue;
-    }
-    const int64_t done_rounds = static_cast<int64_t>(st.round());
-    if (kill_server_round > 0 && !server_killed && done_rounds >= kill_server_round &&
-        st.restarts() == 0) {
-      kill(server.pid, SIGKILL);
-      server_killed = true;
-      std::fprintf(stderr, "\n[fault injection] killed the server after round %lld\n",
-                   static_cast<long long>(done_rounds));
-      absl::SleepFor(absl::Milliseconds(200));
-      continue;
-    }
-    if (kill_group >= 0 && !client_killed && done_rounds >= kill_client_round &&
-        groups[static_cast<size_t>(kill_group)].alive) {
-      kill(groups[static_cast<size_t>(kill_group)].pid, SIGKILL);
-      client_killed = true;
-      std::fprintf(stderr, "\n[fault injection] killed client group %d after round %lld\n",
-                   kill_group, static_cast<long long>(done_rounds));
-    }
-    if (done_rounds > evaluated) {
-      // Every round in order while the server still keeps its model (the last few), so a fast
-      // run still has one point per round, each with the counters of its close.
-      for (int64_t r = std::max<int64_t>(evaluated + 1, 1); r <= done_rounds; ++r) {
-        v1::ServerStatus rs;
-        auto x = FetchGlobalModel(*stub, r, layout, *codecs, &rs);
-        if (!x.has_value()) {
-          if (r == done_rounds) break;  // try again on the next pass
-          evaluated = r;                // an older round no longer kept: skipped
-          continue;
-        }
-        const EvalResult ev = (*model)->Evaluate(*x, data->test.features.data(),
-                                                 data->test.labels.data(), data->test.size());
-        evaluated = r;
-        last_acc = ev.accuracy;
-        last = rs;
-        const double wall = absl::ToDoubleSeconds(absl::Now() - start);
-        const double up = static_cast<double>(rs.payload_bytes_up());
-        const double down = static_cast<double>(rs.payload_bytes_down());
-        const double dense = static_cast<double>(rs.dense_bytes_up() + rs.dense_bytes_down());
-        v1::MetricsRow row;
-        row.set_step(static_cast<int32_t>(r));
-        row.set_round(static_cast<int32_t>(r));
-        row.set_wall_s(wall);
-        row.set_workers(static_cast<int32_t>(rs.clients_alive()));
-        if (r > 0) row.set_train_loss(rs.train_loss());  // no loss before the first round
-        row.set_test_loss(ev.loss);
-        row.set_test_acc(ev.accuracy);
-        row.set_updates(static_cast<int32_t>(rs.last_round_updates()));
-        row.set_mb_sent_per_worker((up + down) / n / 1e6);
-        row.set_payload_mb_up(up / 1e6);
-        row.set_payload_mb_down(down / 1e6);
-        row.set_wire_mb_up(static_cast<double>(rs.wire_bytes_up()) / 1e6);
-        row.set_wire_mb_down(static_cast<double>(rs.wire_bytes_down()) / 1e6);
-        row.set_dense_mb_up(static_cast<double>(rs.dense_bytes_up()) / 1e6);
-        row.set_dense_mb_down(static_cast<double>(rs.dense_bytes_down()) / 1e6);
-        row.set_compression(up + down > 0 ? dense / (up + down) : 1.0);
-        row.set_updates_accepted(static_cast<int32_t>(rs.updates_accepted()));
-        row.set_updates_refused(static_cast<int32_t>(rs.updates_refused()));
-        row.set_updates_dropped(static_cast<int32_t>(rs.updates_dropped()));
-        row.set_restarts(static_cast<int32_t>(rs.restarts()));
-        if (r > 0) {
-          row.set_closed_s(rs.round_closed_unix_s() -
-                           absl::ToDoubleSeconds(start - absl::UnixEpoch()));
-        }
-        if (rs.mean_batch() > 0) row.set_batch(rs.mean_batch());
-        metrics << ToJsonLine(row);
-        metrics.flush();
-        std::printf(
-            "%sround %lld/%d [%s] | %u updates | train loss %.3f | acc %.2f%% | up %.2f MB | "
-            "down %.2f MB | %u clients | %.0fs\n",
-            tty ? "\r\033[K" : "", static_cast<long long>(r), rounds,
-            ProgressBar(static_cast<double>(r) / rounds).c_str(), rs.last_round_updates(),
-            rs.train_loss(), 100 * ev.accuracy, up / 1e6, down / 1e6, rs.clients_alive(), wall);
-        std::fflush(stdout);
-      }
-    } else if (tty && absl::Now() - last_draw > absl::Milliseconds(500)) {
-      std::printf("\r\033[Kround %lld/%d in progress%s | %u clients alive | %.0fs",
-                  static_cast<long long>(done_rounds + 1), rounds,
-                  done_rounds == 0 && !st.round_open() ? " (waiting for clients)" : "",
-                  st.clients_alive(), absl::ToDoubleSeconds(absl::Now() - start));
-      std::fflush(stdout);
-      last_draw = absl::Now();
-    }
-    if (evaluated >= rounds) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  const bool interrupted = *interrupted_flag != 0;
-  stub.reset();  // an open connection would hold the server's graceful shutdown to its grace
-  StopAll(all());
-  metrics.close();
-  auto run = LoadRun(dir);
-  if (run.ok()) std::ofstream(dir + "/report.html") << RenderReport({*run});
+  FedWatch watch(&cluster, run, server, StartClientGroups(cluster, run, *address), *address, &setup,
+                 registries.codecs.get());
+  watch.Run();
+  const bool interrupted = cluster.interrupted();
+  cluster.Finish();
   if (interrupted) {
     std::printf("\ninterrupted; partial results in %s\n", dir.c_str());
     return 130;
   }
-  if (evaluated < rounds) {
+  if (watch.evaluated() < run.rounds) {
     std::printf("run did not finish (last round %lld); see %s/*.log\n",
-                static_cast<long long>(evaluated), dir.c_str());
+                static_cast<long long>(watch.evaluated()), dir.c_str());
     return 1;
   }
+  const v1::ServerStatus& last = watch.last();
   std::printf(
       "done: test accuracy %.2f%% after %d rounds; %.2f MB up, %.2f MB down in all "
       "(%.1fx less than dense)\nreport: %s/report.html\n",
-      100 * last_acc, rounds, last.payload_bytes_up() / 1e6, last.payload_bytes_down() / 1e6,
+      100 * watch.last_acc(), run.rounds, last.payload_bytes_up() / 1e6,
+      last.payload_bytes_down() / 1e6,
       static_cast<double>(last.dense_bytes_up() + last.dense_bytes_down()) /
           std::max<double>(
               1, static_cast<double>(last.payload_bytes_up() + last.payload_bytes_down())),

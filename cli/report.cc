@@ -87,6 +87,8 @@ std::optional<double> Field(const google::protobuf::Message& m, const std::strin
   switch (f->cpp_type()) {
     case google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE:
       return r->GetDouble(m, f);
+    case google::protobuf::FieldDescriptor::CPPTYPE_FLOAT:
+      return r->GetFloat(m, f);
     case google::protobuf::FieldDescriptor::CPPTYPE_INT32:
       return r->GetInt32(m, f);
     case google::protobuf::FieldDescriptor::CPPTYPE_BOOL:
@@ -154,6 +156,8 @@ std::string Chart(const std::vector<RunSeries>& runs, const ChartSpec& c) {
   x0 = std::min(x0, 0.0);
   if (x1 == x0) x1 = x0 + 1;
   if (y1 == y0) y1 = y0 + 1;
+  const double xs = TickStep(x1 - x0);
+  x1 = std::ceil(x1 / xs) * xs;  // the axis ends on a tick, so every label sits on the axis
   const double ys = c.log_y ? 1.0 : TickStep(y1 - y0);  // decades on a log scale
   y0 = std::floor(y0 / ys) * ys;
   y1 = std::ceil(y1 / ys) * ys;
@@ -171,7 +175,6 @@ std::string Chart(const std::vector<RunSeries>& runs, const ChartSpec& c) {
         L, py(y), W - R, py(y), L - 6, py(y) + 4,
         c.log_y ? absl::StrFormat("1e%d", static_cast<int>(std::lround(y))) : TickLabel(y));
   }
-  const double xs = TickStep(x1 - x0);
   for (double x = std::ceil(x0 / xs) * xs; x <= x1 + xs / 2; x += xs) {
     absl::StrAppendFormat(&svg,
                           "<line x1='%.1f' y1='%g' x2='%.1f' y2='%g' stroke='#eee'/>"
@@ -216,7 +219,7 @@ std::string SummaryTable(const std::vector<RunSeries>& runs) {
       "<th>MB sent / worker</th><th>compression vs dense</th><th>wall s</th></tr>";
   for (const RunSeries& r : runs) {
     double best = 0;
-    for (const v1::MetricsRow& row : r.rows) best = std::max(best, row.test_acc());
+    for (const v1::MetricsRow& row : r.rows) best = std::max<double>(best, row.test_acc());
     const v1::MetricsRow last = r.rows.empty() ? v1::MetricsRow() : r.rows.back();
     const v1::RunConfig& c = r.config;
     absl::StrAppendFormat(

@@ -1,0 +1,81 @@
+#include "cli/local_cluster.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "cli/report.h"
+#include "common/json_lines.h"
+
+namespace tern {
+
+LocalCluster::LocalCluster(std::string self_exe, std::string dir)
+    : self_exe_(std::move(self_exe)),
+      dir_(std::move(dir)),
+      interrupted_(CatchInterrupts()),
+      metrics_(dir_ + "/metrics.jsonl") {}
+
+LocalCluster::~LocalCluster() {
+  if (!finished_) StopAll(All());
+}
+
+std::vector<ChildProcess*> LocalCluster::All() {
+  std::vector<ChildProcess*> out;
+  for (ChildProcess& c : children_) out.push_back(&c);
+  return out;
+}
+
+ChildProcess* LocalCluster::Start(std::string what, int id, const std::vector<std::string>& args,
+                                  const std::string& log_name) {
+  ChildProcess& c = children_.emplace_back();
+  c.what = std::move(what);
+  c.id = id;
+  c.log = absl::StrCat(dir_, "/", log_name);
+  c.pid = Spawn(self_exe_, args, c.log);
+  c.alive = c.pid > 0;
+  return &c;
+}
+
+void LocalCluster::Restart(ChildProcess* child, const std::vector<std::string>& args) {
+  child->log += ".restarted";
+  child->pid = Spawn(self_exe_, args, child->log);
+  child->alive = child->pid > 0;
+}
+
+void LocalCluster::Kill(ChildProcess* child) {
+  if (child->alive) kill(child->pid, SIGKILL);
+}
+
+absl::StatusOr<std::string> LocalCluster::WaitForAddress(ChildProcess* child,
+                                                         const std::string& port_name,
+                                                         absl::Duration timeout) {
+  const int port = WaitForPortFile(absl::StrCat(dir_, "/", port_name), *child,
+                                   absl::ToDoubleSeconds(timeout), interrupted_);
+  if (interrupted()) return absl::CancelledError("interrupted");
+  if (port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat(child->what, " ", child->id, " did not start; its log:\n", Tail(child->log)));
+  }
+  return absl::StrCat("127.0.0.1:", port);
+}
+
+int LocalCluster::Reap() { return tern::Reap(All()); }
+
+void LocalCluster::WriteConfig(const v1::RunConfig& config) {
+  std::ofstream(dir_ + "/run.json") << ToJsonLine(config);
+}
+
+void LocalCluster::AppendMetrics(const v1::MetricsRow& row) {
+  metrics_ << ToJsonLine(row);
+  metrics_.flush();
+}
+
+void LocalCluster::Finish() {
+  StopAll(All());
+  finished_ = true;
+  metrics_.close();
+  if (absl::StatusOr<RunSeries> run = LoadRun(dir_); run.ok()) {
+    std::ofstream(dir_ + "/report.html") << RenderReport({*run});
+  }
+}
+
+}  // namespace tern

@@ -1,0 +1,72 @@
+// The processes of one `tern run` on this machine, in its run folder. It spawns the children
+// (each logging to a file in the folder), waits for the ports they bind, notices one that dies
+// (saying why, from its log), kills one for fault injection and starts it again, appends the
+// run's metrics rows as they come, and at the end stops everyone and writes report.html. Both
+// `tern run` modes stand on it: gossip workers, and a server with client groups.
+//
+// Thread-safety: call from one thread (the launcher's). Ctrl-C (SIGINT, SIGTERM) is caught from
+// construction on and only sets interrupted().
+#ifndef TERN_CLI_LOCAL_CLUSTER_H_
+#define TERN_CLI_LOCAL_CLUSTER_H_
+
+#include <signal.h>
+
+#include <deque>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cli/process.h"
+#include "tern/v1/records.pb.h"
+
+namespace tern {
+
+class LocalCluster {
+ public:
+  // `dir` is the run folder (it exists); children run `self_exe`.
+  LocalCluster(std::string self_exe, std::string dir);
+  ~LocalCluster();  // stops every child still running
+
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  bool interrupted() const { return *interrupted_ != 0; }
+
+  // Starts `tern <args>` as `what` `id`, its output in dir/<log_name>. The child lives as long
+  // as the cluster; check its `alive`.
+  ChildProcess* Start(std::string what, int id, const std::vector<std::string>& args,
+                      const std::string& log_name);
+  // Starts `child` again with `args` (its output now in <log>.restarted).
+  void Restart(ChildProcess* child, const std::vector<std::string>& args);
+  // SIGKILLs `child` (fault injection).
+  void Kill(ChildProcess* child);
+  // "127.0.0.1:PORT" once `child` wrote dir/<port_name> (its --port_file); an error with the
+  // tail of its log when it died or `timeout` passed, Cancelled on Ctrl-C.
+  absl::StatusOr<std::string> WaitForAddress(ChildProcess* child, const std::string& port_name,
+                                             absl::Duration timeout);
+  // Marks children that exited, saying why; returns how many are alive.
+  int Reap();
+
+  void WriteConfig(const v1::RunConfig& config);
+  // One row of metrics.jsonl, flushed at once (a reader, or a crash, sees every row).
+  void AppendMetrics(const v1::MetricsRow& row);
+  // Stops every child, closes metrics.jsonl and writes report.html from the folder.
+  void Finish();
+
+ private:
+  std::vector<ChildProcess*> All();
+
+  const std::string self_exe_;
+  const std::string dir_;
+  const volatile sig_atomic_t* const interrupted_;
+  std::deque<ChildProcess> children_;  // a deque: pointers to its elements stay valid
+  std::ofstream metrics_;
+  bool finished_ = false;
+};
+
+}  // namespace tern
+
+#endif  // TERN_CLI_LOCAL_CLUSTER_H_
