@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "common/json_lines.h"
 #include "common/status_macros.h"
+#include "google/protobuf/text_format.h"
 
 ABSL_FLAG(std::string, out, "",
           "run: the run folder (default runs/<name>); report: the HTML file (default "
@@ -174,6 +175,16 @@ std::string Chart(const std::vector<RunSeries>& runs, const ChartSpec& c) {
         "<text x='%g' y='%.1f' text-anchor='end'>%s</text>",
         L, py(y), W - R, py(y), L - 6, py(y) + 4,
         c.log_y ? absl::StrFormat("1e%d", static_cast<int>(std::lround(y))) : TickLabel(y));
+    // A log axis of few decades gets 2x and 5x ticks too, so its scale can be read.
+    for (double m : {2.0, 5.0}) {
+      const double ym = y + std::log10(m);
+      if (!c.log_y || y1 - y0 > 2 || ym >= y1) continue;
+      absl::StrAppendFormat(&svg,
+                            "<line x1='%g' y1='%.1f' x2='%g' y2='%.1f' stroke='#eee'/>"
+                            "<text x='%g' y='%.1f' text-anchor='end'>%s</text>",
+                            L, py(ym), W - R, py(ym), L - 6, py(ym) + 4,
+                            TickLabel(std::pow(10, ym)));
+    }
   }
   for (double x = std::ceil(x0 / xs) * xs; x <= x1 + xs / 2; x += xs) {
     absl::StrAppendFormat(&svg,
@@ -208,6 +219,19 @@ std::string Legend(const std::vector<RunSeries>& runs) {
   return h + "</p>";
 }
 
+// The fields a run.json holds, one "name = value" line each.
+std::string ConfigList(const v1::RunConfig& c) {
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  c.GetReflection()->ListFields(c, &fields);
+  std::string h = "<pre>";
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    std::string value;
+    google::protobuf::TextFormat::PrintFieldValueToString(c, f, -1, &value);
+    absl::StrAppend(&h, Html(f->name()), " = ", Html(value), "\n");
+  }
+  return h + "</pre>";
+}
+
 bool IsAggregatorRun(const RunSeries& r) {
   return r.config.has_mode() && r.config.mode() != "gossip";
 }
@@ -235,13 +259,17 @@ std::string SummaryTable(const std::vector<RunSeries>& runs) {
 }
 
 std::vector<ChartSpec> Charts(const std::vector<RunSeries>& runs) {
-  bool any_gossip = false;
-  for (const RunSeries& r : runs) any_gossip |= !IsAggregatorRun(r);
-  const std::string x = any_gossip ? "step / round" : "round";
+  bool any_gossip = false, any_aggregator = false;
+  for (const RunSeries& r : runs) (IsAggregatorRun(r) ? any_aggregator : any_gossip) = true;
+  const bool mixed = any_gossip && any_aggregator;
+  const std::string x = mixed ? "step / round" : any_gossip ? "step" : "round";
+  // A gossip worker's bytes are what it sent; an aggregator client's, what went up and down.
+  const std::string mb = mixed        ? "MB per worker (sent, or up + down)"
+                         : any_gossip ? "MB sent per worker"
+                                      : "MB per client (up + down)";
   return {
       {"step", x, "test_acc", "test accuracy (%)", 100},
-      {"mb_sent_per_worker", "MB sent per worker (both ways)", "test_acc", "test accuracy (%)",
-       100},
+      {"mb_sent_per_worker", mb, "test_acc", "test accuracy (%)", 100},
       {"wall_s", "wall time (s)", "test_acc", "test accuracy (%)", 100},
       {"step", x, "train_loss", "training loss"},
       {"step", x, "consensus", "consensus distance", 1, /*log_y=*/true},
@@ -269,9 +297,7 @@ std::string RenderReport(const std::vector<RunSeries>& runs) {
   h += "<div class='charts'>";
   for (const ChartSpec& c : Charts(runs)) h += Chart(runs, c);
   h += "</div><h2>Configurations</h2>";
-  for (const RunSeries& r : runs) {
-    h += "<h3>" + Html(r.name) + "</h3><pre>" + Html(ToJsonLine(r.config)) + "</pre>";
-  }
+  for (const RunSeries& r : runs) h += "<h3>" + Html(r.name) + "</h3>" + ConfigList(r.config);
   h += "</body></html>\n";
   return h;
 }

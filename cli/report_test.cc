@@ -96,6 +96,20 @@ TEST(Report, AGossipRunChartsConsensusOnALogScaleAndNoLossBeforeTheFirstStep) {
   EXPECT_NE(html.substr(poly + 18, 5), "72.0,");  // not at x = 0 (the left edge)
 }
 
+TEST(Report, ALogAxisOfOneDecadeHasTicksBetweenItsEnds) {
+  RunSeries run;
+  run.name = "r";
+  for (int s = 1; s <= 3; ++s) {
+    v1::MetricsRow r = Row(s, 0.5);
+    r.set_consensus(0.0012 * s);
+    run.rows.push_back(r);
+  }
+  const std::string html = RenderReport({run});
+  EXPECT_THAT(html, HasSubstr(">1e-3<"));
+  EXPECT_THAT(html, HasSubstr(">0.002<"));
+  EXPECT_THAT(html, HasSubstr(">0.005<"));
+}
+
 TEST(Report, AFederatedRunChartsBytesBothWaysRefusalsAndCloseTimesNotConsensus) {
   RunSeries run;
   run.name = "fedavg";
