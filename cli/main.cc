@@ -74,7 +74,8 @@ int Help(const std::vector<tern::CommandInfo>& table, const tern::CommandLine& l
   tern::CommandLine target = line;
   if (line.command == "help") {
     target.command = line.positional.empty() ? "" : line.positional[0];
-    if (target.command == "bench" && line.positional.size() > 1) target.command = "bench codecs";
+    // "bench" has one subcommand: `tern help bench` means it too.
+    if (target.command == "bench") target.command = "bench codecs";
   }
   if (absl::Status s = tern::CheckTable(table); !s.ok()) {
     std::fprintf(stderr, "tern: %s\n", std::string(s.message()).c_str());

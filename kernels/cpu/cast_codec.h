@@ -41,6 +41,7 @@ class CastCodec final : public Codec {
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool* pool) const override {
     if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
+    if (absl::Status s = format::CheckCastFinite(Traits::kFormat, in); !s.ok()) return s;
     const uint8_t* p = in.payload.data();
     ParallelFor(pool, out.size(), kGrain, 64, [&](size_t b, size_t e) {
       if (accumulate) {

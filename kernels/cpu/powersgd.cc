@@ -62,6 +62,7 @@ namespace {
 
 constexpr size_t kHeaderBytes = 12;  // u32 rows | u32 cols | u32 rank
 constexpr uint32_t kMaxRank = 256;
+constexpr float kMaxFactor = 1e18f;  // |P|, |Q| entries a payload may hold
 
 class PowerSgdCodec final : public Codec {
  public:
@@ -130,6 +131,10 @@ class PowerSgdCodec final : public Codec {
       return internal::PayloadError(Name(), "expected ", want, " factor bytes, got ",
                                     rd.remaining());
     }
+    // Bounded factors keep every sum of r <= 256 products finite (256 * 1e18^2 < FLT_MAX); an
+    // orthonormal P has entries <= 1, so only a hostile payload comes near.
+    TERN_RETURN_IF_ERROR(
+        internal::CheckF32Values(Name(), rd.ptr(), (size_t{rows} + cols) * r, kMaxFactor));
     std::vector<float> p(size_t{rows} * r), q(size_t{cols} * r);
     if (r > 0) {  // memcpy from/to the empty vectors' null data() would be UB
       std::memcpy(p.data(), rd.ptr(), 4 * p.size());

@@ -46,6 +46,7 @@ class RandomKCodec final : public Codec {
                           absl::Span<float> out, ThreadPool*) const override {
     TERN_ASSIGN_OR_RETURN(const format::RandomKHeader h, format::ReadRandomKHeader(in));
     const uint32_t k = h.k;
+    TERN_RETURN_IF_ERROR(internal::CheckF32Values(Name(), h.values, k));
     if (!accumulate) std::fill(out.begin(), out.end(), 0.0f);
     if (k == 0) return absl::OkStatus();
     const Permutation perm = Permutation::Make(h.seed, in.numel);

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gpu_codec.h"
+#include "kernels/format/payload.h"
 #include "kernels/format/randomk.h"
 #include "kernels/format/sparse.h"
 
@@ -81,6 +82,8 @@ class GpuRandomKCodec final : public GpuCodec {
                           cudaStream_t stream) const override {
     TERN_ASSIGN_OR_RETURN(const format::RandomKHeader h, format::ReadRandomKHeader(in));
     const uint32_t k = h.k;
+    // The payload is still in host memory: the CPU decoder's value check, before any upload.
+    TERN_RETURN_IF_ERROR(::tern::internal::CheckF32Values(Name(), h.values, k));
     Arena a(d_scratch, scratch_bytes);
     uint8_t* p = a.Take<uint8_t>(in.payload.size());
     if (!a.fits()) return internal::ScratchError(Name(), DecodeScratchBytes(in), scratch_bytes);

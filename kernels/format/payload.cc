@@ -1,6 +1,7 @@
 #include "kernels/format/payload.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace tern::internal {
 
@@ -28,6 +29,17 @@ absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t 
                           signed_ok ? "" : " and >= 0", ")");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckF32Values(absl::string_view codec, const uint8_t* p, size_t n, float bound) {
+  bool bad = false;
+  for (size_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, p + 4 * i, 4);
+    bad |= !(std::abs(v) <= bound);  // NaN fails the comparison too
+  }
+  if (bad) return PayloadError(codec, "holds Inf, NaN or values beyond ", bound);
   return absl::OkStatus();
 }
 

@@ -40,6 +40,11 @@ absl::Status CheckView(absl::string_view codec, const EncodedView& in, size_t ou
 absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t count,
                          bool signed_ok = false);
 
+// Checks that `n` little-endian fp32 words at `p` are finite and at most `bound` in magnitude
+// (what a payload of raw values must hold before a decoder writes any of them).
+absl::Status CheckF32Values(absl::string_view codec, const uint8_t* p, size_t n,
+                            float bound = 3.4028235e38f);
+
 // Checks that the padding bits of a bit-packed field's last byte are zero: `bits_used` bits of
 // `bytes` bytes at `p` carry values (a canonical payload has one encoding).
 bool PaddingIsZero(const uint8_t* p, size_t bytes, size_t bits_used);
