@@ -52,6 +52,19 @@ TEST(Cli, HelpListsTheCommandsAndEachCommandsFlagsWithDefaults) {
   EXPECT_EQ(fed.code, 0);
   EXPECT_THAT(fed.out, AllOf(HasSubstr("--rounds"), HasSubstr("--clients_per_round"),
                              Not(HasSubstr("--topology"))));
+  const Result bench = Tern({"help", "bench"});  // its one subcommand
+  EXPECT_EQ(bench.code, 0) << bench.out;
+  EXPECT_THAT(bench.out, AllOf(HasSubstr("usage: tern bench codecs"), HasSubstr("--sizes")));
+}
+
+TEST(Cli, AFlagOfTheOtherModesWorkIsAnErrorBeforeAnythingStarts) {
+  // ps takes one minibatch gradient a round: the adaptive batch size is local work's.
+  const Result ps = Tern({"run", "--mode=ps", "--adaptive_batch_eta=0.5", "--rounds=2"});
+  EXPECT_EQ(ps.code, 2) << ps.out;
+  EXPECT_THAT(ps.out, HasSubstr("--adaptive_batch_eta is for local work"));
+  const Result fed = Tern({"run", "--mode=federated", "--optimizer=adam", "--rounds=2"});
+  EXPECT_EQ(fed.code, 2) << fed.out;
+  EXPECT_THAT(fed.out, HasSubstr("--optimizer=adam needs --mode=ps"));
 }
 
 TEST(Cli, AFlagOfAnotherCommandIsAnErrorNamingThatCommand) {
