@@ -1,6 +1,7 @@
 #include "cli/report.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -139,6 +140,67 @@ std::vector<std::vector<Point>> Series(const std::vector<RunSeries>& runs, const
   return out;
 }
 
+// A chart's frame: data ranges rounded out to ticks, the mapping to pixels, the grid, ticks and
+// axis titles. Wide margins: the longest tick label ("0.0001", "12000") and the titles fit.
+struct Axes {
+  static constexpr double W = 560, H = 320, L = 72, R = 28, T = 28, B = 45;
+  double x0, x1, y0, y1, xs, ys;
+  bool log_y;
+
+  Axes(double x_lo, double x_hi, double y_lo, double y_hi, bool log) : log_y(log) {
+    x0 = std::min(x_lo, 0.0);
+    x1 = x_hi == x0 ? x0 + 1 : x_hi;
+    if (y_hi == y_lo) y_hi = y_lo + 1;
+    xs = TickStep(x1 - x0);
+    x1 = std::ceil(x1 / xs) * xs;  // the axis ends on a tick, so every label sits on the axis
+    ys = log_y ? 1.0 : TickStep(y_hi - y_lo);  // decades on a log scale
+    y0 = std::floor(y_lo / ys) * ys;
+    y1 = std::ceil(y_hi / ys) * ys;
+  }
+  double px(double x) const { return L + (x - x0) / (x1 - x0) * (W - L - R); }
+  double py(double y) const { return H - B - (y - y0) / (y1 - y0) * (H - T - B); }
+
+  // The <figure> and <svg> opening, the grid with its labels and the titles.
+  std::string Open(const std::string& caption, const std::string& x_label,
+                   const std::string& y_label) const {
+    std::string svg = absl::StrFormat(
+        "<figure><figcaption>%s</figcaption><svg xmlns='http://www.w3.org/2000/svg' width='%g' "
+        "height='%g' font-family='sans-serif' font-size='11'>",
+        Html(caption), W, H);
+    for (double y = y0; y <= y1 + ys / 2; y += ys) {
+      HLine(&svg, y, "#ddd",
+            log_y ? absl::StrFormat("1e%d", static_cast<int>(std::lround(y))) : TickLabel(y));
+      // A log axis of few decades gets 2x and 5x ticks too, so its scale can be read.
+      for (double m : {2.0, 5.0}) {
+        const double ym = y + std::log10(m);
+        if (log_y && y1 - y0 <= 2 && ym < y1) HLine(&svg, ym, "#eee", TickLabel(std::pow(10, ym)));
+      }
+    }
+    for (double x = std::ceil(x0 / xs) * xs; x <= x1 + xs / 2; x += xs) {
+      absl::StrAppendFormat(&svg,
+                            "<line x1='%.1f' y1='%g' x2='%.1f' y2='%g' stroke='#eee'/>"
+                            "<text x='%.1f' y='%g' text-anchor='middle'>%s</text>",
+                            px(x), T, px(x), H - B, px(x), H - B + 15, TickLabel(x));
+    }
+    absl::StrAppendFormat(&svg,
+                          "<rect x='%g' y='%g' width='%g' height='%g' fill='none' stroke='#888'/>"
+                          "<text x='%g' y='%g' text-anchor='middle'>%s</text>"
+                          "<text transform='translate(14,%g) rotate(-90)' "
+                          "text-anchor='middle'>%s</text>",
+                          L, T, W - L - R, H - T - B, (L + W - R) / 2, H - 8, Html(x_label),
+                          (T + H - B) / 2, Html(y_label + (log_y ? " (log)" : "")));
+    return svg;
+  }
+
+ private:
+  void HLine(std::string* svg, double y, const char* color, const std::string& label) const {
+    absl::StrAppendFormat(svg,
+                          "<line x1='%g' y1='%.1f' x2='%g' y2='%.1f' stroke='%s'/>"
+                          "<text x='%g' y='%.1f' text-anchor='end'>%s</text>",
+                          L, py(y), W - R, py(y), color, L - 6, py(y) + 4, label);
+  }
+};
+
 // The chart of `c` over the runs that recorded it; "" when none did.
 std::string Chart(const std::vector<RunSeries>& runs, const ChartSpec& c) {
   const std::vector<std::vector<Point>> series = Series(runs, c);
@@ -152,61 +214,81 @@ std::string Chart(const std::vector<RunSeries>& runs, const ChartSpec& c) {
     }
   }
   if (x0 > x1) return "";
-  // Wide margins: the longest tick label ("0.0001", "12000") and the axis titles fit.
-  constexpr double W = 560, H = 320, L = 72, R = 28, T = 28, B = 45;
-  x0 = std::min(x0, 0.0);
-  if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) y1 = y0 + 1;
-  const double xs = TickStep(x1 - x0);
-  x1 = std::ceil(x1 / xs) * xs;  // the axis ends on a tick, so every label sits on the axis
-  const double ys = c.log_y ? 1.0 : TickStep(y1 - y0);  // decades on a log scale
-  y0 = std::floor(y0 / ys) * ys;
-  y1 = std::ceil(y1 / ys) * ys;
-  auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
-  auto py = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
-  std::string svg = absl::StrFormat(
-      "<figure><figcaption>%s</figcaption><svg xmlns='http://www.w3.org/2000/svg' width='%g' "
-      "height='%g' font-family='sans-serif' font-size='11'>",
-      Html(c.y_label + " vs " + c.x_label), W, H);
-  for (double y = y0; y <= y1 + ys / 2; y += ys) {
-    absl::StrAppendFormat(
-        &svg,
-        "<line x1='%g' y1='%.1f' x2='%g' y2='%.1f' stroke='#ddd'/>"
-        "<text x='%g' y='%.1f' text-anchor='end'>%s</text>",
-        L, py(y), W - R, py(y), L - 6, py(y) + 4,
-        c.log_y ? absl::StrFormat("1e%d", static_cast<int>(std::lround(y))) : TickLabel(y));
-    // A log axis of few decades gets 2x and 5x ticks too, so its scale can be read.
-    for (double m : {2.0, 5.0}) {
-      const double ym = y + std::log10(m);
-      if (!c.log_y || y1 - y0 > 2 || ym >= y1) continue;
-      absl::StrAppendFormat(&svg,
-                            "<line x1='%g' y1='%.1f' x2='%g' y2='%.1f' stroke='#eee'/>"
-                            "<text x='%g' y='%.1f' text-anchor='end'>%s</text>",
-                            L, py(ym), W - R, py(ym), L - 6, py(ym) + 4,
-                            TickLabel(std::pow(10, ym)));
-    }
-  }
-  for (double x = std::ceil(x0 / xs) * xs; x <= x1 + xs / 2; x += xs) {
-    absl::StrAppendFormat(&svg,
-                          "<line x1='%.1f' y1='%g' x2='%.1f' y2='%g' stroke='#eee'/>"
-                          "<text x='%.1f' y='%g' text-anchor='middle'>%s</text>",
-                          px(x), T, px(x), H - B, px(x), H - B + 15, TickLabel(x));
-  }
-  absl::StrAppendFormat(&svg,
-                        "<rect x='%g' y='%g' width='%g' height='%g' fill='none' stroke='#888'/>"
-                        "<text x='%g' y='%g' text-anchor='middle'>%s</text>"
-                        "<text transform='translate(14,%g) rotate(-90)' "
-                        "text-anchor='middle'>%s</text>",
-                        L, T, W - L - R, H - T - B, (L + W - R) / 2, H - 8, Html(c.x_label),
-                        (T + H - B) / 2, Html(c.y_label + (c.log_y ? " (log)" : "")));
+  const Axes a(x0, x1, y0, y1, c.log_y);
+  std::string svg = a.Open(c.y_label + " vs " + c.x_label, c.x_label, c.y_label);
   for (size_t i = 0; i < series.size(); ++i) {
     std::string pts;
-    for (const Point& p : series[i]) absl::StrAppendFormat(&pts, "%.1f,%.1f ", px(p.x), py(p.y));
+    for (const Point& p : series[i]) {
+      absl::StrAppendFormat(&pts, "%.1f,%.1f ", a.px(p.x), a.py(p.y));
+    }
     absl::StrAppendFormat(&svg, "<polyline points='%s' fill='none' stroke='%s' stroke-width='2'/>",
                           pts, kColors[i % 10]);
   }
-  svg += "</svg></figure>";
-  return svg;
+  return svg + "</svg></figure>";
+}
+
+// Where a gossip run's steps went: for each interval between evaluations, the mean milliseconds
+// per step of each part, stacked; "trainer I/O and other" is what the parts leave of the whole
+// step (WorkerStats.step_seconds). "" when the run did not record step times.
+std::string StepTimeChart(const RunSeries& run) {
+  struct Layer {
+    const char* key;
+    const char* label;
+    const char* color;
+  };
+  static constexpr Layer kLayers[] = {{"compute_s", "trainer compute", "#4e79a7"},
+                                      {"encode_s", "local update + encode", "#f28e2b"},
+                                      {"combine_s", "decode + mix", "#59a14f"},
+                                      {"transfer_s", "push (beyond wait)", "#76b7b2"},
+                                      {"wait_s", "wait for neighbours", "#e15759"},
+                                      {nullptr, "trainer I/O and other", "#bab0ac"}};
+  constexpr size_t kParts = sizeof(kLayers) / sizeof(kLayers[0]);
+  std::vector<double> xs;
+  std::vector<std::array<double, kParts>> ms;  // per interval, per layer
+  for (size_t i = 1; i < run.rows.size(); ++i) {
+    const v1::MetricsRow &prev = run.rows[i - 1], &cur = run.rows[i];
+    const double steps = cur.step() - prev.step();
+    if (!(steps > 0) || !cur.has_step_s() || !prev.has_step_s()) continue;
+    std::array<double, kParts> row{};
+    double parts = 0;
+    for (size_t l = 0; l + 1 < kParts; ++l) {
+      row[l] = std::max(
+          0.0, (Field(cur, kLayers[l].key).value_or(0) - Field(prev, kLayers[l].key).value_or(0)) /
+                   steps * 1e3);
+      parts += row[l];
+    }
+    row[kParts - 1] = std::max(0.0, (cur.step_s() - prev.step_s()) / steps * 1e3 - parts);
+    xs.push_back(cur.step());
+    ms.push_back(row);
+  }
+  if (xs.empty()) return "";
+  double top = 0;
+  for (const auto& row : ms) {
+    double sum = 0;
+    for (double v : row) sum += v;
+    top = std::max(top, sum);
+  }
+  const Axes a(0, xs.back(), 0, top, false);
+  std::string svg = a.Open("time per step (ms), " + run.name, "step", "ms per step");
+  std::vector<double> below(xs.size(), 0.0);
+  for (size_t l = 0; l < kParts; ++l) {
+    std::string pts;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      absl::StrAppendFormat(&pts, "%.1f,%.1f ", a.px(xs[i]), a.py(below[i] + ms[i][l]));
+    }
+    for (size_t i = xs.size(); i-- > 0;) {
+      absl::StrAppendFormat(&pts, "%.1f,%.1f ", a.px(xs[i]), a.py(below[i]));
+      below[i] += ms[i][l];
+    }
+    absl::StrAppendFormat(&svg, "<polygon points='%s' fill='%s' stroke='none'/>", pts,
+                          kLayers[l].color);
+  }
+  svg += "</svg><p class='legend'>";
+  for (const Layer& l : kLayers) {
+    absl::StrAppendFormat(&svg, "<span><i style='background:%s'></i>%s</span>", l.color,
+                          Html(l.label));
+  }
+  return svg + "</p></figure>";
 }
 
 // The legend, once for every chart (outside them, so it never covers a curve).
@@ -296,6 +378,7 @@ std::string RenderReport(const std::vector<RunSeries>& runs) {
   h += Legend(runs);
   h += "<div class='charts'>";
   for (const ChartSpec& c : Charts(runs)) h += Chart(runs, c);
+  for (const RunSeries& r : runs) h += StepTimeChart(r);
   h += "</div><h2>Configurations</h2>";
   for (const RunSeries& r : runs) h += "<h3>" + Html(r.name) + "</h3>" + ConfigList(r.config);
   h += "</body></html>\n";

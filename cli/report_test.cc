@@ -110,6 +110,37 @@ TEST(Report, ALogAxisOfOneDecadeHasTicksBetweenItsEnds) {
   EXPECT_THAT(html, HasSubstr(">0.005<"));
 }
 
+TEST(Report, AGossipRunStacksWhereEachStepsTimeWentWithTheRestAsTrainerIo) {
+  RunSeries run;
+  run.name = "timed";
+  for (int s = 0; s <= 200; s += 100) {
+    v1::MetricsRow r = Row(s, 0.5);
+    r.set_compute_s(s * 0.010f);  // 10 ms a step
+    r.set_encode_s(s * 0.002f);
+    r.set_combine_s(s * 0.003f);
+    r.set_transfer_s(0);
+    r.set_wait_s(s * 0.005f);
+    r.set_step_s(s * 0.030f);  // 30 ms a step: 10 ms left for the trainer's I/O
+    run.rows.push_back(r);
+  }
+  const std::string html = RenderReport({run});
+  const size_t chart = html.find("time per step (ms), timed");
+  ASSERT_NE(chart, std::string::npos);
+  size_t polygons = 0;
+  for (size_t at = html.find("<polygon", chart); at != std::string::npos;
+       at = html.find("<polygon", at + 1)) {
+    ++polygons;
+  }
+  EXPECT_EQ(polygons, 6u);  // compute, encode, decode + mix, push, wait, trainer I/O and other
+  EXPECT_THAT(html, HasSubstr("trainer I/O and other"));
+  // The stack tops out at the whole step: 30 ms, so the axis reaches 30 (ticks of 5).
+  EXPECT_THAT(html.substr(chart), HasSubstr(">30<"));
+  // A run without step times (an older folder, or an aggregator run) has no such chart.
+  run.rows[1].clear_step_s();
+  run.rows[2].clear_step_s();
+  EXPECT_THAT(RenderReport({run}), Not(HasSubstr("time per step")));
+}
+
 TEST(Report, AFederatedRunChartsBytesBothWaysRefusalsAndCloseTimesNotConsensus) {
   RunSeries run;
   run.name = "fedavg";

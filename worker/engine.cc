@@ -43,6 +43,7 @@ v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
   d.set_wait_seconds(a.wait_seconds() - b.wait_seconds());
   d.set_transfer_seconds(a.transfer_seconds() - b.transfer_seconds());
   d.set_combine_seconds(a.combine_seconds() - b.combine_seconds());
+  d.set_step_seconds(a.step_seconds() - b.step_seconds());
   d.set_loss_sum(a.loss_sum() - b.loss_sum());
   d.set_messages_refused(a.messages_refused() - b.messages_refused());
   d.set_neighbours_dropped(a.neighbours_dropped() - b.neighbours_dropped());
@@ -189,6 +190,11 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
     if (communicates) stats_.set_rounds(stats_.rounds() + 1);
     stats_.set_loss_sum(stats_.loss_sum() + in.loss);
     stats_.set_compute_seconds(stats_.compute_seconds() + in.compute_seconds);
+    const absl::Time now = absl::Now();
+    if (last_step_end_ != absl::InfinitePast()) {
+      stats_.set_step_seconds(stats_.step_seconds() + absl::ToDoubleSeconds(now - last_step_end_));
+    }
+    last_step_end_ = now;
     out.delta = StatsDelta(stats_, last_step_stats_);
     last_step_stats_ = stats_;
   }

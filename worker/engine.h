@@ -184,6 +184,7 @@ class RoundEngine {
   std::map<int64_t, std::vector<float>> snapshots_ ABSL_GUARDED_BY(mu_);
   v1::WorkerStats stats_ ABSL_GUARDED_BY(mu_);
   v1::WorkerStats last_step_stats_ ABSL_GUARDED_BY(mu_);  // stats_ when the last Step ended
+  absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace tern
