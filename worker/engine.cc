@@ -545,7 +545,12 @@ absl::StatusOr<std::vector<float>> RoundEngine::GetSnapshot(int64_t step) const 
   absl::MutexLock lock(&mu_);
   auto it = snapshots_.find(step);
   if (it != snapshots_.end()) return it->second;
-  if (step > next_step_ || num_params_ == 0) {
+  // Step publishes next_step_ just before it keeps that step's snapshot: a snapshot due at
+  // next_step_ and not there yet is a moment away, not gone (asking again finds it).
+  const bool due =
+      step > 0 && ((options_.snapshot_every > 0 && step % options_.snapshot_every == 0) ||
+                   step == options_.final_step);
+  if (step > next_step_ || num_params_ == 0 || (step == next_step_ && due)) {
     return absl::UnavailableError(
         absl::StrCat("not at step ", step, " yet (done ", next_step_, " steps)"));
   }
