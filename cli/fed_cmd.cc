@@ -504,6 +504,13 @@ v1::MetricsRow RoundRow(const FedRun& run, int64_t r, const v1::ServerStatus& rs
   return row;
 }
 
+// The port of "HOST:PORT" (0 when there is none).
+int PortOf(const std::string& address) {
+  int port = 0;
+  (void)absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port);
+  return port;
+}
+
 // Watches an aggregator run: evaluates every closed round's global model, injects the faults
 // asked for (and restarts the killed server from its checkpoint).
 class FedWatch {
@@ -515,7 +522,7 @@ class FedWatch {
         run_(run),
         server_(server),
         groups_(std::move(groups)),
-        port_(address.substr(address.rfind(':') + 1)),
+        port_(PortOf(address)),
         stub_(v1::Aggregator::NewStub(MakeChannel(address))),
         eval_(*eval),
         codecs_(*codecs) {}
@@ -558,9 +565,7 @@ class FedWatch {
     }
     // On the same port (the clients know that address); the checkpoint brings the run back.
     ::unlink((cluster_.dir() + "/server.port").c_str());
-    int port = 0;
-    (void)absl::SimpleAtoi(port_, &port);
-    cluster_.Restart(server_, ServerArgs(run_, cluster_.dir(), port));
+    cluster_.Restart(server_, ServerArgs(run_, cluster_.dir(), port_));
     server_killed_ = false;
     if (!cluster_.WaitForAddress(server_, "server.port", absl::Seconds(60)).ok()) return false;
     std::fprintf(stderr, "\n[fault injection] server restarted from its checkpoint\n");
@@ -633,7 +638,7 @@ class FedWatch {
   const FedRun& run_;
   ChildProcess* const server_;
   const std::vector<ChildProcess*> groups_;
-  const std::string port_;
+  const int port_;  // the server's, kept across a restart (the clients know that address)
   std::unique_ptr<v1::Aggregator::Stub> stub_;
   const EvalSetup& eval_;
   const CodecRegistry& codecs_;

@@ -433,15 +433,14 @@ int RunMain(const std::string& self_exe) {
     cluster.Finish();
     return 1;
   }
-  const WorkerRegistries& r = registries;
   Progress p{isatty(1) != 0, absl::Now()};
   bool killed = false;
   int64_t completed_step = -1;
   v1::MetricsRow last;
   for (int64_t step : children.ok() ? EvalSteps(run) : std::vector<int64_t>()) {
     std::vector<v1::WorkerStats> stats(run.n);
-    const auto got = CollectSnapshots(cluster, run, *children, step, model.Layout(), *r.codecs,
-                                      &killed, p, &stats);
+    const auto got = CollectSnapshots(cluster, run, *children, step, model.Layout(),
+                                      *registries.codecs, &killed, p, &stats);
     if (cluster.interrupted()) break;
     std::vector<int> have;
     for (int i = 0; i < run.n; ++i) {
