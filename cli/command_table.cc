@@ -26,9 +26,10 @@ Names Join(std::initializer_list<Names> parts) {
 
 // What the built-in trainer and the round engine read (cli/train_flags.cc).
 Names TrainingFlags() {
-  return {"algorithm", "codec",         "consensus_step", "local_steps", "lr",       "lr_schedule",
-          "momentum",  "round_timeout", "run_id",         "seed",        "topology", "weights",
-          "batch",     "data",          "epochs",         "model",       "partition"};
+  return {"algorithm",   "codec",     "consensus_step", "local_steps",    "lr",
+          "lr_schedule", "momentum",  "round_timeout",  "run_id",         "seed",
+          "topology",    "weights",   "batch",          "data",           "epochs",
+          "model",       "partition", "max_steps",      "compute_threads"};
 }
 
 // What the aggregator reads (cli/fed_cmd.cc ServerOptionsFromFlags), the run's and the daemon's.
@@ -88,6 +89,8 @@ constexpr Range kRanges[] = {
     {"lr", 0, 1e6, ">= 0 (0: the algorithm's default)"},
     {"batch", 1, 1 << 20, "in [1, 2^20]"},
     {"epochs", 1, 1e6, ">= 1"},
+    {"max_steps", 0, 1e12, ">= 0 (0: no cap)"},
+    {"compute_threads", 1, 256, "in [1, 256]"},
     {"workers", 1, 256, "in [1, 256]"},
     {"momentum", 0, 0.999999, "in [0, 1)"},
     {"consensus_step", 1e-12, 1, "in (0, 1]"},
@@ -151,10 +154,11 @@ std::vector<CommandInfo> CommandTable() {
              {"clients", "clients_per_process", "kill_server_at_round", "kill_client_at_round",
               "data", "model", "partition", "name", "out"}})},
       {"worker", "the peer daemon: gossip and trainer services (--flagfile=FILE works)",
-       Join({TrainingFlags(),
-             {"advertise", "exit_after_training", "final_model", "id", "listen", "peers",
-              "peers_file", "peers_timeout", "port_file", "round_log", "scheduler",
-              "snapshot_every", "total_steps", "trainer", "workers"}})},
+       Join(
+           {TrainingFlags(),
+            {"advertise", "exit_after_training", "final_model", "id", "listen", "peers",
+             "peers_file", "peers_timeout", "port_file", "round_log", "scheduler", "snapshot_every",
+             "total_steps", "trainer", "workers", "max_snapshots", "snapshot_dir"}})},
       {"server", "the aggregator daemon (federated, local-sgd, ps rounds)",
        Join({AggregatorFlags(), {"checkpoint", "listen", "linger_s", "port_file"}})},
       {"client",
@@ -171,6 +175,10 @@ std::vector<CommandInfo> CommandTable() {
        "encode/decode throughput, compression and bits per coordinate of every codec, against "
        "memcpy measured in the same run",
        {"sizes", "codecs", "threads", "min_time", "json"}},
+      {"bench model",
+       "one training step's compute of a built-in model (ms per step, one JSON line); "
+       "bench/model_step.py runs it beside PyTorch",
+       {"model", "batch", "compute_threads", "min_time"}},
       {"codecs", "list the codecs (spec name -> wire name)", {}},
       {"version", "print the version and build type", {}},
       {"help", "tern help [COMMAND]: the commands, or one command's flags", {}},
@@ -209,8 +217,9 @@ CommandLine ScanCommandLine(int argc, char** argv) {
       }
     } else if (line.command.empty()) {
       line.command = std::string(arg);
-    } else if (line.command == "bench" && line.positional.empty() && arg == "codecs") {
-      line.command = "bench codecs";
+    } else if (line.command == "bench" && line.positional.empty() &&
+               (arg == "codecs" || arg == "model")) {
+      line.command = absl::StrCat("bench ", arg);
     } else {
       line.positional.emplace_back(arg);
     }

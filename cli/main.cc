@@ -3,6 +3,7 @@
 //   tern worker --id=I --workers=N --peers=... [training flags]   the peer daemon
 //   tern report RUN_DIR... [--out=FILE]                            compare runs in one page
 //   tern bench codecs [--sizes=1M,16M] [--codecs=a,b] [--threads=N] [--json=FILE]
+//   tern bench model [--model=mlp:hidden=1024x1024 --batch=64 --compute_threads=1]
 //   tern codecs                 list codecs and their wire names
 //   tern version
 #include <unistd.h>
@@ -20,8 +21,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/bench_codecs.h"
+#include "cli/bench_model.h"
 #include "cli/command_table.h"
 #include "cli/commands.h"
+#include "cli/train_flags.h"
 #include "common/logging.h"
 #include "kernels/builtin.h"
 
@@ -74,8 +77,11 @@ int Help(const std::vector<tern::CommandInfo>& table, const tern::CommandLine& l
   tern::CommandLine target = line;
   if (line.command == "help") {
     target.command = line.positional.empty() ? "" : line.positional[0];
-    // "bench" has one subcommand: `tern help bench` means it too.
-    if (target.command == "bench") target.command = "bench codecs";
+    // `tern help bench model`; plain `tern help bench` means its first subcommand, codecs.
+    if (target.command == "bench") {
+      target.command =
+          line.positional.size() > 1 ? absl::StrCat("bench ", line.positional[1]) : "bench codecs";
+    }
   }
   if (absl::Status s = tern::CheckTable(table); !s.ok()) {
     std::fprintf(stderr, "tern: %s\n", std::string(s.message()).c_str());
@@ -131,6 +137,7 @@ int main(int argc, char** argv) {
   if (auto s = tern::InitLogging(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
     return Fail(std::string(s.message()));
   }
+  tern::ApplyComputeThreads();
   std::vector<std::string> cmd(args.begin() + 1, args.end());
   if (cmd[0] == "worker" && cmd.size() == 1) return tern::WorkerMain();
   if (cmd[0] == "server" && cmd.size() == 1) return tern::ServerMain();
@@ -166,6 +173,16 @@ int main(int argc, char** argv) {
     options.json_path = absl::GetFlag(FLAGS_json);
     if (options.threads < 1) return Fail("--threads must be >= 1");
     if (auto s = tern::RunBenchCodecs(options); !s.ok()) return Fail(s.ToString());
+    return 0;
+  }
+  if (cmd[0] == "bench" && cmd.size() == 2 && cmd[1] == "model") {
+    tern::BenchModelOptions options;
+    options.model = tern::ModelFlag();
+    options.batch = tern::BatchFlag();
+    options.min_seconds = absl::GetFlag(FLAGS_min_time);
+    if (auto s = tern::RunBenchModel(options, tern::ComputeThreadsFlag()); !s.ok()) {
+      return Fail(s.ToString());
+    }
     return 0;
   }
   return Fail(absl::StrCat("'", absl::StrJoin(cmd, " "), "': unexpected arguments\n",

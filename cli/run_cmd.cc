@@ -408,7 +408,7 @@ int RunMain(const std::string& self_exe) {
   const TrainTest& data = setup.data;
   const Model& model = *setup.model;
   run.steps_per_epoch = StepsPerEpoch(data.train.size(), run.n, absl::GetFlag(FLAGS_batch));
-  run.total = run.steps_per_epoch * run.epochs;
+  run.total = CapSteps(run.steps_per_epoch * run.epochs);
   run.every =
       std::max<int64_t>(1, run.steps_per_epoch / std::max(1, absl::GetFlag(FLAGS_evals_per_epoch)));
   const size_t train_size = data.train.size();

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -42,6 +43,10 @@ ABSL_FLAG(std::string, data, "",
 ABSL_FLAG(std::string, partition, "iid", "training: iid | dirichlet:alpha=A | classes:k=K");
 ABSL_FLAG(int, batch, 32, "training: minibatch per worker per step");
 ABSL_FLAG(int, epochs, 5, "training: passes over the training set (all workers together)");
+ABSL_FLAG(int64_t, max_steps, 0, "training: stop each worker after this many steps (0: --epochs)");
+ABSL_FLAG(int, compute_threads, 1,
+          "training: threads of the built-in model's matrix products (OpenBLAS) per process; 1 "
+          "suits several workers on one machine");
 
 namespace tern {
 
@@ -88,8 +93,19 @@ BuiltinTrainerOptions TrainerOptionsFromFlags(int id, int workers) {
   o.worker_id = id;
   o.num_workers = workers;
   o.seed = absl::GetFlag(FLAGS_seed);
-  o.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_round_timeout) * 3 + 60);
+  o.max_steps = absl::GetFlag(FLAGS_max_steps);
   return o;
+}
+
+std::string ModelFlag() { return absl::GetFlag(FLAGS_model); }
+int BatchFlag() { return absl::GetFlag(FLAGS_batch); }
+int ComputeThreadsFlag() { return absl::GetFlag(FLAGS_compute_threads); }
+
+void ApplyComputeThreads() { SetComputeThreads(absl::GetFlag(FLAGS_compute_threads)); }
+
+int64_t CapSteps(int64_t steps) {
+  const int64_t cap = absl::GetFlag(FLAGS_max_steps);
+  return cap > 0 ? std::min(steps, cap) : steps;
 }
 
 std::vector<std::string> SharedTrainFlagArgs() {
@@ -111,6 +127,8 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
       absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)),
       absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
+      absl::StrCat("--max_steps=", absl::GetFlag(FLAGS_max_steps)),
+      absl::StrCat("--compute_threads=", absl::GetFlag(FLAGS_compute_threads)),
   };
 }
 

@@ -22,6 +22,13 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
 BuiltinTrainerOptions TrainerOptionsFromFlags(int id, int workers);
 // --lr, or its default for the algorithm when 0.
 double EffectiveLr();
+std::string ModelFlag();
+int BatchFlag();
+int ComputeThreadsFlag();
+// --compute_threads into the built-in model's BLAS (once, before any training).
+void ApplyComputeThreads();
+// `steps` capped by --max_steps.
+int64_t CapSteps(int64_t steps);
 
 // What a launcher (`tern run`) evaluates with: --data's splits and a --model for them.
 struct EvalSetup {

@@ -2,16 +2,21 @@
 // external one (PyTorch through the Trainer service).
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
@@ -20,6 +25,7 @@
 #include "cli/process.h"
 #include "cli/train_flags.h"
 #include "common/file_util.h"
+#include "common/status_macros.h"
 #include "core/model/bundle.h"
 #include "core/rpc/channel.h"
 #include "kernels/builtin.h"
@@ -46,6 +52,10 @@ ABSL_FLAG(std::string, final_model, "",
           "worker: with the built-in trainer, write the final parameters here (a "
           "tern.v1.TensorBundle, fp32 tensors by name, written atomically) before the worker "
           "exits or goes on serving");
+ABSL_FLAG(int, max_snapshots, 16, "worker: how many kept snapshots (--snapshot_every) to hold");
+ABSL_FLAG(std::string, snapshot_dir, "",
+          "worker: with the built-in trainer, write every kept snapshot here when training ends "
+          "(step-S.f32: raw little-endian fp32 in layout order; layout.json)");
 ABSL_FLAG(std::string, round_log, "",
           "worker: write one JSON line per step (bytes sent and received, time split) here");
 ABSL_FLAG(double, peers_timeout, 60, "worker: seconds to wait for --peers_file");
@@ -102,6 +112,29 @@ absl::Status WriteFinalModel(WorkerDaemon& d, const std::string& path) {
   return status;
 }
 
+// The kept snapshots as DIR/step-S.f32 and their layout as DIR/layout.json (docs/worker.md).
+absl::Status WriteSnapshots(WorkerDaemon& d, const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot create ", dir, ": ", strerror(errno)));
+  }
+  RoundEngine* e = d.engine();
+  std::string layout = "{\"tensors\":[";
+  for (const ParamTensor& t : e->layout()) {
+    absl::StrAppend(&layout, t.offset == 0 ? "" : ",", "{\"name\":\"", t.name, "\",\"shape\":[",
+                    absl::StrJoin(t.shape, ","), "],\"offset\":", t.offset, ",\"numel\":", t.numel,
+                    "}");
+  }
+  const std::vector<int64_t> steps = e->SnapshotSteps();
+  absl::StrAppend(&layout, "],\"steps\":[", absl::StrJoin(steps, ","), "]}\n");
+  for (int64_t step : steps) {
+    TERN_ASSIGN_OR_RETURN(std::vector<float> x, e->GetSnapshot(step));
+    TERN_RETURN_IF_ERROR(WriteFileAtomically(
+        absl::StrCat(dir, "/step-", step, ".f32"),
+        std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float))));
+  }
+  return WriteFileAtomically(dir + "/layout.json", layout);
+}
+
 }  // namespace
 
 int WorkerMain() {
@@ -138,6 +171,7 @@ int WorkerMain() {
     };
   }
   options.round_log = absl::GetFlag(FLAGS_round_log);
+  options.engine.max_snapshots = std::max(1, absl::GetFlag(FLAGS_max_snapshots));
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   auto daemon = WorkerDaemon::Start(options, &registries);
   if (!daemon.ok()) {
@@ -194,8 +228,8 @@ int WorkerMain() {
   std::thread trainer;
   if (absl::GetFlag(FLAGS_trainer) == "builtin") {
     trainer = std::thread([&] {
-      absl::Status s = RunBuiltinTrainer((*daemon)->InProcessChannel(),
-                                         TrainerOptionsFromFlags(id, workers), stop);
+      std::unique_ptr<TrainerLink> link = NewInProcessTrainerLink(daemon->get());
+      absl::Status s = RunBuiltinTrainer(*link, TrainerOptionsFromFlags(id, workers), stop);
       if (!s.ok() && !stop.load()) {
         spdlog::error("worker {}: trainer: {}", id, s.ToString());
         trainer_exit = 1;
@@ -211,6 +245,12 @@ int WorkerMain() {
           spdlog::info("worker {}: final model written to {}", id, path);
         }
       }
+      if (s.ok() && !stop.load() && !absl::GetFlag(FLAGS_snapshot_dir).empty()) {
+        if (absl::Status w = WriteSnapshots(**daemon, absl::GetFlag(FLAGS_snapshot_dir)); !w.ok()) {
+          spdlog::error("worker {}: snapshots: {}", id, w.ToString());
+          trainer_exit = 1;
+        }
+      }
       if (!s.ok() || absl::GetFlag(FLAGS_exit_after_training)) kill(getpid(), SIGUSR1);
     });
   }
@@ -219,8 +259,8 @@ int WorkerMain() {
   spdlog::info("worker {}: {}, shutting down", id,
                sig == SIGUSR1 ? "trainer finished" : strsignal(sig));
   stop = true;
-  // The trainer goes first: its in-process channel must not outlive the server. A step waiting
-  // for neighbours returns at once once the engine is shut down.
+  // The trainer goes first: it calls into the daemon. A step waiting for neighbours returns at
+  // once once the engine is shut down.
   (*daemon)->engine()->Shutdown();
   if (trainer.joinable()) trainer.join();
   (*daemon)->Shutdown(absl::Seconds(5));

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "common/chunking.h"
 #include "common/json_lines.h"
 #include "common/status_macros.h"
@@ -200,20 +201,11 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
 
    private:
     absl::Status Run(const v1::TensorBundle& b) {
-      RoundEngine* e = d_->engine_.get();
       TERN_ASSIGN_OR_RETURN(std::vector<ParamTensor> layout,
                             LayoutFromBundle(b, d_->options_.engine.max_params));
-      const ParamTensor& last = layout.back();
-      std::vector<float> x0(last.offset + last.numel);
+      std::vector<float> x0(LayoutNumel(layout));
       TERN_RETURN_IF_ERROR(BundleToFlat(b, layout, *d_->codecs_, absl::MakeSpan(x0)));
-      TERN_RETURN_IF_ERROR(e->Init(layout, x0));
-      const EngineOptions& o = d_->options_.engine;
-      reply_->set_worker_id(static_cast<uint32_t>(o.worker_id));
-      reply_->set_num_workers(static_cast<uint32_t>(o.num_workers));
-      reply_->set_algorithm(o.algorithm);
-      reply_->set_step(static_cast<uint64_t>(e->next_step()));
-      spdlog::info("worker {}: model registered ({} tensors, {} parameters)", o.worker_id,
-                   layout.size(), x0.size());
+      TERN_ASSIGN_OR_RETURN(*reply_, d_->RegisterOnLoop(layout, x0));
       return absl::OkStatus();
     }
 
@@ -269,9 +261,6 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
     absl::Status Run(const v1::TensorBundle& b) {
       RoundEngine* e = d_->engine_.get();
       if (!e->initialized()) return absl::FailedPreconditionError("register the model first");
-      if (!d_->transport_->has_peers() && d_->options_.engine.num_workers > 1) {
-        return absl::UnavailableError("this worker does not know its peers yet");
-      }
       std::vector<ParamTensor> layout = e->layout();
       std::vector<float> grad(LayoutNumel(layout));
       TERN_RETURN_IF_ERROR(BundleToFlat(b, layout, *d_->codecs_, absl::MakeSpan(grad)));
@@ -281,14 +270,13 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
       in.loss = info_.loss();
       in.compute_seconds = info_.compute_seconds();
       in.grad = grad;
-      TERN_ASSIGN_OR_RETURN(StepOutcome out, e->Step(in));
+      TERN_ASSIGN_OR_RETURN(StepOutcome out, d_->StepOnLoop(in));
       v1::StepResult result;
       result.set_step(static_cast<uint64_t>(out.step));
       result.set_lr(out.lr);
       for (int j : out.mixed) result.add_mixed(static_cast<uint32_t>(j));
       for (int j : out.dropped) result.add_dropped(static_cast<uint32_t>(j));
       *result.mutable_step_stats() = out.delta;
-      d_->LogStep(out);
       TERN_ASSIGN_OR_RETURN(v1::TensorBundle params, FlatToBundle(layout, e->params()));
       params.set_round(static_cast<uint64_t>(out.step));
       TERN_ASSIGN_OR_RETURN(replies_, ChunkedReplies(params, static_cast<uint64_t>(out.step),
@@ -377,7 +365,76 @@ std::shared_ptr<grpc::Channel> WorkerDaemon::InProcessChannel() {
   return server_->InProcessChannel(TernChannelArguments());
 }
 
+absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterOnLoop(
+    const std::vector<ParamTensor>& layout, absl::Span<const float> x0) {
+  RoundEngine* e = engine_.get();
+  TERN_RETURN_IF_ERROR(e->Init(layout, x0));
+  const EngineOptions& o = options_.engine;
+  v1::RegisterReply reply;
+  reply.set_worker_id(static_cast<uint32_t>(o.worker_id));
+  reply.set_num_workers(static_cast<uint32_t>(o.num_workers));
+  reply.set_algorithm(o.algorithm);
+  reply.set_step(static_cast<uint64_t>(e->next_step()));
+  last_step_end_ = absl::Now();
+  spdlog::info("worker {}: model registered ({} tensors, {} parameters)", o.worker_id,
+               layout.size(), x0.size());
+  return reply;
+}
+
+absl::StatusOr<StepOutcome> WorkerDaemon::StepOnLoop(const StepInput& in) {
+  RoundEngine* e = engine_.get();
+  if (!e->initialized()) return absl::FailedPreconditionError("register the model first");
+  if (!transport_->has_peers() && options_.engine.num_workers > 1) {
+    return absl::UnavailableError("this worker does not know its peers yet");
+  }
+  TERN_ASSIGN_OR_RETURN(StepOutcome out, e->Step(in));
+  LogStep(out);
+  return out;
+}
+
+absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterInProcess(
+    const std::vector<ParamTensor>& layout, absl::Span<const float> x0) {
+  if (layout.empty() || x0.size() != LayoutNumel(layout)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model has ", x0.size(), " parameters; its layout says ", LayoutNumel(layout)));
+  }
+  absl::StatusOr<v1::RegisterReply> reply = absl::UnavailableError("worker is shutting down");
+  absl::Notification done;
+  Post([&](bool cancelled) {
+    if (!cancelled) reply = RegisterOnLoop(layout, x0);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return reply;
+}
+
+absl::StatusOr<absl::Span<const float>> WorkerDaemon::StepInProcess(const StepInput& in,
+                                                                    StepOutcome* outcome) {
+  absl::StatusOr<absl::Span<const float>> params =
+      absl::UnavailableError("worker is shutting down");
+  absl::Notification done;
+  Post([&](bool cancelled) {
+    if (!cancelled) {
+      if (engine_->initialized() && in.grad.size() != engine_->params().size()) {
+        params = absl::InvalidArgumentError(absl::StrCat("the gradient has ", in.grad.size(),
+                                                         " values; the model has ",
+                                                         engine_->params().size()));
+      } else if (absl::StatusOr<StepOutcome> out = StepOnLoop(in); !out.ok()) {
+        params = out.status();
+      } else {
+        if (outcome != nullptr) *outcome = *std::move(out);
+        params = engine_->params();
+      }
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return params;
+}
+
 void WorkerDaemon::LogStep(const StepOutcome& out) {
+  const absl::Time start = last_step_end_;
+  last_step_end_ = absl::Now();
   if (!round_log_.is_open()) return;
   const v1::WorkerStats& d = out.delta;
   v1::StepRecord r;
@@ -398,6 +455,8 @@ void WorkerDaemon::LogStep(const StepOutcome& out) {
   r.set_combine_s(d.combine_seconds());
   for (int id : out.mixed) r.add_mixed_ids(id);
   for (int id : out.dropped) r.add_dropped_ids(id);
+  r.set_start_unix_s(absl::ToDoubleSeconds(start - absl::UnixEpoch()));
+  r.set_end_unix_s(absl::ToDoubleSeconds(last_step_end_ - absl::UnixEpoch()));
   round_log_ << ToJsonLine(r);
   round_log_.flush();  // as it goes: a reader (or a crash) sees every finished step
 }

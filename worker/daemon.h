@@ -23,8 +23,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "core/model/layout.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/registry.h"
+#include "tern/v1/worker.pb.h"
 #include "worker/engine.h"
 #include "worker/grpc_transport.h"
 
@@ -50,8 +53,17 @@ class WorkerDaemon {
   absl::Status SetPeers(const std::vector<std::string>& addresses) {
     return transport_->SetPeers(addresses);
   }
-  // A channel to this daemon that skips the network (the built-in trainer's).
+  // A channel to this daemon that skips the network.
   std::shared_ptr<grpc::Channel> InProcessChannel();
+
+  // A trainer in this process (the built-in one): what Trainer.Register and Trainer.Step do, in
+  // the same order with the other calls, on the round-loop thread, with no serialization and no
+  // copy. They block until done; Unavailable once Shutdown() began.
+  absl::StatusOr<v1::RegisterReply> RegisterInProcess(const std::vector<ParamTensor>& layout,
+                                                      absl::Span<const float> x0);
+  // Runs a step with `in.grad` (read in place) and returns a view of the parameters after it,
+  // valid and unchanged until the next step; `outcome` (may be null) gets what the step did.
+  absl::StatusOr<absl::Span<const float>> StepInProcess(const StepInput& in, StepOutcome* outcome);
   RoundEngine* engine() { return engine_.get(); }
 
   // Stops accepting calls, lets running ones finish for up to `grace`, then cancels the rest.
@@ -68,7 +80,11 @@ class WorkerDaemon {
   WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
                std::unique_ptr<GrpcTransport> transport, std::unique_ptr<RoundEngine> engine);
   void LoopThread();
-  void LogStep(const StepOutcome& out);  // round-loop thread only
+  // Round-loop thread only.
+  absl::StatusOr<v1::RegisterReply> RegisterOnLoop(const std::vector<ParamTensor>& layout,
+                                                   absl::Span<const float> x0);
+  absl::StatusOr<StepOutcome> StepOnLoop(const StepInput& in);
+  void LogStep(const StepOutcome& out);
 
   const DaemonOptions options_;
   const CodecRegistry* const codecs_;
@@ -84,7 +100,8 @@ class WorkerDaemon {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
-  std::ofstream round_log_;  // written by the round-loop thread only
+  std::ofstream round_log_;                          // written by the round-loop thread only
+  absl::Time last_step_end_ = absl::InfinitePast();  // round-loop thread only
 };
 
 }  // namespace tern

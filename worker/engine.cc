@@ -541,6 +541,13 @@ void RoundEngine::KeepSnapshot(int64_t step, absl::Span<const float> x) {
   }
 }
 
+std::vector<int64_t> RoundEngine::SnapshotSteps() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int64_t> steps;
+  for (const auto& [step, x] : snapshots_) steps.push_back(step);
+  return steps;
+}
+
 absl::StatusOr<std::vector<float>> RoundEngine::GetSnapshot(int64_t step) const {
   absl::MutexLock lock(&mu_);
   auto it = snapshots_.find(step);

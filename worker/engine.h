@@ -129,6 +129,8 @@ class RoundEngine {
   // Parameters after `step` steps: NotFound when never kept or evicted, Unavailable when the
   // worker has not got there yet.
   absl::StatusOr<std::vector<float>> GetSnapshot(int64_t step) const;
+  // The steps whose parameters are kept now, oldest first.
+  std::vector<int64_t> SnapshotSteps() const;
   v1::WorkerStats Stats() const;
 
   // SwarmSGD: a neighbour's model; answers with ours and averages theirs in at our next step.

@@ -6,18 +6,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/chunking.h"
 #include "common/status_macros.h"
-#include "core/model/bundle.h"
-#include "core/rpc/channel.h"
-#include "core/rpc/chunk_stream.h"
-#include "core/rpc/status.h"
 #include "core/workload/builtin_model.h"
 #include "core/workload/dataset.h"
 #include "core/workload/partition.h"
-#include "kernels/builtin.h"
 #include "spdlog/spdlog.h"
-#include "tern/v1/worker.grpc.pb.h"
 
 namespace tern {
 
@@ -26,8 +19,8 @@ int64_t StepsPerEpoch(size_t train_size, int workers, int batch) {
   return static_cast<int64_t>((train_size + per_step - 1) / per_step);
 }
 
-absl::Status RunBuiltinTrainer(const std::shared_ptr<grpc::Channel>& channel,
-                               const BuiltinTrainerOptions& o, const std::atomic<bool>& stop) {
+absl::Status RunBuiltinTrainer(TrainerLink& link, const BuiltinTrainerOptions& o,
+                               const std::atomic<bool>& stop) {
   if (o.batch < 1 || o.epochs < 0) return absl::InvalidArgumentError("batch >= 1, epochs >= 0");
   TERN_ASSIGN_OR_RETURN(PartitionSpec pspec, ParsePartition(o.partition));
   Dataset shard;
@@ -55,34 +48,17 @@ absl::Status RunBuiltinTrainer(const std::shared_ptr<grpc::Channel>& channel,
   }
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                         CreateModel(o.model, shard.dim, shard.num_classes));
-  std::vector<float> params(model->NumParams()), grad(model->NumParams());
-  model->Init(o.seed, absl::MakeSpan(params));
-  const std::vector<ParamTensor>& layout = model->Layout();
-  auto codecs = NewBuiltinCodecRegistry();
-  auto stub = v1::Trainer::NewStub(channel);
-
-  // Register.
-  {
-    TERN_ASSIGN_OR_RETURN(v1::TensorBundle b, FlatToBundle(layout, params));
-    TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks, ChunkBundle(b, 0));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + o.step_timeout));
-    v1::RegisterReply reply;
-    auto writer = stub->Register(&ctx, &reply);
-    for (auto& c : chunks) {
-      v1::RegisterRequest req;
-      *req.mutable_chunk() = std::move(c);
-      if (!writer->Write(req)) break;
-    }
-    writer->WritesDone();
-    TERN_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
-    if (reply.step() != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "worker is at step ", reply.step(), "; the built-in trainer only starts fresh runs"));
-    }
+  std::vector<float> x0(model->NumParams()), grad(model->NumParams());
+  model->Init(o.seed, absl::MakeSpan(x0));
+  TERN_ASSIGN_OR_RETURN(const int64_t at, link.Register(model->Layout(), x0));
+  if (at != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker is at step ", at, "; the built-in trainer only starts fresh runs"));
   }
+  absl::Span<const float> params(x0);  // then the worker's, as each step returns them
 
-  const int64_t steps = o.epochs * StepsPerEpoch(train_size, o.num_workers, o.batch);
+  int64_t steps = o.epochs * StepsPerEpoch(train_size, o.num_workers, o.batch);
+  if (o.max_steps > 0) steps = std::min(steps, o.max_steps);
   spdlog::info("worker {}: training {} on {} examples ({}), {} steps of batch {}", o.worker_id,
                model->Spec(), shard.size(), shard.source, steps, o.batch);
   std::mt19937_64 rng(o.seed * 1000003 + static_cast<uint64_t>(o.worker_id));
@@ -102,34 +78,13 @@ absl::Status RunBuiltinTrainer(const std::shared_ptr<grpc::Channel>& channel,
       std::copy_n(shard.row(i), shard.dim, x.data() + static_cast<size_t>(b) * shard.dim);
       y[b] = shard.labels[i];
     }
-    const float loss = model->LossAndGradient(params, x.data(), y.data(),
-                                              static_cast<size_t>(o.batch), absl::MakeSpan(grad));
-    const double compute = absl::ToDoubleSeconds(absl::Now() - t0);
-
-    TERN_ASSIGN_OR_RETURN(v1::TensorBundle gb, FlatToBundle(layout, grad));
-    gb.set_round(static_cast<uint64_t>(step));
-    TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
-                          ChunkBundle(gb, static_cast<uint64_t>(step)));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + o.step_timeout));
-    auto stream = stub->Step(&ctx);
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      v1::StepRequest req;
-      if (c == 0) {
-        v1::StepInfo* info = req.mutable_info();
-        info->set_step(static_cast<uint64_t>(step));
-        info->set_loss(loss);
-        info->set_compute_seconds(compute);
-      }
-      *req.mutable_chunk() = std::move(chunks[c]);
-      if (!stream->Write(req)) break;
-    }
-    stream->WritesDone();
-    v1::StepReply first;
-    absl::StatusOr<v1::TensorBundle> pb = ReadChunkedBundle(stream.get(), &first);
-    TERN_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));
-    TERN_RETURN_IF_ERROR(pb.status());
-    TERN_RETURN_IF_ERROR(BundleToFlat(*pb, layout, *codecs, absl::MakeSpan(params)));
+    TrainerStep s;
+    s.step = step;
+    s.loss = model->LossAndGradient(params, x.data(), y.data(), static_cast<size_t>(o.batch),
+                                    absl::MakeSpan(grad));
+    s.compute_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    s.grad = grad;
+    TERN_ASSIGN_OR_RETURN(params, link.Step(s));
   }
   return absl::OkStatus();
 }

@@ -1,7 +1,8 @@
 // The embedded default workload: a C++ trainer (softmax or MLP on Fashion-MNIST, or synthetic
-// data when the dataset is absent) that drives a worker through the Trainer gRPC service exactly
-// as a PyTorch trainer would: Register the model, then each step send the gradient and take the
-// parameters back.
+// data when the dataset is absent) that drives a worker as any trainer does: Register the model,
+// then each step hand over the gradient and take the parameters back. `tern worker` links it
+// straight into its daemon (NewInProcessTrainerLink); over NewGrpcTrainerLink it speaks the
+// Trainer service exactly as an external trainer would.
 //
 // Thread-safety: RunBuiltinTrainer blocks its calling thread; `stop` may be set from any thread.
 #ifndef TERN_CLIENTS_CPP_BUILTIN_TRAINER_H_
@@ -13,8 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/time/time.h"
-#include "grpcpp/grpcpp.h"
+#include "clients/cpp/trainer_link.h"
 
 namespace tern {
 
@@ -26,16 +26,16 @@ struct BuiltinTrainerOptions {
   int epochs = 1;
   int worker_id = 0;
   int num_workers = 1;
-  uint64_t seed = 1;  // same on every worker: data split and initial model
-  absl::Duration step_timeout = absl::Minutes(5);
+  uint64_t seed = 1;      // same on every worker: data split and initial model
+  int64_t max_steps = 0;  // stop after this many steps (0: after `epochs`)
 };
 
 // Steps every worker takes per epoch: ceil(train_size / (workers * batch)), so that together
 // they see the training set once per epoch whatever the partition's sizes.
 int64_t StepsPerEpoch(size_t train_size, int workers, int batch);
 
-absl::Status RunBuiltinTrainer(const std::shared_ptr<grpc::Channel>& channel,
-                               const BuiltinTrainerOptions& options, const std::atomic<bool>& stop);
+absl::Status RunBuiltinTrainer(TrainerLink& link, const BuiltinTrainerOptions& options,
+                               const std::atomic<bool>& stop);
 
 }  // namespace tern
 

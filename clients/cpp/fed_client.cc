@@ -124,12 +124,13 @@ absl::Status FedClient::Retry(const absl::Status& s) {
   if (unreachable_since_ == absl::InfiniteFuture()) unreachable_since_ = now;
   const std::string server = options_.server.empty() ? "the server" : options_.server;
   if (now - unreachable_since_ > options_.give_up_after) {
-    spdlog::error("{}: cannot reach {} ({}); gave up after {}", name_, server, std::string(s.message()),
-                  absl::FormatDuration(options_.give_up_after));
+    spdlog::error("{}: cannot reach {} ({}); gave up after {}", name_, server,
+                  std::string(s.message()), absl::FormatDuration(options_.give_up_after));
     return s;
   }
   if (now - last_said_ >= absl::Seconds(5)) {
-    spdlog::warn("{}: cannot reach {} ({}), retrying for up to {}", name_, server, std::string(s.message()),
+    spdlog::warn("{}: cannot reach {} ({}), retrying for up to {}", name_, server,
+                 std::string(s.message()),
                  absl::FormatDuration(options_.give_up_after - (now - unreachable_since_)));
     last_said_ = now;
   }

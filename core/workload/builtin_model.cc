@@ -1,5 +1,8 @@
 #include "core/workload/builtin_model.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,67 +11,50 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cblas.h"
 #include "common/rng.h"
 #include "common/spec.h"
 #include "common/status_macros.h"
 
+// Exported by OpenBLAS (pthread build) but not declared in its headers.
+extern "C" int blas_thread_shutdown_(void);
+
 namespace tern {
 namespace {
 
-// y[b, :] = bias + x[b, :] * w, with w stored [in, out]: the inner loop is an axpy over `out`,
-// which vectorises without reassociating any sum.
+// BLAS dimensions are ints; CreateModel caps every width at 65536 and a batch is far smaller.
+blasint Int(size_t n) { return static_cast<blasint>(n); }
+
+// The three products of a dense layer, each one OpenBLAS sgemm over row-major matrices;
+// w is stored [in, out].
+//
+// y[batch, out] = x[batch, in] * w + bias.
 void Affine(const float* x, size_t batch, size_t in, const float* w, const float* bias, size_t out,
             float* y) {
-  for (size_t b = 0; b < batch; ++b) {
-    float* yb = y + b * out;
-    std::memcpy(yb, bias, out * sizeof(float));
-    const float* xb = x + b * in;
-    for (size_t k = 0; k < in; ++k) {
-      const float a = xb[k];
-      if (a == 0.0f) continue;  // ReLU outputs are half zeros
-      const float* wk = w + k * out;
-      for (size_t o = 0; o < out; ++o) yb[o] += a * wk[o];
-    }
-  }
+  for (size_t b = 0; b < batch; ++b) std::memcpy(y + b * out, bias, out * sizeof(float));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Int(batch), Int(out), Int(in), 1.0f, x,
+              Int(in), w, Int(out), 1.0f, y, Int(out));
 }
 
-// gw[k, :] += x[b, k] * dy[b, :] over the batch; gb += sum_b dy[b, :].
+// gw[in, out] = x^T * dy; gb = sum over the batch of dy. Both overwritten.
 void AffineGrad(const float* x, size_t batch, size_t in, const float* dy, size_t out, float* gw,
                 float* gb) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Int(in), Int(out), Int(batch), 1.0f, x,
+              Int(in), dy, Int(out), 0.0f, gw, Int(out));
+  std::fill_n(gb, out, 0.0f);
   for (size_t b = 0; b < batch; ++b) {
-    const float* xb = x + b * in;
     const float* dyb = dy + b * out;
     for (size_t o = 0; o < out; ++o) gb[o] += dyb[o];
-    for (size_t k = 0; k < in; ++k) {
-      const float a = xb[k];
-      if (a == 0.0f) continue;
-      float* gk = gw + k * out;
-      for (size_t o = 0; o < out; ++o) gk[o] += a * dyb[o];
-    }
   }
 }
 
-// dx[b, k] = sum_o dy[b, o] * w[k, o], masked by the ReLU (x[b, k] > 0).
+// dx[batch, in] = dy * w^T, masked by the ReLU (relu_out > 0).
 void BackwardInput(const float* dy, size_t batch, const float* w, size_t in, size_t out,
                    const float* relu_out, float* dx) {
-  for (size_t b = 0; b < batch; ++b) {
-    const float* dyb = dy + b * out;
-    for (size_t k = 0; k < in; ++k) {
-      if (relu_out[b * in + k] <= 0.0f) {
-        dx[b * in + k] = 0.0f;
-        continue;
-      }
-      const float* wk = w + k * out;
-      float acc[8] = {};
-      size_t o = 0;
-      for (; o + 8 <= out; o += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] += dyb[o + j] * wk[o + j];
-      }
-      float s = 0;
-      for (; o < out; ++o) s += dyb[o] * wk[o];
-      for (float v : acc) s += v;
-      dx[b * in + k] = s;
-    }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int(batch), Int(in), Int(out), 1.0f, dy,
+              Int(out), w, Int(out), 0.0f, dx, Int(in));
+  for (size_t i = 0; i < batch * in; ++i) {
+    if (relu_out[i] <= 0.0f) dx[i] = 0.0f;
   }
 }
 
@@ -142,7 +128,6 @@ class Mlp final : public Model {
       z[y[b]] -= 1.0f;
       for (size_t c = 0; c < widths_.back(); ++c) z[c] *= inv_batch;
     }
-    std::fill(grad.begin(), grad.end(), 0.0f);
     std::vector<float> dy = std::move(acts.back());
     for (size_t l = NumLayers(); l-- > 0;) {
       const float* in = l == 0 ? x : acts[l - 1].data();
@@ -205,6 +190,19 @@ class Mlp final : public Model {
 };
 
 }  // namespace
+
+void SetComputeThreads(int threads) {
+  // OpenBLAS starts its thread pool when the library loads, before main() can block the signals
+  // the daemons wait for with sigwait(): a SIGTERM could land on a pool thread and kill the
+  // process. So the pool is stopped and made again here with every signal blocked; its threads
+  // inherit that mask and never take a signal.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  blas_thread_shutdown_();
+  openblas_set_num_threads(std::max(1, threads));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
 
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(absl::string_view spec, size_t input_dim,
                                                    int num_classes) {

@@ -45,6 +45,10 @@ class Model {
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(absl::string_view spec, size_t input_dim,
                                                    int num_classes);
 
+// Threads every model's matrix products use (OpenBLAS's pool, process-wide): set once at start,
+// before any training. Results may differ in the last bits between thread counts.
+void SetComputeThreads(int threads);
+
 }  // namespace tern
 
 #endif  // TERN_CORE_WORKLOAD_BUILTIN_MODEL_H_

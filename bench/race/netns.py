@@ -1,0 +1,129 @@
+"""Network namespaces joined by a bridge, every link shaped with tbf: the sites of the race.
+
+    with Sites(4, "100mbit") as net:
+        net.popen(0, ["tern", "worker", ...])      # runs inside site 0's namespace
+        net.tx_bytes(0)                             # bytes site 0 sent on its link
+
+Site i is namespace `tern-race-i` with address 10.77.0.(i+1)/24 on veth `rv{i}`; the other end,
+`rb{i}`, sits on bridge `br0` in namespace `tern-race-hub`. Both directions of every link are
+shaped to the rate (tbf: one token bucket, no added delay; this kernel has no netem), so a site
+has `rate` up and `rate` down, as a site behind one commodity link does. Needs root
+(CAP_NET_ADMIN). Everything is torn down on exit, on Ctrl-C and on SIGTERM.
+"""
+import os
+import signal
+import subprocess
+
+PREFIX = "tern-race"
+
+
+def _run(*cmd, check=True):
+    r = subprocess.run(list(cmd), capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
+    return r
+
+
+def rate_bits(rate):
+    """'100mbit' -> 1e8."""
+    units = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
+    for u, m in units.items():
+        if rate.endswith(u):
+            return float(rate[:-len(u)]) * m
+    raise ValueError(f"rate {rate!r}: a number with gbit, mbit or kbit")
+
+
+def require_root():
+    if os.geteuid() != 0:
+        raise SystemExit("bench/race needs root (network namespaces and tc): run it with sudo, "
+                         "or as root in a container with CAP_NET_ADMIN")
+
+
+def cleanup_leftovers():
+    for line in _run("ip", "netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(PREFIX):
+            _run("ip", "netns", "del", name, check=False)
+
+
+class Sites:
+    def __init__(self, n, rate):
+        self.n, self.rate = n, rate
+        self.procs = []
+        self._old = {}
+
+    def ns(self, i):
+        return f"{PREFIX}-{i}"
+
+    def addr(self, i):
+        return f"10.77.0.{i + 1}"
+
+    def __enter__(self):
+        require_root()
+        cleanup_leftovers()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._on_signal)
+        try:
+            self._up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.down()
+        for sig, h in self._old.items():
+            signal.signal(sig, h)
+        return False
+
+    def _on_signal(self, sig, frame):
+        self.down()
+        raise SystemExit(f"interrupted (signal {sig}); namespaces removed")
+
+    def _up(self):
+        hub = f"{PREFIX}-hub"
+        _run("ip", "netns", "add", hub)
+        _run("ip", "-n", hub, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", hub, "link", "set", "br0", "up")
+        bits = rate_bits(self.rate)
+        # A bucket of 10 ms at the rate, at least 64 KiB so one TSO segment fits.
+        burst = max(65536, int(bits / 8 / 100))
+        for i in range(self.n):
+            ns = self.ns(i)
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "add", f"rv{i}", "netns", ns, "type", "veth", "peer", "name",
+                 f"rb{i}", "netns", hub)
+            _run("ip", "-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", f"rv{i}")
+            for where, dev in ((ns, f"rv{i}"), (hub, f"rb{i}")):
+                _run("ip", "-n", where, "link", "set", dev, "up")
+                _run("tc", "-n", where, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                     self.rate, "burst", str(burst), "latency", "100ms")
+            _run("ip", "-n", hub, "link", "set", f"rb{i}", "master", "br0")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def popen(self, i, cmd, log_path, env=None):
+        """Starts `cmd` in site i's namespace, output to `log_path`."""
+        log = open(log_path, "w")
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns(i)] + list(cmd), stdout=log,
+                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def tx_bytes(self, i):
+        path = f"/sys/class/net/rv{i}/statistics/tx_bytes"
+        return int(_run("ip", "netns", "exec", self.ns(i), "cat", path).stdout)
+
+    def kill_all(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for p in self.procs:
+            p.wait()
+        self.procs = []
+
+    def down(self):
+        self.kill_all()
+        cleanup_leftovers()

@@ -1,0 +1,313 @@
+#!/usr/bin/python3
+"""The race: tern against PyTorch DDP over shaped links (issue 16; docs/benchmarks.md).
+
+    sudo /usr/bin/python3 bench/race/race.py --rates 100mbit,10mbit [--rows ...] [--steps 470]
+
+For each rate it builds one network namespace per worker joined by a bridge, every link shaped
+with tbf (bench/race/netns.py), and runs each row there, one after another, on the same model,
+data (Fashion-MNIST, iid shards), initial parameters, batch, learning-rate schedule and steps,
+every worker with one compute thread on the same cores. It prints wall time, time to 84 % and
+86 % test accuracy, MB each worker sent (counted on its interface), final accuracy, and every
+tern row's speed-up over every anchor; it writes results.json and time-to-accuracy curves
+(curves-RATE.png / .svg) under --out. Accuracy is that of the workers' average model, evaluated
+after the run from snapshots kept in memory during it.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import common  # noqa: E402
+import netns  # noqa: E402
+
+PY = "/usr/bin/python3"
+PORT = 7000
+TARGETS = (0.84, 0.86)
+
+# name -> how it runs. "builtin": tern's own C++ trainer; "torch": rank.py drives the worker.
+ROWS = {
+    "ddp": {"kind": "ddp"},
+    "ddp-powersgd": {"kind": "ddp-powersgd"},
+    "tern-decentlam-fp16": {"kind": "tern", "trainer": "builtin",
+                            "flags": ["--algorithm=decentlam", "--codec=fp16"]},
+    "tern-choco-stc": {"kind": "tern", "trainer": "builtin",
+                       "flags": ["--algorithm=choco", "--codec=stc:ratio=0.01",
+                                 "--consensus_step=0.05"]},
+    "tern-choco-topk-torch": {"kind": "tern", "trainer": "torch",
+                              "flags": ["--algorithm=choco", "--codec=topk:ratio=0.01",
+                                        "--consensus_step=0.05"]},
+}
+DEFAULT_ROWS = "ddp,ddp-powersgd,tern-choco-stc,tern-choco-topk-torch"
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rates", default="100mbit", help="comma-separated tbf rates")
+    p.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated, of {','.join(ROWS)}")
+    p.add_argument("--model", default="mlp:1024x1024", help="mlp:H1xH2 or cnn (torch rows only)")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--steps", type=int, default=470)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--snapshots", type=int, default=40, help="evaluation points per run")
+    p.add_argument("--tern", default=os.path.join(ROOT, "build", "cli", "tern"))
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per row")
+    p.add_argument("--out", default="")
+    p.add_argument("--data", default=common.DATA)
+    return p.parse_args()
+
+
+def env_for_ranks():
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "clients", "python"),
+                                           os.path.join(ROOT, "build", "clients", "python"),
+                                           HERE]))
+    return env
+
+
+def tern_model_spec(model):
+    return "mlp:hidden=" + model.split(":", 1)[1]
+
+
+def prepare_init(a, out):
+    """The built-in model's initial parameters, in tern's layout and in torch's order."""
+    d = os.path.join(out, "init")
+    subprocess.run([a.tern, "worker", "--workers=1", "--listen=127.0.0.1:0", "--max_steps=1",
+                    f"--model={tern_model_spec(a.model)}", f"--batch={a.batch}", "--seed=1",
+                    f"--snapshot_dir={d}", "--exit_after_training", "--log_level=warn"],
+                   check=True)
+    layout = json.load(open(os.path.join(d, "layout.json")))
+    x = np.fromfile(os.path.join(d, "step-0.f32"), dtype="<f4")
+    path = os.path.join(out, "init-torch.f32")
+    common.from_tern_layout(x, layout).tofile(path)
+    return path
+
+
+def tern_worker_cmd(a, row, i, rdir, every):
+    peers = ",".join(f"10.77.0.{j + 1}:{PORT}" for j in range(a.workers))
+    cmd = [a.tern, "worker", f"--id={i}", f"--workers={a.workers}", f"--peers={peers}",
+           f"--batch={a.batch}", f"--round_log={rdir}/rank-{i}.steps.jsonl", "--log_level=warn",
+           "--seed=1", "--compute_threads=1"] + row["flags"]
+    if row["trainer"] == "builtin":
+        cmd += [f"--listen=10.77.0.{i + 1}:{PORT}", f"--model={tern_model_spec(a.model)}",
+                f"--max_steps={a.steps}", "--epochs=1000", f"--snapshot_every={every}",
+                "--max_snapshots=100000", f"--snapshot_dir={rdir}/rank-{i}",
+                "--exit_after_training"]
+    else:
+        cmd += [f"--listen=0.0.0.0:{PORT}", "--trainer=external"]
+    return cmd
+
+
+def rank_cmd(a, kind, i, rdir, every, init):
+    cmd = [PY, os.path.join(HERE, "rank.py"), f"--kind={kind}", f"--rank={i}",
+           f"--world={a.workers}", f"--model={a.model}", f"--steps={a.steps}",
+           f"--batch={a.batch}", f"--snapshot_every={every}", f"--out={rdir}/rank-{i}",
+           f"--data={a.data}", f"--master=10.77.0.1:29500", f"--worker=127.0.0.1:{PORT}"]
+    return cmd + ([f"--init={init}"] if init else [])
+
+
+def run_row(a, net, name, row, rdir, init):
+    """Runs one row to the end; returns {ok, tx_mb, log}."""
+    os.makedirs(rdir, exist_ok=True)
+    every = max(1, a.steps // a.snapshots)
+    before = [net.tx_bytes(i) for i in range(a.workers)]
+    mains, daemons = [], []
+    for i in range(a.workers):
+        env = dict(env_for_ranks(), GLOO_SOCKET_IFNAME=f"rv{i}")
+        if row["kind"] == "tern":
+            w = net.popen(i, tern_worker_cmd(a, row, i, rdir, every), f"{rdir}/worker-{i}.log",
+                          env)
+            (mains if row["trainer"] == "builtin" else daemons).append(w)
+            if row["trainer"] == "torch":
+                mains.append(net.popen(i, rank_cmd(a, "tern-torch", i, rdir, every, init),
+                                       f"{rdir}/rank-{i}.log", env))
+        else:
+            mains.append(net.popen(i, rank_cmd(a, row["kind"], i, rdir, every, init),
+                                   f"{rdir}/rank-{i}.log", env))
+    ok = wait_all(mains, time.time() + a.timeout)
+    for d in daemons:
+        d.terminate()
+    for d in daemons:
+        try:
+            d.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    net.kill_all()
+    after = [net.tx_bytes(i) for i in range(a.workers)]
+    return {"ok": ok, "tx_mb": float(np.mean([(b - c) / 1e6 for b, c in zip(after, before)]))}
+
+
+def wait_all(procs, deadline):
+    """True when every process exits 0; at the first failure or the deadline, False."""
+    while time.time() < deadline:
+        codes = [p.poll() for p in procs]
+        if any(c not in (None, 0) for c in codes):
+            return False
+        if all(c == 0 for c in codes):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def snapshot_series(a, row, rdir):
+    """[(steps, seconds since the start, average flat params in torch order)]."""
+    ranks = [0] if row["kind"] != "tern" else list(range(a.workers))
+    if row["kind"] == "tern" and row["trainer"] == "builtin":
+        layout = json.load(open(f"{rdir}/rank-0/layout.json"))
+        ends, starts = {}, []
+        for i in ranks:
+            for line in open(f"{rdir}/rank-{i}.steps.jsonl"):
+                r = json.loads(line)
+                s = r.get("step", 0) + 1
+                ends[s] = max(ends.get(s, 0), r["end_unix_s"])
+                if r.get("step", 0) == 0:
+                    starts.append(r["start_unix_s"])
+        t0 = min(starts)
+        ends[0] = t0
+        steps = sorted(set(layout["steps"]))
+        convert = lambda x: common.from_tern_layout(x, layout)  # noqa: E731
+    else:
+        times = [json.load(open(f"{rdir}/rank-{i}/times.json")) for i in ranks]
+        t0 = min(t["start_unix_s"] for t in times)
+        ends = {}
+        for t in times:
+            for s, v in t["end_unix_s"].items():
+                ends[int(s)] = max(ends.get(int(s), 0), v)
+        steps = sorted(ends)
+        convert = lambda x: x  # noqa: E731
+    series = []
+    for s in steps:
+        files = [f"{rdir}/rank-{i}/step-{s}.f32" for i in ranks]
+        if not all(os.path.exists(f) for f in files) or s not in ends:
+            continue
+        x = np.mean([np.fromfile(f, dtype="<f4") for f in files], axis=0).astype(np.float32)
+        series.append((s, ends[s] - t0, convert(x)))
+    return series
+
+
+def evaluate(a, row, rdir, test):
+    import torch
+    torch.set_num_threads(2)
+    model = common.make_model(a.model)
+    curve = []
+    for s, t, x in snapshot_series(a, row, rdir):
+        common.load_flat(model, x)
+        curve.append({"step": s, "t": t, "acc": common.accuracy(model, *test)})
+    return curve
+
+
+def summarize(curve):
+    out = {"wall_s": curve[-1]["t"] if curve else math.nan,
+           "final_acc": curve[-1]["acc"] if curve else math.nan}
+    for target in TARGETS:
+        hit = next((c["t"] for c in curve if c["acc"] >= target), math.nan)
+        out[f"t{int(target * 100)}_s"] = hit
+    return out
+
+
+def fmt(v, spec=".1f"):
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def print_table(rate, results):
+    print(f"\n== {rate} ==")
+    print(f"{'row':<24} {'wall s':>8} {'to 84 %':>8} {'to 86 %':>8} {'MB/worker':>10} "
+          f"{'final acc':>9}")
+    for name, r in results.items():
+        if not r.get("ok"):
+            print(f"{name:<24} failed (see its logs)")
+            continue
+        print(f"{name:<24} {fmt(r['wall_s']):>8} {fmt(r['t84_s']):>8} {fmt(r['t86_s']):>8} "
+              f"{fmt(r['tx_mb']):>10} {fmt(100 * r['final_acc'], '.2f'):>8}%")
+    anchors = [n for n in results if not n.startswith("tern") and results[n].get("ok")]
+    for name, r in results.items():
+        if not name.startswith("tern") or not r.get("ok"):
+            continue
+        for an in anchors:
+            ar = results[an]
+            parts = []
+            for key, label in (("t84_s", "to 84 %"), ("t86_s", "to 86 %"), ("wall_s", "wall")):
+                parts.append(f"{label} {fmt(ar[key] / r[key], '.2f')}x")
+            print(f"  {name} vs {an}: " + ", ".join(parts) + " sooner")
+
+
+def plot(rate, results, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no matplotlib: apt-get install python3-matplotlib for the curves)")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, r in results.items():
+        if r.get("curve"):
+            ax.plot([c["t"] for c in r["curve"]], [100 * c["acc"] for c in r["curve"]],
+                    label=name, lw=1.6)
+    for target in TARGETS:
+        ax.axhline(100 * target, color="grey", lw=0.6, ls=":")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("test accuracy of the average model, %")
+    ax.set_ylim(60, 90)
+    ax.set_title(f"time to accuracy at {rate} per link")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(os.path.join(out, f"curves-{rate}.{ext}"))
+    plt.close(fig)
+
+
+def main():
+    a = parse()
+    netns.require_root()
+    rows = a.rows.split(",")
+    for r in rows:
+        if r not in ROWS:
+            raise SystemExit(f"unknown row {r!r}; rows: {', '.join(ROWS)}")
+        if a.model == "cnn" and ROWS[r].get("trainer") == "builtin":
+            raise SystemExit(f"row {r}: the built-in trainer has no CNN")
+    out = a.out or os.path.join(
+        "runs", "race-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out, exist_ok=True)
+    init = prepare_init(a, out) if a.model.startswith("mlp") else ""
+    test = common.load("test", a.data)
+    everything = {"args": vars(a), "rates": {}}
+    for rate in a.rates.split(","):
+        results = {}
+        with netns.Sites(a.workers, rate) as net:
+            for name in rows:
+                rdir = os.path.join(out, rate, name)
+                shutil.rmtree(rdir, ignore_errors=True)
+                print(f"[{rate}] {name} ...", flush=True)
+                r = run_row(a, net, name, ROWS[name], rdir, init)
+                if r["ok"]:
+                    r["curve"] = evaluate(a, ROWS[name], rdir, test)
+                    r.update(summarize(r["curve"]))
+                results[name] = r
+                print(f"[{rate}] {name}: " + ("ok" if r["ok"] else "FAILED") +
+                      (f", wall {fmt(r['wall_s'])} s, final {fmt(100 * r['final_acc'], '.2f')} %"
+                       if r["ok"] else f" (logs in {rdir})"), flush=True)
+        print_table(rate, results)
+        plot(rate, results, out)
+        everything["rates"][rate] = results
+        with open(os.path.join(out, "results.json"), "w") as f:
+            json.dump(everything, f, indent=1)
+    print(f"\nresults: {out}/results.json, curves: {out}/curves-*.png")
+    failed = [n for r in everything["rates"].values() for n, v in r.items() if not v["ok"]]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
