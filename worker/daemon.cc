@@ -1,5 +1,8 @@
 #include "worker/daemon.h"
 
+#include <unistd.h>
+
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -22,6 +25,23 @@
 
 namespace tern {
 namespace {
+
+// The shared-memory segment's header (docs/trainer-shm.md): magic, then little-endian u64s.
+constexpr char kShmMagic[8] = {'T', 'E', 'R', 'N', 'S', 'H', 'M', '1'};
+constexpr size_t kShmHeader = 64;
+constexpr size_t kShmAlign = 64;
+
+size_t AlignUp(size_t n) { return (n + kShmAlign - 1) / kShmAlign * kShmAlign; }
+
+v1::StepResult ResultOf(const StepOutcome& out) {
+  v1::StepResult result;
+  result.set_step(static_cast<uint64_t>(out.step));
+  result.set_lr(out.lr);
+  for (int j : out.mixed) result.add_mixed(static_cast<uint32_t>(j));
+  for (int j : out.dropped) result.add_dropped(static_cast<uint32_t>(j));
+  *result.mutable_step_stats() = out.delta;
+  return result;
+}
 
 grpc::Status Unavailable() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
@@ -170,6 +190,31 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
+  grpc::ServerUnaryReactor* OpenSharedMemory(grpc::CallbackServerContext* ctx,
+                                             const v1::OpenSharedMemoryRequest*,
+                                             v1::SharedMemoryInfo* reply) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    d_->Post([d = d_, reactor, reply](bool cancelled) {
+      absl::StatusOr<v1::SharedMemoryInfo> info =
+          cancelled ? absl::UnavailableError("worker is shutting down") : d->OpenSharedOnLoop();
+      if (info.ok()) *reply = *std::move(info);
+      reactor->Finish(ToGrpcStatus(info.status()));
+    });
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* StepShared(grpc::CallbackServerContext* ctx,
+                                       const v1::StepInfo* request,
+                                       v1::StepResult* reply) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    d_->Post([d = d_, reactor, request, reply](bool cancelled) {
+      absl::StatusOr<v1::StepResult> r = cancelled
+                                             ? absl::UnavailableError("worker is shutting down")
+                                             : d->StepSharedOnLoop(*request);
+      if (r.ok()) *reply = *std::move(r);
+      reactor->Finish(ToGrpcStatus(r.status()));
+    });
+    return reactor;
+  }
 
  private:
   class RegisterCall final : public grpc::ServerReadReactor<v1::RegisterRequest> {
@@ -271,12 +316,7 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
       in.compute_seconds = info_.compute_seconds();
       in.grad = grad;
       TERN_ASSIGN_OR_RETURN(StepOutcome out, d_->StepOnLoop(in));
-      v1::StepResult result;
-      result.set_step(static_cast<uint64_t>(out.step));
-      result.set_lr(out.lr);
-      for (int j : out.mixed) result.add_mixed(static_cast<uint32_t>(j));
-      for (int j : out.dropped) result.add_dropped(static_cast<uint32_t>(j));
-      *result.mutable_step_stats() = out.delta;
+      const v1::StepResult result = ResultOf(out);
       TERN_ASSIGN_OR_RETURN(v1::TensorBundle params, FlatToBundle(layout, e->params()));
       params.set_round(static_cast<uint64_t>(out.step));
       TERN_ASSIGN_OR_RETURN(replies_, ChunkedReplies(params, static_cast<uint64_t>(out.step),
@@ -390,6 +430,50 @@ absl::StatusOr<StepOutcome> WorkerDaemon::StepOnLoop(const StepInput& in) {
   TERN_ASSIGN_OR_RETURN(StepOutcome out, e->Step(in));
   LogStep(out);
   return out;
+}
+
+absl::StatusOr<v1::SharedMemoryInfo> WorkerDaemon::OpenSharedOnLoop() {
+  if (!engine_->initialized()) return absl::FailedPreconditionError("register the model first");
+  const absl::Span<const float> x = engine_->params();
+  const size_t n = x.size();
+  const size_t grad_at = kShmHeader, params_at = grad_at + AlignUp(n * sizeof(float));
+  shm_.reset();  // a trainer that opens again gets a fresh segment
+  TERN_ASSIGN_OR_RETURN(
+      shm_, SharedSegment::Create(absl::StrCat("/tern-w", options_.engine.worker_id, "-", getpid(),
+                                               "-", ++shm_serial_),
+                                  params_at + AlignUp(n * sizeof(float))));
+  uint8_t* base = shm_->data();
+  std::memcpy(base, kShmMagic, sizeof(kShmMagic));
+  const uint64_t header[3] = {n, grad_at, params_at};
+  std::memcpy(base + 8, header, sizeof(header));
+  shm_grad_at_ = grad_at;
+  shm_params_at_ = params_at;
+  std::memcpy(base + params_at, x.data(), n * sizeof(float));
+  v1::SharedMemoryInfo info;
+  info.set_path(shm_->path());
+  info.set_size(shm_->size());
+  info.set_num_params(n);
+  info.set_grad_offset(grad_at);
+  info.set_params_offset(params_at);
+  spdlog::info("worker {}: trainer steps through shared memory {}", options_.engine.worker_id,
+               shm_->path());
+  return info;
+}
+
+absl::StatusOr<v1::StepResult> WorkerDaemon::StepSharedOnLoop(const v1::StepInfo& info) {
+  if (shm_ == nullptr) return absl::FailedPreconditionError("call OpenSharedMemory first");
+  const size_t n = engine_->params().size();
+  // The offsets are ours, never read back from the shared bytes (the trainer writes there).
+  StepInput in;
+  in.step = static_cast<int64_t>(info.step());
+  in.lr = info.lr();
+  in.loss = info.loss();
+  in.compute_seconds = info.compute_seconds();
+  in.grad = absl::MakeConstSpan(reinterpret_cast<const float*>(shm_->data() + shm_grad_at_), n);
+  TERN_ASSIGN_OR_RETURN(StepOutcome out, StepOnLoop(in));
+  const absl::Span<const float> x = engine_->params();
+  std::memcpy(shm_->data() + shm_params_at_, x.data(), n * sizeof(float));
+  return ResultOf(out);
 }
 
 absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterInProcess(

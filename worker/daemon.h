@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/shared_memory.h"
 #include "core/model/layout.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/registry.h"
@@ -84,6 +85,8 @@ class WorkerDaemon {
   absl::StatusOr<v1::RegisterReply> RegisterOnLoop(const std::vector<ParamTensor>& layout,
                                                    absl::Span<const float> x0);
   absl::StatusOr<StepOutcome> StepOnLoop(const StepInput& in);
+  absl::StatusOr<v1::SharedMemoryInfo> OpenSharedOnLoop();
+  absl::StatusOr<v1::StepResult> StepSharedOnLoop(const v1::StepInfo& info);
   void LogStep(const StepOutcome& out);
 
   const DaemonOptions options_;
@@ -100,8 +103,12 @@ class WorkerDaemon {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
-  std::ofstream round_log_;                          // written by the round-loop thread only
-  absl::Time last_step_end_ = absl::InfinitePast();  // round-loop thread only
+  std::ofstream round_log_;  // written by the round-loop thread only
+  // Round-loop thread only.
+  absl::Time last_step_end_ = absl::InfinitePast();
+  std::unique_ptr<SharedSegment> shm_;  // the trainer's, once it asked (OpenSharedMemory)
+  size_t shm_grad_at_ = 0, shm_params_at_ = 0;
+  int shm_serial_ = 0;
 };
 
 }  // namespace tern

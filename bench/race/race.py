@@ -196,6 +196,23 @@ def snapshot_series(a, row, rdir):
     return series
 
 
+def time_split(a, rdir):
+    """A tern row's mean ms per step by part, over every worker's round log."""
+    parts = ("compute_s", "encode_s", "combine_s", "transfer_s", "wait_s")
+    sums, n = dict.fromkeys(parts + ("step", "other"), 0.0), 0
+    for i in range(a.workers):
+        for line in open(f"{rdir}/rank-{i}.steps.jsonl"):
+            r = json.loads(line)
+            step = r["end_unix_s"] - r["start_unix_s"]
+            known = sum(r.get(k, 0.0) for k in parts)
+            for k in parts:
+                sums[k] += r.get(k, 0.0)
+            sums["step"] += step
+            sums["other"] += max(0.0, step - known)
+            n += 1
+    return {k: 1e3 * v / max(1, n) for k, v in sums.items()}
+
+
 def evaluate(a, row, rdir, test):
     import torch
     torch.set_num_threads(2)
@@ -230,6 +247,13 @@ def print_table(rate, results):
             continue
         print(f"{name:<24} {fmt(r['wall_s']):>8} {fmt(r['t84_s']):>8} {fmt(r['t86_s']):>8} "
               f"{fmt(r['tx_mb']):>10} {fmt(100 * r['final_acc'], '.2f'):>8}%")
+    for name, r in results.items():
+        if "ms_per_step" in r:
+            m = r["ms_per_step"]
+            print(f"  {name}: ms per step " + ", ".join(
+                f"{k.replace('_s', '')} {m[k]:.1f}" for k in
+                ("step", "compute_s", "encode_s", "combine_s", "transfer_s", "wait_s", "other")) +
+                f" (trainer I/O and other: {100 * m['other'] / max(m['step'], 1e-9):.1f} %)")
     anchors = [n for n in results if not n.startswith("tern") and results[n].get("ok")]
     for name, r in results.items():
         if not name.startswith("tern") or not r.get("ok"):
@@ -238,7 +262,8 @@ def print_table(rate, results):
             ar = results[an]
             parts = []
             for key, label in (("t84_s", "to 84 %"), ("t86_s", "to 86 %"), ("wall_s", "wall")):
-                parts.append(f"{label} {fmt(ar[key] / r[key], '.2f')}x")
+                ratio = ar[key] / r[key] if r[key] > 0 else math.nan
+                parts.append(f"{label} " + ("—" if math.isnan(ratio) else f"{ratio:.2f}x"))
             print(f"  {name} vs {an}: " + ", ".join(parts) + " sooner")
 
 
@@ -295,6 +320,8 @@ def main():
                 if r["ok"]:
                     r["curve"] = evaluate(a, ROWS[name], rdir, test)
                     r.update(summarize(r["curve"]))
+                    if ROWS[name]["kind"] == "tern":
+                        r["ms_per_step"] = time_split(a, rdir)
                 results[name] = r
                 print(f"[{rate}] {name}: " + ("ok" if r["ok"] else "FAILED") +
                       (f", wall {fmt(r['wall_s'])} s, final {fmt(100 * r['final_acc'], '.2f')} %"

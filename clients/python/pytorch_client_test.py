@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ctest: two real `tern worker --trainer=external` daemons, each driven by a PyTorch trainer
-through the Python client. Exits 77 (skipped) when Debian's torch/grpcio or the dataset is
+through the Python client, one over gRPC and one through the worker's shared memory. Exits 77 (skipped) when Debian's torch/grpcio or the dataset is
 missing."""
 
 import os
@@ -55,8 +55,10 @@ def main():
 
     def run(i):
         try:
+            # Trainer 1 steps through the worker's shared memory, trainer 0 through gRPC.
             results[i] = tfm.train("127.0.0.1:%d" % ports[i], i, 2, STEPS,
-                                   log=lambda s: print("[trainer %d] %s" % (i, s)))
+                                   log=lambda s: print("[trainer %d] %s" % (i, s)),
+                                   shared=i == 1)
         except Exception as e:  # reported below
             errors.append("trainer %d: %r" % (i, e))
 
@@ -76,7 +78,8 @@ def main():
     assert np.mean(l0[-30:]) < 0.7 * np.mean(l0[:30]), (np.mean(l0[:30]), np.mean(l0[-30:]))
     assert acc0 > 0.65, acc0
     # D-PSGD on two workers with weights 1/2 gives both the same average every round, so the two
-    # PyTorch models are identical: the gossip really ran between the daemons.
+    # PyTorch models are identical: the gossip really ran between the daemons, and the shared
+    # memory path gave trainer 1 what the gRPC path gave trainer 0.
     diff = max((a - b).abs().max().item() for a, b in zip(m0.parameters(), m1.parameters()))
     assert diff < 1e-5, diff
     print("OK: test accuracy %.2f%% / %.2f%%, max parameter difference %.2g" %

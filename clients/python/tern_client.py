@@ -9,6 +9,10 @@ A PyTorch training loop drives its worker like this:
         params = client.step(step, model.named_parameters(), loss=loss.item())
         client.load_into(model, params)                 # the worker's gossip-averaged model
 
+On the worker's host, `shared = client.share(model)` after register() maps the worker's
+shared memory into the model's parameters and gradients; then `shared.step(step, loss=...)`
+after each backward() is the whole exchange (no tensor bytes through gRPC, no copies).
+
 Tensors travel as a TensorBundle cut into CRC-checked chunks of at most 1 MiB, exactly as the
 C++ side sends them (docs/wire-format.md). Gradients go as raw fp32 ("none.v1") or, with
 codec="fp16", as IEEE binary16 ("fp16.v1"); the worker accepts any codec it knows.
@@ -18,6 +22,7 @@ and the generated tern/v1 modules on sys.path (the build puts them in build/clie
 """
 
 import itertools
+import mmap
 import time
 import zlib
 
@@ -141,6 +146,15 @@ class TernTrainer:
     def stats(self):
         return self.stub.Stats(worker_pb2.StatsRequest(), timeout=self.timeout)
 
+    def share(self, model):
+        """Same host only, after register(): ties `model`'s parameters and their .grad to views
+        of a shared-memory segment the worker made (docs/trainer-shm.md), so a step moves no
+        tensor bytes through gRPC and no copies in Python. Returns a SharedModel whose step()
+        replaces TernTrainer.step(). The parameters must be float32, in the registered order."""
+        info = self.stub.OpenSharedMemory(worker_pb2.OpenSharedMemoryRequest(),
+                                          timeout=self.timeout)
+        return SharedModel(self, model, info)
+
     @staticmethod
     def load_into(model, params):
         """Copies the worker's parameters into a torch module, in place."""
@@ -148,3 +162,54 @@ class TernTrainer:
         with torch.no_grad():
             for name, p in model.named_parameters():
                 p.copy_(torch.from_numpy(params[name].reshape(tuple(p.shape))))
+
+
+SHM_MAGIC = b"TERNSHM1"
+
+
+class SharedModel:
+    """A torch module whose parameters and gradients live in the worker's shared memory.
+
+    The worker reads the gradient region during StepShared and writes the parameter region
+    before it answers; the model's tensors are views of those regions, so backward() writes the
+    gradient where the worker reads it, and the next forward() reads what the worker wrote.
+    """
+
+    def __init__(self, trainer, model, info):
+        import torch
+        with open(info.path, "r+b") as f:
+            self._mm = mmap.mmap(f.fileno(), info.size)
+        if self._mm[:8] != SHM_MAGIC:
+            raise ValueError("%s is not a tern shared-memory segment" % info.path)
+        n = info.num_params
+        self._grad = torch.from_numpy(
+            np.frombuffer(self._mm, dtype="<f4", count=n, offset=info.grad_offset))
+        self._params = torch.from_numpy(
+            np.frombuffer(self._mm, dtype="<f4", count=n, offset=info.params_offset))
+        self._trainer, self._model, self._views = trainer, model, []
+        off = 0
+        for p in model.parameters():
+            if p.dtype != torch.float32:
+                raise TypeError("shared memory carries float32 parameters, got %s" % p.dtype)
+            k = p.numel()
+            g, x = self._grad[off:off + k].view(p.shape), self._params[off:off + k].view(p.shape)
+            p.data = x  # the worker's current parameters, already in place
+            p.grad = g
+            self._views.append((p, g, x))
+            off += k
+        if off != n:
+            raise ValueError("the model has %d values; the worker registered %d" % (off, n))
+
+    def step(self, step, loss=0.0, lr=0.0, compute_seconds=0.0):
+        """Step `step` with the gradient backward() left in the model; returns the StepResult.
+        The model then holds the worker's parameters for the next step."""
+        for p, g, x in self._views:
+            if p.grad is None:  # zero_grad(set_to_none=True) dropped the view
+                g.zero_()
+            elif p.grad.data_ptr() != g.data_ptr():
+                g.copy_(p.grad)
+            p.grad = g
+            if p.data.data_ptr() != x.data_ptr():
+                raise RuntimeError("a parameter was replaced; SharedModel needs them in place")
+        info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss, compute_seconds=compute_seconds)
+        return self._trainer.stub.StepShared(info, timeout=self._trainer.timeout)

@@ -51,8 +51,9 @@ def make_model(seed):
 
 
 def train(address, worker_id, num_workers, steps, batch=32, seed=1, data_dir=DATA, codec="none",
-          log=print):
-    """Trains through the worker at `address`; returns (losses, model, test accuracy)."""
+          log=print, shared=False):
+    """Trains through the worker at `address`; returns (losses, model, test accuracy).
+    With `shared`, tensors go through the worker's shared memory (same host only)."""
     torch.set_num_threads(1)
     x, y = load("train", data_dir)
     xs, ys = x[worker_id::num_workers], y[worker_id::num_workers]  # an iid shard
@@ -61,6 +62,7 @@ def train(address, worker_id, num_workers, steps, batch=32, seed=1, data_dir=DAT
     reply = client.register(model.named_parameters())
     log("registered with worker %d of %d (%s)" % (reply.worker_id, reply.num_workers,
                                                   reply.algorithm))
+    shm = client.share(model) if shared else None
     gen = torch.Generator().manual_seed(seed * 1000 + worker_id)
     losses = []
     for step in range(reply.step, steps):
@@ -69,10 +71,13 @@ def train(address, worker_id, num_workers, steps, batch=32, seed=1, data_dir=DAT
         model.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(xs[idx]), ys[idx])
         loss.backward()
-        grads = [(name, p.grad) for name, p in model.named_parameters()]
-        _, params = client.step(step, grads, loss=loss.item(), compute_seconds=time.time() - t0,
-                                codec=codec)
-        client.load_into(model, params)
+        if shm is not None:
+            shm.step(step, loss=loss.item(), compute_seconds=time.time() - t0)
+        else:
+            grads = [(name, p.grad) for name, p in model.named_parameters()]
+            _, params = client.step(step, grads, loss=loss.item(),
+                                    compute_seconds=time.time() - t0, codec=codec)
+            client.load_into(model, params)
         losses.append(loss.item())
         if (step + 1) % 100 == 0:
             log("step %d loss %.3f" % (step + 1, np.mean(losses[-100:])))
@@ -93,9 +98,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--data", default=DATA)
     ap.add_argument("--codec", default="none", choices=["none", "fp16"])
+    ap.add_argument("--shared_memory", action="store_true",
+                    help="same host: tensors through the worker's shared memory")
     a = ap.parse_args()
     _, _, acc = train(a.worker, a.worker_id, a.num_workers, a.steps, a.batch, a.seed, a.data,
-                      a.codec)
+                      a.codec, shared=a.shared_memory)
     print("test accuracy of this worker's model: %.2f%%" % (100 * acc))
 
 
