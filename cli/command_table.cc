@@ -108,6 +108,7 @@ constexpr Range kRanges[] = {
     {"beta2", 0, 0.999999999, "in [0, 1)"},
     {"threads", 1, 1024, "in [1, 1024]"},
     {"min_time", 0, 1e6, ">= 0"},
+    {"repeats", 1, 210, "in [1, 210]"},
     {"heartbeat_interval_ms", 1, 1e9, ">= 1"},
     {"heartbeat_timeout_ms", 1, 1e9, ">= 1"},
 };
@@ -175,6 +176,10 @@ std::vector<CommandInfo> CommandTable() {
        "encode/decode throughput, compression and bits per coordinate of every codec, against "
        "memcpy measured in the same run",
        {"sizes", "codecs", "threads", "min_time", "json"}},
+      {"bench transport",
+       "one gossip message through the real Gossip.Push service on loopback against raw TCP "
+       "moving the same bytes in the same run (--sizes in fp32 values)",
+       {"sizes", "repeats"}},
       {"bench model",
        "one training step's compute of a built-in model (ms per step, one JSON line); "
        "bench/model_step.py runs it beside PyTorch",
@@ -218,7 +223,7 @@ CommandLine ScanCommandLine(int argc, char** argv) {
     } else if (line.command.empty()) {
       line.command = std::string(arg);
     } else if (line.command == "bench" && line.positional.empty() &&
-               (arg == "codecs" || arg == "model")) {
+               (arg == "codecs" || arg == "model" || arg == "transport")) {
       line.command = absl::StrCat("bench ", arg);
     } else {
       line.positional.emplace_back(arg);

@@ -3,6 +3,7 @@
 //   tern worker --id=I --workers=N --peers=... [training flags]   the peer daemon
 //   tern report RUN_DIR... [--out=FILE]                            compare runs in one page
 //   tern bench codecs [--sizes=1M,16M] [--codecs=a,b] [--threads=N] [--json=FILE]
+//   tern bench transport [--sizes=256K,1M,4M,16M] [--repeats=5]
 //   tern bench model [--model=mlp:hidden=1024x1024 --batch=64 --compute_threads=1]
 //   tern codecs                 list codecs and their wire names
 //   tern version
@@ -22,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/bench_codecs.h"
 #include "cli/bench_model.h"
+#include "cli/bench_transport.h"
 #include "cli/command_table.h"
 #include "cli/commands.h"
 #include "cli/train_flags.h"
@@ -32,6 +34,7 @@ ABSL_FLAG(std::string, sizes, "1M,16M", "bench: tensor sizes in floats (K/M suff
 ABSL_FLAG(std::string, codecs, "", "bench: comma-separated codec specs; '' = all codecs");
 ABSL_FLAG(int, threads, 1, "bench: threads per encode/decode (targets are for 1)");
 ABSL_FLAG(double, min_time, 0.2, "bench: minimum seconds per measurement");
+ABSL_FLAG(int, repeats, 5, "bench transport: timed pushes per size");
 ABSL_FLAG(std::string, json, "", "bench: also write results as JSON lines to this file");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
@@ -173,6 +176,17 @@ int main(int argc, char** argv) {
     options.json_path = absl::GetFlag(FLAGS_json);
     if (options.threads < 1) return Fail("--threads must be >= 1");
     if (auto s = tern::RunBenchCodecs(options); !s.ok()) return Fail(s.ToString());
+    return 0;
+  }
+  if (cmd[0] == "bench" && cmd.size() == 2 && cmd[1] == "transport") {
+    tern::BenchTransportOptions options;
+    for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+      uint64_t n;
+      if (!ParseSize(s, &n)) return Fail(absl::StrCat("bad --sizes entry '", s, "'"));
+      options.sizes.push_back(n);
+    }
+    options.repeats = absl::GetFlag(FLAGS_repeats);
+    if (auto s = tern::RunBenchTransport(options); !s.ok()) return Fail(s.ToString());
     return 0;
   }
   if (cmd[0] == "bench" && cmd.size() == 2 && cmd[1] == "model") {

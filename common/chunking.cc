@@ -15,7 +15,8 @@ absl::Status ChunkSerializedBundle(absl::string_view serialized, uint64_t stream
     return absl::InvalidArgumentError(
         absl::StrCat("chunk size must be in [1, ", kMaxChunkBytes, "], got ", max_chunk_bytes));
   }
-  const uint32_t bundle_crc = Crc32(serialized.data(), serialized.size());
+  // One pass: the bundle's CRC is combined from its chunks' CRCs.
+  uint32_t bundle_crc = 0;
   size_t offset = 0;
   do {  // an empty bundle still sends one (empty, last) chunk
     const size_t n = std::min(max_chunk_bytes, serialized.size() - offset);
@@ -24,7 +25,9 @@ absl::Status ChunkSerializedBundle(absl::string_view serialized, uint64_t stream
     chunk.set_offset(offset);
     chunk.set_total_size(serialized.size());
     chunk.set_data(serialized.data() + offset, n);
-    chunk.set_data_crc32(Crc32(serialized.data() + offset, n));
+    const uint32_t crc = Crc32(serialized.data() + offset, n);
+    chunk.set_data_crc32(crc);
+    bundle_crc = offset == 0 ? crc : Crc32Combine(bundle_crc, crc, n);
     offset += n;
     if (offset == serialized.size()) {
       chunk.set_last(true);
@@ -66,6 +69,9 @@ absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
     started_ = true;
     stream_id_ = chunk.stream_id();
     total_size_ = chunk.total_size();
+    // Appending chunk by chunk would copy a large bundle again at every doubling. Reserved
+    // address space costs no memory until the chunks that fill it arrive.
+    buffer_.reserve(total_size_);
   } else if (chunk.stream_id() != stream_id_ || chunk.total_size() != total_size_) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("chunk of stream ", chunk.stream_id(), " (total ", chunk.total_size(),
@@ -89,8 +95,11 @@ absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
     return Fail(absl::DataLossError(
         absl::StrCat("chunk at offset ", chunk.offset(), " fails its CRC-32 check")));
   }
+  // The chunk's CRC was just checked: the bundle's follows from it without a second pass.
+  running_crc_ = buffer_.empty()
+                     ? chunk.data_crc32()
+                     : Crc32Combine(running_crc_, chunk.data_crc32(), chunk.data().size());
   buffer_.append(chunk.data());
-  running_crc_ = Crc32(chunk.data().data(), chunk.data().size(), running_crc_);
   if (chunk.last()) {
     if (buffer_.size() != total_size_) {
       return Fail(absl::InvalidArgumentError(

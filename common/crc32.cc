@@ -18,4 +18,8 @@ uint32_t Crc32(const void* data, size_t n, uint32_t crc) {
   return static_cast<uint32_t>(c);
 }
 
+uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
+  return static_cast<uint32_t>(crc32_combine(crc_a, crc_b, static_cast<z_off_t>(len_b)));
+}
+
 }  // namespace tern

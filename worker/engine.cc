@@ -372,7 +372,10 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundl
                                                    " parts, expected ", parts_.size(), " (",
                                                    absl::StrJoin(parts_, ", "), ")"));
   }
-  std::vector<float> scratch(num_params);
+  // Decoding is the validation; its output is thrown away. Reused per thread: a fresh buffer of
+  // the model's size per message costs more than the decode (page faults, zeroing).
+  thread_local std::vector<float> scratch;
+  if (scratch.size() != num_params) scratch.resize(num_params);
   for (const std::string& name : parts_) {
     const EncodedTensor* t = msg.Find(name);
     if (t == nullptr) {

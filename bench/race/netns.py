@@ -13,6 +13,7 @@ has `rate` up and `rate` down, as a site behind one commodity link does. Needs r
 import os
 import signal
 import subprocess
+import sys
 
 PREFIX = "tern-race"
 
@@ -33,10 +34,22 @@ def rate_bits(rate):
     raise ValueError(f"rate {rate!r}: a number with gbit, mbit or kbit")
 
 
+CANNOT_RUN = 77  # exit code: not root, or no network namespaces here (ctest's "skipped")
+
+
 def require_root():
+    """Exits with CANNOT_RUN and says why unless this process can make namespaces and qdiscs."""
     if os.geteuid() != 0:
-        raise SystemExit("bench/race needs root (network namespaces and tc): run it with sudo, "
-                         "or as root in a container with CAP_NET_ADMIN")
+        print("bench/race needs root (network namespaces and tc): run it with sudo, or as root "
+              "in a container with CAP_NET_ADMIN", file=sys.stderr)
+        raise SystemExit(CANNOT_RUN)
+    probe = f"{PREFIX}-probe"
+    r = _run("ip", "netns", "add", probe, check=False)
+    if r.returncode != 0:
+        print(f"bench/race cannot create a network namespace here ({r.stderr.strip()}); it "
+              "needs root with CAP_NET_ADMIN and CAP_SYS_ADMIN", file=sys.stderr)
+        raise SystemExit(CANNOT_RUN)
+    _run("ip", "netns", "del", probe, check=False)
 
 
 def cleanup_leftovers():

@@ -22,7 +22,12 @@ import subprocess
 import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+    import torch  # noqa: F401 - every row evaluates with it
+except ImportError as e:
+    print(f"bench/race needs Debian's python3-torch (run /usr/bin/python3): {e}", file=sys.stderr)
+    sys.exit(77)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -43,11 +48,14 @@ ROWS = {
     "tern-choco-stc": {"kind": "tern", "trainer": "builtin",
                        "flags": ["--algorithm=choco", "--codec=stc:ratio=0.01",
                                  "--consensus_step=0.05"]},
+    "tern-choco-stc-torch": {"kind": "tern", "trainer": "torch",
+                             "flags": ["--algorithm=choco", "--codec=stc:ratio=0.01",
+                                       "--consensus_step=0.05"]},
     "tern-choco-topk-torch": {"kind": "tern", "trainer": "torch",
                               "flags": ["--algorithm=choco", "--codec=topk:ratio=0.01",
                                         "--consensus_step=0.05"]},
 }
-DEFAULT_ROWS = "ddp,ddp-powersgd,tern-choco-stc,tern-choco-topk-torch"
+DEFAULT_ROWS = "ddp,ddp-powersgd,tern-choco-stc,tern-choco-stc-torch"
 
 
 def parse():
@@ -67,12 +75,13 @@ def parse():
     return p.parse_args()
 
 
-def env_for_ranks():
+def env_for_ranks(a):
+    """One compute thread everywhere; the Python client and the stubs generated beside --tern."""
+    build = os.path.dirname(os.path.dirname(os.path.abspath(a.tern)))
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "clients", "python"),
-                                           os.path.join(ROOT, "build", "clients", "python"),
-                                           HERE]))
+                                           os.path.join(build, "clients", "python"), HERE]))
     return env
 
 
@@ -124,7 +133,7 @@ def run_row(a, net, name, row, rdir, init):
     before = [net.tx_bytes(i) for i in range(a.workers)]
     mains, daemons = [], []
     for i in range(a.workers):
-        env = dict(env_for_ranks(), GLOO_SOCKET_IFNAME=f"rv{i}")
+        env = dict(env_for_ranks(a), GLOO_SOCKET_IFNAME=f"rv{i}")
         if row["kind"] == "tern":
             w = net.popen(i, tern_worker_cmd(a, row, i, rdir, every), f"{rdir}/worker-{i}.log",
                           env)
@@ -233,6 +242,17 @@ def summarize(curve):
     return out
 
 
+def no_nans(v):
+    """NaN (a target never reached) as JSON null."""
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, dict):
+        return {k: no_nans(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [no_nans(x) for x in v]
+    return v
+
+
 def fmt(v, spec=".1f"):
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
@@ -278,11 +298,12 @@ def plot(rate, results, out):
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, r in results.items():
         if r.get("curve"):
-            ax.plot([c["t"] for c in r["curve"]], [100 * c["acc"] for c in r["curve"]],
-                    label=name, lw=1.6)
+            pts = [(c["t"], 100 * c["acc"]) for c in r["curve"] if c["t"] > 0]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name, lw=1.6)
     for target in TARGETS:
         ax.axhline(100 * target, color="grey", lw=0.6, ls=":")
-    ax.set_xlabel("seconds")
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds since the first step (log scale)")
     ax.set_ylabel("test accuracy of the average model, %")
     ax.set_ylim(60, 90)
     ax.set_title(f"time to accuracy at {rate} per link")
@@ -330,7 +351,7 @@ def main():
         plot(rate, results, out)
         everything["rates"][rate] = results
         with open(os.path.join(out, "results.json"), "w") as f:
-            json.dump(everything, f, indent=1)
+            json.dump(no_nans(everything), f, indent=1)
     print(f"\nresults: {out}/results.json, curves: {out}/curves-*.png")
     failed = [n for r in everything["rates"].values() for n, v in r.items() if not v["ok"]]
     return 1 if failed else 0

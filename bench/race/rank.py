@@ -26,6 +26,8 @@ def parse():
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--rank_approx", type=int, default=4, help="PowerSGD's rank")
+    p.add_argument("--powersgd_start", type=int, default=2,
+                   help="PowerSGD's dense warm-up steps (torch's least with error feedback: 2)")
     p.add_argument("--snapshot_every", type=int, default=10)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", required=True)
@@ -56,7 +58,7 @@ def run_ddp(a, model, batches):
     if a.kind == "ddp-powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
         state = ps.PowerSGDState(process_group=None, matrix_approximation_rank=a.rank_approx,
-                                 start_powerSGD_iter=10, min_compression_rate=2,
+                                 start_powerSGD_iter=a.powersgd_start, min_compression_rate=2,
                                  use_error_feedback=True, warm_start=True)
         ddp.register_comm_hook(state, ps.powerSGD_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr, momentum=a.momentum)

@@ -8,6 +8,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 
@@ -16,6 +18,9 @@ namespace tern {
 // Channel arguments for every channel: short reconnect backoff (peers come back), message limits
 // sized for 1 MiB chunks.
 grpc::ChannelArguments TernChannelArguments();
+
+// HTTP/2 settings for moving 1 MiB chunks, on every channel and every server (name, value).
+std::vector<std::pair<std::string, int>> Http2Tuning();
 
 // A channel to `target` ("host:port") with TernChannelArguments(). Plaintext for now.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);

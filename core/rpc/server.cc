@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
+#include "core/rpc/channel.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
@@ -15,6 +16,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), port);
   for (grpc::Service* s : services) builder.RegisterService(s);
   builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
+  for (const auto& [name, value] : Http2Tuning()) builder.AddChannelArgument(name, value);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));

@@ -1,0 +1,174 @@
+#include "cli/bench_transport.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/chunking.h"
+#include "common/status_macros.h"
+#include "worker/daemon.h"
+#include "worker/grpc_transport.h"
+
+namespace tern {
+namespace {
+
+// A receiver needs a neighbour per sender and a round per message: a complete graph of 8 takes
+// 7 senders x 32 open rounds of messages before it must step.
+constexpr int kWorkers = 8;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds for `data` through a fresh loopback TCP connection: write all, the reader acks once it
+// has read all into `sink` (allocated and touched before the clock starts, as iperf3's is).
+absl::StatusOr<double> RawTcpSeconds(const std::vector<char>& data, std::vector<char>& sink) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (listener >= 0) close(listener);
+    return absl::InternalError(absl::StrCat("loopback socket: ", std::strerror(errno)));
+  }
+  std::thread reader([listener, n = data.size(), &buf = sink] {
+    const int c = accept(listener, nullptr, nullptr);
+    size_t got = 0;
+    while (c >= 0 && got < n) {
+      const ssize_t r = read(c, buf.data() + got, n - got);
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    const char ack = 1;
+    if (c >= 0) {
+      (void)!write(c, &ack, 1);
+      close(c);
+    }
+  });
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  const absl::Time t0 = absl::Now();
+  bool ok = connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  for (size_t sent = 0; ok && sent < data.size();) {
+    const ssize_t w = write(s, data.data() + sent, data.size() - sent);
+    ok = w > 0;
+    sent += ok ? static_cast<size_t>(w) : 0;
+  }
+  char ack = 0;
+  ok = ok && read(s, &ack, 1) == 1;
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  close(s);
+  reader.join();
+  close(listener);
+  if (!ok) return absl::InternalError("loopback TCP transfer failed");
+  return seconds;
+}
+
+v1::TensorBundle Message(const std::vector<char>& payload, uint64_t numel, int sender,
+                         uint64_t round) {
+  v1::TensorBundle b;
+  b.set_run_id("bench");
+  b.set_sender(absl::StrCat(sender));
+  b.set_round(round);
+  v1::NamedTensor* t = b.add_tensors();
+  t->set_name("x");
+  t->mutable_tensor()->set_codec("none.v1");
+  t->mutable_tensor()->set_numel(numel);
+  t->mutable_tensor()->add_shape(static_cast<int64_t>(numel));
+  t->mutable_tensor()->set_payload(payload.data(), payload.size());
+  return b;
+}
+
+struct SizeResult {
+  double push_gbs = 0, tcp_gbs = 0;
+};
+
+absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats,
+                                        const WorkerRegistries& registries) {
+  DaemonOptions o;
+  o.engine.run_id = "bench";
+  o.engine.num_workers = kWorkers;
+  o.engine.topology = "complete";
+  o.engine.algorithm = "dpsgd";
+  o.engine.algorithm_options.codec = "none";
+  o.engine.max_params = std::max<uint64_t>(o.engine.max_params, numel);
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<WorkerDaemon> receiver,
+                        WorkerDaemon::Start(o, &registries));
+  const std::vector<float> x0(numel, 0.0f);
+  TERN_RETURN_IF_ERROR(
+      receiver->RegisterInProcess({{"x", {static_cast<int64_t>(numel)}, 0, numel}}, x0).status());
+  GrpcTransport transport(/*self=*/1);
+  std::vector<std::string> peers(kWorkers, "127.0.0.1:1");
+  peers[0] = absl::StrCat("127.0.0.1:", receiver->port());
+  TERN_RETURN_IF_ERROR(transport.SetPeers(peers));
+
+  std::vector<char> payload(numel * sizeof(float));
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>((i * 131) >> 7);
+  for (size_t i = 0; i < numel; ++i) std::memset(payload.data() + 4 * i + 3, 0x3c, 1);  // finite
+  std::vector<char> sink(payload.size(), 1);
+  std::vector<double> push, tcp;
+  for (int r = 0; r <= repeats; ++r) {
+    const int sender = 1 + r % (kWorkers - 1);
+    const uint64_t round = static_cast<uint64_t>(r / (kWorkers - 1));
+    TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
+                          ChunkBundle(Message(payload, numel, sender, round), r));
+    auto shared = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
+    absl::Notification done;
+    absl::Status status;
+    const absl::Time t0 = absl::Now();
+    transport.Send(0, shared, absl::Now() + absl::Minutes(1), false, [&](absl::Status s) {
+      status = s;
+      done.Notify();
+    });
+    done.WaitForNotification();
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    TERN_RETURN_IF_ERROR(status);
+    TERN_ASSIGN_OR_RETURN(const double tcp_seconds, RawTcpSeconds(payload, sink));
+    if (r == 0) continue;  // warm-up: connections, allocator
+    push.push_back(static_cast<double>(payload.size()) / seconds / 1e9);
+    tcp.push_back(static_cast<double>(payload.size()) / tcp_seconds / 1e9);
+  }
+  transport.Drain();
+  receiver->Shutdown(absl::Seconds(2));
+  return SizeResult{Median(push), Median(tcp)};
+}
+
+}  // namespace
+
+absl::Status RunBenchTransport(const BenchTransportOptions& options) {
+  if (options.repeats < 1 || options.repeats > 7 * 30) {
+    return absl::InvalidArgumentError("--repeats in [1, 210]");
+  }
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  std::printf(
+      "tern bench transport: one gossip message (codec none) pushed through GrpcTransport into "
+      "a live worker's Gossip.Push on loopback, against raw TCP on loopback; GB/s of payload, "
+      "median of %d\n",
+      options.repeats);
+  std::printf("%10s %12s %12s %8s\n", "size", "push GB/s", "tcp GB/s", "ratio");
+  for (uint64_t n : options.sizes) {
+    TERN_ASSIGN_OR_RETURN(SizeResult r, BenchOneSize(n, options.repeats, registries));
+    std::printf("%7.1f MB %12.3f %12.3f %7.2fx\n", static_cast<double>(4 * n) / 1e6, r.push_gbs,
+                r.tcp_gbs, r.push_gbs / r.tcp_gbs);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tern
