@@ -17,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -49,6 +50,18 @@ bool ParseSize(absl::string_view s, uint64_t* out) {
   if (!absl::SimpleAtoi(s, &v) || v == 0) return false;
   *out = v * mult;
   return true;
+}
+
+// --sizes as element counts, or an error naming the bad entry.
+absl::StatusOr<std::vector<uint64_t>> SizesFlag() {
+  std::vector<uint64_t> sizes;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+    uint64_t n;
+    if (!ParseSize(s, &n))
+      return absl::InvalidArgumentError(absl::StrCat("bad --sizes entry '", s, "'"));
+    sizes.push_back(n);
+  }
+  return sizes;
 }
 
 // Splits "topk:ratio=0.01,dgc:ratio=0.001,sample=0.02" into specs: a piece without ':' that holds
@@ -164,11 +177,9 @@ int main(int argc, char** argv) {
   }
   if (cmd[0] == "bench" && cmd.size() == 2 && cmd[1] == "codecs") {
     tern::BenchCodecsOptions options;
-    for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
-      uint64_t n;
-      if (!ParseSize(s, &n)) return Fail(absl::StrCat("bad --sizes entry '", s, "'"));
-      options.sizes.push_back(n);
-    }
+    absl::StatusOr<std::vector<uint64_t>> sizes = SizesFlag();
+    if (!sizes.ok()) return Fail(std::string(sizes.status().message()));
+    options.sizes = *std::move(sizes);
     options.specs = SplitSpecs(absl::GetFlag(FLAGS_codecs));
     if (options.specs.empty()) options.specs = tern::DefaultBenchSpecs();
     options.threads = absl::GetFlag(FLAGS_threads);
@@ -180,11 +191,9 @@ int main(int argc, char** argv) {
   }
   if (cmd[0] == "bench" && cmd.size() == 2 && cmd[1] == "transport") {
     tern::BenchTransportOptions options;
-    for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
-      uint64_t n;
-      if (!ParseSize(s, &n)) return Fail(absl::StrCat("bad --sizes entry '", s, "'"));
-      options.sizes.push_back(n);
-    }
+    absl::StatusOr<std::vector<uint64_t>> sizes = SizesFlag();
+    if (!sizes.ok()) return Fail(std::string(sizes.status().message()));
+    options.sizes = *std::move(sizes);
     options.repeats = absl::GetFlag(FLAGS_repeats);
     if (auto s = tern::RunBenchTransport(options); !s.ok()) return Fail(s.ToString());
     return 0;

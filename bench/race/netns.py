@@ -90,7 +90,8 @@ class Sites:
         return False
 
     def _on_signal(self, sig, frame):
-        self.down()
+        # Only unwind here: cleaning up inside the handler could re-enter a Popen the main code
+        # is polling (its wait lock is not reentrant). __exit__ tears everything down.
         raise SystemExit(f"interrupted (signal {sig}); namespaces removed")
 
     def _up(self):
