@@ -144,7 +144,8 @@ def run_row(a, net, name, row, rdir, init):
         else:
             mains.append(net.popen(i, rank_cmd(a, row["kind"], i, rdir, every, init),
                                    f"{rdir}/rank-{i}.log", env))
-    ok = wait_all(mains, time.time() + a.timeout)
+    ok = wait_all(mains, time.time() + a.timeout,
+                  leader=mains[0] if row["kind"].startswith("ddp") else None)
     for d in daemons:
         d.terminate()
     for d in daemons:
@@ -157,16 +158,23 @@ def run_row(a, net, name, row, rdir, init):
     return {"ok": ok, "tx_mb": float(np.mean([(b - c) / 1e6 for b, c in zip(after, before)]))}
 
 
-def wait_all(procs, deadline):
-    """True when every process exits 0; at the first failure or the deadline, False."""
+def wait_all(procs, deadline, leader=None):
+    """True when every process exits 0; at the first failure or the deadline, False. With a
+    `leader` (DDP's rank 0: training is synchronous, and it holds the snapshots), its exit 0
+    is the row's: the others get 15 s more to exit 0, and lingering after that is not failing
+    (the caller kills them)."""
+    leader_done = False
     while time.time() < deadline:
         codes = [p.poll() for p in procs]
         if any(c not in (None, 0) for c in codes):
             return False
         if all(c == 0 for c in codes):
             return True
+        if leader is not None and not leader_done and leader.poll() == 0:
+            leader_done = True
+            deadline = min(deadline, time.time() + 15)
         time.sleep(0.2)
-    return False
+    return leader_done and all(p.poll() in (None, 0) for p in procs)
 
 
 def snapshot_series(a, row, rdir):
