@@ -1,9 +1,6 @@
 #include "cli/train_flags.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -12,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 
 ABSL_DECLARE_FLAG(std::string, out);
@@ -153,10 +151,10 @@ std::string MakeRunDir(const std::string& name) {
   if (dir.empty()) {
     dir = absl::StrCat("runs/", name, "-",
                        absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()));
-    ::mkdir("runs", 0755);
+    (void)MakeDirectory("runs");  // the next call says what went wrong
   }
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    std::fprintf(stderr, "tern run: cannot create %s: %s\n", dir.c_str(), std::strerror(errno));
+  if (absl::Status s = MakeDirectory(dir); !s.ok()) {
+    std::fprintf(stderr, "tern run: %s\n", std::string(s.message()).c_str());
     return "";
   }
   return dir;

@@ -2,12 +2,10 @@
 // external one (PyTorch through the Trainer service).
 #include <pthread.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -114,9 +112,7 @@ absl::Status WriteFinalModel(WorkerDaemon& d, const std::string& path) {
 
 // The kept snapshots as DIR/step-S.f32 and their layout as DIR/layout.json (docs/worker.md).
 absl::Status WriteSnapshots(WorkerDaemon& d, const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot create ", dir, ": ", strerror(errno)));
-  }
+  TERN_RETURN_IF_ERROR(MakeDirectory(dir));
   RoundEngine* e = d.engine();
   std::string layout = "{\"tensors\":[";
   for (const ParamTensor& t : e->layout()) {

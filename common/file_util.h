@@ -15,6 +15,9 @@ namespace tern {
 // text on failure.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes);
 
+// Creates directory `path` (mode 0755) unless it exists. UNAVAILABLE with the errno text.
+absl::Status MakeDirectory(const std::string& path);
+
 }  // namespace tern
 
 #endif  // TERN_COMMON_FILE_UTIL_H_
