@@ -26,10 +26,11 @@ Names Join(std::initializer_list<Names> parts) {
 
 // What the built-in trainer and the round engine read (cli/train_flags.cc).
 Names TrainingFlags() {
-  return {"algorithm",   "codec",     "consensus_step", "local_steps",    "lr",
-          "lr_schedule", "momentum",  "round_timeout",  "run_id",         "seed",
-          "topology",    "weights",   "batch",          "data",           "epochs",
-          "model",       "partition", "max_steps",      "compute_threads"};
+  return {"algorithm", "codec",       "consensus_step",  "local_steps",
+          "lr",        "lr_schedule", "momentum",        "round_timeout",
+          "run_id",    "seed",        "topology",        "weights",
+          "batch",     "data",        "epochs",          "model",
+          "partition", "max_steps",   "compute_threads", "overlap"};
 }
 
 // What the aggregator reads (cli/fed_cmd.cc ServerOptionsFromFlags), the run's and the daemon's.

@@ -91,12 +91,19 @@ class Codec {
   // the whole payload before writing, so on error `out` is untouched.
   absl::Status DecodeAccumulate(const EncodedView& in, float weight, absl::Span<float> out,
                                 ThreadPool* pool = nullptr) const;
+  // The verdict Decode would give on `in`, without writing a tensor: what a receiver checks a
+  // message with on arrival, before it is decoded once into the model.
+  absl::Status Validate(const EncodedView& in) const;
 
  protected:
   // Codec-specific decoding, after the codec name and element count were checked. With
   // accumulate == false, `out` is overwritten (weight is 1).
   virtual absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                                   absl::Span<float> out, ThreadPool* pool) const = 0;
+  // Codec-specific validation after the same checks. The default decodes into a per-thread
+  // scratch tensor; a codec whose payload can be checked without decoding (the sparse ones:
+  // positions only) overrides it.
+  virtual absl::Status ValidateImpl(const EncodedView& in) const;
 };
 
 }  // namespace tern

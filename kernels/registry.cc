@@ -9,6 +9,11 @@ absl::Status CodecRegistry::Decode(const EncodedView& in, absl::Span<float> out)
   return decoder->Decode(in, out);
 }
 
+absl::Status CodecRegistry::Validate(const EncodedView& in) const {
+  TERN_ASSIGN_OR_RETURN(const Codec* decoder, DecoderFor(in.codec));
+  return decoder->Validate(in);
+}
+
 absl::Status CodecRegistry::DecodeAccumulate(const EncodedView& in, float weight,
                                              absl::Span<float> out) const {
   TERN_ASSIGN_OR_RETURN(const Codec* decoder, DecoderFor(in.codec));

@@ -82,6 +82,7 @@ class CodecRegistry final : public CodecRegistryOf<Codec> {
   // Decodes any registered codec's payload into `out` / accumulates it.
   absl::Status Decode(const EncodedView& in, absl::Span<float> out) const;
   absl::Status DecodeAccumulate(const EncodedView& in, float weight, absl::Span<float> out) const;
+  absl::Status Validate(const EncodedView& in) const;
 };
 
 }  // namespace tern

@@ -53,19 +53,37 @@ class AlgorithmBase : public Algorithm {
     return absl::OkStatus();
   }
 
-  // acc += w * decode(part `name` of msg), after checking that it exists and fits.
-  absl::Status Accumulate(int from, const GossipMessage& msg, absl::string_view name, double w,
-                          absl::Span<float> acc) const {
+  // Part `name` of a message from `from`, after checking that it exists and fits the model.
+  absl::StatusOr<const EncodedTensor*> FindPart(int from, const GossipMessage& msg,
+                                                absl::string_view name) const {
     const EncodedTensor* t = msg.Find(name);
     if (t == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("message from worker ", from, " lacks part '", name, "'"));
     }
-    if (t->numel != acc.size()) {
+    if (t->numel != x_.size()) {
       return absl::InvalidArgumentError(absl::StrCat("part '", name, "' from worker ", from,
                                                      " has ", t->numel, " elements, expected ",
-                                                     acc.size()));
+                                                     x_.size()));
     }
+    return t;
+  }
+
+  // Whether part `name` of msg would decode, without decoding it.
+  absl::Status Validate(int from, const GossipMessage& msg, absl::string_view name) const {
+    TERN_ASSIGN_OR_RETURN(const EncodedTensor* t, FindPart(from, msg, name));
+    absl::Status s = codecs_->Validate(EncodedView::Of(*t));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("part '", name, "' from worker ", from, ": ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  // acc += w * decode(part `name` of msg), after checking that it exists and fits.
+  absl::Status Accumulate(int from, const GossipMessage& msg, absl::string_view name, double w,
+                          absl::Span<float> acc) const {
+    TERN_ASSIGN_OR_RETURN(const EncodedTensor* t, FindPart(from, msg, name));
     absl::Status s = codecs_->DecodeAccumulate(EncodedView::Of(*t), static_cast<float>(w), acc);
     if (!s.ok()) {
       return absl::InvalidArgumentError(
@@ -224,6 +242,13 @@ class HeavyBall final : public AlgorithmBase {
 // CHOCO-SGD: public copies x_hat of itself and each neighbour, updated only by compressed
 // differences, so any codec is safe: q = C(x - x_hat_self) goes out; x_hat_j += D(q_j);
 // x <- x + gamma_c sum_j w_ij (x_hat_j - x_hat_self).
+//
+// The consensus term c = sum_j w_ij (x_hat_j - x_hat_self) changes only where the q's are
+// non-zero, so it is kept up to date with them (+w_ij q_j per message, -sum_j w_ij q_self per own
+// message) instead of being rebuilt from the copies each round: a round then costs the local
+// step, the encoding, the sparse decodes and one pass x += gamma_c c. It is rebuilt when the
+// row changes (a dropped neighbour, a dynamic topology) and every kRebuildEvery rounds, which
+// bounds its rounding drift.
 class Choco final : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
@@ -243,28 +268,32 @@ class Choco final : public AlgorithmBase {
     TERN_RETURN_IF_ERROR(AddPart(&msg, "q", diff_, codec_.get(), step));
     // Our own public copy moves by exactly what the neighbours will add to theirs.
     TERN_RETURN_IF_ERROR(Accumulate(worker_, msg, "q", 1.0, absl::MakeSpan(hat_self_)));
+    if (consensus_valid_) {
+      TERN_RETURN_IF_ERROR(
+          Accumulate(worker_, msg, "q", -WeightSum(consensus_row_), absl::MakeSpan(consensus_)));
+    }
     return msg;
   }
   absl::Status Combine(const MixingRow& row,
                        const std::map<int, const GossipMessage*>& received) override {
     TERN_RETURN_IF_ERROR(RequirePrepared(diff_));
     TERN_RETURN_IF_ERROR(CheckReceived(row, received));
-    // Decode every message into fresh copies first, so a bad one changes nothing.
-    std::vector<std::vector<float>> updated;
+    // Every message is checked before anything changes, so a bad one changes nothing.
+    for (const auto& [j, w] : row.neighbours)
+      TERN_RETURN_IF_ERROR(Validate(j, *received.at(j), "q"));
+    const bool incremental = consensus_valid_ && SameNeighbours(row, consensus_row_) &&
+                             ++rounds_since_rebuild_ < kRebuildEvery;
     for (const auto& [j, w] : row.neighbours) {
-      auto it = hat_.find(j);
-      updated.push_back(it != hat_.end() ? it->second : std::vector<float>(x_.size(), 0.0f));
-      TERN_RETURN_IF_ERROR(
-          Accumulate(j, *received.at(j), "q", 1.0, absl::MakeSpan(updated.back())));
+      std::vector<float>& hat = hat_[j];
+      hat.resize(x_.size(), 0.0f);  // a neighbour not heard before starts at 0, like x_hat_self
+      TERN_RETURN_IF_ERROR(Accumulate(j, *received.at(j), "q", 1.0, absl::MakeSpan(hat)));
+      if (incremental) {
+        TERN_RETURN_IF_ERROR(Accumulate(j, *received.at(j), "q", w, absl::MakeSpan(consensus_)));
+      }
     }
+    if (!incremental) RebuildConsensus(row);
     const float gc = static_cast<float>(options_.consensus_step);
-    for (size_t n = 0; n < row.neighbours.size(); ++n) {
-      const auto& [j, w] = row.neighbours[n];
-      const std::vector<float>& hat = updated[n];
-      const float step = gc * static_cast<float>(w);
-      for (size_t i = 0; i < x_.size(); ++i) x_[i] += step * (hat[i] - hat_self_[i]);
-      hat_[j] = std::move(updated[n]);
-    }
+    for (size_t i = 0; i < x_.size(); ++i) x_[i] += gc * consensus_[i];
     return absl::OkStatus();
   }
 
@@ -273,13 +302,43 @@ class Choco final : public AlgorithmBase {
     TERN_ASSIGN_OR_RETURN(codec_, codecs_->Create(options_.codec));
     hat_self_.assign(x_.size(), 0.0f);
     hat_.clear();
+    consensus_valid_ = false;
     return absl::OkStatus();
   }
 
  private:
+  static constexpr int kRebuildEvery = 64;
+
+  static double WeightSum(const MixingRow& row) {
+    double s = 0;
+    for (const auto& [j, w] : row.neighbours) s += w;
+    return s;
+  }
+  static bool SameNeighbours(const MixingRow& a, const MixingRow& b) {
+    return a.neighbours == b.neighbours;
+  }
+  // c = sum_j w_ij (x_hat_j - x_hat_self) from the copies.
+  void RebuildConsensus(const MixingRow& row) {
+    const float ws = static_cast<float>(WeightSum(row));
+    consensus_.resize(x_.size());
+    for (size_t i = 0; i < x_.size(); ++i) consensus_[i] = -ws * hat_self_[i];
+    for (const auto& [j, w] : row.neighbours) {
+      const std::vector<float>& hat = hat_[j];
+      const float wj = static_cast<float>(w);
+      for (size_t i = 0; i < x_.size(); ++i) consensus_[i] += wj * hat[i];
+    }
+    consensus_row_ = row;
+    consensus_valid_ = true;
+    rounds_since_rebuild_ = 0;
+  }
+
   std::unique_ptr<Codec> codec_;
   std::vector<float> m_, diff_, hat_self_;
   std::map<int, std::vector<float>> hat_;
+  std::vector<float> consensus_;  // c, for consensus_row_'s neighbours and weights
+  MixingRow consensus_row_;
+  bool consensus_valid_ = false;
+  int rounds_since_rebuild_ = 0;
 };
 
 // Local SGD: H plain SGD steps, then one exact gossip average of the models.

@@ -84,6 +84,10 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   TERN_ASSIGN_OR_RETURN(
       std::unique_ptr<Algorithm> algorithm,
       registries->algorithms->Create(options.algorithm, options.algorithm_options, codecs));
+  if (options.overlap && algorithm->Asynchronous()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.algorithm, " has no rounds to overlap; --overlap is for the round algorithms"));
+  }
   std::vector<std::string> parts = algorithm->MessageParts();
   return absl::WrapUnique(new RoundEngine(std::move(options), codecs, transport,
                                           std::move(topology), std::move(algorithm),
@@ -168,6 +172,13 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
   out.lr = in.lr > 0 ? in.lr : static_cast<float>(options_.lr.At(in.step));
   const bool async = algorithm_->Asynchronous();
   if (async) TERN_RETURN_IF_ERROR(ApplyMerges());
+  if (in_flight_.has_value()) {
+    // Overlap: the previous round's messages had this step's compute to arrive. Mixing them
+    // before this step's local update keeps the algorithm's order of calls.
+    InFlight previous = *std::move(in_flight_);
+    in_flight_.reset();
+    TERN_RETURN_IF_ERROR(FinishRound(std::move(previous), &out));
+  }
   const absl::Time t0 = absl::Now();
   TERN_ASSIGN_OR_RETURN(GossipMessage msg, algorithm_->Prepare(in.grad, out.lr, in.step));
   {
@@ -179,7 +190,13 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
     if (communicates) TERN_RETURN_IF_ERROR(RunSwap(in.step, std::move(msg), &out));
     TERN_RETURN_IF_ERROR(Publish(in.step + 1));
   } else if (communicates) {
-    TERN_RETURN_IF_ERROR(RunRound(in.step, std::move(msg), &out));
+    TERN_ASSIGN_OR_RETURN(InFlight round, StartRound(in.step, std::move(msg)));
+    // The last step mixes its own round: the final model includes it.
+    if (options_.overlap && in.step + 1 != options_.final_step) {
+      in_flight_ = std::move(round);
+    } else {
+      TERN_RETURN_IF_ERROR(FinishRound(std::move(round), &out));
+    }
   } else {
     inbox_->Skip(in.step + 1);
   }
@@ -231,76 +248,70 @@ absl::StatusOr<MixingRow> RoundEngine::RowFor(const Graph& g) {
   return rows[options_.worker_id];
 }
 
-absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome* out) {
-  const int me = options_.worker_id;
-  TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, step));
-  const std::vector<int>& nbrs = g.neighbours[me];
-  TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, std::move(msg)));
-  const uint64_t payload = o.payload, dense = o.dense, wire = o.wire;
-  const PeerTransport::Chunks chunks = std::move(o.chunks);
+// The pushes of one round, shared with their callbacks, which may finish after the round gave
+// up on them.
+struct RoundEngine::Pushes {
+  absl::Mutex mu;
+  int pending ABSL_GUARDED_BY(mu) = 0;
+  std::map<int, absl::Status> results ABSL_GUARDED_BY(mu);
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return pending == 0; }
+};
 
+absl::StatusOr<RoundEngine::InFlight> RoundEngine::StartRound(int64_t step, GossipMessage msg) {
+  InFlight r;
+  r.step = step;
+  TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, step));
+  r.nbrs = g.neighbours[options_.worker_id];
+  TERN_ASSIGN_OR_RETURN(r.row, RowFor(g));
+  TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, std::move(msg)));
+  r.payload = o.payload;
+  r.dense = o.dense;
+  r.wire = o.wire;
+  r.pushes = std::make_shared<Pushes>();
+  {
+    absl::MutexLock lock(&r.pushes->mu);
+    r.pushes->pending = static_cast<int>(r.nbrs.size());
+  }
+  r.deadline = absl::Now() + options_.round_timeout;
   // Push to every neighbour at once; a push that fails for transport reasons stops the wait
   // for that neighbour's message too (it is gone).
-  struct Pushes {
-    absl::Mutex mu;
-    int pending ABSL_GUARDED_BY(mu) = 0;
-    std::map<int, absl::Status> results ABSL_GUARDED_BY(mu);
-    bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return pending == 0; }
-  };
-  auto pushes = std::make_shared<Pushes>();
-  {
-    absl::MutexLock lock(&pushes->mu);
-    pushes->pending = static_cast<int>(nbrs.size());
-  }
-  const absl::Time t_send = absl::Now();
-  const absl::Time deadline = t_send + options_.round_timeout;
-  for (int j : nbrs) {
-    transport_->Send(j, chunks, deadline, !heard_[j],
-                     [pushes, inbox = inbox_, j, step](absl::Status s) {
+  for (int j : r.nbrs) {
+    transport_->Send(j, o.chunks, r.deadline, !heard_[j],
+                     [pushes = r.pushes, inbox = inbox_, j, step](absl::Status s) {
                        if (PeerUnreachable(s)) inbox->GiveUp(step, j);
                        absl::MutexLock lock(&pushes->mu);
                        pushes->results[j] = std::move(s);
                        --pushes->pending;
                      });
   }
-  // Wait for the neighbours believed up; take whatever the others sent too.
-  std::vector<int> wait_for;
-  for (int j : nbrs) {
-    if (up_[j]) wait_for.push_back(j);
-  }
-  std::map<int, GossipMessage> received = inbox_->Take(step, wait_for, nbrs, deadline);
-  const absl::Time t_recv = absl::Now();
-  std::map<int, absl::Status> results;
-  {
-    absl::MutexLock lock(&pushes->mu);
-    pushes->mu.AwaitWithDeadline(absl::Condition(pushes.get(), &Pushes::Done),
-                                 deadline + absl::Seconds(1));
-    results = pushes->results;
-  }
-  const absl::Time t_pushed = absl::Now();
+  return r;
+}
 
-  uint64_t sent_to = 0;
-  std::vector<int> dropped;
-  for (int j : nbrs) {
+// Marks each neighbour up or down from its push's verdict and whether its message came.
+void RoundEngine::Judge(const InFlight& r, const std::map<int, absl::Status>& results,
+                        const std::map<int, GossipMessage>& received, uint64_t* sent_to,
+                        StepOutcome* out) {
+  const int me = options_.worker_id;
+  for (int j : r.nbrs) {
     const bool was_up = up_[j];
     auto it = results.find(j);
     const absl::Status s =
         it == results.end() ? absl::DeadlineExceededError("push still running") : it->second;
     if (s.ok()) {
-      ++sent_to;
+      ++*sent_to;
       up_[j] = true;  // reachable and in step with us: worth waiting for
     } else if (PeerUnreachable(s)) {
       if (was_up) {
-        spdlog::warn("worker {}: round {}: push to {} failed: {}", me, step, j, s.ToString());
+        spdlog::warn("worker {}: round {}: push to {} failed: {}", me, r.step, j, s.ToString());
       }
       up_[j] = false;
     } else {
       // Refused (a round it already closed, say): it is alive; its verdict is logged.
-      spdlog::warn("worker {}: round {}: worker {} refused our message: {}", me, step, j,
+      spdlog::warn("worker {}: round {}: worker {} refused our message: {}", me, r.step, j,
                    s.ToString());
     }
     if (received.count(j)) {
-      if (!was_up) spdlog::info("worker {}: round {}: worker {} is back", me, step, j);
+      if (!was_up) spdlog::info("worker {}: round {}: worker {} is back", me, r.step, j);
       up_[j] = true;
       heard_[j] = true;
       out->mixed.push_back(j);
@@ -309,34 +320,54 @@ absl::Status RoundEngine::RunRound(int64_t step, GossipMessage msg, StepOutcome*
       // gone); one that is unreachable was marked down above.
       if (was_up) {
         spdlog::warn("worker {}: round {}: no message from {} by the deadline; dropped this round",
-                     me, step, j);
+                     me, r.step, j);
       }
-      dropped.push_back(j);
+      out->dropped.push_back(j);
     }
   }
-  out->dropped = dropped;
+}
+
+absl::Status RoundEngine::FinishRound(InFlight r, StepOutcome* out) {
+  const int me = options_.worker_id;
+  // Wait for the neighbours believed up; take whatever the others sent too.
+  const absl::Time t_wait = absl::Now();
+  std::vector<int> wait_for;
+  for (int j : r.nbrs) {
+    if (up_[j]) wait_for.push_back(j);
+  }
+  std::map<int, GossipMessage> received = inbox_->Take(r.step, wait_for, r.nbrs, r.deadline);
+  const absl::Time t_recv = absl::Now();
+  std::map<int, absl::Status> results;
+  {
+    absl::MutexLock lock(&r.pushes->mu);
+    r.pushes->mu.AwaitWithDeadline(absl::Condition(r.pushes.get(), &Pushes::Done),
+                                   r.deadline + absl::Seconds(1));
+    results = r.pushes->results;
+  }
+  const absl::Time t_pushed = absl::Now();
+  uint64_t sent_to = 0;
+  Judge(r, results, received, &sent_to, out);
 
   const absl::Time t_combine = absl::Now();
-  TERN_ASSIGN_OR_RETURN(MixingRow full, RowFor(g));
-  MixingRow row = DropNeighbours(full, dropped);
+  MixingRow row = DropNeighbours(r.row, out->dropped);
   std::map<int, const GossipMessage*> ptrs;
   for (const auto& [j, m] : received) ptrs[j] = &m;
   absl::Status s = algorithm_->Combine(row, ptrs);
   if (!s.ok()) {
     // Messages were checked on arrival, so this is unexpected; keep the local model rather than
     // stop training.
-    spdlog::error("worker {}: round {}: combine failed ({}); keeping the local model", me, step,
+    spdlog::error("worker {}: round {}: combine failed ({}); keeping the local model", me, r.step,
                   s.ToString());
     MixingRow alone;
     TERN_RETURN_IF_ERROR(algorithm_->Combine(alone, {}));
-    out->dropped = nbrs;
+    out->dropped = r.nbrs;
     out->mixed.clear();
   }
   absl::MutexLock lock(&mu_);
-  stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + payload * sent_to);
-  stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + wire * sent_to);
-  stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + dense * sent_to);
-  stats_.set_wait_seconds(stats_.wait_seconds() + absl::ToDoubleSeconds(t_recv - t_send));
+  stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + r.payload * sent_to);
+  stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + r.wire * sent_to);
+  stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + r.dense * sent_to);
+  stats_.set_wait_seconds(stats_.wait_seconds() + absl::ToDoubleSeconds(t_recv - t_wait));
   stats_.set_transfer_seconds(stats_.transfer_seconds() + absl::ToDoubleSeconds(t_pushed - t_recv));
   stats_.set_combine_seconds(stats_.combine_seconds() + Seconds(t_combine));
   stats_.set_neighbours_dropped(stats_.neighbours_dropped() + out->dropped.size());
@@ -372,16 +403,13 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundl
                                                    " parts, expected ", parts_.size(), " (",
                                                    absl::StrJoin(parts_, ", "), ")"));
   }
-  // Decoding is the validation; its output is thrown away. Reused per thread: a fresh buffer of
-  // the model's size per message costs more than the decode (page faults, zeroing).
-  thread_local std::vector<float> scratch;
-  if (scratch.size() != num_params) scratch.resize(num_params);
+  // Checked without decoding (sparse payloads: positions only); decoded once, when mixed.
   for (const std::string& name : parts_) {
     const EncodedTensor* t = msg.Find(name);
     if (t == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("message lacks part '", name, "'"));
     }
-    absl::Status d = codecs_->Decode(EncodedView::Of(*t), absl::MakeSpan(scratch));
+    absl::Status d = codecs_->Validate(EncodedView::Of(*t));
     if (!d.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", d.message()));
     }

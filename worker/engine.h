@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,11 @@ struct EngineOptions {
   LrSchedule lr;
   absl::Duration round_timeout = absl::Seconds(10);
   int64_t max_rounds_ahead = 32;
+  // Overlap (docs/worker.md): a round's messages are pushed at the end of step t and mixed at the
+  // start of step t+1, so their transfer overlaps the trainer's next compute. The algorithm sees
+  // the same calls in the same order; only the gradient of step t+1 is taken before round t's
+  // mixing. Not for asynchronous algorithms (SwarmSGD has no rounds).
+  bool overlap = false;
   // Keep the parameters after every `snapshot_every` steps (0: only after step 0), the newest
   // `max_snapshots` of them.
   int64_t snapshot_every = 0;
@@ -151,7 +157,21 @@ class RoundEngine {
     uint64_t payload = 0, dense = 0, wire = 0;
   };
   absl::StatusOr<Outgoing> Pack(int64_t step, GossipMessage msg) const;
-  absl::Status RunRound(int64_t step, GossipMessage msg, StepOutcome* out);
+  // A round whose message is out: its neighbours, weights, pushes and what it counts as.
+  struct Pushes;
+  struct InFlight {
+    int64_t step = 0;
+    std::vector<int> nbrs;
+    MixingRow row;
+    std::shared_ptr<Pushes> pushes;
+    uint64_t payload = 0, dense = 0, wire = 0;
+    absl::Time deadline;
+  };
+  absl::StatusOr<InFlight> StartRound(int64_t step, GossipMessage msg);
+  // Waits for the round's messages (to its deadline) and pushes, then mixes.
+  absl::Status FinishRound(InFlight r, StepOutcome* out);
+  void Judge(const InFlight& r, const std::map<int, absl::Status>& results,
+             const std::map<int, GossipMessage>& received, uint64_t* sent_to, StepOutcome* out);
   absl::Status RunSwap(int64_t step, GossipMessage msg, StepOutcome* out);
   absl::Status ApplyMerges();
   absl::Status Publish(int64_t step);
@@ -174,6 +194,7 @@ class RoundEngine {
   std::vector<bool> up_;     // neighbours worth waiting for
   std::vector<bool> heard_;  // ever had a message from them
   std::unique_ptr<std::vector<MixingRow>> static_rows_;
+  std::optional<InFlight> in_flight_;  // overlap: the round to mix at the next step
 
   mutable absl::Mutex mu_;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);

@@ -80,7 +80,7 @@ struct Cluster {
   std::vector<std::unique_ptr<RoundEngine>> engines;
 
   Cluster(int n, const std::string& algorithm, size_t dim, absl::Duration timeout,
-          int local_steps = 4) {
+          int local_steps = 4, bool overlap = false) {
     transport.dead.assign(n, false);
     for (int i = 0; i < n; ++i) {
       EngineOptions o;
@@ -90,6 +90,7 @@ struct Cluster {
       o.round_timeout = timeout;
       o.snapshot_every = 1;
       o.algorithm_options.local_steps = local_steps;
+      o.overlap = overlap;
       auto e = RoundEngine::Create(o, &registries, &transport);
       EXPECT_THAT(e, IsOk());
       std::vector<float> x0(dim, static_cast<float>(i));  // different starts: mixing shows
@@ -150,6 +151,35 @@ TEST(RoundEngine, DpsgdRoundsAverageNeighboursLikeTheMixingMatrix) {
   EXPECT_EQ(out2[0]->delta.steps(), 1u);
   EXPECT_EQ(out2[0]->delta.payload_bytes_sent(), 2u * 8 * 4);
   EXPECT_EQ(c.engines[0]->Stats().payload_bytes_sent(), 4u * 8 * 4);
+}
+
+TEST(RoundEngine, OverlapMixesEachRoundAtTheNextStep) {
+  Cluster c(4, "dpsgd", 8, absl::Seconds(10), 4, /*overlap=*/true);
+  auto out = c.Step(0, {true, true, true, true});
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_THAT(out[i], IsOk());
+    EXPECT_TRUE(out[i]->mixed.empty());  // round 0 is still on the wire
+    EXPECT_FLOAT_EQ(c.engines[i]->params()[0], static_cast<float>(i));
+  }
+  auto out1 = c.Step(1, {true, true, true, true});
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_THAT(out1[i], IsOk());
+    EXPECT_EQ(out1[i]->mixed.size(), 2u);
+    // Round 0's average, as a blocking engine has it after step 0.
+    EXPECT_FLOAT_EQ(c.engines[i]->params()[0], (i + (i + 1) % 4 + (i + 3) % 4) / 3.0f);
+    EXPECT_EQ(out1[i]->delta.payload_bytes_sent(), 2u * 8 * 4);
+  }
+}
+
+TEST(RoundEngine, OverlapIsRefusedForAnAlgorithmWithoutRounds) {
+  WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  MemoryTransport transport;
+  EngineOptions o;
+  o.num_workers = 2;
+  o.algorithm = "swarm";
+  o.overlap = true;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, &transport),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(RoundEngine, DeadNeighbourIsDroppedWithoutWaitingForTheDeadline) {

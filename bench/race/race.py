@@ -55,6 +55,9 @@ ROWS = {
                               "flags": ["--algorithm=choco", "--codec=topk:ratio=0.01",
                                         "--consensus_step=0.05"]},
 }
+# The same rows with --overlap: round t's transfer overlaps step t+1's compute (docs/worker.md).
+for _name in ("tern-choco-stc", "tern-choco-stc-torch"):
+    ROWS[_name + "-overlap"] = dict(ROWS[_name], flags=ROWS[_name]["flags"] + ["--overlap"])
 DEFAULT_ROWS = "ddp,ddp-powersgd,tern-choco-stc,tern-choco-stc-torch"
 
 

@@ -222,6 +222,42 @@ TEST_P(AllCodecs, RandomCorruptionIsAnErrorOrAFiniteDecodeNeverACrash) {
   RecordProperty("rejected", rejected);
 }
 
+// What a receiver checks on arrival must be exactly what decoding would refuse: a message it
+// accepts always decodes, and one it refuses would not have.
+TEST_P(AllCodecs, ValidateGivesDecodesVerdictOnGoodTruncatedAndCorruptPayloads) {
+  const auto x = testing::Gaussian(513, 14);
+  const EncodedTensor enc = Encode(x);
+  std::vector<float> y(x.size());
+  EXPECT_THAT(codec_->Validate(EncodedView::Of(enc)), IsOk());
+  EXPECT_THAT(registry_->Validate(EncodedView::Of(enc)), IsOk());
+  auto same_verdict = [&](const EncodedView& v, const std::string& what) {
+    const absl::Status d = codec_->Decode(v, absl::MakeSpan(y));
+    const absl::Status c = codec_->Validate(v);
+    ASSERT_EQ(d.ok(), c.ok()) << what << ": decode " << d << ", validate " << c;
+    if (!c.ok()) {
+      ASSERT_EQ(c.code(), absl::StatusCode::kInvalidArgument) << what;
+    }
+  };
+  const size_t n = enc.payload.size();
+  for (size_t len = 0; len < n; len += std::max<size_t>(1, n / 100)) {
+    EncodedView v = EncodedView::Of(enc);
+    v.payload = v.payload.subspan(0, len);
+    same_verdict(v, "prefix of " + std::to_string(len));
+  }
+  EncodedTensor longer = enc;
+  longer.payload.append(9, '\0');
+  same_verdict(EncodedView::Of(longer), "oversize");
+  const RngKey key = MakeRngKey(15);
+  for (uint32_t trial = 0; trial < 500; ++trial) {
+    EncodedTensor bad = enc;
+    const uint32_t r = Random32(key, trial);
+    if (!bad.payload.empty()) {
+      bad.payload[r % bad.payload.size()] ^= static_cast<char>(1 + (r >> 24) % 255);
+    }
+    same_verdict(EncodedView::Of(bad), "corruption " + std::to_string(trial));
+  }
+}
+
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   std::string name;
   for (char c : info.param.spec) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

@@ -66,6 +66,11 @@ absl::Status DecodeSparsePayload(absl::string_view codec, const EncodedView& in,
   return absl::OkStatus();
 }
 
+absl::Status ValidateSparsePayload(absl::string_view codec, const EncodedView& in) {
+  SparseView v;
+  return Parse(codec, in, &v);
+}
+
 absl::Status ReadSparseIndices(absl::string_view codec, const EncodedView& in,
                                std::vector<uint32_t>* indices) {
   SparseView v;

@@ -26,6 +26,8 @@ absl::Status DecodeSparsePayload(absl::string_view codec, const EncodedView& in,
                                  bool accumulate, absl::Span<float> out);
 
 // Validates a sparse payload and returns its indices (used by the DGC memory to mask what it sent).
+// What DecodeSparsePayload would refuse, without writing.
+absl::Status ValidateSparsePayload(absl::string_view codec, const EncodedView& in);
 absl::Status ReadSparseIndices(absl::string_view codec, const EncodedView& in,
                                std::vector<uint32_t>* indices);
 
@@ -49,6 +51,9 @@ class SparseCodec : public Codec {
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool*) const final {
     return DecodeSparsePayload(Name(), in, weight, accumulate, out);
+  }
+  absl::Status ValidateImpl(const EncodedView& in) const final {
+    return ValidateSparsePayload(Name(), in);
   }
 
  private:

@@ -53,6 +53,32 @@ class StcCodec final : public Codec {
  protected:
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool*) const override {
+    // Positions into scratch first, so a bad stream leaves `out` untouched.
+    std::vector<uint32_t> pos;
+    std::vector<uint8_t> neg;
+    TERN_RETURN_IF_ERROR(Parse(in, &pos, &neg));
+    const float mu = in.scales[0];
+    if (!accumulate) std::fill(out.begin(), out.end(), 0.0f);
+    for (size_t j = 0; j < pos.size(); ++j) {
+      const float v = neg[j] ? -mu : mu;
+      if (accumulate) {
+        out[pos[j]] += weight * v;
+      } else {
+        out[pos[j]] = v;
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status ValidateImpl(const EncodedView& in) const override {
+    thread_local std::vector<uint32_t> pos;
+    thread_local std::vector<uint8_t> neg;
+    return Parse(in, &pos, &neg);
+  }
+
+ private:
+  // The non-zeros' positions (ascending, in range) and signs; every error Decode reports.
+  absl::Status Parse(const EncodedView& in, std::vector<uint32_t>* pos,
+                     std::vector<uint8_t>* neg) const {
     ByteReader r(in.payload.data(), in.payload.size());
     uint32_t k;
     uint8_t b;
@@ -60,9 +86,8 @@ class StcCodec final : public Codec {
     if (k > in.numel) return internal::PayloadError(Name(), "k = ", k, " > numel ", in.numel);
     if (b > 31) return internal::PayloadError(Name(), "Golomb parameter ", int{b}, " > 31");
     TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, 1));
-    // Decode positions into scratch first so a bad stream leaves `out` untouched.
-    std::vector<uint32_t> pos(k);
-    std::vector<uint8_t> neg(k);
+    pos->resize(k);
+    neg->resize(k);
     BitReader bits(r.ptr(), r.remaining());
     const uint64_t max_quotient = (in.numel >> b) + 1;
     uint64_t next = 0;  // smallest position the next non-zero may take
@@ -75,27 +100,16 @@ class StcCodec final : public Codec {
       if (p >= in.numel) {
         return internal::PayloadError(Name(), "position ", p, " out of range at non-zero ", j);
       }
-      pos[j] = static_cast<uint32_t>(p);
-      neg[j] = static_cast<uint8_t>(sign);
+      (*pos)[j] = static_cast<uint32_t>(p);
+      (*neg)[j] = static_cast<uint8_t>(sign);
       next = p + 1;
     }
     if (!bits.AtCanonicalEnd()) {
       return internal::PayloadError(Name(), "trailing bits after ", k, " non-zeros");
     }
-    const float mu = in.scales[0];
-    if (!accumulate) std::fill(out.begin(), out.end(), 0.0f);
-    for (uint32_t j = 0; j < k; ++j) {
-      const float v = neg[j] ? -mu : mu;
-      if (accumulate) {
-        out[pos[j]] += weight * v;
-      } else {
-        out[pos[j]] = v;
-      }
-    }
     return absl::OkStatus();
   }
 
- private:
   const double ratio_;
   const std::string params_;
   std::vector<uint32_t> indices_;
