@@ -55,6 +55,13 @@ struct EncodedView {
   }
 };
 
+// One tensor of a flat vector holding several (a model's layout, in order): `numel` elements
+// viewed as a [rows, numel / rows] matrix (PyTorch's view of a weight: rows = shape[0]).
+struct TensorBlock {
+  uint64_t numel = 0;
+  uint64_t rows = 0;
+};
+
 struct EncodeOptions {
   // Key of the counter-based generator: stochastic codecs draw element i's randomness from
   // (seed, i), so a payload is reproducible. Use a fresh seed per step (e.g. hash of step, rank).
@@ -62,6 +69,10 @@ struct EncodeOptions {
   // Logical shape of the tensor. PowerSGD views it as a [shape[0], numel / shape[0]] matrix; empty
   // means a flat vector. Not owned; must outlive the call.
   absl::Span<const int64_t> shape;
+  // The tensors the input is made of, consecutive and covering it (a whole model sent as one
+  // vector); empty: one tensor of `shape`. Codecs with per-tensor structure (PowerSGD) encode
+  // each on its own and carry the blocks in the payload; the others ignore them. Not owned.
+  absl::Span<const TensorBlock> blocks;
   // Optional pool that splits large tensors across threads; results are identical without it.
   ThreadPool* pool = nullptr;
 };

@@ -50,7 +50,11 @@ absl::Status ModelDownstream::Restore(const internal::DownstreamState& state) {
 
 DeltaDownstream::DeltaDownstream(const CodecRegistry* codecs, std::string codec, uint64_t seed,
                                  int keep)
-    : codecs_(codecs), codec_(std::move(codec)), seed_(seed), keep_(std::max(1, keep)) {}
+    : codecs_(codecs),
+      codec_(std::move(codec)),
+      tensor_codecs_(codecs),
+      seed_(seed),
+      keep_(std::max(1, keep)) {}
 
 void DeltaDownstream::Reset(const std::vector<ParamTensor>& layout) {
   layout_ = layout;
@@ -77,12 +81,13 @@ absl::StatusOr<DeltaDownstream::Encoded> DeltaDownstream::Encode(absl::Span<cons
                                                                  int64_t round) const {
   std::vector<float> target(size());
   for (size_t i = 0; i < size(); ++i) target[i] = values[i] + residual_[i];
-  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs_->Create(codec_));
+  TERN_RETURN_IF_ERROR(tensor_codecs_.Use(codec_, layout_.size()));
   EncodeOptions eo;
   eo.seed = seed_ ^ (static_cast<uint64_t>(round) << 20) ^ 0x5eed;
   Encoded e;
   e.residual.assign(size(), 0.0f);
-  TERN_ASSIGN_OR_RETURN(e.bundle, EncodeFlatToBundle(layout_, target, *codec, eo, &e.residual));
+  TERN_ASSIGN_OR_RETURN(e.bundle,
+                        EncodeFlatToBundle(layout_, target, tensor_codecs_, eo, &e.residual));
   // Decode again rather than target - residual: clients decode, then use in float, tensor by
   // tensor, and the server must land on their values bit for bit.
   e.decoded.assign(size(), 0.0f);

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/model/bundle.h"
 #include "core/model/layout.h"
 #include "kernels/registry.h"
 #include "tern/internal/checkpoint.pb.h"
@@ -111,6 +112,9 @@ class DeltaDownstream final : public Downstream {
 
   const CodecRegistry* const codecs_;
   const std::string codec_;
+  // One codec per tensor kept across rounds (PowerSGD's warm start); only the encoder's state,
+  // which Encode may advance even when its result is not kept.
+  mutable TensorCodecs tensor_codecs_;
   const uint64_t seed_;
   const int keep_;
   std::vector<ParamTensor> layout_;

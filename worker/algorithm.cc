@@ -29,7 +29,9 @@ class AlgorithmBase : public Algorithm {
   AlgorithmBase(const AlgorithmOptions& options, const CodecRegistry* codecs)
       : options_(options), codecs_(codecs) {}
 
-  absl::Status Init(absl::Span<const float> x0, int worker) override {
+  absl::Status Init(absl::Span<const float> x0, int worker,
+                    std::vector<TensorBlock> blocks) override {
+    blocks_ = std::move(blocks);
     // What exact-exchange algorithms send x and m with ("none" = fp32; fp16/bf16 halve it).
     TERN_ASSIGN_OR_RETURN(dense_, codecs_->Create(options_.codec));
     x_.assign(x0.begin(), x0.end());
@@ -47,6 +49,7 @@ class AlgorithmBase : public Algorithm {
     // A fresh, reproducible stream per (seed, worker, step, part).
     eo.seed = Mix64(options_.seed ^ Mix64((static_cast<uint64_t>(worker_) << 32) ^
                                           (static_cast<uint64_t>(step) * 4 + msg->parts.size())));
+    eo.blocks = blocks_;
     EncodedTensor t;
     TERN_RETURN_IF_ERROR((codec ? codec : dense_.get())->Encode(v, eo, &t));
     msg->parts.emplace_back(std::move(name), std::move(t));
@@ -134,6 +137,7 @@ class AlgorithmBase : public Algorithm {
   std::unique_ptr<Codec> dense_;
   std::vector<float> x_;
   int worker_ = 0;
+  std::vector<TensorBlock> blocks_;
 };
 
 // D-PSGD (adapt then combine) and DmSGD: send x - lr * d with d = g (beta = 0) or the momentum

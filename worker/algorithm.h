@@ -45,8 +45,11 @@ class Algorithm {
  public:
   virtual ~Algorithm() = default;
   virtual std::string Name() const = 0;
-  // Starts from x0 (every worker must use the same x0). `worker` is this worker's id.
-  virtual absl::Status Init(absl::Span<const float> x0, int worker) = 0;
+  // Starts from x0 (every worker must use the same x0). `worker` is this worker's id; `blocks`
+  // are the model's tensors in x0 (empty: one flat tensor), which codecs with per-tensor
+  // structure (PowerSGD) encode one by one.
+  virtual absl::Status Init(absl::Span<const float> x0, int worker,
+                            std::vector<TensorBlock> blocks) = 0;
   // Whether step `step` ends with a gossip round (local SGD talks every H steps only).
   virtual bool Communicates(int64_t step) const { return true; }
   // Applies the local part of step `step` with gradient `grad` and learning rate `lr`, and

@@ -26,6 +26,22 @@ bool PeerUnreachable(const absl::Status& s) {
          s.code() == absl::StatusCode::kCancelled;
 }
 
+// The model's tensors as codecs view them: [shape[0], numel / shape[0]], 1-D ones as a column.
+// A layout that does not tile the vector in order gives none (one flat tensor).
+std::vector<TensorBlock> BlocksOf(const std::vector<ParamTensor>& layout, size_t size) {
+  std::vector<TensorBlock> blocks;
+  size_t next = 0;
+  for (const ParamTensor& p : layout) {
+    if (p.offset != next) return {};
+    next += p.numel;
+    if (p.numel == 0) continue;
+    const bool matrix =
+        p.shape.size() >= 2 && p.shape[0] > 0 && p.numel % static_cast<uint64_t>(p.shape[0]) == 0;
+    blocks.push_back({p.numel, matrix ? static_cast<uint64_t>(p.shape[0]) : p.numel});
+  }
+  return next == size ? blocks : std::vector<TensorBlock>();
+}
+
 }  // namespace
 
 v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
@@ -123,7 +139,7 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
   if (x0.empty() || x0.size() > options_.max_params) {
     return absl::InvalidArgumentError(absl::StrCat("model of ", x0.size(), " values"));
   }
-  TERN_RETURN_IF_ERROR(algorithm_->Init(x0, options_.worker_id));
+  TERN_RETURN_IF_ERROR(algorithm_->Init(x0, options_.worker_id, BlocksOf(layout, x0.size())));
   {
     absl::MutexLock lock(&mu_);
     layout_ = layout;

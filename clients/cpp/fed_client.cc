@@ -31,8 +31,9 @@ class UpdateEncoder {
     if (mem.rfind("dgc", 0) == 0) return EncodeDgc(task, layout, update, epoch, eo);
     const bool ef = task.error_feedback() || mem == "ef";
     if (ef && residual_.size() != update.size()) residual_.assign(update.size(), 0.0f);
-    TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, codecs.Create(task.update_codec()));
-    return EncodeFlatToBundle(layout, update, *codec, eo, ef ? &residual_ : nullptr);
+    if (tensor_codecs_ == nullptr) tensor_codecs_ = std::make_unique<TensorCodecs>(&codecs);
+    TERN_RETURN_IF_ERROR(tensor_codecs_->Use(task.update_codec(), layout.size()));
+    return EncodeFlatToBundle(layout, update, *tensor_codecs_, eo, ef ? &residual_ : nullptr);
   }
 
  private:
@@ -68,6 +69,8 @@ class UpdateEncoder {
   }
 
   std::vector<float> residual_;  // error feedback
+  // Kept across rounds: PowerSGD's warm start is per tensor.
+  std::unique_ptr<TensorCodecs> tensor_codecs_;
   std::vector<std::unique_ptr<DgcMemory>> dgc_;
 };
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <set>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/error_feedback.h"
@@ -30,10 +31,13 @@ absl::StatusOr<v1::TensorBundle> FlatToBundle(const std::vector<ParamTensor>& la
   return b;
 }
 
-absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTensor>& layout,
-                                                    absl::Span<const float> values, Codec& codec,
-                                                    const EncodeOptions& options,
-                                                    std::vector<float>* residual) {
+namespace {
+
+absl::StatusOr<v1::TensorBundle> EncodeTensors(const std::vector<ParamTensor>& layout,
+                                               absl::Span<const float> values,
+                                               absl::FunctionRef<Codec&(size_t)> codec_of,
+                                               const EncodeOptions& options,
+                                               std::vector<float>* residual) {
   if (residual != nullptr && residual->size() != values.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("residual of ", residual->size(), " values for a vector of ", values.size()));
@@ -49,6 +53,8 @@ absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTenso
     const absl::Span<const float> x = values.subspan(p.offset, p.numel);
     EncodeOptions o = options;
     o.seed = options.seed + i;
+    o.shape = p.shape;  // PowerSGD's matrix view
+    Codec& codec = codec_of(i);
     if (residual != nullptr) {
       TERN_RETURN_IF_ERROR(EncodeWithErrorFeedback(
           codec, x, absl::MakeSpan(*residual).subspan(p.offset, p.numel), o, &t));
@@ -65,6 +71,41 @@ absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTenso
     t = EncodedTensor();
   }
   return b;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTensor>& layout,
+                                                    absl::Span<const float> values, Codec& codec,
+                                                    const EncodeOptions& options,
+                                                    std::vector<float>* residual) {
+  return EncodeTensors(
+      layout, values, [&codec](size_t) -> Codec& { return codec; }, options, residual);
+}
+
+absl::Status TensorCodecs::Use(const std::string& spec, size_t tensors) {
+  if (spec == spec_ && codecs_.size() == tensors) return absl::OkStatus();
+  std::vector<std::unique_ptr<Codec>> made;
+  for (size_t i = 0; i < tensors; ++i) {
+    TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> c, registry_->Create(spec));
+    made.push_back(std::move(c));
+  }
+  codecs_ = std::move(made);
+  spec_ = spec;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTensor>& layout,
+                                                    absl::Span<const float> values,
+                                                    TensorCodecs& codecs,
+                                                    const EncodeOptions& options,
+                                                    std::vector<float>* residual) {
+  if (codecs.size() != layout.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(codecs.size(), " codecs for ", layout.size(), " tensors"));
+  }
+  return EncodeTensors(
+      layout, values, [&codecs](size_t i) -> Codec& { return codecs.at(i); }, options, residual);
 }
 
 uint64_t PayloadBytes(const v1::TensorBundle& bundle) {

@@ -6,6 +6,7 @@
 #define TERN_CORE_MODEL_BUNDLE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,31 @@ absl::StatusOr<v1::TensorBundle> FlatToBundle(const std::vector<ParamTensor>& la
 // what that encoding lost.
 absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTensor>& layout,
                                                     absl::Span<const float> values, Codec& codec,
+                                                    const EncodeOptions& options,
+                                                    std::vector<float>* residual);
+
+// One codec per tensor of a layout, made from one spec and kept from round to round: a codec
+// with per-tensor state (PowerSGD's warm-started Q) then sees one tensor's stream, as it must.
+//
+// Thread-compatible.
+class TensorCodecs {
+ public:
+  explicit TensorCodecs(const CodecRegistry* registry) : registry_(registry) {}
+  // Codecs of `spec` for `tensors` tensors: the kept ones when neither changed, else new ones.
+  absl::Status Use(const std::string& spec, size_t tensors);
+  size_t size() const { return codecs_.size(); }
+  Codec& at(size_t i) { return *codecs_[i]; }
+
+ private:
+  const CodecRegistry* registry_;
+  std::string spec_;
+  std::vector<std::unique_ptr<Codec>> codecs_;
+};
+
+// As above, tensor i encoded by codecs.at(i) (codecs.size() == layout.size()).
+absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTensor>& layout,
+                                                    absl::Span<const float> values,
+                                                    TensorCodecs& codecs,
                                                     const EncodeOptions& options,
                                                     std::vector<float>* residual);
 

@@ -1,7 +1,9 @@
-// powersgd.v1 — PowerSGD rank-r approximation of a matrix M (the tensor viewed as
-// [shape[0], numel / shape[0]]): P = M Q, orthogonalise P, Q = M^T P, send (P, Q), M ~ P Q^T. Q is
-// warm-started from the previous call, so each instance must encode one tensor stream. Use it with
-// error feedback. Layout: docs/wire-format.md §powersgd.v1.
+// powersgd.v2 — PowerSGD: each tensor of the input (EncodeOptions::blocks, or the one tensor of
+// EncodeOptions::shape) viewed as a [rows, numel / rows] matrix M, as PyTorch's hook views a
+// weight; P = M Q, orthogonalise P, Q = M^T P, send (P, Q), M ~ P Q^T. A tensor that factoring
+// would not shrink 2x (a bias, a thin matrix) goes raw. Q is warm-started from the previous call
+// per tensor, so each instance must encode one stream of same-shaped inputs (one per tensor, or
+// one per model with blocks). Use it with error feedback. Layout: docs/wire-format.md §powersgd.v2.
 //
 // The distributed form averages P across workers before orthogonalising and Q after; the helpers
 // below expose those steps for the aggregator.
