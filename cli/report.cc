@@ -228,8 +228,9 @@ std::string Chart(const std::vector<RunSeries>& runs, const ChartSpec& c) {
 }
 
 // Where a gossip run's steps went: for each interval between evaluations, the mean milliseconds
-// per step of each part, stacked; "trainer I/O and other" is what the parts leave of the whole
-// step (WorkerStats.step_seconds). "" when the run did not record step times.
+// per step of each part, stacked; trainer I/O is the trainer's own timing of its calls beyond
+// the worker's work on them; "other" is what the parts leave of the whole step
+// (WorkerStats.step_seconds). "" when the run did not record step times.
 std::string StepTimeChart(const RunSeries& run) {
   struct Layer {
     const char* key;
@@ -241,7 +242,8 @@ std::string StepTimeChart(const RunSeries& run) {
                                       {"combine_s", "decode + mix", "#59a14f"},
                                       {"transfer_s", "push (beyond wait)", "#76b7b2"},
                                       {"wait_s", "wait for neighbours", "#e15759"},
-                                      {nullptr, "trainer I/O and other", "#bab0ac"}};
+                                      {"trainer_io_s", "trainer I/O", "#b07aa1"},
+                                      {nullptr, "other", "#bab0ac"}};
   constexpr size_t kParts = sizeof(kLayers) / sizeof(kLayers[0]);
   std::vector<double> xs;
   std::vector<std::array<double, kParts>> ms;  // per interval, per layer

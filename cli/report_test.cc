@@ -110,7 +110,7 @@ TEST(Report, ALogAxisOfOneDecadeHasTicksBetweenItsEnds) {
   EXPECT_THAT(html, HasSubstr(">0.005<"));
 }
 
-TEST(Report, AGossipRunStacksWhereEachStepsTimeWentWithTheRestAsTrainerIo) {
+TEST(Report, AGossipRunStacksWhereEachStepsTimeWentTrainerIoAndTheRest) {
   RunSeries run;
   run.name = "timed";
   for (int s = 0; s <= 200; s += 100) {
@@ -120,7 +120,8 @@ TEST(Report, AGossipRunStacksWhereEachStepsTimeWentWithTheRestAsTrainerIo) {
     r.set_combine_s(s * 0.003f);
     r.set_transfer_s(0);
     r.set_wait_s(s * 0.005f);
-    r.set_step_s(s * 0.030f);  // 30 ms a step: 10 ms left for the trainer's I/O
+    r.set_trainer_io_s(s * 0.004f);
+    r.set_step_s(s * 0.030f);  // 30 ms a step: 4 ms of trainer I/O, 6 ms of other
     run.rows.push_back(r);
   }
   const std::string html = RenderReport({run});
@@ -131,8 +132,9 @@ TEST(Report, AGossipRunStacksWhereEachStepsTimeWentWithTheRestAsTrainerIo) {
        at = html.find("<polygon", at + 1)) {
     ++polygons;
   }
-  EXPECT_EQ(polygons, 6u);  // compute, encode, decode + mix, push, wait, trainer I/O and other
-  EXPECT_THAT(html, HasSubstr("trainer I/O and other"));
+  // compute, encode, decode + mix, push, wait, trainer I/O, other
+  EXPECT_EQ(polygons, 7u);
+  EXPECT_THAT(html, HasSubstr("trainer I/O"));
   // The stack tops out at the whole step: 30 ms, so the axis reaches 30 (ticks of 5).
   EXPECT_THAT(html.substr(chart), HasSubstr(">30<"));
   // A run without step times (an older folder, or an aggregator run) has no such chart.

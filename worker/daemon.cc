@@ -40,6 +40,7 @@ v1::StepResult ResultOf(const StepOutcome& out) {
   for (int j : out.mixed) result.add_mixed(static_cast<uint32_t>(j));
   for (int j : out.dropped) result.add_dropped(static_cast<uint32_t>(j));
   *result.mutable_step_stats() = out.delta;
+  result.set_worker_seconds(out.seconds);
   return result;
 }
 
@@ -314,6 +315,7 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
       in.lr = info_.lr();
       in.loss = info_.loss();
       in.compute_seconds = info_.compute_seconds();
+      in.io_seconds = info_.io_seconds();
       in.grad = grad;
       TERN_ASSIGN_OR_RETURN(StepOutcome out, d_->StepOnLoop(in));
       const v1::StepResult result = ResultOf(out);
@@ -455,6 +457,18 @@ absl::StatusOr<v1::SharedMemoryInfo> WorkerDaemon::OpenSharedOnLoop() {
   info.set_num_params(n);
   info.set_grad_offset(grad_at);
   info.set_params_offset(params_at);
+  if (doorbell_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<SeqpacketServer>> bell = SeqpacketServer::Start(
+        absl::StrCat("/dev/shm/tern-w", options_.engine.worker_id, "-", getpid(), ".sock"),
+        [this](absl::string_view request) { return DoorbellStep(request); });
+    if (bell.ok()) {
+      doorbell_ = *std::move(bell);
+    } else {  // Trainer.StepShared still works
+      spdlog::warn("worker {}: no doorbell socket: {}", options_.engine.worker_id,
+                   bell.status().ToString());
+    }
+  }
+  if (doorbell_ != nullptr) info.set_doorbell_path(doorbell_->path());
   spdlog::info("worker {}: trainer steps through shared memory {}", options_.engine.worker_id,
                shm_->path());
   return info;
@@ -469,11 +483,36 @@ absl::StatusOr<v1::StepResult> WorkerDaemon::StepSharedOnLoop(const v1::StepInfo
   in.lr = info.lr();
   in.loss = info.loss();
   in.compute_seconds = info.compute_seconds();
+  in.io_seconds = info.io_seconds();
   in.grad = absl::MakeConstSpan(reinterpret_cast<const float*>(shm_->data() + shm_grad_at_), n);
   TERN_ASSIGN_OR_RETURN(StepOutcome out, StepOnLoop(in));
   const absl::Span<const float> x = engine_->params();
   std::memcpy(shm_->data() + shm_params_at_, x.data(), n * sizeof(float));
   return ResultOf(out);
+}
+
+std::string WorkerDaemon::DoorbellStep(absl::string_view request) {
+  absl::StatusOr<v1::StepResult> r = absl::InvalidArgumentError("not 'S' and a StepInfo message");
+  v1::StepInfo info;
+  // 'S' first: a StepInfo of defaults serializes to nothing, and a message may not be empty.
+  if (!request.empty() && request[0] == 'S' &&
+      info.ParseFromArray(request.data() + 1, static_cast<int>(request.size() - 1))) {
+    bool shutting_down;
+    {
+      absl::MutexLock lock(&mu_);
+      shutting_down = shut_down_;
+    }
+    absl::MutexLock exec(&exec_mu_);
+    r = shutting_down ? absl::UnavailableError("worker is shutting down") : StepSharedOnLoop(info);
+  }
+  // u8 status code (absl's numbering, gRPC's too) | the StepResult, or the error's message.
+  std::string reply(1, static_cast<char>(r.status().code()));
+  if (r.ok()) {
+    reply += r->SerializeAsString();
+  } else {
+    reply += std::string(r.status().message().substr(0, 4096));
+  }
+  return reply;
 }
 
 absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterInProcess(
@@ -537,6 +576,7 @@ void WorkerDaemon::LogStep(const StepOutcome& out) {
   r.set_wait_s(d.wait_seconds());
   r.set_transfer_s(d.transfer_seconds());
   r.set_combine_s(d.combine_seconds());
+  r.set_trainer_io_s(d.trainer_io_seconds());
   for (int id : out.mixed) r.add_mixed_ids(id);
   for (int id : out.dropped) r.add_dropped_ids(id);
   r.set_start_unix_s(absl::ToDoubleSeconds(start - absl::UnixEpoch()));
@@ -569,6 +609,7 @@ void WorkerDaemon::LoopThread() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
+    absl::MutexLock exec(&exec_mu_);
     job(false);
   }
 }
@@ -581,6 +622,15 @@ void WorkerDaemon::Shutdown(absl::Duration grace) {
   }
   if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
   engine_->Shutdown();  // a step waiting for neighbours returns now
+  {
+    // Stopped outside exec_mu_: its thread may be waiting for it.
+    std::unique_ptr<SeqpacketServer> doorbell;
+    {
+      absl::MutexLock exec(&exec_mu_);
+      doorbell = std::move(doorbell_);
+    }
+    if (doorbell != nullptr) doorbell->Stop();
+  }
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;

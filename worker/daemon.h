@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/seqpacket_server.h"
 #include "common/shared_memory.h"
 #include "core/model/layout.h"
 #include "grpcpp/grpcpp.h"
@@ -87,6 +88,9 @@ class WorkerDaemon {
   absl::StatusOr<StepOutcome> StepOnLoop(const StepInput& in);
   absl::StatusOr<v1::SharedMemoryInfo> OpenSharedOnLoop();
   absl::StatusOr<v1::StepResult> StepSharedOnLoop(const v1::StepInfo& info);
+  // The doorbell's handler: 'S' and a StepInfo in; a status byte and a StepResult (or the
+  // error's message) out.
+  std::string DoorbellStep(absl::string_view request);
   void LogStep(const StepOutcome& out);
 
   const DaemonOptions options_;
@@ -103,12 +107,17 @@ class WorkerDaemon {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
-  std::ofstream round_log_;  // written by the round-loop thread only
-  // Round-loop thread only.
+  // Held while a job of the round loop runs, and while the doorbell runs a step: the engine and
+  // the members below are used by one of them at a time.
+  absl::Mutex exec_mu_;
+  std::ofstream round_log_;  // under exec_mu_
+  // Under exec_mu_.
   absl::Time last_step_end_ = absl::InfinitePast();
   std::unique_ptr<SharedSegment> shm_;  // the trainer's, once it asked (OpenSharedMemory)
   size_t shm_grad_at_ = 0, shm_params_at_ = 0;
   int shm_serial_ = 0;
+  // The trainer's doorbell (a Unix socket beside the segment), made at its first OpenSharedMemory.
+  std::unique_ptr<SeqpacketServer> doorbell_;
 };
 
 }  // namespace tern

@@ -60,6 +60,7 @@ v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
   d.set_transfer_seconds(a.transfer_seconds() - b.transfer_seconds());
   d.set_combine_seconds(a.combine_seconds() - b.combine_seconds());
   d.set_step_seconds(a.step_seconds() - b.step_seconds());
+  d.set_trainer_io_seconds(a.trainer_io_seconds() - b.trainer_io_seconds());
   d.set_loss_sum(a.loss_sum() - b.loss_sum());
   d.set_messages_refused(a.messages_refused() - b.messages_refused());
   d.set_neighbours_dropped(a.neighbours_dropped() - b.neighbours_dropped());
@@ -183,6 +184,7 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient of ", in.grad.size(), " values for a model of ", num_params));
   }
+  const absl::Time t_start = absl::Now();
   StepOutcome out;
   out.step = in.step;
   out.lr = in.lr > 0 ? in.lr : static_cast<float>(options_.lr.At(in.step));
@@ -223,6 +225,7 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
     if (communicates) stats_.set_rounds(stats_.rounds() + 1);
     stats_.set_loss_sum(stats_.loss_sum() + in.loss);
     stats_.set_compute_seconds(stats_.compute_seconds() + in.compute_seconds);
+    stats_.set_trainer_io_seconds(stats_.trainer_io_seconds() + std::max(0.0, in.io_seconds));
     const absl::Time now = absl::Now();
     if (last_step_end_ != absl::InfinitePast()) {
       stats_.set_step_seconds(stats_.step_seconds() + absl::ToDoubleSeconds(now - last_step_end_));
@@ -235,6 +238,7 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
       in.step + 1 == options_.final_step) {
     KeepSnapshot(in.step + 1, algorithm_->params());
   }
+  out.seconds = Seconds(t_start);
   return out;
 }
 

@@ -88,6 +88,7 @@ struct StepInput {
   float lr = 0;  // 0: the schedule's
   float loss = 0;
   double compute_seconds = 0;
+  double io_seconds = 0;  // the trainer's I/O for its previous call (StepInfo.io_seconds)
   absl::Span<const float> grad;
 };
 
@@ -96,6 +97,7 @@ struct StepOutcome {
   float lr = 0;
   std::vector<int> mixed, dropped;
   v1::WorkerStats delta;  // what this step added to every counter
+  double seconds = 0;     // the engine's own time on this step
 };
 
 // after - before, counter by counter (worker_id kept).

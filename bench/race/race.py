@@ -218,7 +218,7 @@ def snapshot_series(a, row, rdir):
 
 def time_split(a, rdir):
     """A tern row's mean ms per step by part, over every worker's round log."""
-    parts = ("compute_s", "encode_s", "combine_s", "transfer_s", "wait_s")
+    parts = ("compute_s", "encode_s", "combine_s", "transfer_s", "wait_s", "trainer_io_s")
     sums, n = dict.fromkeys(parts + ("step", "other"), 0.0), 0
     for i in range(a.workers):
         for line in open(f"{rdir}/rank-{i}.steps.jsonl"):
@@ -283,8 +283,10 @@ def print_table(rate, results):
             m = r["ms_per_step"]
             print(f"  {name}: ms per step " + ", ".join(
                 f"{k.replace('_s', '')} {m[k]:.1f}" for k in
-                ("step", "compute_s", "encode_s", "combine_s", "transfer_s", "wait_s", "other")) +
-                f" (trainer I/O and other: {100 * m['other'] / max(m['step'], 1e-9):.1f} %)")
+                ("step", "compute_s", "encode_s", "combine_s", "transfer_s", "wait_s",
+                 "trainer_io_s", "other")) +
+                f" (trainer I/O {100 * m['trainer_io_s'] / max(m['step'], 1e-9):.1f} %,"
+                f" with other {100 * (m['trainer_io_s'] + m['other']) / max(m['step'], 1e-9):.1f} %)")
     anchors = [n for n in results if not n.startswith("tern") and results[n].get("ok")]
     for name, r in results.items():
         if not name.startswith("tern") or not r.get("ok"):

@@ -44,6 +44,7 @@ class GrpcTrainerLink final : public TrainerLink {
   }
 
   absl::StatusOr<absl::Span<const float>> Step(const TrainerStep& s) override {
+    const absl::Time t0 = absl::Now();
     TERN_ASSIGN_OR_RETURN(v1::TensorBundle gb, FlatToBundle(layout_, s.grad));
     gb.set_round(static_cast<uint64_t>(s.step));
     TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
@@ -58,6 +59,7 @@ class GrpcTrainerLink final : public TrainerLink {
         info->set_step(static_cast<uint64_t>(s.step));
         info->set_loss(s.loss);
         info->set_compute_seconds(s.compute_seconds);
+        info->set_io_seconds(io_seconds_);
       }
       *req.mutable_chunk() = std::move(chunks[c]);
       if (!stream->Write(req)) break;
@@ -68,6 +70,7 @@ class GrpcTrainerLink final : public TrainerLink {
     TERN_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));
     TERN_RETURN_IF_ERROR(pb.status());
     TERN_RETURN_IF_ERROR(BundleToFlat(*pb, layout_, *codecs_, absl::MakeSpan(params_)));
+    io_seconds_ = absl::ToDoubleSeconds(absl::Now() - t0) - first.result().worker_seconds();
     return absl::Span<const float>(params_);
   }
 
@@ -77,6 +80,7 @@ class GrpcTrainerLink final : public TrainerLink {
   const std::unique_ptr<CodecRegistry> codecs_;
   std::vector<ParamTensor> layout_;
   std::vector<float> params_;
+  double io_seconds_ = 0;  // the last call's, reported with the next
 };
 
 class InProcessTrainerLink final : public TrainerLink {
@@ -94,12 +98,18 @@ class InProcessTrainerLink final : public TrainerLink {
     in.step = s.step;
     in.loss = s.loss;
     in.compute_seconds = s.compute_seconds;
+    in.io_seconds = io_seconds_;
     in.grad = s.grad;
-    return daemon_->StepInProcess(in, /*outcome=*/nullptr);
+    const absl::Time t0 = absl::Now();
+    StepOutcome out;
+    absl::StatusOr<absl::Span<const float>> params = daemon_->StepInProcess(in, &out);
+    io_seconds_ = absl::ToDoubleSeconds(absl::Now() - t0) - out.seconds;
+    return params;
   }
 
  private:
   WorkerDaemon* const daemon_;
+  double io_seconds_ = 0;  // the last call's, reported with the next
 };
 
 }  // namespace

@@ -23,6 +23,7 @@ and the generated tern/v1 modules on sys.path (the build puts them in build/clie
 
 import itertools
 import mmap
+import socket
 import time
 import zlib
 
@@ -119,6 +120,7 @@ class TernTrainer:
         self.channel = grpc.insecure_channel(address)
         self.stub = worker_pb2_grpc.TrainerStub(self.channel)
         self.timeout = timeout
+        self._io_seconds = 0.0  # the last step's I/O, reported with the next
 
     def register(self, named_params):
         """Declares the model (names, shapes, initial values); returns the RegisterReply."""
@@ -128,8 +130,10 @@ class TernTrainer:
 
     def step(self, step, named_grads, loss=0.0, lr=0.0, compute_seconds=0.0, codec="none"):
         """Sends step `step`'s gradient; returns (StepResult, {name: numpy params})."""
+        t0 = time.time()
         bundle = make_bundle(named_grads, codec=codec, round_=step)
-        info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss, compute_seconds=compute_seconds)
+        info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss, compute_seconds=compute_seconds,
+                                   io_seconds=self._io_seconds)
 
         def requests():
             for i, c in enumerate(chunk_bundle(bundle)):
@@ -141,7 +145,10 @@ class TernTrainer:
                 result = reply.result
             chunks.append(reply.chunk)
         params = assemble(chunks)
-        return result, {nt.name: decode_dense(nt.tensor) for nt in params.tensors}
+        out = {nt.name: decode_dense(nt.tensor) for nt in params.tensors}
+        # Encoding, chunking, CRCs and decoding: the I/O reported with the next step.
+        self._io_seconds = max(0.0, time.time() - t0 - result.worker_seconds)
+        return result, out
 
     def stats(self):
         return self.stub.Stats(worker_pb2.StatsRequest(), timeout=self.timeout)
@@ -199,6 +206,13 @@ class SharedModel:
             off += k
         if off != n:
             raise ValueError("the model has %d values; the worker registered %d" % (off, n))
+        # The doorbell: a step is one message each way on a Unix socket, two wake-ups in all
+        # (Trainer.StepShared over gRPC takes several more); StepShared when there is none.
+        self._bell = None
+        if info.doorbell_path:
+            self._bell = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self._bell.connect(info.doorbell_path)
+        self._io_seconds = 0.0
 
     def step(self, step, loss=0.0, lr=0.0, compute_seconds=0.0):
         """Step `step` with the gradient backward() left in the model; returns the StepResult.
@@ -211,5 +225,29 @@ class SharedModel:
             p.grad = g
             if p.data.data_ptr() != x.data_ptr():
                 raise RuntimeError("a parameter was replaced; SharedModel needs them in place")
-        info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss, compute_seconds=compute_seconds)
-        return self._trainer.stub.StepShared(info, timeout=self._trainer.timeout)
+        info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss, compute_seconds=compute_seconds,
+                                   io_seconds=self._io_seconds)
+        t0 = time.time()
+        if self._bell is None:
+            result = self._trainer.stub.StepShared(info, timeout=self._trainer.timeout)
+        else:
+            result = self._ring(info)
+        # What reaching the worker cost, reported with the next step.
+        self._io_seconds = max(0.0, time.time() - t0 - result.worker_seconds)
+        return result
+
+    def _ring(self, info):
+        self._bell.settimeout(self._trainer.timeout)
+        self._bell.send(b"S" + info.SerializeToString())
+        reply = self._bell.recv(1 << 16)
+        if not reply:
+            raise ConnectionError("the worker closed the doorbell socket")
+        if reply[0] != 0:
+            raise RuntimeError("worker refused step %d (status %d): %s"
+                               % (info.step, reply[0], reply[1:].decode("utf-8", "replace")))
+        return worker_pb2.StepResult.FromString(reply[1:])
+
+    def close(self):
+        if self._bell is not None:
+            self._bell.close()
+            self._bell = None
