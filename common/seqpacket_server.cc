@@ -80,10 +80,9 @@ void SeqpacketServer::ServeClient(int fd) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;  // the client left, or Stop()
     // A message longer than the buffer was cut; refuse it rather than act on part of it.
-    const std::string reply =
-        static_cast<size_t>(n) > buf.size()
-            ? std::string()
-            : handler_(absl::string_view(buf.data(), static_cast<size_t>(n)));
+    const std::string reply = static_cast<size_t>(n) > buf.size()
+                                  ? std::string()
+                                  : handler_(absl::string_view(buf.data(), static_cast<size_t>(n)));
     if (reply.empty() || reply.size() > kMaxMessage) return;  // drop the client: it misbehaved
     if (send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) < 0) return;
   }

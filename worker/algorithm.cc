@@ -247,6 +247,9 @@ class HeavyBall final : public AlgorithmBase {
 // differences, so any codec is safe: q = C(x - x_hat_self) goes out; x_hat_j += D(q_j);
 // x <- x + gamma_c sum_j w_ij (x_hat_j - x_hat_self).
 //
+// Mixing (x += gamma_c c) is deferred: in overlap mode the next Prepare follows at once and folds
+// it into its pass over the model; otherwise the engine's Settle() applies it.
+//
 // The consensus term c = sum_j w_ij (x_hat_j - x_hat_self) changes only where the q's are
 // non-zero, so it is kept up to date with them (+w_ij q_j per message, -sum_j w_ij q_self per own
 // message) instead of being rebuilt from the copies each round: a round then costs the local
@@ -263,10 +266,21 @@ class Choco final : public AlgorithmBase {
     const float beta = static_cast<float>(options_.momentum);
     m_.resize(x_.size(), 0.0f);
     diff_.resize(x_.size());
-    for (size_t i = 0; i < x_.size(); ++i) {
-      m_[i] = beta * m_[i] + g[i];
-      x_[i] -= lr * m_[i];
-      diff_[i] = x_[i] - hat_self_[i];
+    if (mix_pending_) {
+      // The last round's mixing, x += gamma_c c, in the same pass as this step's update.
+      const float gc = static_cast<float>(options_.consensus_step);
+      for (size_t i = 0; i < x_.size(); ++i) {
+        m_[i] = beta * m_[i] + g[i];
+        x_[i] = (x_[i] + gc * consensus_[i]) - lr * m_[i];
+        diff_[i] = x_[i] - hat_self_[i];
+      }
+      mix_pending_ = false;
+    } else {
+      for (size_t i = 0; i < x_.size(); ++i) {
+        m_[i] = beta * m_[i] + g[i];
+        x_[i] -= lr * m_[i];
+        diff_[i] = x_[i] - hat_self_[i];
+      }
     }
     GossipMessage msg;
     TERN_RETURN_IF_ERROR(AddPart(&msg, "q", diff_, codec_.get(), step));
@@ -296,9 +310,14 @@ class Choco final : public AlgorithmBase {
       }
     }
     if (!incremental) RebuildConsensus(row);
+    mix_pending_ = true;  // x += gamma_c c: by Settle(), or fused into the next Prepare
+    return absl::OkStatus();
+  }
+  void Settle() override {
+    if (!mix_pending_) return;
     const float gc = static_cast<float>(options_.consensus_step);
     for (size_t i = 0; i < x_.size(); ++i) x_[i] += gc * consensus_[i];
-    return absl::OkStatus();
+    mix_pending_ = false;
   }
 
  protected:
@@ -307,6 +326,7 @@ class Choco final : public AlgorithmBase {
     hat_self_.assign(x_.size(), 0.0f);
     hat_.clear();
     consensus_valid_ = false;
+    mix_pending_ = false;
     return absl::OkStatus();
   }
 
@@ -343,6 +363,7 @@ class Choco final : public AlgorithmBase {
   MixingRow consensus_row_;
   bool consensus_valid_ = false;
   int rounds_since_rebuild_ = 0;
+  bool mix_pending_ = false;  // Combine's x += gamma_c c not applied yet
 };
 
 // Local SGD: H plain SGD steps, then one exact gossip average of the models.

@@ -61,6 +61,10 @@ class Algorithm {
   // untrusted: a malformed one fails the call and leaves the state untouched.
   virtual absl::Status Combine(const MixingRow& row,
                                const std::map<int, const GossipMessage*>& received) = 0;
+  // Finishes what Combine left for the next Prepare to fold into its own pass over the model
+  // (CHOCO's mixing), for when the model is read before then. The engine calls it at the end of
+  // every step; params() is the model only after it.
+  virtual void Settle() {}
   // The current model.
   virtual absl::Span<const float> params() const = 0;
   // True for algorithms without rounds (SwarmSGD): the engine averages pairwise with one random

@@ -67,7 +67,10 @@ struct Simulation {
         msgs[i] = std::move(*m);
         talk = workers[i]->Communicates(t);
       }
-      if (!talk) continue;
+      if (!talk) {
+        for (auto& w : workers) w->Settle();
+        continue;
+      }
       // The engine mixes the last round without waiting for a next step.
       if (overlap && t + 1 < steps) {
         pending = std::move(msgs);
@@ -75,6 +78,7 @@ struct Simulation {
       } else {
         Mix(**topo, t, msgs);
       }
+      for (auto& w : workers) w->Settle();  // as the engine does at the end of every step
     }
   }
 
@@ -279,6 +283,7 @@ TEST(Algorithm, MalformedOrMissingMessagesFailAndLeaveTheModelUntouched) {
     EXPECT_THAT(w[0]->Combine(row, {{1, &empty}}), StatusIs(absl::StatusCode::kInvalidArgument))
         << name;
     EXPECT_THAT(w[0]->Combine(row, {}), StatusIs(absl::StatusCode::kInvalidArgument)) << name;
+    w[0]->Settle();  // nothing left pending by a refused message either
     EXPECT_EQ(std::vector<float>(w[0]->params().begin(), w[0]->params().end()), before) << name;
     EXPECT_THAT(w[0]->Combine(row, {{1, &*peer}}), IsOk()) << name;
   }

@@ -208,7 +208,13 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
     if (communicates) TERN_RETURN_IF_ERROR(RunSwap(in.step, std::move(msg), &out));
     TERN_RETURN_IF_ERROR(Publish(in.step + 1));
   } else if (communicates) {
+    const absl::Time t_pack = absl::Now();
     TERN_ASSIGN_OR_RETURN(InFlight round, StartRound(in.step, std::move(msg)));
+    {
+      // Serializing, chunking and handing the pushes to the transport count as encoding.
+      absl::MutexLock lock(&mu_);
+      stats_.set_encode_seconds(stats_.encode_seconds() + Seconds(t_pack));
+    }
     // The last step mixes its own round: the final model includes it.
     if (options_.overlap && in.step + 1 != options_.final_step) {
       in_flight_ = std::move(round);
@@ -218,9 +224,12 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
   } else {
     inbox_->Skip(in.step + 1);
   }
+  const absl::Time t_settle = absl::Now();
+  algorithm_->Settle();  // mixing Combine deferred (part of combining)
   {
     absl::MutexLock lock(&mu_);
     next_step_ = in.step + 1;
+    stats_.set_combine_seconds(stats_.combine_seconds() + Seconds(t_settle));
     stats_.set_steps(stats_.steps() + 1);
     if (communicates) stats_.set_rounds(stats_.rounds() + 1);
     stats_.set_loss_sum(stats_.loss_sum() + in.loss);
