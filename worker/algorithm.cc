@@ -23,6 +23,41 @@ const EncodedTensor* GossipMessage::Find(absl::string_view name) const {
 
 namespace {
 
+// The model's values: in the algorithm's own vector, or in storage bound from outside (a
+// trainer's shared segment, which the trainer then reads in place, with no copy per step).
+class ModelVector {
+ public:
+  size_t size() const { return view_.size(); }
+  float& operator[](size_t i) { return view_[i]; }
+  float operator[](size_t i) const { return view_[i]; }
+  operator absl::Span<const float>() const { return view_; }  // NOLINT: reads as a vector
+  ModelVector& operator=(std::vector<float> v) {
+    if (bound_) {
+      std::copy(v.begin(), v.end(), view_.begin());  // same size: the model never resizes
+    } else {
+      own_ = std::move(v);
+      view_ = absl::MakeSpan(own_);
+    }
+    return *this;
+  }
+  void Bind(absl::Span<float> storage) {
+    std::copy(view_.begin(), view_.end(), storage.begin());
+    view_ = storage;
+    bound_ = true;
+    own_ = std::vector<float>();
+  }
+  void Unbind() {
+    own_.assign(view_.begin(), view_.end());
+    view_ = absl::MakeSpan(own_);
+    bound_ = false;
+  }
+
+ private:
+  std::vector<float> own_;
+  absl::Span<float> view_;
+  bool bound_ = false;
+};
+
 // Shared plumbing: the model, a dense codec for exact exchanges, and checked decoding.
 class AlgorithmBase : public Algorithm {
  public:
@@ -34,11 +69,23 @@ class AlgorithmBase : public Algorithm {
     blocks_ = std::move(blocks);
     // What exact-exchange algorithms send x and m with ("none" = fp32; fp16/bf16 halve it).
     TERN_ASSIGN_OR_RETURN(dense_, codecs_->Create(options_.codec));
-    x_.assign(x0.begin(), x0.end());
+    x_ = std::vector<float>(x0.begin(), x0.end());
     worker_ = worker;
     return InitState();
   }
   absl::Span<const float> params() const override { return x_; }
+  absl::Status BindParams(absl::Span<float> storage) override {
+    if (storage.empty()) {
+      x_.Unbind();
+      return absl::OkStatus();
+    }
+    if (storage.size() != x_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("storage for ", storage.size(), " values; the model has ", x_.size()));
+    }
+    x_.Bind(storage);
+    return absl::OkStatus();
+  }
 
  protected:
   virtual absl::Status InitState() { return absl::OkStatus(); }
@@ -135,7 +182,7 @@ class AlgorithmBase : public Algorithm {
   AlgorithmOptions options_;
   const CodecRegistry* codecs_;
   std::unique_ptr<Codec> dense_;
-  std::vector<float> x_;
+  ModelVector x_;
   int worker_ = 0;
   std::vector<TensorBlock> blocks_;
 };

@@ -67,6 +67,10 @@ class Algorithm {
   virtual void Settle() {}
   // The current model.
   virtual absl::Span<const float> params() const = 0;
+  // From now on the model lives in `storage` (as many values; it gets the current ones), where
+  // another party reads it in place: params() is then a view of it. An empty span moves it back
+  // into the algorithm's own memory. REQUIRES: Init().
+  virtual absl::Status BindParams(absl::Span<float> storage) = 0;
   // True for algorithms without rounds (SwarmSGD): the engine averages pairwise with one random
   // neighbour on communicating steps, and answers neighbours' exchanges with Publish().
   virtual bool Asynchronous() const { return false; }

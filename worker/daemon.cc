@@ -436,21 +436,25 @@ absl::StatusOr<StepOutcome> WorkerDaemon::StepOnLoop(const StepInput& in) {
 
 absl::StatusOr<v1::SharedMemoryInfo> WorkerDaemon::OpenSharedOnLoop() {
   if (!engine_->initialized()) return absl::FailedPreconditionError("register the model first");
-  const absl::Span<const float> x = engine_->params();
-  const size_t n = x.size();
+  const size_t n = engine_->params().size();
   const size_t grad_at = kShmHeader, params_at = grad_at + AlignUp(n * sizeof(float));
-  shm_.reset();  // a trainer that opens again gets a fresh segment
-  TERN_ASSIGN_OR_RETURN(
-      shm_, SharedSegment::Create(absl::StrCat("/tern-w", options_.engine.worker_id, "-", getpid(),
-                                               "-", ++shm_serial_),
-                                  params_at + AlignUp(n * sizeof(float))));
-  uint8_t* base = shm_->data();
+  // A trainer that opens again gets a fresh segment.
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<SharedSegment> segment,
+                        SharedSegment::Create(absl::StrCat("/tern-w", options_.engine.worker_id,
+                                                           "-", getpid(), "-", ++shm_serial_),
+                                              params_at + AlignUp(n * sizeof(float))));
+  uint8_t* base = segment->data();
   std::memcpy(base, kShmMagic, sizeof(kShmMagic));
   const uint64_t header[3] = {n, grad_at, params_at};
   std::memcpy(base + 8, header, sizeof(header));
   shm_grad_at_ = grad_at;
-  shm_params_at_ = params_at;
-  std::memcpy(base + params_at, x.data(), n * sizeof(float));
+  // The parameters now live in the segment: the trainer reads them in place after every step.
+  // (The old segment, if any, is released only after this copies out of it.)
+  std::unique_ptr<SharedSegment> old = std::move(shm_);
+  shm_ = std::move(segment);
+  TERN_RETURN_IF_ERROR(
+      engine_->BindParams(absl::MakeSpan(reinterpret_cast<float*>(base + params_at), n)));
+  old.reset();
   v1::SharedMemoryInfo info;
   info.set_path(shm_->path());
   info.set_size(shm_->size());
@@ -486,8 +490,7 @@ absl::StatusOr<v1::StepResult> WorkerDaemon::StepSharedOnLoop(const v1::StepInfo
   in.io_seconds = info.io_seconds();
   in.grad = absl::MakeConstSpan(reinterpret_cast<const float*>(shm_->data() + shm_grad_at_), n);
   TERN_ASSIGN_OR_RETURN(StepOutcome out, StepOnLoop(in));
-  const absl::Span<const float> x = engine_->params();
-  std::memcpy(shm_->data() + shm_params_at_, x.data(), n * sizeof(float));
+  // The parameters are already in the segment (bound there by OpenSharedMemory).
   return ResultOf(out);
 }
 
@@ -636,6 +639,11 @@ void WorkerDaemon::Shutdown(absl::Duration grace) {
     stopping_ = true;
   }
   if (loop_.joinable()) loop_.join();
+  {
+    // The model back into the engine's memory before the segment goes (with the daemon).
+    absl::MutexLock exec(&exec_mu_);
+    if (shm_ != nullptr && engine_->initialized()) (void)engine_->BindParams({});
+  }
   if (server_ != nullptr) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     server_->Wait();

@@ -114,7 +114,7 @@ class WorkerDaemon {
   // Under exec_mu_.
   absl::Time last_step_end_ = absl::InfinitePast();
   std::unique_ptr<SharedSegment> shm_;  // the trainer's, once it asked (OpenSharedMemory)
-  size_t shm_grad_at_ = 0, shm_params_at_ = 0;
+  size_t shm_grad_at_ = 0;  // where the trainer writes the gradient; the model follows it
   int shm_serial_ = 0;
   // The trainer's doorbell (a Unix socket beside the segment), made at its first OpenSharedMemory.
   std::unique_ptr<SeqpacketServer> doorbell_;

@@ -168,6 +168,11 @@ int64_t RoundEngine::next_step() const {
 
 absl::Span<const float> RoundEngine::params() const { return algorithm_->params(); }
 
+absl::Status RoundEngine::BindParams(absl::Span<float> storage) {
+  if (!initialized()) return absl::FailedPreconditionError("no model registered");
+  return algorithm_->BindParams(storage);
+}
+
 absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
   uint64_t num_params;
   {

@@ -130,6 +130,10 @@ class RoundEngine {
   absl::StatusOr<StepOutcome> Step(const StepInput& in);
   // The current parameters. Only from the thread that calls Step().
   absl::Span<const float> params() const;
+  // Moves the parameters into `storage` (a trainer's shared segment), or back into the
+  // engine's memory with an empty span (Algorithm::BindParams). Only from the thread that calls
+  // Step(), after Init().
+  absl::Status BindParams(absl::Span<float> storage);
 
   // A neighbour's message (`wire_bytes` as received). OK or an error saying why it was refused.
   absl::Status Deliver(v1::TensorBundle bundle, uint64_t wire_bytes);
