@@ -536,26 +536,20 @@ absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterInProcess(
 
 absl::StatusOr<absl::Span<const float>> WorkerDaemon::StepInProcess(const StepInput& in,
                                                                     StepOutcome* outcome) {
-  absl::StatusOr<absl::Span<const float>> params =
-      absl::UnavailableError("worker is shutting down");
-  absl::Notification done;
-  Post([&](bool cancelled) {
-    if (!cancelled) {
-      if (engine_->initialized() && in.grad.size() != engine_->params().size()) {
-        params = absl::InvalidArgumentError(absl::StrCat("the gradient has ", in.grad.size(),
-                                                         " values; the model has ",
-                                                         engine_->params().size()));
-      } else if (absl::StatusOr<StepOutcome> out = StepOnLoop(in); !out.ok()) {
-        params = out.status();
-      } else {
-        if (outcome != nullptr) *outcome = *std::move(out);
-        params = engine_->params();
-      }
-    }
-    done.Notify();
-  });
-  done.WaitForNotification();
-  return params;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::UnavailableError("worker is shutting down");
+  }
+  // On the trainer's own thread, in turn with the round loop's jobs (exec_mu_): a hand-off to
+  // the loop thread and back would cost two wake-ups per step.
+  absl::MutexLock exec(&exec_mu_);
+  if (engine_->initialized() && in.grad.size() != engine_->params().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the gradient has ", in.grad.size(), " values; the model has ", engine_->params().size()));
+  }
+  TERN_ASSIGN_OR_RETURN(StepOutcome out, StepOnLoop(in));
+  if (outcome != nullptr) *outcome = std::move(out);
+  return engine_->params();
 }
 
 void WorkerDaemon::LogStep(const StepOutcome& out) {

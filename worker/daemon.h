@@ -59,8 +59,8 @@ class WorkerDaemon {
   std::shared_ptr<grpc::Channel> InProcessChannel();
 
   // A trainer in this process (the built-in one): what Trainer.Register and Trainer.Step do, in
-  // the same order with the other calls, on the round-loop thread, with no serialization and no
-  // copy. They block until done; Unavailable once Shutdown() began.
+  // turn with the other calls (a step runs on the caller's thread while the round loop waits),
+  // with no serialization and no copy. They block until done; Unavailable once Shutdown() began.
   absl::StatusOr<v1::RegisterReply> RegisterInProcess(const std::vector<ParamTensor>& layout,
                                                       absl::Span<const float> x0);
   // Runs a step with `in.grad` (read in place) and returns a view of the parameters after it,
