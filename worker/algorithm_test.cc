@@ -120,6 +120,24 @@ struct Simulation {
   }
 };
 
+// Payload bytes dense D-PSGD (no momentum) sends in `steps` steps of the 8-worker, d = 1000 run.
+size_t DenseDpsgdBytes(int steps) {
+  AlgorithmOptions o;
+  o.momentum = 0.0;
+  Simulation dense("dpsgd", o, 8, 1000);
+  dense.Run("ring", steps, 0.05f);
+  return dense.bytes_sent;
+}
+
+// CHOCO without momentum, gamma_c 0.3, compressing with `codec`.
+AlgorithmOptions ChocoWith(const std::string& codec) {
+  AlgorithmOptions o;
+  o.momentum = 0.0;
+  o.codec = codec;
+  o.consensus_step = 0.3;
+  return o;
+}
+
 class EveryAlgorithm : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryAlgorithm, ConvergesToTheGlobalOptimum) {
@@ -147,11 +165,7 @@ TEST_P(EveryAlgorithm, ConvergesToTheGlobalOptimum) {
 }
 
 TEST(Choco, CompressedGossipConvergesWithOverlap) {
-  AlgorithmOptions o;
-  o.momentum = 0.0;
-  o.codec = "topk:ratio=0.05";
-  o.consensus_step = 0.3;
-  Simulation sparse("choco", o, 8, 1000);
+  Simulation sparse("choco", ChocoWith("topk:ratio=0.05"), 8, 1000);
   sparse.Run("ring", 600, 0.05f, /*overlap=*/true);
   const auto [err, consensus] = sparse.Errors();
   EXPECT_LT(err, 1e-3);
@@ -205,40 +219,25 @@ INSTANTIATE_TEST_SUITE_P(Builtin, RoundAlgorithm, ::testing::ValuesIn(RoundAlgor
                          });
 
 TEST(Choco, CompressedGossipConvergesAndSendsFarFewerBytes) {
-  AlgorithmOptions dense_opts;
-  dense_opts.momentum = 0.0;
-  Simulation dense("dpsgd", dense_opts, 8, 1000);
-  dense.Run("ring", 600, 0.05f);
-  AlgorithmOptions o;
-  o.momentum = 0.0;
-  o.codec = "topk:ratio=0.05";
-  o.consensus_step = 0.3;
-  Simulation sparse("choco", o, 8, 1000);
+  Simulation sparse("choco", ChocoWith("topk:ratio=0.05"), 8, 1000);
   sparse.Run("ring", 600, 0.05f);
   const auto [err, consensus] = sparse.Errors();
   EXPECT_LT(err, 1e-3);
   EXPECT_LT(consensus, 0.1);
-  EXPECT_GT(static_cast<double>(dense.bytes_sent) / sparse.bytes_sent, 8.0);
+  EXPECT_GT(static_cast<double>(DenseDpsgdBytes(600)) / sparse.bytes_sent, 8.0);
 }
 
 // PowerSGD in gossip: CHOCO sends rank-2 factors of each tensor's x - x_hat (the layout reaches
 // the codec as blocks) and still converges, for a fraction of the bytes.
 TEST(Choco, PowerSgdGossipConvergesTensorByTensor) {
-  AlgorithmOptions dense_opts;
-  dense_opts.momentum = 0.0;
-  Simulation dense("dpsgd", dense_opts, 8, 1000);
-  dense.Run("ring", 800, 0.05f);
-  AlgorithmOptions o;
-  o.momentum = 0.0;
-  o.codec = "powersgd:rank=2";
-  o.consensus_step = 0.3;
+  const AlgorithmOptions o = ChocoWith("powersgd:rank=2");
   // A 40 x 24 weight and a 40-value bias.
   Simulation low_rank("choco", o, 8, 1000, {{960, 40}, {40, 40}});
   low_rank.Run("ring", 800, 0.05f);
   const auto [err, consensus] = low_rank.Errors();
   EXPECT_LT(err, 1e-3);
   EXPECT_LT(consensus, 0.1);
-  EXPECT_GT(static_cast<double>(dense.bytes_sent) / low_rank.bytes_sent, 4.0);
+  EXPECT_GT(static_cast<double>(DenseDpsgdBytes(800)) / low_rank.bytes_sent, 4.0);
 }
 
 TEST(Algorithm, WithoutNeighboursDpsgdIsPlainSgd) {
