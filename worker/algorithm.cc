@@ -47,6 +47,7 @@ class ModelVector {
     own_ = std::vector<float>();
   }
   void Unbind() {
+    if (!bound_) return;  // (assigning own_ from a view of itself would be undefined)
     own_.assign(view_.begin(), view_.end());
     view_ = absl::MakeSpan(own_);
     bound_ = false;

@@ -251,6 +251,32 @@ TEST(Algorithm, WithoutNeighboursDpsgdIsPlainSgd) {
   EXPECT_THAT((*a)->params(), ::testing::ElementsAre(0.95f, 2.1f));
 }
 
+TEST(Algorithm, BoundParamsAreUpdatedInPlaceAndMoveBackWhenUnbound) {
+  auto codecs = NewBuiltinCodecRegistry();
+  auto algorithms = NewBuiltinAlgorithmRegistry();
+  for (const std::string name : {"dpsgd", "choco"}) {
+    auto a = algorithms->Create(name, AlgorithmOptions{}, codecs.get());
+    ASSERT_THAT(a, IsOk());
+    ASSERT_THAT((*a)->Init({1.0f, 2.0f}, 0, {}), IsOk());
+    std::vector<float> storage(2, 0.0f), wrong(3);
+    EXPECT_THAT((*a)->BindParams(absl::MakeSpan(wrong)),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    ASSERT_THAT((*a)->BindParams(absl::MakeSpan(storage)), IsOk());
+    EXPECT_EQ(storage, (std::vector<float>{1.0f, 2.0f}));  // it got the current values
+    EXPECT_EQ((*a)->params().data(), storage.data());
+    ASSERT_THAT((*a)->Prepare({1.0f, 1.0f}, 0.5f, 0), IsOk());
+    ASSERT_THAT((*a)->Combine(MixingRow{}, {}), IsOk());
+    (*a)->Settle();
+    EXPECT_EQ(storage, (std::vector<float>{0.5f, 1.5f})) << name;  // updated where it lives
+    ASSERT_THAT((*a)->BindParams({}), IsOk());
+    ASSERT_THAT((*a)->BindParams({}), IsOk());  // unbinding twice is harmless
+    storage.assign(2, 9.0f);
+    EXPECT_EQ(std::vector<float>((*a)->params().begin(), (*a)->params().end()),
+              (std::vector<float>{0.5f, 1.5f}))
+        << name;
+  }
+}
+
 TEST(Algorithm, MalformedOrMissingMessagesFailAndLeaveTheModelUntouched) {
   auto codecs = NewBuiltinCodecRegistry();
   auto algorithms = NewBuiltinAlgorithmRegistry();
