@@ -1,6 +1,7 @@
-// libFuzzer target for one codec's decoder (TERN_FUZZ_CODEC, its wire name): the input is split
-// into a small header (element count, scale count, weight) and the payload; decoding must return
-// OK or InvalidArgument and never touch memory out of bounds (ASan + UBSan builds).
+// libFuzzer target for one codec's decoder (TERN_FUZZ_CODEC, its spec name; the decoder is the
+// one of its current wire name): the input is split into a small header (element count, scale
+// count, weight) and the payload; decoding must return OK or InvalidArgument and never touch
+// memory out of bounds (ASan + UBSan builds), and Validate must give the same verdict.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,17 @@ namespace {
 const tern::CodecRegistry& Registry() {
   static const auto* registry = tern::NewBuiltinCodecRegistry().release();
   return *registry;
+}
+
+const tern::Codec& Decoder() {
+  static const tern::Codec* decoder = [] {
+    auto codec = Registry().Create(TERN_FUZZ_CODEC);
+    if (!codec.ok()) std::abort();
+    auto d = Registry().DecoderFor((*codec)->Name());
+    if (!d.ok()) std::abort();
+    return *d;
+  }();
+  return *decoder;
 }
 
 }  // namespace
@@ -32,12 +44,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (scale_bytes > 0) std::memcpy(scales.data(), data, scale_bytes);
   data += scale_bytes;
   size -= scale_bytes;
-  auto decoder = Registry().DecoderFor(TERN_FUZZ_CODEC);
-  if (!decoder.ok()) std::abort();
-  tern::EncodedView view{TERN_FUZZ_CODEC, numel, scales, absl::Span<const uint8_t>(data, size)};
+  const tern::Codec& decoder = Decoder();
+  tern::EncodedView view{decoder.Name(), numel, scales, absl::Span<const uint8_t>(data, size)};
   std::vector<float> out(numel, 1.0f);
-  absl::Status s = accumulate ? (*decoder)->DecodeAccumulate(view, 0.5f, absl::MakeSpan(out))
-                              : (*decoder)->Decode(view, absl::MakeSpan(out));
+  absl::Status s = accumulate ? decoder.DecodeAccumulate(view, 0.5f, absl::MakeSpan(out))
+                              : decoder.Decode(view, absl::MakeSpan(out));
   if (!s.ok() && s.code() != absl::StatusCode::kInvalidArgument) std::abort();
+  // What a receiver checks on arrival must agree with decoding, byte for byte of the verdict.
+  if (decoder.Validate(view).ok() != s.ok()) std::abort();
   return 0;
 }
