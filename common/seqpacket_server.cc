@@ -45,10 +45,7 @@ SeqpacketServer::SeqpacketServer(std::string path, int listen_fd, Handler handle
 SeqpacketServer::~SeqpacketServer() { Stop(); }
 
 void SeqpacketServer::Stop() {
-  if (stopping_.exchange(true)) {
-    if (thread_.joinable()) thread_.join();  // (a second caller waits too)
-    return;
-  }
+  if (stopping_.exchange(true)) return;  // stopped already (Stop(), then the destructor)
   // shutdown() wakes a thread blocked in accept() or recv() on these descriptors.
   shutdown(listen_fd_, SHUT_RDWR);
   const int c = client_fd_.load();
