@@ -28,6 +28,7 @@
 #include "cli/command_table.h"
 #include "cli/commands.h"
 #include "cli/train_flags.h"
+#include "common/allocator.h"
 #include "common/logging.h"
 #include "kernels/builtin.h"
 
@@ -123,6 +124,7 @@ absl::Status CheckCommandLine(const std::vector<tern::CommandInfo>& table,
 }  // namespace
 
 int main(int argc, char** argv) {
+  tern::KeepFreedMemoryForReuse();
   const std::vector<tern::CommandInfo> table = tern::CommandTable();
   const tern::CommandLine line = tern::ScanCommandLine(argc, argv);
   absl::FlagsUsageConfig usage;

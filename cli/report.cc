@@ -239,7 +239,8 @@ std::string StepTimeChart(const RunSeries& run) {
   };
   static constexpr Layer kLayers[] = {{"compute_s", "trainer compute", "#4e79a7"},
                                       {"encode_s", "local update + encode", "#f28e2b"},
-                                      {"combine_s", "decode + mix", "#59a14f"},
+                                      {"decode_s", "decode", "#edc948"},
+                                      {"combine_s", "mix", "#59a14f"},
                                       {"transfer_s", "push (beyond wait)", "#76b7b2"},
                                       {"wait_s", "wait for neighbours", "#e15759"},
                                       {"trainer_io_s", "trainer I/O", "#b07aa1"},

@@ -117,7 +117,8 @@ TEST(Report, AGossipRunStacksWhereEachStepsTimeWentTrainerIoAndTheRest) {
     v1::MetricsRow r = Row(s, 0.5);
     r.set_compute_s(s * 0.010f);  // 10 ms a step
     r.set_encode_s(s * 0.002f);
-    r.set_combine_s(s * 0.003f);
+    r.set_decode_s(s * 0.001f);
+    r.set_combine_s(s * 0.002f);
     r.set_transfer_s(0);
     r.set_wait_s(s * 0.005f);
     r.set_trainer_io_s(s * 0.004f);
@@ -132,9 +133,10 @@ TEST(Report, AGossipRunStacksWhereEachStepsTimeWentTrainerIoAndTheRest) {
        at = html.find("<polygon", at + 1)) {
     ++polygons;
   }
-  // compute, encode, decode + mix, push, wait, trainer I/O, other
-  EXPECT_EQ(polygons, 7u);
+  // compute, encode, decode, mix, push, wait, trainer I/O, other
+  EXPECT_EQ(polygons, 8u);
   EXPECT_THAT(html, HasSubstr("trainer I/O"));
+  EXPECT_THAT(html, HasSubstr("</i>decode<"));
   // The stack tops out at the whole step: 30 ms, so the axis reaches 30 (ticks of 5).
   EXPECT_THAT(html.substr(chart), HasSubstr(">30<"));
   // A run without step times (an older folder, or an aggregator run) has no such chart.

@@ -316,7 +316,8 @@ v1::MetricsRow Measure(const GossipRun& run, int64_t step, std::vector<Child>& c
   const EvalResult ev =
       model.Evaluate(avgf, data.test.features.data(), data.test.labels.data(), data.test.size());
   double loss_sum = 0, steps_done = 0, payload = 0, wire = 0, dense = 0, recv = 0;
-  double compute = 0, encode = 0, wait = 0, transfer = 0, combine = 0, step_s = 0, io = 0;
+  double compute = 0, encode = 0, wait = 0, transfer = 0, combine = 0, decode = 0, step_s = 0,
+         io = 0;
   for (int i : have) {
     const v1::WorkerStats& s = stats[i];
     loss_sum += s.loss_sum() - children[i].last.loss_sum();
@@ -330,6 +331,7 @@ v1::MetricsRow Measure(const GossipRun& run, int64_t step, std::vector<Child>& c
     wait += s.wait_seconds();
     transfer += s.transfer_seconds();
     combine += s.combine_seconds();
+    decode += s.decode_seconds();
     step_s += s.step_seconds();
     io += s.trainer_io_seconds();
     children[i].last = s;
@@ -354,6 +356,7 @@ v1::MetricsRow Measure(const GossipRun& run, int64_t step, std::vector<Child>& c
   row.set_wait_s(wait / k);
   row.set_transfer_s(transfer / k);
   row.set_combine_s(combine / k);
+  row.set_decode_s(decode / k);
   row.set_step_s(step_s / k);
   row.set_trainer_io_s(io / k);
   return row;

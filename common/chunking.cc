@@ -1,10 +1,13 @@
 #include "common/chunking.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "common/crc32.h"
 #include "common/status_macros.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace tern {
 
@@ -54,62 +57,69 @@ absl::StatusOr<std::vector<v1::BundleChunk>> ChunkBundle(const v1::TensorBundle&
   return chunks;
 }
 
-absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
-  if (failed_) return absl::FailedPreconditionError("stream already failed");
-  if (complete_) return Fail(absl::InvalidArgumentError("chunk after the last chunk"));
+// Every check a chunk must pass before it is kept.
+absl::Status BundleAssembler::Check(const v1::BundleChunk& chunk) {
   if (!started_) {
     if (chunk.offset() != 0) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("first chunk must have offset 0, got ", chunk.offset())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("first chunk must have offset 0, got ", chunk.offset()));
     }
     if (chunk.total_size() > max_bundle_bytes_) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "bundle of ", chunk.total_size(), " bytes exceeds the limit of ", max_bundle_bytes_)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bundle of ", chunk.total_size(), " bytes exceeds the limit of ", max_bundle_bytes_));
     }
+  } else if (chunk.stream_id() != stream_id_ || chunk.total_size() != total_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk of stream ", chunk.stream_id(), " (total ", chunk.total_size(),
+                     ") mixed into stream ", stream_id_, " (total ", total_size_, ")"));
+  }
+  if (chunk.offset() != received_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk at offset ", chunk.offset(), ", expected ", received_));
+  }
+  if (chunk.data().size() > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk of ", chunk.data().size(), " bytes exceeds ", kMaxChunkBytes));
+  }
+  const uint64_t total = started_ ? total_size_ : chunk.total_size();
+  if (chunk.data().size() > total - received_) {
+    return absl::InvalidArgumentError("chunk runs past the announced bundle size");
+  }
+  if (chunk.data().empty() && !chunk.last()) {
+    return absl::InvalidArgumentError("empty chunk that is not the last");
+  }
+  if (Crc32(chunk.data().data(), chunk.data().size()) != chunk.data_crc32()) {
+    return absl::DataLossError(
+        absl::StrCat("chunk at offset ", chunk.offset(), " fails its CRC-32 check"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BundleAssembler::Add(v1::BundleChunk&& chunk) {
+  if (failed_) return absl::FailedPreconditionError("stream already failed");
+  if (complete_) return Fail(absl::InvalidArgumentError("chunk after the last chunk"));
+  if (absl::Status s = Check(chunk); !s.ok()) return Fail(std::move(s));
+  if (!started_) {
     started_ = true;
     stream_id_ = chunk.stream_id();
     total_size_ = chunk.total_size();
-    // Appending chunk by chunk would copy a large bundle again at every doubling. Reserved
-    // address space costs no memory until the chunks that fill it arrive.
-    buffer_.reserve(total_size_);
-  } else if (chunk.stream_id() != stream_id_ || chunk.total_size() != total_size_) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("chunk of stream ", chunk.stream_id(), " (total ", chunk.total_size(),
-                     ") mixed into stream ", stream_id_, " (total ", total_size_, ")")));
-  }
-  if (chunk.offset() != buffer_.size()) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("chunk at offset ", chunk.offset(), ", expected ", buffer_.size())));
-  }
-  if (chunk.data().size() > kMaxChunkBytes) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("chunk of ", chunk.data().size(), " bytes exceeds ", kMaxChunkBytes)));
-  }
-  if (chunk.data().size() > total_size_ - buffer_.size()) {
-    return Fail(absl::InvalidArgumentError("chunk runs past the announced bundle size"));
-  }
-  if (chunk.data().empty() && !chunk.last()) {
-    return Fail(absl::InvalidArgumentError("empty chunk that is not the last"));
-  }
-  if (Crc32(chunk.data().data(), chunk.data().size()) != chunk.data_crc32()) {
-    return Fail(absl::DataLossError(
-        absl::StrCat("chunk at offset ", chunk.offset(), " fails its CRC-32 check")));
   }
   // The chunk's CRC was just checked: the bundle's follows from it without a second pass.
-  running_crc_ = buffer_.empty()
-                     ? chunk.data_crc32()
-                     : Crc32Combine(running_crc_, chunk.data_crc32(), chunk.data().size());
-  buffer_.append(chunk.data());
+  const size_t n = chunk.data().size();
+  running_crc_ =
+      received_ == 0 ? chunk.data_crc32() : Crc32Combine(running_crc_, chunk.data_crc32(), n);
+  received_ += n;
+  if (n > 0) pieces_.push_back(std::move(*chunk.mutable_data()));
   if (chunk.last()) {
-    if (buffer_.size() != total_size_) {
+    if (received_ != total_size_) {
       return Fail(absl::InvalidArgumentError(
-          absl::StrCat("last chunk ends at ", buffer_.size(), " of ", total_size_, " bytes")));
+          absl::StrCat("last chunk ends at ", received_, " of ", total_size_, " bytes")));
     }
     if (running_crc_ != chunk.bundle_crc32()) {
       return Fail(absl::DataLossError("bundle fails its CRC-32 check"));
     }
     complete_ = true;
-  } else if (buffer_.size() == total_size_) {
+  } else if (received_ == total_size_) {
     return Fail(absl::InvalidArgumentError("all bytes received but chunk not marked last"));
   }
   return absl::OkStatus();
@@ -117,11 +127,19 @@ absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
 
 absl::StatusOr<v1::TensorBundle> BundleAssembler::Finish() {
   if (!complete_) return absl::FailedPreconditionError("bundle is not complete");
-  v1::TensorBundle bundle;
-  if (!bundle.ParseFromString(buffer_)) {
-    return absl::InvalidArgumentError("reassembled bytes are not a TensorBundle");
+  // Parsed straight from the chunks: one copy of the tensor bytes, into the bundle's fields.
+  std::deque<google::protobuf::io::ArrayInputStream> arrays;  // neither copied nor moved
+  std::vector<google::protobuf::io::ZeroCopyInputStream*> streams;
+  for (const std::string& p : pieces_) {
+    arrays.emplace_back(p.data(), static_cast<int>(p.size()));
+    streams.push_back(&arrays.back());
   }
-  buffer_.clear();
+  google::protobuf::io::ConcatenatingInputStream input(streams.data(),
+                                                       static_cast<int>(streams.size()));
+  v1::TensorBundle bundle;
+  const bool parsed = bundle.ParseFromZeroCopyStream(&input);
+  pieces_.clear();
+  if (!parsed) return absl::InvalidArgumentError("reassembled bytes are not a TensorBundle");
   return bundle;
 }
 

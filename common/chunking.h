@@ -39,8 +39,10 @@ class BundleAssembler {
   // Bundles larger than `max_bundle_bytes` are refused at their first chunk.
   explicit BundleAssembler(uint64_t max_bundle_bytes) : max_bundle_bytes_(max_bundle_bytes) {}
 
-  // Accepts the next chunk. After an error the assembler is poisoned: further calls fail.
-  absl::Status Add(const v1::BundleChunk& chunk);
+  // Accepts the next chunk, taking its data over (no copy). After an error the assembler is
+  // poisoned: further calls fail.
+  absl::Status Add(v1::BundleChunk&& chunk);
+  absl::Status Add(const v1::BundleChunk& chunk) { return Add(v1::BundleChunk(chunk)); }
   // True once the chunk marked `last` was accepted.
   bool complete() const { return complete_; }
   // Parses the reassembled bundle. REQUIRES: complete().
@@ -49,9 +51,10 @@ class BundleAssembler {
  private:
   absl::Status Fail(absl::Status s) {
     failed_ = true;
-    buffer_.clear();
+    pieces_.clear();
     return s;
   }
+  absl::Status Check(const v1::BundleChunk& chunk);
 
   uint64_t max_bundle_bytes_;
   bool started_ = false;
@@ -60,7 +63,10 @@ class BundleAssembler {
   uint64_t stream_id_ = 0;
   uint64_t total_size_ = 0;
   uint32_t running_crc_ = 0;
-  std::string buffer_;
+  uint64_t received_ = 0;
+  // The chunks' data as received; Finish parses across them, so a bundle is never copied into
+  // one contiguous buffer first.
+  std::vector<std::string> pieces_;
 };
 
 }  // namespace tern

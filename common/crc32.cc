@@ -1,5 +1,6 @@
 #include "common/crc32.h"
 
+#include <isa-l/crc.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -7,15 +8,17 @@
 namespace tern {
 
 uint32_t Crc32(const void* data, size_t n, uint32_t crc) {
-  auto p = static_cast<const Bytef*>(data);
-  uLong c = crc;
-  while (n > 0) {  // zlib takes uInt lengths
-    const size_t step = std::min<size_t>(n, 1u << 30);
-    c = crc32(c, p, static_cast<uInt>(step));
+  // ISA-L's gzip CRC is zlib's crc32() (same polynomial, reflection and conditioning) folded
+  // with PCLMULQDQ: ~3x zlib's speed on 1 MiB chunks, which the receive path checks in full.
+  auto p = static_cast<const unsigned char*>(data);
+  uint32_t c = crc;
+  while (n > 0) {  // ISA-L takes uint64_t lengths, but keep steps bounded like zlib's uInt
+    const size_t step = std::min<size_t>(n, size_t{1} << 30);
+    c = crc32_gzip_refl(c, p, step);
     p += step;
     n -= step;
   }
-  return static_cast<uint32_t>(c);
+  return c;
 }
 
 uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {

@@ -84,7 +84,8 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
       }
       if (first_) client_ = req_.client_id();
       first_ = false;
-      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, req_.chunk());
+      std::optional<absl::StatusOr<v1::TensorBundle>> got =
+          Feed(assembler_, std::move(*req_.mutable_chunk()));
       if (!got) {
         StartRead(&req_);
         return;
@@ -186,7 +187,8 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         info_ = req_.info();
         first_ = false;
       }
-      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, req_.chunk());
+      std::optional<absl::StatusOr<v1::TensorBundle>> got =
+          Feed(assembler_, std::move(*req_.mutable_chunk()));
       if (!got) {
         StartRead(&req_);
         return;

@@ -1,6 +1,7 @@
 #include "worker/algorithm.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/rng.h"
@@ -131,11 +132,15 @@ class AlgorithmBase : public Algorithm {
     return absl::OkStatus();
   }
 
+  double decode_seconds() const override { return decode_seconds_; }
+
   // acc += w * decode(part `name` of msg), after checking that it exists and fits.
   absl::Status Accumulate(int from, const GossipMessage& msg, absl::string_view name, double w,
-                          absl::Span<float> acc) const {
+                          absl::Span<float> acc) {
     TERN_ASSIGN_OR_RETURN(const EncodedTensor* t, FindPart(from, msg, name));
+    const auto t0 = std::chrono::steady_clock::now();
     absl::Status s = codecs_->DecodeAccumulate(EncodedView::Of(*t), static_cast<float>(w), acc);
+    decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("part '", name, "' from worker ", from, ": ", s.message()));
@@ -186,6 +191,7 @@ class AlgorithmBase : public Algorithm {
   ModelVector x_;
   int worker_ = 0;
   std::vector<TensorBlock> blocks_;
+  double decode_seconds_ = 0;  // see decode_seconds()
 };
 
 // D-PSGD (adapt then combine) and DmSGD: send x - lr * d with d = g (beta = 0) or the momentum

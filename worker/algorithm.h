@@ -67,6 +67,9 @@ class Algorithm {
   virtual void Settle() {}
   // The current model.
   virtual absl::Span<const float> params() const = 0;
+  // Seconds spent so far decoding messages (inside Prepare, Combine and Settle), which the engine
+  // reports apart from the rest of those calls.
+  virtual double decode_seconds() const { return 0; }
   // From now on the model lives in `storage` (as many values; it gets the current ones), where
   // another party reads it in place: params() is then a view of it. An empty span moves it back
   // into the algorithm's own memory. REQUIRES: Init().

@@ -79,7 +79,7 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         return;
       }
       wire_bytes_ += chunk_.ByteSizeLong() + 5;
-      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, chunk_);
+      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, std::move(chunk_));
       if (!got) {
         StartRead(&chunk_);
         return;
@@ -123,7 +123,7 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         return;
       }
       wire_bytes_ += chunk_.ByteSizeLong() + 5;
-      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, chunk_);
+      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, std::move(chunk_));
       if (!got) {
         StartRead(&chunk_);
         return;
@@ -230,7 +230,8 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
             ToGrpcStatus(absl::InvalidArgumentError("stream ended before the model's last chunk")));
         return;
       }
-      std::optional<absl::StatusOr<v1::TensorBundle>> bundle = Feed(assembler_, req_.chunk());
+      std::optional<absl::StatusOr<v1::TensorBundle>> bundle =
+          Feed(assembler_, std::move(*req_.mutable_chunk()));
       if (!bundle) {
         StartRead(&req_);
         return;
@@ -281,7 +282,8 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
         info_ = req_.info();
         first_ = false;
       }
-      std::optional<absl::StatusOr<v1::TensorBundle>> bundle = Feed(assembler_, req_.chunk());
+      std::optional<absl::StatusOr<v1::TensorBundle>> bundle =
+          Feed(assembler_, std::move(*req_.mutable_chunk()));
       if (!bundle) {
         StartRead(&req_);
         return;
@@ -573,6 +575,7 @@ void WorkerDaemon::LogStep(const StepOutcome& out) {
   r.set_wait_s(d.wait_seconds());
   r.set_transfer_s(d.transfer_seconds());
   r.set_combine_s(d.combine_seconds());
+  r.set_decode_s(d.decode_seconds());
   r.set_trainer_io_s(d.trainer_io_seconds());
   for (int id : out.mixed) r.add_mixed_ids(id);
   for (int id : out.dropped) r.add_dropped_ids(id);

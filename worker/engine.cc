@@ -59,6 +59,7 @@ v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
   d.set_wait_seconds(a.wait_seconds() - b.wait_seconds());
   d.set_transfer_seconds(a.transfer_seconds() - b.transfer_seconds());
   d.set_combine_seconds(a.combine_seconds() - b.combine_seconds());
+  d.set_decode_seconds(a.decode_seconds() - b.decode_seconds());
   d.set_step_seconds(a.step_seconds() - b.step_seconds());
   d.set_trainer_io_seconds(a.trainer_io_seconds() - b.trainer_io_seconds());
   d.set_loss_sum(a.loss_sum() - b.loss_sum());
@@ -204,10 +205,7 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
   }
   const absl::Time t0 = absl::Now();
   TERN_ASSIGN_OR_RETURN(GossipMessage msg, algorithm_->Prepare(in.grad, out.lr, in.step));
-  {
-    absl::MutexLock lock(&mu_);
-    stats_.set_encode_seconds(stats_.encode_seconds() + Seconds(t0));
-  }
+  CountTime(&v1::WorkerStats::encode_seconds, &v1::WorkerStats::set_encode_seconds, t0);
   const bool communicates = algorithm_->Communicates(in.step);
   if (async) {
     if (communicates) TERN_RETURN_IF_ERROR(RunSwap(in.step, std::move(msg), &out));
@@ -231,10 +229,10 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
   }
   const absl::Time t_settle = absl::Now();
   algorithm_->Settle();  // mixing Combine deferred (part of combining)
+  CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t_settle);
   {
     absl::MutexLock lock(&mu_);
     next_step_ = in.step + 1;
-    stats_.set_combine_seconds(stats_.combine_seconds() + Seconds(t_settle));
     stats_.set_steps(stats_.steps() + 1);
     if (communicates) stats_.set_rounds(stats_.rounds() + 1);
     stats_.set_loss_sum(stats_.loss_sum() + in.loss);
@@ -397,13 +395,13 @@ absl::Status RoundEngine::FinishRound(InFlight r, StepOutcome* out) {
     out->dropped = r.nbrs;
     out->mixed.clear();
   }
+  CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t_combine);
   absl::MutexLock lock(&mu_);
   stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + r.payload * sent_to);
   stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + r.wire * sent_to);
   stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + r.dense * sent_to);
   stats_.set_wait_seconds(stats_.wait_seconds() + absl::ToDoubleSeconds(t_recv - t_wait));
   stats_.set_transfer_seconds(stats_.transfer_seconds() + absl::ToDoubleSeconds(t_pushed - t_recv));
-  stats_.set_combine_seconds(stats_.combine_seconds() + Seconds(t_combine));
   stats_.set_neighbours_dropped(stats_.neighbours_dropped() + out->dropped.size());
   return absl::OkStatus();
 }
@@ -587,9 +585,19 @@ absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* 
   const absl::Time t2 = absl::Now();
   TERN_RETURN_IF_ERROR(algorithm_->Combine(row, {{j, &theirs->second}}));
   out->mixed = {j};
-  absl::MutexLock lock(&mu_);
-  stats_.set_combine_seconds(stats_.combine_seconds() + Seconds(t2));
+  CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t2);
   return absl::OkStatus();
+}
+
+void RoundEngine::CountTime(double (v1::WorkerStats::*get)() const,
+                            void (v1::WorkerStats::*set)(double), absl::Time since) {
+  const double total = Seconds(since);
+  const double decoded = algorithm_->decode_seconds();
+  const double decode = std::clamp(decoded - decode_counted_, 0.0, total);
+  decode_counted_ = decoded;
+  absl::MutexLock lock(&mu_);
+  (stats_.*set)((stats_.*get)() + total - decode);
+  stats_.set_decode_seconds(stats_.decode_seconds() + decode);
 }
 
 void RoundEngine::CountRefused() {

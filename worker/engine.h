@@ -186,6 +186,10 @@ class RoundEngine {
                                                       uint64_t num_params) const;
   absl::StatusOr<MixingRow> RowFor(const Graph& g);
   void KeepSnapshot(int64_t step, absl::Span<const float> x) ABSL_LOCKS_EXCLUDED(mu_);
+  // Adds the time since `since` to the counter `get`/`set`, less the decoding the algorithm did
+  // meanwhile, which goes to decode_seconds. Round loop only.
+  void CountTime(double (v1::WorkerStats::*get)() const, void (v1::WorkerStats::*set)(double),
+                 absl::Time since) ABSL_LOCKS_EXCLUDED(mu_);
 
   const EngineOptions options_;
   const CodecRegistry* const codecs_;
@@ -201,6 +205,7 @@ class RoundEngine {
   std::vector<bool> heard_;  // ever had a message from them
   std::unique_ptr<std::vector<MixingRow>> static_rows_;
   std::optional<InFlight> in_flight_;  // overlap: the round to mix at the next step
+  double decode_counted_ = 0;          // algorithm_->decode_seconds() already in stats_
 
   mutable absl::Mutex mu_;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);

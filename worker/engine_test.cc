@@ -145,6 +145,9 @@ TEST(RoundEngine, DpsgdRoundsAverageNeighboursLikeTheMixingMatrix) {
   EXPECT_EQ(stats.payload_bytes_sent(), 2u * 8 * 4);
   EXPECT_GT(stats.wire_bytes_sent(), stats.payload_bytes_sent());
   EXPECT_EQ(stats.payload_bytes_received(), 2u * 8 * 4);
+  // Decoding the two messages is timed apart from mixing them.
+  EXPECT_GT(stats.decode_seconds(), 0.0);
+  EXPECT_GE(stats.combine_seconds(), 0.0);
   // The next step's delta starts from where this one ended.
   auto out2 = c.Step(1, {true, true, true, true});
   ASSERT_THAT(out2[0], IsOk());

@@ -73,6 +73,9 @@ def parse():
     p.add_argument("--snapshots", type=int, default=40, help="evaluation points per run")
     p.add_argument("--tern", default=os.path.join(ROOT, "build", "cli", "tern"))
     p.add_argument("--timeout", type=float, default=3600, help="seconds per row")
+    p.add_argument("--tern_flags", default="",
+                   help="space-separated flags appended to every tern row's worker (tuning: "
+                        "'--codec=stc:ratio=0.02 --consensus_step=0.1' overrides the row's)")
     p.add_argument("--out", default="")
     p.add_argument("--data", default=common.DATA)
     return p.parse_args()
@@ -110,7 +113,7 @@ def tern_worker_cmd(a, row, i, rdir, every):
     peers = ",".join(f"10.77.0.{j + 1}:{PORT}" for j in range(a.workers))
     cmd = [a.tern, "worker", f"--id={i}", f"--workers={a.workers}", f"--peers={peers}",
            f"--batch={a.batch}", f"--round_log={rdir}/rank-{i}.steps.jsonl", "--log_level=warn",
-           "--seed=1", "--compute_threads=1"] + row["flags"]
+           "--seed=1", "--compute_threads=1"] + row["flags"] + a.tern_flags.split()
     if row["trainer"] == "builtin":
         cmd += [f"--listen=10.77.0.{i + 1}:{PORT}", f"--model={tern_model_spec(a.model)}",
                 f"--max_steps={a.steps}", "--epochs=1000", f"--snapshot_every={every}",
@@ -218,7 +221,8 @@ def snapshot_series(a, row, rdir):
 
 def time_split(a, rdir):
     """A tern row's mean ms per step by part, over every worker's round log."""
-    parts = ("compute_s", "encode_s", "combine_s", "transfer_s", "wait_s", "trainer_io_s")
+    parts = ("compute_s", "encode_s", "decode_s", "combine_s", "transfer_s", "wait_s",
+             "trainer_io_s")
     sums, n = dict.fromkeys(parts + ("step", "other"), 0.0), 0
     for i in range(a.workers):
         for line in open(f"{rdir}/rank-{i}.steps.jsonl"):
@@ -283,7 +287,7 @@ def print_table(rate, results):
             m = r["ms_per_step"]
             print(f"  {name}: ms per step " + ", ".join(
                 f"{k.replace('_s', '')} {m[k]:.1f}" for k in
-                ("step", "compute_s", "encode_s", "combine_s", "transfer_s", "wait_s",
+                ("step", "compute_s", "encode_s", "decode_s", "combine_s", "transfer_s", "wait_s",
                  "trainer_io_s", "other")) +
                 f" (trainer I/O {100 * m['trainer_io_s'] / max(m['step'], 1e-9):.1f} %,"
                 f" with other {100 * (m['trainer_io_s'] + m['other']) / max(m['step'], 1e-9):.1f} %)")

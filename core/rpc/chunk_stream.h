@@ -37,11 +37,13 @@ absl::StatusOr<std::vector<Reply>> ChunkedReplies(const v1::TensorBundle& bundle
   return replies;
 }
 
-// Feeds one chunk of a bundle stream: nullopt while more chunks are needed, then the bundle or
-// the error that ends the stream.
+// Feeds one chunk of a bundle stream, taking its data over: nullopt while more chunks are needed,
+// then the bundle or the error that ends the stream.
 inline std::optional<absl::StatusOr<v1::TensorBundle>> Feed(BundleAssembler& a,
-                                                            const v1::BundleChunk& chunk) {
-  if (absl::Status s = a.Add(chunk); !s.ok()) return absl::StatusOr<v1::TensorBundle>(s);
+                                                            v1::BundleChunk&& chunk) {
+  if (absl::Status s = a.Add(std::move(chunk)); !s.ok()) {
+    return absl::StatusOr<v1::TensorBundle>(s);
+  }
   if (!a.complete()) return std::nullopt;
   return a.Finish();
 }
@@ -72,10 +74,10 @@ void WriteChunks(Writer* writer, std::vector<v1::BundleChunk> chunks, Header hea
 }
 
 // The chunk a streamed message carries: the message itself, or its `chunk` field.
-inline const v1::BundleChunk& ChunkOf(const v1::BundleChunk& c) { return c; }
+inline v1::BundleChunk& ChunkOf(v1::BundleChunk& c) { return c; }
 template <typename Msg>
-const v1::BundleChunk& ChunkOf(const Msg& m) {
-  return m.chunk();
+v1::BundleChunk& ChunkOf(Msg& m) {
+  return *m.mutable_chunk();
 }
 
 // Reads one chunked bundle from a synchronous gRPC stream of `Msg` (a reader or reader-writer);
@@ -91,7 +93,7 @@ absl::StatusOr<v1::TensorBundle> ReadChunkedBundle(Reader* reader, Msg* first = 
   while (!assembler.complete() && reader->Read(&msg)) {
     if (first != nullptr && !got_first) *first = msg;
     got_first = true;
-    s = assembler.Add(ChunkOf(msg));
+    s = assembler.Add(std::move(ChunkOf(msg)));
     if (!s.ok()) {
       while (reader->Read(&msg)) {
       }

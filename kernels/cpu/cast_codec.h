@@ -38,6 +38,12 @@ class CastCodec final : public Codec {
   }
 
  protected:
+  // A cast payload is valid when its size matches and every word is finite: no decode needed.
+  absl::Status ValidateImpl(const EncodedView& in) const override {
+    if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
+    return format::CheckCastFinite(Traits::kFormat, in);
+  }
+
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool* pool) const override {
     if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
