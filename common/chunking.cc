@@ -11,49 +11,89 @@
 
 namespace tern {
 
-absl::Status ChunkSerializedBundle(absl::string_view serialized, uint64_t stream_id,
-                                   size_t max_chunk_bytes,
-                                   const std::function<absl::Status(v1::BundleChunk&&)>& emit) {
-  if (max_chunk_bytes == 0 || max_chunk_bytes > kMaxChunkBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk size must be in [1, ", kMaxChunkBytes, "], got ", max_chunk_bytes));
+namespace {
+
+// Serializes straight into chunk-sized strings, each CRC-checked as soon as it is full (while
+// it is still in cache): one pass over the tensor bytes instead of serializing the whole bundle
+// and copying it out again.
+class ChunkSink final : public google::protobuf::io::ZeroCopyOutputStream {
+ public:
+  explicit ChunkSink(size_t block) : block_(block) {}
+
+  bool Next(void** data, int* size) override {
+    CloseLast();
+    pieces_.emplace_back(block_, '\0');
+    *data = pieces_.back().data();
+    *size = static_cast<int>(block_);
+    bytes_ += static_cast<int64_t>(block_);
+    return true;
   }
-  // One pass: the bundle's CRC is combined from its chunks' CRCs.
-  uint32_t bundle_crc = 0;
-  size_t offset = 0;
-  do {  // an empty bundle still sends one (empty, last) chunk
-    const size_t n = std::min(max_chunk_bytes, serialized.size() - offset);
-    v1::BundleChunk chunk;
-    chunk.set_stream_id(stream_id);
-    chunk.set_offset(offset);
-    chunk.set_total_size(serialized.size());
-    chunk.set_data(serialized.data() + offset, n);
-    const uint32_t crc = Crc32(serialized.data() + offset, n);
-    chunk.set_data_crc32(crc);
-    bundle_crc = offset == 0 ? crc : Crc32Combine(bundle_crc, crc, n);
-    offset += n;
-    if (offset == serialized.size()) {
-      chunk.set_last(true);
-      chunk.set_bundle_crc32(bundle_crc);
+  void BackUp(int count) override {
+    if (count <= 0) return;  // protobuf backs up 0 bytes even when it never asked for a buffer
+    std::string& p = pieces_.back();
+    p.erase(p.size() - std::min(p.size(), static_cast<size_t>(count)));
+    bytes_ -= count;
+  }
+  int64_t ByteCount() const override { return bytes_; }
+
+  // The pieces (none empty) and their CRCs. REQUIRES: serialization is over.
+  void Finish(std::vector<std::string>* pieces, std::vector<uint32_t>* crcs) {
+    CloseLast();
+    *pieces = std::move(pieces_);
+    *crcs = std::move(crcs_);
+  }
+
+ private:
+  void CloseLast() {
+    if (pieces_.size() == crcs_.size()) return;
+    if (pieces_.back().empty()) {
+      pieces_.pop_back();
+    } else {
+      crcs_.push_back(Crc32(pieces_.back().data(), pieces_.back().size()));
     }
-    TERN_RETURN_IF_ERROR(emit(std::move(chunk)));
-  } while (offset < serialized.size());
-  return absl::OkStatus();
-}
+  }
+
+  const size_t block_;
+  std::vector<std::string> pieces_;
+  std::vector<uint32_t> crcs_;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace
 
 absl::StatusOr<std::vector<v1::BundleChunk>> ChunkBundle(const v1::TensorBundle& bundle,
                                                          uint64_t stream_id,
                                                          size_t max_chunk_bytes) {
-  std::string serialized;
-  if (!bundle.SerializeToString(&serialized)) {
+  if (max_chunk_bytes == 0 || max_chunk_bytes > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk size must be in [1, ", kMaxChunkBytes, "], got ", max_chunk_bytes));
+  }
+  ChunkSink sink(max_chunk_bytes);
+  if (bundle.ByteSizeLong() > size_t{INT32_MAX} || !bundle.SerializeToZeroCopyStream(&sink)) {
     return absl::InternalError("bundle does not serialize (over 2 GiB?)");
   }
-  std::vector<v1::BundleChunk> chunks;
-  TERN_RETURN_IF_ERROR(
-      ChunkSerializedBundle(serialized, stream_id, max_chunk_bytes, [&chunks](v1::BundleChunk&& c) {
-        chunks.push_back(std::move(c));
-        return absl::OkStatus();
-      }));
+  std::vector<std::string> pieces;
+  std::vector<uint32_t> crcs;
+  sink.Finish(&pieces, &crcs);
+  const uint64_t total = static_cast<uint64_t>(sink.ByteCount());
+  std::vector<v1::BundleChunk> chunks(std::max<size_t>(pieces.size(), 1));
+  uint64_t offset = 0;
+  uint32_t bundle_crc = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    v1::BundleChunk& c = chunks[i];
+    c.set_stream_id(stream_id);
+    c.set_offset(offset);
+    c.set_total_size(total);
+    if (i < pieces.size()) {  // else: an empty bundle, sent as one empty last chunk
+      const size_t n = pieces[i].size();
+      c.set_data_crc32(crcs[i]);
+      bundle_crc = i == 0 ? crcs[i] : Crc32Combine(bundle_crc, crcs[i], n);
+      c.set_data(std::move(pieces[i]));
+      offset += n;
+    }
+  }
+  chunks.back().set_last(true);
+  chunks.back().set_bundle_crc32(bundle_crc);
   return chunks;
 }
 

@@ -23,13 +23,7 @@ namespace tern {
 // Largest `data` a chunk may carry.
 inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;
 
-// Cuts an already serialized bundle into chunks of at most `max_chunk_bytes` (1..kMaxChunkBytes)
-// and hands each to `emit` in order; stops at the first error `emit` returns.
-absl::Status ChunkSerializedBundle(absl::string_view serialized, uint64_t stream_id,
-                                   size_t max_chunk_bytes,
-                                   const std::function<absl::Status(v1::BundleChunk&&)>& emit);
-
-// Serializes `bundle` and returns its chunks.
+// Serializes `bundle` into chunks of at most `max_chunk_bytes` (1..kMaxChunkBytes).
 absl::StatusOr<std::vector<v1::BundleChunk>> ChunkBundle(const v1::TensorBundle& bundle,
                                                          uint64_t stream_id,
                                                          size_t max_chunk_bytes = kMaxChunkBytes);

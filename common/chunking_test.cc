@@ -34,6 +34,15 @@ TEST(Chunking, BundleOfManyMegabytesRoundTripsInChunksOfAtMostOneMiB) {
   auto chunks = ChunkBundle(bundle, 99);
   ASSERT_THAT(chunks, IsOk());
   ASSERT_GE(chunks->size(), 5u);
+  // The chunks are the serialized bundle cut into full chunks and a remainder.
+  std::string joined;
+  for (size_t i = 0; i < chunks->size(); ++i) {
+    if (i + 1 < chunks->size()) {
+      EXPECT_EQ((*chunks)[i].data().size(), kMaxChunkBytes);
+    }
+    joined += (*chunks)[i].data();
+  }
+  EXPECT_EQ(joined, bundle.SerializeAsString());
   BundleAssembler assembler(64 << 20);
   for (const auto& c : *chunks) {
     EXPECT_LE(c.data().size(), kMaxChunkBytes);
