@@ -31,6 +31,7 @@ class ModelVector {
   size_t size() const { return view_.size(); }
   float& operator[](size_t i) { return view_[i]; }
   float operator[](size_t i) const { return view_[i]; }
+  float* data() { return view_.data(); }
   operator absl::Span<const float>() const { return view_; }  // NOLINT: reads as a vector
   ModelVector& operator=(std::vector<float> v) {
     if (bound_) {
@@ -138,8 +139,13 @@ class AlgorithmBase : public Algorithm {
   absl::Status Accumulate(int from, const GossipMessage& msg, absl::string_view name, double w,
                           absl::Span<float> acc) {
     TERN_ASSIGN_OR_RETURN(const EncodedTensor* t, FindPart(from, msg, name));
+    return Accumulate(from, *t, name, w, acc);
+  }
+  // The same for a part already found.
+  absl::Status Accumulate(int from, const EncodedTensor& t, absl::string_view name, double w,
+                          absl::Span<float> acc) {
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = codecs_->DecodeAccumulate(EncodedView::Of(*t), static_cast<float>(w), acc);
+    absl::Status s = codecs_->DecodeAccumulate(EncodedView::Of(t), static_cast<float>(w), acc);
     decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!s.ok()) {
       return absl::InvalidArgumentError(
@@ -301,15 +307,17 @@ class HeavyBall final : public AlgorithmBase {
 // differences, so any codec is safe: q = C(x - x_hat_self) goes out; x_hat_j += D(q_j);
 // x <- x + gamma_c sum_j w_ij (x_hat_j - x_hat_self).
 //
-// Mixing (x += gamma_c c) is deferred: in overlap mode the next Prepare follows at once and folds
-// it into its pass over the model; otherwise the engine's Settle() applies it.
+// Mixing is deferred: in overlap mode the next Prepare follows at once and folds it into its pass
+// over the model; otherwise the engine's Settle() applies it.
 //
-// The consensus term c = sum_j w_ij (x_hat_j - x_hat_self) changes only where the q's are
-// non-zero, so it is kept up to date with them (+w_ij q_j per message, -sum_j w_ij q_self per own
-// message) instead of being rebuilt from the copies each round: a round then costs the local
-// step, the encoding, the sparse decodes and one pass x += gamma_c c. It is rebuilt when the
-// row changes (a dropped neighbour, a dynamic topology) and every kRebuildEvery rounds, which
-// bounds its rounding drift.
+// The consensus term is c = s - (sum_j w_ij) x_hat_self with s = sum_j w_ij x_hat_j. s changes
+// only where the neighbours' q's are non-zero, so it is kept up to date with them (+w_ij q_j)
+// instead of being rebuilt from the copies each round, and x_hat_self is read by the mixing pass
+// anyway. A round then costs the local step, the encoding, one sparse decode per message and one
+// pass over the model. The neighbours' copies x_hat_j are needed only to rebuild s (when the row
+// changes: a dropped neighbour, a dynamic topology; and every kRebuildEvery rounds, which bounds
+// rounding drift), so their q's are kept and applied then, or once they take as much memory as a
+// copy (dense codecs).
 class Choco final : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
@@ -317,33 +325,15 @@ class Choco final : public AlgorithmBase {
   std::vector<std::string> MessageParts() const override { return {"q"}; }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
-    const float beta = static_cast<float>(options_.momentum);
     m_.resize(x_.size(), 0.0f);
     diff_.resize(x_.size());
-    if (mix_pending_) {
-      // The last round's mixing, x += gamma_c c, in the same pass as this step's update.
-      const float gc = static_cast<float>(options_.consensus_step);
-      for (size_t i = 0; i < x_.size(); ++i) {
-        m_[i] = beta * m_[i] + g[i];
-        x_[i] = (x_[i] + gc * consensus_[i]) - lr * m_[i];
-        diff_[i] = x_[i] - hat_self_[i];
-      }
-      mix_pending_ = false;
-    } else {
-      for (size_t i = 0; i < x_.size(); ++i) {
-        m_[i] = beta * m_[i] + g[i];
-        x_[i] -= lr * m_[i];
-        diff_[i] = x_[i] - hat_self_[i];
-      }
-    }
+    // The last round's mixing in the same pass as this step's update.
+    LocalStep(g, lr, mix_pending_ ? static_cast<float>(options_.consensus_step) : 0.0f);
+    mix_pending_ = false;
     GossipMessage msg;
     TERN_RETURN_IF_ERROR(AddPart(&msg, "q", diff_, codec_.get(), step));
     // Our own public copy moves by exactly what the neighbours will add to theirs.
     TERN_RETURN_IF_ERROR(Accumulate(worker_, msg, "q", 1.0, absl::MakeSpan(hat_self_)));
-    if (consensus_valid_) {
-      TERN_RETURN_IF_ERROR(
-          Accumulate(worker_, msg, "q", -WeightSum(consensus_row_), absl::MakeSpan(consensus_)));
-    }
     return msg;
   }
   absl::Status Combine(const MixingRow& row,
@@ -353,24 +343,29 @@ class Choco final : public AlgorithmBase {
     // Every message is checked before anything changes, so a bad one changes nothing.
     for (const auto& [j, w] : row.neighbours)
       TERN_RETURN_IF_ERROR(Validate(j, *received.at(j), "q"));
-    const bool incremental = consensus_valid_ && SameNeighbours(row, consensus_row_) &&
-                             ++rounds_since_rebuild_ < kRebuildEvery;
+    const bool incremental =
+        sum_valid_ && SameNeighbours(row, sum_row_) && ++rounds_since_rebuild_ < kRebuildEvery;
     for (const auto& [j, w] : row.neighbours) {
-      std::vector<float>& hat = hat_[j];
-      hat.resize(x_.size(), 0.0f);  // a neighbour not heard before starts at 0, like x_hat_self
-      TERN_RETURN_IF_ERROR(Accumulate(j, *received.at(j), "q", 1.0, absl::MakeSpan(hat)));
       if (incremental) {
-        TERN_RETURN_IF_ERROR(Accumulate(j, *received.at(j), "q", w, absl::MakeSpan(consensus_)));
+        TERN_RETURN_IF_ERROR(Accumulate(j, *received.at(j), "q", w, absl::MakeSpan(sum_)));
       }
+      TERN_ASSIGN_OR_RETURN(const EncodedTensor* q, FindPart(j, *received.at(j), "q"));
+      pending_[j].push_back(*q);
+      pending_bytes_ += q->ByteSize();
     }
-    if (!incremental) RebuildConsensus(row);
-    mix_pending_ = true;  // x += gamma_c c: by Settle(), or fused into the next Prepare
+    if (!incremental) {
+      TERN_RETURN_IF_ERROR(RebuildSum(row));
+    } else if (pending_bytes_ >= 4 * x_.size()) {
+      TERN_RETURN_IF_ERROR(ApplyPending());
+    }
+    mix_pending_ = true;  // by Settle(), or fused into the next Prepare
     return absl::OkStatus();
   }
   void Settle() override {
     if (!mix_pending_) return;
     const float gc = static_cast<float>(options_.consensus_step);
-    for (size_t i = 0; i < x_.size(); ++i) x_[i] += gc * consensus_[i];
+    const float ws = static_cast<float>(WeightSum(sum_row_));
+    for (size_t i = 0; i < x_.size(); ++i) x_[i] += gc * (sum_[i] - ws * hat_self_[i]);
     mix_pending_ = false;
   }
 
@@ -379,13 +374,43 @@ class Choco final : public AlgorithmBase {
     TERN_ASSIGN_OR_RETURN(codec_, codecs_->Create(options_.codec));
     hat_self_.assign(x_.size(), 0.0f);
     hat_.clear();
-    consensus_valid_ = false;
+    pending_.clear();
+    pending_bytes_ = 0;
+    sum_valid_ = false;
     mix_pending_ = false;
     return absl::OkStatus();
   }
 
  private:
   static constexpr int kRebuildEvery = 64;
+
+  // m = beta m + g; x = x + gc (s - ws x_hat_self) - lr m; diff = x - x_hat_self: one pass over
+  // the model. The arrays are distinct (the gradient and a bound model are separate regions of a
+  // trainer's segment), which __restrict tells the compiler so that it vectorizes the loop.
+  void LocalStep(absl::Span<const float> grad, float lr, float gc) {
+    const float beta = static_cast<float>(options_.momentum);
+    const size_t n = x_.size();
+    const float* __restrict g = grad.data();
+    const float* __restrict hs = hat_self_.data();
+    float* __restrict m = m_.data();
+    float* __restrict x = x_.data();
+    float* __restrict d = diff_.data();
+    if (gc != 0.0f) {
+      const float* __restrict s = sum_.data();
+      const float ws = static_cast<float>(WeightSum(sum_row_));
+      for (size_t i = 0; i < n; ++i) {
+        m[i] = beta * m[i] + g[i];
+        x[i] = (x[i] + gc * (s[i] - ws * hs[i])) - lr * m[i];
+        d[i] = x[i] - hs[i];
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        m[i] = beta * m[i] + g[i];
+        x[i] -= lr * m[i];
+        d[i] = x[i] - hs[i];
+      }
+    }
+  }
 
   static double WeightSum(const MixingRow& row) {
     double s = 0;
@@ -395,29 +420,45 @@ class Choco final : public AlgorithmBase {
   static bool SameNeighbours(const MixingRow& a, const MixingRow& b) {
     return a.neighbours == b.neighbours;
   }
-  // c = sum_j w_ij (x_hat_j - x_hat_self) from the copies.
-  void RebuildConsensus(const MixingRow& row) {
-    const float ws = static_cast<float>(WeightSum(row));
-    consensus_.resize(x_.size());
-    for (size_t i = 0; i < x_.size(); ++i) consensus_[i] = -ws * hat_self_[i];
-    for (const auto& [j, w] : row.neighbours) {
-      const std::vector<float>& hat = hat_[j];
-      const float wj = static_cast<float>(w);
-      for (size_t i = 0; i < x_.size(); ++i) consensus_[i] += wj * hat[i];
+  // Brings every neighbour's copy up to date with the q's kept for it (validated on arrival).
+  absl::Status ApplyPending() {
+    for (auto& [j, qs] : pending_) {
+      std::vector<float>& hat = hat_[j];
+      hat.resize(x_.size(), 0.0f);  // a neighbour not heard before starts at 0, like x_hat_self
+      for (const EncodedTensor& q : qs) {
+        TERN_RETURN_IF_ERROR(Accumulate(j, q, "q", 1.0, absl::MakeSpan(hat)));
+      }
     }
-    consensus_row_ = row;
-    consensus_valid_ = true;
+    pending_.clear();
+    pending_bytes_ = 0;
+    return absl::OkStatus();
+  }
+  // s = sum_j w_ij x_hat_j from the copies.
+  absl::Status RebuildSum(const MixingRow& row) {
+    TERN_RETURN_IF_ERROR(ApplyPending());
+    sum_.assign(x_.size(), 0.0f);
+    for (const auto& [j, w] : row.neighbours) {
+      std::vector<float>& hat = hat_[j];
+      hat.resize(x_.size(), 0.0f);
+      const float wj = static_cast<float>(w);
+      for (size_t i = 0; i < x_.size(); ++i) sum_[i] += wj * hat[i];
+    }
+    sum_row_ = row;
+    sum_valid_ = true;
     rounds_since_rebuild_ = 0;
+    return absl::OkStatus();
   }
 
   std::unique_ptr<Codec> codec_;
   std::vector<float> m_, diff_, hat_self_;
-  std::map<int, std::vector<float>> hat_;
-  std::vector<float> consensus_;  // c, for consensus_row_'s neighbours and weights
-  MixingRow consensus_row_;
-  bool consensus_valid_ = false;
+  std::map<int, std::vector<float>> hat_;  // behind by pending_[j]
+  std::map<int, std::vector<EncodedTensor>> pending_;
+  size_t pending_bytes_ = 0;
+  std::vector<float> sum_;  // s, for sum_row_'s neighbours and weights
+  MixingRow sum_row_;
+  bool sum_valid_ = false;
   int rounds_since_rebuild_ = 0;
-  bool mix_pending_ = false;  // Combine's x += gamma_c c not applied yet
+  bool mix_pending_ = false;  // Combine's mixing not applied yet
 };
 
 // Local SGD: H plain SGD steps, then one exact gossip average of the models.

@@ -227,6 +227,66 @@ TEST(Choco, CompressedGossipConvergesAndSendsFarFewerBytes) {
   EXPECT_GT(static_cast<double>(DenseDpsgdBytes(600)) / sparse.bytes_sent, 8.0);
 }
 
+// CHOCO keeps its consensus term incrementally and applies the neighbours' q's to their copies
+// lazily; through rows that drop a neighbour, a neighbour first heard late and rebuilds every 64
+// rounds, its model stays the one the textbook update gives (dense copies, rebuilt each round).
+TEST(Choco, IncrementalStateMatchesTheTextbookUpdateThroughDroppedNeighbours) {
+  constexpr size_t kD = 500;
+  AlgorithmOptions o = ChocoWith("topk:ratio=0.1");
+  o.momentum = 0.5;
+  auto codecs = NewBuiltinCodecRegistry();
+  auto algo = *NewBuiltinAlgorithmRegistry()->Create("choco", o, codecs.get());
+  ASSERT_THAT(algo->Init(std::vector<float>(kD, 0.0f), 0, {}), IsOk());
+  auto codec = *codecs->Create("topk:ratio=0.1");
+  // The reference: x, m and dense copies, x += gc sum_j w_j (hat_j - hat_self) every round.
+  std::vector<float> x(kD, 0.0f), m(kD, 0.0f), hat_self(kD, 0.0f);
+  std::map<int, std::vector<float>> hat = {{1, std::vector<float>(kD, 0.0f)},
+                                           {2, std::vector<float>(kD, 0.0f)}};
+  const float lr = 0.05f, beta = 0.5f, gc = static_cast<float>(o.consensus_step);
+  for (int t = 0; t < 150; ++t) {
+    const std::vector<float> g = testing::Gaussian(kD, 1000 + t);
+    auto msg = algo->Prepare(g, lr, t);
+    ASSERT_THAT(msg, IsOk());
+    for (size_t i = 0; i < kD; ++i) {
+      m[i] = beta * m[i] + g[i];
+      x[i] -= lr * m[i];
+    }
+    ASSERT_THAT(
+        codecs->DecodeAccumulate(EncodedView::Of(*msg->Find("q")), 1.0f, absl::MakeSpan(hat_self)),
+        IsOk());
+    // Worker 2 is silent for the first 10 rounds and drops out for rounds 70-79.
+    const bool two = t >= 10 && (t < 70 || t >= 80);
+    MixingRow row;
+    row.self = two ? 1.0 / 3 : 2.0 / 3;
+    row.neighbours = {{1, 1.0 / 3}};
+    if (two) row.neighbours.push_back({2, 1.0 / 3});
+    std::map<int, GossipMessage> theirs;
+    std::map<int, const GossipMessage*> received;
+    for (const auto& [j, w] : row.neighbours) {
+      EncodedTensor q;
+      EncodeOptions eo;
+      eo.seed = static_cast<uint64_t>(t * 8 + j);
+      const std::vector<float> v = testing::Gaussian(kD, 7000 + 10 * t + j, 0.1f);
+      ASSERT_THAT(codec->Encode(v, eo, &q), IsOk());
+      ASSERT_THAT(codecs->DecodeAccumulate(EncodedView::Of(q), 1.0f, absl::MakeSpan(hat[j])),
+                  IsOk());
+      theirs[j].parts.emplace_back("q", std::move(q));
+      received[j] = &theirs[j];
+    }
+    ASSERT_THAT(algo->Combine(row, received), IsOk());
+    algo->Settle();
+    for (size_t i = 0; i < kD; ++i) {
+      double c = 0;
+      for (const auto& [j, w] : row.neighbours) c += w * (hat[j][i] - hat_self[i]);
+      x[i] += gc * static_cast<float>(c);
+    }
+    const absl::Span<const float> got = algo->params();
+    for (size_t i = 0; i < kD; ++i) {
+      ASSERT_NEAR(got[i], x[i], 1e-4f * (1.0f + std::abs(x[i]))) << "round " << t << " i " << i;
+    }
+  }
+}
+
 // PowerSGD in gossip: CHOCO sends rank-2 factors of each tensor's x - x_hat (the layout reaches
 // the codec as blocks) and still converges, for a fraction of the bytes.
 TEST(Choco, PowerSgdGossipConvergesTensorByTensor) {
