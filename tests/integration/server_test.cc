@@ -58,10 +58,18 @@ TEST(FederatedRun, AClientKilledMidRoundDoesNotStallRoundsPastTheirDeadline) {
   const std::vector<std::string> rows = Lines(dir + "/metrics.jsonl");
   ASSERT_EQ(rows.size(), 4u) << ReadFile(dir + "/metrics.jsonl");
   EXPECT_EQ(Field(rows[0], "updates"), 8);
-  for (size_t r = 2; r < rows.size(); ++r) EXPECT_EQ(Field(rows[r], "updates"), 4) << rows[r];
-  // Rounds 3 and 4 each closed at their deadline, not later: the server's close times (the
-  // launcher's own clock would add its evaluation time).
-  for (size_t r = 2; r < rows.size(); ++r) {
+  // The launcher kills the group once it sees round 1 closed; with every client alive a round
+  // closes within milliseconds, so on a loaded machine the kill can land in round 2 or 3, which
+  // then has 4 to 7 updates (6 seen in CI). Every round after that one has the 4 live clients'
+  // updates and closed at its deadline, not later: the server's close times (the launcher's
+  // own clock would add its evaluation time).
+  size_t cut = 1;
+  while (cut < 3 && Field(rows[cut], "updates") == 8) ++cut;
+  ASSERT_LT(cut, 3u) << "the kill landed after round 3: " << ReadFile(dir + "/metrics.jsonl");
+  EXPECT_GE(Field(rows[cut], "updates"), 4) << rows[cut];
+  EXPECT_LT(Field(rows[cut], "updates"), 8) << rows[cut];
+  for (size_t r = cut + 1; r < rows.size(); ++r) {
+    EXPECT_EQ(Field(rows[r], "updates"), 4) << rows[r];
     const double took = Field(rows[r], "closed_s") - Field(rows[r - 1], "closed_s");
     EXPECT_GT(took, 2.9) << rows[r];
     EXPECT_LT(took, 3 + 1.5) << rows[r];
