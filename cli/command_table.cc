@@ -30,7 +30,8 @@ Names TrainingFlags() {
           "lr",        "lr_schedule", "momentum",        "round_timeout",
           "run_id",    "seed",        "topology",        "weights",
           "batch",     "data",        "epochs",          "model",
-          "partition", "max_steps",   "compute_threads", "overlap"};
+          "partition", "max_steps",   "compute_threads", "overlap",
+          "norm_guard"};
 }
 
 // What the aggregator reads (cli/fed_cmd.cc ServerOptionsFromFlags), the run's and the daemon's.
@@ -46,6 +47,7 @@ Names AggregatorFlags() {
           "max_staleness",
           "sampling",
           "rule",
+          "norm_guard",
           "server_lr",
           "server_momentum",
           "downstream",
@@ -97,6 +99,7 @@ constexpr Range kRanges[] = {
     {"consensus_step", 1e-12, 1, "in (0, 1]"},
     {"local_steps", 1, 1e9, ">= 1"},
     {"round_timeout", 1e-3, 1e6, "> 0 seconds"},
+    {"norm_guard", 0, 1e12, ">= 0 (0: off)"},
     {"evals_per_epoch", 1, 1e6, ">= 1"},
     {"rounds", 1, 1e9, ">= 1"},
     {"clients", 1, 1e6, ">= 1"},

@@ -49,6 +49,7 @@
 #include "tern/v1/records.pb.h"
 #include "tern/v1/server.grpc.pb.h"
 
+ABSL_DECLARE_FLAG(double, norm_guard);
 ABSL_DECLARE_FLAG(std::string, listen);
 ABSL_DECLARE_FLAG(std::string, port_file);
 ABSL_DECLARE_FLAG(std::string, run_id);
@@ -203,6 +204,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
   a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s));
   a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
+  a.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard);
   return so;
 }
 
@@ -424,6 +426,7 @@ std::vector<std::string> ServerArgs(const FedRun& run, const std::string& dir, i
       absl::StrCat("--max_staleness=", absl::GetFlag(FLAGS_max_staleness)),
       absl::StrCat("--sampling=", absl::GetFlag(FLAGS_sampling)),
       absl::StrCat("--rule=", absl::GetFlag(FLAGS_rule)),
+      absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard)),
       absl::StrCat("--server_lr=", absl::GetFlag(FLAGS_server_lr)),
       absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum)),
       absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),

@@ -35,6 +35,10 @@ ABSL_FLAG(std::string, lr_schedule, "constant",
 ABSL_FLAG(bool, overlap, false,
           "training: push round t's message at the end of step t and mix it at the start of step "
           "t+1, so its transfer overlaps the next compute (round algorithms; docs/worker.md)");
+ABSL_FLAG(double, norm_guard, 10,
+          "training and aggregator: refuse a neighbour's message (a client's update) whose L2 "
+          "norm is over this many times the median of recent trusted ones (own messages; "
+          "accepted updates); 0 turns the guard off (docs/robustness.md)");
 ABSL_FLAG(double, round_timeout, 10, "training: seconds a round waits for its neighbours");
 ABSL_FLAG(uint64_t, seed, 1, "training: seed of the data split, initial model and codecs");
 ABSL_FLAG(std::string, model, "mlp:hidden=128x64", "training: softmax | mlp[:hidden=H1xH2...]");
@@ -80,6 +84,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   if (!(timeout > 0)) return absl::InvalidArgumentError("--round_timeout must be > 0");
   o.round_timeout = absl::Seconds(timeout);
   o.overlap = absl::GetFlag(FLAGS_overlap);
+  o.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard);
   o.snapshot_every = snapshot_every;
   o.final_step = total_steps;
   return o;
@@ -124,6 +129,7 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
       absl::StrCat("--round_timeout=", absl::GetFlag(FLAGS_round_timeout)),
       absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap) ? "true" : "false"),
+      absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard)),
       absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
       absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
       absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),

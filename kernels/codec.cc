@@ -1,5 +1,6 @@
 #include "kernels/codec.h"
 
+#include <cmath>
 #include <vector>
 
 #include "kernels/format/payload.h"
@@ -21,13 +22,41 @@ absl::Status Codec::Validate(const EncodedView& in) const {
   return ValidateImpl(in);
 }
 
-absl::Status Codec::ValidateImpl(const EncodedView& in) const {
-  // Reused per thread: a fresh buffer of the tensor's size per message costs more than the
-  // decode (page faults, zeroing).
+namespace {
+
+// Reused per thread: a fresh buffer of the tensor's size per message costs more than the decode
+// (page faults, zeroing).
+absl::Span<float> Scratch(size_t n) {
   thread_local std::vector<float> scratch;
-  if (scratch.size() < in.numel) scratch.resize(in.numel);
-  return DecodeImpl(in, 1.0f, /*accumulate=*/false, absl::MakeSpan(scratch.data(), in.numel),
-                    nullptr);
+  if (scratch.size() < n) scratch.resize(n);
+  return absl::MakeSpan(scratch.data(), n);
+}
+
+}  // namespace
+
+absl::StatusOr<double> Codec::Norm(const EncodedView& in) const {
+  if (absl::Status s = internal::CheckView(Name(), in, in.numel); !s.ok()) return s;
+  return NormImpl(in);
+}
+
+absl::Status Codec::ValidateImpl(const EncodedView& in) const {
+  return DecodeImpl(in, 1.0f, /*accumulate=*/false, Scratch(in.numel), nullptr);
+}
+
+absl::StatusOr<double> Codec::NormImpl(const EncodedView& in) const {
+  const absl::Span<float> x = Scratch(in.numel);
+  if (absl::Status s = DecodeImpl(in, 1.0f, /*accumulate=*/false, x, nullptr); !s.ok()) return s;
+  return L2Norm(x);
+}
+
+double L2Norm(absl::Span<const float> x) {
+  double s[4] = {0, 0, 0, 0};  // four partial sums: vectorizes
+  size_t i = 0;
+  for (; i + 4 <= x.size(); i += 4) {
+    for (int j = 0; j < 4; ++j) s[j] += static_cast<double>(x[i + j]) * x[i + j];
+  }
+  for (; i < x.size(); ++i) s[0] += static_cast<double>(x[i]) * x[i];
+  return std::sqrt(s[0] + s[1] + s[2] + s[3]);
 }
 
 }  // namespace tern

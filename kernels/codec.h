@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -105,6 +106,8 @@ class Codec {
   // The verdict Decode would give on `in`, without writing a tensor: what a receiver checks a
   // message with on arrival, before it is decoded once into the model.
   absl::Status Validate(const EncodedView& in) const;
+  // ||decode(in)||₂ with Validate's verdict: what a receiver's norm guard measures on arrival.
+  absl::StatusOr<double> Norm(const EncodedView& in) const;
 
  protected:
   // Codec-specific decoding, after the codec name and element count were checked. With
@@ -115,7 +118,14 @@ class Codec {
   // scratch tensor; a codec whose payload can be checked without decoding (the sparse ones:
   // positions only) overrides it.
   virtual absl::Status ValidateImpl(const EncodedView& in) const;
+  // Codec-specific norm after the same checks. The default decodes into the per-thread scratch;
+  // codecs whose norm follows from the payload (sparse values, STC's k and mu, cast words)
+  // override it.
+  virtual absl::StatusOr<double> NormImpl(const EncodedView& in) const;
 };
+
+// ||x||₂, summed in double (fp32 sums lose the tail over a million elements).
+double L2Norm(absl::Span<const float> x);
 
 }  // namespace tern
 

@@ -14,6 +14,11 @@ absl::Status CodecRegistry::Validate(const EncodedView& in) const {
   return decoder->Validate(in);
 }
 
+absl::StatusOr<double> CodecRegistry::Norm(const EncodedView& in) const {
+  TERN_ASSIGN_OR_RETURN(const Codec* decoder, DecoderFor(in.codec));
+  return decoder->Norm(in);
+}
+
 absl::Status CodecRegistry::DecodeAccumulate(const EncodedView& in, float weight,
                                              absl::Span<float> out) const {
   TERN_ASSIGN_OR_RETURN(const Codec* decoder, DecoderFor(in.codec));

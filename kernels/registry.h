@@ -83,6 +83,7 @@ class CodecRegistry final : public CodecRegistryOf<Codec> {
   absl::Status Decode(const EncodedView& in, absl::Span<float> out) const;
   absl::Status DecodeAccumulate(const EncodedView& in, float weight, absl::Span<float> out) const;
   absl::Status Validate(const EncodedView& in) const;
+  absl::StatusOr<double> Norm(const EncodedView& in) const;
 };
 
 }  // namespace tern

@@ -219,6 +219,7 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
       rounds_(options_.policy) {
   counters_.set_mode(options_.mode);
   counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
+  norm_guard_ = NormGuard(options_.norm_guard);
 }
 
 absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
@@ -451,6 +452,8 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
         }
       }
     }
+    const double norm = s.ok() ? L2Norm(scratch_) : 0;
+    if (s.ok()) s = norm_guard_.Check(norm, "the update");
     if (!s.ok()) return Refuse(s);
     absl::StatusOr<ReplyDecision> d =
         rounds_.Reply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()), now);
@@ -467,6 +470,7 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
     const double w = weight * d->weight_scale;
     TERN_RETURN_IF_ERROR(
         accumulator_->Add(info.client_id(), scratch_, w, info.loss(), info.batch()));
+    norm_guard_.Observe(norm);
     if (d->verdict == ReplyVerdict::kAccepted) {
       counters_.set_updates_accepted(counters_.updates_accepted() + 1);
       reply.set_verdict(v1::UpdateReply::ACCEPTED);

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/model/layout.h"
+#include "core/model/norm_guard.h"
 #include "kernels/registry.h"
 #include "server/accumulator.h"
 #include "server/aggregation.h"
@@ -66,6 +67,9 @@ struct AggregatorOptions {
   std::string checkpoint_path;                        // "" = no checkpoint
   uint64_t max_params = uint64_t{1} << 28;
   int keep_models = 8;  // global models kept for GetModel
+  // Refuses an update whose L2 norm is over factor × the median of the last accepted ones
+  // (after 3 were accepted); factor 0 turns it off. One blown-up client cannot wreck FedAvg.
+  NormGuardOptions norm_guard{.factor = 10, .window = 32, .min_samples = 3, .flag = "--norm_guard"};
 };
 
 // Checks options and fills mode presets (K and min replies for local-sgd / ps).
@@ -175,7 +179,8 @@ class Aggregator {
   bool have_model_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);
   std::vector<float> model_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);  // one decoded update
+  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);                // one decoded update
+  NormGuard norm_guard_ ABSL_GUARDED_BY(mu_){NormGuardOptions{}};  // set from options_
   // The open round's accepted updates (made with the model).
   std::unique_ptr<RoundAccumulator> accumulator_ ABSL_GUARDED_BY(mu_);
   // Global models by round (and their CRC-32s), and the open round's downstream chunks.

@@ -521,5 +521,29 @@ TEST(AggregatorOptionsTest, BadOptionsAreRefusedWithAReason) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Task.local")));
 }
 
+// One blown-up client cannot wreck FedAvg: once three updates were accepted, an update over 10x
+// their median norm is refused (the flag named), and the round closes on the others.
+TEST_F(AggregatorTest, AnUpdateFarAboveTheRecentNormsIsRefusedUnlessTheGuardIsOff) {
+  auto a = Start(3);
+  ASSERT_NE(a, nullptr);
+  for (uint32_t c = 0; c < 3; ++c) EXPECT_THAT(Push(*a, c, 1, 1, std::vector<float>(9, 1)), IsOk());
+  ASSERT_THAT(a->Tick(kT0), IsOk());
+  EXPECT_THAT(Push(*a, 0, 2, 1, std::vector<float>(9, 1e30f)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--norm_guard")));
+  EXPECT_THAT(Push(*a, 0, 2, 1, std::vector<float>(9, 2)), IsOk());  // 2x: fine
+  for (uint32_t c = 1; c < 3; ++c) EXPECT_THAT(Push(*a, c, 2, 1, std::vector<float>(9, 1)), IsOk());
+  ASSERT_THAT(a->Tick(kT0), IsOk());
+  for (float v : ModelOf(*a)) EXPECT_LT(std::abs(v), 100.0f);
+
+  options_.norm_guard.factor = 0;
+  auto off = Start(3);
+  ASSERT_NE(off, nullptr);
+  for (uint32_t c = 0; c < 3; ++c) {
+    EXPECT_THAT(Push(*off, c, 1, 1, std::vector<float>(9, 1)), IsOk());
+  }
+  ASSERT_THAT(off->Tick(kT0), IsOk());
+  EXPECT_THAT(Push(*off, 0, 2, 1, std::vector<float>(9, 1e30f)), IsOk());
+}
+
 }  // namespace
 }  // namespace tern

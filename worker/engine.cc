@@ -205,8 +205,9 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
   }
   const absl::Time t0 = absl::Now();
   TERN_ASSIGN_OR_RETURN(GossipMessage msg, algorithm_->Prepare(in.grad, out.lr, in.step));
-  CountTime(&v1::WorkerStats::encode_seconds, &v1::WorkerStats::set_encode_seconds, t0);
   const bool communicates = algorithm_->Communicates(in.step);
+  if (communicates) ObserveOwn(msg);  // the norm guard's reference: counted as encoding
+  CountTime(&v1::WorkerStats::encode_seconds, &v1::WorkerStats::set_encode_seconds, t0);
   if (async) {
     if (communicates) TERN_RETURN_IF_ERROR(RunSwap(in.step, std::move(msg), &out));
     TERN_RETURN_IF_ERROR(Publish(in.step + 1));
@@ -441,12 +442,40 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundl
     if (t == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("message lacks part '", name, "'"));
     }
-    absl::Status d = codecs_->Validate(EncodedView::Of(*t));
-    if (!d.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", d.message()));
-    }
+    TERN_RETURN_IF_ERROR(CheckPart(name, sender, *t));
   }
   return std::make_pair(sender, std::move(msg));
+}
+
+absl::Status RoundEngine::CheckPart(const std::string& name, int sender,
+                                    const EncodedTensor& t) const {
+  const EncodedView view = EncodedView::Of(t);
+  if (!(options_.norm_guard.factor > 0)) {
+    absl::Status d = codecs_->Validate(view);
+    if (d.ok()) return d;
+    return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", d.message()));
+  }
+  absl::StatusOr<double> norm = codecs_->Norm(view);  // validates too
+  if (!norm.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", norm.status().message()));
+  }
+  absl::MutexLock lock(&guard_mu_);
+  auto it = guards_.find(name);
+  if (it == guards_.end()) return absl::OkStatus();  // nothing of ours to compare with yet
+  return it->second.Check(*norm, absl::StrCat("part '", name, "' from worker ", sender));
+}
+
+void RoundEngine::ObserveOwn(const GossipMessage& msg) {
+  if (!(options_.norm_guard.factor > 0)) return;
+  std::vector<std::pair<const std::string*, double>> norms;
+  for (const auto& [name, t] : msg.parts) {
+    absl::StatusOr<double> norm = codecs_->Norm(EncodedView::Of(t));
+    if (norm.ok()) norms.emplace_back(&name, *norm);
+  }
+  absl::MutexLock lock(&guard_mu_);
+  for (const auto& [name, norm] : norms) {
+    guards_.try_emplace(*name, options_.norm_guard).first->second.Observe(norm);
+  }
 }
 
 absl::Status RoundEngine::Deliver(v1::TensorBundle bundle, uint64_t wire_bytes) {

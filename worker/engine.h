@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/model/layout.h"
+#include "core/model/norm_guard.h"
 #include "core/topology/topology.h"
 #include "kernels/registry.h"
 #include "tern/v1/tensor.pb.h"
@@ -72,6 +73,9 @@ struct EngineOptions {
   // the same calls in the same order; only the gradient of step t+1 is taken before round t's
   // mixing. Not for asynchronous algorithms (SwarmSGD has no rounds).
   bool overlap = false;
+  // Refuses a neighbour's part whose norm is over factor × the median of this worker's own
+  // recent messages of that part (trusted: we made them); factor 0 turns it off.
+  NormGuardOptions norm_guard{.factor = 10, .window = 16, .min_samples = 1, .flag = "--norm_guard"};
   // Keep the parameters after every `snapshot_every` steps (0: only after step 0), the newest
   // `max_snapshots` of them.
   int64_t snapshot_every = 0;
@@ -184,6 +188,11 @@ class RoundEngine {
   // Checks a peer's bundle (everything but the round window); returns sender and message.
   absl::StatusOr<std::pair<int, GossipMessage>> Check(v1::TensorBundle bundle,
                                                       uint64_t num_params) const;
+  // Validates part `name` of a peer's message and, with the guard on, checks its norm.
+  absl::Status CheckPart(const std::string& name, int sender, const EncodedTensor& t) const
+      ABSL_LOCKS_EXCLUDED(guard_mu_);
+  // Records the norms of our own message's parts: the guard's reference.
+  void ObserveOwn(const GossipMessage& msg) ABSL_LOCKS_EXCLUDED(guard_mu_);
   absl::StatusOr<MixingRow> RowFor(const Graph& g);
   void KeepSnapshot(int64_t step, absl::Span<const float> x) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds the time since `since` to the counter `get`/`set`, less the decoding the algorithm did
@@ -219,6 +228,9 @@ class RoundEngine {
   v1::WorkerStats stats_ ABSL_GUARDED_BY(mu_);
   v1::WorkerStats last_step_stats_ ABSL_GUARDED_BY(mu_);  // stats_ when the last Step ended
   absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+
+  mutable absl::Mutex guard_mu_;
+  std::map<std::string, NormGuard> guards_ ABSL_GUARDED_BY(guard_mu_);  // by part name
 };
 
 }  // namespace tern

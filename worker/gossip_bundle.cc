@@ -35,6 +35,10 @@ absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t
       return absl::InvalidArgumentError(absl::StrCat("part '", nt.name(), "' has ", m.numel(),
                                                      " elements, the model has ", expected_numel));
     }
+    // The shape, when given, must multiply out to numel (docs/wire-format.md).
+    if (absl::Status s = ViewOf(m).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("part '", nt.name(), "': ", s.message()));
+    }
     EncodedTensor t;
     t.codec = m.codec();
     t.params = m.params();

@@ -18,7 +18,8 @@ namespace tern {
 v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, int64_t round,
                                 int sender);
 // The reverse, taking the payloads over (pass an rvalue to avoid copying them); checks only
-// structure (names unique, numel == expected_numel), not payloads.
+// structure (names unique, numel == expected_numel, a shape multiplies out to numel), not
+// payloads.
 absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t expected_numel);
 
 }  // namespace tern

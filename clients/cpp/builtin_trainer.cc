@@ -1,6 +1,7 @@
 #include "clients/cpp/builtin_trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -82,6 +83,13 @@ absl::Status RunBuiltinTrainer(TrainerLink& link, const BuiltinTrainerOptions& o
     s.step = step;
     s.loss = model->LossAndGradient(params, x.data(), y.data(), static_cast<size_t>(o.batch),
                                     absl::MakeSpan(grad));
+    if (!std::isfinite(s.loss)) {
+      // Non-finite parameters give a non-finite loss: going on would only spread them.
+      return absl::DataLossError(absl::StrCat(
+          "step ", step, ": the training loss is ", s.loss,
+          "; the model is no longer finite (diverged, or poisoned by a message that got "
+          "through), so this worker stops (docs/robustness.md)"));
+    }
     s.compute_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
     s.grad = grad;
     TERN_ASSIGN_OR_RETURN(params, link.Step(s));

@@ -2,6 +2,7 @@
 // error, decode-and-accumulate consistency, determinism across thread counts, and rejection of
 // truncated, oversize, corrupted and wrong-codec payloads.
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -220,6 +221,44 @@ TEST_P(AllCodecs, RandomCorruptionIsAnErrorOrAFiniteDecodeNeverACrash) {
     }
   }
   RecordProperty("rejected", rejected);
+}
+
+// A well-formed message may still carry a harmful value: NaN or Inf written over any 4 bytes of
+// the payload (a value field, whatever the layout) is refused by Validate and Decode, or decodes
+// to finite values. One such gossip message used to turn every model of a run into NaN.
+TEST_P(AllCodecs, NonFiniteWordsAnywhereInThePayloadAreRefusedOrDecodeFinite) {
+  const auto x = testing::Gaussian(203, 16);
+  const EncodedTensor enc = Encode(x);
+  std::vector<float> y(x.size());
+  for (const uint32_t word : {0x7fc00000u, 0x7f800000u, 0xff800000u}) {
+    for (size_t at = 0; at + 4 <= enc.payload.size(); ++at) {
+      EncodedTensor bad = enc;
+      std::memcpy(bad.payload.data() + at, &word, 4);
+      const absl::Status v = codec_->Validate(EncodedView::Of(bad));
+      const absl::Status d = codec_->Decode(EncodedView::Of(bad), absl::MakeSpan(y));
+      ASSERT_EQ(v.ok(), d.ok()) << "word " << word << " at " << at << ": " << v << " / " << d;
+      if (!d.ok()) continue;
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(y[i]))
+            << "word " << std::hex << word << std::dec << " at byte " << at << " element " << i;
+      }
+    }
+  }
+}
+
+// The norm a receiver's guard measures is the decoded tensor's, with Validate's verdict.
+TEST_P(AllCodecs, NormIsTheDecodedTensorsNormWithValidatesVerdict) {
+  const auto x = testing::Gaussian(2101, 17);
+  const EncodedTensor enc = Encode(x);
+  std::vector<float> y(x.size());
+  ASSERT_THAT(codec_->Decode(EncodedView::Of(enc), absl::MakeSpan(y)), IsOk());
+  absl::StatusOr<double> norm = registry_->Norm(EncodedView::Of(enc));
+  ASSERT_THAT(norm, IsOk());
+  EXPECT_NEAR(*norm, L2Norm(y), 1e-5 * L2Norm(y));
+  EncodedTensor cut = enc;
+  cut.payload.resize(cut.payload.size() / 2);
+  EXPECT_THAT(codec_->Norm(EncodedView::Of(cut)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 // What a receiver checks on arrival must be exactly what decoding would refuse: a message it

@@ -4,6 +4,8 @@
 #ifndef TERN_KERNELS_CPU_CAST_CODEC_H_
 #define TERN_KERNELS_CPU_CAST_CODEC_H_
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +44,23 @@ class CastCodec final : public Codec {
   absl::Status ValidateImpl(const EncodedView& in) const override {
     if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
     return format::CheckCastFinite(Traits::kFormat, in);
+  }
+
+  // Decoded a block at a time on the stack: no tensor-sized scratch, and one pass (Inf or NaN
+  // anywhere makes the sum non-finite, which is the finiteness check).
+  absl::StatusOr<double> NormImpl(const EncodedView& in) const override {
+    if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
+    constexpr size_t kBlock = 1024;
+    float block[kBlock];
+    double sum = 0;
+    for (size_t b = 0; b < in.numel; b += kBlock) {
+      const size_t n = std::min(kBlock, static_cast<size_t>(in.numel) - b);
+      Traits::DecodeLoop(in.payload.data() + b * Traits::kFormat.word_bytes, block, n);
+      const double norm = L2Norm(absl::MakeConstSpan(block, n));
+      sum += norm * norm;
+    }
+    if (!std::isfinite(sum)) return format::CheckCastFinite(Traits::kFormat, in);
+    return std::sqrt(sum);
   }
 
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,

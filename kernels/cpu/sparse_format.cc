@@ -1,6 +1,7 @@
 #include "kernels/cpu/sparse_format.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/byte_io.h"
@@ -69,6 +70,18 @@ absl::Status DecodeSparsePayload(absl::string_view codec, const EncodedView& in,
 absl::Status ValidateSparsePayload(absl::string_view codec, const EncodedView& in) {
   SparseView v;
   return Parse(codec, in, &v);
+}
+
+absl::StatusOr<double> SparsePayloadNorm(absl::string_view codec, const EncodedView& in) {
+  SparseView v;
+  if (absl::Status s = Parse(codec, in, &v); !s.ok()) return s;
+  double sum = 0;
+  for (uint32_t j = 0; j < v.k; ++j) {
+    float val;
+    std::memcpy(&val, v.values + 4 * size_t{j}, 4);
+    sum += static_cast<double>(val) * val;
+  }
+  return std::sqrt(sum);
 }
 
 absl::Status ReadSparseIndices(absl::string_view codec, const EncodedView& in,

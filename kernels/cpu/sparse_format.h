@@ -28,6 +28,8 @@ absl::Status DecodeSparsePayload(absl::string_view codec, const EncodedView& in,
 // Validates a sparse payload and returns its indices (used by the DGC memory to mask what it sent).
 // What DecodeSparsePayload would refuse, without writing.
 absl::Status ValidateSparsePayload(absl::string_view codec, const EncodedView& in);
+// The decoded tensor's L2 norm (from the values), with ValidateSparsePayload's verdict.
+absl::StatusOr<double> SparsePayloadNorm(absl::string_view codec, const EncodedView& in);
 absl::Status ReadSparseIndices(absl::string_view codec, const EncodedView& in,
                                std::vector<uint32_t>* indices);
 
@@ -54,6 +56,9 @@ class SparseCodec : public Codec {
   }
   absl::Status ValidateImpl(const EncodedView& in) const final {
     return ValidateSparsePayload(Name(), in);
+  }
+  absl::StatusOr<double> NormImpl(const EncodedView& in) const final {
+    return SparsePayloadNorm(Name(), in);
   }
 
  private:

@@ -74,6 +74,13 @@ class StcCodec final : public Codec {
     thread_local std::vector<uint8_t> neg;
     return Parse(in, &pos, &neg);
   }
+  // k values of magnitude mu: sqrt(k) * |mu|.
+  absl::StatusOr<double> NormImpl(const EncodedView& in) const override {
+    thread_local std::vector<uint32_t> pos;
+    thread_local std::vector<uint8_t> neg;
+    if (absl::Status s = Parse(in, &pos, &neg); !s.ok()) return s;
+    return std::sqrt(static_cast<double>(pos.size())) * std::abs(static_cast<double>(in.scales[0]));
+  }
 
  private:
   // The non-zeros' positions (ascending, in range) and signs; every error Decode reports.

@@ -63,6 +63,8 @@ absl::StatusOr<SparseHeader> ReadSparseHeader(absl::string_view codec, const Enc
   }
   h.indices = r.Take(4 * size_t{h.k});
   h.values = r.Take(4 * size_t{h.k});
+  // Well-formed is not harmless: one NaN value would poison every model it is mixed into.
+  if (absl::Status s = internal::CheckF32Values(codec, h.values, h.k); !s.ok()) return s;
   return h;
 }
 

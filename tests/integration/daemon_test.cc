@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,6 +28,8 @@
 
 namespace tern {
 namespace {
+
+using ::testing::HasSubstr;
 
 TEST(TernRun, ShortRunOfFourWorkerProcessesConverges) {
   const std::string dir = MakeTempDir();
@@ -220,6 +225,69 @@ TEST_F(FourDaemons, MalformedAndWrongRoundMessagesAreRefusedAndRoundsContinue) {
   EXPECT_EQ(s0.messages_refused(), 6u);
   EXPECT_EQ(s0.neighbours_dropped(), 0u);
   EXPECT_GE(Stats(1).steps(), after + 10);
+}
+
+// Well-formed but harmful: each is refused with INVALID_ARGUMENT before it changes anything, and
+// the attacked worker trains on with a finite loss.
+TEST_F(FourDaemons, NanInfMisshapenAndBlownUpMessagesAreRefusedAndTrainingGoesOn) {
+  for (int tries = 0; tries < 600 && Stats(0).steps() < 5; ++tries) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const uint64_t at = Stats(0).steps();
+  ASSERT_GE(at, 5u);
+  constexpr uint64_t kNumel = 109386;  // the default mlp:hidden=128x64
+  auto message = [&](std::vector<float> x) {
+    v1::TensorBundle b;
+    b.set_run_id("tern");
+    b.set_sender("1");
+    // A round still open when it arrives, however far the worker got meanwhile.
+    b.set_round(Stats(0).steps() + 20);
+    v1::NamedTensor* t = b.add_tensors();
+    t->set_name("x");
+    t->mutable_tensor()->set_codec("none.v1");
+    t->mutable_tensor()->set_numel(kNumel);
+    t->mutable_tensor()->set_payload(x.data(), 4 * x.size());
+    return b;
+  };
+  std::vector<float> x(kNumel, 0.01f);
+  x[17] = std::nanf("");
+  grpc::Status s = Push(0, Chunks(message(x)));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  x[17] = std::numeric_limits<float>::infinity();
+  s = Push(0, Chunks(message(x)));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  x[17] = 0.01f;
+  v1::TensorBundle misshapen = message(x);
+  misshapen.mutable_tensors(0)->mutable_tensor()->add_shape(3);
+  misshapen.mutable_tensors(0)->mutable_tensor()->add_shape(5);
+  s = Push(0, Chunks(misshapen));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("shape"));
+  s = Push(0, Chunks(message(std::vector<float>(kNumel, 1e30f))));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("norm_guard"));
+  // A sparse message with one NaN value.
+  v1::TensorBundle sparse = message({});
+  v1::EncodedTensor* t = sparse.mutable_tensors(0)->mutable_tensor();
+  t->set_codec("topk.v1");
+  const uint32_t k = 1, index = 5;
+  const float nan = std::nanf("");
+  std::string payload(12, '\0');
+  std::memcpy(payload.data(), &k, 4);
+  std::memcpy(payload.data() + 4, &index, 4);
+  std::memcpy(payload.data() + 8, &nan, 4);
+  t->set_payload(payload);
+  s = Push(0, Chunks(sparse));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+
+  const uint64_t after = Stats(0).steps();
+  for (int tries = 0; tries < 600 && Stats(0).steps() < after + 20; ++tries) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  v1::WorkerStats s0 = Stats(0);
+  EXPECT_GE(s0.steps(), after + 20);
+  EXPECT_EQ(s0.messages_refused(), 5u);
+  EXPECT_TRUE(std::isfinite(s0.loss_sum())) << s0.loss_sum();
 }
 
 }  // namespace
