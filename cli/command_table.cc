@@ -34,6 +34,12 @@ Names TrainingFlags() {
           "norm_guard"};
 }
 
+// What bounds a daemon's incoming streams (cli/limit_flags.cc).
+Names LimitFlags() {
+  return {"max_streams", "max_streams_per_peer", "max_buffered_mb", "stream_idle_s",
+          "stream_deadline_s"};
+}
+
 // What the aggregator reads (cli/fed_cmd.cc ServerOptionsFromFlags), the run's and the daemon's.
 Names AggregatorFlags() {
   return {"mode",
@@ -100,6 +106,11 @@ constexpr Range kRanges[] = {
     {"local_steps", 1, 1e9, ">= 1"},
     {"round_timeout", 1e-3, 1e6, "> 0 seconds"},
     {"norm_guard", 0, 1e12, ">= 0 (0: off)"},
+    {"max_streams", 0, 1e6, ">= 0 (0: the daemon's default)"},
+    {"max_streams_per_peer", 0, 1e6, ">= 0 (0: the daemon's default)"},
+    {"max_buffered_mb", 0, 1e7, ">= 0 (0: sized for the model)"},
+    {"stream_idle_s", 1e-3, 1e7, "> 0 seconds"},
+    {"stream_deadline_s", 1e-3, 1e7, "> 0 seconds"},
     {"evals_per_epoch", 1, 1e6, ">= 1"},
     {"rounds", 1, 1e9, ">= 1"},
     {"clients", 1, 1e6, ">= 1"},
@@ -163,9 +174,10 @@ std::vector<CommandInfo> CommandTable() {
            {TrainingFlags(),
             {"advertise", "exit_after_training", "final_model", "id", "listen", "peers",
              "peers_file", "peers_timeout", "port_file", "round_log", "scheduler", "snapshot_every",
-             "total_steps", "trainer", "workers", "max_snapshots", "snapshot_dir"}})},
+             "total_steps", "trainer", "workers", "max_snapshots", "snapshot_dir"},
+            LimitFlags()})},
       {"server", "the aggregator daemon (federated, local-sgd, ps rounds)",
-       Join({AggregatorFlags(), {"checkpoint", "listen", "linger_s", "port_file"}})},
+       Join({AggregatorFlags(), {"checkpoint", "listen", "linger_s", "port_file"}, LimitFlags()})},
       {"client",
        "built-in clients of an aggregator (--server=HOST:PORT --clients=N)",
        {"clients", "data", "first_client", "model", "partition", "partitions", "run_id", "seed",

@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
+#include "cli/limit_flags.h"
 #include "cli/local_cluster.h"
 #include "cli/process.h"
 #include "cli/report.h"
@@ -205,6 +206,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s));
   a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
   a.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard);
+  so.limits = StreamLimitsFromFlags(so.limits);
   return so;
 }
 

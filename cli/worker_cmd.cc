@@ -20,6 +20,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
+#include "cli/limit_flags.h"
 #include "cli/process.h"
 #include "cli/train_flags.h"
 #include "common/file_util.h"
@@ -167,6 +168,7 @@ int WorkerMain() {
     };
   }
   options.round_log = absl::GetFlag(FLAGS_round_log);
+  options.limits = StreamLimitsFromFlags(options.limits);
   options.engine.max_snapshots = std::max(1, absl::GetFlag(FLAGS_max_snapshots));
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   auto daemon = WorkerDaemon::Start(options, &registries);

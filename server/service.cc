@@ -32,9 +32,9 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     return Done(ctx, st);
   }
 
-  grpc::ServerReadReactor<v1::InitModelRequest>* InitModel(grpc::CallbackServerContext*,
+  grpc::ServerReadReactor<v1::InitModelRequest>* InitModel(grpc::CallbackServerContext* ctx,
                                                            v1::InitModelReply* reply) override {
-    return new InitModelCall(s_, reply);
+    return new InitModelCall(s_, ctx, reply);
   }
 
   grpc::ServerWriteReactor<v1::FetchReply>* Fetch(grpc::CallbackServerContext* ctx,
@@ -42,9 +42,9 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     return new FetchCall(s_, ctx, *req);
   }
 
-  grpc::ServerReadReactor<v1::UpdateRequest>* Push(grpc::CallbackServerContext*,
+  grpc::ServerReadReactor<v1::UpdateRequest>* Push(grpc::CallbackServerContext* ctx,
                                                    v1::UpdateReply* reply) override {
-    return new PushCall(s_, reply);
+    return new PushCall(s_, ctx, reply);
   }
 
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
@@ -73,8 +73,15 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
   // InitModel: reassemble, then offer the bundle.
   class InitModelCall final : public grpc::ServerReadReactor<v1::InitModelRequest> {
    public:
-    InitModelCall(AggregatorServer* s, v1::InitModelReply* reply)
+    InitModelCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, v1::InitModelReply* reply)
         : s_(s), reply_(reply), assembler_(s->options_.max_bundle_bytes) {
+      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> st =
+          s->limits_->Open(ctx->peer(), [ctx] { ctx->TryCancel(); });
+      if (!st.ok()) {
+        Finish(ToGrpcStatus(st.status()));
+        return;
+      }
+      stream_ = *std::move(st);
       StartRead(&req_);
     }
     void OnReadDone(bool ok) override {
@@ -84,17 +91,25 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
       }
       if (first_) client_ = req_.client_id();
       first_ = false;
+      if (absl::Status h = stream_->Hold(req_.chunk().data().size()); !h.ok()) {
+        Finish(ToGrpcStatus(h));
+        return;
+      }
       std::optional<absl::StatusOr<v1::TensorBundle>> got =
           Feed(assembler_, std::move(*req_.mutable_chunk()));
       if (!got) {
         StartRead(&req_);
         return;
       }
+      stream_->ReleaseAll();
       absl::StatusOr<bool> adopted =
           got->ok() ? s_->aggregator_->InitModel(client_, **got) : got->status();
       if (adopted.ok()) {
         reply_->set_adopted(*adopted);
-        if (*adopted) spdlog::info("server: initial model from client {}", client_);
+        if (*adopted) {
+          spdlog::info("server: initial model from client {}", client_);
+          s_->SizeBudget();
+        }
       }
       Finish(ToGrpcStatus(adopted.status()));
     }
@@ -103,6 +118,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
    private:
     AggregatorServer* const s_;
     v1::InitModelReply* const reply_;
+    std::unique_ptr<StreamLimits::Stream> stream_;
     BundleAssembler assembler_;
     v1::InitModelRequest req_;
     bool first_ = true;
@@ -165,12 +181,19 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
   // Push: reassemble the update, then the aggregator judges and accumulates it.
   class PushCall final : public grpc::ServerReadReactor<v1::UpdateRequest> {
    public:
-    PushCall(AggregatorServer* s, v1::UpdateReply* reply)
+    PushCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, v1::UpdateReply* reply)
         : s_(s),
           reply_(reply),
           // An update cannot be much larger than the model: a client cannot make the server
           // buffer gigabytes.
           assembler_(std::min(s->options_.max_bundle_bytes, s->aggregator_->MaxUpdateBytes())) {
+      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> st =
+          s->limits_->Open(ctx->peer(), [ctx] { ctx->TryCancel(); });
+      if (!st.ok()) {
+        Refuse(st.status());
+        return;
+      }
+      stream_ = *std::move(st);
       StartRead(&req_);
     }
     void OnReadDone(bool ok) override {
@@ -187,12 +210,17 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         info_ = req_.info();
         first_ = false;
       }
+      if (absl::Status h = stream_->Hold(req_.chunk().data().size()); !h.ok()) {
+        Refuse(h);
+        return;
+      }
       std::optional<absl::StatusOr<v1::TensorBundle>> got =
           Feed(assembler_, std::move(*req_.mutable_chunk()));
       if (!got) {
         StartRead(&req_);
         return;
       }
+      stream_->ReleaseAll();
       if (!got->ok()) {
         Refuse(got->status());
         return;
@@ -223,6 +251,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
 
     AggregatorServer* const s_;
     v1::UpdateReply* const reply_;
+    std::unique_ptr<StreamLimits::Stream> stream_;
     BundleAssembler assembler_;
     v1::UpdateRequest req_;
     v1::UpdateInfo info_;
@@ -257,11 +286,16 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
   AggregatorServer* const s_;
 };
 
+namespace {
+constexpr uint64_t kMinAutoBudget = uint64_t{256} << 20;
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
     ServerOptions options, const ServerRegistries* registries) {
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> agg,
                         Aggregator::Create(options.aggregator, registries, absl::Now()));
   std::unique_ptr<AggregatorServer> s(new AggregatorServer(std::move(options), std::move(agg)));
+  s->SizeBudget();  // a restarted server knows its model already
   TERN_ASSIGN_OR_RETURN(s->server_,
                         StartGrpcServer(s->options_.listen, {s->service_.get()}, &s->port_));
   s->ticker_ = std::thread([p = s.get()] { p->TickerThread(); });
@@ -271,7 +305,16 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
 AggregatorServer::AggregatorServer(ServerOptions options, std::unique_ptr<Aggregator> aggregator)
     : options_(std::move(options)),
       aggregator_(std::move(aggregator)),
+      limits_(std::make_unique<StreamLimits>([o = options_.limits]() mutable {
+        if (o.max_buffered_bytes == 0) o.max_buffered_bytes = kMinAutoBudget;
+        return o;
+      }())),
       service_(std::make_unique<Service>(this)) {}
+
+void AggregatorServer::SizeBudget() {
+  if (options_.limits.max_buffered_bytes != 0) return;
+  limits_->SetMaxBufferedBytes(std::max(kMinAutoBudget, 16 * aggregator_->MaxUpdateBytes()));
+}
 
 AggregatorServer::~AggregatorServer() { Shutdown(absl::Seconds(1)); }
 

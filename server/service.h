@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "core/rpc/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/registry.h"
 #include "server/aggregator.h"
@@ -25,6 +26,11 @@ struct ServerOptions {
   AggregatorOptions aggregator;
   absl::Duration tick = absl::Milliseconds(20);
   uint64_t max_bundle_bytes = uint64_t{1} << 31;
+  // Incoming InitModel / Push streams (Fetch long polls are not counted: every client keeps
+  // one). Many clients may share one host (NAT, a client swarm), so per-host is as wide as the
+  // total; max_buffered_bytes 0 = sized for the model (16 updates, at least 256 MiB).
+  StreamLimitOptions limits{
+      .max_streams = 4096, .max_streams_per_peer = 4096, .max_buffered_bytes = 0};
 };
 
 class AggregatorServer {
@@ -45,9 +51,12 @@ class AggregatorServer {
   class Service;
   AggregatorServer(ServerOptions options, std::unique_ptr<Aggregator> aggregator);
   void TickerThread();
+  // With an automatic budget: 16 updates' worth of bytes once the model's size is known.
+  void SizeBudget();
 
   const ServerOptions options_;
   const std::unique_ptr<Aggregator> aggregator_;
+  const std::unique_ptr<StreamLimits> limits_;  // outlives server_ and its reactors
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -44,6 +44,11 @@ v1::StepResult ResultOf(const StepOutcome& out) {
   return result;
 }
 
+StreamLimitOptions InitialLimits(StreamLimitOptions o) {
+  if (o.max_buffered_bytes == 0) o.max_buffered_bytes = uint64_t{64} << 20;
+  return o;
+}
+
 grpc::Status Unavailable() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
 }
@@ -56,20 +61,28 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
  public:
   explicit GossipService(WorkerDaemon* d) : d_(d) {}
 
-  grpc::ServerReadReactor<v1::BundleChunk>* Push(grpc::CallbackServerContext*,
+  grpc::ServerReadReactor<v1::BundleChunk>* Push(grpc::CallbackServerContext* ctx,
                                                  v1::PushReply* reply) override {
-    return new PushCall(d_, reply);
+    return new PushCall(d_, ctx, reply);
   }
   grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* Swap(
-      grpc::CallbackServerContext*) override {
-    return new SwapCall(d_);
+      grpc::CallbackServerContext* ctx) override {
+    return new SwapCall(d_, ctx);
   }
 
  private:
   // SwarmSGD: read the caller's model, answer with ours (RoundEngine::HandleSwap).
   class SwapCall final : public grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk> {
    public:
-    explicit SwapCall(WorkerDaemon* d) : d_(d), assembler_(d->options_.max_bundle_bytes) {
+    SwapCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx)
+        : d_(d), assembler_(d->options_.max_bundle_bytes) {
+      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s =
+          d->limits_->Open(ctx->peer(), [ctx] { ctx->TryCancel(); });
+      if (!s.ok()) {
+        Finish(ToGrpcStatus(s.status()));
+        return;
+      }
+      stream_ = *std::move(s);
       StartRead(&chunk_);
     }
     void OnReadDone(bool ok) override {
@@ -79,11 +92,16 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         return;
       }
       wire_bytes_ += chunk_.ByteSizeLong() + 5;
+      if (absl::Status h = stream_->Hold(chunk_.data().size()); !h.ok()) {
+        Finish(ToGrpcStatus(h));
+        return;
+      }
       std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, std::move(chunk_));
       if (!got) {
         StartRead(&chunk_);
         return;
       }
+      stream_->ReleaseAll();
       absl::StatusOr<v1::TensorBundle> reply =
           got->ok() ? d_->engine_->HandleSwap(**std::move(got), wire_bytes_) : got->status();
       absl::StatusOr<std::vector<v1::BundleChunk>> chunks =
@@ -104,6 +122,7 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
 
    private:
     WorkerDaemon* const d_;
+    std::unique_ptr<StreamLimits::Stream> stream_;
     BundleAssembler assembler_;
     v1::BundleChunk chunk_;
     uint64_t wire_bytes_ = 0;
@@ -113,8 +132,15 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
 
   class PushCall final : public grpc::ServerReadReactor<v1::BundleChunk> {
    public:
-    PushCall(WorkerDaemon* d, v1::PushReply* reply)
+    PushCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx, v1::PushReply* reply)
         : d_(d), reply_(reply), assembler_(d->options_.max_bundle_bytes) {
+      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s =
+          d->limits_->Open(ctx->peer(), [ctx] { ctx->TryCancel(); });
+      if (!s.ok()) {
+        Refuse(s.status());
+        return;
+      }
+      stream_ = *std::move(s);
       StartRead(&chunk_);
     }
     void OnReadDone(bool ok) override {
@@ -123,11 +149,16 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         return;
       }
       wire_bytes_ += chunk_.ByteSizeLong() + 5;
+      if (absl::Status h = stream_->Hold(chunk_.data().size()); !h.ok()) {
+        Refuse(h);
+        return;
+      }
       std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, std::move(chunk_));
       if (!got) {
         StartRead(&chunk_);
         return;
       }
+      stream_->ReleaseAll();  // handed on: the inbox's bound applies from here
       if (!got->ok()) {
         Refuse(got->status());
         return;
@@ -158,6 +189,7 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
 
     WorkerDaemon* const d_;
     v1::PushReply* const reply_;
+    std::unique_ptr<StreamLimits::Stream> stream_;
     BundleAssembler assembler_;
     v1::BundleChunk chunk_;
     uint64_t wire_bytes_ = 0;
@@ -400,6 +432,7 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
       codecs_(codecs),
       transport_(std::move(transport)),
       engine_(std::move(engine)),
+      limits_(std::make_unique<StreamLimits>(InitialLimits(options_.limits))),
       gossip_(std::make_unique<GossipService>(this)),
       trainer_(std::make_unique<TrainerService>(this)) {}
 
@@ -413,6 +446,10 @@ absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterOnLoop(
     const std::vector<ParamTensor>& layout, absl::Span<const float> x0) {
   RoundEngine* e = engine_.get();
   TERN_RETURN_IF_ERROR(e->Init(layout, x0));
+  if (options_.limits.max_buffered_bytes == 0) {
+    limits_->SetMaxBufferedBytes(
+        std::max<uint64_t>(uint64_t{64} << 20, kAutoBufferedModels * 4 * x0.size()));
+  }
   const EngineOptions& o = options_.engine;
   v1::RegisterReply reply;
   reply.set_worker_id(static_cast<uint32_t>(o.worker_id));

@@ -27,6 +27,7 @@
 #include "common/seqpacket_server.h"
 #include "common/shared_memory.h"
 #include "core/model/layout.h"
+#include "core/rpc/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/registry.h"
 #include "tern/v1/worker.pb.h"
@@ -42,7 +43,14 @@ struct DaemonOptions {
   uint64_t max_bundle_bytes = uint64_t{512} << 20;
   // When set, one JSON line per step: its bytes (payload, wire, dense) and time split.
   std::string round_log;
+  // Incoming Gossip.Push / Swap streams: counts, idle and total time, and the bytes they may
+  // buffer together; max_buffered_bytes 0 = sized for the model (kAutoBufferedModels × its bytes,
+  // at least 64 MiB; 64 MiB until a model is registered).
+  StreamLimitOptions limits{.max_buffered_bytes = 0};
 };
+
+// With an automatic budget, incoming streams may buffer this many models' worth of bytes.
+inline constexpr uint64_t kAutoBufferedModels = 8;
 
 class WorkerDaemon {
  public:
@@ -97,6 +105,7 @@ class WorkerDaemon {
   const CodecRegistry* const codecs_;
   const std::unique_ptr<GrpcTransport> transport_;  // outlives engine_ (destroyed after it)
   const std::unique_ptr<RoundEngine> engine_;
+  const std::unique_ptr<StreamLimits> limits_;  // outlives server_ and its reactors
   std::unique_ptr<GossipService> gossip_;
   std::unique_ptr<TrainerService> trainer_;
   std::unique_ptr<grpc::Server> server_;

@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunking.h"
+#include "common/crc32.h"
 #include "core/rpc/channel.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -288,6 +292,69 @@ TEST_F(FourDaemons, NanInfMisshapenAndBlownUpMessagesAreRefusedAndTrainingGoesOn
   EXPECT_GE(s0.steps(), after + 20);
   EXPECT_EQ(s0.messages_refused(), 5u);
   EXPECT_TRUE(std::isfinite(s0.loss_sum())) << s0.loss_sum();
+}
+
+// Stalled Gossip.Push streams, each parked after one 1 MiB chunk of a 64 MiB message: past the
+// 16 MiB budget they are refused with RESOURCE_EXHAUSTED, the worker's memory stays within the
+// budget plus a constant, and the parked ones are cancelled once idle.
+TEST(StalledStreams, AWorkerRefusesThemPastItsBudgetAndCancelsThemWhenIdle) {
+  const std::string dir = MakeTempDir();
+  const pid_t pid =
+      Spawn({"worker", "--id=0", "--workers=2", "--port_file=" + dir + "/port",
+             "--peers=127.0.0.1:1,127.0.0.1:2", "--trainer=external", "--max_buffered_mb=16",
+             "--max_streams=1000", "--max_streams_per_peer=1000", "--stream_idle_s=3"},
+            dir + "/worker.log");
+  const int port = WaitForPort(dir + "/port");
+  ASSERT_GT(port, 0) << ReadFile(dir + "/worker.log");
+  auto stub = v1::Gossip::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  const double rss0 = RssMb(pid);
+  v1::BundleChunk chunk;
+  chunk.set_total_size(uint64_t{64} << 20);
+  chunk.set_data(std::string(size_t{1} << 20, 'x'));
+  chunk.set_data_crc32(Crc32(chunk.data().data(), chunk.data().size()));
+  constexpr int kStreams = 40;
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctx;
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::BundleChunk>>> writers;
+  std::vector<v1::PushReply> replies(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    ctx.push_back(std::make_unique<grpc::ClientContext>());
+    ctx.back()->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    writers.push_back(stub->Push(ctx.back().get(), &replies[i]));
+    chunk.set_stream_id(static_cast<uint64_t>(i));
+    writers.back()->Write(chunk);
+  }
+  absl::SleepFor(absl::Seconds(1));
+  const double rss1 = RssMb(pid);
+  std::printf("worker RSS %.1f -> %.1f MiB with %d stalled streams\n", rss0, rss1, kStreams);
+  // 16 MiB held, plus gRPC's buffers for 40 streams and allocator slack.
+  if (!kSanitized) {
+    EXPECT_LT(rss1 - rss0, 16 + 48) << rss0 << " -> " << rss1 << " MiB";
+  }
+  absl::SleepFor(absl::Seconds(4));  // idle 3 s, swept every second
+  std::vector<grpc::Status> statuses;
+  for (int i = 0; i < kStreams; ++i) {
+    writers[i]->WritesDone();
+    statuses.push_back(writers[i]->Finish());
+  }
+  std::map<int, int> n = CountCodes(statuses);
+  EXPECT_EQ(n[grpc::StatusCode::RESOURCE_EXHAUSTED], kStreams - 16);
+  EXPECT_EQ(n[grpc::StatusCode::CANCELLED], 16);  // parked within the budget, then idle
+  for (const auto& s : statuses) {
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      EXPECT_THAT(s.error_message(), HasSubstr("--max_buffered_mb=16"));
+    }
+  }
+  // The budget came back: a new stream is read again (and refused for ending early).
+  grpc::ClientContext c;
+  c.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  v1::PushReply reply;
+  auto w = stub->Push(&c, &reply);
+  w->Write(chunk);
+  w->WritesDone();
+  EXPECT_EQ(w->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  stub.reset();
+  kill(pid, SIGTERM);
+  EXPECT_EQ(Wait(pid), 0);
 }
 
 }  // namespace

@@ -9,11 +9,13 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
 namespace tern {
@@ -53,6 +55,51 @@ inline std::string ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+// Whether the daemons under test run with AddressSanitizer, whose quarantine and redzones make
+// resident memory meaningless as a bound.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
+// Resident memory of process `pid` in MiB (VmRSS), or -1.
+inline double RssMb(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  while (f >> key) {
+    if (key == "VmRSS:") {
+      double kb = 0;
+      f >> kb;
+      return kb / 1024;
+    }
+  }
+  return -1;
+}
+
+// Waits for a daemon's port file; 0 if it never came.
+inline int WaitForPort(const std::string& path) {
+  int port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::ifstream(path) >> port;
+    if (port == 0) usleep(50 * 1000);
+  }
+  return port;
+}
+
+// Counts of each status code over `statuses`.
+inline std::map<int, int> CountCodes(const std::vector<grpc::Status>& statuses) {
+  std::map<int, int> n;
+  for (const auto& s : statuses) ++n[static_cast<int>(s.error_code())];
+  return n;
 }
 
 // A number from the last metrics line, e.g. Last(dir, "test_acc").

@@ -3,13 +3,17 @@
 // client speaking tern.v1.Aggregator to a `tern server` directly.
 #include <signal.h>
 
+#include <cstdio>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/chunking.h"
+#include "common/crc32.h"
 #include "core/rpc/channel.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -253,6 +257,58 @@ TEST_F(RogueClient, MalformedOversizedAndWrongRoundUpdatesAreRefusedAndTheRoundG
   std::vector<float> x(4);
   std::memcpy(x.data(), p.data(), 16);
   EXPECT_EQ(x, (std::vector<float>{3, 4, 5, 6}));
+}
+
+// Stalled Aggregator.Push streams, each parked after 512 KiB of a 1 MiB update: past the 16 MiB
+// budget they are refused with RESOURCE_EXHAUSTED, the server's memory stays within the budget
+// plus a constant, and the parked ones are cancelled once idle.
+TEST(StalledStreams, TheServerRefusesThemPastItsBudgetAndCancelsThemWhenIdle) {
+  const std::string dir = MakeTempDir();
+  const pid_t pid = Spawn({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/port",
+                           "--run_id=it", "--min_clients=2", "--rounds=2", "--max_buffered_mb=16",
+                           "--stream_idle_s=3", "--linger_s=1"},
+                          dir + "/server.log");
+  const int port = WaitForPort(dir + "/port");
+  ASSERT_GT(port, 0) << ReadFile(dir + "/server.log");
+  auto stub = v1::Aggregator::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  const double rss0 = RssMb(pid);
+  v1::UpdateRequest req;
+  req.mutable_info()->set_client_id(0);
+  req.mutable_info()->set_round(1);
+  req.mutable_info()->set_weight(1);
+  v1::BundleChunk* chunk = req.mutable_chunk();
+  chunk->set_total_size(uint64_t{1} << 20);
+  chunk->set_data(std::string(size_t{1} << 19, 'x'));
+  chunk->set_data_crc32(Crc32(chunk->data().data(), chunk->data().size()));
+  constexpr int kStreams = 48;
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctx;
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::UpdateRequest>>> writers;
+  std::vector<v1::UpdateReply> replies(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    ctx.push_back(std::make_unique<grpc::ClientContext>());
+    ctx.back()->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    writers.push_back(stub->Push(ctx.back().get(), &replies[i]));
+    chunk->set_stream_id(static_cast<uint64_t>(i));
+    writers.back()->Write(req);
+  }
+  absl::SleepFor(absl::Seconds(1));
+  const double rss1 = RssMb(pid);
+  std::printf("server RSS %.1f -> %.1f MiB with %d stalled streams\n", rss0, rss1, kStreams);
+  if (!kSanitized) {
+    EXPECT_LT(rss1 - rss0, 16 + 48) << rss0 << " -> " << rss1 << " MiB";
+  }
+  absl::SleepFor(absl::Seconds(4));
+  std::vector<grpc::Status> statuses;
+  for (int i = 0; i < kStreams; ++i) {
+    writers[i]->WritesDone();
+    statuses.push_back(writers[i]->Finish());
+  }
+  std::map<int, int> n = CountCodes(statuses);
+  EXPECT_EQ(n[grpc::StatusCode::RESOURCE_EXHAUSTED], kStreams - 32);  // 32 x 512 KiB = 16 MiB
+  EXPECT_EQ(n[grpc::StatusCode::CANCELLED], 32);
+  stub.reset();
+  kill(pid, SIGTERM);
+  EXPECT_EQ(Wait(pid), 0) << ReadFile(dir + "/server.log");
 }
 
 }  // namespace
