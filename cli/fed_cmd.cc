@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -129,7 +130,7 @@ ABSL_FLAG(double, linger_s, 10, "server: seconds to keep serving after the last 
 ABSL_FLAG(std::string, kill_server_at_round, "",
           "run: fault injection, R: SIGKILL the server once round R closed, then restart it");
 ABSL_FLAG(std::string, kill_client_at_round, "",
-          "run: fault injection, G@R: SIGKILL client process G once round R closed");
+          "run: fault injection, G@R[,G@R...]: SIGKILL client process G once round R closed");
 
 namespace tern {
 namespace {
@@ -331,9 +332,9 @@ struct FedRun {
   int n = 0;    // clients
   int per = 1;  // clients per process
   int rounds = 0;
-  int k = 0;                                    // clients per round
-  int kill_server_round = -1;                   // --kill_server_at_round
-  int kill_group = -1, kill_client_round = -1;  // --kill_client_at_round
+  int k = 0;                                          // clients per round
+  int kill_server_round = -1;                         // --kill_server_at_round
+  std::vector<std::pair<int, int64_t>> client_kills;  // --kill_client_at_round: (group, round)
   int groups() const { return (n + per - 1) / per; }
 };
 
@@ -356,14 +357,19 @@ absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
       return absl::InvalidArgumentError("--kill_server_at_round wants R in [1, rounds)");
     }
   }
-  if (const std::string k = absl::GetFlag(FLAGS_kill_client_at_round); !k.empty()) {
-    const size_t at = k.find('@');
-    if (at == std::string::npos || !absl::SimpleAtoi(k.substr(0, at), &run->kill_group) ||
-        !absl::SimpleAtoi(k.substr(at + 1), &run->kill_client_round) || run->kill_group < 0 ||
-        run->kill_group >= run->groups() || run->kill_client_round < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kill_client_at_round wants G@R with G < ", run->groups()));
+  std::vector<bool> seen(static_cast<size_t>(run->groups()));
+  for (absl::string_view item :
+       absl::StrSplit(absl::GetFlag(FLAGS_kill_client_at_round), ',', absl::SkipEmpty())) {
+    std::vector<std::string> p = absl::StrSplit(item, '@');
+    int group = -1;
+    int64_t round = 0;
+    if (p.size() != 2 || !absl::SimpleAtoi(p[0], &group) || !absl::SimpleAtoi(p[1], &round) ||
+        group < 0 || group >= run->groups() || round < 1 || seen[static_cast<size_t>(group)]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kill_client_at_round wants G@R[,G@R...], each G < ", run->groups(), " and once"));
     }
+    seen[static_cast<size_t>(group)] = true;
+    run->client_kills.emplace_back(group, round);
   }
   return absl::OkStatus();
 }
@@ -588,12 +594,12 @@ class FedWatch {
       absl::SleepFor(absl::Milliseconds(200));
       return true;
     }
-    if (run_.kill_group >= 0 && !client_killed_ && done >= run_.kill_client_round &&
-        groups_[static_cast<size_t>(run_.kill_group)]->alive) {
-      cluster_.Kill(groups_[static_cast<size_t>(run_.kill_group)]);
-      client_killed_ = true;
-      std::fprintf(stderr, "\n[fault injection] killed client group %d after round %lld\n",
-                   run_.kill_group, static_cast<long long>(done));
+    for (const auto& [group, round] : run_.client_kills) {
+      auto& g = groups_[static_cast<size_t>(group)];
+      if (done < round || !g->alive) continue;
+      cluster_.Kill(g);
+      std::fprintf(stderr, "\n[fault injection] killed client group %d after round %lld\n", group,
+                   static_cast<long long>(done));
     }
     return false;
   }
@@ -653,7 +659,7 @@ class FedWatch {
   int64_t evaluated_ = -1;
   double last_acc_ = 0;
   v1::ServerStatus last_;
-  bool server_killed_ = false, client_killed_ = false;
+  bool server_killed_ = false;
 };
 
 }  // namespace

@@ -68,7 +68,8 @@ ABSL_DECLARE_FLAG(std::string, mode);
 ABSL_FLAG(int, evals_per_epoch, 2, "run: evaluations of the averaged model per epoch");
 ABSL_FLAG(std::string, name, "", "run: run name (default <algorithm>-<codec>-<topology>)");
 ABSL_FLAG(std::string, kill_worker, "",
-          "run: fault injection, ID@STEP: SIGKILL worker ID once it has done STEP steps");
+          "run: fault injection, ID@STEP[,ID@STEP...]: SIGKILL worker ID once it has done STEP "
+          "steps");
 
 namespace tern {
 namespace {
@@ -115,10 +116,11 @@ struct GossipRun {
   int epochs = 0;
   int64_t steps_per_epoch = 0;
   int64_t total = 0;
-  int64_t every = 0;  // steps between evaluations
-  int kill_id = -1;   // --kill_worker
-  int64_t kill_step = 0;
+  int64_t every = 0;                           // steps between evaluations
+  std::vector<std::pair<int, int64_t>> kills;  // --kill_worker: (worker, after steps)
 };
+
+absl::Status ParseKills(const std::string& flag, GossipRun* run);
 
 // Checks the configuration here, so a typo fails before any process starts (exit 2).
 absl::Status CheckGossipFlags(const WorkerRegistries& registries, GossipRun* run) {
@@ -134,13 +136,22 @@ absl::Status CheckGossipFlags(const WorkerRegistries& registries, GossipRun* run
     return absl::InvalidArgumentError(
         absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition), ": ", p.message()));
   }
-  if (const std::string k = absl::GetFlag(FLAGS_kill_worker); !k.empty()) {
-    std::vector<std::string> p = absl::StrSplit(k, '@');
-    if (p.size() != 2 || !absl::SimpleAtoi(p[0], &run->kill_id) ||
-        !absl::SimpleAtoi(p[1], &run->kill_step) || run->kill_id < 0 || run->kill_id >= run->n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--kill_worker wants ID@STEP with ID < ", run->n));
+  return ParseKills(absl::GetFlag(FLAGS_kill_worker), run);
+}
+
+absl::Status ParseKills(const std::string& flag, GossipRun* run) {
+  std::vector<bool> seen(static_cast<size_t>(run->n));
+  for (absl::string_view item : absl::StrSplit(flag, ',', absl::SkipEmpty())) {
+    std::vector<std::string> p = absl::StrSplit(item, '@');
+    int id = -1;
+    int64_t step = 0;
+    if (p.size() != 2 || !absl::SimpleAtoi(p[0], &id) || !absl::SimpleAtoi(p[1], &step) || id < 0 ||
+        id >= run->n || step < 0 || seen[static_cast<size_t>(id)]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kill_worker wants ID@STEP[,ID@STEP...], each ID < ", run->n, " and once"));
     }
+    seen[static_cast<size_t>(id)] = true;
+    run->kills.emplace_back(id, step);
   }
   return absl::OkStatus();
 }
@@ -223,16 +234,21 @@ struct Progress {
   double acc = 0, loss = 0, consensus = 0, mb = 0, ratio = 1;
 };
 
-// --kill_worker: SIGKILLs the worker once it has done its steps; returns whether it did.
-bool MaybeKill(LocalCluster& cluster, const GossipRun& run, std::vector<Child>& children) {
-  Child& c = children[run.kill_id];
-  if (!c.proc->alive) return false;
-  const int64_t steps = StepsOf(c);
-  if (steps < run.kill_step) return false;
-  cluster.Kill(c.proc);
-  std::fprintf(stderr, "\n[fault injection] killed worker %d after %lld steps\n", run.kill_id,
-               static_cast<long long>(steps));
-  return true;
+// --kill_worker: SIGKILLs each listed worker once it has done its steps; `killed[k]` says
+// whether kill k happened.
+void MaybeKill(LocalCluster& cluster, const GossipRun& run, std::vector<Child>& children,
+               std::vector<bool>* killed) {
+  for (size_t k = 0; k < run.kills.size(); ++k) {
+    const auto [id, after] = run.kills[k];
+    Child& c = children[static_cast<size_t>(id)];
+    if ((*killed)[k] || !c.proc->alive) continue;
+    const int64_t steps = StepsOf(c);
+    if (steps < after) continue;
+    cluster.Kill(c.proc);
+    (*killed)[k] = true;
+    std::fprintf(stderr, "\n[fault injection] killed worker %d after %lld steps\n", id,
+                 static_cast<long long>(steps));
+  }
 }
 
 void DrawLiveLine(const GossipRun& run, std::vector<Child>& children,
@@ -260,7 +276,7 @@ void DrawLiveLine(const GossipRun& run, std::vector<Child>& children,
 // stats; waits for the slow ones, drawing the live line and injecting the fault.
 std::vector<std::optional<std::vector<float>>> CollectSnapshots(
     LocalCluster& cluster, const GossipRun& run, std::vector<Child>& children, int64_t step,
-    const std::vector<ParamTensor>& layout, const CodecRegistry& codecs, bool* killed,
+    const std::vector<ParamTensor>& layout, const CodecRegistry& codecs, std::vector<bool>* killed,
     const Progress& p, std::vector<v1::WorkerStats>* stats) {
   std::vector<std::optional<std::vector<float>>> got(run.n);
   std::vector<bool> pending(run.n);
@@ -280,7 +296,7 @@ std::vector<std::optional<std::vector<float>>> CollectSnapshots(
       pending[i] = !got[i].has_value() && retry;
       any = any || pending[i];
     }
-    if (run.kill_id >= 0 && !*killed) *killed = MaybeKill(cluster, run, children);
+    MaybeKill(cluster, run, children, killed);
     if (!any) break;
     if (p.tty && absl::Now() - last_draw > absl::Milliseconds(500)) {
       DrawLiveLine(run, children, pending, p);
@@ -454,7 +470,7 @@ int RunMain(const std::string& self_exe) {
     return 1;
   }
   Progress p{isatty(1) != 0, absl::Now()};
-  bool killed = false;
+  std::vector<bool> killed(run.kills.size());
   int64_t completed_step = -1;
   double best_acc = 0;
   v1::MetricsRow last;
