@@ -4,9 +4,9 @@
 
 ABSL_FLAG(int, max_streams, 0,
           "daemons: incoming streams open at once, in total (0: the daemon's default, worker "
-          "256, server 4096)");
+          "512, server 4096)");
 ABSL_FLAG(int, max_streams_per_peer, 0,
-          "daemons: incoming streams open at once from one host (0: worker 32, server 4096)");
+          "daemons: incoming streams open at once from one host (0: worker 64, server 4096)");
 ABSL_FLAG(uint64_t, max_buffered_mb, 0,
           "daemons: MiB that incoming streams may buffer together before their message is "
           "complete (0: sized for the model: worker 8 models, server 16 updates; at least 64 / "

@@ -9,6 +9,7 @@
 namespace tern {
 
 struct StreamLimits::Entry {
+  uint64_t id = 0;
   std::string host;
   std::function<void()> cancel;
   absl::Time opened;
@@ -71,8 +72,8 @@ absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> StreamLimits::Open(
   }
   ++from_peer;
   ++open_;
-  const uint64_t id = next_id_++;
-  streams_.emplace(id, e);
+  e->id = next_id_++;
+  streams_.emplace(e->id, e);
   return std::unique_ptr<Stream>(new Stream(this, std::move(e)));
 }
 
@@ -108,12 +109,7 @@ void StreamLimits::Close(Entry* e) {
   e->held = 0;
   --open_;
   if (--per_peer_[e->host] == 0) per_peer_.erase(e->host);
-  for (auto it = streams_.begin(); it != streams_.end(); ++it) {
-    if (it->second.get() == e) {
-      streams_.erase(it);
-      break;
-    }
-  }
+  streams_.erase(e->id);
   // The sweeper may be cancelling this stream on another thread: what `cancel` refers to must
   // outlive that call. (On the sweeper's own thread, cancel() is what brought us here.)
   if (e->cancelling && e->canceller != std::this_thread::get_id()) {

@@ -27,8 +27,8 @@
 namespace tern {
 
 struct StreamLimitOptions {
-  int max_streams = 256;          // --max_streams
-  int max_streams_per_peer = 32;  // --max_streams_per_peer (peer = host, any port)
+  int max_streams = 512;          // --max_streams
+  int max_streams_per_peer = 64;  // --max_streams_per_peer (peer = host, any port)
   // --max_buffered_mb: bytes all open streams may hold before their message is complete.
   uint64_t max_buffered_bytes = uint64_t{1} << 30;
   absl::Duration idle_timeout = absl::Seconds(60);  // --stream_idle_s
