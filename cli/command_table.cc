@@ -106,6 +106,7 @@ constexpr Range kRanges[] = {
     {"local_steps", 1, 1e9, ">= 1"},
     {"round_timeout", 1e-3, 1e6, "> 0 seconds"},
     {"norm_guard", 0, 1e12, ">= 0 (0: off)"},
+    {"attack_fraction", 0, 1, "in [0, 1]"},
     {"max_streams", 0, 1e6, ">= 0 (0: the daemon's default)"},
     {"max_streams_per_peer", 0, 1e6, ">= 0 (0: the daemon's default)"},
     {"max_buffered_mb", 0, 1e7, ">= 0 (0: sized for the model)"},
@@ -168,7 +169,7 @@ std::vector<CommandInfo> CommandTable() {
        "start an aggregator and N built-in clients on 127.0.0.1, with the same run folder",
        Join({AggregatorFlags(),
              {"clients", "clients_per_process", "kill_server_at_round", "kill_client_at_round",
-              "data", "model", "partition", "name", "out"}})},
+              "data", "model", "partition", "name", "out", "attack", "attack_fraction"}})},
       {"worker", "the peer daemon: gossip and trainer services (--flagfile=FILE works)",
        Join(
            {TrainingFlags(),
@@ -180,8 +181,8 @@ std::vector<CommandInfo> CommandTable() {
        Join({AggregatorFlags(), {"checkpoint", "listen", "linger_s", "port_file"}, LimitFlags()})},
       {"client",
        "built-in clients of an aggregator (--server=HOST:PORT --clients=N)",
-       {"clients", "data", "first_client", "model", "partition", "partitions", "run_id", "seed",
-        "server"}},
+       {"attack", "attack_fraction", "clients", "data", "first_client", "model", "partition",
+        "partitions", "run_id", "seed", "server"}},
       {"scheduler",
        "optional membership service: registration, heartbeats, failure detection, barriers, "
        "gossip neighbours (workers: --scheduler=HOST:PORT)",

@@ -34,6 +34,7 @@
 #include "cli/local_cluster.h"
 #include "cli/process.h"
 #include "cli/report.h"
+#include "cli/run_health.h"
 #include "cli/train_flags.h"
 #include "clients/cpp/fed_client.h"
 #include "common/json_lines.h"
@@ -72,6 +73,11 @@ ABSL_FLAG(std::string, mode, "gossip",
 ABSL_FLAG(int, clients, 100, "run/client: clients (run: in all; client: in this process)");
 ABSL_FLAG(int, clients_per_process, 25, "run: simulated clients per client process");
 ABSL_FLAG(int, first_client, 0, "client: data partition of this process's first client");
+ABSL_FLAG(std::string, attack, "",
+          "client, run: experiments: what malicious clients send instead of their update: "
+          "signflip[:scale=S], scale:factor=F, noise:std=D, nan (docs/robustness.md)");
+ABSL_FLAG(double, attack_fraction, 0,
+          "client, run: the first round(fraction x clients) clients (by partition) attack");
 ABSL_FLAG(int, partitions, 0, "client: partitions the data is split into (0: --clients)");
 ABSL_FLAG(std::string, server, "", "client: the aggregator's host:port");
 ABSL_FLAG(int, rounds, 50, "server/run: rounds of the run");
@@ -269,6 +275,12 @@ int ClientMain() {
     std::fprintf(stderr, "tern client: %s\n", shared.status().ToString().c_str());
     return 1;
   }
+  absl::StatusOr<Attack> parsed = ParseAttack(absl::GetFlag(FLAGS_attack));
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "tern client: %s\n", parsed.status().message().data());
+    return 2;
+  }
+  const Attack attack = *parsed;
   auto channel = MakeChannel(absl::GetFlag(FLAGS_server));
   std::atomic<bool> stop{false};
   std::atomic<int> failed{0}, finished{0};
@@ -280,6 +292,7 @@ int ClientMain() {
       o.server = absl::GetFlag(FLAGS_server);
       o.index = first + i;
       o.seed = absl::GetFlag(FLAGS_seed);
+      if (IsAttacker(o.index, parts, absl::GetFlag(FLAGS_attack_fraction))) o.attack = attack;
       auto r = RunFederatedClient(channel, o, **shared, stop);
       if (!r.ok() && !stop.load()) {
         spdlog::error("client-{}: {}", o.index, r.status().ToString());
@@ -339,6 +352,7 @@ struct FedRun {
 };
 
 absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
+  if (absl::Status a = ParseAttack(absl::GetFlag(FLAGS_attack)).status(); !a.ok()) return a;
   run->mode = absl::GetFlag(FLAGS_mode);
   run->n = absl::GetFlag(FLAGS_clients);
   run->per = std::max(1, absl::GetFlag(FLAGS_clients_per_process));
@@ -476,6 +490,8 @@ std::vector<ChildProcess*> StartClientGroups(LocalCluster& cluster, const FedRun
                        absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
                        absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
                        absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+                       absl::StrCat("--attack=", absl::GetFlag(FLAGS_attack)),
+                       absl::StrCat("--attack_fraction=", absl::GetFlag(FLAGS_attack_fraction)),
                        absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
                       absl::StrCat("clients-", g, ".log")));
   }
@@ -565,6 +581,7 @@ class FedWatch {
 
   int64_t evaluated() const { return evaluated_; }
   double last_acc() const { return last_acc_; }
+  double best_acc() const { return best_acc_; }
   const v1::ServerStatus& last() const { return last_; }
 
  private:
@@ -621,6 +638,7 @@ class FedWatch {
           model.Evaluate(*x, data.test.features.data(), data.test.labels.data(), data.test.size());
       evaluated_ = r;
       last_acc_ = ev.accuracy;
+      best_acc_ = std::max(best_acc_, ev.accuracy);
       last_ = rs;
       const v1::MetricsRow row = RoundRow(run_, r, rs, ev, start_);
       cluster_.AppendMetrics(row);
@@ -658,6 +676,7 @@ class FedWatch {
   absl::Time last_draw_ = absl::InfinitePast();
   int64_t evaluated_ = -1;
   double last_acc_ = 0;
+  double best_acc_ = 0;
   v1::ServerStatus last_;
   bool server_killed_ = false;
 };
@@ -712,6 +731,12 @@ int RunFederatedMain(const std::string& self_exe) {
   if (watch.evaluated() < run.rounds) {
     std::printf("run did not finish (last round %lld); see %s/*.log\n",
                 static_cast<long long>(watch.evaluated()), dir.c_str());
+    return 1;
+  }
+  if (std::string why = UnhealthyRun(std::isfinite(watch.last().train_loss()), watch.last_acc(),
+                                     watch.best_acc(), watch.evaluated());
+      !why.empty()) {
+    std::printf("run failed: %s; see %s/*.log and docs/robustness.md\n", why.c_str(), dir.c_str());
     return 1;
   }
   const v1::ServerStatus& last = watch.last();

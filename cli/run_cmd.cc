@@ -32,6 +32,7 @@
 #include "cli/local_cluster.h"
 #include "cli/process.h"
 #include "cli/report.h"
+#include "cli/run_health.h"
 #include "cli/train_flags.h"
 #include "clients/cpp/builtin_trainer.h"
 #include "common/json_lines.h"
@@ -378,19 +379,11 @@ v1::MetricsRow Measure(const GossipRun& run, int64_t step, std::vector<Child>& c
   return row;
 }
 
-// Why a finished run must not be reported as done: its model is no longer finite, or it
-// collapsed (once above 30 % it ended at or under 15 %, chance being 10 %). "" when healthy.
-std::string Unhealthy(const v1::MetricsRow& last, double best_acc) {
-  if ((last.has_train_loss() && !std::isfinite(last.train_loss())) ||
-      (last.has_consensus() && !std::isfinite(last.consensus())) ||
-      !std::isfinite(last.test_acc())) {
-    return "the model is no longer finite (Inf or NaN in the parameters or the loss)";
-  }
-  if (best_acc >= 0.30 && last.test_acc() <= 0.15) {
-    return absl::StrCat("the model collapsed: test accuracy fell from ", 100 * best_acc, "% to ",
-                        100 * last.test_acc(), "%");
-  }
-  return "";
+// Why a finished gossip run must not be reported as done ("" when healthy).
+std::string Unhealthy(const v1::MetricsRow& last, double best_acc, int64_t evaluations) {
+  const bool finite = !(last.has_train_loss() && !std::isfinite(last.train_loss())) &&
+                      !(last.has_consensus() && !std::isfinite(last.consensus()));
+  return UnhealthyRun(finite, last.test_acc(), best_acc, evaluations);
 }
 
 void PrintRow(const GossipRun& run, const v1::MetricsRow& row, bool tty) {
@@ -473,6 +466,7 @@ int RunMain(const std::string& self_exe) {
   std::vector<bool> killed(run.kills.size());
   int64_t completed_step = -1;
   double best_acc = 0;
+  int64_t evaluations = 0;
   v1::MetricsRow last;
   for (int64_t step : children.ok() ? EvalSteps(run) : std::vector<int64_t>()) {
     std::vector<v1::WorkerStats> stats(run.n);
@@ -493,6 +487,7 @@ int RunMain(const std::string& self_exe) {
     PrintRow(run, last, p.tty);
     p.acc = last.test_acc();
     best_acc = std::max(best_acc, static_cast<double>(last.test_acc()));
+    ++evaluations;
     p.loss = last.train_loss();
     p.consensus = last.consensus();
     p.mb = last.mb_sent_per_worker();
@@ -510,7 +505,7 @@ int RunMain(const std::string& self_exe) {
                 static_cast<long long>(completed_step), dir.c_str());
     return 1;
   }
-  if (std::string why = Unhealthy(last, best_acc); !why.empty()) {
+  if (std::string why = Unhealthy(last, best_acc, evaluations); !why.empty()) {
     std::printf("run failed: %s; see %s/worker-*.log and docs/robustness.md\n", why.c_str(),
                 dir.c_str());
     return 1;

@@ -264,6 +264,7 @@ absl::Status FedClient::Train(const v1::Task& task) {
   ++stats_.rounds_trained;
   EncodeOptions eo;
   eo.seed = task.seed() ^ (task.round() << 24) ^ (static_cast<uint64_t>(id_) << 48);
+  ApplyAttack(options_.attack, eo.seed, absl::MakeSpan(work.update));
   // Epochs of this client's data seen before this round (DGC's warm-up schedule).
   const double epoch = part_->empty() ? 0.0
                                       : static_cast<double>(task.round() - 1) *

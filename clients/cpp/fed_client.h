@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "clients/cpp/attack.h"
 #include "clients/cpp/local_work.h"
 #include "common/clock.h"
 #include "core/model/adam.h"
@@ -59,6 +60,8 @@ struct FedClientOptions {
   absl::Duration fetch_wait = absl::Seconds(5);
   // Give up after the server has been unreachable this long.
   absl::Duration give_up_after = absl::Minutes(5);
+  // An experiment's malicious client: its honest update replaced before encoding (attack.h).
+  Attack attack;
 };
 
 class UpdateEncoder;
