@@ -151,6 +151,14 @@ class FourDaemons : public ::testing::Test {
     return s;
   }
 
+  // Waits (up to 30 s) until worker i has done at least `n` steps; its stats then.
+  v1::WorkerStats WaitForSteps(int i, uint64_t n) {
+    for (int tries = 0; tries < 600 && Stats(i).steps() < n; ++tries) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return Stats(i);
+  }
+
   // Pushes `chunks` to worker `i` as a rogue peer; returns the status the worker answered.
   grpc::Status Push(int i, const std::vector<v1::BundleChunk>& chunks) {
     auto stub = v1::Gossip::NewStub(MakeChannel(addresses_[i]));
@@ -176,10 +184,7 @@ class FourDaemons : public ::testing::Test {
 
 TEST_F(FourDaemons, MalformedAndWrongRoundMessagesAreRefusedAndRoundsContinue) {
   // Let training get going.
-  for (int tries = 0; tries < 600 && Stats(0).steps() < 5; ++tries) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  const uint64_t at = Stats(0).steps();
+  const uint64_t at = WaitForSteps(0, 5).steps();
   ASSERT_GE(at, 5u);
 
   v1::TensorBundle b;
@@ -221,10 +226,7 @@ TEST_F(FourDaemons, MalformedAndWrongRoundMessagesAreRefusedAndRoundsContinue) {
 
   // The rounds go on, on the attacked worker and its neighbours, with nobody dropped.
   const uint64_t after = Stats(0).steps();
-  for (int tries = 0; tries < 600 && Stats(0).steps() < after + 20; ++tries) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  v1::WorkerStats s0 = Stats(0);
+  v1::WorkerStats s0 = WaitForSteps(0, after + 20);
   EXPECT_GE(s0.steps(), after + 20);
   EXPECT_EQ(s0.messages_refused(), 6u);
   EXPECT_EQ(s0.neighbours_dropped(), 0u);
@@ -234,10 +236,7 @@ TEST_F(FourDaemons, MalformedAndWrongRoundMessagesAreRefusedAndRoundsContinue) {
 // Well-formed but harmful: each is refused with INVALID_ARGUMENT before it changes anything, and
 // the attacked worker trains on with a finite loss.
 TEST_F(FourDaemons, NanInfMisshapenAndBlownUpMessagesAreRefusedAndTrainingGoesOn) {
-  for (int tries = 0; tries < 600 && Stats(0).steps() < 5; ++tries) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  const uint64_t at = Stats(0).steps();
+  const uint64_t at = WaitForSteps(0, 5).steps();
   ASSERT_GE(at, 5u);
   constexpr uint64_t kNumel = 109386;  // the default mlp:hidden=128x64
   auto message = [&](std::vector<float> x) {
@@ -285,10 +284,7 @@ TEST_F(FourDaemons, NanInfMisshapenAndBlownUpMessagesAreRefusedAndTrainingGoesOn
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
 
   const uint64_t after = Stats(0).steps();
-  for (int tries = 0; tries < 600 && Stats(0).steps() < after + 20; ++tries) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  v1::WorkerStats s0 = Stats(0);
+  v1::WorkerStats s0 = WaitForSteps(0, after + 20);
   EXPECT_GE(s0.steps(), after + 20);
   EXPECT_EQ(s0.messages_refused(), 5u);
   EXPECT_TRUE(std::isfinite(s0.loss_sum())) << s0.loss_sum();
