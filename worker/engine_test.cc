@@ -1,5 +1,7 @@
 #include "worker/engine.h"
 
+#include <cmath>
+#include <limits>
 #include <thread>
 
 #include "common/chunking.h"
@@ -296,8 +298,14 @@ TEST(RoundEngine, StepsMustComeInOrderAfterRegistration) {
   std::vector<float> wrong(3);
   in.grad = wrong;
   EXPECT_THAT((*e)->Step(in), StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<float> poisoned = {0, std::nanf(""), 0, 0};
+  in.grad = poisoned;
+  EXPECT_THAT((*e)->Step(in), StatusIs(absl::StatusCode::kInvalidArgument));
+  poisoned[1] = std::numeric_limits<float>::infinity();
+  EXPECT_THAT((*e)->Step(in), StatusIs(absl::StatusCode::kInvalidArgument));
   in.grad = g;
-  EXPECT_THAT((*e)->Step(in), IsOk());  // one worker: no neighbours, no waiting
+  EXPECT_THAT((*e)->Step(in), IsOk());                // one worker: no neighbours, no waiting
+  for (float v : (*e)->params()) EXPECT_EQ(v, 1.0f);  // zero gradient: the refused steps left none
 }
 
 TEST(RoundEngine, CreateRejectsBadConfiguration) {
