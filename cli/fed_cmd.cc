@@ -25,7 +25,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -371,20 +370,8 @@ absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
       return absl::InvalidArgumentError("--kill_server_at_round wants R in [1, rounds)");
     }
   }
-  std::vector<bool> seen(static_cast<size_t>(run->groups()));
-  for (absl::string_view item :
-       absl::StrSplit(absl::GetFlag(FLAGS_kill_client_at_round), ',', absl::SkipEmpty())) {
-    std::vector<std::string> p = absl::StrSplit(item, '@');
-    int group = -1;
-    int64_t round = 0;
-    if (p.size() != 2 || !absl::SimpleAtoi(p[0], &group) || !absl::SimpleAtoi(p[1], &round) ||
-        group < 0 || group >= run->groups() || round < 1 || seen[static_cast<size_t>(group)]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--kill_client_at_round wants G@R[,G@R...], each G < ", run->groups(), " and once"));
-    }
-    seen[static_cast<size_t>(group)] = true;
-    run->client_kills.emplace_back(group, round);
-  }
+  TERN_ASSIGN_OR_RETURN(run->client_kills, ParseKillList(absl::GetFlag(FLAGS_kill_client_at_round),
+                                                         "kill_client_at_round", run->groups(), 1));
   return absl::OkStatus();
 }
 

@@ -2,7 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/report.h"
 #include "common/json_lines.h"
 
@@ -76,6 +80,26 @@ void LocalCluster::Finish() {
   if (absl::StatusOr<RunSeries> run = LoadRun(dir_); run.ok()) {
     std::ofstream(dir_ + "/report.html") << RenderReport({*run});
   }
+}
+
+absl::StatusOr<std::vector<std::pair<int, int64_t>>> ParseKillList(const std::string& value,
+                                                                   const std::string& flag, int ids,
+                                                                   int64_t min_at) {
+  std::vector<std::pair<int, int64_t>> kills;
+  std::vector<bool> seen(static_cast<size_t>(std::max(ids, 0)));
+  for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+    std::vector<std::string> p = absl::StrSplit(item, '@');
+    int id = -1;
+    int64_t at = 0;
+    if (p.size() != 2 || !absl::SimpleAtoi(p[0], &id) || !absl::SimpleAtoi(p[1], &at) || id < 0 ||
+        id >= ids || at < min_at || seen[static_cast<size_t>(id)]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " wants ID@N[,ID@N...], each ID < ", ids, " and once, each N >= ", min_at));
+    }
+    seen[static_cast<size_t>(id)] = true;
+    kills.emplace_back(id, at);
+  }
+  return kills;
 }
 
 }  // namespace tern

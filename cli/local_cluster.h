@@ -11,9 +11,11 @@
 
 #include <signal.h>
 
+#include <cstdint>
 #include <deque>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -66,6 +68,12 @@ class LocalCluster {
   std::ofstream metrics_;
   bool finished_ = false;
 };
+
+// A fault-injection list "ID@AT[,ID@AT...]" (--kill_worker, --kill_client_at_round): each ID in
+// [0, ids) at most once, each AT >= min_at; InvalidArgument naming `flag` and the form otherwise.
+absl::StatusOr<std::vector<std::pair<int, int64_t>>> ParseKillList(const std::string& value,
+                                                                   const std::string& flag, int ids,
+                                                                   int64_t min_at);
 
 }  // namespace tern
 

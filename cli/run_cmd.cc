@@ -21,11 +21,9 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
@@ -121,8 +119,6 @@ struct GossipRun {
   std::vector<std::pair<int, int64_t>> kills;  // --kill_worker: (worker, after steps)
 };
 
-absl::Status ParseKills(const std::string& flag, GossipRun* run);
-
 // Checks the configuration here, so a typo fails before any process starts (exit 2).
 absl::Status CheckGossipFlags(const WorkerRegistries& registries, GossipRun* run) {
   run->n = absl::GetFlag(FLAGS_workers);
@@ -137,23 +133,8 @@ absl::Status CheckGossipFlags(const WorkerRegistries& registries, GossipRun* run
     return absl::InvalidArgumentError(
         absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition), ": ", p.message()));
   }
-  return ParseKills(absl::GetFlag(FLAGS_kill_worker), run);
-}
-
-absl::Status ParseKills(const std::string& flag, GossipRun* run) {
-  std::vector<bool> seen(static_cast<size_t>(run->n));
-  for (absl::string_view item : absl::StrSplit(flag, ',', absl::SkipEmpty())) {
-    std::vector<std::string> p = absl::StrSplit(item, '@');
-    int id = -1;
-    int64_t step = 0;
-    if (p.size() != 2 || !absl::SimpleAtoi(p[0], &id) || !absl::SimpleAtoi(p[1], &step) || id < 0 ||
-        id >= run->n || step < 0 || seen[static_cast<size_t>(id)]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--kill_worker wants ID@STEP[,ID@STEP...], each ID < ", run->n, " and once"));
-    }
-    seen[static_cast<size_t>(id)] = true;
-    run->kills.emplace_back(id, step);
-  }
+  TERN_ASSIGN_OR_RETURN(run->kills,
+                        ParseKillList(absl::GetFlag(FLAGS_kill_worker), "kill_worker", run->n, 0));
   return absl::OkStatus();
 }
 

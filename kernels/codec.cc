@@ -49,14 +49,16 @@ absl::StatusOr<double> Codec::NormImpl(const EncodedView& in) const {
   return L2Norm(x);
 }
 
-double L2Norm(absl::Span<const float> x) {
+double SquaredL2Norm(absl::Span<const float> x) {
   double s[4] = {0, 0, 0, 0};  // four partial sums: vectorizes
   size_t i = 0;
   for (; i + 4 <= x.size(); i += 4) {
     for (int j = 0; j < 4; ++j) s[j] += static_cast<double>(x[i + j]) * x[i + j];
   }
   for (; i < x.size(); ++i) s[0] += static_cast<double>(x[i]) * x[i];
-  return std::sqrt(s[0] + s[1] + s[2] + s[3]);
+  return s[0] + s[1] + s[2] + s[3];
 }
+
+double L2Norm(absl::Span<const float> x) { return std::sqrt(SquaredL2Norm(x)); }
 
 }  // namespace tern

@@ -124,7 +124,9 @@ class Codec {
   virtual absl::StatusOr<double> NormImpl(const EncodedView& in) const;
 };
 
-// ||x||₂, summed in double (fp32 sums lose the tail over a million elements).
+// ||x||₂², summed in double (fp32 sums lose the tail over a million elements; the sum of finite
+// floats cannot overflow a double), and ||x||₂.
+double SquaredL2Norm(absl::Span<const float> x);
 double L2Norm(absl::Span<const float> x);
 
 }  // namespace tern

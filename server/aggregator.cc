@@ -216,10 +216,10 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
       rule_(std::move(rule)),
       downstream_(MakeDownstream(options_, codecs)),
       step_(MakeServerStep(options_, downstream_.get())),
-      rounds_(options_.policy) {
+      rounds_(options_.policy),
+      norm_guard_(options_.norm_guard) {
   counters_.set_mode(options_.mode);
   counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
-  norm_guard_ = NormGuard(options_.norm_guard);
 }
 
 absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
@@ -444,15 +444,11 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
     }
     // Decode first: a malformed update must not take the client's reply slot.
     absl::Status s = BundleToFlat(update, layout_, *codecs_, absl::MakeSpan(scratch_));
-    if (s.ok()) {
-      for (float v : scratch_) {
-        if (!std::isfinite(v)) {
-          s = absl::InvalidArgumentError("the update holds Inf or NaN");
-          break;
-        }
-      }
-    }
+    // One pass: the norm of finite floats is finite (summed in double), so a non-finite norm
+    // means an Inf or a NaN.
     const double norm = s.ok() ? L2Norm(scratch_) : 0;
+    if (s.ok() && !std::isfinite(norm))
+      s = absl::InvalidArgumentError("the update holds Inf or NaN");
     if (s.ok()) s = norm_guard_.Check(norm, "the update");
     if (!s.ok()) return Refuse(s);
     absl::StatusOr<ReplyDecision> d =

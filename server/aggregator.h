@@ -179,8 +179,8 @@ class Aggregator {
   bool have_model_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);
   std::vector<float> model_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);                // one decoded update
-  NormGuard norm_guard_ ABSL_GUARDED_BY(mu_){NormGuardOptions{}};  // set from options_
+  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);  // one decoded update
+  NormGuard norm_guard_ ABSL_GUARDED_BY(mu_);
   // The open round's accepted updates (made with the model).
   std::unique_ptr<RoundAccumulator> accumulator_ ABSL_GUARDED_BY(mu_);
   // Global models by round (and their CRC-32s), and the open round's downstream chunks.

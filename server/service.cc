@@ -75,8 +75,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
    public:
     InitModelCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, v1::InitModelReply* reply)
         : s_(s), reply_(reply), assembler_(s->options_.max_bundle_bytes) {
-      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> st =
-          s->limits_->Open(ctx->peer(), [ctx] { ctx->TryCancel(); });
+      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> st = s->limits_->Open(ctx);
       if (!st.ok()) {
         Finish(ToGrpcStatus(st.status()));
         return;
@@ -91,17 +90,12 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
       }
       if (first_) client_ = req_.client_id();
       first_ = false;
-      if (absl::Status h = stream_->Hold(req_.chunk().data().size()); !h.ok()) {
-        Finish(ToGrpcStatus(h));
-        return;
-      }
       std::optional<absl::StatusOr<v1::TensorBundle>> got =
-          Feed(assembler_, std::move(*req_.mutable_chunk()));
+          FeedCounted(*stream_, assembler_, std::move(*req_.mutable_chunk()));
       if (!got) {
         StartRead(&req_);
         return;
       }
-      stream_->ReleaseAll();
       absl::StatusOr<bool> adopted =
           got->ok() ? s_->aggregator_->InitModel(client_, **got) : got->status();
       if (adopted.ok()) {
@@ -187,8 +181,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
           // An update cannot be much larger than the model: a client cannot make the server
           // buffer gigabytes.
           assembler_(std::min(s->options_.max_bundle_bytes, s->aggregator_->MaxUpdateBytes())) {
-      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> st =
-          s->limits_->Open(ctx->peer(), [ctx] { ctx->TryCancel(); });
+      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> st = s->limits_->Open(ctx);
       if (!st.ok()) {
         Refuse(st.status());
         return;
@@ -210,17 +203,12 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         info_ = req_.info();
         first_ = false;
       }
-      if (absl::Status h = stream_->Hold(req_.chunk().data().size()); !h.ok()) {
-        Refuse(h);
-        return;
-      }
       std::optional<absl::StatusOr<v1::TensorBundle>> got =
-          Feed(assembler_, std::move(*req_.mutable_chunk()));
+          FeedCounted(*stream_, assembler_, std::move(*req_.mutable_chunk()));
       if (!got) {
         StartRead(&req_);
         return;
       }
-      stream_->ReleaseAll();
       if (!got->ok()) {
         Refuse(got->status());
         return;

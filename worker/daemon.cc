@@ -76,8 +76,7 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
    public:
     SwapCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx)
         : d_(d), assembler_(d->options_.max_bundle_bytes) {
-      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s =
-          d->limits_->Open(ctx->peer(), [ctx] { ctx->TryCancel(); });
+      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = d->limits_->Open(ctx);
       if (!s.ok()) {
         Finish(ToGrpcStatus(s.status()));
         return;
@@ -92,16 +91,12 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         return;
       }
       wire_bytes_ += chunk_.ByteSizeLong() + 5;
-      if (absl::Status h = stream_->Hold(chunk_.data().size()); !h.ok()) {
-        Finish(ToGrpcStatus(h));
-        return;
-      }
-      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, std::move(chunk_));
+      std::optional<absl::StatusOr<v1::TensorBundle>> got =
+          FeedCounted(*stream_, assembler_, std::move(chunk_));
       if (!got) {
         StartRead(&chunk_);
         return;
       }
-      stream_->ReleaseAll();
       absl::StatusOr<v1::TensorBundle> reply =
           got->ok() ? d_->engine_->HandleSwap(**std::move(got), wire_bytes_) : got->status();
       absl::StatusOr<std::vector<v1::BundleChunk>> chunks =
@@ -134,8 +129,7 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
    public:
     PushCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx, v1::PushReply* reply)
         : d_(d), reply_(reply), assembler_(d->options_.max_bundle_bytes) {
-      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s =
-          d->limits_->Open(ctx->peer(), [ctx] { ctx->TryCancel(); });
+      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = d->limits_->Open(ctx);
       if (!s.ok()) {
         Refuse(s.status());
         return;
@@ -149,16 +143,12 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         return;
       }
       wire_bytes_ += chunk_.ByteSizeLong() + 5;
-      if (absl::Status h = stream_->Hold(chunk_.data().size()); !h.ok()) {
-        Refuse(h);
-        return;
-      }
-      std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, std::move(chunk_));
+      std::optional<absl::StatusOr<v1::TensorBundle>> got =
+          FeedCounted(*stream_, assembler_, std::move(chunk_));
       if (!got) {
         StartRead(&chunk_);
         return;
       }
-      stream_->ReleaseAll();  // handed on: the inbox's bound applies from here
       if (!got->ok()) {
         Refuse(got->status());
         return;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
 #include "common/status_macros.h"
+#include "core/rpc/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "tern/v1/tensor.pb.h"
 
@@ -46,6 +47,20 @@ inline std::optional<absl::StatusOr<v1::TensorBundle>> Feed(BundleAssembler& a,
   }
   if (!a.complete()) return std::nullopt;
   return a.Finish();
+}
+
+// Feed, with the chunk's bytes counted against `stream`'s share of the daemon's buffering budget
+// until the bundle is complete (then it is handed on and counts no more). Over the budget: the
+// RESOURCE_EXHAUSTED that ends the stream.
+inline std::optional<absl::StatusOr<v1::TensorBundle>> FeedCounted(StreamLimits::Stream& stream,
+                                                                   BundleAssembler& a,
+                                                                   v1::BundleChunk&& chunk) {
+  if (absl::Status s = stream.Hold(chunk.data().size()); !s.ok()) {
+    return absl::StatusOr<v1::TensorBundle>(s);
+  }
+  std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(a, std::move(chunk));
+  if (got) stream.ReleaseAll();
+  return got;
 }
 
 // The OnWriteDone of a reactor that streams `out` in order and then finishes OK.

@@ -1,11 +1,12 @@
 // Bounds on what incoming streams may hold in a daemon: how many are open (in total and per peer
 // host), how many bytes of not-yet-accepted data they buffer together, how long one may sit
-// without a message and how long one may last. A stream over a limit ends with
-// RESOURCE_EXHAUSTED (admission, budget) or DEADLINE_EXCEEDED (idle, too long), the message naming
-// the limit and its flag; nothing else is disturbed. docs/robustness.md has the defaults.
+// without a message and how long one may last. A stream over the admission or buffering limits
+// ends with RESOURCE_EXHAUSTED, the message naming the limit and its flag; one idle or open too
+// long is cancelled (its caller sees CANCELLED); nothing else is disturbed. docs/robustness.md
+// has the defaults.
 //
-// gRPC's own buffering (each stream's flow-control window) is bounded apart from this, by the
-// server's resource quota and per-connection stream cap (core/rpc/server.h).
+// gRPC's own buffering (each stream's flow-control window) is not bounded here, nor anywhere yet
+// (docs/robustness.md).
 //
 // Thread-safety: thread-safe. A Stream is used by its reactor only; the sweeper thread cancels
 // streams through their cancel function, never under StreamLimits' lock.
@@ -23,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
 
 namespace tern {
 
@@ -50,6 +52,10 @@ class StreamLimits {
   // be destroyed before what `cancel` refers to (the reactor's OnDone).
   absl::StatusOr<std::unique_ptr<Stream>> Open(const std::string& peer,
                                                std::function<void()> cancel);
+  // The same for an RPC of a callback-API server: its peer, cancelled with TryCancel().
+  absl::StatusOr<std::unique_ptr<Stream>> Open(grpc::CallbackServerContext* ctx) {
+    return Open(ctx->peer(), [ctx] { ctx->TryCancel(); });
+  }
 
   // Changes the buffered-bytes budget (a worker learns its model's size at registration).
   void SetMaxBufferedBytes(uint64_t bytes);

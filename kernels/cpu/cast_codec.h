@@ -56,8 +56,7 @@ class CastCodec final : public Codec {
     for (size_t b = 0; b < in.numel; b += kBlock) {
       const size_t n = std::min(kBlock, static_cast<size_t>(in.numel) - b);
       Traits::DecodeLoop(in.payload.data() + b * Traits::kFormat.word_bytes, block, n);
-      const double norm = L2Norm(absl::MakeConstSpan(block, n));
-      sum += norm * norm;
+      sum += SquaredL2Norm(absl::MakeConstSpan(block, n));
     }
     if (!std::isfinite(sum)) return format::CheckCastFinite(Traits::kFormat, in);
     return std::sqrt(sum);
