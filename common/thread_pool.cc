@@ -38,6 +38,11 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
+void ThreadPool::Schedule(std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(fn));
+}
+
 void ThreadPool::ParallelFor(size_t n, size_t grain, size_t align,
                              const std::function<void(size_t, size_t)>& fn) {
   if (n == 0) return;

@@ -1,5 +1,6 @@
 // A fixed-size pool of worker threads with a blocking ParallelFor, for splitting one large tensor's
-// encode or decode across cores.
+// encode or decode across cores, and Schedule, for work that must not run on the caller's thread
+// (a gRPC reactor handing off work that may block).
 //
 // Thread-safety: ParallelFor may be called from several threads at once; each call blocks until all
 // of its pieces are done. The pool must outlive every call. Do not call ParallelFor from inside a
@@ -33,6 +34,9 @@ class ThreadPool {
   // multiples of `align` (so byte-packed outputs never share a byte between pieces).
   void ParallelFor(size_t n, size_t grain, size_t align,
                    const std::function<void(size_t, size_t)>& fn);
+  // Runs `fn` on a worker, in order with other scheduled work. The destructor runs every task
+  // already scheduled before it returns.
+  void Schedule(std::function<void()> fn);
 
  private:
   void WorkerLoop();

@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace tern {
@@ -37,6 +38,20 @@ TEST(ThreadPool, ConcurrentCallersEachGetTheirOwnCompletion) {
   }
   for (auto& c : callers) c.join();
   EXPECT_EQ(total.load(), 4L * 50 * 10000);
+}
+
+TEST(ThreadPool, ScheduledTasksAllRunBeforeThePoolIsGone) {
+  std::atomic<int> ran{0};
+  {
+    ThreadPool pool(3);
+    for (int i = 0; i < 100; ++i) {
+      pool.Schedule([&ran] {
+        absl::SleepFor(absl::Microseconds(50));
+        ++ran;
+      });
+    }
+  }  // the destructor drains the queue
+  EXPECT_EQ(ran.load(), 100);
 }
 
 TEST(ThreadPool, NullPoolRunsInline) {

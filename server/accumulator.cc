@@ -1,5 +1,6 @@
 #include "server/accumulator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -9,11 +10,17 @@ namespace tern {
 
 RoundAccumulator::RoundAccumulator(const AggregationRule* rule, size_t size)
     : rule_(rule), streaming_(rule->Spec() == "fedavg"), size_(size) {
-  if (streaming_) sum_.assign(size_, 0.0);
+  if (!streaming_) return;
+  stripes_ = std::make_unique<Stripe[]>(kStripes);
+  for (size_t i = 0; i < kStripes; ++i) {
+    Stripe& st = stripes_[i];
+    st.begin = size_ * i / kStripes;
+    absl::MutexLock lock(&st.mu);
+    st.sum.assign(size_ * (i + 1) / kStripes - st.begin, 0.0);
+  }
 }
 
-absl::Status RoundAccumulator::Add(uint32_t client, absl::Span<const float> update, double weight,
-                                   double loss, uint32_t batch) {
+absl::Status RoundAccumulator::Check(absl::Span<const float> update, double weight) const {
   if (!(weight > 0) || !std::isfinite(weight)) {
     return absl::InvalidArgumentError(absl::StrCat("weight must be positive, got ", weight));
   }
@@ -21,11 +28,38 @@ absl::Status RoundAccumulator::Add(uint32_t client, absl::Span<const float> upda
     return absl::InvalidArgumentError(
         absl::StrCat("update of ", update.size(), " values for a model of ", size_));
   }
-  if (streaming_) {
-    for (size_t i = 0; i < size_; ++i) sum_[i] += weight * update[i];
-  } else {
-    kept_.push_back({client, weight, {update.begin(), update.end()}});
+  return absl::OkStatus();
+}
+
+absl::Status RoundAccumulator::Add(uint32_t client, absl::Span<const float> update, double weight,
+                                   double loss, uint32_t batch) {
+  Reserve();
+  return AddReserved(client, update, weight, loss, batch);
+}
+
+void RoundAccumulator::Reserve() {
+  absl::MutexLock lock(&mu_);
+  ++pending_;
+}
+
+absl::Status RoundAccumulator::AddReserved(uint32_t client, absl::Span<const float> update,
+                                           double weight, double loss, uint32_t batch) {
+  absl::Status s = Check(update, weight);
+  std::vector<float> copy;
+  if (s.ok() && streaming_) {
+    for (size_t i = 0; i < kStripes; ++i) {
+      Stripe& st = stripes_[i];
+      absl::MutexLock lock(&st.mu);
+      const float* u = update.data() + st.begin;
+      for (size_t j = 0; j < st.sum.size(); ++j) st.sum[j] += weight * u[j];
+    }
+  } else if (s.ok()) {
+    copy.assign(update.begin(), update.end());  // outside mu_
   }
+  absl::MutexLock lock(&mu_);
+  --pending_;
+  if (!s.ok()) return s;
+  if (!streaming_) kept_.push_back({client, weight, std::move(copy)});
   ++count_;
   total_weight_ += weight;
   loss_sum_ += weight * (std::isfinite(loss) ? loss : 0.0);
@@ -36,11 +70,56 @@ absl::Status RoundAccumulator::Add(uint32_t client, absl::Span<const float> upda
   return absl::OkStatus();
 }
 
+void RoundAccumulator::AwaitIdle() const {
+  mu_.Await(absl::Condition(
+      +[](const int* pending) { return *pending == 0; }, &pending_));
+}
+
+size_t RoundAccumulator::count() const {
+  absl::MutexLock lock(&mu_);
+  AwaitIdle();
+  return count_;
+}
+
+double RoundAccumulator::mean_loss() const {
+  absl::MutexLock lock(&mu_);
+  AwaitIdle();
+  return total_weight_ > 0 ? loss_sum_ / total_weight_ : 0.0;
+}
+
+double RoundAccumulator::mean_batch() const {
+  absl::MutexLock lock(&mu_);
+  AwaitIdle();
+  return batch_count_ > 0 ? batch_sum_ / static_cast<double>(batch_count_) : 0.0;
+}
+
+std::vector<double> RoundAccumulator::GatherSum() const {
+  std::vector<double> sum;
+  sum.reserve(size_);
+  for (size_t i = 0; i < kStripes; ++i) {
+    Stripe& st = stripes_[i];
+    absl::MutexLock lock(&st.mu);
+    sum.insert(sum.end(), st.sum.begin(), st.sum.end());
+  }
+  return sum;
+}
+
+void RoundAccumulator::ScatterSum(const std::vector<double>& sum) {
+  for (size_t i = 0; i < kStripes; ++i) {
+    Stripe& st = stripes_[i];
+    absl::MutexLock lock(&st.mu);
+    std::copy_n(sum.begin() + static_cast<ptrdiff_t>(st.begin), st.sum.size(), st.sum.begin());
+  }
+}
+
 absl::StatusOr<bool> RoundAccumulator::Aggregate(absl::Span<float> out) const {
   if (out.size() != size_) return absl::InvalidArgumentError("output size mismatch");
+  absl::MutexLock lock(&mu_);
+  AwaitIdle();
   if (count_ == 0) return false;
   if (streaming_) {
-    for (size_t i = 0; i < size_; ++i) out[i] = static_cast<float>(sum_[i] / total_weight_);
+    const std::vector<double> sum = GatherSum();
+    for (size_t i = 0; i < size_; ++i) out[i] = static_cast<float>(sum[i] / total_weight_);
     return true;
   }
   std::vector<ClientUpdate> updates;
@@ -50,7 +129,13 @@ absl::StatusOr<bool> RoundAccumulator::Aggregate(absl::Span<float> out) const {
 }
 
 void RoundAccumulator::Reset() {
-  if (streaming_) std::fill(sum_.begin(), sum_.end(), 0.0);
+  absl::MutexLock lock(&mu_);
+  AwaitIdle();
+  ResetLocked();
+}
+
+void RoundAccumulator::ResetLocked() {
+  if (streaming_) ScatterSum(std::vector<double>(size_, 0.0));
   kept_.clear();
   count_ = 0;
   total_weight_ = 0;
@@ -60,13 +145,18 @@ void RoundAccumulator::Reset() {
 }
 
 void RoundAccumulator::Save(internal::RoundState* state) const {
+  absl::MutexLock lock(&mu_);
+  AwaitIdle();
   state->set_count(count_);
   state->set_total_weight(total_weight_);
   state->set_loss_sum(loss_sum_);
   state->set_batch_sum(batch_sum_);
   state->set_batch_count(batch_count_);
   if (count_ == 0) return;
-  if (streaming_) state->mutable_sum()->Add(sum_.begin(), sum_.end());
+  if (streaming_) {
+    const std::vector<double> sum = GatherSum();
+    state->mutable_sum()->Add(sum.begin(), sum.end());
+  }
   for (const Kept& k : kept_) {
     internal::KeptUpdate* u = state->add_kept();
     u->set_client(k.client);
@@ -76,20 +166,23 @@ void RoundAccumulator::Save(internal::RoundState* state) const {
 }
 
 absl::Status RoundAccumulator::Restore(const internal::RoundState& state) {
-  Reset();
+  absl::MutexLock lock(&mu_);
+  AwaitIdle();
+  ResetLocked();
   if (state.count() == 0) return absl::OkStatus();
   if (!(state.total_weight() > 0)) return absl::DataLossError("the round's weight is not positive");
   if (streaming_) {
     if (static_cast<size_t>(state.sum_size()) != size_ || state.kept_size() != 0) {
       return absl::DataLossError("the round's sum does not match the model and rule");
     }
-    sum_.assign(state.sum().begin(), state.sum().end());
+    ScatterSum(std::vector<double>(state.sum().begin(), state.sum().end()));
   } else {
     if (static_cast<uint64_t>(state.kept_size()) != state.count() || state.sum_size() != 0) {
       return absl::DataLossError("the round's kept updates do not match the rule");
     }
     for (const internal::KeptUpdate& u : state.kept()) {
       if (static_cast<size_t>(u.values_size()) != size_ || !(u.weight() > 0)) {
+        ResetLocked();
         return absl::DataLossError("a kept update does not match the model");
       }
       kept_.push_back({u.client(), u.weight(), {u.values().begin(), u.values().end()}});

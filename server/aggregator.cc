@@ -26,8 +26,10 @@ namespace tern {
 namespace {
 
 constexpr int kUnlimited = 1 << 30;
-// internal::AggregatorCheckpoint.format this server writes and reads.
-constexpr uint32_t kCheckpointFormat = 2;
+// internal::AggregatorCheckpoint.format this server writes; it also reads format 2 (the same
+// snapshot without an update log).
+constexpr uint32_t kCheckpointFormat = 3;
+constexpr uint32_t kOldCheckpointFormat = 2;
 
 std::unique_ptr<Downstream> MakeDownstream(const AggregatorOptions& o,
                                            const CodecRegistry* codecs) {
@@ -181,32 +183,52 @@ absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> rule,
                         registries->rules->Create(options.rule));
   std::unique_ptr<Aggregator> a(new Aggregator(std::move(options), codecs, std::move(rule)));
-  if (!a->options_.checkpoint_path.empty()) {
-    std::ifstream f(a->options_.checkpoint_path, std::ios::binary);
-    if (f) {
-      std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      internal::AggregatorCheckpoint ckpt;
-      if (!ckpt.ParseFromString(bytes)) {
-        return absl::DataLossError(
-            absl::StrCat("checkpoint ", a->options_.checkpoint_path, " does not parse"));
-      }
-      absl::MutexLock lock(&a->mu_);
-      absl::Status s = a->Restore(ckpt);
-      if (!s.ok()) {
-        return absl::Status(
-            s.code(), absl::StrCat("checkpoint ", a->options_.checkpoint_path, ": ", s.message()));
-      }
-      // Clients have a fresh timeout from now; the open round's deadline restarts.
-      for (auto& [id, c] : a->clients_) c.last_seen = now;
-      std::vector<int> sampled(ckpt.sampled().begin(), ckpt.sampled().end());
-      std::set<int> replied(ckpt.replied().begin(), ckpt.replied().end());
-      a->rounds_.Restore(static_cast<int64_t>(ckpt.round()) + (ckpt.round_open() ? 1 : 0),
-                         ckpt.round_open(), std::move(sampled), std::move(replied),
-                         ckpt.sampling_draws(), now);
-      a->counters_.set_restarts(a->counters_.restarts() + 1);
-    }
-  }
+  if (!a->options_.checkpoint_path.empty()) TERN_RETURN_IF_ERROR(a->Resume(now));
   return a;
+}
+
+absl::Status Aggregator::Resume(absl::Time now) {
+  const std::string& path = options_.checkpoint_path;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::OkStatus();  // a new run
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  internal::AggregatorCheckpoint ckpt;
+  if (!ckpt.ParseFromString(bytes)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " does not parse"));
+  }
+  TERN_ASSIGN_OR_RETURN(std::vector<internal::LoggedUpdate> logged,
+                        UpdateLog::Read(path, ckpt.generation()));
+  std::shared_ptr<internal::AggregatorCheckpoint> fresh;
+  uint64_t seq = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status s = Restore(ckpt);
+    // Clients have a fresh timeout from now; the open round's deadline restarts.
+    for (auto& [id, c] : clients_) c.last_seen = now;
+    std::vector<int> sampled(ckpt.sampled().begin(), ckpt.sampled().end());
+    std::set<int> replied(ckpt.replied().begin(), ckpt.replied().end());
+    for (const internal::LoggedUpdate& u : logged) {
+      if (!u.stale()) replied.insert(static_cast<int>(u.client()));
+    }
+    rounds_.Restore(static_cast<int64_t>(ckpt.round()) + (ckpt.round_open() ? 1 : 0),
+                    ckpt.round_open(), std::move(sampled), std::move(replied),
+                    ckpt.sampling_draws(), now);
+    for (size_t i = 0; i < logged.size() && s.ok(); ++i) s = Replay(logged[i]);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("checkpoint ", path, ": ", s.message()));
+    }
+    counters_.set_restarts(counters_.restarts() + 1);
+    // A new snapshot (with the replayed updates in it) and a fresh log from here on; its
+    // generation is past every record the old log may still hold.
+    state_seq_ = ckpt.generation();
+    fresh = SnapshotState();
+    seq = state_seq_;
+  }
+  if (!logged.empty()) {
+    spdlog::info("server: replayed {} accepted updates from {}", logged.size(),
+                 UpdateLog::PathFor(path));
+  }
+  return WriteCheckpoint(std::move(fresh), seq);
 }
 
 Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
@@ -217,13 +239,16 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
       downstream_(MakeDownstream(options_, codecs)),
       step_(MakeServerStep(options_, downstream_.get())),
       rounds_(options_.policy),
-      norm_guard_(options_.norm_guard) {
+      norm_guard_(options_.norm_guard),
+      log_(options_.checkpoint_path.empty()
+               ? nullptr
+               : std::make_unique<UpdateLog>(options_.checkpoint_path)) {
   counters_.set_mode(options_.mode);
   counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
 }
 
 absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
-  if (ckpt.format() != kCheckpointFormat) {
+  if (ckpt.format() != kCheckpointFormat && ckpt.format() != kOldCheckpointFormat) {
     return absl::DataLossError(
         absl::StrCat("format ", ckpt.format(), ", this server reads ", kCheckpointFormat));
   }
@@ -262,7 +287,6 @@ absl::Status Aggregator::AdoptModel(const v1::TensorBundle& bundle) {
   }
   layout_ = std::move(layout);
   model_ = std::move(x);
-  scratch_.assign(model_.size(), 0.0f);
   accumulator_ = std::make_unique<RoundAccumulator>(rule_.get(), model_.size());
   step_->Reset(layout_);
   downstream_->Reset(layout_);
@@ -283,6 +307,7 @@ void Aggregator::PublishModel() {
     models_.pop_front();
   }
   fetch_cache_.clear();  // downstream copies are made when clients fetch
+  ++events_;
 }
 
 v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
@@ -336,6 +361,14 @@ absl::StatusOr<bool> Aggregator::InitModel(uint32_t client, const v1::TensorBund
   }
   TERN_RETURN_IF_ERROR(WriteCheckpoint(std::move(ckpt), seq));
   return true;
+}
+
+int Aggregator::CountAvailable(absl::Time now) const {
+  int n = 0;
+  for (const auto& [id, c] : clients_) {
+    n += !c.left && now - c.last_seen <= options_.client_timeout ? 1 : 0;
+  }
+  return n;
 }
 
 std::set<int> Aggregator::Available(absl::Time now) const {
@@ -417,69 +450,123 @@ absl::StatusOr<Aggregator::Chunked> Aggregator::DownstreamChunks(int64_t from) {
 absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
                                                  const v1::TensorBundle& update,
                                                  uint64_t wire_bytes, absl::Time now) {
-  std::shared_ptr<internal::AggregatorCheckpoint> ckpt;
-  uint64_t seq = 0;
-  v1::UpdateReply reply;
+  const std::vector<ParamTensor>* layout = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    auto it = clients_.find(info.client_id());
-    if (it == clients_.end()) {
-      return Refuse(
-          absl::NotFoundError(absl::StrCat("client ", info.client_id(), " has not joined")));
-    }
-    it->second.last_seen = now;
-    if (!have_model_) return Refuse(absl::FailedPreconditionError("no model yet"));
-    if (update.run_id() != options_.run_id) {
-      return Refuse(absl::InvalidArgumentError(
-          absl::StrCat("update for run '", update.run_id(), "', this is '", options_.run_id, "'")));
-    }
-    if (update.round() != info.round()) {
-      return Refuse(absl::InvalidArgumentError(
-          absl::StrCat("the bundle says round ", update.round(), ", the header ", info.round())));
-    }
-    const double weight = info.weight();
-    if (!(weight > 0) || !std::isfinite(weight) || weight > 1e12) {
-      return Refuse(
-          absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is not in (0, 1e12]")));
-    }
-    // Decode first: a malformed update must not take the client's reply slot.
-    absl::Status s = BundleToFlat(update, layout_, *codecs_, absl::MakeSpan(scratch_));
-    // One pass: the norm of finite floats is finite (summed in double), so a non-finite norm
-    // means an Inf or a NaN.
-    const double norm = s.ok() ? L2Norm(scratch_) : 0;
-    if (s.ok() && !std::isfinite(norm))
-      s = absl::InvalidArgumentError("the update holds Inf or NaN");
-    if (s.ok()) s = norm_guard_.Check(norm, "the update");
-    if (!s.ok()) return Refuse(s);
-    absl::StatusOr<ReplyDecision> d =
-        rounds_.Reply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()), now);
-    if (!d.ok()) return Refuse(d.status());
-    reply.set_server_round(static_cast<uint64_t>(rounds_.round()));
-    counters_.set_payload_bytes_up(counters_.payload_bytes_up() + PayloadBytes(update));
-    counters_.set_wire_bytes_up(counters_.wire_bytes_up() + wire_bytes);
-    counters_.set_dense_bytes_up(counters_.dense_bytes_up() + 4 * model_.size());
-    if (d->verdict == ReplyVerdict::kDropped) {
-      counters_.set_updates_dropped(counters_.updates_dropped() + 1);
-      reply.set_verdict(v1::UpdateReply::DROPPED);
-      return reply;
-    }
-    const double w = weight * d->weight_scale;
-    TERN_RETURN_IF_ERROR(
-        accumulator_->Add(info.client_id(), scratch_, w, info.loss(), info.batch()));
-    norm_guard_.Observe(norm);
-    if (d->verdict == ReplyVerdict::kAccepted) {
-      counters_.set_updates_accepted(counters_.updates_accepted() + 1);
-      reply.set_verdict(v1::UpdateReply::ACCEPTED);
-    } else {
-      counters_.set_updates_stale(counters_.updates_stale() + 1);
-      reply.set_verdict(v1::UpdateReply::ACCEPTED_STALE);
-    }
-    ckpt = SnapshotState();
-    seq = state_seq_;
+    if (absl::Status s = Admit(info, update, now); !s.ok()) return Refuse(s);
+    layout = &layout_;  // fixed once there is a model
   }
-  // Durable before the client hears "accepted".
-  TERN_RETURN_IF_ERROR(WriteCheckpoint(std::move(ckpt), seq));
+  // Decoded and checked outside the lock, into this call's own buffer; a malformed update does
+  // not take the client's reply slot. One pass: the norm of finite floats is finite (summed in
+  // double), so a non-finite norm means an Inf or a NaN.
+  std::vector<float> values(LayoutNumel(*layout));
+  absl::Status s = BundleToFlat(update, *layout, *codecs_, absl::MakeSpan(values));
+  const double norm = s.ok() ? L2Norm(values) : 0;
+  if (s.ok() && !std::isfinite(norm)) s = absl::InvalidArgumentError("the update holds Inf or NaN");
+  internal::LoggedUpdate record;
+  absl::StatusOr<v1::UpdateReply> reply;
+  RoundAccumulator* accumulator = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!s.ok()) return Refuse(s);
+    reply = Decide(info, update, wire_bytes, norm, now, &record);
+    if (!reply.ok() || reply->verdict() == v1::UpdateReply::DROPPED) return reply;
+    accumulator = accumulator_.get();  // made once with the model; thread-safe
+  }
+  // The place reserved under the lock keeps the round from closing without this update.
+  TERN_RETURN_IF_ERROR(accumulator->AddReserved(info.client_id(), values, record.weight(),
+                                                info.loss(), info.batch()));
+  if (log_ != nullptr) {
+    // Durable before the client hears "accepted".
+    *record.mutable_update() = update;
+    TERN_RETURN_IF_ERROR(log_->Append(record));
+  }
   return reply;
+}
+
+absl::Status Aggregator::Admit(const v1::UpdateInfo& info, const v1::TensorBundle& update,
+                               absl::Time now) {
+  auto it = clients_.find(info.client_id());
+  if (it == clients_.end()) {
+    return absl::NotFoundError(absl::StrCat("client ", info.client_id(), " has not joined"));
+  }
+  it->second.last_seen = now;
+  if (!have_model_) return absl::FailedPreconditionError("no model yet");
+  if (update.run_id() != options_.run_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("update for run '", update.run_id(), "', this is '", options_.run_id, "'"));
+  }
+  if (update.round() != info.round()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the bundle says round ", update.round(), ", the header ", info.round()));
+  }
+  const double weight = info.weight();
+  if (!(weight > 0) || !std::isfinite(weight) || weight > 1e12) {
+    return absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is not in (0, 1e12]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
+                                                   const v1::TensorBundle& update,
+                                                   uint64_t wire_bytes, double norm, absl::Time now,
+                                                   internal::LoggedUpdate* record) {
+  if (absl::Status g = norm_guard_.Check(norm, "the update"); !g.ok()) return Refuse(g);
+  absl::StatusOr<ReplyDecision> d =
+      rounds_.Reply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()), now);
+  if (!d.ok()) return Refuse(d.status());
+  v1::UpdateReply reply;
+  reply.set_server_round(static_cast<uint64_t>(rounds_.round()));
+  const uint64_t payload_bytes = PayloadBytes(update);
+  counters_.set_payload_bytes_up(counters_.payload_bytes_up() + payload_bytes);
+  counters_.set_wire_bytes_up(counters_.wire_bytes_up() + wire_bytes);
+  counters_.set_dense_bytes_up(counters_.dense_bytes_up() + 4 * model_.size());
+  if (d->verdict == ReplyVerdict::kDropped) {
+    counters_.set_updates_dropped(counters_.updates_dropped() + 1);
+    reply.set_verdict(v1::UpdateReply::DROPPED);
+    return reply;
+  }
+  const bool stale = d->verdict == ReplyVerdict::kAcceptedStale;
+  accumulator_->Reserve();
+  norm_guard_.Observe(norm);
+  if (stale) {
+    counters_.set_updates_stale(counters_.updates_stale() + 1);
+    reply.set_verdict(v1::UpdateReply::ACCEPTED_STALE);
+  } else {
+    counters_.set_updates_accepted(counters_.updates_accepted() + 1);
+    reply.set_verdict(v1::UpdateReply::ACCEPTED);
+  }
+  record->set_generation(state_seq_);
+  record->set_client(info.client_id());
+  record->set_round(info.round());
+  record->set_weight(info.weight() * d->weight_scale);
+  record->set_loss(info.loss());
+  record->set_batch(info.batch());
+  record->set_stale(stale);
+  record->set_norm(norm);
+  record->set_payload_bytes(payload_bytes);
+  record->set_wire_bytes(wire_bytes);
+  return reply;
+}
+
+absl::Status Aggregator::Replay(const internal::LoggedUpdate& u) {
+  if (!have_model_) return absl::DataLossError("the update log has updates but there is no model");
+  std::vector<float> values(model_.size());
+  if (absl::Status s = BundleToFlat(u.update(), layout_, *codecs_, absl::MakeSpan(values));
+      !s.ok()) {
+    return absl::DataLossError(absl::StrCat("a logged update does not decode: ", s.message()));
+  }
+  TERN_RETURN_IF_ERROR(accumulator_->Add(u.client(), values, u.weight(), u.loss(), u.batch()));
+  norm_guard_.Observe(u.norm());
+  counters_.set_payload_bytes_up(counters_.payload_bytes_up() + u.payload_bytes());
+  counters_.set_wire_bytes_up(counters_.wire_bytes_up() + u.wire_bytes());
+  counters_.set_dense_bytes_up(counters_.dense_bytes_up() + 4 * model_.size());
+  if (u.stale()) {
+    counters_.set_updates_stale(counters_.updates_stale() + 1);
+  } else {
+    counters_.set_updates_accepted(counters_.updates_accepted() + 1);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Aggregator::Refuse(absl::Status s) {
@@ -526,13 +613,16 @@ absl::Status Aggregator::Tick(absl::Time now) {
       TERN_RETURN_IF_ERROR(CloseRound(now));
       changed = true;
     }
-    const std::set<int> available = Available(now);
-    counters_.set_clients_alive(static_cast<uint32_t>(available.size()));
+    // Only between rounds: the set of available clients is O(N) to build, and Tick runs after
+    // every push.
     const int needed = counters_.round() == 0 ? options_.min_clients : 1;
-    if (!rounds_.open() && !counters_.done() && static_cast<int>(available.size()) >= needed) {
-      rounds_.SetAvailable(available);
+    if (!rounds_.open() && !counters_.done() && CountAvailable(now) >= needed) {
+      std::set<int> available = Available(now);
+      counters_.set_clients_alive(static_cast<uint32_t>(available.size()));
+      rounds_.SetAvailable(std::move(available));
       if (rounds_.Open(now).ok()) {
         fetch_cache_.clear();
+        ++events_;
         changed = true;
       }
     }
@@ -549,6 +639,7 @@ std::shared_ptr<internal::AggregatorCheckpoint> Aggregator::SnapshotState() {
   if (options_.checkpoint_path.empty()) return nullptr;
   auto c = std::make_shared<internal::AggregatorCheckpoint>();
   c->set_format(kCheckpointFormat);
+  c->set_generation(state_seq_);
   c->set_run_id(options_.run_id);
   c->set_round(counters_.round());
   c->set_round_open(rounds_.open());
@@ -579,9 +670,14 @@ absl::Status Aggregator::WriteCheckpoint(std::shared_ptr<internal::AggregatorChe
   if (ckpt == nullptr) return absl::OkStatus();
   absl::MutexLock lock(&io_mu_);
   if (seq <= written_seq_) return absl::OkStatus();  // a newer state is already on disk
-  TERN_RETURN_IF_ERROR(WriteFileAtomically(options_.checkpoint_path, ckpt->SerializeAsString()));
+  if (absl::Status s = WriteFileAtomically(options_.checkpoint_path, ckpt->SerializeAsString());
+      !s.ok()) {
+    log_->Failed(seq, s);
+    return s;
+  }
   written_seq_ = seq;
-  return absl::OkStatus();
+  // The updates accepted from here on go to a fresh log beside this snapshot.
+  return log_->Rotate(seq);
 }
 
 absl::StatusOr<Aggregator::KeptModel> Aggregator::Model(int64_t round) const {
@@ -600,9 +696,24 @@ absl::StatusOr<Aggregator::KeptModel> Aggregator::Model(int64_t round) const {
 v1::ServerStatus Aggregator::Status(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   v1::ServerStatus s = counters_;
-  s.set_clients_alive(static_cast<uint32_t>(Available(now).size()));
+  s.set_clients_alive(static_cast<uint32_t>(CountAvailable(now)));
   s.set_round_open(rounds_.open());
   return s;
+}
+
+v1::ServerStatus Aggregator::Counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+std::vector<int> Aggregator::RoundClients() const {
+  absl::MutexLock lock(&mu_);
+  return rounds_.open() ? rounds_.sampled() : std::vector<int>();
+}
+
+uint64_t Aggregator::events() const {
+  absl::MutexLock lock(&mu_);
+  return events_;
 }
 
 bool Aggregator::done() const {

@@ -2,12 +2,15 @@
 // tasks, rounds open over the available clients (RoundTracker), updates are checked and decoded
 // into the round's sum as they arrive, and a round's close applies the aggregate to the global
 // model (with optional server learning rate and outer momentum: FedAvg, local SGD, SlowMo).
-// The durable part of the state is checkpointed atomically after every accepted update and every
-// round close, so a restarted server resumes the round it was in without losing an update it
-// acknowledged. server/service.h puts it behind tern.v1.Aggregator.
+// The durable part of the state is a snapshot, written atomically when the model arrives and
+// whenever a round opens or closes, and an update log (server/update_log.h) that every accepted
+// update is appended to before it is acknowledged, so a restarted server resumes the round it
+// was in without losing an update it acknowledged. server/service.h puts it behind
+// tern.v1.Aggregator.
 //
-// Thread-safety: thread-safe; every public method takes the internal mutex (checkpoint files
-// are written outside it, in order).
+// Thread-safety: thread-safe. Every public method takes the internal mutex briefly; a Push
+// decodes, checks and accumulates its update and appends it to the log outside it, so pushes
+// from many clients proceed in parallel. Snapshots are written outside it, in order.
 #ifndef TERN_SERVER_AGGREGATOR_H_
 #define TERN_SERVER_AGGREGATOR_H_
 
@@ -31,6 +34,7 @@
 #include "server/downstream.h"
 #include "server/round.h"
 #include "server/server_step.h"
+#include "server/update_log.h"
 #include "tern/internal/checkpoint.pb.h"
 #include "tern/v1/server.pb.h"
 
@@ -105,8 +109,8 @@ class Aggregator {
   // `have_state`: the client holds the 1-bit optimizer state that goes with that model.
   absl::StatusOr<FetchResult> Fetch(uint32_t client, absl::Time now, int64_t have_round = -1,
                                     uint32_t have_crc32 = 0, bool have_state = false);
-  // An update: checked (client, round, layout, every tensor decodes) and accumulated before
-  // the reply; a refused update changes nothing. `wire_bytes`: what its chunks took.
+  // An update: checked (client, round, layout, every tensor decodes), accumulated and logged
+  // before the reply; a refused update changes nothing. `wire_bytes`: what its chunks took.
   absl::StatusOr<v1::UpdateReply> Push(const v1::UpdateInfo& info, const v1::TensorBundle& update,
                                        uint64_t wire_bytes, absl::Time now);
   absl::Status Leave(uint32_t client);
@@ -123,7 +127,14 @@ class Aggregator {
   };
   absl::StatusOr<KeptModel> Model(int64_t round) const;
   v1::ServerStatus Status(absl::Time now) const;
+  // The counters alone (clients_alive as of the last round opened): O(1) in the clients.
+  v1::ServerStatus Counters() const;
   bool done() const;
+  // Counts the events a waiting Fetch may be waiting for: the model published (the initial one
+  // or a round's close, which may end the run) and a round opened.
+  uint64_t events() const;
+  // The clients sampled in the open round (none between rounds).
+  std::vector<int> RoundClients() const;
   // The layout, once a model is known.
   std::vector<ParamTensor> layout() const;
   // The largest serialized update a client may stream: twice the model as fp32 plus 1 MiB
@@ -156,9 +167,24 @@ class Aggregator {
   int64_t CatchUpFrom(int64_t have_round, uint32_t have_crc32, bool have_state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CloseRound(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Push's first look, before decoding: the client, the model, the run, the round, the weight.
+  absl::Status Admit(const v1::UpdateInfo& info, const v1::TensorBundle& update, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Push's verdict on a decoded update of L2 norm `norm`: the norm guard, the round's rules,
+  // the counters. When it is to be accumulated, reserves its place in accumulator_ and fills
+  // `record` (all but the update itself) for the log.
+  absl::StatusOr<v1::UpdateReply> Decide(const v1::UpdateInfo& info, const v1::TensorBundle& update,
+                                         uint64_t wire_bytes, double norm, absl::Time now,
+                                         internal::LoggedUpdate* record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Accumulates and counts a logged update again (restore).
+  absl::Status Replay(const internal::LoggedUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Restores the snapshot at options_.checkpoint_path and the log beside it, if any.
+  absl::Status Resume(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   // Counts a refused update; returns `s`.
   absl::Status Refuse(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::set<int> Available(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int CountAvailable(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checkpoint as of now, tagged with a sequence number; written by WriteCheckpoint after
   // the lock is released (only if nothing newer was written meanwhile).
   std::shared_ptr<internal::AggregatorCheckpoint> SnapshotState()
@@ -181,7 +207,8 @@ class Aggregator {
   std::vector<float> model_ ABSL_GUARDED_BY(mu_);
   std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);  // one decoded update
   NormGuard norm_guard_ ABSL_GUARDED_BY(mu_);
-  // The open round's accepted updates (made with the model).
+  // The open round's accepted updates (made with the model). Made once with the model, then
+  // thread-safe itself: pushes add to it outside mu_.
   std::unique_ptr<RoundAccumulator> accumulator_ ABSL_GUARDED_BY(mu_);
   // Global models by round (and their CRC-32s), and the open round's downstream chunks.
   std::deque<KeptModel> models_ ABSL_GUARDED_BY(mu_);
@@ -189,7 +216,9 @@ class Aggregator {
   std::map<int64_t, Chunked> fetch_cache_ ABSL_GUARDED_BY(mu_);
   v1::ServerStatus counters_ ABSL_GUARDED_BY(mu_);
   uint64_t state_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t events_ ABSL_GUARDED_BY(mu_) = 0;
 
+  const std::unique_ptr<UpdateLog> log_;  // null without a checkpoint path
   absl::Mutex io_mu_ ABSL_ACQUIRED_AFTER(mu_);
   uint64_t written_seq_ ABSL_GUARDED_BY(io_mu_) = 0;
 };

@@ -2,18 +2,22 @@
 
 #include <stdlib.h>
 
+#include <atomic>
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
 #include "common/crc32.h"
+#include "common/record_log.h"
 #include "core/federated/protocol.h"
 #include "core/model/bundle.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
 #include "kernels/wire.h"
+#include "server/update_log.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tern {
@@ -33,6 +37,11 @@ std::vector<ParamTensor> Layout() {
   return {w, b};
 }
 const std::vector<float> kX0 = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
 
 std::string TempPath(const std::string& name) {
   std::string t = absl::StrCat(::testing::TempDir(), "/tern-agg-XXXXXX");
@@ -267,6 +276,85 @@ TEST_F(AggregatorTest, ARestartedServerResumesTheOpenRoundWithItsAcceptedUpdates
     const std::vector<float> got = ModelOf(**b);
     for (size_t i = 0; i < 9; ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
   }
+}
+
+TEST_F(AggregatorTest, AcceptedUpdatesAreAppendedToTheLogAndTheSnapshotWaitsForTheRound) {
+  options_.checkpoint_path = TempPath("server.ckpt");
+  auto a = Start(3);
+  ASSERT_NE(a, nullptr);
+  const std::string snapshot = ReadAll(options_.checkpoint_path);
+  ASSERT_FALSE(snapshot.empty());
+  EXPECT_THAT(Push(*a, 0, 1, 1, std::vector<float>(9, 1.0f)), IsOk());
+  EXPECT_THAT(Push(*a, 1, 1, 1, std::vector<float>(9, 2.0f)), IsOk());
+  // One record each, the snapshot untouched: no copy of every client and the model per update.
+  EXPECT_EQ(ReadAll(options_.checkpoint_path), snapshot);
+  internal::AggregatorCheckpoint ckpt;
+  ASSERT_TRUE(ckpt.ParseFromString(snapshot));
+  auto logged = UpdateLog::Read(options_.checkpoint_path, ckpt.generation());
+  ASSERT_THAT(logged, IsOk());
+  ASSERT_EQ(logged->size(), 2u);
+  EXPECT_EQ((*logged)[1].client(), 1u);
+  EXPECT_EQ((*logged)[1].round(), 1u);
+  // The round's close takes a new snapshot and starts a fresh log.
+  EXPECT_THAT(Push(*a, 2, 1, 1, std::vector<float>(9, 3.0f)), IsOk());
+  ASSERT_THAT(a->Tick(kT0 + absl::Seconds(2)), IsOk());
+  ASSERT_TRUE(ckpt.ParseFromString(ReadAll(options_.checkpoint_path)));
+  EXPECT_EQ(ckpt.round(), 1u);
+  EXPECT_TRUE(ReadRecordLog(UpdateLog::PathFor(options_.checkpoint_path))->empty());
+}
+
+TEST_F(AggregatorTest, LogRecordsOfAnOlderSnapshotAreNotCountedTwice) {
+  // The server died after writing a snapshot and before starting the fresh log: the log beside
+  // it still holds the updates the snapshot already has.
+  options_.checkpoint_path = TempPath("server.ckpt");
+  const std::string log_path = UpdateLog::PathFor(options_.checkpoint_path);
+  std::string old_log;
+  {
+    auto a = Start(3);
+    ASSERT_NE(a, nullptr);
+    EXPECT_THAT(Push(*a, 0, 1, 1, std::vector<float>(9, 1.0f)), IsOk());
+    EXPECT_THAT(Push(*a, 1, 1, 1, std::vector<float>(9, 2.0f)), IsOk());
+    old_log = ReadAll(log_path);
+    EXPECT_THAT(Push(*a, 2, 1, 1, std::vector<float>(9, 6.0f)), IsOk());
+    ASSERT_THAT(a->Tick(kT0 + absl::Seconds(2)), IsOk());  // round 1 closes: a new snapshot
+  }
+  std::ofstream(log_path, std::ios::trunc | std::ios::binary) << old_log;
+  auto b = Aggregator::Create(options_, &registries_, kT0 + absl::Minutes(1));
+  ASSERT_THAT(b, IsOk());
+  const v1::ServerStatus st = (*b)->Status(kT0 + absl::Minutes(1));
+  EXPECT_EQ(st.round(), 1u);
+  EXPECT_EQ(st.updates_accepted(), 3u);
+  std::vector<float> want = kX0;
+  for (float& v : want) v += 3.0f;
+  EXPECT_THAT(ModelOf(**b), ElementsAreArray(want));
+}
+
+TEST_F(AggregatorTest, ConcurrentPushesAreAllCountedAndTheMeanIsExact) {
+  constexpr int kClients = 64;
+  options_.policy.clients_per_round = kClients;
+  options_.policy.min_replies = kClients;
+  options_.checkpoint_path = TempPath("server.ckpt");
+  auto a = Start(kClients);
+  ASSERT_NE(a, nullptr);
+  std::vector<std::thread> threads;
+  std::atomic<int> accepted{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = t; c < kClients; c += 8) {
+        auto r = Push(*a, static_cast<uint32_t>(c), 1, 1, std::vector<float>(9, float(c % 4)));
+        if (r.ok() && r->verdict() == v1::UpdateReply::ACCEPTED) ++accepted;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(accepted.load(), kClients);
+  ASSERT_THAT(a->Tick(kT0 + absl::Seconds(2)), IsOk());
+  const v1::ServerStatus st = a->Status(kT0);
+  EXPECT_EQ(st.round(), 1u);
+  EXPECT_EQ(st.last_round_updates(), uint32_t{kClients});
+  std::vector<float> want = kX0;
+  for (float& v : want) v += 1.5f;  // the mean of 0, 1, 2, 3
+  EXPECT_THAT(ModelOf(*a), ElementsAreArray(want));
 }
 
 TEST_F(AggregatorTest, ACorruptOrForeignCheckpointIsAnErrorNotAFreshStart) {

@@ -103,6 +103,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         if (*adopted) {
           spdlog::info("server: initial model from client {}", client_);
           s_->SizeBudget();
+          s_->WakeFetches();
         }
       }
       Finish(ToGrpcStatus(adopted.status()));
@@ -119,8 +120,9 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     uint32_t client_ = 0;
   };
 
-  // Fetch: a long poll. Re-checks for a task on a short alarm until one is there, the wait is
-  // over, the caller goes away or the server stops; never finishes while an alarm is pending.
+  // Fetch: a long poll. Asks the aggregator; while the answer is WAIT, parks until the next
+  // event (FetchWaiters), the end of the wait, the caller going away or the server stopping,
+  // then asks again. Never finishes while its alarm is pending.
   class FetchCall final : public grpc::ServerWriteReactor<v1::FetchReply> {
    public:
     FetchCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, const v1::FetchRequest& req)
@@ -134,10 +136,19 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
       Poll();
     }
     void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, replies_, &next_); }
+    void OnCancel() override {
+      std::shared_ptr<FetchWaiters::Waiter> w;
+      {
+        absl::MutexLock lock(&mu_);
+        w = waiter_;
+      }
+      if (w != nullptr) w->alarm.Cancel();  // asks again, sees the cancellation, finishes
+    }
     void OnDone() override { delete this; }
 
    private:
     void Poll() {
+      const uint64_t seen = s_->fetch_waiters_.generation();
       absl::StatusOr<FetchResult> r =
           s_->aggregator_->Fetch(client_, absl::Now(), have_round_, have_crc32_, have_state_);
       if (!r.ok()) {
@@ -146,7 +157,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
       }
       const bool wait = r->task.kind() == v1::Task::WAIT;
       if (wait && absl::Now() < until_ && !ctx_->IsCancelled() && !s_->stopping_) {
-        alarm_.Set(absl::ToChronoTime(absl::Now() + kPollInterval), [this](bool) { Poll(); });
+        Park(seen);
         return;
       }
       replies_.resize(r->chunks == nullptr ? 1 : r->chunks->size());
@@ -158,8 +169,20 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
       }
       StartWrite(&replies_[0]);
     }
+    void Park(uint64_t seen) {
+      auto w = std::make_shared<FetchWaiters::Waiter>();
+      {
+        absl::MutexLock lock(&mu_);
+        waiter_ = w;
+      }
+      w->alarm.Set(absl::ToChronoTime(until_), [this](bool) { Poll(); });
+      // An event since `seen`, or a stop or cancellation that came before the waiter was
+      // visible: ask again now.
+      if (!s_->fetch_waiters_.Park(client_, w, seen) || s_->stopping_ || ctx_->IsCancelled()) {
+        w->alarm.Cancel();
+      }
+    }
 
-    static constexpr absl::Duration kPollInterval = absl::Milliseconds(10);
     AggregatorServer* const s_;
     grpc::CallbackServerContext* const ctx_;
     const uint32_t client_;
@@ -167,7 +190,8 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     const uint32_t have_crc32_;
     const bool have_state_;
     const absl::Time until_;
-    grpc::Alarm alarm_;
+    absl::Mutex mu_;
+    std::shared_ptr<FetchWaiters::Waiter> waiter_ ABSL_GUARDED_BY(mu_);  // the current wait
     std::vector<v1::FetchReply> replies_;
     size_t next_ = 0;
   };
@@ -203,8 +227,12 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         info_ = req_.info();
         first_ = false;
       }
+      if (absl::Status h = stream_->Hold(req_.chunk().data().size()); !h.ok()) {
+        Refuse(h);
+        return;
+      }
       std::optional<absl::StatusOr<v1::TensorBundle>> got =
-          FeedCounted(*stream_, assembler_, std::move(*req_.mutable_chunk()));
+          Feed(assembler_, std::move(*req_.mutable_chunk()));
       if (!got) {
         StartRead(&req_);
         return;
@@ -213,8 +241,16 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         Refuse(got->status());
         return;
       }
+      // Judged on the server's push pool: a push waits for its log append's sync, and gRPC's
+      // own threads must stay free to move other clients' bytes meanwhile. The bytes count
+      // against the budget until judged.
+      bundle_ = *std::move(*got);
+      s_->push_pool_->Schedule([this] { Judge(); });
+    }
+    void Judge() {
       absl::StatusOr<v1::UpdateReply> r =
-          s_->aggregator_->Push(info_, **got, wire_bytes_, absl::Now());
+          s_->aggregator_->Push(info_, bundle_, wire_bytes_, absl::Now());
+      stream_->ReleaseAll();
       if (!r.ok()) {
         spdlog::warn("server: refused an update from client {} for round {}: {}", info_.client_id(),
                      info_.round(), r.status().ToString());
@@ -227,6 +263,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
       if (absl::Status t = s_->aggregator_->Tick(absl::Now()); !t.ok()) {
         spdlog::error("server: {}", t.ToString());
       }
+      s_->WakeFetches();
       Finish(grpc::Status::OK);
     }
     void OnDone() override { delete this; }
@@ -243,6 +280,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     BundleAssembler assembler_;
     v1::UpdateRequest req_;
     v1::UpdateInfo info_;
+    v1::TensorBundle bundle_;
     bool first_ = true;
     uint64_t wire_bytes_ = 0;
   };
@@ -276,6 +314,9 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
 
 namespace {
 constexpr uint64_t kMinAutoBudget = uint64_t{256} << 20;
+// Pushes judged at once (each with a decoded copy of its update); most of them wait for the
+// update log's shared sync, so more threads than cores.
+constexpr int kPushThreads = 8;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
@@ -297,6 +338,7 @@ AggregatorServer::AggregatorServer(ServerOptions options, std::unique_ptr<Aggreg
         if (o.max_buffered_bytes == 0) o.max_buffered_bytes = kMinAutoBudget;
         return o;
       }())),
+      push_pool_(std::make_unique<ThreadPool>(kPushThreads)),
       service_(std::make_unique<Service>(this)) {}
 
 void AggregatorServer::SizeBudget() {
@@ -311,7 +353,8 @@ void AggregatorServer::TickerThread() {
   while (!stopping_) {
     absl::Status s = aggregator_->Tick(absl::Now());
     if (!s.ok()) spdlog::error("server: {}", s.ToString());
-    const v1::ServerStatus st = aggregator_->Status(absl::Now());
+    WakeFetches();
+    const v1::ServerStatus st = aggregator_->Counters();  // no O(clients) count each tick
     if (static_cast<int64_t>(st.round()) != logged_round && st.round() > 0) {
       logged_round = static_cast<int64_t>(st.round());
       spdlog::info("server: round {}/{} closed with {} updates, train loss {:.4f}", st.round(),
@@ -322,10 +365,27 @@ void AggregatorServer::TickerThread() {
   }
 }
 
+void AggregatorServer::WakeFetches() {
+  const uint64_t events = aggregator_->events();
+  uint64_t woken = woken_events_.load();
+  while (woken < events) {
+    if (woken_events_.compare_exchange_weak(woken, events)) {
+      // Only the clients of the open round have a new answer (TRAIN), unless the run is done.
+      if (aggregator_->done()) {
+        fetch_waiters_.WakeAll();
+      } else {
+        fetch_waiters_.Wake(aggregator_->RoundClients());
+      }
+      return;
+    }
+  }
+}
+
 void AggregatorServer::WaitDone() { done_.WaitForNotification(); }
 
 void AggregatorServer::Shutdown(absl::Duration grace) {
   if (stopping_.exchange(true)) return;
+  fetch_waiters_.WakeAll();  // parked long polls answer WAIT now
   if (ticker_.joinable()) ticker_.join();
   if (!done_.HasBeenNotified()) done_.Notify();
   if (server_ != nullptr) {

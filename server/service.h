@@ -14,10 +14,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/thread_pool.h"
 #include "core/rpc/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/registry.h"
 #include "server/aggregator.h"
+#include "server/fetch_waiters.h"
 
 namespace tern {
 
@@ -53,10 +55,15 @@ class AggregatorServer {
   void TickerThread();
   // With an automatic budget: 16 updates' worth of bytes once the model's size is known.
   void SizeBudget();
+  // Wakes the parked Fetch calls when the aggregator had an event since the last wake-up.
+  void WakeFetches();
 
   const ServerOptions options_;
   const std::unique_ptr<Aggregator> aggregator_;
   const std::unique_ptr<StreamLimits> limits_;  // outlives server_ and its reactors
+  FetchWaiters fetch_waiters_;                  // likewise
+  std::unique_ptr<ThreadPool> push_pool_;       // likewise; drained before it goes
+  std::atomic<uint64_t> woken_events_{0};
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

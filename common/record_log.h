@@ -1,0 +1,72 @@
+// An append-only file of records, each durable before Append returns, for state that changes
+// too often to rewrite whole (the aggregator's accepted updates between two snapshots).
+// Concurrent appends share one fdatasync (group commit): the first waiting appender syncs
+// everything written so far, the others wait for it.
+//
+// Format (docs/server.md, "Checkpoint"): the 8-byte magic "TERNRLG1", then records, each
+//   u32 length | u32 CRC-32 of the payload | payload (length bytes), little-endian.
+// A crash mid-append leaves a torn last record (short, or failing its CRC at the end of the
+// file): it was never acknowledged, and the reader drops it. Damage before the last record is
+// DATA_LOSS.
+//
+// Thread-safety: RecordLog is thread-safe; ReadRecordLog is a function of the file.
+#ifndef TERN_COMMON_RECORD_LOG_H_
+#define TERN_COMMON_RECORD_LOG_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tern {
+
+inline constexpr char kRecordLogMagic[] = "TERNRLG1";
+inline constexpr uint32_t kMaxLogRecordBytes = uint32_t{1} << 31;
+
+// The whole records of the log in `bytes` (the file's contents), in order.
+absl::StatusOr<std::vector<std::string>> ParseRecordLog(absl::string_view bytes);
+// Reads and parses the log at `path`; a missing file is an empty log.
+absl::StatusOr<std::vector<std::string>> ReadRecordLog(const std::string& path);
+
+class RecordLog {
+ public:
+  // A fresh, empty log at `path`, replacing any file there atomically (temporary, fsync,
+  // rename, directory fsync), so a crash leaves either the old log or the new one.
+  static absl::StatusOr<std::unique_ptr<RecordLog>> Create(const std::string& path);
+  ~RecordLog();
+  RecordLog(const RecordLog&) = delete;
+  RecordLog& operator=(const RecordLog&) = delete;
+
+  // Appends `record` and returns once it is on disk. After a failed write or sync the log
+  // refuses every later append (UNAVAILABLE): what is on disk is no longer known.
+  absl::Status Append(absl::string_view record) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records appended (for tests and stats).
+  uint64_t appended() const ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t syncs() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  RecordLog(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  bool Synced(uint64_t seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the frame and record, then waits until a sync covers them (may release mu_ while
+  // syncing).
+  absl::Status AppendLocked(absl::string_view frame, absl::string_view record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string path_;
+  const int fd_;
+  mutable absl::Mutex mu_;
+  uint64_t appended_ ABSL_GUARDED_BY(mu_) = 0;  // records written
+  uint64_t synced_ ABSL_GUARDED_BY(mu_) = 0;    // records known to be on disk
+  bool syncing_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t syncs_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tern
+
+#endif  // TERN_COMMON_RECORD_LOG_H_
