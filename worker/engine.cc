@@ -463,7 +463,7 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundl
 absl::Status RoundEngine::CheckPart(const std::string& name, int sender,
                                     const EncodedTensor& t) const {
   const EncodedView view = EncodedView::Of(t);
-  if (!(options_.norm_guard.factor > 0)) {
+  if (!options_.norm_guard.enabled()) {
     absl::Status d = codecs_->Validate(view);
     if (d.ok()) return d;
     return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", d.message()));
@@ -479,7 +479,7 @@ absl::Status RoundEngine::CheckPart(const std::string& name, int sender,
 }
 
 void RoundEngine::ObserveOwn(const GossipMessage& msg) {
-  if (!(options_.norm_guard.factor > 0)) return;
+  if (!options_.norm_guard.enabled()) return;
   std::vector<std::pair<const std::string*, double>> norms;
   for (const auto& [name, t] : msg.parts) {
     absl::StatusOr<double> norm = codecs_->Norm(EncodedView::Of(t));

@@ -25,6 +25,8 @@ struct NormGuardOptions {
   size_t window = 32;                 // how many recent norms the reference is the median of
   size_t min_samples = 3;             // norms observed before the guard judges
   std::string flag = "--norm_guard";  // named in refusals, so an operator knows the knob
+
+  bool enabled() const { return factor > 0; }
 };
 
 class NormGuard {
@@ -37,7 +39,7 @@ class NormGuard {
   absl::Status Check(double norm, const std::string& what) const;
   // The median of the window (0 when empty).
   double Reference() const;
-  bool enabled() const { return options_.factor > 0; }
+  bool enabled() const { return options_.enabled(); }
 
  private:
   NormGuardOptions options_;
