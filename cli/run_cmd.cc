@@ -63,6 +63,9 @@ ABSL_DECLARE_FLAG(double, round_timeout);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(std::string, mode);
+ABSL_DECLARE_FLAG(std::string, scheduler);
+ABSL_DECLARE_FLAG(std::string, run_id);
+ABSL_DECLARE_FLAG(std::string, weights);
 
 ABSL_FLAG(int, evals_per_epoch, 2, "run: evaluations of the averaged model per epoch");
 ABSL_FLAG(std::string, name, "", "run: run name (default <algorithm>-<codec>-<topology>)");
@@ -162,9 +165,30 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
   return c;
 }
 
+// The scheduler the workers report to: --scheduler=local starts a `tern scheduler` on
+// 127.0.0.1 (heartbeats every 250 ms, dead after 1.5 s of silence), which repairs the gossip
+// graph over the live workers when some die; another value is a running scheduler's address;
+// "" none (the static graph only).
+absl::StatusOr<std::string> SchedulerFor(LocalCluster& cluster) {
+  const std::string flag = absl::GetFlag(FLAGS_scheduler);
+  if (flag != "local") return flag;
+  const std::string& dir = cluster.dir();
+  ::unlink((dir + "/scheduler.port").c_str());
+  ChildProcess* p = cluster.Start(
+      "scheduler", 0,
+      {"scheduler", "--listen=127.0.0.1:0", absl::StrCat("--port_file=", dir, "/scheduler.port"),
+       absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+       absl::StrCat("--topology=", absl::GetFlag(FLAGS_topology)),
+       absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)), "--heartbeat_interval_ms=250",
+       "--heartbeat_timeout_ms=1500", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
+      "scheduler.log");
+  return cluster.WaitForAddress(p, "scheduler.port", absl::Seconds(60));
+}
+
 // Starts the workers, collects their ports and tells everyone where everyone is.
 absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const GossipRun& run) {
   const std::string& dir = cluster.dir();
+  TERN_ASSIGN_OR_RETURN(const std::string scheduler, SchedulerFor(cluster));
   ::unlink((dir + "/peers.txt").c_str());
   std::vector<Child> children(run.n);
   for (int i = 0; i < run.n; ++i) {
@@ -180,6 +204,7 @@ absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const Gos
         absl::StrCat("--round_log=", dir, "/worker-", i, ".steps.jsonl"),
         absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
     for (std::string& a : SharedTrainFlagArgs()) args.push_back(std::move(a));
+    if (!scheduler.empty()) args.push_back("--scheduler=" + scheduler);
     ::unlink(absl::StrCat(dir, "/worker-", i, ".port").c_str());
     children[i].proc = cluster.Start("worker", i, args, absl::StrCat("worker-", i, ".log"));
   }

@@ -60,7 +60,8 @@ ABSL_FLAG(std::string, round_log, "",
 ABSL_FLAG(double, peers_timeout, 60, "worker: seconds to wait for --peers_file");
 ABSL_FLAG(std::string, scheduler, "",
           "worker: a `tern scheduler` HOST:PORT: register, heartbeat, and take the gossip graph "
-          "over the live workers from it once one dies (else the static --peers config only)");
+          "over the live workers from it once one dies (else the static --peers config only); "
+          "run: the same for its workers, or 'local' to start one for them");
 ABSL_FLAG(std::string, advertise, "",
           "worker: the host:port peers reach this worker at, told to the scheduler "
           "(default: --listen's host with the bound port)");

@@ -420,9 +420,7 @@ absl::Status RoundEngine::FinishRound(InFlight r, StepOutcome* out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundle bundle,
-                                                                 uint64_t num_params) const {
-  if (num_params == 0) return absl::UnavailableError("this worker has no model registered yet");
+absl::StatusOr<int> RoundEngine::SenderOf(const v1::TensorBundle& bundle) const {
   if (bundle.run_id() != options_.run_id) {
     return absl::InvalidArgumentError(
         absl::StrCat("message of run '", bundle.run_id(), "' sent to run '", options_.run_id, "'"));
@@ -433,6 +431,13 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundl
     return absl::InvalidArgumentError(
         absl::StrCat("sender '", bundle.sender(), "' is not another worker of this run"));
   }
+  return sender;
+}
+
+absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundle bundle,
+                                                                 uint64_t num_params) const {
+  if (num_params == 0) return absl::UnavailableError("this worker has no model registered yet");
+  TERN_ASSIGN_OR_RETURN(const int sender, SenderOf(bundle));
   if (bundle.round() > (uint64_t{1} << 62)) {
     return absl::OutOfRangeError(absl::StrCat("round ", bundle.round(), " is absurd"));
   }
@@ -503,11 +508,18 @@ absl::Status RoundEngine::Deliver(v1::TensorBundle bundle, uint64_t wire_bytes) 
       return absl::FailedPreconditionError(
           absl::StrCat(options_.algorithm, " has no rounds; use Gossip.Swap"));
     }
-    // Checked again by Put under the inbox's lock; this early answer saves the decoding.
+    // Checked again by Put under the inbox's lock; this early answer saves the decoding of a
+    // message for a closed round. One too far ahead is still checked: if genuine, it tells how
+    // far its sender has come (GossipInbox::kPassedBy), so this worker stops waiting for it.
     const int64_t round =
         static_cast<int64_t>(std::min<uint64_t>(bundle.round(), uint64_t{1} << 62));
-    TERN_RETURN_IF_ERROR(inbox_->CheckRound(round));
+    const absl::Status window = inbox_->CheckRound(round);
+    if (!window.ok() && (absl::IsCancelled(window) || round < inbox_->floor())) return window;
     TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(bundle), num_params));
+    if (!window.ok()) {
+      inbox_->Note(round, checked.first);
+      return window;
+    }
     const uint64_t payload = checked.second.PayloadBytes();
     TERN_RETURN_IF_ERROR(inbox_->Put(round, checked.first, std::move(checked.second)));
     absl::MutexLock lock(&mu_);

@@ -185,6 +185,8 @@ class RoundEngine {
   absl::Status RunSwap(int64_t step, GossipMessage msg, StepOutcome* out);
   absl::Status ApplyMerges();
   absl::Status Publish(int64_t step);
+  // The sender of a message of this run (another worker's id), or InvalidArgument.
+  absl::StatusOr<int> SenderOf(const v1::TensorBundle& bundle) const;
   // Checks a peer's bundle (everything but the round window); returns sender and message.
   absl::StatusOr<std::pair<int, GossipMessage>> Check(v1::TensorBundle bundle,
                                                       uint64_t num_params) const;

@@ -11,8 +11,19 @@ absl::Status GossipInbox::CheckRound(int64_t round) const {
   return CheckRoundLocked(round);
 }
 
+void GossipInbox::Note(int64_t round, int sender) {
+  absl::MutexLock lock(&mu_);
+  NoteLocked(round, sender);
+}
+
+void GossipInbox::NoteLocked(int64_t round, int sender) {
+  auto [seen, first] = latest_.try_emplace(sender, round);
+  if (!first) seen->second = std::max(seen->second, round);
+}
+
 absl::Status GossipInbox::Put(int64_t round, int sender, GossipMessage msg) {
   absl::MutexLock lock(&mu_);
+  NoteLocked(round, sender);
   if (absl::Status s = CheckRoundLocked(round); !s.ok()) return s;
   auto [it, inserted] = messages_.try_emplace({round, sender}, std::move(msg));
   if (!inserted) {
@@ -38,7 +49,10 @@ absl::Status GossipInbox::CheckRoundLocked(int64_t round) const {
 
 bool GossipInbox::HasAll(int64_t round, const std::vector<int>& senders) const {
   for (int s : senders) {
-    if (messages_.count({round, s}) == 0 && given_up_.count({round, s}) == 0) return false;
+    if (messages_.count({round, s}) != 0 || given_up_.count({round, s}) != 0) continue;
+    auto seen = latest_.find(s);
+    if (seen != latest_.end() && seen->second >= round + kPassedBy) continue;
+    return false;
   }
   return true;
 }

@@ -30,15 +30,29 @@ class GossipInbox {
   explicit GossipInbox(int64_t max_rounds_ahead) : max_ahead_(max_rounds_ahead) {}
 
   // Stores `msg` from `sender` for `round`. OutOfRange for a closed or too-distant round,
-  // AlreadyExists for a duplicate, Cancelled after Close().
+  // AlreadyExists for a duplicate, Cancelled after Close(). Either way `round` tells how far
+  // the sender has come: Take stops waiting for a sender seen kPassedBy or more rounds past the
+  // round it takes (below).
   absl::Status Put(int64_t round, int sender, GossipMessage msg);
 
   // The error Put would give for `round` (closed, too far ahead, shutting down), or OK.
   absl::Status CheckRound(int64_t round) const;
+  // Notes, as Put does, that `sender` has come as far as `round` (a checked message of a round
+  // too far ahead to keep).
+  void Note(int64_t round, int sender);
 
-  // Waits until every sender in `wait_for` has a message for `round` (or `deadline`, or
-  // Close()), then returns the messages for `round` from the senders in `accept` (a superset of
-  // `wait_for`), discards everything older, and closes `round`.
+  // A neighbour is at most one round ahead while both mix (it needs this worker's message to
+  // finish its round), so one seen this many rounds past `round` went on without this worker
+  // (its deadline dropped us, or it was cut off in a split graph): the message it sent for
+  // `round`, if any, is not coming (it was refused as too far ahead). Waiting for it would cost
+  // a round deadline every round, and two groups that drifted further apart than the window
+  // would never meet again; not waiting lets this worker catch up at full speed.
+  static constexpr int64_t kPassedBy = 3;
+
+  // Waits until every sender in `wait_for` has a message for `round`, was given up, or was seen
+  // kPassedBy rounds past it (or `deadline`, or Close()), then returns the messages for `round`
+  // from the senders in `accept` (a superset of `wait_for`), discards everything older, and closes
+  // `round`.
   std::map<int, GossipMessage> Take(int64_t round, const std::vector<int>& wait_for,
                                     const std::vector<int>& accept, absl::Time deadline);
 
@@ -56,6 +70,7 @@ class GossipInbox {
 
  private:
   absl::Status CheckRoundLocked(int64_t round) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteLocked(int64_t round, int sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasAll(int64_t round, const std::vector<int>& senders) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropBelow(int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -66,6 +81,7 @@ class GossipInbox {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::pair<int64_t, int>, GossipMessage> messages_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<int64_t, int>> given_up_ ABSL_GUARDED_BY(mu_);
+  std::map<int, int64_t> latest_ ABSL_GUARDED_BY(mu_);  // the furthest round seen per sender
 };
 
 }  // namespace tern

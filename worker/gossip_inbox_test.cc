@@ -45,6 +45,35 @@ TEST(GossipInbox, GiveUpStopsTheWaitForThatSender) {
   EXPECT_TRUE(got.empty());
 }
 
+TEST(GossipInbox, ASenderFarAheadIsNotWaitedForInRoundsItHasPassed) {
+  GossipInbox inbox(32);
+  // Worker 1 went on without us (its half of a split ring ran faster): its message for round
+  // 40 is refused as too far ahead, but it says worker 1 will not send for round 0 any more.
+  // (The engine checks such a message before it notes it: a malformed one says nothing.)
+  EXPECT_THAT(inbox.CheckRound(40), StatusIs(absl::StatusCode::kOutOfRange));
+  inbox.Note(40, 1);
+  ASSERT_THAT(inbox.Put(0, 2, GossipMessage{}), IsOk());
+  const absl::Time t0 = absl::Now();
+  auto got = inbox.Take(0, {1, 2}, {1, 2}, t0 + absl::Seconds(30));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(got.count(2), 1u);
+  // Up to kPassedBy rounds short of it, not one round closer.
+  for (int64_t r = 1; r < 40 - GossipInbox::kPassedBy + 1; ++r) {
+    EXPECT_TRUE(inbox.Take(r, {1}, {1}, absl::Now() + absl::Seconds(30)).empty());
+  }
+  EXPECT_EQ(inbox.floor(), 40 - GossipInbox::kPassedBy + 1);
+}
+
+TEST(GossipInbox, ANeighbourOneOrTwoRoundsAheadIsStillWaitedFor) {
+  GossipInbox inbox(32);
+  ASSERT_THAT(inbox.Put(2, 1, GossipMessage{}), IsOk());  // its round-0 message is late
+  const absl::Time t0 = absl::Now();
+  auto got = inbox.Take(0, {1}, {1}, t0 + absl::Milliseconds(100));
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(90));
+  EXPECT_TRUE(got.empty());
+}
+
 TEST(GossipInbox, WindowDuplicatesSkipAndClose) {
   GossipInbox inbox(3);
   EXPECT_THAT(inbox.Put(2, 1, GossipMessage{}), IsOk());

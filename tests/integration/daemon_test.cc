@@ -75,6 +75,28 @@ TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
   }
 }
 
+// A quarter of the workers SIGKILLed at once: with the scheduler the survivors are re-linked
+// into one ring (static, it would split in two halves that drift apart: consensus ~3), and the
+// two halves of the split, which ran apart while the failures were being noticed, catch up with
+// each other rather than wait a round deadline every round.
+TEST(TernRun, AQuarterOfTheWorkersKilledWithTheSchedulerLeavesOneRingInConsensus) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn({"run", "--workers=8", "--epochs=2", "--evals_per_epoch=1",
+                     "--scheduler=local", "--round_timeout=5", "--kill_worker=2@60,5@60",
+                     "--log_level=warn", "--out=" + dir},
+                    dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
+  const std::string scheduler = ReadFile(dir + "/scheduler.log");
+  EXPECT_NE(scheduler.find("worker 2 ('worker-2') silent"), std::string::npos) << scheduler;
+  EXPECT_NE(scheduler.find("worker 5 ('worker-5') silent"), std::string::npos) << scheduler;
+  EXPECT_EQ(Last(dir, "workers"), 6);
+  EXPECT_LT(Last(dir, "consensus"), 0.1) << ReadFile(dir + "/metrics.jsonl");
+  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
+  // Worker 1 ends up mixing with 0 and 3 (2 is gone): the repaired ring.
+  const std::string steps = ReadFile(dir + "/worker-1.steps.jsonl");
+  EXPECT_NE(steps.find("\"mixed_ids\":[0,3]"), std::string::npos);
+}
+
 size_t MetricLines(const std::string& dir) {
   std::ifstream f(dir + "/metrics.jsonl");
   size_t n = 0;
