@@ -140,11 +140,12 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
       std::shared_ptr<FetchWaiters::Waiter> w;
       {
         absl::MutexLock lock(&mu_);
+        cancelled_ = true;
         w = waiter_;
       }
       if (w != nullptr) w->alarm.Cancel();  // asks again, sees the cancellation, finishes
     }
-    void OnDone() override { delete this; }
+    void OnDone() override { Unref(); }
 
    private:
     void Poll() {
@@ -169,18 +170,30 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
       }
       StartWrite(&replies_[0]);
     }
+    // Once the alarm is set its callback may run at once on another thread and finish the call;
+    // the extra reference keeps this object alive until Park returns, and the context (which
+    // gRPC frees with the call) is not touched after Set: OnCancel's flag stands in for it.
     void Park(uint64_t seen) {
+      refs_.fetch_add(1);
       auto w = std::make_shared<FetchWaiters::Waiter>();
       {
         absl::MutexLock lock(&mu_);
         waiter_ = w;
       }
       w->alarm.Set(absl::ToChronoTime(until_), [this](bool) { Poll(); });
-      // An event since `seen`, or a stop or cancellation that came before the waiter was
-      // visible: ask again now.
-      if (!s_->fetch_waiters_.Park(client_, w, seen) || s_->stopping_ || ctx_->IsCancelled()) {
+      bool cancelled;
+      {
+        absl::MutexLock lock(&mu_);  // OnCancel before this sees no alarm to cancel
+        cancelled = cancelled_;
+      }
+      // An event since `seen`, a stop or a cancellation: ask again now.
+      if (cancelled || !s_->fetch_waiters_.Park(client_, w, seen) || s_->stopping_) {
         w->alarm.Cancel();
       }
+      Unref();
+    }
+    void Unref() {
+      if (refs_.fetch_sub(1) == 1) delete this;
     }
 
     AggregatorServer* const s_;
@@ -192,6 +205,8 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     const absl::Time until_;
     absl::Mutex mu_;
     std::shared_ptr<FetchWaiters::Waiter> waiter_ ABSL_GUARDED_BY(mu_);  // the current wait
+    bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+    std::atomic<int> refs_{1};  // gRPC's (dropped in OnDone) and a running Park's
     std::vector<v1::FetchReply> replies_;
     size_t next_ = 0;
   };
