@@ -363,10 +363,14 @@ absl::StatusOr<bool> Aggregator::InitModel(uint32_t client, const v1::TensorBund
   return true;
 }
 
+bool Aggregator::IsAvailable(const Client& c, absl::Time now) const {
+  return !c.left && now - c.last_seen <= options_.client_timeout;
+}
+
 int Aggregator::CountAvailable(absl::Time now) const {
   int n = 0;
   for (const auto& [id, c] : clients_) {
-    n += !c.left && now - c.last_seen <= options_.client_timeout ? 1 : 0;
+    n += IsAvailable(c, now) ? 1 : 0;
   }
   return n;
 }
@@ -374,7 +378,7 @@ int Aggregator::CountAvailable(absl::Time now) const {
 std::set<int> Aggregator::Available(absl::Time now) const {
   std::set<int> out;
   for (const auto& [id, c] : clients_) {
-    if (!c.left && now - c.last_seen <= options_.client_timeout) out.insert(static_cast<int>(id));
+    if (IsAvailable(c, now)) out.insert(static_cast<int>(id));
   }
   return out;
 }
@@ -518,9 +522,7 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
   v1::UpdateReply reply;
   reply.set_server_round(static_cast<uint64_t>(rounds_.round()));
   const uint64_t payload_bytes = PayloadBytes(update);
-  counters_.set_payload_bytes_up(counters_.payload_bytes_up() + payload_bytes);
-  counters_.set_wire_bytes_up(counters_.wire_bytes_up() + wire_bytes);
-  counters_.set_dense_bytes_up(counters_.dense_bytes_up() + 4 * model_.size());
+  CountBytesUp(payload_bytes, wire_bytes);
   if (d->verdict == ReplyVerdict::kDropped) {
     counters_.set_updates_dropped(counters_.updates_dropped() + 1);
     reply.set_verdict(v1::UpdateReply::DROPPED);
@@ -529,13 +531,8 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
   const bool stale = d->verdict == ReplyVerdict::kAcceptedStale;
   accumulator_->Reserve();
   norm_guard_.Observe(norm);
-  if (stale) {
-    counters_.set_updates_stale(counters_.updates_stale() + 1);
-    reply.set_verdict(v1::UpdateReply::ACCEPTED_STALE);
-  } else {
-    counters_.set_updates_accepted(counters_.updates_accepted() + 1);
-    reply.set_verdict(v1::UpdateReply::ACCEPTED);
-  }
+  CountAccepted(stale);
+  reply.set_verdict(stale ? v1::UpdateReply::ACCEPTED_STALE : v1::UpdateReply::ACCEPTED);
   record->set_generation(state_seq_);
   record->set_client(info.client_id());
   record->set_round(info.round());
@@ -558,15 +555,23 @@ absl::Status Aggregator::Replay(const internal::LoggedUpdate& u) {
   }
   TERN_RETURN_IF_ERROR(accumulator_->Add(u.client(), values, u.weight(), u.loss(), u.batch()));
   norm_guard_.Observe(u.norm());
-  counters_.set_payload_bytes_up(counters_.payload_bytes_up() + u.payload_bytes());
-  counters_.set_wire_bytes_up(counters_.wire_bytes_up() + u.wire_bytes());
+  CountBytesUp(u.payload_bytes(), u.wire_bytes());
+  CountAccepted(u.stale());
+  return absl::OkStatus();
+}
+
+void Aggregator::CountBytesUp(uint64_t payload_bytes, uint64_t wire_bytes) {
+  counters_.set_payload_bytes_up(counters_.payload_bytes_up() + payload_bytes);
+  counters_.set_wire_bytes_up(counters_.wire_bytes_up() + wire_bytes);
   counters_.set_dense_bytes_up(counters_.dense_bytes_up() + 4 * model_.size());
-  if (u.stale()) {
+}
+
+void Aggregator::CountAccepted(bool stale) {
+  if (stale) {
     counters_.set_updates_stale(counters_.updates_stale() + 1);
   } else {
     counters_.set_updates_accepted(counters_.updates_accepted() + 1);
   }
-  return absl::OkStatus();
 }
 
 absl::Status Aggregator::Refuse(absl::Status s) {

@@ -185,6 +185,11 @@ class Aggregator {
   absl::Status Refuse(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::set<int> Available(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int CountAvailable(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Not left, and heard from within the client timeout.
+  bool IsAvailable(const Client& c, absl::Time now) const;
+  // An update's bytes (as sent, and dense), and its acceptance (Push and the log's replay).
+  void CountBytesUp(uint64_t payload_bytes, uint64_t wire_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountAccepted(bool stale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checkpoint as of now, tagged with a sequence number; written by WriteCheckpoint after
   // the lock is released (only if nothing newer was written meanwhile).
   std::shared_ptr<internal::AggregatorCheckpoint> SnapshotState()
