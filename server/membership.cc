@@ -1,6 +1,7 @@
 #include "server/membership.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,13 +31,23 @@ void Membership::Changed() {
   ++epoch_;
   int64_t furthest = -1;
   for (const auto& [id, w] : members_) furthest = std::max(furthest, w.round);
-  from_round_ = std::max(from_round_, furthest + 1 + options_.switch_lag_rounds);
+  from_round_ = std::max(from_round_, furthest + 1 + SwitchLag());
   for (auto& [name, b] : barriers_) {
     for (auto it = b.arrived.begin(); it != b.arrived.end();) {
       it = members_.count(*it) ? std::next(it) : b.arrived.erase(it);
     }
     if (!b.arrived.empty()) MaybeRelease(b);
   }
+}
+
+int64_t Membership::SwitchLag() const {
+  // A member reports its round once an interval and hears of an epoch at its next heartbeat:
+  // two intervals of the fastest member's progress. Capped, as the rates are members' word.
+  constexpr double kMaxRateLag = 4096;
+  double fastest = 0;
+  for (const auto& [id, w] : members_) fastest = std::max(fastest, w.rounds_per_s);
+  const double lag = fastest * absl::ToDoubleSeconds(2 * options_.heartbeat_interval);
+  return options_.switch_lag_rounds + static_cast<int64_t>(std::ceil(std::min(lag, kMaxRateLag)));
 }
 
 bool Membership::MaybeRelease(BarrierState& b) {
@@ -75,6 +86,7 @@ absl::StatusOr<v1::MemberRegisterReply> Membership::Register(const v1::MemberReg
   w.address = req.address().substr(0, 256);
   w.round = -1;
   w.last_seen = now;
+  w.rounds_per_s = 0;
   Changed();
   v1::MemberRegisterReply reply;
   reply.set_worker_id(id);
@@ -96,8 +108,14 @@ absl::StatusOr<v1::HeartbeatReply> Membership::Heartbeat(const v1::HeartbeatRequ
                                             " is not a member (left, declared dead or never "
                                             "registered): register again"));
   }
-  it->second.last_seen = now;
-  it->second.round = req.round();
+  Worker& w = it->second;
+  const double since = absl::ToDoubleSeconds(now - w.last_seen);
+  if (w.round >= 0 && req.round() >= w.round && since > 0) {
+    const double rate = static_cast<double>(req.round() - w.round) / since;
+    w.rounds_per_s = w.rounds_per_s == 0 ? rate : 0.5 * (w.rounds_per_s + rate);
+  }
+  w.last_seen = now;
+  w.round = req.round();
   v1::HeartbeatReply reply;
   reply.set_epoch(epoch_);
   reply.set_from_round(from_round_);

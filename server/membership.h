@@ -33,7 +33,9 @@ struct SchedulerOptions {
   std::string topology = "ring";
   WeightRule weights = WeightRule::kAuto;
   int max_members = 4096;
-  // A new epoch's members apply from the furthest member's round plus this many rounds.
+  // A new epoch's members apply from the furthest member's round plus this many rounds, plus
+  // the rounds the fastest member runs in two heartbeat intervals (the time for every member to
+  // hear of the epoch), so nobody is already past the switch when it learns of it.
   int64_t switch_lag_rounds = 2;
   int keep_failures = 256;
 };
@@ -63,6 +65,7 @@ class Membership {
     std::string address;
     int64_t round = -1;
     absl::Time last_seen;
+    double rounds_per_s = 0;  // smoothed over heartbeats
   };
   struct BarrierState {
     uint64_t generation = 1;
@@ -75,6 +78,8 @@ class Membership {
   // Releases `b` when every member has arrived; returns whether it did.
   bool MaybeRelease(BarrierState& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Member ToMember(uint32_t id, const Worker& w, absl::Time now) const;
+  // The rounds between the furthest member and a new epoch's first round.
+  int64_t SwitchLag() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
   const std::unique_ptr<Topology> topology_;

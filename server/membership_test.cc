@@ -76,13 +76,34 @@ TEST_F(MembershipTest, ASilentWorkerIsDeclaredDeadAfterTheTimeoutAndTheRingIsRep
   EXPECT_EQ(v->rank(), 2u);
   EXPECT_NEAR(v->self_weight() + v->neighbors(0).weight() + v->neighbors(1).weight(), 1.0, 1e-12);
   EXPECT_EQ(v->neighbors(1).address(), "10.0.0.1:7004");
-  // The repaired graph applies past the furthest survivor's round (34) plus the lag (2).
-  EXPECT_EQ(v->from_round(), 34 + 1 + 2);
+  // The repaired graph applies past the furthest survivor's round (34) plus the lag (2) plus
+  // two heartbeat intervals of the fastest member's progress (10 rounds a second).
+  EXPECT_EQ(v->from_round(), 34 + 1 + 2 + 20);
   // The dead worker hears it must register again, and comes back with its id.
   EXPECT_EQ(Beat(2, t).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Join(2, t), 2u);
   EXPECT_EQ(Neighbours(3, t), (std::set<uint32_t>{2, 4}));
   EXPECT_EQ(m_->Members(t).failures_size(), 1);
+}
+
+// Rounds of a few milliseconds outrun heartbeats: with a fixed lag of 2 rounds a fast member
+// would be hundreds of rounds past the switch when it hears of it, while a slow one is not, and
+// the two would wait for each other's messages of different rounds.
+TEST_F(MembershipTest, ANewEpochStartsPastWhereTheFastestMemberWillBeWhenItHearsOfIt) {
+  for (int i = 0; i < 3; ++i) Join(i, t0_);
+  // Member 0 runs 250 rounds a second, the others 5; each heartbeats every second.
+  for (int s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(Beat(0, t0_ + absl::Seconds(s), 250 * s).ok());
+    ASSERT_TRUE(Beat(1, t0_ + absl::Seconds(s), 5 * s).ok());
+    ASSERT_TRUE(Beat(2, t0_ + absl::Seconds(s), 5 * s).ok());
+  }
+  ASSERT_EQ(m_->Tick(t0_ + absl::Seconds(3)).size(), 0u);
+  const absl::Time t = t0_ + absl::Seconds(3) + absl::Milliseconds(500);
+  ASSERT_TRUE(m_->Leave(2).ok());
+  auto v = m_->GetView(0, 0, t);
+  ASSERT_TRUE(v.ok()) << v.status();
+  // The furthest round (750) + 1 + the lag (2) + two intervals at 250 rounds a second.
+  EXPECT_EQ(v->from_round(), 750 + 1 + 2 + 500);
 }
 
 TEST_F(MembershipTest, BarrierReleasesWhenEveryMemberArrivedOrTheMissingOneDies) {

@@ -14,6 +14,14 @@ absl::Status GossipInbox::CheckRound(int64_t round) const {
 void GossipInbox::Note(int64_t round, int sender) {
   absl::MutexLock lock(&mu_);
   NoteLocked(round, sender);
+  RefusedLocked(round, sender);
+}
+
+void GossipInbox::RefusedLocked(int64_t round, int sender) {
+  // Its sender was told OUT_OF_RANGE and will not send it again: Take must not wait for it.
+  if (round >= floor_ + max_ahead_ && given_up_.size() < kMaxGivenUp) {
+    given_up_.insert({round, sender});
+  }
 }
 
 void GossipInbox::NoteLocked(int64_t round, int sender) {
@@ -24,7 +32,10 @@ void GossipInbox::NoteLocked(int64_t round, int sender) {
 absl::Status GossipInbox::Put(int64_t round, int sender, GossipMessage msg) {
   absl::MutexLock lock(&mu_);
   NoteLocked(round, sender);
-  if (absl::Status s = CheckRoundLocked(round); !s.ok()) return s;
+  if (absl::Status s = CheckRoundLocked(round); !s.ok()) {
+    RefusedLocked(round, sender);
+    return s;
+  }
   auto [it, inserted] = messages_.try_emplace({round, sender}, std::move(msg));
   if (!inserted) {
     return absl::AlreadyExistsError(

@@ -38,7 +38,8 @@ class GossipInbox {
   // The error Put would give for `round` (closed, too far ahead, shutting down), or OK.
   absl::Status CheckRound(int64_t round) const;
   // Notes, as Put does, that `sender` has come as far as `round` (a checked message of a round
-  // too far ahead to keep).
+  // too far ahead to keep). Like a message Put refuses as too far ahead, it is not waited for
+  // when this worker reaches `round`: its sender was told, and will not send it again.
   void Note(int64_t round, int sender);
 
   // A neighbour is at most one round ahead while both mix (it needs this worker's message to
@@ -48,6 +49,9 @@ class GossipInbox {
   // a round deadline every round, and two groups that drifted further apart than the window
   // would never meet again; not waiting lets this worker catch up at full speed.
   static constexpr int64_t kPassedBy = 3;
+  // The most (round, sender) pairs given up ahead of time (messages refused as too far ahead
+  // from a flood of rounds are not all remembered; kPassedBy still covers their senders).
+  static constexpr size_t kMaxGivenUp = 4096;
 
   // Waits until every sender in `wait_for` has a message for `round`, was given up, or was seen
   // kPassedBy rounds past it (or `deadline`, or Close()), then returns the messages for `round`
@@ -71,6 +75,8 @@ class GossipInbox {
  private:
   absl::Status CheckRoundLocked(int64_t round) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteLocked(int64_t round, int sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives up (round, sender) if `round` is beyond the window.
+  void RefusedLocked(int64_t round, int sender) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasAll(int64_t round, const std::vector<int>& senders) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropBelow(int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -81,7 +81,10 @@ TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
 // each other rather than wait a round deadline every round.
 TEST(TernRun, AQuarterOfTheWorkersKilledWithTheSchedulerLeavesOneRingInConsensus) {
   const std::string dir = MakeTempDir();
-  pid_t pid = Spawn({"run", "--workers=8", "--epochs=2", "--evals_per_epoch=1",
+  // Long enough in rounds for a fast machine (400 rounds a second) to run past the repair:
+  // the deaths are noticed 1.5-2 s after the kill, the new graph applies half a second of rounds
+  // later (server/membership.h), and the ring needs ~100 rounds to agree again.
+  pid_t pid = Spawn({"run", "--workers=8", "--epochs=6", "--evals_per_epoch=1",
                      "--scheduler=local", "--round_timeout=5", "--kill_worker=2@60,5@60",
                      "--log_level=warn", "--out=" + dir},
                     dir + "/run.log");
