@@ -164,7 +164,8 @@ std::vector<CommandInfo> CommandTable() {
        "start N workers on 127.0.0.1 with the built-in trainer (Fashion-MNIST), show "
        "progress, write a run folder with metrics.jsonl and report.html",
        Join({TrainingFlags(),
-             {"workers", "evals_per_epoch", "kill_worker", "mode", "name", "out", "scheduler"}})},
+             {"workers", "evals_per_epoch", "kill_worker", "mode", "name", "out", "scheduler",
+              "worker_hosts", "worker_netns"}})},
       {"run --mode=federated|local-sgd|ps",
        "start an aggregator and N built-in clients on 127.0.0.1, with the same run folder",
        Join({AggregatorFlags(),

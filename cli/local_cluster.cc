@@ -11,6 +11,11 @@
 #include "common/json_lines.h"
 
 namespace tern {
+namespace {
+
+constexpr char kIpCommand[] = "/usr/sbin/ip";  // iproute2
+
+}  // namespace
 
 LocalCluster::LocalCluster(std::string self_exe, std::string dir)
     : self_exe_(std::move(self_exe)),
@@ -29,12 +34,19 @@ std::vector<ChildProcess*> LocalCluster::All() {
 }
 
 ChildProcess* LocalCluster::Start(std::string what, int id, const std::vector<std::string>& args,
-                                  const std::string& log_name) {
+                                  const std::string& log_name, const std::string& netns) {
   ChildProcess& c = children_.emplace_back();
   c.what = std::move(what);
   c.id = id;
   c.log = absl::StrCat(dir_, "/", log_name);
-  c.pid = Spawn(self_exe_, args, c.log);
+  if (netns.empty()) {
+    c.pid = Spawn(self_exe_, args, c.log);
+  } else {
+    // `ip netns exec` execs the command in place: the pid is the child's own (Kill works).
+    std::vector<std::string> wrapped = {"netns", "exec", netns, self_exe_};
+    wrapped.insert(wrapped.end(), args.begin(), args.end());
+    c.pid = Spawn(kIpCommand, wrapped, c.log);
+  }
   c.alive = c.pid > 0;
   return &c;
 }
@@ -51,7 +63,8 @@ void LocalCluster::Kill(ChildProcess* child) {
 
 absl::StatusOr<std::string> LocalCluster::WaitForAddress(ChildProcess* child,
                                                          const std::string& port_name,
-                                                         absl::Duration timeout) {
+                                                         absl::Duration timeout,
+                                                         const std::string& host) {
   const int port = WaitForPortFile(absl::StrCat(dir_, "/", port_name), *child,
                                    absl::ToDoubleSeconds(timeout), interrupted_);
   if (interrupted()) return absl::CancelledError("interrupted");
@@ -59,7 +72,7 @@ absl::StatusOr<std::string> LocalCluster::WaitForAddress(ChildProcess* child,
     return absl::UnavailableError(
         absl::StrCat(child->what, " ", child->id, " did not start; its log:\n", Tail(child->log)));
   }
-  return absl::StrCat("127.0.0.1:", port);
+  return absl::StrCat(host, ":", port);
 }
 
 int LocalCluster::Reap() { return tern::Reap(All()); }

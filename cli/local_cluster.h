@@ -39,16 +39,18 @@ class LocalCluster {
 
   // Starts `tern <args>` as `what` `id`, its output in dir/<log_name>. The child lives as long
   // as the cluster; check its `alive`.
+  // With `netns`, the child runs in that network namespace (`ip netns exec`; root only).
   ChildProcess* Start(std::string what, int id, const std::vector<std::string>& args,
-                      const std::string& log_name);
+                      const std::string& log_name, const std::string& netns = "");
   // Starts `child` again with `args` (its output now in <log>.restarted).
   void Restart(ChildProcess* child, const std::vector<std::string>& args);
   // SIGKILLs `child` (fault injection).
   void Kill(ChildProcess* child);
-  // "127.0.0.1:PORT" once `child` wrote dir/<port_name> (its --port_file); an error with the
-  // tail of its log when it died or `timeout` passed, Cancelled on Ctrl-C.
+  // "HOST:PORT" once `child` wrote dir/<port_name> (its --port_file); an error with the tail
+  // of its log when it died or `timeout` passed, Cancelled on Ctrl-C.
   absl::StatusOr<std::string> WaitForAddress(ChildProcess* child, const std::string& port_name,
-                                             absl::Duration timeout);
+                                             absl::Duration timeout,
+                                             const std::string& host = "127.0.0.1");
   // Marks children that exited, saying why; returns how many are alive.
   int Reap();
 

@@ -73,6 +73,13 @@ ABSL_FLAG(std::string, kill_worker, "",
           "run: fault injection, ID@STEP[,ID@STEP...]: SIGKILL worker ID once it has done STEP "
           "steps");
 
+ABSL_FLAG(std::vector<std::string>, worker_hosts, {},
+          "run: the address each worker listens on and is reached at, one per worker (default "
+          "127.0.0.1); with --worker_netns, an address in that worker's namespace");
+ABSL_FLAG(std::vector<std::string>, worker_netns, {},
+          "run: a network namespace per worker (`ip netns exec`, root only), for partitions made "
+          "with namespaces: bench/faults/partition.sh");
+
 namespace tern {
 namespace {
 
@@ -185,9 +192,27 @@ absl::StatusOr<std::string> SchedulerFor(LocalCluster& cluster) {
   return cluster.WaitForAddress(p, "scheduler.port", absl::Seconds(60));
 }
 
+// Worker i's entry of a per-worker list flag: `fallback` when the list is empty.
+absl::StatusOr<std::string> PerWorker(const std::vector<std::string>& list, const char* flag, int n,
+                                      int i, const std::string& fallback) {
+  if (list.empty()) return fallback;
+  if (static_cast<int>(list.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " has ", list.size(), " entries for ", n, " workers"));
+  }
+  return list[static_cast<size_t>(i)];
+}
+
 // Starts the workers, collects their ports and tells everyone where everyone is.
 absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const GossipRun& run) {
   const std::string& dir = cluster.dir();
+  std::vector<std::string> hosts(run.n), netns(run.n);
+  for (int i = 0; i < run.n; ++i) {
+    TERN_ASSIGN_OR_RETURN(hosts[i], PerWorker(absl::GetFlag(FLAGS_worker_hosts), "worker_hosts",
+                                              run.n, i, "127.0.0.1"));
+    TERN_ASSIGN_OR_RETURN(
+        netns[i], PerWorker(absl::GetFlag(FLAGS_worker_netns), "worker_netns", run.n, i, ""));
+  }
   TERN_ASSIGN_OR_RETURN(const std::string scheduler, SchedulerFor(cluster));
   ::unlink((dir + "/peers.txt").c_str());
   std::vector<Child> children(run.n);
@@ -196,7 +221,7 @@ absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const Gos
         "worker",
         absl::StrCat("--id=", i),
         absl::StrCat("--workers=", run.n),
-        "--listen=127.0.0.1:0",
+        absl::StrCat("--listen=", hosts[i], ":0"),
         absl::StrCat("--port_file=", dir, "/worker-", i, ".port"),
         absl::StrCat("--peers_file=", dir, "/peers.txt"),
         absl::StrCat("--snapshot_every=", run.every),
@@ -206,14 +231,15 @@ absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const Gos
     for (std::string& a : SharedTrainFlagArgs()) args.push_back(std::move(a));
     if (!scheduler.empty()) args.push_back("--scheduler=" + scheduler);
     ::unlink(absl::StrCat(dir, "/worker-", i, ".port").c_str());
-    children[i].proc = cluster.Start("worker", i, args, absl::StrCat("worker-", i, ".log"));
+    children[i].proc =
+        cluster.Start("worker", i, args, absl::StrCat("worker-", i, ".log"), netns[i]);
   }
   std::vector<std::string> addresses(run.n);
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   for (int i = 0; i < run.n; ++i) {
     TERN_ASSIGN_OR_RETURN(
         addresses[i], cluster.WaitForAddress(children[i].proc, absl::StrCat("worker-", i, ".port"),
-                                             deadline - absl::Now()));
+                                             deadline - absl::Now(), hosts[i]));
   }
   {
     std::ofstream f(dir + "/peers.txt.tmp");

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <memory>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -132,7 +135,8 @@ RoundEngine::RoundEngine(EngineOptions options, const CodecRegistry* codecs,
       parts_(std::move(parts)),
       inbox_(std::make_shared<GossipInbox>(options_.max_rounds_ahead)),
       up_(options_.num_workers, true),
-      heard_(options_.num_workers, false) {
+      heard_(options_.num_workers, false),
+      last_push_(options_.num_workers) {
   stats_.set_worker_id(static_cast<uint32_t>(options_.worker_id));
 }
 
@@ -298,9 +302,20 @@ absl::StatusOr<MixingRow> RoundEngine::RowFor(const Graph& g) {
 // up on them.
 struct RoundEngine::Pushes {
   absl::Mutex mu;
-  int pending ABSL_GUARDED_BY(mu) = 0;
+  // The round waits for the pushes to neighbours that were up; one to a neighbour that is down
+  // may hang to its deadline (a partition) and is not waited for.
+  std::set<int> awaited ABSL_GUARDED_BY(mu);
   std::map<int, absl::Status> results ABSL_GUARDED_BY(mu);
-  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return pending == 0; }
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (int j : awaited) {
+      if (!results.count(j)) return false;
+    }
+    return true;
+  }
+  bool Finished(int j) {
+    absl::MutexLock lock(&mu);
+    return results.count(j) != 0;
+  }
 };
 
 absl::StatusOr<RoundEngine::InFlight> RoundEngine::StartRound(int64_t step, GossipMessage msg) {
@@ -316,18 +331,26 @@ absl::StatusOr<RoundEngine::InFlight> RoundEngine::StartRound(int64_t step, Goss
   r.pushes = std::make_shared<Pushes>();
   {
     absl::MutexLock lock(&r.pushes->mu);
-    r.pushes->pending = static_cast<int>(r.nbrs.size());
+    for (int j : r.nbrs) {
+      if (up_[j]) r.pushes->awaited.insert(j);
+    }
   }
   r.deadline = absl::Now() + options_.round_timeout;
   // Push to every neighbour at once; a push that fails for transport reasons stops the wait
-  // for that neighbour's message too (it is gone).
+  // for that neighbour's message too (it is gone). A neighbour that is down and still has a
+  // push under way is not pushed to again (nor waited for) until that one ends.
   for (int j : r.nbrs) {
+    std::shared_ptr<Pushes>& last = last_push_[static_cast<size_t>(j)];
+    if (!up_[j] && last != nullptr && !last->Finished(j)) {
+      inbox_->GiveUp(step, j);
+      continue;
+    }
+    last = r.pushes;
     transport_->Send(j, o.chunks, r.deadline, !heard_[j],
                      [pushes = r.pushes, inbox = inbox_, j, step](absl::Status s) {
                        if (PeerUnreachable(s)) inbox->GiveUp(step, j);
                        absl::MutexLock lock(&pushes->mu);
                        pushes->results[j] = std::move(s);
-                       --pushes->pending;
                      });
   }
   return r;
@@ -352,7 +375,10 @@ void RoundEngine::Judge(const InFlight& r, const std::map<int, absl::Status>& re
       }
       up_[j] = false;
     } else {
-      // Refused (a round it already closed, say): it is alive; its verdict is logged.
+      // Refused (a round it already closed, or one too far ahead of it): it is alive, and worth
+      // waiting for. After a partition heals the two sides run rounds apart; without the wait
+      // the side ahead never lets the other catch up and they never mix again.
+      up_[j] = true;
       spdlog::warn("worker {}: round {}: worker {} refused our message: {}", me, r.step, j,
                    s.ToString());
     }

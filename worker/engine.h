@@ -214,6 +214,9 @@ class RoundEngine {
   // Round-loop state.
   std::vector<bool> up_;     // neighbours worth waiting for
   std::vector<bool> heard_;  // ever had a message from them
+  // Each neighbour's latest push's round: a neighbour that is down gets one push at a time (a
+  // probe; behind a partition each would hang to its deadline).
+  std::vector<std::shared_ptr<Pushes>> last_push_;
   std::unique_ptr<std::vector<MixingRow>> static_rows_;
   std::optional<InFlight> in_flight_;  // overlap: the round to mix at the next step
   double decode_counted_ = 0;          // algorithm_->decode_seconds() already in stats_

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include "common/chunking.h"
@@ -20,13 +21,15 @@ using ::tern::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // Delivers pushes straight into the receiving engine, on a fresh thread like gRPC would; peers
-// marked dead answer Unavailable.
+// marked dead answer Unavailable, pushes to peers behind a partition (cut) hang to their deadline.
 class MemoryTransport final : public PeerTransport {
  public:
   std::vector<RoundEngine*> engines;
   std::vector<bool> dead;
+  std::vector<bool> cut;
   absl::Mutex mu;
   std::vector<std::thread> threads ABSL_GUARDED_BY(mu);
+  std::map<int, int> sends ABSL_GUARDED_BY(mu);
   ~MemoryTransport() override { Join(); }
   void Join() {
     std::vector<std::thread> ts;
@@ -36,10 +39,16 @@ class MemoryTransport final : public PeerTransport {
     }
     for (auto& t : ts) t.join();
   }
-  void Send(int to, Chunks chunks, absl::Time, bool,
+  void Send(int to, Chunks chunks, absl::Time deadline, bool,
             std::function<void(absl::Status)> done) override {
     absl::MutexLock lock(&mu);  // engines send from their own threads
-    threads.emplace_back([this, to, chunks, done = std::move(done)] {
+    ++sends[to];
+    threads.emplace_back([this, to, chunks, deadline, done = std::move(done)] {
+      if (!cut.empty() && cut[to]) {
+        absl::SleepFor(deadline - absl::Now());
+        done(absl::DeadlineExceededError("deadline exceeded"));
+        return;
+      }
       if (dead[to]) {
         done(absl::UnavailableError("connection refused"));
         return;
@@ -201,6 +210,36 @@ TEST(RoundEngine, DeadNeighbourIsDroppedWithoutWaitingForTheDeadline) {
   auto out2 = c.Step(1, {true, true, false, true});
   ASSERT_THAT(out2[3], IsOk());
   EXPECT_EQ(out2[3]->dropped, std::vector<int>{2});
+}
+
+// Behind a partition a push is not refused, it hangs to its deadline. Once the neighbour is
+// known down, rounds go on at full speed with one probe push to it at a time, not a round
+// deadline each (the partitioned halves keep training and meet again when it heals).
+TEST(RoundEngine, APartitionedNeighbourCostsOneDeadlineThenOneProbeAtATime) {
+  Cluster c(2, "dpsgd", 8, absl::Seconds(1));
+  c.transport.cut = {false, true};
+  const absl::Time t0 = absl::Now();
+  auto first = c.Step(0, {true, false});  // waits for 1's message, then its deadline
+  ASSERT_THAT(first[0], IsOk());
+  EXPECT_EQ(first[0]->dropped, std::vector<int>{1});
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(900));
+  const absl::Time t1 = absl::Now();
+  StepInput in;
+  in.lr = 0.1f;
+  std::vector<float> zero(8, 0.0f);
+  in.grad = zero;
+  for (int64_t step = 1; step <= 20; ++step) {
+    in.step = step;
+    auto out = c.engines[0]->Step(in);
+    ASSERT_THAT(out, IsOk());
+    EXPECT_EQ(out->dropped, std::vector<int>{1});
+  }
+  EXPECT_LT(absl::Now() - t1, absl::Milliseconds(900));  // not 20 deadlines
+  {
+    absl::MutexLock lock(&c.transport.mu);
+    EXPECT_EQ(c.transport.sends[1], 2);  // round 0's push, then one probe still under way
+  }
+  c.transport.Join();
 }
 
 TEST(RoundEngine, RefusesBadMessagesAndKeepsServing) {

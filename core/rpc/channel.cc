@@ -6,8 +6,13 @@ std::vector<std::pair<std::string, int>> Http2Tuning() {
   // Tensors stream as 1 MiB chunks: frames that carry a chunk whole, and a stream window that
   // lets several chunks be in flight before the receiver's first WINDOW_UPDATE (gRPC's 64 KiB
   // default stalls every new push on a fast link).
+  //
+  // Servers take a keepalive ping a second from a client with calls open (a gossip peer's
+  // channel pings every 2 s: below); gRPC's default policy would answer that with GOAWAY.
   return {{GRPC_ARG_HTTP2_MAX_FRAME_SIZE, (1 << 20) + (64 << 10)},
-          {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20}};
+          {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20},
+          {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000},
+          {GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0}};
 }
 
 grpc::ChannelArguments TernChannelArguments() {
@@ -20,9 +25,19 @@ grpc::ChannelArguments TernChannelArguments() {
   return args;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                   TernChannelArguments());
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, ChannelKind kind) {
+  grpc::ChannelArguments args = TernChannelArguments();
+  if (kind == ChannelKind::kPeer) {
+    // A connection whose peer went silent (a broken link, a partition: nothing is refused,
+    // packets are lost) is closed 2 s after an unanswered ping, so pushes on it fail and the
+    // channel connects afresh once the link is back, rather than wait on TCP retransmissions
+    // that back off to minutes. Only while calls are open, and only on channels the callback
+    // API polls (a blocking client that sleeps with calls open answers late and would be cut).
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
 }  // namespace tern

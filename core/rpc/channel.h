@@ -19,11 +19,20 @@ namespace tern {
 // sized for 1 MiB chunks.
 grpc::ChannelArguments TernChannelArguments();
 
-// HTTP/2 settings for moving 1 MiB chunks, on every channel and every server (name, value).
+// HTTP/2 settings for moving 1 MiB chunks, and a ping policy that lets peer channels keep
+// alive, on every channel and every server (name, value).
 std::vector<std::pair<std::string, int>> Http2Tuning();
 
+enum class ChannelKind {
+  kDefault,
+  // A gossip peer's channel: keepalive pings every 2 s while pushes are open, so a silent peer
+  // (a partition) is noticed in ~4 s and reconnected to when it is back.
+  kPeer,
+};
+
 // A channel to `target` ("host:port") with TernChannelArguments(). Plaintext for now.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           ChannelKind kind = ChannelKind::kDefault);
 
 }  // namespace tern
 

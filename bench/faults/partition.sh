@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# A network partition that heals, made with namespaces (root only): 4 gossip workers in a ring,
+# 0 and 1 in one network namespace, 2 and 3 in another, joined by a bridge in this one (where
+# `tern run` watches them). At CUT_S seconds the bridge stops forwarding between the two halves
+# (port isolation: frames are dropped silently, as on a broken link, so pushes across hang to
+# their deadline); at HEAL_S it forwards again. Prints the consensus distance before, during and
+# after, and exits non-zero unless the run re-converged.
+#
+#   bench/faults/partition.sh [BUILD] [EPOCHS]        (defaults: build 6)
+#   CUT_S=6 HEAL_S=14 bench/faults/partition.sh       (seconds after the first metrics row)
+#
+# Exit codes: 0 re-converged, 1 did not, 77 namespaces unavailable (not root, no CAP_NET_ADMIN).
+set -euo pipefail
+BUILD=${1:-build}
+EPOCHS=${2:-6}
+CUT_S=${CUT_S:-6}
+HEAL_S=${HEAL_S:-14}
+TERN=$(realpath "$BUILD/cli/tern")
+OUT=${OUT:-$(mktemp -d /tmp/tern-partition.XXXXXX)}
+TAG=tp$$  # names unique to this run (interfaces: at most 15 characters)
+NS_A=$TAG-a NS_B=$TAG-b BR=$TAG-br
+
+run=
+cleanup() {
+  [[ -n $run ]] && kill "$run" 2>/dev/null
+  ip link del "$BR" 2>/dev/null || true
+  ip link del "${TAG}a0" 2>/dev/null || true
+  ip link del "${TAG}b0" 2>/dev/null || true
+  ip netns del "$NS_A" 2>/dev/null || true
+  ip netns del "$NS_B" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# One namespace with its end of a veth on the bridge at 10.77.0.$2 (every step checked: `set -e`
+# does not apply inside the `if` that runs setup).
+half() {
+  local ns=$1 host=$2 side=$3
+  ip netns add "$ns" &&
+    ip netns exec "$ns" ip link set lo up &&
+    ip link add "${TAG}${side}0" type veth peer name "${TAG}${side}1" &&
+    ip link set "${TAG}${side}1" netns "$ns" &&
+    ip link set "${TAG}${side}0" master "$BR" up &&
+    ip netns exec "$ns" ip addr add "10.77.0.$host/24" dev "${TAG}${side}1" &&
+    ip netns exec "$ns" ip link set "${TAG}${side}1" up
+}
+
+isolate() {  # on | off
+  bridge link set dev "${TAG}a0" isolated "$1" && bridge link set dev "${TAG}b0" isolated "$1"
+}
+
+setup() {
+  ip link add "$BR" type bridge &&
+    ip addr add 10.77.0.254/24 dev "$BR" &&
+    ip link set "$BR" up &&
+    half "$NS_A" 1 a &&
+    half "$NS_B" 2 b &&
+    isolate on && isolate off  # port isolation: Linux 4.18 and later
+}
+
+if ! setup > "$OUT/setup.log" 2>&1; then
+  echo "partition: cannot build the namespaces (needs root, CAP_NET_ADMIN and bridge port" \
+    "isolation): skipped"
+  sed 's/^/  /' "$OUT/setup.log"
+  exit 77
+fi
+
+"$TERN" run --workers=4 --epochs="$EPOCHS" --evals_per_epoch=8 --round_timeout=2 \
+  --worker_netns="$NS_A,$NS_A,$NS_B,$NS_B" \
+  --worker_hosts=10.77.0.1,10.77.0.1,10.77.0.2,10.77.0.2 \
+  --log_level=warn --out="$OUT" > "$OUT/run.out" 2>&1 &
+run=$!
+
+# Time from the first metrics row (the workers are training).
+for _ in $(seq 600); do
+  [[ -s $OUT/metrics.jsonl ]] && break
+  sleep 0.1
+done
+t0=$SECONDS
+while ((SECONDS - t0 < CUT_S)); do sleep 0.2; done
+isolate on
+echo "partition: cut at $((SECONDS - t0)) s"
+cut_row=$(wc -l < "$OUT/metrics.jsonl")
+while ((SECONDS - t0 < HEAL_S)); do sleep 0.2; done
+isolate off
+echo "partition: healed at $((SECONDS - t0)) s"
+heal_row=$(wc -l < "$OUT/metrics.jsonl")
+status=0
+wait "$run" || status=$?
+run=
+tail -2 "$OUT/run.out"
+if ((status != 0)); then
+  echo "partition: tern run exited $status (run folder $OUT)"
+  exit 1
+fi
+
+/usr/bin/python3 - "$OUT/metrics.jsonl" "$cut_row" "$heal_row" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+cut, heal = int(sys.argv[2]), int(sys.argv[3])
+def phase(i):
+    return "before" if i < cut else ("cut" if i < heal else "healed")
+for i, r in enumerate(rows):
+    print(f"{phase(i):7s} step {r['step']:5d}  wall {r['wall_s']:6.1f} s  "
+          f"acc {100 * r['test_acc']:5.2f} %  consensus {r.get('consensus', 0):.3g}")
+worst = max((r.get("consensus", 0) for r in rows[cut:heal]), default=0)
+last = rows[-1]
+ok = last.get("consensus", 1) < 0.1 and worst > 10 * last.get("consensus", 0)
+print(f"partition: peak consensus while cut {worst:.3g}, at the end {last.get('consensus', 0):.3g}"
+      f" ({'re-converged' if ok else 'NOT re-converged'}), accuracy {100 * last['test_acc']:.2f} %")
+sys.exit(0 if ok else 1)
+PY
