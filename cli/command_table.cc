@@ -187,8 +187,9 @@ std::vector<CommandInfo> CommandTable() {
       {"scheduler",
        "optional membership service: registration, heartbeats, failure detection, barriers, "
        "gossip neighbours (workers: --scheduler=HOST:PORT)",
-       {"heartbeat_interval_ms", "heartbeat_timeout_ms", "listen", "max_members", "port_file",
-        "run_id", "switch_lag_rounds", "topology", "weights"}},
+       {"heartbeat_interval_ms", "heartbeat_timeout_ms", "listen", "max_members",
+        "max_waiting_calls", "max_waiting_per_worker", "port_file", "run_id", "switch_lag_rounds",
+        "topology", "weights"}},
       {"report", "one HTML report comparing run folders: tern report DIR... --out=FILE", {"out"}},
       {"bench codecs",
        "encode/decode throughput, compression and bits per coordinate of every codec, against "

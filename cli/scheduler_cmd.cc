@@ -19,6 +19,11 @@ ABSL_FLAG(int, heartbeat_timeout_ms, 5000,
 ABSL_FLAG(int, switch_lag_rounds, 2,
           "scheduler: a new epoch's graph applies this many rounds past the furthest worker");
 ABSL_FLAG(int, max_members, 4096, "scheduler: the most workers a run may have");
+ABSL_FLAG(int, max_waiting_calls, 1024,
+          "scheduler: long polls (GetView, Barrier) waiting at once; more are refused with "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_waiting_per_worker, 4,
+          "scheduler: long polls waiting at once for one worker id; more are refused");
 
 ABSL_DECLARE_FLAG(std::string, listen);
 ABSL_DECLARE_FLAG(std::string, run_id);
@@ -37,6 +42,8 @@ int SchedulerMain() {
   o.scheduler.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   o.scheduler.switch_lag_rounds = absl::GetFlag(FLAGS_switch_lag_rounds);
   o.scheduler.max_members = absl::GetFlag(FLAGS_max_members);
+  o.max_waiting_calls = absl::GetFlag(FLAGS_max_waiting_calls);
+  o.max_waiting_per_worker = absl::GetFlag(FLAGS_max_waiting_per_worker);
   o.scheduler.topology = absl::GetFlag(FLAGS_topology);
   auto weights = ParseWeightRule(absl::GetFlag(FLAGS_weights));
   if (!weights.ok()) {

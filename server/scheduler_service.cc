@@ -28,15 +28,20 @@ class LongPoll final : public grpc::ServerUnaryReactor {
  public:
   // Returns OK + true when the reply is final, OK + false to poll again.
   using PollFn = std::function<absl::StatusOr<bool>()>;
+  // `done` runs once the call is over (it gives back the call's waiting slot).
   LongPoll(grpc::CallbackServerContext* ctx, uint32_t max_wait_ms,
-           const std::atomic<bool>* stopping, PollFn poll)
+           const std::atomic<bool>* stopping, PollFn poll, std::function<void()> done)
       : ctx_(ctx),
         stopping_(stopping),
         poll_(std::move(poll)),
+        done_(std::move(done)),
         until_(absl::Now() + absl::Milliseconds(std::min(max_wait_ms, kMaxWaitMs))) {
     Poll();
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    done_();
+    delete this;
+  }
 
  private:
   void Poll() {
@@ -55,6 +60,7 @@ class LongPoll final : public grpc::ServerUnaryReactor {
   grpc::CallbackServerContext* const ctx_;
   const std::atomic<bool>* const stopping_;
   const PollFn poll_;
+  const std::function<void()> done_;
   const absl::Time until_;
   grpc::Alarm alarm_;
 };
@@ -95,11 +101,10 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
                                     v1::View* reply) override {
     const v1::ViewRequest q = *req;
     Membership* m = m_;
-    return new LongPoll(
-        ctx, q.max_wait_ms(), &s_->stopping_, [m, q, reply]() -> absl::StatusOr<bool> {
-          TERN_ASSIGN_OR_RETURN(*reply, m->GetView(q.worker_id(), q.round(), absl::Now()));
-          return reply->epoch() > q.after_epoch();
-        });
+    return Wait(ctx, q.worker_id(), q.max_wait_ms(), [m, q, reply]() -> absl::StatusOr<bool> {
+      TERN_ASSIGN_OR_RETURN(*reply, m->GetView(q.worker_id(), q.round(), absl::Now()));
+      return reply->epoch() > q.after_epoch();
+    });
   }
 
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const v1::BarrierRequest* req,
@@ -107,12 +112,11 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
     // Arrive once, then wait on the generation arrived at.
     auto q = std::make_shared<v1::BarrierRequest>(*req);
     Membership* m = m_;
-    return new LongPoll(ctx, q->max_wait_ms(), &s_->stopping_,
-                        [m, q, reply]() -> absl::StatusOr<bool> {
-                          TERN_ASSIGN_OR_RETURN(*reply, m->Barrier(*q));
-                          q->set_generation(reply->generation());
-                          return reply->released();
-                        });
+    return Wait(ctx, q->worker_id(), q->max_wait_ms(), [m, q, reply]() -> absl::StatusOr<bool> {
+      TERN_ASSIGN_OR_RETURN(*reply, m->Barrier(*q));
+      q->set_generation(reply->generation());
+      return reply->released();
+    });
   }
 
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx,
@@ -133,6 +137,15 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
   }
 
  private:
+  // A long poll for `worker`, if a waiting slot is free.
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* ctx, uint32_t worker,
+                                 uint32_t max_wait_ms, LongPoll::PollFn poll) {
+    if (absl::Status admitted = s_->Admit(worker); !admitted.ok()) return Done(ctx, admitted);
+    SchedulerServer* s = s_;
+    return new LongPoll(ctx, max_wait_ms, &s_->stopping_, std::move(poll),
+                        [s, worker] { s->Release(worker); });
+  }
+
   SchedulerServer* const s_;
   Membership* const m_;
 };
@@ -155,6 +168,31 @@ SchedulerServer::SchedulerServer(SchedulerServerOptions options,
       service_(std::make_unique<Service>(this)) {}
 
 SchedulerServer::~SchedulerServer() { Shutdown(absl::Seconds(1)); }
+
+absl::Status SchedulerServer::Admit(uint32_t worker) {
+  absl::MutexLock lock(&wait_mu_);
+  if (waiting_ >= options_.max_waiting_calls) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the scheduler has ", waiting_, " calls waiting, its limit (--max_waiting_calls=",
+        options_.max_waiting_calls, "); retry later"));
+  }
+  int& mine = waiting_by_worker_[worker];
+  if (mine >= options_.max_waiting_per_worker) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "worker ", worker, " has ", mine, " calls waiting, its limit (--max_waiting_per_worker=",
+        options_.max_waiting_per_worker, ")"));
+  }
+  ++mine;
+  ++waiting_;
+  return absl::OkStatus();
+}
+
+void SchedulerServer::Release(uint32_t worker) {
+  absl::MutexLock lock(&wait_mu_);
+  --waiting_;
+  auto it = waiting_by_worker_.find(worker);
+  if (it != waiting_by_worker_.end() && --it->second == 0) waiting_by_worker_.erase(it);
+}
 
 void SchedulerServer::TickerThread() {
   while (!stopping_) {

@@ -8,11 +8,13 @@
 #define TERN_SERVER_SCHEDULER_SERVICE_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/membership.h"
@@ -23,6 +25,10 @@ struct SchedulerServerOptions {
   std::string listen = "127.0.0.1:0";
   SchedulerOptions scheduler;
   absl::Duration tick = absl::Milliseconds(20);  // failure detection granularity
+  // Long polls (GetView, Barrier) waiting at once, in all and per worker id; beyond either a
+  // call is refused with RESOURCE_EXHAUSTED (each waiting call holds an alarm and a reply).
+  int max_waiting_calls = 1024;
+  int max_waiting_per_worker = 4;
 };
 
 class SchedulerServer {
@@ -39,6 +45,9 @@ class SchedulerServer {
   class Service;
   SchedulerServer(SchedulerServerOptions options, std::unique_ptr<Membership> membership);
   void TickerThread();
+  // Takes a waiting slot for `worker`, or says which limit is reached; Release gives it back.
+  absl::Status Admit(uint32_t worker) ABSL_LOCKS_EXCLUDED(wait_mu_);
+  void Release(uint32_t worker) ABSL_LOCKS_EXCLUDED(wait_mu_);
 
   const SchedulerServerOptions options_;
   const std::unique_ptr<Membership> membership_;
@@ -47,6 +56,9 @@ class SchedulerServer {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread ticker_;
+  absl::Mutex wait_mu_;
+  int waiting_ ABSL_GUARDED_BY(wait_mu_) = 0;
+  std::map<uint32_t, int> waiting_by_worker_ ABSL_GUARDED_BY(wait_mu_);
 };
 
 }  // namespace tern

@@ -5,14 +5,17 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/rpc/channel.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tern/v1/scheduler.grpc.pb.h"
@@ -177,6 +180,77 @@ TEST_F(ScheduledWorkers, ADeadWorkerIsNoticedWithinTheHeartbeatTimeoutAndItsNeig
   }
   EXPECT_TRUE(repaired) << "worker 1 / 3 never mixed over the repaired ring; from round "
                         << m.from_round();
+}
+
+// Long polls held open against a live scheduler: past the per-worker and the total limit the
+// next is refused at once with RESOURCE_EXHAUSTED naming its flag; the waiting ones end at their
+// wait, and then their slots are free again.
+TEST(SchedulerLimits, LongPollsPastTheLimitsAreRefusedAndTheSlotsComeBack) {
+  const std::string dir = MakeTempDir();
+  const pid_t pid = Spawn({"scheduler", "--max_waiting_calls=3", "--max_waiting_per_worker=2",
+                           absl::StrCat("--port_file=", dir, "/scheduler.port")},
+                          dir + "/scheduler.log");
+  const int port = WaitForPort(dir + "/scheduler.port");
+  ASSERT_GT(port, 0) << "the scheduler did not start";
+  auto stub = v1::Scheduler::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  for (int id = 0; id < 3; ++id) {  // three members: a barrier of two arrivals stays closed
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::MemberRegisterRequest r;
+    r.set_run_id("tern");
+    r.set_worker_id(id);
+    v1::MemberRegisterReply reply;
+    ASSERT_TRUE(stub->Register(&ctx, r, &reply).ok());
+  }
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::BarrierRequest req;
+    v1::BarrierReply reply;
+    absl::Notification done;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  auto barrier = [&](uint32_t worker) -> Call* {
+    auto c = std::make_unique<Call>();
+    c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    c->req.set_worker_id(worker);
+    c->req.set_name("b");
+    c->req.set_max_wait_ms(2000);
+    Call* p = c.get();
+    stub->async()->Barrier(&p->ctx, &p->req, &p->reply, [p](grpc::Status s) {
+      p->status = std::move(s);
+      p->done.Notify();
+    });
+    calls.push_back(std::move(c));
+    return p;
+  };
+  Call* w0a = barrier(0);
+  Call* w0b = barrier(0);
+  absl::SleepFor(absl::Milliseconds(200));  // both parked
+  Call* w0c = barrier(0);
+  ASSERT_TRUE(w0c->done.WaitForNotificationWithTimeout(absl::Seconds(1)));
+  EXPECT_EQ(w0c->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(w0c->status.error_message(), testing::HasSubstr("--max_waiting_per_worker=2"));
+  barrier(1);
+  absl::SleepFor(absl::Milliseconds(200));
+  Call* w2 = barrier(2);
+  ASSERT_TRUE(w2->done.WaitForNotificationWithTimeout(absl::Seconds(1)));
+  EXPECT_EQ(w2->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(w2->status.error_message(), testing::HasSubstr("--max_waiting_calls=3"));
+  // The parked ones answer at the end of their 2 s wait, not released (worker 2 never came).
+  for (Call* c : {w0a, w0b}) {
+    ASSERT_TRUE(c->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+    EXPECT_TRUE(c->status.ok()) << c->status.error_message();
+    EXPECT_FALSE(c->reply.released());
+  }
+  for (auto& c : calls) c->done.WaitForNotification();
+  // Slots are back: worker 2 arrives, and the barrier opens for it at once.
+  Call* again = barrier(2);
+  ASSERT_TRUE(again->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(again->status.ok()) << again->status.error_message();
+  EXPECT_TRUE(again->reply.released());
+  kill(pid, SIGTERM);
+  Wait(pid);
 }
 
 }  // namespace
