@@ -19,31 +19,70 @@ absl::Status MakeDirectory(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+namespace {
+
+absl::Status Errno(absl::string_view what, const std::string& path) {
+  return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+// fsync of the directory holding `path`, so a rename in it is durable.
+absl::Status SyncDirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open directory", dir);
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok ? absl::OkStatus() : Errno("cannot sync directory", dir);
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot write", tmp);
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const int e = errno;
+      const absl::Status s = Errno("cannot write", tmp);
       ::close(fd);
-      return absl::UnavailableError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(e)));
+      return s;
     }
-    done += static_cast<size_t>(n);
+    bytes.remove_prefix(static_cast<size_t>(n));
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot sync ", tmp, ": ", std::strerror(errno)));
+  if (::fsync(fd) != 0) {
+    const absl::Status s = Errno("cannot sync", tmp);
+    ::close(fd);
+    return s;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
+  if (::close(fd) != 0) return Errno("cannot close", tmp);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename to", path);
+  return SyncDirectoryOf(path);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
+    return Errno("cannot open", path);
   }
-  return absl::OkStatus();
+  std::string bytes;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const absl::Status s = Errno("cannot read", path);
+      ::close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    bytes.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return bytes;
 }
 
 }  // namespace tern

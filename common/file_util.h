@@ -1,5 +1,5 @@
 // Files written so that a reader never sees half of one: write a temporary beside the target,
-// fsync, rename over it (what a checkpoint or a saved model needs).
+// fsync, rename over it (what a checkpoint or a saved model needs); files read whole.
 //
 // Thread-safety: a function of its arguments; two writers of one path race on the rename.
 #ifndef TERN_COMMON_FILE_UTIL_H_
@@ -8,12 +8,17 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tern {
 
-// Writes `bytes` to `path` atomically: "<path>.tmp", fsync, rename. UNAVAILABLE with the errno
-// text on failure.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+// Writes `bytes` to `path` atomically and durably: "<path>.tmp", fsync, rename, fsync of the
+// directory (so the rename survives a crash). UNAVAILABLE with the errno text on failure.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes);
+
+// The whole of file `path`; NOT_FOUND when there is none, UNAVAILABLE when it cannot be read.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // Creates directory `path` (mode 0755) unless it exists. UNAVAILABLE with the errno text.
 absl::Status MakeDirectory(const std::string& path);

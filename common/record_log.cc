@@ -7,12 +7,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/byte_io.h"
 #include "common/crc32.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
 
 namespace tern {
 namespace {
@@ -31,17 +32,6 @@ bool WriteAll(int fd, absl::string_view bytes) {
     bytes.remove_prefix(static_cast<size_t>(n));
   }
   return true;
-}
-
-// fsync of the directory holding `path`, so a rename in it is durable.
-absl::Status SyncDirectoryOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return Errno("cannot open directory", dir);
-  const bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  return ok ? absl::OkStatus() : Errno("cannot sync directory", dir);
 }
 
 }  // namespace
@@ -76,10 +66,10 @@ absl::StatusOr<std::vector<std::string>> ParseRecordLog(absl::string_view bytes)
 }
 
 absl::StatusOr<std::vector<std::string>> ReadRecordLog(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::vector<std::string>();
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  absl::StatusOr<std::vector<std::string>> records = ParseRecordLog(bytes);
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (absl::IsNotFound(bytes.status())) return std::vector<std::string>();
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<std::vector<std::string>> records = ParseRecordLog(*bytes);
   if (!records.ok()) {
     return absl::Status(records.status().code(),
                         absl::StrCat(path, ": ", records.status().message()));
@@ -88,23 +78,10 @@ absl::StatusOr<std::vector<std::string>> ReadRecordLog(const std::string& path) 
 }
 
 absl::StatusOr<std::unique_ptr<RecordLog>> RecordLog::Create(const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  if (!WriteAll(fd, absl::string_view(kRecordLogMagic, kMagicBytes)) || ::fsync(fd) != 0) {
-    const absl::Status s = Errno("cannot write", tmp);
-    ::close(fd);
-    return s;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const absl::Status s = Errno("cannot rename to", path);
-    ::close(fd);
-    return s;
-  }
-  if (absl::Status s = SyncDirectoryOf(path); !s.ok()) {
-    ::close(fd);
-    return s;
-  }
+  // The magic alone, atomically: a crash leaves either the old log or an empty new one.
+  TERN_RETURN_IF_ERROR(WriteFileAtomically(path, absl::string_view(kRecordLogMagic, kMagicBytes)));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open", path);
   return std::unique_ptr<RecordLog>(new RecordLog(path, fd));
 }
 

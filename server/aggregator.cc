@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -189,11 +188,11 @@ absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions
 
 absl::Status Aggregator::Resume(absl::Time now) {
   const std::string& path = options_.checkpoint_path;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::OkStatus();  // a new run
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (absl::IsNotFound(bytes.status())) return absl::OkStatus();  // a new run
+  if (!bytes.ok()) return bytes.status();
   internal::AggregatorCheckpoint ckpt;
-  if (!ckpt.ParseFromString(bytes)) {
+  if (!ckpt.ParseFromString(*bytes)) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " does not parse"));
   }
   TERN_ASSIGN_OR_RETURN(std::vector<internal::LoggedUpdate> logged,
