@@ -110,7 +110,10 @@ absl::StatusOr<v1::HeartbeatReply> Membership::Heartbeat(const v1::HeartbeatRequ
   }
   Worker& w = it->second;
   const double since = absl::ToDoubleSeconds(now - w.last_seen);
-  if (w.round >= 0 && req.round() >= w.round && since > 0) {
+  // Over half an interval at least: two heartbeats close together (one was late) would
+  // overstate the rate, and the lag with it.
+  if (w.round >= 0 && req.round() >= w.round &&
+      since >= 0.5 * absl::ToDoubleSeconds(options_.heartbeat_interval)) {
     const double rate = static_cast<double>(req.round() - w.round) / since;
     w.rounds_per_s = w.rounds_per_s == 0 ? rate : 0.5 * (w.rounds_per_s + rate);
   }

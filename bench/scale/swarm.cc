@@ -6,7 +6,9 @@
 // callback API over a few channels, so 10,000 clients need no 10,000 threads. A monitor thread
 // polls Status and records when each round closes; at the end the swarm prints one line of
 // results (round time, Push latency percentiles, failed calls by code, and, given
-// --server_pid, the server's CPU seconds and resident memory over the measured rounds).
+// --server_pid, the server's CPU seconds and resident memory over the measured rounds), then
+// its anchor, measured in the same run: the same pushes into a gRPC sink that only reads them
+// (no decoding, no rules, no log), as many at once as a round took, and the ratio.
 //
 // Thread-safety: the reactors run on gRPC's threads; shared counters are atomics or guarded by
 // Swarm::mu_.
@@ -27,12 +29,15 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/chunking.h"
+#include "common/status_macros.h"
 #include "core/model/bundle.h"
 #include "core/rpc/channel.h"
+#include "core/rpc/server.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
 #include "tern/v1/server.grpc.pb.h"
@@ -48,6 +53,9 @@ ABSL_FLAG(double, call_timeout_s, 30, "deadline of every call beyond its long po
 ABSL_FLAG(int, join_window, 256, "Join calls in flight at once");
 ABSL_FLAG(int, server_pid, 0, "the server's pid, for its CPU seconds and resident memory");
 ABSL_FLAG(double, give_up_s, 600, "stop (and fail) after this long");
+ABSL_FLAG(bool, anchor, true,
+          "after the rounds, push the same updates into a gRPC sink in this process, as many at "
+          "once as a round took, over as many connections: the round's floor (bare gRPC)");
 
 namespace tern {
 namespace {
@@ -97,6 +105,70 @@ std::vector<ParamTensor> SwarmLayout(int params) {
 }
 
 class Swarm;
+
+// The anchor's server: an Aggregator whose Push reads the update whole and answers OK.
+class SinkService final : public v1::Aggregator::CallbackService {
+ public:
+  grpc::ServerReadReactor<v1::UpdateRequest>* Push(grpc::CallbackServerContext*,
+                                                   v1::UpdateReply*) override {
+    class Reader final : public grpc::ServerReadReactor<v1::UpdateRequest> {
+     public:
+      Reader() { StartRead(&req_); }
+      void OnReadDone(bool ok) override {
+        if (ok) {
+          StartRead(&req_);
+        } else {
+          Finish(grpc::Status::OK);
+        }
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      v1::UpdateRequest req_;
+    };
+    return new Reader();
+  }
+};
+
+// One push of the anchor: the chunks in order, then a count down (failures counted).
+class SinkPush final : public grpc::ClientWriteReactor<v1::UpdateRequest> {
+ public:
+  SinkPush(v1::Aggregator::Stub* stub, std::shared_ptr<const std::vector<v1::BundleChunk>> chunks,
+           absl::Duration timeout, absl::BlockingCounter* done, std::atomic<int>* failed)
+      : chunks_(std::move(chunks)), done_(done), failed_(failed) {
+    ctx_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    stub->async()->Push(&ctx_, &reply_, this);
+    WriteNext();
+    StartCall();
+  }
+  void OnWriteDone(bool ok) override {
+    if (ok) WriteNext();
+  }
+  void OnDone(const grpc::Status& s) override {
+    if (!s.ok()) ++*failed_;
+    absl::BlockingCounter* done = done_;
+    delete this;
+    done->DecrementCount();
+  }
+
+ private:
+  void WriteNext() {
+    if (next_ == chunks_->size()) {
+      StartWritesDone();
+      return;
+    }
+    *req_.mutable_chunk() = (*chunks_)[next_++];
+    StartWrite(&req_);
+  }
+
+  const std::shared_ptr<const std::vector<v1::BundleChunk>> chunks_;
+  absl::BlockingCounter* const done_;
+  std::atomic<int>* const failed_;
+  grpc::ClientContext ctx_;
+  v1::UpdateRequest req_;
+  v1::UpdateReply reply_;
+  size_t next_ = 0;
+};
 
 // One simulated client: Join, then Fetch (long poll) and Push, forever, until DONE or stop.
 class SimClient {
@@ -165,6 +237,10 @@ class Swarm {
   // Returns the server's sample at the first close after every client joined.
   ProcSample Monitor(v1::Aggregator::Stub& stub, int pid);
   void Report(const ProcSample& before, const ProcSample& after);
+  // The anchor (--anchor): `reps` bursts of `k` concurrent pushes of a round's update into a
+  // sink in this process, over as many connections as the swarm's; the bursts' seconds.
+  absl::StatusOr<std::vector<double>> Anchor(int k, int reps);
+  void ReportAnchor(int k, const std::vector<double>& seconds) const;
   // To stderr: how many clients are in which state, and which have been stuck in one.
   void ReportStall() const;
 
@@ -500,6 +576,47 @@ void Swarm::Report(const ProcSample& before, const ProcSample& after) {
   std::fflush(stdout);
 }
 
+absl::StatusOr<std::vector<double>> Swarm::Anchor(int k, int reps) {
+  SinkService sink;
+  int port = 0;
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
+                        StartGrpcServer("127.0.0.1:0", {&sink}, &port));
+  std::vector<std::unique_ptr<v1::Aggregator::Stub>> stubs;
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    grpc::ChannelArguments args = TernChannelArguments();
+    args.SetInt("tern.swarm_channel", static_cast<int>(i));
+    stubs.push_back(v1::Aggregator::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args)));
+  }
+  const auto chunks = UpdateChunks(1);
+  std::vector<double> seconds;
+  std::atomic<int> failed{0};
+  for (int rep = 0; rep < reps; ++rep) {
+    absl::BlockingCounter done(k);
+    const absl::Time t0 = absl::Now();
+    for (int i = 0; i < k; ++i) {
+      new SinkPush(stubs[static_cast<size_t>(i) % stubs.size()].get(), chunks, call_timeout_, &done,
+                   &failed);
+    }
+    done.Wait();
+    seconds.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+  }
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  if (failed > 0) return absl::InternalError(absl::StrCat(failed.load(), " anchor pushes failed"));
+  return seconds;
+}
+
+void Swarm::ReportAnchor(int k, const std::vector<double>& seconds) const {
+  const double anchor = Percentile(seconds, 0.5);
+  const double round = Percentile(round_s_, 0.5);
+  std::printf(
+      "anchor: %d pushes at once into a gRPC sink in this process over %zu connections | burst s "
+      "p50 %.3f max %.3f (%zu) | round / anchor %.1fx\n",
+      k, channels_.size(), anchor, Percentile(seconds, 1.0), seconds.size(),
+      anchor > 0 ? round / anchor : 0);
+  std::fflush(stdout);
+}
+
 int Swarm::Run() {
   const int n = absl::GetFlag(FLAGS_clients);
   const int nch = std::max(1, absl::GetFlag(FLAGS_channels));
@@ -538,7 +655,18 @@ int Swarm::Run() {
   }
   Report(before, after);
   const bool enough = static_cast<int>(round_s_.size()) >= absl::GetFlag(FLAGS_rounds);
-  return enough ? 0 : 1;
+  if (!enough) return 1;
+  if (absl::GetFlag(FLAGS_anchor)) {
+    std::vector<double> updates(round_updates_.begin(), round_updates_.end());
+    const int k = std::max(1, static_cast<int>(Percentile(updates, 0.5)));
+    absl::StatusOr<std::vector<double>> seconds = Anchor(k, absl::GetFlag(FLAGS_rounds));
+    if (!seconds.ok()) {
+      std::fprintf(stderr, "tern_swarm: anchor: %s\n", seconds.status().ToString().c_str());
+      return 1;
+    }
+    ReportAnchor(k, *seconds);
+  }
+  return 0;
 }
 
 }  // namespace
