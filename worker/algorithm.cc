@@ -124,13 +124,18 @@ class AlgorithmBase : public Algorithm {
 
   // Whether part `name` of msg would decode, without decoding it.
   absl::Status Validate(int from, const GossipMessage& msg, absl::string_view name) const {
+    return FindValid(from, msg, name).status();
+  }
+  // Part `name` of msg once it is known to decode (FindPart, then the codec's check).
+  absl::StatusOr<const EncodedTensor*> FindValid(int from, const GossipMessage& msg,
+                                                 absl::string_view name) const {
     TERN_ASSIGN_OR_RETURN(const EncodedTensor* t, FindPart(from, msg, name));
     absl::Status s = codecs_->Validate(EncodedView::Of(*t));
     if (!s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("part '", name, "' from worker ", from, ": ", s.message()));
     }
-    return absl::OkStatus();
+    return t;
   }
 
   double decode_seconds() const override { return decode_seconds_; }
@@ -341,17 +346,18 @@ class Choco final : public AlgorithmBase {
     TERN_RETURN_IF_ERROR(RequirePrepared(diff_));
     TERN_RETURN_IF_ERROR(CheckReceived(row, received));
     // Every message is checked before anything changes, so a bad one changes nothing.
-    for (const auto& [j, w] : row.neighbours)
-      TERN_RETURN_IF_ERROR(Validate(j, *received.at(j), "q"));
+    std::vector<const EncodedTensor*> qs;
+    qs.reserve(row.neighbours.size());
+    for (const auto& [j, w] : row.neighbours) {
+      TERN_ASSIGN_OR_RETURN(qs.emplace_back(), FindValid(j, *received.at(j), "q"));
+    }
     const bool incremental =
         sum_valid_ && SameNeighbours(row, sum_row_) && ++rounds_since_rebuild_ < kRebuildEvery;
-    for (const auto& [j, w] : row.neighbours) {
-      if (incremental) {
-        TERN_RETURN_IF_ERROR(Accumulate(j, *received.at(j), "q", w, absl::MakeSpan(sum_)));
-      }
-      TERN_ASSIGN_OR_RETURN(const EncodedTensor* q, FindPart(j, *received.at(j), "q"));
-      pending_[j].push_back(*q);
-      pending_bytes_ += q->ByteSize();
+    for (size_t k = 0; k < row.neighbours.size(); ++k) {
+      const auto& [j, w] = row.neighbours[k];
+      if (incremental) TERN_RETURN_IF_ERROR(Accumulate(j, *qs[k], "q", w, absl::MakeSpan(sum_)));
+      pending_[j].push_back(*qs[k]);
+      pending_bytes_ += qs[k]->ByteSize();
     }
     if (!incremental) {
       TERN_RETURN_IF_ERROR(RebuildSum(row));
@@ -365,7 +371,7 @@ class Choco final : public AlgorithmBase {
     if (!mix_pending_) return;
     const float gc = static_cast<float>(options_.consensus_step);
     const float ws = static_cast<float>(WeightSum(sum_row_));
-    for (size_t i = 0; i < x_.size(); ++i) x_[i] += gc * (sum_[i] - ws * hat_self_[i]);
+    for (size_t i = 0; i < x_.size(); ++i) x_[i] = Mixed(x_[i], gc, sum_[i], ws, hat_self_[i]);
     mix_pending_ = false;
   }
 
@@ -384,6 +390,12 @@ class Choco final : public AlgorithmBase {
  private:
   static constexpr int kRebuildEvery = 64;
 
+  // x + gc (s - ws x_hat_self): one coordinate of the consensus step, the same whether Settle
+  // applies it or the next LocalStep fuses it.
+  static float Mixed(float x, float gc, float s, float ws, float hs) {
+    return x + gc * (s - ws * hs);
+  }
+
   // m = beta m + g; x = x + gc (s - ws x_hat_self) - lr m; diff = x - x_hat_self: one pass over
   // the model. The arrays are distinct (the gradient and a bound model are separate regions of a
   // trainer's segment), which __restrict tells the compiler so that it vectorizes the loop.
@@ -400,7 +412,7 @@ class Choco final : public AlgorithmBase {
       const float ws = static_cast<float>(WeightSum(sum_row_));
       for (size_t i = 0; i < n; ++i) {
         m[i] = beta * m[i] + g[i];
-        x[i] = (x[i] + gc * (s[i] - ws * hs[i])) - lr * m[i];
+        x[i] = Mixed(x[i], gc, s[i], ws, hs[i]) - lr * m[i];
         d[i] = x[i] - hs[i];
       }
     } else {
