@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # A network partition that heals, made with namespaces (root only): 4 gossip workers in a ring,
 # 0 and 1 in one network namespace, 2 and 3 in another, joined by a bridge in this one (where
-# `tern run` watches them). At CUT_S seconds the bridge stops forwarding between the two halves
-# (port isolation: frames are dropped silently, as on a broken link, so pushes across hang to
-# their deadline); at HEAL_S it forwards again. Prints the consensus distance before, during and
-# after, and exits non-zero unless the run re-converged.
+# `tern run` watches them). After CUT_AT evaluations (8 an epoch) the bridge stops forwarding
+# between the two halves (port isolation: frames are dropped silently, as on a broken link, so
+# pushes across hang to their deadline); after HEAL_AT it forwards again. Cut and heal follow the
+# run's progress, not the clock, so a faster machine cuts as many rounds apart and leaves as many
+# to meet again. Prints the consensus distance before, during and after, and exits non-zero
+# unless the run re-converged.
 #
-#   bench/faults/partition.sh [BUILD] [EPOCHS]        (defaults: build 6)
-#   CUT_S=6 HEAL_S=14 bench/faults/partition.sh       (seconds after the first metrics row)
+#   bench/faults/partition.sh [BUILD] [EPOCHS]        (defaults: build 8)
+#   CUT_AT=8 HEAL_AT=16 bench/faults/partition.sh     (evaluations: after epochs 1 and 2)
 #
 # Exit codes: 0 re-converged, 1 did not, 77 namespaces unavailable (not root, no CAP_NET_ADMIN).
 set -euo pipefail
 BUILD=${1:-build}
-EPOCHS=${2:-6}
-CUT_S=${CUT_S:-6}
-HEAL_S=${HEAL_S:-14}
+EPOCHS=${2:-8}
+CUT_AT=${CUT_AT:-8}
+HEAL_AT=${HEAL_AT:-16}
 TERN=$(realpath "$BUILD/cli/tern")
 OUT=${OUT:-$(mktemp -d /tmp/tern-partition.XXXXXX)}
 TAG=tp$$  # names unique to this run (interfaces: at most 15 characters)
@@ -70,20 +72,20 @@ fi
   --log_level=warn --out="$OUT" > "$OUT/run.out" 2>&1 &
 run=$!
 
-# Time from the first metrics row (the workers are training).
-for _ in $(seq 600); do
-  [[ -s $OUT/metrics.jsonl ]] && break
-  sleep 0.1
-done
-t0=$SECONDS
-while ((SECONDS - t0 < CUT_S)); do sleep 0.2; done
+# Waits until the run has written $1 evaluations (or ended).
+rows() { [[ -s $OUT/metrics.jsonl ]] && wc -l < "$OUT/metrics.jsonl" || echo 0; }
+wait_rows() {
+  while (($(rows) < $1)) && kill -0 "$run" 2>/dev/null; do sleep 0.1; done
+}
+
+wait_rows "$CUT_AT"
 isolate on
-echo "partition: cut at $((SECONDS - t0)) s"
-cut_row=$(wc -l < "$OUT/metrics.jsonl")
-while ((SECONDS - t0 < HEAL_S)); do sleep 0.2; done
+cut_row=$(rows)
+echo "partition: cut after $cut_row evaluations"
+wait_rows "$HEAL_AT"
 isolate off
-echo "partition: healed at $((SECONDS - t0)) s"
-heal_row=$(wc -l < "$OUT/metrics.jsonl")
+heal_row=$(rows)
+echo "partition: healed after $heal_row evaluations"
 status=0
 wait "$run" || status=$?
 run=
