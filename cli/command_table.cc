@@ -81,8 +81,8 @@ Names AggregatorFlags() {
 
 // Flags every command takes: tern's own and absl's (--flagfile and friends).
 bool IsCommonFlag(absl::string_view name) {
-  static const char* const kCommon[] = {"log_level", "flagfile", "fromenv", "tryfromenv",
-                                        "undefok"};
+  static const char* const kCommon[] = {"log_level", "check_flags", "flagfile",
+                                        "fromenv",   "tryfromenv",  "undefok"};
   for (const char* c : kCommon) {
     if (name == c) return true;
   }
@@ -172,14 +172,16 @@ std::vector<CommandInfo> CommandTable() {
              {"clients", "clients_per_process", "kill_server_at_round", "kill_client_at_round",
               "data", "model", "partition", "name", "out", "attack", "attack_fraction"}})},
       {"worker", "the peer daemon: gossip and trainer services (--flagfile=FILE works)",
-       Join(
-           {TrainingFlags(),
-            {"advertise", "exit_after_training", "final_model", "id", "listen", "peers",
-             "peers_file", "peers_timeout", "port_file", "round_log", "scheduler", "snapshot_every",
-             "total_steps", "trainer", "workers", "max_snapshots", "snapshot_dir"},
-            LimitFlags()})},
+       Join({TrainingFlags(),
+             {"advertise", "exit_after_training", "final_model", "id", "listen", "peers",
+              "peers_file", "peers_timeout", "port_file", "round_log", "scheduler",
+              "snapshot_every", "total_steps", "trainer", "workers", "max_snapshots",
+              "snapshot_dir", "metrics_listen"},
+             LimitFlags()})},
       {"server", "the aggregator daemon (federated, local-sgd, ps rounds)",
-       Join({AggregatorFlags(), {"checkpoint", "listen", "linger_s", "port_file"}, LimitFlags()})},
+       Join({AggregatorFlags(),
+             {"checkpoint", "listen", "linger_s", "metrics_listen", "port_file"},
+             LimitFlags()})},
       {"client",
        "built-in clients of an aggregator (--server=HOST:PORT --clients=N)",
        {"attack", "attack_fraction", "clients", "data", "first_client", "model", "partition",
@@ -188,8 +190,12 @@ std::vector<CommandInfo> CommandTable() {
        "optional membership service: registration, heartbeats, failure detection, barriers, "
        "gossip neighbours (workers: --scheduler=HOST:PORT)",
        {"heartbeat_interval_ms", "heartbeat_timeout_ms", "listen", "max_members",
-        "max_waiting_calls", "max_waiting_per_worker", "port_file", "run_id", "switch_lag_rounds",
-        "topology", "weights"}},
+        "max_waiting_calls", "max_waiting_per_worker", "metrics_listen", "port_file", "run_id",
+        "switch_lag_rounds", "topology", "weights"}},
+      {"health",
+       "ask a daemon's gRPC health service (exit 0: SERVING, 1: not, 2: unreachable), e.g. as a "
+       "container health check",
+       {"service", "target", "timeout_s"}},
       {"report", "one HTML report comparing run folders: tern report DIR... --out=FILE", {"out"}},
       {"bench codecs",
        "encode/decode throughput, compression and bits per coordinate of every codec, against "

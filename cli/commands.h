@@ -17,6 +17,7 @@ int RunMain(const std::string& self_exe);
 int ServerMain();
 int ClientMain();
 int SchedulerMain();
+int HealthMain();
 int RunFederatedMain(const std::string& self_exe);
 // `tern report DIR...`: one HTML report comparing runs (report.cc).
 int ReportMain(const std::vector<std::string>& dirs);

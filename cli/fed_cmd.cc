@@ -34,11 +34,13 @@
 #include "cli/process.h"
 #include "cli/report.h"
 #include "cli/run_health.h"
+#include "cli/service_flags.h"
 #include "cli/train_flags.h"
 #include "clients/cpp/fed_client.h"
 #include "common/json_lines.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
+#include "core/ops/systemd.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
 #include "core/rpc/status.h"
@@ -213,6 +215,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
   a.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard);
   so.limits = StreamLimitsFromFlags(so.limits);
+  so.metrics_listen = MetricsListenFromFlags();
   return so;
 }
 
@@ -237,6 +240,13 @@ int ServerMain() {
                (*server)->port(), st.round(), st.total_rounds(),
                st.restarts() > 0 ? " (resumed from the checkpoint)" : "");
   WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
+  if ((*server)->metrics_port() > 0) {
+    spdlog::info("server: metrics at http://{}/metrics",
+                 ListenWithPort(options->metrics_listen, (*server)->metrics_port()));
+  }
+  AggregatorServer* s = server->get();
+  SystemdNotifier systemd([s] { return RanRecently(s->last_tick(), absl::Seconds(10)); });
+  systemd.Ready(absl::StrCat("serving run '", options->aggregator.run_id, "' on port ", s->port()));
   // The last round's close raises SIGUSR1 after the linger (so clients hear DONE and the final
   // model can be fetched), unless a signal came first.
   absl::Notification quit;
@@ -250,6 +260,7 @@ int ServerMain() {
   sigwait(&signals, &sig);
   quit.Notify();
   spdlog::info("server: {}, shutting down", sig == SIGUSR1 ? "run finished" : strsignal(sig));
+  systemd.Stopping();
   const absl::Time t0 = absl::Now();
   (*server)->Shutdown(absl::Seconds(5));
   waiter.join();

@@ -40,6 +40,9 @@ ABSL_FLAG(double, min_time, 0.2, "bench: minimum seconds per measurement");
 ABSL_FLAG(int, repeats, 5, "bench transport: timed pushes per size");
 ABSL_FLAG(std::string, json, "", "bench: also write results as JSON lines to this file");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
+ABSL_FLAG(bool, check_flags, false,
+          "check the command's flags (a --flagfile's too) as it would before starting, say so, "
+          "and exit: 0 when they are good, 2 when not");
 
 namespace {
 
@@ -162,12 +165,17 @@ int main(int argc, char** argv) {
   if (auto s = tern::InitLogging(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
     return Fail(std::string(s.message()));
   }
+  if (absl::GetFlag(FLAGS_check_flags)) {
+    std::printf("tern %s: the flags are good\n", command->name.c_str());
+    return 0;
+  }
   tern::ApplyComputeThreads();
   std::vector<std::string> cmd(args.begin() + 1, args.end());
   if (cmd[0] == "worker" && cmd.size() == 1) return tern::WorkerMain();
   if (cmd[0] == "server" && cmd.size() == 1) return tern::ServerMain();
   if (cmd[0] == "client" && cmd.size() == 1) return tern::ClientMain();
   if (cmd[0] == "scheduler" && cmd.size() == 1) return tern::SchedulerMain();
+  if (cmd[0] == "health" && cmd.size() == 1) return tern::HealthMain();
   if (cmd[0] == "run" && cmd.size() == 1) {
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);

@@ -8,8 +8,11 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/process.h"
+#include "cli/service_flags.h"
+#include "core/ops/systemd.h"
 #include "server/scheduler_service.h"
 #include "spdlog/spdlog.h"
 
@@ -44,6 +47,7 @@ int SchedulerMain() {
   o.scheduler.max_members = absl::GetFlag(FLAGS_max_members);
   o.max_waiting_calls = absl::GetFlag(FLAGS_max_waiting_calls);
   o.max_waiting_per_worker = absl::GetFlag(FLAGS_max_waiting_per_worker);
+  o.metrics_listen = MetricsListenFromFlags();
   o.scheduler.topology = absl::GetFlag(FLAGS_topology);
   auto weights = ParseWeightRule(absl::GetFlag(FLAGS_weights));
   if (!weights.ok()) {
@@ -62,9 +66,17 @@ int SchedulerMain() {
                absl::GetFlag(FLAGS_heartbeat_interval_ms),
                absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
+  if ((*server)->metrics_port() > 0) {
+    spdlog::info("scheduler: metrics at http://{}/metrics",
+                 ListenWithPort(o.metrics_listen, (*server)->metrics_port()));
+  }
+  SchedulerServer* s = server->get();
+  SystemdNotifier systemd([s] { return RanRecently(s->last_tick(), absl::Seconds(10)); });
+  systemd.Ready(absl::StrCat("run '", o.scheduler.run_id, "' on port ", s->port()));
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("scheduler: {}, shutting down", strsignal(sig));
+  systemd.Stopping();
   (*server)->Shutdown(absl::Seconds(2));
   return 0;
 }

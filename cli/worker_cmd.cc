@@ -22,10 +22,12 @@
 #include "cli/commands.h"
 #include "cli/limit_flags.h"
 #include "cli/process.h"
+#include "cli/service_flags.h"
 #include "cli/train_flags.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
+#include "core/ops/systemd.h"
 #include "core/rpc/channel.h"
 #include "kernels/builtin.h"
 #include "spdlog/spdlog.h"
@@ -171,6 +173,7 @@ int WorkerMain() {
   options.round_log = absl::GetFlag(FLAGS_round_log);
   options.limits = StreamLimitsFromFlags(options.limits);
   options.engine.max_snapshots = std::max(1, absl::GetFlag(FLAGS_max_snapshots));
+  options.metrics_listen = MetricsListenFromFlags();
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   auto daemon = WorkerDaemon::Start(options, &registries);
   if (!daemon.ok()) {
@@ -182,6 +185,19 @@ int WorkerMain() {
                options.engine.algorithm, options.engine.topology,
                options.engine.algorithm_options.codec);
   WritePortFile(absl::GetFlag(FLAGS_port_file), port);
+  if ((*daemon)->metrics_port() > 0) {
+    spdlog::info("worker {}: metrics at http://{}/metrics", id,
+                 ListenWithPort(options.metrics_listen, (*daemon)->metrics_port()));
+  }
+  // Alive while the round loop runs its jobs: each check queues a no-op that stamps the time.
+  auto loop_ran = std::make_shared<std::atomic<int64_t>>(absl::ToUnixNanos(absl::Now()));
+  SystemdNotifier systemd([d = daemon->get(), loop_ran] {
+    d->Post([loop_ran](bool cancelled) {
+      if (!cancelled) *loop_ran = absl::ToUnixNanos(absl::Now());
+    });
+    return RanRecently(absl::FromUnixNanos(loop_ran->load()), absl::Seconds(30));
+  });
+  systemd.Ready(absl::StrCat("worker ", id, "/", workers, " on port ", port));
   std::unique_ptr<SchedulerClient> scheduler;
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {
     SchedulerClientOptions so;
@@ -257,6 +273,7 @@ int WorkerMain() {
   sigwait(&signals, &sig);
   spdlog::info("worker {}: {}, shutting down", id,
                sig == SIGUSR1 ? "trainer finished" : strsignal(sig));
+  systemd.Stopping();
   stop = true;
   // The trainer goes first: it calls into the daemon. A step waiting for neighbours returns at
   // once once the engine is shut down.

@@ -575,7 +575,18 @@ void Aggregator::CountAccepted(bool stale) {
 
 absl::Status Aggregator::Refuse(absl::Status s) {
   counters_.set_updates_refused(counters_.updates_refused() + 1);
+  ++refusals_[absl::StatusCodeToString(s.code())];
   return s;
+}
+
+std::map<std::string, uint64_t> Aggregator::RefusalsByReason() const {
+  absl::MutexLock lock(&mu_);
+  return refusals_;
+}
+
+absl::Time Aggregator::LastCheckpoint() const {
+  const int64_t ns = checkpoint_unix_ns_.load();
+  return ns == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(ns);
 }
 
 absl::Status Aggregator::Leave(uint32_t client) {
@@ -680,6 +691,7 @@ absl::Status Aggregator::WriteCheckpoint(std::shared_ptr<internal::AggregatorChe
     return s;
   }
   written_seq_ = seq;
+  checkpoint_unix_ns_ = absl::ToUnixNanos(absl::Now());
   // The updates accepted from here on go to a fresh log beside this snapshot.
   return log_->Rotate(seq);
 }

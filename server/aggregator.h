@@ -14,6 +14,7 @@
 #ifndef TERN_SERVER_AGGREGATOR_H_
 #define TERN_SERVER_AGGREGATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -130,6 +131,10 @@ class Aggregator {
   // The counters alone (clients_alive as of the last round opened): O(1) in the clients.
   v1::ServerStatus Counters() const;
   bool done() const;
+  // Refused updates by reason (the status code's name, e.g. "FAILED_PRECONDITION").
+  std::map<std::string, uint64_t> RefusalsByReason() const;
+  // When the checkpoint was last written (InfinitePast: never).
+  absl::Time LastCheckpoint() const;
   // Counts the events a waiting Fetch may be waiting for: the model published (the initial one
   // or a round's close, which may end the run) and a round opened.
   uint64_t events() const;
@@ -220,12 +225,14 @@ class Aggregator {
   std::map<int64_t, uint32_t> model_crc_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Chunked> fetch_cache_ ABSL_GUARDED_BY(mu_);
   v1::ServerStatus counters_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> refusals_ ABSL_GUARDED_BY(mu_);
   uint64_t state_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t events_ ABSL_GUARDED_BY(mu_) = 0;
 
   const std::unique_ptr<UpdateLog> log_;  // null without a checkpoint path
   absl::Mutex io_mu_ ABSL_ACQUIRED_AFTER(mu_);
   uint64_t written_seq_ ABSL_GUARDED_BY(io_mu_) = 0;
+  std::atomic<int64_t> checkpoint_unix_ns_{INT64_MIN};  // LastCheckpoint()
 };
 
 }  // namespace tern

@@ -226,6 +226,11 @@ v1::MembersReply Membership::Members(absl::Time now) const {
   return r;
 }
 
+uint64_t Membership::failures_declared() const {
+  absl::MutexLock lock(&mu_);
+  return failures_declared_;
+}
+
 uint64_t Membership::epoch() const {
   absl::MutexLock lock(&mu_);
   return epoch_;
@@ -252,6 +257,7 @@ std::vector<v1::Failure> Membership::Tick(absl::Time now) {
   for (v1::Failure& f : dead) {
     f.set_epoch(epoch_);
     failures_.push_back(f);
+    ++failures_declared_;
   }
   while (failures_.size() > static_cast<size_t>(std::max(1, options_.keep_failures))) {
     failures_.pop_front();

@@ -55,6 +55,8 @@ class Membership {
   absl::StatusOr<v1::MemberLeaveReply> Leave(uint32_t id);
   v1::MembersReply Members(absl::Time now) const;
   uint64_t epoch() const;
+  // Members declared dead since the start (the Members() reply keeps the latest keep_failures).
+  uint64_t failures_declared() const;
   // Declares members silent for longer than the timeout dead; returns them.
   std::vector<v1::Failure> Tick(absl::Time now);
   const SchedulerOptions& options() const { return options_; }
@@ -90,6 +92,7 @@ class Membership {
   int64_t from_round_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::Failure> failures_ ABSL_GUARDED_BY(mu_);
+  uint64_t failures_declared_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tern

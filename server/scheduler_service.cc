@@ -13,6 +13,7 @@
 #include "grpcpp/alarm.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/metrics.h"
 #include "spdlog/spdlog.h"
 #include "tern/v1/scheduler.grpc.pb.h"
 
@@ -157,7 +158,21 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   std::unique_ptr<SchedulerServer> s(new SchedulerServer(std::move(options), std::move(m)));
   TERN_ASSIGN_OR_RETURN(s->server_,
                         StartGrpcServer(s->options_.listen, {s->service_.get()}, &s->port_));
+  SetHealth(*s->server_, {v1::Scheduler::service_full_name()}, true);
+  s->last_tick_ns_ = absl::ToUnixNanos(absl::Now());
   s->ticker_ = std::thread([p = s.get()] { p->TickerThread(); });
+  if (!s->options_.metrics_listen.empty()) {
+    SchedulerServer* p = s.get();
+    TERN_ASSIGN_OR_RETURN(s->metrics_,
+                          MetricsEndpoint::Start(s->options_.metrics_listen, [p](MetricSet& set) {
+                            int waiting;
+                            {
+                              absl::MutexLock lock(&p->wait_mu_);
+                              waiting = p->waiting_;
+                            }
+                            CollectSchedulerMetrics(*p->membership_, waiting, absl::Now(), set);
+                          }));
+  }
   return s;
 }
 
@@ -176,13 +191,15 @@ absl::Status SchedulerServer::Admit(uint32_t worker) {
         "the scheduler has ", waiting_, " calls waiting, its limit (--max_waiting_calls=",
         options_.max_waiting_calls, "); retry later"));
   }
-  int& mine = waiting_by_worker_[worker];
+  // Looked up, not inserted: a refused call must leave no entry behind.
+  auto it = waiting_by_worker_.find(worker);
+  const int mine = it == waiting_by_worker_.end() ? 0 : it->second;
   if (mine >= options_.max_waiting_per_worker) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "worker ", worker, " has ", mine, " calls waiting, its limit (--max_waiting_per_worker=",
         options_.max_waiting_per_worker, ")"));
   }
-  ++mine;
+  ++waiting_by_worker_[worker];
   ++waiting_;
   return absl::OkStatus();
 }
@@ -196,6 +213,7 @@ void SchedulerServer::Release(uint32_t worker) {
 
 void SchedulerServer::TickerThread() {
   while (!stopping_) {
+    last_tick_ns_ = absl::ToUnixNanos(absl::Now());
     for (const v1::Failure& f : membership_->Tick(absl::Now())) {
       spdlog::warn("scheduler: worker {} ('{}') silent for {:.2f} s: declared dead; epoch {}",
                    f.id(), f.name(), f.detected_after_s(), f.epoch());
@@ -206,6 +224,7 @@ void SchedulerServer::TickerThread() {
 
 void SchedulerServer::Shutdown(absl::Duration grace) {
   if (stopping_.exchange(true)) return;
+  metrics_.reset();
   if (ticker_.joinable()) ticker_.join();
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/ops/metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "server/membership.h"
 
@@ -29,6 +30,8 @@ struct SchedulerServerOptions {
   // call is refused with RESOURCE_EXHAUSTED (each waiting call holds an alarm and a reply).
   int max_waiting_calls = 1024;
   int max_waiting_per_worker = 4;
+  // "HOST:PORT" of a Prometheus /metrics endpoint (server/metrics.h); "" = none.
+  std::string metrics_listen;
 };
 
 class SchedulerServer {
@@ -38,7 +41,11 @@ class SchedulerServer {
   ~SchedulerServer();
 
   int port() const { return port_; }
+  // The /metrics endpoint's port, or 0 without one.
+  int metrics_port() const { return metrics_ == nullptr ? 0 : metrics_->port(); }
   Membership& membership() { return *membership_; }
+  // When the ticker last ran: a daemon whose ticker stopped is not alive (systemd's watchdog).
+  absl::Time last_tick() const { return absl::FromUnixNanos(last_tick_ns_.load()); }
   void Shutdown(absl::Duration grace);
 
  private:
@@ -59,6 +66,8 @@ class SchedulerServer {
   absl::Mutex wait_mu_;
   int waiting_ ABSL_GUARDED_BY(wait_mu_) = 0;
   std::map<uint32_t, int> waiting_by_worker_ ABSL_GUARDED_BY(wait_mu_);
+  std::atomic<int64_t> last_tick_ns_{0};
+  std::unique_ptr<MetricsEndpoint> metrics_;  // stopped first: it reads the above
 };
 
 }  // namespace tern

@@ -12,6 +12,7 @@
 #include "grpcpp/alarm.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/metrics.h"
 #include "spdlog/spdlog.h"
 #include "tern/v1/server.grpc.pb.h"
 
@@ -342,7 +343,17 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   s->SizeBudget();  // a restarted server knows its model already
   TERN_ASSIGN_OR_RETURN(s->server_,
                         StartGrpcServer(s->options_.listen, {s->service_.get()}, &s->port_));
+  SetHealth(*s->server_, {v1::Aggregator::service_full_name()}, true);
+  s->last_tick_ns_ = absl::ToUnixNanos(absl::Now());
   s->ticker_ = std::thread([p = s.get()] { p->TickerThread(); });
+  if (!s->options_.metrics_listen.empty()) {
+    AggregatorServer* p = s.get();
+    TERN_ASSIGN_OR_RETURN(
+        s->metrics_, MetricsEndpoint::Start(s->options_.metrics_listen, [p](MetricSet& m) {
+          absl::MutexLock lock(&p->round_mu_);
+          CollectAggregatorMetrics(*p->aggregator_, p->round_seconds_, absl::Now(), m);
+        }));
+  }
   return s;
 }
 
@@ -365,12 +376,19 @@ AggregatorServer::~AggregatorServer() { Shutdown(absl::Seconds(1)); }
 
 void AggregatorServer::TickerThread() {
   int64_t logged_round = -1;
+  double closed_at = 0;  // when the round last seen closed
   while (!stopping_) {
     absl::Status s = aggregator_->Tick(absl::Now());
     if (!s.ok()) spdlog::error("server: {}", s.ToString());
     WakeFetches();
     const v1::ServerStatus st = aggregator_->Counters();  // no O(clients) count each tick
+    last_tick_ns_ = absl::ToUnixNanos(absl::Now());
     if (static_cast<int64_t>(st.round()) != logged_round && st.round() > 0) {
+      if (logged_round >= 0 && closed_at > 0) {
+        absl::MutexLock lock(&round_mu_);
+        round_seconds_.Observe(st.round_closed_unix_s() - closed_at);
+      }
+      closed_at = st.round_closed_unix_s();
       logged_round = static_cast<int64_t>(st.round());
       spdlog::info("server: round {}/{} closed with {} updates, train loss {:.4f}", st.round(),
                    st.total_rounds(), st.last_round_updates(), st.train_loss());
@@ -400,6 +418,7 @@ void AggregatorServer::WaitDone() { done_.WaitForNotification(); }
 
 void AggregatorServer::Shutdown(absl::Duration grace) {
   if (stopping_.exchange(true)) return;
+  metrics_.reset();
   fetch_waiters_.WakeAll();  // parked long polls answer WAIT now
   if (ticker_.joinable()) ticker_.join();
   if (!done_.HasBeenNotified()) done_.Notify();

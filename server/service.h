@@ -12,9 +12,11 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/thread_pool.h"
+#include "core/ops/metrics.h"
 #include "core/rpc/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/registry.h"
@@ -33,6 +35,8 @@ struct ServerOptions {
   // total; max_buffered_bytes 0 = sized for the model (16 updates, at least 256 MiB).
   StreamLimitOptions limits{
       .max_streams = 4096, .max_streams_per_peer = 4096, .max_buffered_bytes = 0};
+  // "HOST:PORT" of a Prometheus /metrics endpoint (server/metrics.h); "" = none.
+  std::string metrics_listen;
 };
 
 class AggregatorServer {
@@ -43,7 +47,11 @@ class AggregatorServer {
   ~AggregatorServer();
 
   int port() const { return port_; }
+  // The /metrics endpoint's port, or 0 without one.
+  int metrics_port() const { return metrics_ == nullptr ? 0 : metrics_->port(); }
   Aggregator& aggregator() { return *aggregator_; }
+  // When the ticker last ran: a daemon whose ticker stopped is not alive (systemd's watchdog).
+  absl::Time last_tick() const { return absl::FromUnixNanos(last_tick_ns_.load()); }
   // Blocks until the run is done (every round closed) or Shutdown is called.
   void WaitDone();
   // Stops taking calls, lets running ones finish for up to `grace`, stops the ticker.
@@ -70,6 +78,11 @@ class AggregatorServer {
   std::atomic<bool> stopping_{false};
   absl::Notification done_;
   std::thread ticker_;
+  std::atomic<int64_t> last_tick_ns_{0};
+  absl::Mutex round_mu_;
+  HistogramCounts round_seconds_ ABSL_GUARDED_BY(round_mu_){
+      {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}};
+  std::unique_ptr<MetricsEndpoint> metrics_;  // stopped first: it reads the above
 };
 
 }  // namespace tern

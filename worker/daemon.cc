@@ -22,6 +22,8 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "tern/v1/records.pb.h"
+#include "tern/v1/worker.grpc.pb.h"
+#include "worker/metrics.h"
 
 namespace tern {
 namespace {
@@ -171,7 +173,7 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
 
    private:
     void Refuse(const absl::Status& s) {
-      d_->engine_->CountRefused();
+      d_->engine_->CountRefused(s);
       spdlog::warn("worker {}: refused a gossip stream: {}", d_->options_.engine.worker_id,
                    s.ToString());
       Finish(ToGrpcStatus(s));
@@ -405,6 +407,17 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(
   TERN_ASSIGN_OR_RETURN(
       d->server_,
       StartGrpcServer(d->options_.listen, {d->gossip_.get(), d->trainer_.get()}, &d->port_));
+  // A trainer may register from now on; peers may push once it can train.
+  SetHealth(*d->server_, {v1::Trainer::service_full_name()}, true);
+  d->UpdateHealth();
+  if (!d->options_.metrics_listen.empty()) {
+    const RoundEngine* e = d->engine_.get();
+    const EngineOptions* o = &d->options_.engine;
+    TERN_ASSIGN_OR_RETURN(d->metrics_,
+                          MetricsEndpoint::Start(d->options_.metrics_listen, [e, o](MetricSet& m) {
+                            CollectWorkerMetrics(*e, *o, m);
+                          }));
+  }
   if (!d->options_.round_log.empty()) {
     d->round_log_.open(d->options_.round_log, std::ios::trunc);
     if (!d->round_log_) {
@@ -432,6 +445,24 @@ std::shared_ptr<grpc::Channel> WorkerDaemon::InProcessChannel() {
   return server_->InProcessChannel(TernChannelArguments());
 }
 
+absl::Status WorkerDaemon::SetPeers(const std::vector<std::string>& addresses) {
+  TERN_RETURN_IF_ERROR(transport_->SetPeers(addresses));
+  UpdateHealth();
+  return absl::OkStatus();
+}
+
+bool WorkerDaemon::ready() {
+  return engine_->initialized() && (options_.engine.num_workers <= 1 || transport_->has_peers());
+}
+
+void WorkerDaemon::UpdateHealth() {
+  const bool serving = ready();
+  // Under mu_, so it cannot undo Shutdown()'s NOT_SERVING (the health service calls nothing of
+  // ours back).
+  absl::MutexLock lock(&mu_);
+  if (!shut_down_) SetHealth(*server_, {"", v1::Gossip::service_full_name()}, serving);
+}
+
 absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterOnLoop(
     const std::vector<ParamTensor>& layout, absl::Span<const float> x0) {
   RoundEngine* e = engine_.get();
@@ -449,6 +480,7 @@ absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterOnLoop(
   last_step_end_ = absl::Now();
   spdlog::info("worker {}: model registered ({} tensors, {} parameters)", o.worker_id,
                layout.size(), x0.size());
+  UpdateHealth();
   return reply;
 }
 
@@ -647,6 +679,7 @@ void WorkerDaemon::Shutdown(absl::Duration grace) {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  metrics_.reset();
   if (server_ != nullptr) server_->GetHealthCheckService()->SetServingStatus(false);
   engine_->Shutdown();  // a step waiting for neighbours returns now
   {

@@ -27,6 +27,7 @@
 #include "common/seqpacket_server.h"
 #include "common/shared_memory.h"
 #include "core/model/layout.h"
+#include "core/ops/metrics.h"
 #include "core/rpc/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/registry.h"
@@ -47,6 +48,8 @@ struct DaemonOptions {
   // buffer together; max_buffered_bytes 0 = sized for the model (kAutoBufferedModels × its bytes,
   // at least 64 MiB; 64 MiB until a model is registered).
   StreamLimitOptions limits{.max_buffered_bytes = 0};
+  // "HOST:PORT" of a Prometheus /metrics endpoint (worker/metrics.h); "" = none.
+  std::string metrics_listen;
 };
 
 // With an automatic budget, incoming streams may buffer this many models' worth of bytes.
@@ -60,9 +63,12 @@ class WorkerDaemon {
   ~WorkerDaemon();
 
   int port() const { return port_; }
-  absl::Status SetPeers(const std::vector<std::string>& addresses) {
-    return transport_->SetPeers(addresses);
-  }
+  // The /metrics endpoint's port, or 0 without one.
+  int metrics_port() const { return metrics_ == nullptr ? 0 : metrics_->port(); }
+  absl::Status SetPeers(const std::vector<std::string>& addresses);
+  // Whether it can train: a model registered and, with neighbours, their addresses known. Its
+  // health service says NOT_SERVING (the whole server and tern.v1.Gossip) until then.
+  bool ready();
   // A channel to this daemon that skips the network.
   std::shared_ptr<grpc::Channel> InProcessChannel();
 
@@ -100,6 +106,8 @@ class WorkerDaemon {
   // error's message) out.
   std::string DoorbellStep(absl::string_view request);
   void LogStep(const StepOutcome& out);
+  // Sets the health status from ready().
+  void UpdateHealth();
 
   const DaemonOptions options_;
   const CodecRegistry* const codecs_;
@@ -110,6 +118,7 @@ class WorkerDaemon {
   std::unique_ptr<TrainerService> trainer_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::unique_ptr<MetricsEndpoint> metrics_;  // stopped first: it reads engine_
 
   absl::Mutex mu_;
   std::deque<std::function<void(bool)>> jobs_ ABSL_GUARDED_BY(mu_);

@@ -419,6 +419,7 @@ absl::Status RoundEngine::FinishRound(InFlight r, StepOutcome* out) {
   const absl::Time t_pushed = absl::Now();
   uint64_t sent_to = 0;
   Judge(r, results, received, &sent_to, out);
+  CountPeers(r, results);
 
   const absl::Time t_combine = absl::Now();
   MixingRow row = DropNeighbours(r.row, out->dropped);
@@ -547,13 +548,17 @@ absl::Status RoundEngine::Deliver(v1::TensorBundle bundle, uint64_t wire_bytes) 
       return window;
     }
     const uint64_t payload = checked.second.PayloadBytes();
-    TERN_RETURN_IF_ERROR(inbox_->Put(round, checked.first, std::move(checked.second)));
+    const int sender = checked.first;
+    TERN_RETURN_IF_ERROR(inbox_->Put(round, sender, std::move(checked.second)));
     absl::MutexLock lock(&mu_);
     stats_.set_payload_bytes_received(stats_.payload_bytes_received() + payload);
     stats_.set_wire_bytes_received(stats_.wire_bytes_received() + wire_bytes);
+    PeerTraffic& t = peer_traffic_[sender];
+    ++t.messages_received;
+    t.wire_bytes_received += wire_bytes;
     return absl::OkStatus();
   }();
-  if (!s.ok() && !absl::IsUnavailable(s)) CountRefused();
+  if (!s.ok() && !absl::IsUnavailable(s)) CountRefused(s);
   return s;
 }
 
@@ -587,7 +592,7 @@ absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(v1::TensorBundle bundle
     stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + out.ByteSizeLong());
     return out;
   }();
-  if (!reply.ok() && !absl::IsUnavailable(reply.status())) CountRefused();
+  if (!reply.ok() && !absl::IsUnavailable(reply.status())) CountRefused(reply.status());
   return reply;
 }
 
@@ -680,9 +685,38 @@ void RoundEngine::CountTime(double (v1::WorkerStats::*get)() const,
   stats_.set_decode_seconds(stats_.decode_seconds() + decode);
 }
 
-void RoundEngine::CountRefused() {
+void RoundEngine::CountRefused(const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   stats_.set_messages_refused(stats_.messages_refused() + 1);
+  ++refusals_[absl::StatusCodeToString(why.code())];
+}
+
+void RoundEngine::CountPeers(const InFlight& r, const std::map<int, absl::Status>& results) {
+  int up = 0;
+  for (int j : r.nbrs) up += up_[j] ? 1 : 0;
+  absl::MutexLock lock(&mu_);
+  peers_up_ = {up, static_cast<int>(r.nbrs.size())};
+  for (const auto& [j, s] : results) {
+    if (!s.ok()) continue;
+    PeerTraffic& t = peer_traffic_[j];
+    ++t.messages_sent;
+    t.wire_bytes_sent += r.wire;
+  }
+}
+
+std::map<int, RoundEngine::PeerTraffic> RoundEngine::PeerStats() const {
+  absl::MutexLock lock(&mu_);
+  return peer_traffic_;
+}
+
+std::map<std::string, uint64_t> RoundEngine::RefusalsByReason() const {
+  absl::MutexLock lock(&mu_);
+  return refusals_;
+}
+
+std::pair<int, int> RoundEngine::PeersUp() const {
+  absl::MutexLock lock(&mu_);
+  return peers_up_;
 }
 
 void RoundEngine::KeepSnapshot(int64_t step, absl::Span<const float> x) {

@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -148,12 +149,22 @@ class RoundEngine {
   // The steps whose parameters are kept now, oldest first.
   std::vector<int64_t> SnapshotSteps() const;
   v1::WorkerStats Stats() const;
+  // Each peer's traffic with this worker (by worker id), for the metrics endpoint.
+  struct PeerTraffic {
+    uint64_t messages_sent = 0, wire_bytes_sent = 0;          // pushes it accepted
+    uint64_t messages_received = 0, wire_bytes_received = 0;  // its messages accepted here
+  };
+  std::map<int, PeerTraffic> PeerStats() const;
+  // Refused incoming messages by reason (the status code's name, e.g. "INVALID_ARGUMENT").
+  std::map<std::string, uint64_t> RefusalsByReason() const;
+  // Neighbours of the last round believed up (reachable and in step), and how many it had.
+  std::pair<int, int> PeersUp() const;
 
   // SwarmSGD: a neighbour's model; answers with ours and averages theirs in at our next step.
   absl::StatusOr<v1::TensorBundle> HandleSwap(v1::TensorBundle bundle, uint64_t wire_bytes);
 
-  // Counts a refused incoming push (the RPC layer refuses some before Deliver).
-  void CountRefused();
+  // Counts a refused incoming push (the RPC layer refuses some before Deliver) by `why`'s code.
+  void CountRefused(const absl::Status& why);
   // Wakes a Step() waiting for neighbours and refuses further messages.
   void Shutdown();
 
@@ -182,6 +193,9 @@ class RoundEngine {
   absl::Status FinishRound(InFlight r, StepOutcome* out);
   void Judge(const InFlight& r, const std::map<int, absl::Status>& results,
              const std::map<int, GossipMessage>& received, uint64_t* sent_to, StepOutcome* out);
+  // Counts the round's accepted pushes per peer and the neighbours believed up.
+  void CountPeers(const InFlight& r, const std::map<int, absl::Status>& results)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status RunSwap(int64_t step, GossipMessage msg, StepOutcome* out);
   absl::Status ApplyMerges();
   absl::Status Publish(int64_t step);
@@ -232,6 +246,9 @@ class RoundEngine {
   std::map<int64_t, std::vector<float>> snapshots_ ABSL_GUARDED_BY(mu_);
   v1::WorkerStats stats_ ABSL_GUARDED_BY(mu_);
   v1::WorkerStats last_step_stats_ ABSL_GUARDED_BY(mu_);  // stats_ when the last Step ended
+  std::map<int, PeerTraffic> peer_traffic_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> refusals_ ABSL_GUARDED_BY(mu_);
+  std::pair<int, int> peers_up_ ABSL_GUARDED_BY(mu_) = {0, 0};
   absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 
   mutable absl::Mutex guard_mu_;

@@ -18,8 +18,10 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -128,46 +130,6 @@ class SinkService final : public v1::Aggregator::CallbackService {
     };
     return new Reader();
   }
-};
-
-// One push of the anchor: the chunks in order, then a count down (failures counted).
-class SinkPush final : public grpc::ClientWriteReactor<v1::UpdateRequest> {
- public:
-  SinkPush(v1::Aggregator::Stub* stub, std::shared_ptr<const std::vector<v1::BundleChunk>> chunks,
-           absl::Duration timeout, absl::BlockingCounter* done, std::atomic<int>* failed)
-      : chunks_(std::move(chunks)), done_(done), failed_(failed) {
-    ctx_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    stub->async()->Push(&ctx_, &reply_, this);
-    WriteNext();
-    StartCall();
-  }
-  void OnWriteDone(bool ok) override {
-    if (ok) WriteNext();
-  }
-  void OnDone(const grpc::Status& s) override {
-    if (!s.ok()) ++*failed_;
-    absl::BlockingCounter* done = done_;
-    delete this;
-    done->DecrementCount();
-  }
-
- private:
-  void WriteNext() {
-    if (next_ == chunks_->size()) {
-      StartWritesDone();
-      return;
-    }
-    *req_.mutable_chunk() = (*chunks_)[next_++];
-    StartWrite(&req_);
-  }
-
-  const std::shared_ptr<const std::vector<v1::BundleChunk>> chunks_;
-  absl::BlockingCounter* const done_;
-  std::atomic<int>* const failed_;
-  grpc::ClientContext ctx_;
-  v1::UpdateRequest req_;
-  v1::UpdateReply reply_;
-  size_t next_ = 0;
 };
 
 // One simulated client: Join, then Fetch (long poll) and Push, forever, until DONE or stop.
@@ -339,19 +301,19 @@ class FetchCall final : public grpc::ClientReadReactor<v1::FetchReply> {
   bool first_ = true;
 };
 
-// A Push of the round's update, timed from the call's start to the server's verdict.
+// One Push: the chunks in order (the first with `info`, when given), then `done`
+// with the server's verdict and the seconds from the call's start to it. Serves the simulated
+// clients and the anchor alike.
 class PushCall final : public grpc::ClientWriteReactor<v1::UpdateRequest> {
  public:
-  PushCall(SimClient* c, uint64_t round)
-      : c_(c), chunks_(c->swarm()->UpdateChunks(round)), started_(absl::Now()) {
-    ctx_.set_deadline(absl::ToChronoTime(started_ + c->swarm()->call_timeout()));
-    c->stub()->async()->Push(&ctx_, &reply_, this);
-    v1::UpdateInfo* info = req_.mutable_info();
-    info->set_client_id(c->id());
-    info->set_round(round);
-    info->set_weight(60);
-    info->set_loss(1.0f);
-    info->set_batch(32);
+  using Done = std::function<void(const grpc::Status&, double seconds)>;
+
+  PushCall(v1::Aggregator::Stub* stub, std::shared_ptr<const std::vector<v1::BundleChunk>> chunks,
+           const std::optional<v1::UpdateInfo>& info, absl::Duration timeout, Done done)
+      : chunks_(std::move(chunks)), done_(std::move(done)), started_(absl::Now()) {
+    ctx_.set_deadline(absl::ToChronoTime(started_ + timeout));
+    stub->async()->Push(&ctx_, &reply_, this);
+    if (info) *req_.mutable_info() = *info;
     WriteNext();
     StartCall();
   }
@@ -359,14 +321,10 @@ class PushCall final : public grpc::ClientWriteReactor<v1::UpdateRequest> {
     if (ok) WriteNext();
   }
   void OnDone(const grpc::Status& s) override {
-    SimClient* c = c_;
     const double seconds = absl::ToDoubleSeconds(absl::Now() - started_);
+    Done done = std::move(done_);
     delete this;
-    Swarm* swarm = c->swarm();
-    swarm->Pushed(seconds, s.ok());
-    if (!s.ok()) swarm->Failed("Push", s);
-    if (swarm->stopping()) return swarm->ClientDone();
-    c->Fetch();
+    done(s, seconds);
   }
 
  private:
@@ -375,12 +333,13 @@ class PushCall final : public grpc::ClientWriteReactor<v1::UpdateRequest> {
       StartWritesDone();
       return;
     }
+    if (next_ > 0) req_.clear_info();
     *req_.mutable_chunk() = (*chunks_)[next_++];
     StartWrite(&req_);
   }
 
-  SimClient* const c_;
   const std::shared_ptr<const std::vector<v1::BundleChunk>> chunks_;
+  Done done_;
   const absl::Time started_;
   grpc::ClientContext ctx_;
   v1::UpdateRequest req_;
@@ -394,7 +353,20 @@ void SimClient::Fetch() {
 }
 void SimClient::Push(uint64_t round) {
   Enter(kPushing);
-  new PushCall(this, round);
+  v1::UpdateInfo info;
+  info.set_client_id(id());
+  info.set_round(round);
+  info.set_weight(60);
+  info.set_loss(1.0f);
+  info.set_batch(32);
+  new PushCall(stub(), swarm()->UpdateChunks(round), info, swarm()->call_timeout(),
+               [this](const grpc::Status& s, double seconds) {
+                 Swarm* swarm = this->swarm();
+                 swarm->Pushed(seconds, s.ok());
+                 if (!s.ok()) swarm->Failed("Push", s);
+                 if (swarm->stopping()) return swarm->ClientDone();
+                 Fetch();
+               });
 }
 
 // ---- Swarm ----------------------------------------------------------------------------------
@@ -595,8 +567,11 @@ absl::StatusOr<std::vector<double>> Swarm::Anchor(int k, int reps) {
     absl::BlockingCounter done(k);
     const absl::Time t0 = absl::Now();
     for (int i = 0; i < k; ++i) {
-      new SinkPush(stubs[static_cast<size_t>(i) % stubs.size()].get(), chunks, call_timeout_, &done,
-                   &failed);
+      new PushCall(stubs[static_cast<size_t>(i) % stubs.size()].get(), chunks, std::nullopt,
+                   call_timeout_, [&done, &failed](const grpc::Status& s, double) {
+                     if (!s.ok()) ++failed;
+                     done.DecrementCount();
+                   });
     }
     done.Wait();
     seconds.push_back(absl::ToDoubleSeconds(absl::Now() - t0));

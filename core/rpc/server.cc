@@ -25,4 +25,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   return server;
 }
 
+void SetHealth(grpc::Server& server, const std::vector<std::string>& names, bool serving) {
+  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
+  for (const std::string& name : names) health->SetServingStatus(name, serving);
+}
+
 }  // namespace tern

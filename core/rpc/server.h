@@ -14,11 +14,16 @@
 
 namespace tern {
 
-// Builds and starts a server for `services` on `listen` with the health (serving) and
-// reflection services on; `port` gets the bound port. A request is one chunk (<= 1 MiB of data)
-// plus a small header, so that is the largest message taken.
+// Builds and starts a server for `services` on `listen` with the health (the server as a whole
+// SERVING; a daemon sets its services' names) and reflection services on; `port` gets the bound
+// port. A request is one chunk (<= 1 MiB of data) plus a small header, so that is the largest
+// message taken.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
     const std::string& listen, const std::vector<grpc::Service*>& services, int* port);
+
+// Sets the health status of each of `names` (a service's full name, e.g. "tern.v1.Gossip", or
+// "" for the server as a whole), as grpc_health_probe and Kubernetes gRPC probes ask for it.
+void SetHealth(grpc::Server& server, const std::vector<std::string>& names, bool serving);
 
 }  // namespace tern
 

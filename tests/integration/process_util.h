@@ -27,21 +27,28 @@ inline std::string MakeTempDir() {
   return t;
 }
 
-// With `own_group`, the child leads a new process group, as a shell job does (so a test can
-// send the group SIGINT the way a terminal's Ctrl-C does).
-inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log,
-                   bool own_group = false) {
+// Runs `program` with `args`, its output to `log`. With `own_group`, the child leads a new
+// process group, as a shell job does (so a test can send the group SIGINT the way a terminal's
+// Ctrl-C does).
+inline pid_t SpawnProgram(const std::string& program, const std::vector<std::string>& args,
+                          const std::string& log, bool own_group = false) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   if (own_group) setpgid(0, 0);
   int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   dup2(fd, 1);
   dup2(fd, 2);
-  std::vector<char*> argv{const_cast<char*>(TERN_BINARY)};
+  std::vector<char*> argv{const_cast<char*>(program.c_str())};
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  execv(TERN_BINARY, argv.data());
+  execv(program.c_str(), argv.data());
   _exit(127);
+}
+
+// Runs the `tern` binary under test.
+inline pid_t Spawn(const std::vector<std::string>& args, const std::string& log,
+                   bool own_group = false) {
+  return SpawnProgram(TERN_BINARY, args, log, own_group);
 }
 
 inline int Wait(pid_t pid) {

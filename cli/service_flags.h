@@ -1,0 +1,27 @@
+// What the daemons (`tern worker`, `tern server`, `tern scheduler`) share for running as a
+// service: the metrics endpoint's flag and the systemd watchdog's liveness rule.
+#ifndef TERN_CLI_SERVICE_FLAGS_H_
+#define TERN_CLI_SERVICE_FLAGS_H_
+
+#include <string>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace tern {
+
+// --metrics_listen: "HOST:PORT" of the daemon's Prometheus /metrics endpoint ("" = none).
+std::string MetricsListenFromFlags();
+
+// `listen` ("HOST:PORT") with the port actually bound, for a log line a user can paste.
+std::string ListenWithPort(const std::string& listen, int port);
+
+// A daemon whose periodic work (a ticker, a round loop) last ran at `last` is alive while this
+// is recent; systemd's watchdog goes unfed after that.
+inline bool RanRecently(absl::Time last, absl::Duration within) {
+  return absl::Now() - last < within;
+}
+
+}  // namespace tern
+
+#endif  // TERN_CLI_SERVICE_FLAGS_H_

@@ -1,0 +1,62 @@
+# `cmake --install`: the tern binary, the systemd units and sysusers file, example flagfiles and
+# deploy files, the docs, and the libraries a C++ program builds on (wire API, codecs, chunking,
+# the gRPC edge, model layouts) with their headers and a CMake package config, so that an outside
+# project can `find_package(tern)` and link `tern::kernels` etc. (docs/deploy.md).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(TERN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/tern)
+set(TERN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/tern)
+
+install(TARGETS tern RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# Daemons as services. Units go under the prefix (/usr/lib/systemd/system for prefix /usr).
+install(FILES deploy/systemd/tern-worker.service deploy/systemd/tern-server.service
+              deploy/systemd/tern-scheduler.service
+        DESTINATION lib/systemd/system)
+install(FILES deploy/systemd/tern.sysusers DESTINATION lib/sysusers.d
+        RENAME tern.conf)
+install(FILES deploy/etc/worker.flags deploy/etc/server.flags deploy/etc/scheduler.flags
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/tern/examples)
+install(DIRECTORY deploy/ DESTINATION ${CMAKE_INSTALL_DATADIR}/tern/deploy
+        PATTERN "*.service" EXCLUDE)
+install(FILES docs/deploy.md docs/architecture.md docs/wire-format.md
+        DESTINATION ${CMAKE_INSTALL_DOCDIR})
+
+# Libraries and headers. The headers keep the tree's paths ("kernels/registry.h",
+# "tern/v1/tensor.pb.h") under include/tern.
+set(TERN_EXPORTED_LIBS tern_proto tern_common tern_kernels tern_rpc tern_model)
+foreach(lib ${TERN_EXPORTED_LIBS})
+  target_include_directories(${lib} INTERFACE $<INSTALL_INTERFACE:${TERN_INSTALL_INCLUDEDIR}>)
+endforeach()
+set_target_properties(tern_proto PROPERTIES EXPORT_NAME proto)
+set_target_properties(tern_common PROPERTIES EXPORT_NAME common)
+set_target_properties(tern_kernels PROPERTIES EXPORT_NAME kernels)
+set_target_properties(tern_rpc PROPERTIES EXPORT_NAME rpc)
+set_target_properties(tern_model PROPERTIES EXPORT_NAME model)
+install(TARGETS ${TERN_EXPORTED_LIBS} EXPORT ternTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+foreach(dir common kernels core/rpc core/model)
+  install(DIRECTORY ${dir}/ DESTINATION ${TERN_INSTALL_INCLUDEDIR}/${dir}
+          FILES_MATCHING PATTERN "*.h" PATTERN "cuda" EXCLUDE)
+endforeach()
+install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/gen/ DESTINATION ${TERN_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.pb.h" PATTERN "*_mock.grpc.pb.h" EXCLUDE)
+install(EXPORT ternTargets NAMESPACE tern:: DESTINATION ${TERN_INSTALL_CMAKEDIR})
+configure_package_config_file(cmake/tern-config.cmake.in
+                              ${PROJECT_BINARY_DIR}/tern-config.cmake
+                              INSTALL_DESTINATION ${TERN_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/tern-config-version.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/tern-config.cmake ${PROJECT_BINARY_DIR}/tern-config-version.cmake
+        DESTINATION ${TERN_INSTALL_CMAKEDIR})
+
+# A Debian package of the same tree: cpack -G DEB in the build folder.
+set(CPACK_PACKAGE_NAME tern)
+set(CPACK_PACKAGE_CONTACT "tern developers <tern@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "training over slow networks: gossip workers, aggregator, scheduler")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+include(CPack)

@@ -1,0 +1,61 @@
+#include "core/ops/metrics.h"
+
+#include <atomic>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/http_get.h"
+
+namespace tern {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(MetricsEndpoint, AScrapeReadsTheDaemonsCountersAtThatMoment) {
+  std::atomic<int> steps{3};
+  auto e = MetricsEndpoint::Start("127.0.0.1:0", [&](MetricSet& m) {
+    m.Counter("tern_test_steps_total", "Steps.", steps.load(), {{"worker", "0"}});
+    m.Counter("tern_test_steps_total", "Steps.", 7, {{"worker", "1"}});
+    m.Gauge("tern_test_ready", "Ready.", 1);
+  });
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_GT((*e)->port(), 0);
+  absl::StatusOr<std::string> body = testing::HttpGet((*e)->port(), "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_THAT(*body, HasSubstr("# TYPE tern_test_steps_total counter"));
+  EXPECT_THAT(*body, HasSubstr("tern_test_steps_total{worker=\"0\"} 3"));
+  EXPECT_THAT(*body, HasSubstr("tern_test_steps_total{worker=\"1\"} 7"));
+  EXPECT_THAT(*body, HasSubstr("# TYPE tern_test_ready gauge"));
+  EXPECT_THAT(*body, HasSubstr("tern_build_info{"));
+  EXPECT_THAT(*body, HasSubstr("process_start_time_seconds "));
+  steps = 4;
+  body = testing::HttpGet((*e)->port(), "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_THAT(*body, HasSubstr("tern_test_steps_total{worker=\"0\"} 4"));
+}
+
+TEST(MetricsEndpoint, APortAlreadyTakenIsAnErrorNotACrash) {
+  auto first = MetricsEndpoint::Start("127.0.0.1:0", [](MetricSet&) {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second =
+      MetricsEndpoint::Start(absl::StrCat("127.0.0.1:", (*first)->port()), [](MetricSet&) {});
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.status().message(), HasSubstr("cannot listen on"));
+}
+
+TEST(MetricsEndpoint, NoCollectRunsAfterTheEndpointIsGone) {
+  std::atomic<int> calls{0};
+  int port = 0;
+  {
+    auto e = MetricsEndpoint::Start("127.0.0.1:0", [&](MetricSet&) { ++calls; });
+    ASSERT_TRUE(e.ok()) << e.status();
+    port = (*e)->port();
+    ASSERT_TRUE(testing::HttpGet(port, "/metrics").ok());
+  }
+  const int seen = calls.load();
+  EXPECT_FALSE(testing::HttpGet(port, "/metrics").ok());
+  EXPECT_EQ(calls.load(), seen);
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,83 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tern {
+
+namespace {
+
+void Bytes(const v1::ServerStatus& s, MetricSet& m) {
+  const std::pair<const char*, std::pair<double, double>> bytes[] = {
+      {"payload", {s.payload_bytes_up(), s.payload_bytes_down()}},
+      {"wire", {s.wire_bytes_up(), s.wire_bytes_down()}},
+      {"dense", {s.dense_bytes_up(), s.dense_bytes_down()}}};
+  for (const auto& [kind, up_down] : bytes) {
+    m.Counter("tern_server_bytes_total",
+              "Bytes of the tensors exchanged with clients: encoded payload, serialized wire, "
+              "or raw fp32 (dense); up is clients to server.",
+              up_down.first, {{"direction", "up"}, {"kind", kind}});
+    m.Counter("tern_server_bytes_total", "", up_down.second,
+              {{"direction", "down"}, {"kind", kind}});
+  }
+}
+
+}  // namespace
+
+void CollectAggregatorMetrics(const Aggregator& a, const HistogramCounts& round_seconds,
+                              absl::Time now, MetricSet& m) {
+  const v1::ServerStatus s = a.Status(now);
+  m.Counter("tern_server_rounds_total", "Rounds closed (the global model's version).", s.round());
+  m.Gauge("tern_server_total_rounds", "Rounds the run is configured for.", s.total_rounds());
+  m.Gauge("tern_server_round_open", "1 while a round is open.", s.round_open() ? 1 : 0);
+  m.Gauge("tern_server_done", "1 once every round closed.", s.done() ? 1 : 0);
+  m.Gauge("tern_server_clients_joined", "Clients that joined this run.", s.clients_joined());
+  m.Gauge("tern_server_clients_alive", "Clients heard from within the client timeout.",
+          s.clients_alive());
+  const std::pair<const char*, uint64_t> updates[] = {{"accepted", s.updates_accepted()},
+                                                      {"stale", s.updates_stale()},
+                                                      {"dropped", s.updates_dropped()}};
+  for (const auto& [verdict, n] : updates) {
+    m.Counter("tern_server_updates_total",
+              "Client updates by verdict: accepted in time, accepted late with a staleness "
+              "weight, or too late to use.",
+              n, {{"verdict", verdict}});
+  }
+  for (const auto& [reason, n] : a.RefusalsByReason()) {
+    m.Counter("tern_server_updates_refused_total", "Client updates refused, by reason.", n,
+              {{"reason", reason}});
+  }
+  Bytes(s, m);
+  m.Gauge("tern_server_train_loss", "Weighted mean client loss of the last closed round.",
+          s.train_loss());
+  m.Counter("tern_server_restarts_total", "Times this run's server resumed from its checkpoint.",
+            s.restarts());
+  m.Histogram("tern_server_round_seconds",
+              "Length of each closed round (from one close to the next).", round_seconds);
+  if (s.round_closed_unix_s() > 0) {
+    m.Gauge("tern_server_last_round_age_seconds", "Seconds since the last round closed.",
+            absl::ToDoubleSeconds(now - absl::FromUnixSeconds(0)) - s.round_closed_unix_s());
+  }
+  if (const absl::Time c = a.LastCheckpoint(); c != absl::InfinitePast()) {
+    m.Gauge("tern_server_checkpoint_age_seconds", "Seconds since the checkpoint was last written.",
+            absl::ToDoubleSeconds(now - c));
+  }
+}
+
+void CollectSchedulerMetrics(const Membership& membership, int waiting, absl::Time now,
+                             MetricSet& m) {
+  const v1::MembersReply r = membership.Members(now);
+  m.Gauge("tern_scheduler_epoch", "The membership epoch (one more per change of the live set).",
+          r.epoch());
+  m.Gauge("tern_scheduler_members", "Live members.", r.members_size());
+  m.Counter("tern_scheduler_failures_total", "Members declared dead.",
+            membership.failures_declared());
+  m.Gauge("tern_scheduler_waiting_calls", "Long polls (GetView, Barrier) waiting now.", waiting);
+  double furthest = 0;
+  for (const v1::Member& w : r.members()) furthest = std::max<double>(furthest, w.round());
+  m.Gauge("tern_scheduler_furthest_round", "The furthest round a live member reported.", furthest);
+}
+
+}  // namespace tern

@@ -1,0 +1,271 @@
+// Running the daemons as services: Prometheus scraping all three, systemd's notify protocol.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/rpc/channel.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tern/v1/server.grpc.pb.h"
+#include "tern/v1/worker.grpc.pb.h"
+#include "tests/integration/process_util.h"
+#include "tests/testing/http_get.h"
+
+namespace tern {
+namespace {
+
+constexpr char kPrometheus[] = "/usr/bin/prometheus";
+constexpr char kPromtool[] = "/usr/bin/promtool";
+
+// The port a daemon logged for its metrics endpoint ("metrics at http://HOST:PORT/metrics"), or 0
+// after 30 s.
+int MetricsPort(const std::string& log) {
+  static const std::regex re("metrics at http://[0-9.]+:([0-9]+)/metrics");
+  for (int i = 0; i < 600; ++i) {
+    std::smatch m;
+    const std::string text = ReadFile(log);
+    if (std::regex_search(text, m, re)) return std::stoi(m[1]);
+    usleep(50 * 1000);
+  }
+  return 0;
+}
+
+// A port free now (for Prometheus, which cannot say which port 0 became).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// The value of an instant query's first sample, from Prometheus's HTTP API.
+std::optional<double> PromQuery(int port, const std::string& query) {
+  absl::StatusOr<std::string> body = testing::HttpGet(port, "/api/v1/query?query=" + query);
+  if (!body.ok()) return std::nullopt;
+  static const std::regex re("\"value\":\\[[0-9.]+,\"([^\"]+)\"\\]");
+  std::smatch m;
+  if (!std::regex_search(*body, m, re)) return std::nullopt;
+  return std::stod(m[1]);
+}
+
+// promtool's verdict on an exposition: its output, empty when clean.
+std::string Promtool(const std::string& exposition, const std::string& dir) {
+  const std::string in = dir + "/exposition.txt", out = dir + "/promtool.txt";
+  std::FILE* f = std::fopen(in.c_str(), "w");
+  std::fwrite(exposition.data(), 1, exposition.size(), f);
+  std::fclose(f);
+  const int rc =
+      std::system(absl::StrCat(kPromtool, " check metrics < ", in, " > ", out, " 2>&1").c_str());
+  const std::string said = ReadFile(out);
+  return rc == 0 ? said : absl::StrCat("exit ", rc, ": ", said);
+}
+
+template <typename Stub>
+std::unique_ptr<typename Stub::Stub> StubTo(int port) {
+  return Stub::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+}
+
+void Deadline(grpc::ClientContext* ctx) {
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+}
+
+class Daemons {
+ public:
+  ~Daemons() {
+    for (pid_t pid : pids_) kill(pid, SIGTERM);
+    for (pid_t pid : pids_) Wait(pid);
+  }
+  pid_t Add(pid_t pid) {
+    pids_.push_back(pid);
+    return pid;
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+TEST(Prometheus, ScrapesEveryDaemonAndStoresWhatItsOwnCountersSay) {
+  if (access(kPrometheus, X_OK) != 0 || access(kPromtool, X_OK) != 0) {
+    GTEST_SKIP() << "needs Debian's prometheus package (" << kPrometheus << ", " << kPromtool
+                 << ")";
+  }
+  const std::string dir = MakeTempDir();
+  Daemons daemons;
+  const std::vector<std::string> metrics = {"--metrics_listen=127.0.0.1:0"};
+  daemons.Add(Spawn({"scheduler", "--listen=127.0.0.1:0", "--port_file=" + dir + "/sched.port",
+                     "--run_id=it", metrics[0]},
+                    dir + "/scheduler.log"));
+  const int sched_port = WaitForPort(dir + "/sched.port");
+  ASSERT_GT(sched_port, 0) << ReadFile(dir + "/scheduler.log");
+  daemons.Add(
+      Spawn({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/server.port", "--run_id=it",
+             "--min_clients=2", "--clients_per_round=2", "--rounds=3", "--local_epochs=0",
+             "--local_steps=5", "--round_deadline_s=60", "--linger_s=600", metrics[0]},
+            dir + "/server.log"));
+  const int server_port = WaitForPort(dir + "/server.port");
+  ASSERT_GT(server_port, 0) << ReadFile(dir + "/server.log");
+  daemons.Add(Spawn(
+      {"client", absl::StrCat("--server=127.0.0.1:", server_port), "--clients=2", "--run_id=it"},
+      dir + "/clients.log"));
+  daemons.Add(Spawn({"worker", "--listen=127.0.0.1:0", "--port_file=" + dir + "/worker.port",
+                     "--workers=1", "--max_steps=40", "--run_id=it",
+                     absl::StrCat("--scheduler=127.0.0.1:", sched_port), metrics[0]},
+                    dir + "/worker.log"));
+  const int worker_port = WaitForPort(dir + "/worker.port");
+  ASSERT_GT(worker_port, 0) << ReadFile(dir + "/worker.log");
+  const int scrape[3] = {MetricsPort(dir + "/scheduler.log"), MetricsPort(dir + "/server.log"),
+                         MetricsPort(dir + "/worker.log")};
+  for (int port : scrape) {
+    ASSERT_GT(port, 0);
+    absl::StatusOr<std::string> body = testing::HttpGet(port, "/metrics");
+    ASSERT_TRUE(body.ok()) << body.status();
+    EXPECT_EQ(Promtool(*body, dir), "") << *body;
+  }
+
+  const int prom_port = FreePort();
+  {
+    std::FILE* f = std::fopen((dir + "/prometheus.yml").c_str(), "w");
+    std::fprintf(f,
+                 "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: tern\n"
+                 "    static_configs:\n      - targets: ['127.0.0.1:%d', '127.0.0.1:%d', "
+                 "'127.0.0.1:%d']\n",
+                 scrape[0], scrape[1], scrape[2]);
+    std::fclose(f);
+  }
+  daemons.Add(SpawnProgram(
+      kPrometheus,
+      {"--config.file=" + dir + "/prometheus.yml", "--storage.tsdb.path=" + dir + "/tsdb",
+       absl::StrCat("--web.listen-address=127.0.0.1:", prom_port)},
+      dir + "/prometheus.log"));
+
+  // The runs end; then each daemon's own counter, and what Prometheus stored, must agree.
+  auto server = StubTo<v1::Aggregator>(server_port);
+  auto worker = StubTo<v1::Trainer>(worker_port);
+  v1::ServerStatus st;
+  v1::WorkerStats ws;
+  const absl::Time deadline = absl::Now() + absl::Seconds(240);
+  while (absl::Now() < deadline) {
+    grpc::ClientContext c1, c2;
+    Deadline(&c1);
+    Deadline(&c2);
+    const bool got = server->Status(&c1, v1::StatusRequest(), &st).ok() &&
+                     worker->Stats(&c2, v1::StatsRequest(), &ws).ok();
+    if (got && st.done() && ws.steps() == 40) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_TRUE(st.done()) << ReadFile(dir + "/server.log");
+  ASSERT_EQ(ws.steps(), 40u) << ReadFile(dir + "/worker.log");
+  std::optional<double> rounds, steps, members;
+  while (absl::Now() < deadline) {
+    rounds = PromQuery(prom_port, "tern_server_rounds_total");
+    steps = PromQuery(prom_port, "tern_worker_steps_total");
+    members = PromQuery(prom_port, "tern_scheduler_members");
+    if (rounds == st.round() && steps == ws.steps() && members == 1) break;
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  EXPECT_EQ(rounds, static_cast<double>(st.round())) << ReadFile(dir + "/prometheus.log");
+  EXPECT_EQ(steps, static_cast<double>(ws.steps()));
+  EXPECT_EQ(members, 1.0);
+  EXPECT_EQ(PromQuery(prom_port, "tern_server_bytes_total{direction=\"up\",kind=\"wire\"}"),
+            static_cast<double>(st.wire_bytes_up()));
+  EXPECT_EQ(PromQuery(prom_port, "count(up==1)"), 3.0);
+}
+
+// A notify socket as systemd makes one, in NOTIFY_SOCKET for the children spawned meanwhile.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    path_.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    setenv("NOTIFY_SOCKET", path_.c_str(), 1);
+    setenv("WATCHDOG_USEC", "400000", 1);
+  }
+  ~NotifySocket() {
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+    close(fd_);
+  }
+  // Whether a watchdog ping comes within 30 s.
+  bool WaitForPing() {
+    timeval tv{30, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd_, buf, sizeof(buf), 0)) > 0) {
+      if (std::string(buf, static_cast<size_t>(n)) == "WATCHDOG=1") return true;
+    }
+    return false;
+  }
+  // The next message other than a watchdog ping, or "" after 30 s.
+  std::string Next() {
+    timeval tv{30, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd_, buf, sizeof(buf), 0)) > 0) {
+      std::string m(buf, static_cast<size_t>(n));
+      if (m != "WATCHDOG=1") return m;
+    }
+    return "";
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+TEST(Systemd, EachDaemonSaysReadyOnceServingFeedsItsWatchdogAndSaysStopping) {
+  const std::string dir = MakeTempDir();
+  const std::vector<std::vector<std::string>> commands = {
+      {"scheduler", "--run_id=it"},
+      {"server", "--run_id=it", "--rounds=1"},
+      {"worker", "--workers=1", "--trainer=external"}};
+  for (const std::vector<std::string>& command : commands) {
+    SCOPED_TRACE(command[0]);
+    NotifySocket systemd(absl::StrCat(dir, "/notify-", command[0]));
+    std::vector<std::string> args = command;
+    const std::string port_file = absl::StrCat(dir, "/", command[0], ".port");
+    args.push_back("--listen=127.0.0.1:0");
+    args.push_back("--port_file=" + port_file);
+    const std::string log = absl::StrCat(dir, "/", command[0], ".log");
+    const pid_t pid = Spawn(args, log);
+    const std::string ready = systemd.Next();
+    EXPECT_EQ(ready.rfind("READY=1\nSTATUS=", 0), 0u) << ready << ReadFile(log);
+    // Ready means serving: the port is known and the health service answers.
+    int port = 0;
+    std::ifstream(port_file) >> port;
+    ASSERT_GT(port, 0);
+    auto health = StubTo<grpc::health::v1::Health>(port);
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    grpc::health::v1::HealthCheckResponse r;
+    EXPECT_TRUE(health->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &r).ok());
+    health.reset();
+    EXPECT_TRUE(systemd.WaitForPing());
+    kill(pid, SIGTERM);
+    EXPECT_EQ(systemd.Next(), "STOPPING=1");
+    EXPECT_EQ(Wait(pid), 0) << ReadFile(log);
+  }
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,88 @@
+#include "worker/metrics.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace tern {
+
+namespace {
+
+void Traffic(const RoundEngine& e, const MetricLabels& base, MetricSet& m) {
+  for (const auto& [peer, t] : e.PeerStats()) {
+    MetricLabels l = base;
+    l.emplace_back("peer", absl::StrCat(peer));
+    m.Counter("tern_worker_peer_messages_sent_total",
+              "Gossip messages this worker pushed that the peer accepted.", t.messages_sent, l);
+    m.Counter("tern_worker_peer_wire_bytes_sent_total",
+              "Serialized bytes of the gossip messages the peer accepted.", t.wire_bytes_sent, l);
+    m.Counter("tern_worker_peer_messages_received_total",
+              "Gossip messages from the peer this worker accepted.", t.messages_received, l);
+    m.Counter("tern_worker_peer_wire_bytes_received_total",
+              "Serialized bytes of the peer's gossip messages this worker accepted.",
+              t.wire_bytes_received, l);
+  }
+}
+
+void TimeSplit(const v1::WorkerStats& s, const MetricLabels& base, MetricSet& m) {
+  const std::pair<const char*, double> parts[] = {
+      {"compute", s.compute_seconds()},      {"encode", s.encode_seconds()},
+      {"decode", s.decode_seconds()},        {"wait", s.wait_seconds()},
+      {"transfer", s.transfer_seconds()},    {"combine", s.combine_seconds()},
+      {"trainer_io", s.trainer_io_seconds()}};
+  for (const auto& [part, seconds] : parts) {
+    MetricLabels l = base;
+    l.emplace_back("part", part);
+    m.Counter("tern_worker_step_part_seconds_total",
+              "Time spent in each part of the steps (compute is the trainer's).", seconds, l);
+  }
+  m.Counter("tern_worker_step_seconds_total",
+            "Wall time of the steps, end to end (from the second step on).", s.step_seconds(),
+            base);
+}
+
+}  // namespace
+
+void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSet& m) {
+  const v1::WorkerStats s = e.Stats();
+  const MetricLabels base = {{"run", o.run_id}, {"worker", absl::StrCat(o.worker_id)}};
+  MetricLabels coded = base;
+  coded.emplace_back("algorithm", o.algorithm);
+  coded.emplace_back("codec", o.algorithm_options.codec);
+  m.Gauge("tern_worker_ready", "1 once a trainer registered the model (the worker can train).",
+          e.initialized() ? 1 : 0, base);
+  m.Counter("tern_worker_steps_total", "Training steps completed.", s.steps(), base);
+  m.Counter("tern_worker_rounds_total", "Gossip rounds completed.", s.rounds(), base);
+  const std::pair<const char*, std::pair<double, double>> bytes[] = {
+      {"payload", {s.payload_bytes_sent(), s.payload_bytes_received()}},
+      {"wire", {s.wire_bytes_sent(), s.wire_bytes_received()}},
+      {"dense", {s.dense_bytes_sent(), 0}}};
+  for (const auto& [kind, sent_received] : bytes) {
+    MetricLabels l = coded;
+    l.emplace_back("kind", kind);
+    m.Counter("tern_worker_bytes_sent_total",
+              "Bytes of the messages sent: encoded payload, serialized wire, or raw fp32 (dense).",
+              sent_received.first, l);
+    if (std::string(kind) != "dense") {
+      m.Counter("tern_worker_bytes_received_total", "Bytes of the messages accepted.",
+                sent_received.second, l);
+    }
+  }
+  Traffic(e, base, m);
+  TimeSplit(s, base, m);
+  for (const auto& [reason, n] : e.RefusalsByReason()) {
+    MetricLabels l = base;
+    l.emplace_back("reason", reason);
+    m.Counter("tern_worker_messages_refused_total", "Incoming gossip messages refused, by reason.",
+              n, l);
+  }
+  m.Counter("tern_worker_neighbours_dropped_total",
+            "(round, neighbour) pairs left out of the mixing (no message by the deadline).",
+            s.neighbours_dropped(), base);
+  const auto [up, of] = e.PeersUp();
+  m.Gauge("tern_worker_peers_up", "Neighbours of the last round believed up.", up, base);
+  m.Gauge("tern_worker_peers", "Neighbours in the last round's graph.", of, base);
+  m.Gauge("tern_worker_next_step", "The step this worker runs next.", e.next_step(), base);
+}
+
+}  // namespace tern

@@ -1,0 +1,17 @@
+// What a worker shows Prometheus: its RoundEngine's counters (docs/deploy.md lists them).
+//
+// Thread-safety: CollectWorkerMetrics may run on any thread (it reads the engine's counters
+// under the engine's lock).
+#ifndef TERN_WORKER_METRICS_H_
+#define TERN_WORKER_METRICS_H_
+
+#include "core/ops/metrics.h"
+#include "worker/engine.h"
+
+namespace tern {
+
+void CollectWorkerMetrics(const RoundEngine& engine, const EngineOptions& options, MetricSet& m);
+
+}  // namespace tern
+
+#endif  // TERN_WORKER_METRICS_H_
