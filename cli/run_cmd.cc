@@ -173,7 +173,7 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
 }
 
 // The scheduler the workers report to: --scheduler=local starts a `tern scheduler` on
-// 127.0.0.1 (heartbeats every 250 ms, dead after 1.5 s of silence), which repairs the gossip
+// 127.0.0.1 (heartbeats every 100 ms, dead after 1.5 s of silence), which repairs the gossip
 // graph over the live workers when some die; another value is a running scheduler's address;
 // "" none (the static graph only).
 absl::StatusOr<std::string> SchedulerFor(LocalCluster& cluster) {
@@ -186,7 +186,7 @@ absl::StatusOr<std::string> SchedulerFor(LocalCluster& cluster) {
       {"scheduler", "--listen=127.0.0.1:0", absl::StrCat("--port_file=", dir, "/scheduler.port"),
        absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
        absl::StrCat("--topology=", absl::GetFlag(FLAGS_topology)),
-       absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)), "--heartbeat_interval_ms=250",
+       absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)), "--heartbeat_interval_ms=100",
        "--heartbeat_timeout_ms=1500", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
       "scheduler.log");
   return cluster.WaitForAddress(p, "scheduler.port", absl::Seconds(60));

@@ -71,8 +71,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) void Quantize
     __m512 v = _mm512_loadu_ps(x + i);
     if constexpr (kMinMax) v = _mm512_sub_ps(v, vlo);
     v = _mm512_mul_ps(v, vinv);
-    // Keep the product rounded to float before adding u, as the scalar loop does. The build is
-    // ISO C++ (no FP contraction), but a GNU-mode build would fuse these into an FMA.
+    // Keep the product rounded to float before adding u, as the scalar loop does (built with
+    // -ffp-contract=off, kernels/CMakeLists.txt); this stops a compiler fusing them regardless.
     asm("" : "+v"(v));
     v = _mm512_add_ps(v, kStochastic ? internal::Uniform16(rng, first + static_cast<uint32_t>(i))
                                      : _mm512_set1_ps(0.5f));

@@ -81,10 +81,14 @@ TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
 // each other rather than wait a round deadline every round.
 TEST(TernRun, AQuarterOfTheWorkersKilledWithTheSchedulerLeavesOneRingInConsensus) {
   const std::string dir = MakeTempDir();
-  // Long enough in rounds for a fast machine (400 rounds a second) to run past the repair:
-  // the deaths are noticed 1.5-2 s after the kill, the new graph applies half a second of rounds
-  // later (server/membership.h), and the ring needs ~100 rounds to agree again.
-  pid_t pid = Spawn({"run", "--workers=8", "--epochs=6", "--evals_per_epoch=1",
+  // Long enough in rounds for a fast machine to run past the repair. While the deaths go
+  // unnoticed (1.5 s), workers 3 and 4, between the two dead ones, mix only with each other and
+  // run free (they do not wait for the dead); the new graph applies past the furthest of them,
+  // plus two heartbeats of its rate (server/membership.h). Seen here: the switch at round 1438,
+  // the pair at ~900 rounds a second; a CI machine ran its 6-epoch run (1410 rounds) to the end
+  // before the switch. 24 epochs (5640 rounds) leave room for a pair at 3000 rounds a second;
+  // the ring then needs ~100 rounds to agree again.
+  pid_t pid = Spawn({"run", "--workers=8", "--epochs=24", "--evals_per_epoch=1",
                      "--scheduler=local", "--round_timeout=5", "--kill_worker=2@60,5@60",
                      "--log_level=warn", "--out=" + dir},
                     dir + "/run.log");
