@@ -9,10 +9,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -22,6 +25,8 @@
 #include "cli/grpc_floor.h"
 #include "common/chunking.h"
 #include "common/status_macros.h"
+#include "core/rpc/dev_certs.h"
+#include "core/rpc/security.h"
 #include "spdlog/spdlog.h"
 #include "worker/daemon.h"
 #include "worker/grpc_transport.h"
@@ -112,12 +117,20 @@ constexpr int kFloorConnections = 4;
 
 struct SizeResult {
   double push_gbs = 0, tcp_gbs = 0;
+  double tls_gbs = 0;                     // the same push with mutual TLS (with --tls)
   double floor1_gbs = 0, floor4_gbs = 0;  // gRPC alone, one and kFloorConnections connections
   double push_cpu_ms_per_mb = 0, tcp_cpu_ms_per_mb = 0;
 };
 
-absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats,
-                                        const WorkerRegistries& registries) {
+// A live worker daemon that takes gossip pushes from worker 1, and worker 1's transport to it;
+// with `tls`, both ends use mutual TLS.
+struct Receiver {
+  std::unique_ptr<WorkerDaemon> daemon;
+  std::unique_ptr<GrpcTransport> transport;
+};
+
+absl::StatusOr<Receiver> StartReceiver(uint64_t numel, const WorkerRegistries& registries,
+                                       const TlsFiles* server, const TlsFiles* client) {
   DaemonOptions o;
   o.engine.run_id = "bench";
   o.engine.num_workers = kWorkers;
@@ -128,61 +141,99 @@ absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats,
   // Worker 1 has no server: the receiver's own pushes fail at once, after the first round's
   // retries (bounded by this).
   o.engine.round_timeout = absl::Seconds(2);
-  TERN_ASSIGN_OR_RETURN(std::unique_ptr<WorkerDaemon> receiver,
-                        WorkerDaemon::Start(o, &registries));
+  if (server != nullptr) o.tls = *server;
+  Receiver r;
+  TERN_ASSIGN_OR_RETURN(r.daemon, WorkerDaemon::Start(o, &registries));
   const std::vector<float> x0(numel, 0.0f);
   TERN_RETURN_IF_ERROR(
-      receiver->RegisterInProcess({{"x", {static_cast<int64_t>(numel)}, 0, numel}}, x0).status());
-  GrpcTransport transport(/*self=*/1);
-  const std::vector<std::string> peers = {absl::StrCat("127.0.0.1:", receiver->port()),
+      r.daemon->RegisterInProcess({{"x", {static_cast<int64_t>(numel)}, 0, numel}}, x0).status());
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (client != nullptr) {
+    TERN_ASSIGN_OR_RETURN(credentials, ChannelCredentialsFor(*client));
+  }
+  r.transport = std::make_unique<GrpcTransport>(/*self=*/1, credentials);
+  const std::vector<std::string> peers = {absl::StrCat("127.0.0.1:", r.daemon->port()),
                                           "127.0.0.1:1"};
-  TERN_RETURN_IF_ERROR(transport.SetPeers(peers));
-  TERN_RETURN_IF_ERROR(receiver->SetPeers(peers));
+  TERN_RETURN_IF_ERROR(r.transport->SetPeers(peers));
+  TERN_RETURN_IF_ERROR(r.daemon->SetPeers(peers));
+  return r;
+}
 
+// Pushes round r's message to `to` and steps it (untimed), so the message is mixed and freed as
+// in a run; returns the push's seconds and CPU seconds.
+absl::StatusOr<std::pair<double, double>> PushOnce(Receiver& to, const std::vector<char>& payload,
+                                                   uint64_t numel, int r) {
+  TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
+                        ChunkBundle(Message(payload, numel, /*sender=*/1, r), r));
+  auto shared = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
+  absl::Notification done;
+  absl::Status status;
+  const double c0 = CpuSeconds();
+  const absl::Time t0 = absl::Now();
+  to.transport->Send(0, shared, absl::Now() + absl::Minutes(1), false, [&](absl::Status s) {
+    status = s;
+    done.Notify();
+  });
+  done.WaitForNotification();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  const double cpu = CpuSeconds() - c0;
+  TERN_RETURN_IF_ERROR(status);
+  const std::vector<float> zeros(numel, 0.0f);
+  StepInput step;
+  step.step = r;
+  step.grad = zeros;
+  TERN_RETURN_IF_ERROR(to.daemon->StepInProcess(step, nullptr).status());
+  return std::make_pair(seconds, cpu);
+}
+
+absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats,
+                                        const WorkerRegistries& registries,
+                                        const std::string& certs) {
+  TERN_ASSIGN_OR_RETURN(Receiver plain, StartReceiver(numel, registries, nullptr, nullptr));
+  std::optional<Receiver> tls;
+  if (!certs.empty()) {
+    TlsFiles server{certs + "/receiver.crt", certs + "/receiver.key", certs + "/ca.crt"};
+    TlsFiles client{certs + "/sender.crt", certs + "/sender.key", certs + "/ca.crt"};
+    TERN_ASSIGN_OR_RETURN(tls, StartReceiver(numel, registries, &server, &client));
+  }
   std::vector<char> payload(numel * sizeof(float));
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>((i * 131) >> 7);
   for (size_t i = 0; i < numel; ++i) std::memset(payload.data() + 4 * i + 3, 0x3c, 1);  // finite
   std::vector<char> sink(payload.size(), 1);
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcFloor> floor1, GrpcFloor::Start(1));
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcFloor> floor4, GrpcFloor::Start(kFloorConnections));
-  std::vector<double> push, tcp, push_cpu, tcp_cpu, floor1_gbs, floor4_gbs;
+  std::vector<double> push, tls_push, tcp, push_cpu, tcp_cpu, floor1_gbs, floor4_gbs;
   const double mb = static_cast<double>(payload.size()) / 1e6;
+  const double bytes = static_cast<double>(payload.size());
   for (int r = 0; r <= repeats; ++r) {
-    TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
-                          ChunkBundle(Message(payload, numel, /*sender=*/1, r), r));
-    auto shared = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
-    absl::Notification done;
-    absl::Status status;
-    const double c0 = CpuSeconds();
-    const absl::Time t0 = absl::Now();
-    transport.Send(0, shared, absl::Now() + absl::Minutes(1), false, [&](absl::Status s) {
-      status = s;
-      done.Notify();
-    });
-    done.WaitForNotification();
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    TERN_ASSIGN_OR_RETURN(const auto p, PushOnce(plain, payload, numel, r));
     const double c1 = CpuSeconds();
-    TERN_RETURN_IF_ERROR(status);
     TERN_ASSIGN_OR_RETURN(const double tcp_seconds, RawTcpSeconds(payload, sink));
-    const double c2 = CpuSeconds();
-    StepInput step;
-    step.step = r;
-    step.grad = x0;
-    TERN_RETURN_IF_ERROR(receiver->StepInProcess(step, nullptr).status());
+    const double tcp_cpu_s = CpuSeconds() - c1;
     TERN_ASSIGN_OR_RETURN(const double f1, floor1->Seconds(payload.data(), payload.size()));
     TERN_ASSIGN_OR_RETURN(const double f4, floor4->Seconds(payload.data(), payload.size()));
+    double tls_seconds = 0;
+    if (tls) {
+      TERN_ASSIGN_OR_RETURN(const auto t, PushOnce(*tls, payload, numel, r));
+      tls_seconds = t.first;
+    }
     if (r == 0) continue;  // warm-up: connections, allocator
-    floor1_gbs.push_back(static_cast<double>(payload.size()) / f1 / 1e9);
-    floor4_gbs.push_back(static_cast<double>(payload.size()) / f4 / 1e9);
-    push.push_back(static_cast<double>(payload.size()) / seconds / 1e9);
-    tcp.push_back(static_cast<double>(payload.size()) / tcp_seconds / 1e9);
-    push_cpu.push_back(1e3 * (c1 - c0) / mb);
-    tcp_cpu.push_back(1e3 * (c2 - c1) / mb);
+    floor1_gbs.push_back(bytes / f1 / 1e9);
+    floor4_gbs.push_back(bytes / f4 / 1e9);
+    push.push_back(bytes / p.first / 1e9);
+    if (tls) tls_push.push_back(bytes / tls_seconds / 1e9);
+    tcp.push_back(bytes / tcp_seconds / 1e9);
+    push_cpu.push_back(1e3 * p.second / mb);
+    tcp_cpu.push_back(1e3 * tcp_cpu_s / mb);
   }
-  transport.Drain();
-  receiver->Shutdown(absl::Seconds(2));
+  for (Receiver* r : {&plain, tls ? &*tls : nullptr}) {
+    if (r == nullptr) continue;
+    r->transport->Drain();
+    r->daemon->Shutdown(absl::Seconds(2));
+  }
   SizeResult result;
   result.push_gbs = Median(push);
+  result.tls_gbs = tls ? Median(tls_push) : 0;
   result.tcp_gbs = Median(tcp);
   result.floor1_gbs = Median(floor1_gbs);
   result.floor4_gbs = Median(floor4_gbs);
@@ -209,18 +260,30 @@ absl::Status RunBenchTransport(const BenchTransportOptions& options) {
       "messages, nothing parsed or checked) over 1 / %d connections, the most a gRPC push can "
       "reach here\n",
       options.repeats, kFloorConnections, kFloorConnections);
-  std::printf("%10s %10s %10s %10s %10s %8s %8s %8s %14s %14s\n", "size", "push GB/s", "grpc-1",
+  std::printf("%10s %10s %10s %10s %10s %8s %8s %8s %14s %14s", "size", "push GB/s", "grpc-1",
               absl::StrCat("grpc-", kFloorConnections).c_str(), "tcp GB/s", "push/tcp", "g1/tcp",
               absl::StrCat("g", kFloorConnections, "/tcp").c_str(), "push cpu ms/MB",
               "tcp cpu ms/MB");
+  if (options.tls) std::printf("  (then) %10s %10s", "mtls GB/s", "mtls/push");
+  std::printf("\n");
+  std::string certs;
+  if (options.tls) {
+    certs = absl::StrCat("/tmp/tern-bench-certs-", getpid());
+    DevCertOptions dev;
+    dev.names = {"receiver", "sender"};
+    TERN_RETURN_IF_ERROR(MakeDevCertificates(certs, dev));
+  }
   for (uint64_t n : options.sizes) {
-    TERN_ASSIGN_OR_RETURN(SizeResult r, BenchOneSize(n, options.repeats, registries));
-    std::printf("%7.1f MB %10.3f %10.3f %10.3f %10.3f %7.2fx %7.2fx %7.2fx %14.3f %14.3f\n",
+    TERN_ASSIGN_OR_RETURN(SizeResult r, BenchOneSize(n, options.repeats, registries, certs));
+    std::printf("%7.1f MB %10.3f %10.3f %10.3f %10.3f %7.2fx %7.2fx %7.2fx %14.3f %14.3f",
                 static_cast<double>(4 * n) / 1e6, r.push_gbs, r.floor1_gbs, r.floor4_gbs, r.tcp_gbs,
                 r.push_gbs / r.tcp_gbs, r.floor1_gbs / r.tcp_gbs, r.floor4_gbs / r.tcp_gbs,
                 r.push_cpu_ms_per_mb, r.tcp_cpu_ms_per_mb);
+    if (options.tls) std::printf(" %10.3f %9.2fx", r.tls_gbs, r.tls_gbs / r.push_gbs);
+    std::printf("\n");
     std::fflush(stdout);
   }
+  if (!certs.empty()) std::system(absl::StrCat("rm -rf ", certs).c_str());
   return absl::OkStatus();
 }
 

@@ -15,6 +15,9 @@ namespace tern {
 struct BenchTransportOptions {
   std::vector<uint64_t> sizes;  // message sizes in fp32 values
   int repeats = 5;              // timed pushes per size (after one warm-up)
+  // Also push through a second receiver with mutual TLS (development certificates made for the
+  // run), in the same run, and print its GB/s and its ratio to the plaintext push.
+  bool tls = false;
 };
 
 // Prints a table: size, push GB/s, raw TCP GB/s, ratio (medians over the repeats).

@@ -18,6 +18,7 @@ int ServerMain();
 int ClientMain();
 int SchedulerMain();
 int HealthMain();
+int CertsMain();
 int RunFederatedMain(const std::string& self_exe);
 // `tern report DIR...`: one HTML report comparing runs (report.cc).
 int ReportMain(const std::vector<std::string>& dirs);

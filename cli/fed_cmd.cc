@@ -216,6 +216,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard);
   so.limits = StreamLimitsFromFlags(so.limits);
   so.metrics_listen = MetricsListenFromFlags();
+  so.tls = TlsFromFlags();
   return so;
 }
 
@@ -291,7 +292,12 @@ int ClientMain() {
     return 2;
   }
   const Attack attack = *parsed;
-  auto channel = MakeChannel(absl::GetFlag(FLAGS_server));
+  auto credentials = ChannelCredentialsFromFlags();
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "tern client: %s\n", credentials.status().ToString().c_str());
+    return 2;
+  }
+  auto channel = MakeChannel(absl::GetFlag(FLAGS_server), ChannelKind::kDefault, *credentials);
   std::atomic<bool> stop{false};
   std::atomic<int> failed{0}, finished{0};
   std::vector<std::thread> threads;

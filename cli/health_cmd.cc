@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
+#include "cli/service_flags.h"
 #include "core/rpc/channel.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -19,7 +20,13 @@ ABSL_FLAG(double, timeout_s, 5, "health: seconds to wait for the answer");
 namespace tern {
 
 int HealthMain() {
-  auto stub = grpc::health::v1::Health::NewStub(MakeChannel(absl::GetFlag(FLAGS_target)));
+  auto credentials = ChannelCredentialsFromFlags();
+  if (!credentials.ok()) {
+    std::printf("tern health: %s\n", credentials.status().ToString().c_str());
+    return 2;
+  }
+  auto stub = grpc::health::v1::Health::NewStub(
+      MakeChannel(absl::GetFlag(FLAGS_target), ChannelKind::kDefault, *credentials));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
   grpc::health::v1::HealthCheckRequest request;

@@ -38,6 +38,8 @@ ABSL_FLAG(std::string, codecs, "", "bench: comma-separated codec specs; '' = all
 ABSL_FLAG(int, threads, 1, "bench: threads per encode/decode (targets are for 1)");
 ABSL_FLAG(double, min_time, 0.2, "bench: minimum seconds per measurement");
 ABSL_FLAG(int, repeats, 5, "bench transport: timed pushes per size");
+ABSL_FLAG(bool, tls, false,
+          "bench transport: also push through a receiver with mutual TLS, in the same run");
 ABSL_FLAG(std::string, json, "", "bench: also write results as JSON lines to this file");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 ABSL_FLAG(bool, check_flags, false,
@@ -176,6 +178,7 @@ int main(int argc, char** argv) {
   if (cmd[0] == "client" && cmd.size() == 1) return tern::ClientMain();
   if (cmd[0] == "scheduler" && cmd.size() == 1) return tern::SchedulerMain();
   if (cmd[0] == "health" && cmd.size() == 1) return tern::HealthMain();
+  if (cmd[0] == "certs" && cmd.size() == 1) return tern::CertsMain();
   if (cmd[0] == "run" && cmd.size() == 1) {
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -212,6 +215,7 @@ int main(int argc, char** argv) {
     if (!sizes.ok()) return Fail(std::string(sizes.status().message()));
     options.sizes = *std::move(sizes);
     options.repeats = absl::GetFlag(FLAGS_repeats);
+    options.tls = absl::GetFlag(FLAGS_tls);
     if (auto s = tern::RunBenchTransport(options); !s.ok()) return Fail(s.ToString());
     return 0;
   }

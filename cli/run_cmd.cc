@@ -38,6 +38,7 @@
 #include "core/model/bundle.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
+#include "core/rpc/security.h"
 #include "core/rpc/status.h"
 #include "core/workload/builtin_model.h"
 #include "core/workload/dataset.h"
@@ -230,6 +231,8 @@ absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const Gos
         absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
     for (std::string& a : SharedTrainFlagArgs()) args.push_back(std::move(a));
     if (!scheduler.empty()) args.push_back("--scheduler=" + scheduler);
+    // --worker_hosts in namespaces this run made for itself (bench/faults): a private network.
+    if (!IsLoopback(hosts[i] + ":0")) args.push_back("--plaintext");
     ::unlink(absl::StrCat(dir, "/worker-", i, ".port").c_str());
     children[i].proc =
         cluster.Start("worker", i, args, absl::StrCat("worker-", i, ".log"), netns[i]);

@@ -48,6 +48,7 @@ int SchedulerMain() {
   o.max_waiting_calls = absl::GetFlag(FLAGS_max_waiting_calls);
   o.max_waiting_per_worker = absl::GetFlag(FLAGS_max_waiting_per_worker);
   o.metrics_listen = MetricsListenFromFlags();
+  o.tls = TlsFromFlags();
   o.scheduler.topology = absl::GetFlag(FLAGS_topology);
   auto weights = ParseWeightRule(absl::GetFlag(FLAGS_weights));
   if (!weights.ok()) {

@@ -7,9 +7,32 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "daemons: serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 0.0.0.0:9464; "
           "port 0 picks one; empty: no endpoint)");
 
+ABSL_FLAG(std::string, tls_cert, "",
+          "daemons and clients: this side's PEM certificate (tern certs makes a development set); "
+          "re-read when the file changes");
+ABSL_FLAG(std::string, tls_key, "", "daemons and clients: the certificate's PEM private key");
+ABSL_FLAG(std::string, tls_ca, "",
+          "daemons and clients: PEM CA bundle the other side must chain to; on a server it turns "
+          "on mutual TLS (clients must present a certificate it signed)");
+ABSL_FLAG(bool, plaintext, false,
+          "daemons: serve without TLS on an address beyond loopback (logged as a warning)");
+
 namespace tern {
 
 std::string MetricsListenFromFlags() { return absl::GetFlag(FLAGS_metrics_listen); }
+
+TlsFiles TlsFromFlags() {
+  TlsFiles t;
+  t.cert = absl::GetFlag(FLAGS_tls_cert);
+  t.key = absl::GetFlag(FLAGS_tls_key);
+  t.ca = absl::GetFlag(FLAGS_tls_ca);
+  t.plaintext = absl::GetFlag(FLAGS_plaintext);
+  return t;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags() {
+  return ChannelCredentialsFor(TlsFromFlags());
+}
 
 std::string ListenWithPort(const std::string& listen, int port) {
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);

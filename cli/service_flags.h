@@ -3,15 +3,24 @@
 #ifndef TERN_CLI_SERVICE_FLAGS_H_
 #define TERN_CLI_SERVICE_FLAGS_H_
 
+#include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "core/rpc/security.h"
+#include "grpcpp/grpcpp.h"
 
 namespace tern {
 
 // --metrics_listen: "HOST:PORT" of the daemon's Prometheus /metrics endpoint ("" = none).
 std::string MetricsListenFromFlags();
+
+// --tls_cert, --tls_key, --tls_ca, --plaintext (core/rpc/security.h).
+TlsFiles TlsFromFlags();
+// Channel credentials from those flags, or the error that ends the command.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags();
 
 // `listen` ("HOST:PORT") with the port actually bound, for a log line a user can paste.
 std::string ListenWithPort(const std::string& listen, int port);

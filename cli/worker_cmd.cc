@@ -76,7 +76,7 @@ absl::StatusOr<std::vector<std::string>> ReadPeers(const std::string& list, cons
   if (!list.empty()) return absl::StrSplit(list, ',', absl::SkipEmpty());
   if (file.empty()) return std::vector<std::string>{};
   const absl::Time deadline = absl::Now() + wait;
-  while (true) {
+  for (bool first = true;; first = false) {
     std::ifstream in(file);
     if (in) {
       std::vector<std::string> out;
@@ -90,6 +90,9 @@ absl::StatusOr<std::vector<std::string>> ReadPeers(const std::string& list, cons
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("no peers file ", file, " after ", absl::FormatDuration(wait)));
+    }
+    if (first) {
+      spdlog::info("waiting for the peers file {} (up to {})", file, absl::FormatDuration(wait));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -174,6 +177,7 @@ int WorkerMain() {
   options.limits = StreamLimitsFromFlags(options.limits);
   options.engine.max_snapshots = std::max(1, absl::GetFlag(FLAGS_max_snapshots));
   options.metrics_listen = MetricsListenFromFlags();
+  options.tls = TlsFromFlags();
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   auto daemon = WorkerDaemon::Start(options, &registries);
   if (!daemon.ok()) {
@@ -212,7 +216,13 @@ int WorkerMain() {
     }
     WorkerDaemon* d = daemon->get();
     so.progress = [d] { return d->engine()->next_step(); };
-    auto c = SchedulerClient::Start(MakeChannel(absl::GetFlag(FLAGS_scheduler)), so);
+    auto credentials = ChannelCredentialsFromFlags();
+    if (!credentials.ok()) {
+      spdlog::error("worker {}: {}", id, credentials.status().ToString());
+      return 2;
+    }
+    auto c = SchedulerClient::Start(
+        MakeChannel(absl::GetFlag(FLAGS_scheduler), ChannelKind::kDefault, *credentials), so);
     if (!c.ok()) {
       spdlog::error("worker {}: scheduler {}: {}", id, absl::GetFlag(FLAGS_scheduler),
                     c.status().ToString());
@@ -238,6 +248,12 @@ int WorkerMain() {
     }
   }
 
+  if (trainer_kind == "external") {
+    spdlog::info(
+        "worker {}: waiting for a trainer to register its model (Trainer.Register on "
+        "port {}); health says NOT_SERVING until then",
+        id, port);
+  }
   std::atomic<bool> stop{false};
   std::atomic<int> trainer_exit{0};
   std::thread trainer;

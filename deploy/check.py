@@ -7,8 +7,8 @@
   (the ConfigMap's flagfiles included) passes `tern CMD ... --check_flags`;
 - the Kubernetes objects are well formed: each has apiVersion, kind and a name; each Service
   selects some pod template; each probe's port is one the container declares; each ConfigMap and
-  PersistentVolumeClaim a pod mounts exists; and `kubectl kustomize` renders them where kubectl
-  is installed.
+  PersistentVolumeClaim a pod mounts exists, each `tern health` probe's flags are good; and
+  `kubectl kustomize` renders them where kubectl is installed.
 
 Usage: /usr/bin/python3 deploy/check.py TERN_BINARY     (exit 0: all good)
 """
@@ -85,6 +85,9 @@ def check_compose(tern):
         if not cmd:
             fail(f"compose service {name}: no command")
             continue
+        if svc.get("entrypoint") == ["sh", "-c"]:  # "tern CMD ... && more": the tern part
+            cmd = shlex.split(cmd[0].split("&&")[0])
+            cmd = cmd[1:] if cmd[:1] == ["tern"] else cmd
         check_flags(tern, [str(c) for c in cmd], where=f"compose/{name}")
 
 
@@ -146,6 +149,13 @@ def check_pod(tern, obj, template, names, flags_dir):
             p = c.get(probe, {}).get("grpc")
             if p and p["port"] not in ports:
                 fail(f"{where}: {probe} on port {p['port']}, not a container port")
+            e = c.get(probe, {}).get("exec", {}).get("command", [])
+            if e[:2] == ["sh", "-c"]:  # tern health ...: its flags, and a declared port
+                argv = shlex.split(e[2].replace("${HOSTNAME}", "pod-0"))[1:]
+                check_flags(tern, argv, where=f"{where} {probe}")
+                m = re.search(r"--target=[^:]+:(\d+)", e[2])
+                if not m or int(m.group(1)) not in ports:
+                    fail(f"{where}: {probe} asks a port the container does not declare")
         for m in c.get("volumeMounts", []):
             if m["name"] not in volumes:
                 fail(f"{where}: mounts unknown volume {m['name']}")

@@ -153,11 +153,12 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
     SchedulerServerOptions options, const TopologyRegistry& topologies) {
+  TERN_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(options.tls, options.listen));
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Membership> m,
                         Membership::Create(options.scheduler, topologies));
   std::unique_ptr<SchedulerServer> s(new SchedulerServer(std::move(options), std::move(m)));
-  TERN_ASSIGN_OR_RETURN(s->server_,
-                        StartGrpcServer(s->options_.listen, {s->service_.get()}, &s->port_));
+  TERN_ASSIGN_OR_RETURN(s->server_, StartGrpcServer(s->options_.listen, {s->service_.get()},
+                                                    &s->port_, std::move(credentials)));
   SetHealth(*s->server_, {v1::Scheduler::service_full_name()}, true);
   s->last_tick_ns_ = absl::ToUnixNanos(absl::Now());
   s->ticker_ = std::thread([p = s.get()] { p->TickerThread(); });

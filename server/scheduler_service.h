@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/ops/metrics.h"
+#include "core/rpc/security.h"
 #include "grpcpp/grpcpp.h"
 #include "server/membership.h"
 
@@ -32,6 +33,9 @@ struct SchedulerServerOptions {
   int max_waiting_per_worker = 4;
   // "HOST:PORT" of a Prometheus /metrics endpoint (server/metrics.h); "" = none.
   std::string metrics_listen;
+  // TLS for the gRPC port (core/rpc/security.h); with a CA, workers must present certificates
+  // it signed.
+  TlsFiles tls;
 };
 
 class SchedulerServer {

@@ -337,12 +337,13 @@ constexpr int kPushThreads = 8;
 
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
     ServerOptions options, const ServerRegistries* registries) {
+  TERN_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(options.tls, options.listen));
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> agg,
                         Aggregator::Create(options.aggregator, registries, absl::Now()));
   std::unique_ptr<AggregatorServer> s(new AggregatorServer(std::move(options), std::move(agg)));
   s->SizeBudget();  // a restarted server knows its model already
-  TERN_ASSIGN_OR_RETURN(s->server_,
-                        StartGrpcServer(s->options_.listen, {s->service_.get()}, &s->port_));
+  TERN_ASSIGN_OR_RETURN(s->server_, StartGrpcServer(s->options_.listen, {s->service_.get()},
+                                                    &s->port_, std::move(credentials)));
   SetHealth(*s->server_, {v1::Aggregator::service_full_name()}, true);
   s->last_tick_ns_ = absl::ToUnixNanos(absl::Now());
   s->ticker_ = std::thread([p = s.get()] { p->TickerThread(); });
@@ -377,6 +378,7 @@ AggregatorServer::~AggregatorServer() { Shutdown(absl::Seconds(1)); }
 void AggregatorServer::TickerThread() {
   int64_t logged_round = -1;
   double closed_at = 0;  // when the round last seen closed
+  absl::Time idle_since = absl::Now(), told = absl::InfinitePast();
   while (!stopping_) {
     absl::Status s = aggregator_->Tick(absl::Now());
     if (!s.ok()) spdlog::error("server: {}", s.ToString());
@@ -394,6 +396,16 @@ void AggregatorServer::TickerThread() {
                    st.total_rounds(), st.last_round_updates(), st.train_loss());
     }
     if (st.done() && !done_.HasBeenNotified()) done_.Notify();
+    if (st.round_open() || st.done()) {
+      idle_since = absl::Now();
+    } else if (absl::Now() - idle_since > absl::Seconds(5) &&
+               absl::Now() - told > absl::Seconds(30)) {
+      // Say why nothing happens: no round can open without enough live clients.
+      told = absl::Now();
+      spdlog::info("server: round {} waits for clients: {} joined, {} needed to open a round",
+                   st.round() + 1, st.clients_joined(),
+                   st.round() == 0 ? options_.aggregator.min_clients : 1);
+    }
     absl::SleepFor(options_.tick);
   }
 }

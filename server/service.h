@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/thread_pool.h"
 #include "core/ops/metrics.h"
+#include "core/rpc/security.h"
 #include "core/rpc/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/registry.h"
@@ -37,6 +38,9 @@ struct ServerOptions {
       .max_streams = 4096, .max_streams_per_peer = 4096, .max_buffered_bytes = 0};
   // "HOST:PORT" of a Prometheus /metrics endpoint (server/metrics.h); "" = none.
   std::string metrics_listen;
+  // TLS for the gRPC port (core/rpc/security.h); with a CA, clients must present certificates
+  // it signed.
+  TlsFiles tls;
 };
 
 class AggregatorServer {

@@ -399,14 +399,17 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
 absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(
     DaemonOptions options, const WorkerRegistries* registries) {
   const CodecRegistry* codecs = registries->codecs.get();
-  auto transport = std::make_unique<GrpcTransport>(options.engine.worker_id);
+  TERN_ASSIGN_OR_RETURN(auto server_credentials, ServerCredentialsFor(options.tls, options.listen));
+  TERN_ASSIGN_OR_RETURN(auto channel_credentials, ChannelCredentialsFor(options.tls));
+  auto transport =
+      std::make_unique<GrpcTransport>(options.engine.worker_id, std::move(channel_credentials));
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<RoundEngine> engine,
                         RoundEngine::Create(options.engine, registries, transport.get()));
   std::unique_ptr<WorkerDaemon> d(
       new WorkerDaemon(std::move(options), codecs, std::move(transport), std::move(engine)));
-  TERN_ASSIGN_OR_RETURN(
-      d->server_,
-      StartGrpcServer(d->options_.listen, {d->gossip_.get(), d->trainer_.get()}, &d->port_));
+  TERN_ASSIGN_OR_RETURN(d->server_,
+                        StartGrpcServer(d->options_.listen, {d->gossip_.get(), d->trainer_.get()},
+                                        &d->port_, std::move(server_credentials)));
   // A trainer may register from now on; peers may push once it can train.
   SetHealth(*d->server_, {v1::Trainer::service_full_name()}, true);
   d->UpdateHealth();

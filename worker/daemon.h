@@ -28,6 +28,7 @@
 #include "common/shared_memory.h"
 #include "core/model/layout.h"
 #include "core/ops/metrics.h"
+#include "core/rpc/security.h"
 #include "core/rpc/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/registry.h"
@@ -50,6 +51,9 @@ struct DaemonOptions {
   StreamLimitOptions limits{.max_buffered_bytes = 0};
   // "HOST:PORT" of a Prometheus /metrics endpoint (worker/metrics.h); "" = none.
   std::string metrics_listen;
+  // TLS for the gRPC port and the channels to peers (core/rpc/security.h): with a CA, peers
+  // must present certificates it signed (mutual TLS).
+  TlsFiles tls;
 };
 
 // With an automatic budget, incoming streams may buffer this many models' worth of bytes.

@@ -407,6 +407,13 @@ absl::Status RoundEngine::FinishRound(InFlight r, StepOutcome* out) {
   for (int j : r.nbrs) {
     if (up_[j]) wait_for.push_back(j);
   }
+  // A wait of more than a second says in the log whom it waits for, and until when.
+  const absl::Time patience = std::min(r.deadline, t_wait + absl::Seconds(1));
+  if (std::vector<int> missing = inbox_->Await(r.step, wait_for, patience);
+      !missing.empty() && patience < r.deadline) {
+    spdlog::info("worker {}: round {}: waiting for peers {} (up to {:.1f} s more)", me, r.step,
+                 absl::StrJoin(missing, ", "), absl::ToDoubleSeconds(r.deadline - absl::Now()));
+  }
   std::map<int, GossipMessage> received = inbox_->Take(r.step, wait_for, r.nbrs, r.deadline);
   const absl::Time t_recv = absl::Now();
   std::map<int, absl::Status> results;

@@ -91,6 +91,21 @@ std::map<int, GossipMessage> GossipInbox::Take(int64_t round, const std::vector<
   return out;
 }
 
+std::vector<int> GossipInbox::Await(int64_t round, const std::vector<int>& wait_for,
+                                    absl::Time until) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || HasAll(round, wait_for);
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), until);
+  std::vector<int> missing;
+  if (closed_) return missing;
+  for (int s : wait_for) {
+    if (!HasAll(round, {s})) missing.push_back(s);
+  }
+  return missing;
+}
+
 void GossipInbox::GiveUp(int64_t round, int sender) {
   absl::MutexLock lock(&mu_);
   if (round >= floor_) given_up_.insert({round, sender});

@@ -59,6 +59,9 @@ class GossipInbox {
   // `round`.
   std::map<int, GossipMessage> Take(int64_t round, const std::vector<int>& wait_for,
                                     const std::vector<int>& accept, absl::Time deadline);
+  // Waits as Take() does, up to `until`, without taking or closing anything; returns the senders
+  // of `wait_for` still missing (empty: Take() would not wait).
+  std::vector<int> Await(int64_t round, const std::vector<int>& wait_for, absl::Time until);
 
   // Stops Take() waiting for `sender` in `round` (its push failed: it is gone).
   void GiveUp(int64_t round, int sender);

@@ -36,6 +36,17 @@ TEST(GossipInbox, DeadlineReturnsWhatArrived) {
   EXPECT_EQ(got.count(1), 1u);
 }
 
+TEST(GossipInbox, AwaitSaysWhoIsMissingAndLeavesTheRoundOpen) {
+  GossipInbox inbox(4);
+  ASSERT_THAT(inbox.Put(0, 1, GossipMessage{}), IsOk());
+  EXPECT_EQ(inbox.Await(0, {1, 2, 3}, absl::Now() + absl::Milliseconds(20)),
+            (std::vector<int>{2, 3}));
+  ASSERT_THAT(inbox.Put(0, 3, GossipMessage{}), IsOk());  // the round is still open
+  inbox.GiveUp(0, 2);
+  EXPECT_TRUE(inbox.Await(0, {1, 2, 3}, absl::Now() + absl::Seconds(30)).empty());
+  EXPECT_EQ(inbox.Take(0, {1, 3}, {1, 2, 3}, absl::Now()).size(), 2u);
+}
+
 TEST(GossipInbox, GiveUpStopsTheWaitForThatSender) {
   GossipInbox inbox(4);
   inbox.GiveUp(0, 2);

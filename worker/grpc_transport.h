@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -21,7 +22,9 @@ namespace tern {
 
 class GrpcTransport final : public PeerTransport {
  public:
-  explicit GrpcTransport(int self) : self_(self) {}
+  // `credentials` secure the channels to peers (core/rpc/security.h); null is plaintext.
+  explicit GrpcTransport(int self, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
+      : self_(self), credentials_(std::move(credentials)) {}
   ~GrpcTransport() override { Drain(); }
 
   // Addresses indexed by worker id ("host:port"); the entry for this worker is ignored.
@@ -41,6 +44,7 @@ class GrpcTransport final : public PeerTransport {
   void Finished();
 
   const int self_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<v1::Gossip::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -113,7 +113,9 @@ def tern_worker_cmd(a, row, i, rdir, every):
     peers = ",".join(f"10.77.0.{j + 1}:{PORT}" for j in range(a.workers))
     cmd = [a.tern, "worker", f"--id={i}", f"--workers={a.workers}", f"--peers={peers}",
            f"--batch={a.batch}", f"--round_log={rdir}/rank-{i}.steps.jsonl", "--log_level=warn",
-           "--seed=1", "--compute_threads=1"] + row["flags"] + a.tern_flags.split()
+           "--seed=1", "--compute_threads=1",
+           # The race's namespaces are a private network, and DDP's gloo is plaintext too.
+           "--plaintext"] + row["flags"] + a.tern_flags.split()
     if row["trainer"] == "builtin":
         cmd += [f"--listen=10.77.0.{i + 1}:{PORT}", f"--model={tern_model_spec(a.model)}",
                 f"--max_steps={a.steps}", "--epochs=1000", f"--snapshot_every={every}",

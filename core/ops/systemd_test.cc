@@ -1,8 +1,5 @@
 #include "core/ops/systemd.h"
 
-#include <fcntl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,60 +9,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/notify_socket.h"
 
 namespace tern {
 namespace {
 
-// A notify socket as systemd makes one: a Unix datagram socket whose path is in NOTIFY_SOCKET.
-class FakeSystemd {
- public:
-  explicit FakeSystemd(absl::Duration watchdog) {
-    path_ = absl::StrCat(::testing::TempDir(), "/notify-", getpid());
-    unlink(path_.c_str());
-    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    path_.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    setenv("NOTIFY_SOCKET", path_.c_str(), 1);
-    if (watchdog > absl::ZeroDuration()) {
-      setenv("WATCHDOG_USEC", absl::StrCat(absl::ToInt64Microseconds(watchdog)).c_str(), 1);
-      setenv("WATCHDOG_PID", absl::StrCat(getpid()).c_str(), 1);
-    }
-  }
-  ~FakeSystemd() {
-    unsetenv("NOTIFY_SOCKET");
-    unsetenv("WATCHDOG_USEC");
-    unsetenv("WATCHDOG_PID");
-    close(fd_);
-    unlink(path_.c_str());
-  }
-  // The next datagram, waiting up to 10 s; "" when none came.
-  std::string Next() {
-    timeval tv{10, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    char buf[4096];
-    const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
-    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-  }
-  // Every datagram waiting now.
-  std::string Drain() {
-    std::string all;
-    char buf[4096];
-    ssize_t n;
-    while ((n = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
-      all.append(buf, static_cast<size_t>(n)).append("|");
-    }
-    return all;
-  }
+using ::tern::testing::NotifySocket;
 
- private:
-  std::string path_;
-  int fd_ = -1;
-};
+std::string SocketPath() { return absl::StrCat(::testing::TempDir(), "/notify-", getpid()); }
 
 TEST(SystemdNotifier, SaysReadyWithItsStatusAndStoppingOnTheNotifySocket) {
-  FakeSystemd systemd(absl::ZeroDuration());
+  NotifySocket systemd(SocketPath(), absl::ZeroDuration());
+  ASSERT_TRUE(systemd.bound());
   SystemdNotifier n([] { return true; });
   EXPECT_EQ(n.watchdog(), absl::ZeroDuration());
   n.Ready("serving on port 1234");
@@ -77,7 +32,8 @@ TEST(SystemdNotifier, SaysReadyWithItsStatusAndStoppingOnTheNotifySocket) {
 }
 
 TEST(SystemdNotifier, FeedsTheWatchdogOnlyWhileTheDaemonIsAlive) {
-  FakeSystemd systemd(absl::Milliseconds(200));
+  NotifySocket systemd(SocketPath(), absl::Milliseconds(200));
+  setenv("WATCHDOG_PID", absl::StrCat(getpid()).c_str(), 1);
   std::atomic<bool> alive{true};
   std::atomic<int> checks{0};
   SystemdNotifier n([&] {

@@ -25,7 +25,8 @@ grpc::ChannelArguments TernChannelArguments() {
   return args;
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, ChannelKind kind) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, ChannelKind kind,
+                                           std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args = TernChannelArguments();
   if (kind == ChannelKind::kPeer) {
     // A connection whose peer went silent (a broken link, a partition: nothing is refused,
@@ -37,7 +38,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, ChannelKin
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   }
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+  return grpc::CreateCustomChannel(target, credentials, args);
 }
 
 }  // namespace tern

@@ -1,6 +1,6 @@
 // The one place tern builds a client channel: every stub of every daemon and client (gossip
 // peers, the aggregator, the scheduler, a worker's trainer) gets its channel here, so transport
-// settings, and later credentials, are decided once.
+// settings and credentials are decided once.
 //
 // Thread-safety: pure functions; a grpc::Channel is itself thread-safe.
 #ifndef TERN_CORE_RPC_CHANNEL_H_
@@ -30,9 +30,11 @@ enum class ChannelKind {
   kPeer,
 };
 
-// A channel to `target` ("host:port") with TernChannelArguments(). Plaintext for now.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                           ChannelKind kind = ChannelKind::kDefault);
+// A channel to `target` ("host:port") with TernChannelArguments(), secured by `credentials`
+// (core/rpc/security.h: ChannelCredentialsFor); null is plaintext.
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& target, ChannelKind kind = ChannelKind::kDefault,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 }  // namespace tern
 

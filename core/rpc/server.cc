@@ -9,11 +9,13 @@
 namespace tern {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
-    const std::string& listen, const std::vector<grpc::Service*>& services, int* port) {
+    const std::string& listen, const std::vector<grpc::Service*>& services, int* port,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), port);
+  if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
+  builder.AddListeningPort(listen, credentials, port);
   for (grpc::Service* s : services) builder.RegisterService(s);
   builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
   for (const auto& [name, value] : Http2Tuning()) builder.AddChannelArgument(name, value);

@@ -18,8 +18,10 @@ namespace tern {
 // SERVING; a daemon sets its services' names) and reflection services on; `port` gets the bound
 // port. A request is one chunk (<= 1 MiB of data) plus a small header, so that is the largest
 // message taken.
+// `credentials` (core/rpc/security.h: ServerCredentialsFor) secure the port; null is plaintext.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
-    const std::string& listen, const std::vector<grpc::Service*>& services, int* port);
+    const std::string& listen, const std::vector<grpc::Service*>& services, int* port,
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 // Sets the health status of each of `names` (a service's full name, e.g. "tern.v1.Gossip", or
 // "" for the server as a whole), as grpc_health_probe and Kubernetes gRPC probes ask for it.

@@ -88,10 +88,10 @@ TEST(TernRun, AQuarterOfTheWorkersKilledWithTheSchedulerLeavesOneRingInConsensus
   // the pair at ~900 rounds a second; a CI machine ran its 6-epoch run (1410 rounds) to the end
   // before the switch. 24 epochs (5640 rounds) leave room for a pair at 3000 rounds a second;
   // the ring then needs ~100 rounds to agree again.
-  pid_t pid = Spawn({"run", "--workers=8", "--epochs=24", "--evals_per_epoch=1",
-                     "--scheduler=local", "--round_timeout=5", "--kill_worker=2@60,5@60",
-                     "--log_level=warn", "--out=" + dir},
-                    dir + "/run.log");
+  pid_t pid =
+      Spawn({"run", "--workers=8", "--epochs=24", "--evals_per_epoch=1", "--scheduler=local",
+             "--round_timeout=5", "--kill_worker=2@60,5@60", "--log_level=warn", "--out=" + dir},
+            dir + "/run.log");
   ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
   const std::string scheduler = ReadFile(dir + "/scheduler.log");
   EXPECT_NE(scheduler.find("worker 2 ('worker-2') silent"), std::string::npos) << scheduler;

@@ -2,11 +2,11 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <regex>
 #include <string>
@@ -15,12 +15,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/rpc/channel.h"
+#include "core/rpc/security.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tern/v1/server.grpc.pb.h"
 #include "tern/v1/worker.grpc.pb.h"
 #include "tests/integration/process_util.h"
 #include "tests/testing/http_get.h"
+#include "tests/testing/notify_socket.h"
 
 namespace tern {
 namespace {
@@ -187,52 +189,6 @@ TEST(Prometheus, ScrapesEveryDaemonAndStoresWhatItsOwnCountersSay) {
   EXPECT_EQ(PromQuery(prom_port, "count(up==1)"), 3.0);
 }
 
-// A notify socket as systemd makes one, in NOTIFY_SOCKET for the children spawned meanwhile.
-class NotifySocket {
- public:
-  explicit NotifySocket(const std::string& path) : path_(path) {
-    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    path_.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    setenv("NOTIFY_SOCKET", path_.c_str(), 1);
-    setenv("WATCHDOG_USEC", "400000", 1);
-  }
-  ~NotifySocket() {
-    unsetenv("NOTIFY_SOCKET");
-    unsetenv("WATCHDOG_USEC");
-    close(fd_);
-  }
-  // Whether a watchdog ping comes within 30 s.
-  bool WaitForPing() {
-    timeval tv{30, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    char buf[4096];
-    ssize_t n;
-    while ((n = recv(fd_, buf, sizeof(buf), 0)) > 0) {
-      if (std::string(buf, static_cast<size_t>(n)) == "WATCHDOG=1") return true;
-    }
-    return false;
-  }
-  // The next message other than a watchdog ping, or "" after 30 s.
-  std::string Next() {
-    timeval tv{30, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    char buf[4096];
-    ssize_t n;
-    while ((n = recv(fd_, buf, sizeof(buf), 0)) > 0) {
-      std::string m(buf, static_cast<size_t>(n));
-      if (m != "WATCHDOG=1") return m;
-    }
-    return "";
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-};
-
 TEST(Systemd, EachDaemonSaysReadyOnceServingFeedsItsWatchdogAndSaysStopping) {
   const std::string dir = MakeTempDir();
   const std::vector<std::vector<std::string>> commands = {
@@ -241,14 +197,15 @@ TEST(Systemd, EachDaemonSaysReadyOnceServingFeedsItsWatchdogAndSaysStopping) {
       {"worker", "--workers=1", "--trainer=external"}};
   for (const std::vector<std::string>& command : commands) {
     SCOPED_TRACE(command[0]);
-    NotifySocket systemd(absl::StrCat(dir, "/notify-", command[0]));
+    testing::NotifySocket systemd(absl::StrCat(dir, "/notify-", command[0]),
+                                  absl::Milliseconds(400));
     std::vector<std::string> args = command;
     const std::string port_file = absl::StrCat(dir, "/", command[0], ".port");
     args.push_back("--listen=127.0.0.1:0");
     args.push_back("--port_file=" + port_file);
     const std::string log = absl::StrCat(dir, "/", command[0], ".log");
     const pid_t pid = Spawn(args, log);
-    const std::string ready = systemd.Next();
+    const std::string ready = systemd.Next(/*skip_pings=*/true);
     EXPECT_EQ(ready.rfind("READY=1\nSTATUS=", 0), 0u) << ready << ReadFile(log);
     // Ready means serving: the port is known and the health service answers.
     int port = 0;
@@ -262,8 +219,91 @@ TEST(Systemd, EachDaemonSaysReadyOnceServingFeedsItsWatchdogAndSaysStopping) {
     health.reset();
     EXPECT_TRUE(systemd.WaitForPing());
     kill(pid, SIGTERM);
-    EXPECT_EQ(systemd.Next(), "STOPPING=1");
+    EXPECT_EQ(systemd.Next(/*skip_pings=*/true), "STOPPING=1");
     EXPECT_EQ(Wait(pid), 0) << ReadFile(log);
+  }
+}
+
+// `tern certs`, then a federated run and a gossip run with mutual TLS on every channel.
+TEST(Tls, AFederatedRunAndAGossipRunOverMutualTlsWithCertificatesFromTernCerts) {
+  const std::string dir = MakeTempDir();
+  const std::string certs = dir + "/certs";
+  ASSERT_EQ(Wait(Spawn({"certs", "--out=" + certs, "--names=server,client,worker-0,worker-1"},
+                       dir + "/certs.log")),
+            0)
+      << ReadFile(dir + "/certs.log");
+  auto tls = [&](const std::string& who) -> std::vector<std::string> {
+    return {"--tls_cert=" + certs + "/" + who + ".crt", "--tls_key=" + certs + "/" + who + ".key",
+            "--tls_ca=" + certs + "/ca.crt"};
+  };
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  Daemons daemons;
+  daemons.Add(Spawn(with({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/server.port",
+                          "--run_id=it", "--min_clients=2", "--clients_per_round=2", "--rounds=3",
+                          "--local_epochs=0", "--local_steps=5", "--linger_s=600"},
+                         tls("server")),
+                    dir + "/server.log"));
+  const int port = WaitForPort(dir + "/server.port");
+  ASSERT_GT(port, 0) << ReadFile(dir + "/server.log");
+  const std::string target = absl::StrCat("--target=127.0.0.1:", port);
+  // Without a certificate nothing gets in; with one from the CA it does.
+  EXPECT_EQ(Wait(Spawn({"health", target, "--timeout_s=3"}, dir + "/h1.log")), 2)
+      << ReadFile(dir + "/h1.log");
+  EXPECT_EQ(Wait(Spawn(with({"health", target}, tls("client")), dir + "/h2.log")), 0)
+      << ReadFile(dir + "/h2.log");
+  EXPECT_EQ(Wait(Spawn(with({"client", absl::StrCat("--server=127.0.0.1:", port), "--clients=2",
+                             "--run_id=it"},
+                            tls("client")),
+                       dir + "/clients.log")),
+            0)
+      << ReadFile(dir + "/clients.log");
+  TlsFiles client;
+  client.cert = certs + "/client.crt";
+  client.key = certs + "/client.key";
+  client.ca = certs + "/ca.crt";
+  auto creds = ChannelCredentialsFor(client);
+  ASSERT_TRUE(creds.ok()) << creds.status();
+  auto stub = v1::Aggregator::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", port), ChannelKind::kDefault, *creds));
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::ServerStatus st;
+  ASSERT_TRUE(stub->Status(&ctx, v1::StatusRequest(), &st).ok());
+  EXPECT_TRUE(st.done());
+  EXPECT_EQ(st.round(), 3u);
+  EXPECT_EQ(st.updates_accepted(), 6u);
+
+  // Two gossip workers, each pushing to the other over mutual TLS, mix at every step.
+  for (int i : {0, 1}) {
+    daemons.Add(
+        Spawn(with({"worker", absl::StrCat("--id=", i), "--workers=2", "--listen=127.0.0.1:0",
+                    absl::StrCat("--port_file=", dir, "/w", i, ".port"),
+                    "--peers_file=" + dir + "/peers.txt", "--max_steps=40",
+                    absl::StrCat("--round_log=", dir, "/w", i, ".jsonl")},
+                   tls(absl::StrCat("worker-", i))),
+              absl::StrCat(dir, "/w", i, ".log")));
+  }
+  const int w0 = WaitForPort(dir + "/w0.port"), w1 = WaitForPort(dir + "/w1.port");
+  ASSERT_GT(w0 * w1, 0);
+  {
+    std::ofstream peers(dir + "/peers.tmp");
+    peers << "127.0.0.1:" << w0 << "\n127.0.0.1:" << w1 << "\n";
+  }
+  std::rename((dir + "/peers.tmp").c_str(), (dir + "/peers.txt").c_str());
+  for (int i : {0, 1}) {
+    const std::string log = absl::StrCat(dir, "/w", i, ".jsonl");
+    size_t steps = 0;
+    for (int t = 0; t < 1200 && steps < 40; ++t) {
+      steps = 0;
+      std::ifstream f(log);
+      std::string line;
+      while (std::getline(f, line)) steps += line.find("\"mixed\":1") != std::string::npos;
+      if (steps < 40) usleep(100 * 1000);
+    }
+    EXPECT_EQ(steps, 40u) << ReadFile(absl::StrCat(dir, "/w", i, ".log"));
   }
 }
 

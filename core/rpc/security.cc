@@ -1,0 +1,107 @@
+#include "core/rpc/security.h"
+
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
+#include "spdlog/spdlog.h"
+
+namespace tern {
+
+namespace {
+
+absl::Status Readable(const std::string& path, const char* what) {
+  if (access(path.c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read the ", what, " ", path));
+  }
+  return absl::OkStatus();
+}
+
+// Cert and key go together; every file named must be readable now (gRPC would otherwise wait
+// for it without saying why).
+absl::Status CheckFiles(const TlsFiles& tls) {
+  if (tls.cert.empty() != tls.key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: give both (tern certs makes a development set)");
+  }
+  if (!tls.cert.empty()) {
+    if (absl::Status s = Readable(tls.cert, "certificate (--tls_cert)"); !s.ok()) return s;
+    if (absl::Status s = Readable(tls.key, "private key (--tls_key)"); !s.ok()) return s;
+  }
+  if (!tls.ca.empty()) return Readable(tls.ca, "CA bundle (--tls_ca)");
+  return absl::OkStatus();
+}
+
+std::string HostOf(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+}  // namespace
+
+bool IsLoopback(const std::string& address) {
+  const std::string host = HostOf(address);
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+    const TlsFiles& tls, const std::string& listen) {
+  if (absl::Status s = CheckFiles(tls); !s.ok()) return s;
+  if (tls.cert.empty()) {
+    if (!tls.ca.empty()) {
+      return absl::InvalidArgumentError("--tls_ca on a server needs its --tls_cert and --tls_key");
+    }
+    if (!IsLoopback(listen)) {
+      if (!tls.plaintext) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("listening on ", listen,
+                         " without TLS: give --tls_cert and --tls_key (and --tls_ca "
+                         "for mutual TLS; tern certs makes a development set), or --plaintext"));
+      }
+      spdlog::warn(
+          "{}: plaintext (--plaintext): anyone who reaches this port can join, push "
+          "or read; use TLS beyond a private network",
+          listen);
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      tls.key, tls.cert, tls.ca, tls.refresh_s);
+  grpc::experimental::TlsServerCredentialsOptions options(provider);
+  options.watch_identity_key_cert_pairs();
+  if (!tls.ca.empty()) {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const TlsFiles& tls) {
+  if (absl::Status s = CheckFiles(tls); !s.ok()) return s;
+  if (tls.ca.empty()) {
+    if (!tls.cert.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_cert without --tls_ca: a client needs the CA to check the server against");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      tls.key, tls.cert, tls.ca, tls.refresh_s);
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(provider);
+  options.watch_root_certs();
+  if (!tls.cert.empty()) options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);
+  return grpc::experimental::TlsCredentials(options);
+}
+
+}  // namespace tern

@@ -1,0 +1,46 @@
+// Transport security for every tern server and channel: TLS with certificates read from files
+// and re-read while the daemon runs (a renewed certificate or CA bundle takes effect without a
+// restart, gRPC's FileWatcherCertificateProvider), mutual TLS when a CA is given to a server
+// (every client must present a certificate that chains to it), and plaintext only on loopback or
+// when asked for with --plaintext, with a warning (docs/deploy.md).
+//
+// Thread-safety: free functions; the credentials they return are thread-safe.
+#ifndef TERN_CORE_RPC_SECURITY_H_
+#define TERN_CORE_RPC_SECURITY_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+
+namespace tern {
+
+struct TlsFiles {
+  std::string cert;  // this side's PEM certificate chain
+  std::string key;   // its PEM private key
+  std::string ca;    // PEM CA bundle the other side's certificate must chain to
+  // Plaintext beyond loopback: allowed only when asked for.
+  bool plaintext = false;
+  // How often the files are checked for changes.
+  unsigned refresh_s = 30;
+};
+
+// A server's credentials for `listen` ("HOST:PORT"): TLS with cert and key (and, with a CA,
+// client certificates required and verified); without them, plaintext, which a listen address
+// beyond loopback takes only with `plaintext` set (and a warning). Missing or unreadable files,
+// or a cert without its key, are errors that name the file.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+    const TlsFiles& tls, const std::string& listen);
+
+// A client's credentials: TLS verifying the server against the CA (and presenting cert and key,
+// when given, for mutual TLS); plaintext without a CA. A cert without a CA is an error.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const TlsFiles& tls);
+
+// Whether "HOST:PORT" names this machine only (127.0.0.0/8, ::1, localhost).
+bool IsLoopback(const std::string& address);
+
+}  // namespace tern
+
+#endif  // TERN_CORE_RPC_SECURITY_H_
