@@ -53,6 +53,7 @@
 #include "tern/v1/records.pb.h"
 #include "tern/v1/server.grpc.pb.h"
 
+ABSL_DECLARE_FLAG(bool, tls);
 ABSL_DECLARE_FLAG(double, norm_guard);
 ABSL_DECLARE_FLAG(std::string, listen);
 ABSL_DECLARE_FLAG(std::string, port_file);
@@ -484,20 +485,21 @@ std::vector<ChildProcess*> StartClientGroups(LocalCluster& cluster, const FedRun
   std::vector<ChildProcess*> groups;
   for (int g = 0; g < run.groups(); ++g) {
     const int first = g * run.per;
-    groups.push_back(
-        cluster.Start("client group", g,
-                      {"client", absl::StrCat("--server=", address),
-                       absl::StrCat("--clients=", std::min(run.per, run.n - first)),
-                       absl::StrCat("--first_client=", first), absl::StrCat("--partitions=", run.n),
-                       absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
-                       absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
-                       absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
-                       absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-                       absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-                       absl::StrCat("--attack=", absl::GetFlag(FLAGS_attack)),
-                       absl::StrCat("--attack_fraction=", absl::GetFlag(FLAGS_attack_fraction)),
-                       absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
-                      absl::StrCat("clients-", g, ".log")));
+    groups.push_back(cluster.Start(
+        "client group", g,
+        Concat({"client", absl::StrCat("--server=", address),
+                absl::StrCat("--clients=", std::min(run.per, run.n - first)),
+                absl::StrCat("--first_client=", first), absl::StrCat("--partitions=", run.n),
+                absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
+                absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
+                absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
+                absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+                absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+                absl::StrCat("--attack=", absl::GetFlag(FLAGS_attack)),
+                absl::StrCat("--attack_fraction=", absl::GetFlag(FLAGS_attack_fraction)),
+                absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
+               cluster.TlsArgs("clients")),
+        absl::StrCat("clients-", g, ".log")));
   }
   return groups;
 }
@@ -554,7 +556,8 @@ class FedWatch {
         server_(server),
         groups_(std::move(groups)),
         port_(PortOf(address)),
-        stub_(v1::Aggregator::NewStub(MakeChannel(address))),
+        stub_(v1::Aggregator::NewStub(
+            MakeChannel(address, ChannelKind::kDefault, cluster->credentials()))),
         eval_(*eval),
         codecs_(*codecs) {}
 
@@ -597,7 +600,8 @@ class FedWatch {
     }
     // On the same port (the clients know that address); the checkpoint brings the run back.
     ::unlink((cluster_.dir() + "/server.port").c_str());
-    cluster_.Restart(server_, ServerArgs(run_, cluster_.dir(), port_));
+    cluster_.Restart(server_,
+                     Concat(ServerArgs(run_, cluster_.dir(), port_), cluster_.TlsArgs("server")));
     server_killed_ = false;
     if (!cluster_.WaitForAddress(server_, "server.port", absl::Seconds(60)).ok()) return false;
     std::fprintf(stderr, "\n[fault injection] server restarted from its checkpoint\n");
@@ -712,7 +716,14 @@ int RunFederatedMain(const std::string& self_exe) {
 
   ::unlink((dir + "/server.port").c_str());
   ::unlink((dir + "/server.ckpt").c_str());
-  ChildProcess* server = cluster.Start("server", 0, ServerArgs(run, dir, 0), "server.log");
+  if (absl::GetFlag(FLAGS_tls)) {
+    if (absl::Status s = cluster.UseTls({"server", "clients"}); !s.ok()) {
+      std::fprintf(stderr, "tern run: --tls: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  ChildProcess* server = cluster.Start(
+      "server", 0, Concat(ServerArgs(run, dir, 0), cluster.TlsArgs("server")), "server.log");
   absl::StatusOr<std::string> address =
       cluster.WaitForAddress(server, "server.port", absl::Seconds(60));
   if (!address.ok()) {

@@ -9,6 +9,9 @@
 #include "absl/strings/str_split.h"
 #include "cli/report.h"
 #include "common/json_lines.h"
+#include "common/status_macros.h"
+#include "core/rpc/dev_certs.h"
+#include "core/rpc/security.h"
 
 namespace tern {
 namespace {
@@ -113,6 +116,27 @@ absl::StatusOr<std::vector<std::pair<int, int64_t>>> ParseKillList(const std::st
     kills.emplace_back(id, at);
   }
   return kills;
+}
+
+absl::Status LocalCluster::UseTls(const std::vector<std::string>& holders) {
+  DevCertOptions o;
+  o.names = holders;
+  o.names.push_back("launcher");
+  TERN_RETURN_IF_ERROR(MakeDevCertificates(dir_ + "/certs", o));
+  tls_ = true;
+  TlsFiles launcher;
+  launcher.cert = dir_ + "/certs/launcher.crt";
+  launcher.key = dir_ + "/certs/launcher.key";
+  launcher.ca = dir_ + "/certs/ca.crt";
+  TERN_ASSIGN_OR_RETURN(credentials_, ChannelCredentialsFor(launcher));
+  return absl::OkStatus();
+}
+
+std::vector<std::string> LocalCluster::TlsArgs(const std::string& holder) const {
+  if (!tls_) return {};
+  const std::string base = absl::StrCat(dir_, "/certs/", holder);
+  return {absl::StrCat("--tls_cert=", base, ".crt"), absl::StrCat("--tls_key=", base, ".key"),
+          absl::StrCat("--tls_ca=", dir_, "/certs/ca.crt")};
 }
 
 }  // namespace tern

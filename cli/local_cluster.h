@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cli/process.h"
+#include "grpcpp/grpcpp.h"
 #include "tern/v1/records.pb.h"
 
 namespace tern {
@@ -60,6 +62,13 @@ class LocalCluster {
   // Stops every child, closes metrics.jsonl and writes report.html from the folder.
   void Finish();
 
+  // Mutual TLS for the run (`tern run --tls`): a development CA and a certificate for each of
+  // `holders` and for the launcher itself, in dir/certs. Afterwards TlsArgs(holder) are the flags
+  // a child needs, and credentials() secure the launcher's own channels (null before: plaintext).
+  absl::Status UseTls(const std::vector<std::string>& holders);
+  std::vector<std::string> TlsArgs(const std::string& holder) const;
+  std::shared_ptr<grpc::ChannelCredentials> credentials() const { return credentials_; }
+
  private:
   std::vector<ChildProcess*> All();
 
@@ -69,7 +78,16 @@ class LocalCluster {
   std::deque<ChildProcess> children_;  // a deque: pointers to its elements stay valid
   std::ofstream metrics_;
   bool finished_ = false;
+  bool tls_ = false;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
 };
+
+// `args` followed by `more` (a child's flags and its TlsArgs).
+inline std::vector<std::string> Concat(std::vector<std::string> args,
+                                       const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
 
 // A fault-injection list "ID@AT[,ID@AT...]" (--kill_worker, --kill_client_at_round): each ID in
 // [0, ids) at most once, each AT >= min_at; InvalidArgument naming `flag` and the form otherwise.

@@ -39,7 +39,8 @@ ABSL_FLAG(int, threads, 1, "bench: threads per encode/decode (targets are for 1)
 ABSL_FLAG(double, min_time, 0.2, "bench: minimum seconds per measurement");
 ABSL_FLAG(int, repeats, 5, "bench transport: timed pushes per size");
 ABSL_FLAG(bool, tls, false,
-          "bench transport: also push through a receiver with mutual TLS, in the same run");
+          "run: mutual TLS between every process of the run (certificates made for it in the run "
+          "folder, certs/); bench transport: also push through a receiver with mutual TLS");
 ABSL_FLAG(std::string, json, "", "bench: also write results as JSON lines to this file");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 ABSL_FLAG(bool, check_flags, false,

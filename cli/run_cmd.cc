@@ -48,6 +48,7 @@
 #include "tern/v1/records.pb.h"
 #include "tern/v1/worker.grpc.pb.h"
 
+ABSL_DECLARE_FLAG(bool, tls);
 ABSL_DECLARE_FLAG(int, workers);
 ABSL_DECLARE_FLAG(int, epochs);
 ABSL_DECLARE_FLAG(int, batch);
@@ -182,14 +183,17 @@ absl::StatusOr<std::string> SchedulerFor(LocalCluster& cluster) {
   if (flag != "local") return flag;
   const std::string& dir = cluster.dir();
   ::unlink((dir + "/scheduler.port").c_str());
-  ChildProcess* p = cluster.Start(
-      "scheduler", 0,
-      {"scheduler", "--listen=127.0.0.1:0", absl::StrCat("--port_file=", dir, "/scheduler.port"),
-       absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-       absl::StrCat("--topology=", absl::GetFlag(FLAGS_topology)),
-       absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)), "--heartbeat_interval_ms=100",
-       "--heartbeat_timeout_ms=1500", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
-      "scheduler.log");
+  ChildProcess* p =
+      cluster.Start("scheduler", 0,
+                    Concat({"scheduler", "--listen=127.0.0.1:0",
+                            absl::StrCat("--port_file=", dir, "/scheduler.port"),
+                            absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+                            absl::StrCat("--topology=", absl::GetFlag(FLAGS_topology)),
+                            absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)),
+                            "--heartbeat_interval_ms=100", "--heartbeat_timeout_ms=1500",
+                            absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
+                           cluster.TlsArgs("scheduler")),
+                    "scheduler.log");
   return cluster.WaitForAddress(p, "scheduler.port", absl::Seconds(60));
 }
 
@@ -233,6 +237,7 @@ absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const Gos
     if (!scheduler.empty()) args.push_back("--scheduler=" + scheduler);
     // --worker_hosts in namespaces this run made for itself (bench/faults): a private network.
     if (!IsLoopback(hosts[i] + ":0")) args.push_back("--plaintext");
+    for (std::string& a : cluster.TlsArgs(absl::StrCat("worker-", i))) args.push_back(std::move(a));
     ::unlink(absl::StrCat(dir, "/worker-", i, ".port").c_str());
     children[i].proc =
         cluster.Start("worker", i, args, absl::StrCat("worker-", i, ".log"), netns[i]);
@@ -250,7 +255,8 @@ absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const Gos
   }
   std::rename((dir + "/peers.txt.tmp").c_str(), (dir + "/peers.txt").c_str());
   for (int i = 0; i < run.n; ++i)
-    children[i].stub = v1::Trainer::NewStub(MakeChannel(addresses[i]));
+    children[i].stub = v1::Trainer::NewStub(
+        MakeChannel(addresses[i], ChannelKind::kDefault, cluster.credentials()));
   return children;
 }
 
@@ -482,6 +488,14 @@ int RunMain(const std::string& self_exe) {
   const std::string dir = MakeRunDir(name);
   if (dir.empty()) return 1;
   LocalCluster cluster(self_exe, dir);
+  if (absl::GetFlag(FLAGS_tls)) {
+    std::vector<std::string> holders = {"scheduler"};
+    for (int i = 0; i < run.n; ++i) holders.push_back(absl::StrCat("worker-", i));
+    if (absl::Status s = cluster.UseTls(holders); !s.ok()) {
+      std::fprintf(stderr, "tern run: --tls: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
   cluster.WriteConfig(GossipConfig(name, run, data, train_size));
   std::printf("tern run: %d workers, %s, %s, codec %s, %s on %s%s; %lld steps (%lld/epoch)\n",
               run.n, absl::GetFlag(FLAGS_algorithm).c_str(), absl::GetFlag(FLAGS_topology).c_str(),

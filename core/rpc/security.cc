@@ -4,6 +4,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_credentials_options.h"
@@ -94,14 +96,15 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     }
     return grpc::InsecureChannelCredentials();
   }
-  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      tls.key, tls.cert, tls.ca, tls.refresh_s);
-  grpc::experimental::TlsChannelCredentialsOptions options;
-  options.set_certificate_provider(provider);
-  options.watch_root_certs();
-  if (!tls.cert.empty()) options.watch_identity_key_cert_pairs();
-  options.set_verify_server_certs(true);
-  return grpc::experimental::TlsCredentials(options);
+  // Read once: gRPC 1.51's file-watching channel credentials left a channel's handshakes timing
+  // out for good, now and then, in a process of 25 clients sharing it (tern run --tls).
+  grpc::SslCredentialsOptions options;
+  TERN_ASSIGN_OR_RETURN(options.pem_root_certs, ReadFile(tls.ca));
+  if (!tls.cert.empty()) {
+    TERN_ASSIGN_OR_RETURN(options.pem_cert_chain, ReadFile(tls.cert));
+    TERN_ASSIGN_OR_RETURN(options.pem_private_key, ReadFile(tls.key));
+  }
+  return grpc::SslCredentials(options);
 }
 
 }  // namespace tern

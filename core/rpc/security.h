@@ -1,6 +1,7 @@
 // Transport security for every tern server and channel: TLS with certificates read from files
-// and re-read while the daemon runs (a renewed certificate or CA bundle takes effect without a
-// restart, gRPC's FileWatcherCertificateProvider), mutual TLS when a CA is given to a server
+// (a server re-reads them while it runs, so a renewed certificate or CA bundle takes effect
+// without a restart: gRPC's FileWatcherCertificateProvider; a client reads them when it makes
+// its credentials), mutual TLS when a CA is given to a server
 // (every client must present a certificate that chains to it), and plaintext only on loopback or
 // when asked for with --plaintext, with a warning (docs/deploy.md).
 //
@@ -34,7 +35,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const TlsFiles& tls, const std::string& listen);
 
 // A client's credentials: TLS verifying the server against the CA (and presenting cert and key,
-// when given, for mutual TLS); plaintext without a CA. A cert without a CA is an error.
+// when given, for mutual TLS), read from the files now; plaintext without a CA. A cert without a
+// CA is an error.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     const TlsFiles& tls);
 

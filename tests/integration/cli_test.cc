@@ -29,7 +29,7 @@ Result Tern(const std::vector<std::string>& args) {
   const std::string log = dir + "/out.log";
   Result r;
   r.code = Wait(Spawn(args, log));
-  r.out = ReadFile(log);
+  r.out = ReadText(log);
   return r;
 }
 
@@ -134,7 +134,7 @@ TEST(Cli, AWorkerFlushesItsRoundLogAndWritesItsFinalModelBeforeExiting) {
     usleep(100 * 1000);
     lines = Lines(dir + "/rounds.jsonl").size();
   }
-  EXPECT_EQ(lines, 118u) << ReadFile(dir + "/serving.log");
+  EXPECT_EQ(lines, 118u) << ReadText(dir + "/serving.log");
   kill(pid, SIGTERM);
   EXPECT_EQ(Wait(pid), 0);
 
@@ -142,9 +142,9 @@ TEST(Cli, AWorkerFlushesItsRoundLogAndWritesItsFinalModelBeforeExiting) {
   once.push_back("--exit_after_training");
   once.push_back("--final_model=" + dir + "/model.pb");
   const int code = Wait(Spawn(once, dir + "/once.log"));
-  EXPECT_EQ(code, 0) << ReadFile(dir + "/once.log");
+  EXPECT_EQ(code, 0) << ReadText(dir + "/once.log");
   v1::TensorBundle model;
-  ASSERT_TRUE(model.ParseFromString(ReadFile(dir + "/model.pb"))) << ReadFile(dir + "/once.log");
+  ASSERT_TRUE(model.ParseFromString(ReadText(dir + "/model.pb"))) << ReadText(dir + "/once.log");
   ASSERT_EQ(model.tensors_size(), 2);  // softmax: weight [784, 10], bias [10]
   uint64_t numel = 0;
   for (const v1::NamedTensor& t : model.tensors()) {
@@ -163,7 +163,7 @@ TEST(Cli, AClientOfADeadServerSaysItCannotReachItWhileItRetries) {
   std::string log;
   for (int i = 0; i < 300 && log.find("cannot reach") == std::string::npos; ++i) {
     usleep(100 * 1000);
-    log = ReadFile(dir + "/client.log");
+    log = ReadText(dir + "/client.log");
   }
   EXPECT_THAT(log, AllOf(HasSubstr("cannot reach 127.0.0.1:1 ("), HasSubstr("retrying")));
   kill(pid, SIGTERM);

@@ -40,15 +40,15 @@ TEST(TernRun, ShortRunOfFourWorkerProcessesConverges) {
   pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
                      "--algorithm=dpsgd", "--codec=none", "--log_level=warn", "--out=" + dir},
                     dir + "/run.log");
-  ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
   EXPECT_EQ(Last(dir, "workers"), 4);
   EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
   // Dense fp32 on a ring: each worker sent its whole model to 2 neighbours each round.
   EXPECT_NEAR(Last(dir, "compression"), 1.0, 1e-6);
   EXPECT_GT(Last(dir, "mb_sent_per_worker"), 0);
-  EXPECT_NE(ReadFile(dir + "/report.html").find("<svg"), std::string::npos);
+  EXPECT_NE(ReadText(dir + "/report.html").find("<svg"), std::string::npos);
   // Per-step accounting: one line per step, each a ring round's worth of bytes.
-  const std::string steps = ReadFile(dir + "/worker-0.steps.jsonl");
+  const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
   EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 235);
   EXPECT_NE(steps.find("\"payload_bytes_sent\":875088,"), std::string::npos);  // 2 x 109386 x 4
 }
@@ -59,8 +59,8 @@ TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
       {"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1", "--algorithm=dpsgd",
        "--round_timeout=5", "--kill_worker=2@60", "--log_level=warn", "--out=" + dir},
       dir + "/run.log");
-  ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
-  const std::string log = ReadFile(dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  const std::string log = ReadText(dir + "/run.log");
   EXPECT_NE(log.find("killed worker 2"), std::string::npos) << log;
   // The run says which child died and the line of its log that tells why (here, its last).
   EXPECT_NE(log.find("worker 2 exited (signal 9): "), std::string::npos) << log;
@@ -68,7 +68,7 @@ TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
   EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.7);
   // Worker 2's neighbours (1 and 3) noticed: their push failed, or its message never came.
   for (int i : {1, 3}) {
-    const std::string log_i = ReadFile(absl::StrCat(dir, "/worker-", i, ".log"));
+    const std::string log_i = ReadText(absl::StrCat(dir, "/worker-", i, ".log"));
     EXPECT_TRUE(log_i.find("push to 2 failed") != std::string::npos ||
                 log_i.find("no message from 2") != std::string::npos)
         << log_i;
@@ -92,15 +92,15 @@ TEST(TernRun, AQuarterOfTheWorkersKilledWithTheSchedulerLeavesOneRingInConsensus
       Spawn({"run", "--workers=8", "--epochs=24", "--evals_per_epoch=1", "--scheduler=local",
              "--round_timeout=5", "--kill_worker=2@60,5@60", "--log_level=warn", "--out=" + dir},
             dir + "/run.log");
-  ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
-  const std::string scheduler = ReadFile(dir + "/scheduler.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  const std::string scheduler = ReadText(dir + "/scheduler.log");
   EXPECT_NE(scheduler.find("worker 2 ('worker-2') silent"), std::string::npos) << scheduler;
   EXPECT_NE(scheduler.find("worker 5 ('worker-5') silent"), std::string::npos) << scheduler;
   EXPECT_EQ(Last(dir, "workers"), 6);
-  EXPECT_LT(Last(dir, "consensus"), 0.1) << ReadFile(dir + "/metrics.jsonl");
+  EXPECT_LT(Last(dir, "consensus"), 0.1) << ReadText(dir + "/metrics.jsonl");
   EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
   // Worker 1 ends up mixing with 0 and 3 (2 is gone): the repaired ring.
-  const std::string steps = ReadFile(dir + "/worker-1.steps.jsonl");
+  const std::string steps = ReadText(dir + "/worker-1.steps.jsonl");
   EXPECT_NE(steps.find("\"mixed_ids\":[0,3]"), std::string::npos);
 }
 
@@ -121,16 +121,16 @@ TEST(TernRun, CtrlCStopsEveryWorkerAndKeepsWhatWasMeasured) {
   for (int tries = 0; tries < 1200 && MetricLines(dir) < 2; ++tries) {
     absl::SleepFor(absl::Milliseconds(50));
   }
-  ASSERT_GE(MetricLines(dir), 2u) << ReadFile(dir + "/run.log");
+  ASSERT_GE(MetricLines(dir), 2u) << ReadText(dir + "/run.log");
   ASSERT_EQ(kill(-pid, SIGINT), 0);
-  EXPECT_EQ(Wait(pid), 130) << ReadFile(dir + "/run.log");
-  EXPECT_NE(ReadFile(dir + "/run.log").find("interrupted"), std::string::npos);
-  EXPECT_NE(ReadFile(dir + "/report.html").find("<svg"), std::string::npos);
+  EXPECT_EQ(Wait(pid), 130) << ReadText(dir + "/run.log");
+  EXPECT_NE(ReadText(dir + "/run.log").find("interrupted"), std::string::npos);
+  EXPECT_NE(ReadText(dir + "/report.html").find("<svg"), std::string::npos);
   // Nobody is left running in the job's process group.
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(kill(-pid, 0), -1);
   for (int i = 0; i < 4; ++i) {
-    EXPECT_NE(ReadFile(absl::StrCat(dir, "/worker-", i, ".log")).find("shutting down"),
+    EXPECT_NE(ReadText(absl::StrCat(dir, "/worker-", i, ".log")).find("shutting down"),
               std::string::npos)
         << "worker " << i;
   }
@@ -330,7 +330,7 @@ TEST(StalledStreams, AWorkerRefusesThemPastItsBudgetAndCancelsThemWhenIdle) {
              "--max_streams=1000", "--max_streams_per_peer=1000", "--stream_idle_s=3"},
             dir + "/worker.log");
   const int port = WaitForPort(dir + "/port");
-  ASSERT_GT(port, 0) << ReadFile(dir + "/worker.log");
+  ASSERT_GT(port, 0) << ReadText(dir + "/worker.log");
   auto stub = v1::Gossip::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
   const double rss0 = RssMb(pid);
   v1::BundleChunk chunk;

@@ -36,7 +36,7 @@ int MetricsPort(const std::string& log) {
   static const std::regex re("metrics at http://[0-9.]+:([0-9]+)/metrics");
   for (int i = 0; i < 600; ++i) {
     std::smatch m;
-    const std::string text = ReadFile(log);
+    const std::string text = ReadText(log);
     if (std::regex_search(text, m, re)) return std::stoi(m[1]);
     usleep(50 * 1000);
   }
@@ -74,7 +74,7 @@ std::string Promtool(const std::string& exposition, const std::string& dir) {
   std::fclose(f);
   const int rc =
       std::system(absl::StrCat(kPromtool, " check metrics < ", in, " > ", out, " 2>&1").c_str());
-  const std::string said = ReadFile(out);
+  const std::string said = ReadText(out);
   return rc == 0 ? said : absl::StrCat("exit ", rc, ": ", said);
 }
 
@@ -114,14 +114,14 @@ TEST(Prometheus, ScrapesEveryDaemonAndStoresWhatItsOwnCountersSay) {
                      "--run_id=it", metrics[0]},
                     dir + "/scheduler.log"));
   const int sched_port = WaitForPort(dir + "/sched.port");
-  ASSERT_GT(sched_port, 0) << ReadFile(dir + "/scheduler.log");
+  ASSERT_GT(sched_port, 0) << ReadText(dir + "/scheduler.log");
   daemons.Add(
       Spawn({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/server.port", "--run_id=it",
              "--min_clients=2", "--clients_per_round=2", "--rounds=3", "--local_epochs=0",
              "--local_steps=5", "--round_deadline_s=60", "--linger_s=600", metrics[0]},
             dir + "/server.log"));
   const int server_port = WaitForPort(dir + "/server.port");
-  ASSERT_GT(server_port, 0) << ReadFile(dir + "/server.log");
+  ASSERT_GT(server_port, 0) << ReadText(dir + "/server.log");
   daemons.Add(Spawn(
       {"client", absl::StrCat("--server=127.0.0.1:", server_port), "--clients=2", "--run_id=it"},
       dir + "/clients.log"));
@@ -130,7 +130,7 @@ TEST(Prometheus, ScrapesEveryDaemonAndStoresWhatItsOwnCountersSay) {
                      absl::StrCat("--scheduler=127.0.0.1:", sched_port), metrics[0]},
                     dir + "/worker.log"));
   const int worker_port = WaitForPort(dir + "/worker.port");
-  ASSERT_GT(worker_port, 0) << ReadFile(dir + "/worker.log");
+  ASSERT_GT(worker_port, 0) << ReadText(dir + "/worker.log");
   const int scrape[3] = {MetricsPort(dir + "/scheduler.log"), MetricsPort(dir + "/server.log"),
                          MetricsPort(dir + "/worker.log")};
   for (int port : scrape) {
@@ -171,8 +171,8 @@ TEST(Prometheus, ScrapesEveryDaemonAndStoresWhatItsOwnCountersSay) {
     if (got && st.done() && ws.steps() == 40) break;
     absl::SleepFor(absl::Milliseconds(200));
   }
-  ASSERT_TRUE(st.done()) << ReadFile(dir + "/server.log");
-  ASSERT_EQ(ws.steps(), 40u) << ReadFile(dir + "/worker.log");
+  ASSERT_TRUE(st.done()) << ReadText(dir + "/server.log");
+  ASSERT_EQ(ws.steps(), 40u) << ReadText(dir + "/worker.log");
   std::optional<double> rounds, steps, members;
   while (absl::Now() < deadline) {
     rounds = PromQuery(prom_port, "tern_server_rounds_total");
@@ -181,7 +181,7 @@ TEST(Prometheus, ScrapesEveryDaemonAndStoresWhatItsOwnCountersSay) {
     if (rounds == st.round() && steps == ws.steps() && members == 1) break;
     absl::SleepFor(absl::Milliseconds(250));
   }
-  EXPECT_EQ(rounds, static_cast<double>(st.round())) << ReadFile(dir + "/prometheus.log");
+  EXPECT_EQ(rounds, static_cast<double>(st.round())) << ReadText(dir + "/prometheus.log");
   EXPECT_EQ(steps, static_cast<double>(ws.steps()));
   EXPECT_EQ(members, 1.0);
   EXPECT_EQ(PromQuery(prom_port, "tern_server_bytes_total{direction=\"up\",kind=\"wire\"}"),
@@ -206,7 +206,7 @@ TEST(Systemd, EachDaemonSaysReadyOnceServingFeedsItsWatchdogAndSaysStopping) {
     const std::string log = absl::StrCat(dir, "/", command[0], ".log");
     const pid_t pid = Spawn(args, log);
     const std::string ready = systemd.Next(/*skip_pings=*/true);
-    EXPECT_EQ(ready.rfind("READY=1\nSTATUS=", 0), 0u) << ready << ReadFile(log);
+    EXPECT_EQ(ready.rfind("READY=1\nSTATUS=", 0), 0u) << ready << ReadText(log);
     // Ready means serving: the port is known and the health service answers.
     int port = 0;
     std::ifstream(port_file) >> port;
@@ -220,7 +220,7 @@ TEST(Systemd, EachDaemonSaysReadyOnceServingFeedsItsWatchdogAndSaysStopping) {
     EXPECT_TRUE(systemd.WaitForPing());
     kill(pid, SIGTERM);
     EXPECT_EQ(systemd.Next(/*skip_pings=*/true), "STOPPING=1");
-    EXPECT_EQ(Wait(pid), 0) << ReadFile(log);
+    EXPECT_EQ(Wait(pid), 0) << ReadText(log);
   }
 }
 
@@ -231,7 +231,7 @@ TEST(Tls, AFederatedRunAndAGossipRunOverMutualTlsWithCertificatesFromTernCerts) 
   ASSERT_EQ(Wait(Spawn({"certs", "--out=" + certs, "--names=server,client,worker-0,worker-1"},
                        dir + "/certs.log")),
             0)
-      << ReadFile(dir + "/certs.log");
+      << ReadText(dir + "/certs.log");
   auto tls = [&](const std::string& who) -> std::vector<std::string> {
     return {"--tls_cert=" + certs + "/" + who + ".crt", "--tls_key=" + certs + "/" + who + ".key",
             "--tls_ca=" + certs + "/ca.crt"};
@@ -247,19 +247,19 @@ TEST(Tls, AFederatedRunAndAGossipRunOverMutualTlsWithCertificatesFromTernCerts) 
                          tls("server")),
                     dir + "/server.log"));
   const int port = WaitForPort(dir + "/server.port");
-  ASSERT_GT(port, 0) << ReadFile(dir + "/server.log");
+  ASSERT_GT(port, 0) << ReadText(dir + "/server.log");
   const std::string target = absl::StrCat("--target=127.0.0.1:", port);
   // Without a certificate nothing gets in; with one from the CA it does.
   EXPECT_EQ(Wait(Spawn({"health", target, "--timeout_s=3"}, dir + "/h1.log")), 2)
-      << ReadFile(dir + "/h1.log");
+      << ReadText(dir + "/h1.log");
   EXPECT_EQ(Wait(Spawn(with({"health", target}, tls("client")), dir + "/h2.log")), 0)
-      << ReadFile(dir + "/h2.log");
+      << ReadText(dir + "/h2.log");
   EXPECT_EQ(Wait(Spawn(with({"client", absl::StrCat("--server=127.0.0.1:", port), "--clients=2",
                              "--run_id=it"},
                             tls("client")),
                        dir + "/clients.log")),
             0)
-      << ReadFile(dir + "/clients.log");
+      << ReadText(dir + "/clients.log");
   TlsFiles client;
   client.cert = certs + "/client.crt";
   client.key = certs + "/client.key";
@@ -303,8 +303,24 @@ TEST(Tls, AFederatedRunAndAGossipRunOverMutualTlsWithCertificatesFromTernCerts) 
       while (std::getline(f, line)) steps += line.find("\"mixed\":1") != std::string::npos;
       if (steps < 40) usleep(100 * 1000);
     }
-    EXPECT_EQ(steps, 40u) << ReadFile(absl::StrCat(dir, "/w", i, ".log"));
+    EXPECT_EQ(steps, 40u) << ReadText(absl::StrCat(dir, "/w", i, ".log"));
   }
+}
+
+// `tern run --tls`: certificates made in the run folder, every process of the run on mutual TLS.
+TEST(Tls, TernRunWithTlsTrainsAsWithoutIt) {
+  const std::string dir = MakeTempDir();
+  ASSERT_EQ(Wait(Spawn({"run", "--tls", "--workers=3", "--epochs=1", "--evals_per_epoch=1",
+                        "--scheduler=local", "--log_level=warn", "--out=" + dir},
+                       dir + "/run.log")),
+            0)
+      << ReadText(dir + "/run.log");
+  for (const char* f :
+       {"ca.crt", "launcher.crt", "scheduler.crt", "worker-0.crt", "worker-2.key"}) {
+    EXPECT_NE(ReadText(dir + "/certs/" + f).find("-----BEGIN"), std::string::npos) << f;
+  }
+  EXPECT_NE(ReadText(dir + "/run.log").find("done: test accuracy"), std::string::npos)
+      << ReadText(dir + "/run.log");
 }
 
 }  // namespace

@@ -57,7 +57,9 @@ inline int Wait(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-inline std::string ReadFile(const std::string& path) {
+// A file's text, or "" (named apart from common/file_util.h's ReadFile: an inline function of the
+// same name and parameters would be one symbol with it, whatever the return type).
+inline std::string ReadText(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;
   ss << f.rdbuf();
@@ -124,7 +126,7 @@ inline double Last(const std::string& dir, const std::string& key) {
 }
 
 inline bool Synthetic(const std::string& dir) {
-  return ReadFile(dir + "/run.json").find("\"synthetic\":true") != std::string::npos;
+  return ReadText(dir + "/run.json").find("\"synthetic\":true") != std::string::npos;
 }
 
 // A number from a flat JSON line, or -1.

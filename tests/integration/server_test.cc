@@ -33,8 +33,8 @@ TEST(FederatedRun, TheServerKilledMidRunRestartsFromItsCheckpointAndTheRunFinish
                      "--clients_per_round=4", "--rounds=6", "--kill_server_at_round=2",
                      "--log_level=warn", absl::StrCat("--out=", dir)},
                     dir + "/run.log");
-  ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
-  EXPECT_THAT(ReadFile(dir + "/run.log"), HasSubstr("killed the server after round"));
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  EXPECT_THAT(ReadText(dir + "/run.log"), HasSubstr("killed the server after round"));
   EXPECT_EQ(Last(dir, "round"), 6);
   EXPECT_GE(Last(dir, "restarts"), 1);
   // Every round closed with updates, before and after the restart, and the model kept learning.
@@ -59,9 +59,9 @@ TEST(FederatedRun, AClientKilledMidRoundDoesNotStallRoundsPastTheirDeadline) {
              "--local_steps=10", "--batch=8", "--kill_client_at_round=1@1", "--max_staleness=0",
              "--log_level=warn", absl::StrCat("--out=", dir)},
             dir + "/run.log");
-  ASSERT_EQ(Wait(pid), 0) << ReadFile(dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
   const std::vector<std::string> rows = Lines(dir + "/metrics.jsonl");
-  ASSERT_EQ(rows.size(), 8u) << ReadFile(dir + "/metrics.jsonl");
+  ASSERT_EQ(rows.size(), 8u) << ReadText(dir + "/metrics.jsonl");
   EXPECT_EQ(Field(rows[0], "updates"), 8);
   // The launcher kills the group once it sees round 1 closed (it looks every 50 ms); with every
   // client alive a round closes within milliseconds (about 20 ms), so the kill can land a few
@@ -71,7 +71,7 @@ TEST(FederatedRun, AClientKilledMidRoundDoesNotStallRoundsPastTheirDeadline) {
   size_t cut = 1;
   while (cut + 1 < rows.size() && Field(rows[cut], "updates") == 8) ++cut;
   ASSERT_LT(cut + 1, rows.size()) << "the kill landed in the last round: "
-                                  << ReadFile(dir + "/metrics.jsonl");
+                                  << ReadText(dir + "/metrics.jsonl");
   EXPECT_GE(Field(rows[cut], "updates"), 4) << rows[cut];
   EXPECT_LT(Field(rows[cut], "updates"), 8) << rows[cut];
   for (size_t r = cut + 1; r < rows.size(); ++r) {
@@ -101,7 +101,7 @@ class RogueClient : public ::testing::Test {
     for (const std::string& f : ServerFlags()) args.push_back(f);
     pid_ = Spawn(args, dir_ + "/server.log");
     const int port = WaitForPort(port_file);
-    ASSERT_GT(port, 0) << ReadFile(dir_ + "/server.log");
+    ASSERT_GT(port, 0) << ReadText(dir_ + "/server.log");
     stub_ = v1::Aggregator::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
   }
   void TearDown() override {
@@ -110,7 +110,7 @@ class RogueClient : public ::testing::Test {
     stub_.reset();
     if (pid_ > 0) {
       kill(pid_, SIGTERM);
-      EXPECT_EQ(Wait(pid_), 0) << ReadFile(dir_ + "/server.log");
+      EXPECT_EQ(Wait(pid_), 0) << ReadText(dir_ + "/server.log");
     }
   }
 
@@ -325,7 +325,7 @@ TEST_F(KilledServer, ASigkilledServerLosesNoAcknowledgedUpdate) {
   EXPECT_EQ(st.updates_accepted(), 6u);
   EXPECT_TRUE(st.round_open());
   EXPECT_EQ(st.round(), 0u);
-  EXPECT_THAT(ReadFile(dir_ + "/server.log"), HasSubstr("replayed 6 accepted updates"));
+  EXPECT_THAT(ReadText(dir_ + "/server.log"), HasSubstr("replayed 6 accepted updates"));
   v1::UpdateReply reply;
   grpc::Status again = PushBundle(ids[0], 1, Bundle({1, 1, 1, 1}, 1), &reply);
   EXPECT_EQ(again.error_code(), grpc::StatusCode::ALREADY_EXISTS) << again.error_message();
@@ -349,7 +349,7 @@ TEST(StalledStreams, TheServerRefusesThemPastItsBudgetAndCancelsThemWhenIdle) {
                            "--stream_idle_s=3", "--linger_s=1"},
                           dir + "/server.log");
   const int port = WaitForPort(dir + "/port");
-  ASSERT_GT(port, 0) << ReadFile(dir + "/server.log");
+  ASSERT_GT(port, 0) << ReadText(dir + "/server.log");
   auto stub = v1::Aggregator::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
   const double rss0 = RssMb(pid);
   v1::UpdateRequest req;
@@ -388,7 +388,7 @@ TEST(StalledStreams, TheServerRefusesThemPastItsBudgetAndCancelsThemWhenIdle) {
   EXPECT_EQ(n[grpc::StatusCode::CANCELLED], 32);
   stub.reset();
   kill(pid, SIGTERM);
-  EXPECT_EQ(Wait(pid), 0) << ReadFile(dir + "/server.log");
+  EXPECT_EQ(Wait(pid), 0) << ReadText(dir + "/server.log");
 }
 
 }  // namespace
