@@ -18,6 +18,11 @@ namespace {
 
 // Runs argv[0] (found on PATH) with its output to `log`; an error quotes the log's end.
 absl::Status Run(const std::vector<std::string>& argv, const std::string& log) {
+  // Everything the child needs is ready before fork: other threads of the caller (gRPC's) may
+  // hold the allocator's lock at that moment, so the child only makes system calls.
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
@@ -27,9 +32,6 @@ absl::Status Run(const std::vector<std::string>& argv, const std::string& log) {
       dup2(fd, 1);
       dup2(fd, 2);
     }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     execvp(args[0], args.data());
     _exit(127);
   }
