@@ -242,10 +242,7 @@ int ServerMain() {
                (*server)->port(), st.round(), st.total_rounds(),
                st.restarts() > 0 ? " (resumed from the checkpoint)" : "");
   WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
-  if ((*server)->metrics_port() > 0) {
-    spdlog::info("server: metrics at http://{}/metrics",
-                 ListenWithPort(options->metrics_listen, (*server)->metrics_port()));
-  }
+  LogMetricsAddress("server", options->metrics_listen, (*server)->metrics_port());
   AggregatorServer* s = server->get();
   SystemdNotifier systemd([s] { return RanRecently(s->last_tick(), absl::Seconds(10)); });
   systemd.Ready(absl::StrCat("serving run '", options->aggregator.run_id, "' on port ", s->port()));

@@ -67,10 +67,7 @@ int SchedulerMain() {
                absl::GetFlag(FLAGS_heartbeat_interval_ms),
                absl::GetFlag(FLAGS_heartbeat_timeout_ms));
   WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
-  if ((*server)->metrics_port() > 0) {
-    spdlog::info("scheduler: metrics at http://{}/metrics",
-                 ListenWithPort(o.metrics_listen, (*server)->metrics_port()));
-  }
+  LogMetricsAddress("scheduler", o.metrics_listen, (*server)->metrics_port());
   SchedulerServer* s = server->get();
   SystemdNotifier systemd([s] { return RanRecently(s->last_tick(), absl::Seconds(10)); });
   systemd.Ready(absl::StrCat("run '", o.scheduler.run_id, "' on port ", s->port()));

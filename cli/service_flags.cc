@@ -2,6 +2,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, metrics_listen, "",
           "daemons: serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 0.0.0.0:9464; "
@@ -36,6 +37,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFrom
 
 std::string ListenWithPort(const std::string& listen, int port) {
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+}
+
+void LogMetricsAddress(const std::string& who, const std::string& listen, int port) {
+  if (port > 0) spdlog::info("{}: metrics at http://{}/metrics", who, ListenWithPort(listen, port));
 }
 
 }  // namespace tern

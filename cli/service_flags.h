@@ -22,8 +22,10 @@ TlsFiles TlsFromFlags();
 // Channel credentials from those flags, or the error that ends the command.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags();
 
-// `listen` ("HOST:PORT") with the port actually bound, for a log line a user can paste.
+// `listen` ("HOST:PORT") with the port actually bound (port 0 asked for any).
 std::string ListenWithPort(const std::string& listen, int port);
+// Logs "WHO: metrics at http://HOST:PORT/metrics" when the daemon serves metrics (port > 0).
+void LogMetricsAddress(const std::string& who, const std::string& listen, int port);
 
 // A daemon whose periodic work (a ticker, a round loop) last ran at `last` is alive while this
 // is recent; systemd's watchdog goes unfed after that.

@@ -189,10 +189,7 @@ int WorkerMain() {
                options.engine.algorithm, options.engine.topology,
                options.engine.algorithm_options.codec);
   WritePortFile(absl::GetFlag(FLAGS_port_file), port);
-  if ((*daemon)->metrics_port() > 0) {
-    spdlog::info("worker {}: metrics at http://{}/metrics", id,
-                 ListenWithPort(options.metrics_listen, (*daemon)->metrics_port()));
-  }
+  LogMetricsAddress(absl::StrCat("worker ", id), options.metrics_listen, (*daemon)->metrics_port());
   // Alive while the round loop runs its jobs: each check queues a no-op that stamps the time.
   auto loop_ran = std::make_shared<std::atomic<int64_t>>(absl::ToUnixNanos(absl::Now()));
   SystemdNotifier systemd([d = daemon->get(), loop_ran] {
@@ -210,10 +207,7 @@ int WorkerMain() {
     so.worker_id = id;
     so.expected_members = workers;
     so.address = absl::GetFlag(FLAGS_advertise);
-    if (so.address.empty()) {
-      const std::string listen = absl::GetFlag(FLAGS_listen);
-      so.address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
-    }
+    if (so.address.empty()) so.address = ListenWithPort(absl::GetFlag(FLAGS_listen), port);
     WorkerDaemon* d = daemon->get();
     so.progress = [d] { return d->engine()->next_step(); };
     auto credentials = ChannelCredentialsFromFlags();

@@ -1,11 +1,10 @@
 #include "core/ops/metrics.h"
 
-#include <sys/time.h>
-
 #include <exception>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "prometheus/collectable.h"
 #include "prometheus/exposer.h"
 
@@ -15,11 +14,7 @@ namespace {
 
 // When this process started, for process_start_time_seconds (read once, at the first endpoint).
 double ProcessStartSeconds() {
-  static const double start = [] {
-    timeval now;
-    gettimeofday(&now, nullptr);
-    return static_cast<double>(now.tv_sec) + now.tv_usec * 1e-6;
-  }();
+  static const double start = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   return start;
 }
 
