@@ -192,8 +192,13 @@ absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats,
   TERN_ASSIGN_OR_RETURN(Receiver plain, StartReceiver(numel, registries, nullptr, nullptr));
   std::optional<Receiver> tls;
   if (!certs.empty()) {
-    TlsFiles server{certs + "/receiver.crt", certs + "/receiver.key", certs + "/ca.crt"};
-    TlsFiles client{certs + "/sender.crt", certs + "/sender.key", certs + "/ca.crt"};
+    TlsFiles server;
+    server.cert = certs + "/receiver.crt";
+    server.key = certs + "/receiver.key";
+    server.ca = certs + "/ca.crt";
+    TlsFiles client = server;
+    client.cert = certs + "/sender.crt";
+    client.key = certs + "/sender.key";
     TERN_ASSIGN_OR_RETURN(tls, StartReceiver(numel, registries, &server, &client));
   }
   std::vector<char> payload(numel * sizeof(float));

@@ -1,6 +1,7 @@
 // tern certs: a development CA and a certificate per daemon and client, made with openssl, for
 // TLS and mutual TLS between tern's daemons (docs/deploy.md). Production sites use their own CA:
-// the daemons only need the PEM files.
+// the daemons only need the PEM files. tern tokens: a bearer token per client and the server's
+// file of their digests (core/rpc/auth.h).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -10,10 +11,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
+#include "core/rpc/auth.h"
 #include "core/rpc/dev_certs.h"
 
 ABSL_FLAG(std::string, names, "server,client,scheduler,worker-0,worker-1,worker-2,worker-3",
-          "certs: comma-separated holders, one certificate each (NAME.crt, NAME.key)");
+          "certs, tokens: comma-separated holders, one certificate (NAME.crt, NAME.key) or token "
+          "(NAME.token) each");
 ABSL_FLAG(std::string, hosts, "",
           "certs: comma-separated host names or IP addresses added to every certificate's "
           "subjectAltName (each already names its holder, localhost and 127.0.0.1)");
@@ -43,6 +46,28 @@ int CertsMain() {
   std::printf("valid %d days for %s, localhost, 127.0.0.1%s%s; keep %s/ca.key safe\n", o.days,
               "each holder's name", o.hosts.empty() ? "" : ", ",
               absl::StrJoin(o.hosts, ", ").c_str(), dir.c_str());
+  return 0;
+}
+
+int TokensMain() {
+  const std::string dir = absl::GetFlag(FLAGS_out).empty() ? "certs" : absl::GetFlag(FLAGS_out);
+  const std::vector<std::string> names =
+      absl::StrSplit(absl::GetFlag(FLAGS_names), ',', absl::SkipEmpty());
+  if (names.empty()) {
+    std::fprintf(stderr, "tern tokens: --names is empty\n");
+    return 2;
+  }
+  if (absl::Status s = MakeTokens(dir, names); !s.ok()) {
+    std::fprintf(stderr, "tern tokens: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  for (const std::string& n : names) {
+    std::printf("%s/%s.token (that holder's --token_file; keep it secret)\n", dir.c_str(),
+                n.c_str());
+  }
+  std::printf("%s/tokens (the servers' --tokens: digests only; a holder made again gets a new "
+              "token, the old one stops working once servers re-read the file)\n",
+              dir.c_str());
   return 0;
 }
 

@@ -19,6 +19,7 @@ int ClientMain();
 int SchedulerMain();
 int HealthMain();
 int CertsMain();
+int TokensMain();
 int RunFederatedMain(const std::string& self_exe);
 // `tern report DIR...`: one HTML report comparing runs (report.cc).
 int ReportMain(const std::vector<std::string>& dirs);

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/service_flags.h"
 #include "core/rpc/channel.h"
+#include "core/rpc/status.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:7070", "health: the daemon's HOST:PORT");
@@ -36,8 +37,12 @@ int HealthMain() {
   const std::string what = request.service().empty() ? "the daemon" : request.service();
   if (!s.ok()) {
     std::printf("%s at %s: %s (%s)\n", what.c_str(), absl::GetFlag(FLAGS_target).c_str(),
-                s.error_code() == grpc::StatusCode::NOT_FOUND ? "unknown service" : "unreachable",
-                s.error_message().c_str());
+                s.error_code() == grpc::StatusCode::NOT_FOUND ? "unknown service"
+                : s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                        s.error_code() == grpc::StatusCode::PERMISSION_DENIED
+                    ? "refused"
+                    : "unreachable",
+                std::string(FromGrpcStatus(s).message()).c_str());
     return s.error_code() == grpc::StatusCode::NOT_FOUND ? 1 : 2;
   }
   const std::string status =

@@ -31,6 +31,7 @@
 #include "cli/train_flags.h"
 #include "common/allocator.h"
 #include "common/logging.h"
+#include "core/rpc/grpc_log.h"
 #include "kernels/builtin.h"
 
 ABSL_FLAG(std::string, sizes, "1M,16M", "bench: tensor sizes in floats (K/M suffixes)");
@@ -168,6 +169,7 @@ int main(int argc, char** argv) {
   if (auto s = tern::InitLogging(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
     return Fail(std::string(s.message()));
   }
+  tern::RouteGrpcLogs();
   if (absl::GetFlag(FLAGS_check_flags)) {
     std::printf("tern %s: the flags are good\n", command->name.c_str());
     return 0;
@@ -180,6 +182,7 @@ int main(int argc, char** argv) {
   if (cmd[0] == "scheduler" && cmd.size() == 1) return tern::SchedulerMain();
   if (cmd[0] == "health" && cmd.size() == 1) return tern::HealthMain();
   if (cmd[0] == "certs" && cmd.size() == 1) return tern::CertsMain();
+  if (cmd[0] == "tokens" && cmd.size() == 1) return tern::TokensMain();
   if (cmd[0] == "run" && cmd.size() == 1) {
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);

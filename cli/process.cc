@@ -132,6 +132,15 @@ sigset_t BlockStopSignals() {
   return signals;
 }
 
+bool StopSignalPending(const sigset_t& signals) {
+  sigset_t pending;
+  sigpending(&pending);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) {
+    if (sigismember(&signals, sig) && sigismember(&pending, sig)) return true;
+  }
+  return false;
+}
+
 void WritePortFile(const std::string& path, int port) {
   if (path.empty()) return;
   const std::string tmp = path + ".tmp";

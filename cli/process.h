@@ -44,6 +44,10 @@ std::string ProgressBar(double frac, int width = 24);
 // Blocks SIGINT, SIGTERM and SIGUSR1 in this thread (and every thread started later), for a
 // daemon's main thread to sigwait() on; returns the set.
 sigset_t BlockStopSignals();
+// Whether one of `signals` (BlockStopSignals) arrived and waits for sigwait: a loop that waits
+// for something else before the process reaches its sigwait checks it, so a stop is not
+// ignored meanwhile.
+bool StopSignalPending(const sigset_t& signals);
 // Writes `port` to `path` (write, then rename, so a reader never sees a partial file); no-op
 // for an empty path.
 void WritePortFile(const std::string& path, int port);

@@ -15,6 +15,12 @@ ABSL_FLAG(std::string, tls_key, "", "daemons and clients: the certificate's PEM 
 ABSL_FLAG(std::string, tls_ca, "",
           "daemons and clients: PEM CA bundle the other side must chain to; on a server it turns "
           "on mutual TLS (clients must present a certificate it signed)");
+ABSL_FLAG(std::string, token_file, "",
+          "daemons and clients: a file holding this side's bearer token (tern tokens), sent on "
+          "every call; needs --tls_ca");
+ABSL_FLAG(std::string, tokens, "",
+          "daemons: the bearer tokens this server takes, 'NAME sha256:HEX' a line (tern tokens "
+          "writes it); needs --tls_cert; re-read when the file changes");
 ABSL_FLAG(bool, plaintext, false,
           "daemons: serve without TLS on an address beyond loopback (logged as a warning)");
 
@@ -27,6 +33,8 @@ TlsFiles TlsFromFlags() {
   t.cert = absl::GetFlag(FLAGS_tls_cert);
   t.key = absl::GetFlag(FLAGS_tls_key);
   t.ca = absl::GetFlag(FLAGS_tls_ca);
+  t.token = absl::GetFlag(FLAGS_token_file);
+  t.tokens = absl::GetFlag(FLAGS_tokens);
   t.plaintext = absl::GetFlag(FLAGS_plaintext);
   return t;
 }

@@ -17,7 +17,7 @@ namespace tern {
 // --metrics_listen: "HOST:PORT" of the daemon's Prometheus /metrics endpoint ("" = none).
 std::string MetricsListenFromFlags();
 
-// --tls_cert, --tls_key, --tls_ca, --plaintext (core/rpc/security.h).
+// --tls_cert, --tls_key, --tls_ca, --token_file, --tokens, --plaintext (core/rpc/security.h).
 TlsFiles TlsFromFlags();
 // Channel credentials from those flags, or the error that ends the command.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags();

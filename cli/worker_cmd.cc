@@ -36,6 +36,10 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "worker: address to serve on (port 0: any)");
 ABSL_FLAG(int, id, 0, "worker: this worker's id in [0, workers)");
+ABSL_FLAG(std::string, peer_names, "",
+          "worker: who may gossip into it, comma-separated names its callers authenticate as "
+          "(certificate common name or token holder), a trailing * a prefix (worker-*); empty: "
+          "anyone with a certificate from --tls_ca or a token in --tokens");
 ABSL_FLAG(int, workers, 8, "worker/run: number of workers");
 ABSL_FLAG(std::string, peers, "",
           "worker: comma-separated host:port of every worker, in id order (own entry ignored)");
@@ -71,8 +75,9 @@ ABSL_FLAG(std::string, advertise, "",
 namespace tern {
 namespace {
 
+// Cancelled when a stop signal arrives while it waits for the file.
 absl::StatusOr<std::vector<std::string>> ReadPeers(const std::string& list, const std::string& file,
-                                                   absl::Duration wait) {
+                                                   absl::Duration wait, const sigset_t& signals) {
   if (!list.empty()) return absl::StrSplit(list, ',', absl::SkipEmpty());
   if (file.empty()) return std::vector<std::string>{};
   const absl::Time deadline = absl::Now() + wait;
@@ -90,6 +95,9 @@ absl::StatusOr<std::vector<std::string>> ReadPeers(const std::string& list, cons
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("no peers file ", file, " after ", absl::FormatDuration(wait)));
+    }
+    if (StopSignalPending(signals)) {
+      return absl::CancelledError(absl::StrCat("stopped while waiting for the peers file ", file));
     }
     if (first) {
       spdlog::info("waiting for the peers file {} (up to {})", file, absl::FormatDuration(wait));
@@ -178,6 +186,7 @@ int WorkerMain() {
   options.engine.max_snapshots = std::max(1, absl::GetFlag(FLAGS_max_snapshots));
   options.metrics_listen = MetricsListenFromFlags();
   options.tls = TlsFromFlags();
+  options.peer_names = absl::StrSplit(absl::GetFlag(FLAGS_peer_names), ',', absl::SkipEmpty());
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   auto daemon = WorkerDaemon::Start(options, &registries);
   if (!daemon.ok()) {
@@ -226,7 +235,12 @@ int WorkerMain() {
     sched->store(scheduler.get());
   }
   auto peers = ReadPeers(absl::GetFlag(FLAGS_peers), absl::GetFlag(FLAGS_peers_file),
-                         absl::Seconds(absl::GetFlag(FLAGS_peers_timeout)));
+                         absl::Seconds(absl::GetFlag(FLAGS_peers_timeout)), signals);
+  if (absl::IsCancelled(peers.status())) {
+    spdlog::info("worker {}: {}", id, std::string(peers.status().message()));
+    (*daemon)->Shutdown(absl::Seconds(5));
+    return 0;
+  }
   if (!peers.ok()) {
     spdlog::error("worker {}: {}", id, peers.status().ToString());
     return 1;

@@ -263,6 +263,7 @@ absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
     client.name = c.name();
     client.num_samples = c.num_samples();
     client.left = c.left();
+    client.principal = c.principal();
   }
   if (ckpt.model().tensors_size() == 0) return absl::OkStatus();  // no model yet
   TERN_RETURN_IF_ERROR(AdoptModel(ckpt.model()));
@@ -310,7 +311,7 @@ void Aggregator::PublishModel() {
 }
 
 v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
-                               absl::Status* status) {
+                               absl::Status* status, const std::string& principal) {
   v1::JoinReply reply;
   absl::MutexLock lock(&mu_);
   *status = absl::OkStatus();
@@ -320,12 +321,24 @@ v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
     return reply;
   }
   uint32_t id;
-  if (request.client_id() >= 0 && clients_.count(static_cast<uint32_t>(request.client_id()))) {
-    id = static_cast<uint32_t>(request.client_id());
+  auto old = request.client_id() >= 0 ? clients_.find(static_cast<uint32_t>(request.client_id()))
+                                      : clients_.end();
+  if (old != clients_.end()) {
+    // Taking an id back is for its owner; an id joined without credentials goes to the first
+    // authenticated caller that takes it back (a run that turned authentication on).
+    if (!old->second.principal.empty() && old->second.principal != principal) {
+      *status = absl::PermissionDeniedError(
+          absl::StrCat("client ", old->first, " joined as '", old->second.principal, "'; '",
+                       principal, "' cannot take it back (join with client_id -1 for an id of ",
+                       "its own)"));
+      return reply;
+    }
+    id = old->first;
   } else {
     id = clients_.empty() ? 0 : clients_.rbegin()->first + 1;
   }
   Client& c = clients_[id];
+  c.principal = principal;
   c.name = request.name().substr(0, 128);
   c.num_samples = request.num_samples();
   c.last_seen = now;
@@ -335,6 +348,20 @@ v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
   reply.set_mode(options_.mode);
   counters_.set_clients_joined(static_cast<uint32_t>(clients_.size()));
   return reply;
+}
+
+absl::Status Aggregator::CheckCaller(uint32_t client, const std::string& principal) const {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client);
+  if (it == clients_.end()) {
+    return absl::NotFoundError(absl::StrCat("client ", client, " has not joined"));
+  }
+  if (it->second.principal != principal) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("client ", client, " joined as '", it->second.principal,
+                     "'; this call comes from '", principal, "'"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> Aggregator::InitModel(uint32_t client, const v1::TensorBundle& bundle) {
@@ -675,6 +702,7 @@ std::shared_ptr<internal::AggregatorCheckpoint> Aggregator::SnapshotState() {
     p->set_name(cl.name);
     p->set_num_samples(cl.num_samples);
     p->set_left(cl.left);
+    p->set_principal(cl.principal);
   }
   *c->mutable_counters() = counters_;
   return c;

@@ -103,7 +103,13 @@ class Aggregator {
                                                             const ServerRegistries* registries,
                                                             absl::Time now);
 
-  v1::JoinReply Join(const v1::JoinRequest& request, absl::Time now, absl::Status* status);
+  // `principal`: who the call was authenticated as (core/rpc/auth.h); the client id is bound to
+  // it, and taking an id back (request.client_id) is refused to anyone else.
+  v1::JoinReply Join(const v1::JoinRequest& request, absl::Time now, absl::Status* status,
+                     const std::string& principal = "");
+  // OK when `client` joined as `principal`: PERMISSION_DENIED when someone else did, NOT_FOUND
+  // when nobody did. The services call it before acting in a client's name.
+  absl::Status CheckCaller(uint32_t client, const std::string& principal) const;
   // The initial model; returns whether this bundle was adopted.
   absl::StatusOr<bool> InitModel(uint32_t client, const v1::TensorBundle& bundle);
   // `have_round` / `have_crc32`: the model the client holds (FetchRequest); -1 for none.
@@ -149,6 +155,7 @@ class Aggregator {
  private:
   struct Client {
     std::string name;
+    std::string principal;  // who joined as this client ("" without credentials)
     uint64_t num_samples = 0;
     absl::Time last_seen = absl::InfinitePast();
     bool left = false;

@@ -246,6 +246,36 @@ TEST_F(AggregatorTest, LateUpdatesAreStalenessWeightedIntoTheNextClose) {
   for (size_t i = 0; i < 9; ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
+TEST_F(AggregatorTest, AClientIdBelongsToWhoJoinedAsItAlsoAfterARestart) {
+  options_.checkpoint_path = TempPath("owners.ckpt");
+  auto join = [](Aggregator& a, int64_t id, const std::string& who) {
+    v1::JoinRequest j;
+    j.set_run_id("r");
+    j.set_client_id(id);
+    absl::Status s;
+    const v1::JoinReply r = a.Join(j, kT0, &s, who);
+    return s.ok() ? absl::StatusOr<uint32_t>(r.client_id()) : absl::StatusOr<uint32_t>(s);
+  };
+  {
+    auto a = Aggregator::Create(options_, &registries_, kT0);
+    ASSERT_THAT(a, IsOk());
+    EXPECT_EQ(ValueOrFailure(join(**a, -1, "alice")), 0u);
+    EXPECT_EQ(ValueOrFailure(join(**a, -1, "bob")), 1u);
+    EXPECT_THAT((*a)->CheckCaller(0, "alice"), IsOk());
+    EXPECT_THAT((*a)->CheckCaller(0, "bob"), StatusIs(absl::StatusCode::kPermissionDenied));
+    EXPECT_THAT((*a)->CheckCaller(7, "bob"), StatusIs(absl::StatusCode::kNotFound));
+    EXPECT_THAT(join(**a, 0, "bob").status(), StatusIs(absl::StatusCode::kPermissionDenied));
+    auto b = FlatToBundle(layout_, x0_);
+    ASSERT_THAT(b, IsOk());
+    ASSERT_THAT((*a)->InitModel(0, *b), IsOk());  // writes the checkpoint
+  }
+  auto a = Aggregator::Create(options_, &registries_, kT0 + absl::Minutes(1));
+  ASSERT_THAT(a, IsOk());
+  EXPECT_THAT((*a)->CheckCaller(1, "alice"), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(join(**a, 1, "alice").status(), StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(ValueOrFailure(join(**a, 1, "bob")), 1u) << "its owner takes it back";
+}
+
 TEST_F(AggregatorTest, ARestartedServerResumesTheOpenRoundWithItsAcceptedUpdates) {
   for (const std::string rule : {"fedavg", "median"}) {
     SCOPED_TRACE(rule);

@@ -59,8 +59,18 @@ bool Membership::MaybeRelease(BarrierState& b) {
   return true;
 }
 
+absl::Status Membership::CheckCaller(uint32_t id, const std::string& principal) const {
+  absl::MutexLock lock(&mu_);
+  auto it = members_.find(id);
+  if (it == members_.end() || it->second.principal == principal) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("worker ", id, " registered as '",
+                                                  it->second.principal,
+                                                  "'; this call comes from '", principal, "'"));
+}
+
 absl::StatusOr<v1::MemberRegisterReply> Membership::Register(const v1::MemberRegisterRequest& req,
-                                                             absl::Time now) {
+                                                             absl::Time now,
+                                                             const std::string& principal) {
   absl::MutexLock lock(&mu_);
   if (req.run_id() != options_.run_id) {
     return absl::FailedPreconditionError(
@@ -81,7 +91,13 @@ absl::StatusOr<v1::MemberRegisterReply> Membership::Register(const v1::MemberReg
     return absl::ResourceExhaustedError(
         absl::StrCat("the run has its maximum of ", options_.max_members, " members"));
   }
+  if (auto it = members_.find(id); it != members_.end() && it->second.principal != principal) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", id, " registered as '", it->second.principal, "'; '", principal,
+                     "' cannot take its id"));
+  }
   Worker& w = members_[id];
+  w.principal = principal;
   w.name = req.name().substr(0, 256);
   w.address = req.address().substr(0, 256);
   w.round = -1;

@@ -45,8 +45,13 @@ class Membership {
   static absl::StatusOr<std::unique_ptr<Membership>> Create(SchedulerOptions options,
                                                             const TopologyRegistry& topologies);
 
+  // `principal`: who the call was authenticated as (core/rpc/auth.h); a member id is bound to
+  // it while it is a member, and taking it (request.worker_id) is refused to anyone else.
   absl::StatusOr<v1::MemberRegisterReply> Register(const v1::MemberRegisterRequest& request,
-                                                   absl::Time now);
+                                                   absl::Time now,
+                                                   const std::string& principal = "");
+  // OK unless member `id` registered as someone other than `principal` (PERMISSION_DENIED).
+  absl::Status CheckCaller(uint32_t id, const std::string& principal) const;
   // NotFound when `id` is not a member (never was, left, or was declared dead).
   absl::StatusOr<v1::HeartbeatReply> Heartbeat(const v1::HeartbeatRequest& request, absl::Time now);
   absl::StatusOr<v1::View> GetView(uint32_t id, uint64_t round, absl::Time now) const;
@@ -64,6 +69,7 @@ class Membership {
  private:
   struct Worker {
     std::string name;
+    std::string principal;  // who registered it ("" without credentials)
     std::string address;
     int64_t round = -1;
     absl::Time last_seen;

@@ -140,6 +140,17 @@ TEST_F(MembershipTest, BarrierReleasesWhenEveryMemberArrivedOrTheMissingOneDies)
   EXPECT_TRUE(r4->released());
 }
 
+TEST_F(MembershipTest, AMemberIdBelongsToWhoRegisteredIt) {
+  v1::MemberRegisterRequest r;
+  r.set_run_id("tern");
+  r.set_worker_id(3);
+  ASSERT_TRUE(m_->Register(r, t0_, "worker-3").ok());
+  EXPECT_EQ(m_->Register(r, t0_, "worker-4").status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(m_->CheckCaller(3, "worker-3").ok());
+  EXPECT_EQ(m_->CheckCaller(3, "worker-4").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(m_->Register(r, t0_ + absl::Seconds(1), "worker-3").ok()) << "a restart takes it back";
+}
+
 TEST_F(MembershipTest, RequestsFromStrangersAndBadInputAreRefused) {
   v1::MemberRegisterRequest r;
   r.set_run_id("other");

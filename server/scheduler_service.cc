@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/rpc/auth.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
 #include "core/rpc/server.h"
@@ -81,11 +82,13 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const v1::MemberRegisterRequest* req,
                                      v1::MemberRegisterReply* reply) override {
-    absl::StatusOr<v1::MemberRegisterReply> r = m_->Register(*req, absl::Now());
+    absl::StatusOr<v1::MemberRegisterReply> r = m_->Register(*req, absl::Now(), PrincipalOf(*ctx));
     if (r.ok()) {
       *reply = *r;
       spdlog::info("scheduler: worker {} registered as '{}' at '{}'; epoch {}", r->worker_id(),
                    req->name(), req->address(), r->epoch());
+    } else {
+      spdlog::warn("scheduler: refused a registration: {}", r.status().ToString());
     }
     return Done(ctx, r.status());
   }
@@ -93,6 +96,7 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const v1::HeartbeatRequest* req,
                                       v1::HeartbeatReply* reply) override {
+    if (absl::Status c = Caller(*ctx, req->worker_id()); !c.ok()) return Done(ctx, c);
     absl::StatusOr<v1::HeartbeatReply> r = m_->Heartbeat(*req, absl::Now());
     if (r.ok()) *reply = *r;
     return Done(ctx, r.status());
@@ -110,6 +114,7 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
 
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const v1::BarrierRequest* req,
                                     v1::BarrierReply* reply) override {
+    if (absl::Status c = Caller(*ctx, req->worker_id()); !c.ok()) return Done(ctx, c);
     // Arrive once, then wait on the generation arrived at.
     auto q = std::make_shared<v1::BarrierRequest>(*req);
     Membership* m = m_;
@@ -123,6 +128,7 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx,
                                   const v1::MemberLeaveRequest* req,
                                   v1::MemberLeaveReply* reply) override {
+    if (absl::Status c = Caller(*ctx, req->worker_id()); !c.ok()) return Done(ctx, c);
     absl::StatusOr<v1::MemberLeaveReply> r = m_->Leave(req->worker_id());
     if (r.ok()) {
       *reply = *r;
@@ -138,6 +144,12 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
   }
 
  private:
+  // Nobody heartbeats, arrives at a barrier or leaves in another member's name.
+  absl::Status Caller(const grpc::ServerContextBase& ctx, uint32_t id) {
+    absl::Status s = m_->CheckCaller(id, PrincipalOf(ctx));
+    if (!s.ok()) spdlog::warn("scheduler: refused a call: {}", s.ToString());
+    return s;
+  }
   // A long poll for `worker`, if a waiting slot is free.
   grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext* ctx, uint32_t worker,
                                  uint32_t max_wait_ms, LongPoll::PollFn poll) {

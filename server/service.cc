@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/rpc/auth.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
 #include "core/rpc/server.h"
@@ -25,10 +26,14 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
                                  v1::JoinReply* reply) override {
     absl::Status st;
-    *reply = s_->aggregator_->Join(*req, absl::Now(), &st);
+    const std::string principal = PrincipalOf(*ctx);
+    *reply = s_->aggregator_->Join(*req, absl::Now(), &st, principal);
     if (st.ok()) {
-      spdlog::info("server: client {} joined as '{}' ({} examples)", reply->client_id(),
-                   req->name(), req->num_samples());
+      spdlog::info("server: client {} joined as '{}'{}{} ({} examples)", reply->client_id(),
+                   req->name(), principal.empty() ? "" : ", authenticated as ", principal,
+                   req->num_samples());
+    } else {
+      spdlog::warn("server: refused a join: {}", st.ToString());
     }
     return Done(ctx, st);
   }
@@ -50,6 +55,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
 
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                   v1::LeaveReply*) override {
+    if (absl::Status st = s_->Caller(*ctx, req->client_id()); !st.ok()) return Done(ctx, st);
     return Done(ctx, s_->aggregator_->Leave(req->client_id()));
   }
 
@@ -75,7 +81,10 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
   class InitModelCall final : public grpc::ServerReadReactor<v1::InitModelRequest> {
    public:
     InitModelCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, v1::InitModelReply* reply)
-        : s_(s), reply_(reply), assembler_(s->options_.max_bundle_bytes) {
+        : s_(s),
+          reply_(reply),
+          assembler_(s->options_.max_bundle_bytes),
+          principal_(PrincipalOf(*ctx)) {
       absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> st = s->limits_->Open(ctx);
       if (!st.ok()) {
         Finish(ToGrpcStatus(st.status()));
@@ -89,7 +98,13 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         Finish(ToGrpcStatus(absl::InvalidArgumentError("stream ended before the last chunk")));
         return;
       }
-      if (first_) client_ = req_.client_id();
+      if (first_) {
+        client_ = req_.client_id();
+        if (absl::Status st = s_->Caller(principal_, client_); !st.ok()) {
+          Finish(ToGrpcStatus(st));
+          return;
+        }
+      }
       first_ = false;
       std::optional<absl::StatusOr<v1::TensorBundle>> got =
           FeedCounted(*stream_, assembler_, std::move(*req_.mutable_chunk()));
@@ -116,6 +131,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     v1::InitModelReply* const reply_;
     std::unique_ptr<StreamLimits::Stream> stream_;
     BundleAssembler assembler_;
+    const std::string principal_;
     v1::InitModelRequest req_;
     bool first_ = true;
     uint32_t client_ = 0;
@@ -134,6 +150,10 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
           have_crc32_(req.have_crc32()),
           have_state_(req.have_optimizer_state()),
           until_(absl::Now() + absl::Milliseconds(std::min<uint32_t>(req.max_wait_ms(), 30000))) {
+      if (absl::Status st = s_->Caller(*ctx, client_); !st.ok()) {
+        Finish(ToGrpcStatus(st));
+        return;
+      }
       Poll();
     }
     void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, replies_, &next_); }
@@ -220,7 +240,8 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
           reply_(reply),
           // An update cannot be much larger than the model: a client cannot make the server
           // buffer gigabytes.
-          assembler_(std::min(s->options_.max_bundle_bytes, s->aggregator_->MaxUpdateBytes())) {
+          assembler_(std::min(s->options_.max_bundle_bytes, s->aggregator_->MaxUpdateBytes())),
+          principal_(PrincipalOf(*ctx)) {
       absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> st = s->limits_->Open(ctx);
       if (!st.ok()) {
         Refuse(st.status());
@@ -242,6 +263,11 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         }
         info_ = req_.info();
         first_ = false;
+        // Before any of the update is held: nobody pushes in another client's name.
+        if (absl::Status st = s_->Caller(principal_, info_.client_id()); !st.ok()) {
+          Refuse(st);
+          return;
+        }
       }
       if (absl::Status h = stream_->Hold(req_.chunk().data().size()); !h.ok()) {
         Refuse(h);
@@ -294,6 +320,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     v1::UpdateReply* const reply_;
     std::unique_ptr<StreamLimits::Stream> stream_;
     BundleAssembler assembler_;
+    const std::string principal_;
     v1::UpdateRequest req_;
     v1::UpdateInfo info_;
     v1::TensorBundle bundle_;
@@ -408,6 +435,16 @@ void AggregatorServer::TickerThread() {
     }
     absl::SleepFor(options_.tick);
   }
+}
+
+absl::Status AggregatorServer::Caller(const std::string& principal, uint32_t client) {
+  absl::Status s = aggregator_->CheckCaller(client, principal);
+  if (!s.ok()) spdlog::warn("server: refused a call: {}", s.ToString());
+  return s;
+}
+
+absl::Status AggregatorServer::Caller(const grpc::ServerContextBase& ctx, uint32_t client) {
+  return Caller(PrincipalOf(ctx), client);
 }
 
 void AggregatorServer::WakeFetches() {

@@ -69,6 +69,10 @@ class AggregatorServer {
   void SizeBudget();
   // Wakes the parked Fetch calls when the aggregator had an event since the last wake-up.
   void WakeFetches();
+  // Whether the call's caller is `client` (Aggregator::CheckCaller), logged when not: nobody
+  // fetches, pushes or leaves in another client's name.
+  absl::Status Caller(const std::string& principal, uint32_t client);
+  absl::Status Caller(const grpc::ServerContextBase& ctx, uint32_t client);
 
   const ServerOptions options_;
   const std::unique_ptr<Aggregator> aggregator_;

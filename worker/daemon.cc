@@ -14,6 +14,7 @@
 #include "common/json_lines.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
+#include "core/rpc/auth.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
 #include "core/rpc/server.h"
@@ -78,6 +79,12 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
    public:
     SwapCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx)
         : d_(d), assembler_(d->options_.max_bundle_bytes) {
+      if (absl::Status c = d->GossipCaller(*ctx); !c.ok()) {
+        d->engine_->CountRefused(c);
+        spdlog::warn("worker {}: refused a swap: {}", d->options_.engine.worker_id, c.ToString());
+        Finish(ToGrpcStatus(c));
+        return;
+      }
       absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = d->limits_->Open(ctx);
       if (!s.ok()) {
         Finish(ToGrpcStatus(s.status()));
@@ -131,6 +138,10 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
    public:
     PushCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx, v1::PushReply* reply)
         : d_(d), reply_(reply), assembler_(d->options_.max_bundle_bytes) {
+      if (absl::Status c = d->GossipCaller(*ctx); !c.ok()) {
+        Refuse(c);
+        return;
+      }
       absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = d->limits_->Open(ctx);
       if (!s.ok()) {
         Refuse(s.status());
@@ -189,6 +200,14 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
 
   WorkerDaemon* const d_;
 };
+
+absl::Status WorkerDaemon::GossipCaller(const grpc::ServerContextBase& ctx) const {
+  const std::string who = PrincipalOf(ctx);
+  if (PrincipalAllowed(options_.peer_names, who)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("'", who, "' may not gossip into this worker (--peer_names=",
+                   absl::StrJoin(options_.peer_names, ","), ")"));
+}
 
 // ---------------------------------------------------------------------------------------------
 // Trainer: Register and Step run on the round-loop thread; Snapshot and Stats answer at once.

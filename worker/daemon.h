@@ -52,8 +52,13 @@ struct DaemonOptions {
   // "HOST:PORT" of a Prometheus /metrics endpoint (worker/metrics.h); "" = none.
   std::string metrics_listen;
   // TLS for the gRPC port and the channels to peers (core/rpc/security.h): with a CA, peers
-  // must present certificates it signed (mutual TLS).
+  // must present certificates it signed (mutual TLS), or tokens from tls.tokens.
   TlsFiles tls;
+  // Who may gossip into this worker (Gossip.Push, Swap): the names calls are authenticated as
+  // (core/rpc/auth.h), each a name or a prefix ending in '*' ("worker-*"); empty: anyone the
+  // server authenticates. Clients of the run's aggregator hold certificates of the same CA:
+  // this keeps them out of the gossip.
+  std::vector<std::string> peer_names;
 };
 
 // With an automatic budget, incoming streams may buffer this many models' worth of bytes.
@@ -95,6 +100,8 @@ class WorkerDaemon {
   void Post(std::function<void(bool cancelled)> job);
 
  private:
+  // OK when the call's caller may gossip into this worker (peer_names); PERMISSION_DENIED else.
+  absl::Status GossipCaller(const grpc::ServerContextBase& ctx) const;
   class GossipService;
   class TrainerService;
   WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""ctest: two real `tern worker --trainer=external` daemons, each driven by a PyTorch trainer
-through the Python client, one over gRPC and one through the worker's shared memory. Exits 77 (skipped) when Debian's torch/grpcio or the dataset is
-missing."""
+"""ctest: two real `tern worker --trainer=external` daemons on mutual TLS, each driven by a
+PyTorch trainer through the Python client, one over gRPC with a bearer token and one through the
+worker's shared memory with a client certificate. Exits 77 (skipped) when Debian's torch/grpcio
+or the dataset is missing."""
 
 import os
 import signal
@@ -12,7 +13,7 @@ import threading
 import time
 
 try:
-    import grpc  # noqa: F401
+    import grpc
     import numpy as np
     import torch  # noqa: F401
 except ImportError as e:
@@ -20,6 +21,8 @@ except ImportError as e:
     sys.exit(77)
 
 import train_fashion_mnist as tfm
+from tern.v1 import worker_pb2
+from tern_client import TernTrainer
 
 if not os.path.exists(os.path.join(tfm.DATA, "train-images-idx3-ubyte.gz")):
     print("SKIP: %s not installed (dataset-fashion-mnist)" % tfm.DATA)
@@ -31,12 +34,23 @@ STEPS = 150
 
 def main():
     d = tempfile.mkdtemp(prefix="tern-py-")
+    certs = d + "/certs"
+    subprocess.run([TERN, "certs", "--out=" + certs, "--names=worker-0,worker-1,trainer-1"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([TERN, "tokens", "--out=" + certs, "--names=trainer-0"], check=True,
+                   stdout=subprocess.DEVNULL)
+    tls = [{"tls_ca": certs + "/ca.crt", "token_file": certs + "/trainer-0.token"},
+           {"tls_ca": certs + "/ca.crt", "tls_cert": certs + "/trainer-1.crt",
+            "tls_key": certs + "/trainer-1.key"}]
     procs = []
     for i in range(2):
         procs.append(subprocess.Popen(
             [TERN, "worker", "--trainer=external", "--id=%d" % i, "--workers=2",
              "--algorithm=dpsgd", "--codec=none", "--round_timeout=60",
-             "--port_file=%s/%d.port" % (d, i), "--peers_file=%s/peers.txt" % d],
+             "--port_file=%s/%d.port" % (d, i), "--peers_file=%s/peers.txt" % d,
+             "--tls_cert=%s/worker-%d.crt" % (certs, i), "--tls_key=%s/worker-%d.key" % (certs, i),
+             "--tls_ca=%s/ca.crt" % certs, "--tokens=%s/tokens" % certs,
+             "--peer_names=worker-*"],
             stdout=open("%s/worker-%d.log" % (d, i), "w"), stderr=subprocess.STDOUT))
     ports = []
     for i in range(2):
@@ -58,7 +72,7 @@ def main():
             # Trainer 1 steps through the worker's shared memory, trainer 0 through gRPC.
             results[i] = tfm.train("127.0.0.1:%d" % ports[i], i, 2, STEPS,
                                    log=lambda s: print("[trainer %d] %s" % (i, s)),
-                                   shared=i == 1)
+                                   shared=i == 1, tls=tls[i])
         except Exception as e:  # reported below
             errors.append("trainer %d: %r" % (i, e))
 
@@ -67,6 +81,14 @@ def main():
         t.start()
     for t in threads:
         t.join()
+    # A trainer without credentials is refused with the reason.
+    try:
+        TernTrainer("127.0.0.1:%d" % ports[0], tls={"tls_ca": certs + "/ca.crt"}).stub.Stats(
+            worker_pb2.StatsRequest(), timeout=10)
+        errors.append("a trainer without credentials got in")
+    except grpc.RpcError as e:
+        if e.code() != grpc.StatusCode.UNAUTHENTICATED or "no credentials" not in e.details():
+            errors.append("no credentials: %s %s" % (e.code(), e.details()))
     for p in procs:
         p.send_signal(signal.SIGTERM)
     codes = [p.wait(timeout=30) for p in procs]

@@ -113,11 +113,36 @@ def decode_dense(t):
     return a.reshape(tuple(t.shape)) if len(t.shape) else a
 
 
-class TernTrainer:
-    """The Trainer service of one worker. Not thread-safe: one training loop per client."""
+def make_channel(address, tls_ca=None, tls_cert=None, tls_key=None, token_file=None):
+    """A channel to a tern daemon: plaintext without `tls_ca`; TLS checking the daemon against
+    that CA file otherwise, presenting `tls_cert`/`tls_key` (mutual TLS) and the bearer token in
+    `token_file` (tern tokens) when given, as the C++ side's --tls_* and --token_file do."""
+    if tls_ca is None:
+        if tls_cert or token_file:
+            raise ValueError("a certificate or a token needs tls_ca: tokens never go in plaintext")
+        return grpc.insecure_channel(address)
 
-    def __init__(self, address, timeout=300.0):
-        self.channel = grpc.insecure_channel(address)
+    def read(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=read(tls_ca),
+        private_key=read(tls_key) if tls_key else None,
+        certificate_chain=read(tls_cert) if tls_cert else None)
+    if token_file:
+        token = read(token_file).decode().strip()
+        creds = grpc.composite_channel_credentials(creds,
+                                                   grpc.access_token_call_credentials(token))
+    return grpc.secure_channel(address, creds)
+
+
+class TernTrainer:
+    """The Trainer service of one worker. Not thread-safe: one training loop per client.
+    `tls`: make_channel's keyword arguments (tls_ca, tls_cert, tls_key, token_file)."""
+
+    def __init__(self, address, timeout=300.0, tls=None):
+        self.channel = make_channel(address, **(tls or {}))
         self.stub = worker_pb2_grpc.TrainerStub(self.channel)
         self.timeout = timeout
         self._io_seconds = 0.0  # the last step's I/O, reported with the next

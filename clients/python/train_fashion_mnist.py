@@ -51,14 +51,15 @@ def make_model(seed):
 
 
 def train(address, worker_id, num_workers, steps, batch=32, seed=1, data_dir=DATA, codec="none",
-          log=print, shared=False):
+          log=print, shared=False, tls=None):
     """Trains through the worker at `address`; returns (losses, model, test accuracy).
-    With `shared`, tensors go through the worker's shared memory (same host only)."""
+    With `shared`, tensors go through the worker's shared memory (same host only); `tls`:
+    tern_client.make_channel's TLS arguments for a worker that serves TLS."""
     torch.set_num_threads(1)
     x, y = load("train", data_dir)
     xs, ys = x[worker_id::num_workers], y[worker_id::num_workers]  # an iid shard
     model = make_model(seed)
-    client = TernTrainer(address)
+    client = TernTrainer(address, tls=tls)
     reply = client.register(model.named_parameters())
     log("registered with worker %d of %d (%s)" % (reply.worker_id, reply.num_workers,
                                                   reply.algorithm))
@@ -100,9 +101,14 @@ def main():
     ap.add_argument("--codec", default="none", choices=["none", "fp16"])
     ap.add_argument("--shared_memory", action="store_true",
                     help="same host: tensors through the worker's shared memory")
+    for flag in ("tls_ca", "tls_cert", "tls_key", "token_file"):
+        ap.add_argument("--" + flag, default=None,
+                        help="as the tern command's --%s (a worker serving TLS)" % flag)
     a = ap.parse_args()
+    tls = {k: getattr(a, k) for k in ("tls_ca", "tls_cert", "tls_key", "token_file")
+           if getattr(a, k)}
     _, _, acc = train(a.worker, a.worker_id, a.num_workers, a.steps, a.batch, a.seed, a.data,
-                      a.codec, shared=a.shared_memory)
+                      a.codec, shared=a.shared_memory, tls=tls)
     print("test accuracy of this worker's model: %.2f%%" % (100 * acc))
 
 

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "core/rpc/auth.h"
 #include "common/status_macros.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
@@ -33,6 +35,12 @@ absl::Status CheckFiles(const TlsFiles& tls) {
     if (absl::Status s = Readable(tls.cert, "certificate (--tls_cert)"); !s.ok()) return s;
     if (absl::Status s = Readable(tls.key, "private key (--tls_key)"); !s.ok()) return s;
   }
+  if (!tls.token.empty()) {
+    if (absl::Status s = Readable(tls.token, "token file (--token_file)"); !s.ok()) return s;
+  }
+  if (!tls.tokens.empty()) {
+    if (absl::Status s = Readable(tls.tokens, "tokens file (--tokens)"); !s.ok()) return s;
+  }
   if (!tls.ca.empty()) return Readable(tls.ca, "CA bundle (--tls_ca)");
   return absl::OkStatus();
 }
@@ -56,8 +64,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const TlsFiles& tls, const std::string& listen) {
   if (absl::Status s = CheckFiles(tls); !s.ok()) return s;
   if (tls.cert.empty()) {
-    if (!tls.ca.empty()) {
-      return absl::InvalidArgumentError("--tls_ca on a server needs its --tls_cert and --tls_key");
+    if (!tls.ca.empty() || !tls.tokens.empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_ca or --tokens on a server needs its --tls_cert and --tls_key");
     }
     if (!IsLoopback(listen)) {
       if (!tls.plaintext) {
@@ -77,13 +86,25 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
       tls.key, tls.cert, tls.ca, tls.refresh_s);
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();
-  if (!tls.ca.empty()) {
-    options.watch_root_certs();
-    options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  } else {
-    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  // A client certificate is asked for but verified by the authenticator, per call, so a
+  // certificate from another CA or an expired one is refused with UNAUTHENTICATED and the
+  // reason rather than a handshake failure the client sees as "Socket closed". The handshake
+  // still proves the client holds the certificate's key.
+  options.set_cert_request_type(tls.ca.empty()
+                                    ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                    : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
+  std::shared_ptr<grpc::ServerCredentials> creds =
+      grpc::experimental::TlsServerCredentials(options);
+  if (!tls.ca.empty() || !tls.tokens.empty()) {
+    AuthOptions auth;
+    auth.ca = tls.ca;
+    auth.tokens = tls.tokens;
+    auth.refresh = absl::Seconds(tls.refresh_s);
+    TERN_ASSIGN_OR_RETURN(std::shared_ptr<CallAuthenticator> authenticator,
+                          CallAuthenticator::Create(auth));
+    creds->SetAuthMetadataProcessor(std::move(authenticator));
   }
-  return grpc::experimental::TlsServerCredentials(options);
+  return creds;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
@@ -93,6 +114,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     if (!tls.cert.empty()) {
       return absl::InvalidArgumentError(
           "--tls_cert without --tls_ca: a client needs the CA to check the server against");
+    }
+    if (!tls.token.empty()) {
+      return absl::InvalidArgumentError(
+          "--token_file without --tls_ca: a token sent in plaintext is anyone's; use TLS");
     }
     return grpc::InsecureChannelCredentials();
   }
@@ -104,7 +129,14 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     TERN_ASSIGN_OR_RETURN(options.pem_cert_chain, ReadFile(tls.cert));
     TERN_ASSIGN_OR_RETURN(options.pem_private_key, ReadFile(tls.key));
   }
-  return grpc::SslCredentials(options);
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::SslCredentials(options);
+  if (tls.token.empty()) return creds;
+  TERN_ASSIGN_OR_RETURN(std::string token, ReadFile(tls.token));
+  absl::StripAsciiWhitespace(&token);
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("the token file ", tls.token, " is empty"));
+  }
+  return grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(token));
 }
 
 }  // namespace tern

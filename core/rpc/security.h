@@ -21,22 +21,28 @@ struct TlsFiles {
   std::string cert;  // this side's PEM certificate chain
   std::string key;   // its PEM private key
   std::string ca;    // PEM CA bundle the other side's certificate must chain to
+  // A client's bearer token file (one line, tern tokens), sent on every call; needs TLS.
+  std::string token;
+  // A server's tokens file (core/rpc/auth.h): the bearer tokens it takes; needs TLS.
+  std::string tokens;
   // Plaintext beyond loopback: allowed only when asked for.
   bool plaintext = false;
   // How often the files are checked for changes.
   unsigned refresh_s = 30;
 };
 
-// A server's credentials for `listen` ("HOST:PORT"): TLS with cert and key (and, with a CA,
-// client certificates required and verified); without them, plaintext, which a listen address
-// beyond loopback takes only with `plaintext` set (and a warning). Missing or unreadable files,
-// or a cert without its key, are errors that name the file.
+// A server's credentials for `listen` ("HOST:PORT"): TLS with cert and key; with a CA or a
+// tokens file, every call must authenticate with a client certificate from that CA or a token
+// from that file (core/rpc/auth.h: refusals are UNAUTHENTICATED with the reason); without cert
+// and key, plaintext, which a listen address beyond loopback takes only with `plaintext` set
+// (and a warning). Missing or unreadable files, or a cert without its key, are errors that name
+// the file.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const TlsFiles& tls, const std::string& listen);
 
 // A client's credentials: TLS verifying the server against the CA (and presenting cert and key,
-// when given, for mutual TLS), read from the files now; plaintext without a CA. A cert without a
-// CA is an error.
+// when given, for mutual TLS, and the bearer token, when given), read from the files now;
+// plaintext without a CA. A cert or a token without a CA is an error.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     const TlsFiles& tls);
 

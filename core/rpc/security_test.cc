@@ -6,9 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/rpc/auth.h"
 #include "core/rpc/dev_certs.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/server.h"
+#include "core/rpc/status.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -80,20 +82,49 @@ TEST_F(Tls, MutualTlsTakesAClientCertificateFromItsCa) {
   EXPECT_TRUE(Check(Files("a", "client")).ok());
 }
 
-TEST_F(Tls, MutualTlsRefusesNoCertificateAnotherCasAnExpiredOneAndPlaintext) {
+TEST_F(Tls, MutualTlsRefusesNoCertificateAnotherCasAnExpiredOneAndPlaintextSayingWhy) {
   StartServer(Files("a", "server"));
   TlsFiles other = Files("b", "client");
   other.ca = File("a", "ca.crt");  // trusts the server, but its own certificate is from CA b
-  for (const auto& [what, tls] : std::vector<std::pair<std::string, TlsFiles>>{
-           {"no client certificate", Files("a", "")},
-           {"a certificate from another CA", other},
-           {"an expired certificate", Files("a", "expired")},
-           {"plaintext", TlsFiles{}}}) {
-    const grpc::Status s = Check(tls);
-    EXPECT_FALSE(s.ok()) << what;
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << what << ": " << s.error_message();
+  struct Case {
+    std::string what;
+    TlsFiles tls;
+    grpc::StatusCode code;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"no client certificate", Files("a", ""), grpc::StatusCode::UNAUTHENTICATED,
+            "no credentials"},
+           {"a certificate from another CA", other, grpc::StatusCode::UNAUTHENTICATED,
+            "another CA"},
+           {"an expired certificate", Files("a", "expired"), grpc::StatusCode::UNAUTHENTICATED,
+            "(CN=expired) expired"},
+           // A plaintext client cannot hear a status: its connection is hung up on.
+           {"plaintext", TlsFiles{}, grpc::StatusCode::UNAVAILABLE, "needs --tls_ca"}}) {
+    const grpc::Status s = Check(c.tls);
+    EXPECT_EQ(s.error_code(), c.code) << c.what << ": " << s.error_message();
+    EXPECT_THAT(std::string(FromGrpcStatus(s).message()), HasSubstr(c.says)) << c.what;
   }
   EXPECT_TRUE(Check(Files("a", "client")).ok()) << "the server goes on serving";
+}
+
+TEST_F(Tls, ABearerTokenOverTlsAuthenticatesAClientWithoutACertificate) {
+  ASSERT_THAT(MakeTokens(*dir_ + "/t", {"client-7"}), IsOk());
+  TlsFiles server = Files("a", "server", /*with_ca=*/false);
+  server.tokens = *dir_ + "/t/tokens";
+  StartServer(server);
+  TlsFiles client = Files("a", "");
+  client.token = *dir_ + "/t/client-7.token";
+  const grpc::Status with = Check(client);
+  EXPECT_TRUE(with.ok()) << with.error_code() << " " << with.error_message();
+  const grpc::Status none = Check(Files("a", ""));
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED) << none.error_message();
+  EXPECT_THAT(none.error_message(), HasSubstr("a bearer token (--token_file)"));
+  // A token is never sent in plaintext.
+  TlsFiles plain;
+  plain.token = client.token;
+  EXPECT_THAT(std::string(ChannelCredentialsFor(plain).status().message()),
+              HasSubstr("a token sent in plaintext"));
 }
 
 TEST_F(Tls, AClientRefusesAServerItsCaDidNotSign) {

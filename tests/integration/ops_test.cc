@@ -312,6 +312,200 @@ TEST(Tls, AFederatedRunAndAGossipRunOverMutualTlsWithCertificatesFromTernCerts) 
   }
 }
 
+// Identity on every call: a federated run of two honest clients (one by certificate, one by
+// token) goes to its end while calls with no credentials, another CA's certificate, an expired
+// one, a valid certificate used for another client's id and a token used for another client's
+// id are each refused with the reason; a worker takes gossip only from the names it is given.
+TEST(Security, EveryWrongCredentialIsRefusedWithItsReasonWhileTheRunGoesOn) {
+  const std::string dir = MakeTempDir();
+  const std::string certs = dir + "/certs", other = dir + "/other";
+  for (const auto& [args, log] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"certs", "--out=" + certs, "--names=server,client,mallory,worker-0"}, "c1"},
+           {{"certs", "--out=" + certs, "--names=expired", "--days=0"}, "c2"},
+           {{"certs", "--out=" + other, "--names=client"}, "c3"},
+           {{"tokens", "--out=" + certs, "--names=client-t,spy"}, "c4"}}) {
+    ASSERT_EQ(Wait(Spawn(args, dir + "/" + log)), 0) << ReadText(dir + "/" + log);
+  }
+  const std::string ca = "--tls_ca=" + certs + "/ca.crt";
+  auto cert = [&](const std::string& who) -> std::vector<std::string> {
+    return {"--tls_cert=" + certs + "/" + who + ".crt", "--tls_key=" + certs + "/" + who + ".key",
+            ca};
+  };
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  constexpr int kRounds = 8;
+  Daemons daemons;
+  daemons.Add(Spawn(with({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/server.port",
+                          "--run_id=it", "--min_clients=2", "--clients_per_round=2",
+                          absl::StrCat("--rounds=", kRounds), "--local_epochs=0",
+                          "--local_steps=20", "--linger_s=600", "--tokens=" + certs + "/tokens"},
+                         cert("server")),
+                    dir + "/server.log"));
+  const int port = WaitForPort(dir + "/server.port");
+  ASSERT_GT(port, 0) << ReadText(dir + "/server.log");
+  const std::string server = absl::StrCat("--server=127.0.0.1:", port);
+  const pid_t by_cert =
+      Spawn(with({"client", server, "--clients=1", "--partitions=2", "--run_id=it"}, cert("client")),
+            dir + "/client.log");
+  const pid_t by_token =
+      Spawn({"client", server, "--clients=1", "--partitions=2", "--first_client=1", "--run_id=it", ca,
+             "--token_file=" + certs + "/client-t.token"},
+            dir + "/client-t.log");
+
+  auto stub_as = [&](const TlsFiles& tls) {
+    auto creds = ChannelCredentialsFor(tls);
+    EXPECT_TRUE(creds.ok()) << creds.status();
+    return v1::Aggregator::NewStub(
+        MakeChannel(absl::StrCat("127.0.0.1:", port), ChannelKind::kDefault, *creds));
+  };
+  auto files = [&](const std::string& base, const std::string& who) {
+    TlsFiles t;
+    t.ca = certs + "/ca.crt";
+    if (!who.empty()) {
+      t.cert = base + "/" + who + ".crt";
+      t.key = base + "/" + who + ".key";
+    }
+    return t;
+  };
+  TlsFiles spy = files(certs, "");
+  spy.token = certs + "/spy.token";
+  auto mallory = stub_as(files(certs, "mallory"));
+  // Both honest clients have joined (ids 0 and 1) before anyone tries to act as them.
+  uint32_t joined = 0;
+  for (int i = 0; i < 600 && joined < 2; ++i) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::ServerStatus st;
+    if (mallory->Status(&ctx, v1::StatusRequest(), &st).ok()) joined = st.clients_joined();
+    if (joined < 2) usleep(50 * 1000);
+  }
+  ASSERT_EQ(joined, 2u) << ReadText(dir + "/client.log") << ReadText(dir + "/client-t.log");
+  auto join = [&](v1::Aggregator::Stub* stub, int64_t id) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::JoinRequest req;
+    req.set_run_id("it");
+    req.set_name("attacker");
+    req.set_client_id(id);
+    v1::JoinReply reply;
+    return stub->Join(&ctx, req, &reply);
+  };
+  auto push = [&](v1::Aggregator::Stub* stub, uint32_t id) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::UpdateReply reply;
+    auto writer = stub->Push(&ctx, &reply);
+    v1::UpdateRequest req;
+    req.mutable_info()->set_client_id(id);
+    req.mutable_chunk()->set_total_size(4);
+    req.mutable_chunk()->set_data("junk");
+    writer->Write(req);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  auto fetch = [&](v1::Aggregator::Stub* stub, uint32_t id) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::FetchRequest req;
+    req.set_client_id(id);
+    auto reader = stub->Fetch(&ctx, req);
+    v1::FetchReply r;
+    while (reader->Read(&r)) {
+    }
+    return reader->Finish();
+  };
+  auto expect = [](const grpc::Status& s, grpc::StatusCode code, const std::string& says,
+                   const std::string& what) {
+    EXPECT_EQ(s.error_code(), code) << what << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(says), std::string::npos) << what << ": "
+                                                              << s.error_message();
+  };
+  using grpc::StatusCode;
+  TlsFiles foreign = files(other, "client");
+  foreign.ca = certs + "/ca.crt";  // trusts the server; its own certificate is from another CA
+  expect(join(stub_as(files(certs, "")).get(), -1), StatusCode::UNAUTHENTICATED, "no credentials",
+         "no credentials");
+  expect(join(stub_as(foreign).get(), -1), StatusCode::UNAUTHENTICATED, "another CA",
+         "another CA's certificate");
+  expect(join(stub_as(files(certs, "expired")).get(), -1), StatusCode::UNAUTHENTICATED,
+         "expired", "an expired certificate");
+  for (uint32_t id : {0u, 1u}) {
+    const std::string as = absl::StrCat(" as client ", id);
+    expect(join(mallory.get(), id), StatusCode::PERMISSION_DENIED, "cannot take it back",
+           "mallory joins" + as);
+    expect(push(mallory.get(), id), StatusCode::PERMISSION_DENIED, "this call comes from 'mallory'",
+           "mallory pushes" + as);
+    expect(fetch(mallory.get(), id), StatusCode::PERMISSION_DENIED, "this call comes from",
+           "mallory fetches" + as);
+    expect(push(stub_as(spy).get(), id), StatusCode::PERMISSION_DENIED,
+           "this call comes from 'spy'", "the spy's token pushes" + as);
+  }
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::LeaveRequest req;
+    req.set_client_id(0);
+    v1::LeaveReply reply;
+    expect(mallory->Leave(&ctx, req, &reply), StatusCode::PERMISSION_DENIED, "joined as",
+           "mallory makes client 0 leave");
+  }
+  // A plaintext client is hung up on; both sides say why.
+  const pid_t plain = Spawn({"health", absl::StrCat("--target=127.0.0.1:", port), "--timeout_s=3"},
+                            dir + "/plain.log");
+  EXPECT_EQ(Wait(plain), 2);
+  EXPECT_NE(ReadText(dir + "/plain.log").find("needs --tls_ca"), std::string::npos)
+      << ReadText(dir + "/plain.log");
+
+  // The honest clients finish the run: every round, both updates in each.
+  EXPECT_EQ(Wait(by_cert), 0) << ReadText(dir + "/client.log");
+  EXPECT_EQ(Wait(by_token), 0) << ReadText(dir + "/client-t.log");
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::ServerStatus st;
+  ASSERT_TRUE(mallory->Status(&ctx, v1::StatusRequest(), &st).ok());
+  EXPECT_TRUE(st.done());
+  EXPECT_EQ(st.round(), static_cast<uint64_t>(kRounds));
+  EXPECT_EQ(st.updates_accepted(), 2u * kRounds);
+  const std::string log = ReadText(dir + "/server.log");
+  for (const char* said : {"authenticated as client-t", "authenticated as client",
+                           "spoke plaintext", "refused a call: the client certificate (CN=expired)"}) {
+    EXPECT_NE(log.find(said), std::string::npos) << said << "\n" << log;
+  }
+
+  // A worker that takes gossip from worker-* only: a client's certificate from the same CA is
+  // refused; a worker's gets past the check (to the message's own checks).
+  daemons.Add(Spawn(with({"worker", "--id=0", "--workers=2", "--listen=127.0.0.1:0",
+                          "--port_file=" + dir + "/w0.port", "--peers_file=" + dir + "/none.txt",
+                          "--peer_names=worker-*"},
+                         cert("worker-0")),
+                    dir + "/w0.log"));
+  const int w0 = WaitForPort(dir + "/w0.port");
+  ASSERT_GT(w0, 0) << ReadText(dir + "/w0.log");
+  auto gossip = [&](const std::string& who) {
+    auto creds = ChannelCredentialsFor(files(certs, who));
+    EXPECT_TRUE(creds.ok()) << creds.status();
+    auto stub = v1::Gossip::NewStub(
+        MakeChannel(absl::StrCat("127.0.0.1:", w0), ChannelKind::kDefault, *creds));
+    grpc::ClientContext c;
+    Deadline(&c);
+    v1::PushReply reply;
+    auto writer = stub->Push(&c, &reply);
+    v1::BundleChunk chunk;
+    chunk.set_total_size(4);
+    chunk.set_data("junk");
+    writer->Write(chunk);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  expect(gossip("client"), StatusCode::PERMISSION_DENIED, "'client' may not gossip",
+         "a client's certificate gossips");
+  const grpc::Status peer = gossip("worker-0");
+  EXPECT_NE(peer.error_code(), StatusCode::PERMISSION_DENIED) << peer.error_message();
+  EXPECT_NE(peer.error_code(), StatusCode::UNAUTHENTICATED) << peer.error_message();
+}
+
 // `tern run --tls`: certificates made in the run folder, every process of the run on mutual TLS.
 TEST(Tls, TernRunWithTlsTrainsAsWithoutIt) {
   const std::string dir = MakeTempDir();

@@ -351,6 +351,18 @@ TEST(StalledStreams, TheServerRefusesThemPastItsBudgetAndCancelsThemWhenIdle) {
   const int port = WaitForPort(dir + "/port");
   ASSERT_GT(port, 0) << ReadText(dir + "/server.log");
   auto stub = v1::Aggregator::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  {
+    // The streams come from a client of the run (a stranger's are refused at their first
+    // message, before anything is held).
+    grpc::ClientContext c;
+    c.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::JoinRequest join;
+    join.set_run_id("it");
+    join.set_client_id(-1);
+    v1::JoinReply joined;
+    ASSERT_TRUE(stub->Join(&c, join, &joined).ok());
+    ASSERT_EQ(joined.client_id(), 0u);
+  }
   const double rss0 = RssMb(pid);
   v1::UpdateRequest req;
   req.mutable_info()->set_client_id(0);

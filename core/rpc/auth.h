@@ -1,0 +1,100 @@
+// Who is calling: client authentication for every tern server, by a client certificate from the
+// run's CA (mutual TLS) or by a per-client bearer token, checked by one gRPC
+// AuthMetadataProcessor before any handler runs (so no handler can forget it). A refused call
+// ends with UNAUTHENTICATED and a message saying why (no credentials, a certificate from another
+// CA, an expired one, an unknown token); a handshake failure could only say "Socket closed". What
+// a caller may then do as that name (its client id, its gossip) is checked by the services
+// against PrincipalOf.
+//
+// The name (principal) of a call: the holder of its bearer token when it carries one, else its
+// certificate's common name. tern certs names a certificate's holder in its common name;
+// tern tokens makes the tokens file:
+//
+//   # NAME sha256:HEX, one a line; the server keeps digests only
+//   client-0 sha256:5f1c…
+//
+// Both files (CA bundle, tokens) are re-read when they change, so a CA is rotated or a token
+// revoked without a restart. docs/deploy.md says how to use them.
+//
+// Thread-safety: CallAuthenticator is thread-safe (gRPC calls Process from many threads); the
+// free functions are pure or read files.
+#ifndef TERN_CORE_RPC_AUTH_H_
+#define TERN_CORE_RPC_AUTH_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/security/auth_metadata_processor.h"
+
+namespace tern {
+
+// The auth-context property the principal is stored under.
+inline constexpr char kPrincipalProperty[] = "tern_principal";
+
+// The principal a call was authenticated as; empty for a call no credentials were asked of (a
+// server with neither a CA nor tokens).
+std::string PrincipalOf(const grpc::ServerContextBase& context);
+
+// Whether `principal` matches one of `patterns`: a name, or a prefix ending in '*' ("worker-*").
+// No patterns: anyone.
+bool PrincipalAllowed(const std::vector<std::string>& patterns, const std::string& principal);
+
+struct AuthOptions {
+  std::string ca;      // PEM CA bundle client certificates must chain to; "" takes none
+  std::string tokens;  // tokens file; "" takes no tokens
+  // Whether a call with neither credential is refused (set when ca or tokens is).
+  bool required = false;
+  absl::Duration refresh = absl::Seconds(30);  // how often the files are checked for changes
+};
+
+class CallAuthenticator : public grpc::AuthMetadataProcessor {
+ public:
+  // Reads the files now: a missing or malformed one is an error that names it.
+  // `clock` (null: the real one) must outlive the authenticator.
+  static absl::StatusOr<std::shared_ptr<CallAuthenticator>> Create(AuthOptions options,
+                                                                   Clock* clock = nullptr);
+
+  // Verification is in memory (a certificate's result is cached): no need for gRPC's thread.
+  bool IsBlocking() const override { return false; }
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
+                       OutputMetadata* consumed_auth_metadata,
+                       OutputMetadata* response_metadata) override;
+
+  // The principal for a call with this metadata and peer certificate (PEM leaf, "" for none;
+  // `chain`: the PEM chain it came with), or UNAUTHENTICATED saying why: Process without gRPC.
+  absl::StatusOr<std::string> Authenticate(const std::string& authorization,
+                                           const std::string& pem_cert, const std::string& chain)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Files;  // what the files hold, swapped whole when they change
+  CallAuthenticator(AuthOptions options, Clock* clock);
+  absl::Status Reload(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<const Files> Current() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const AuthOptions options_;
+  Clock* const clock_;
+  absl::Mutex mu_;
+  std::shared_ptr<const Files> files_ ABSL_GUARDED_BY(mu_);
+  absl::Time checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+// A token file's line for `name` holding `token`, and a fresh random token.
+std::string TokenLine(const std::string& name, const std::string& token);
+absl::StatusOr<std::string> NewToken();
+
+// Writes DIR/NAME.token (mode 0600) for each name and adds their lines to DIR/tokens (a name
+// already there gets a new token: the old one stops working once the server re-reads the file).
+absl::Status MakeTokens(const std::string& dir, const std::vector<std::string>& names);
+
+}  // namespace tern
+
+#endif  // TERN_CORE_RPC_AUTH_H_
