@@ -215,6 +215,10 @@ std::vector<CommandInfo> CommandTable() {
        "make a bearer token per holder (DIR/NAME.token, for --token_file) and the server's "
        "tokens file of their digests (DIR/tokens, for --tokens): --out=DIR --names=client-0,...",
        {"names", "out"}},
+      {"export",
+       "a model as NumPy's .npz or PyTorch's state_dict file: --from=RUN_FOLDER|MODEL_FILE|"
+       "CHECKPOINT|SNAPSHOT_FOLDER --out=FILE.npz|FILE.pt",
+       {"from", "layout", "out", "step"}},
       {"report", "one HTML report comparing run folders: tern report DIR... --out=FILE", {"out"}},
       {"bench codecs",
        "encode/decode throughput, compression and bits per coordinate of every codec, against "

@@ -20,6 +20,7 @@ int SchedulerMain();
 int HealthMain();
 int CertsMain();
 int TokensMain();
+int ExportMain();
 int RunFederatedMain(const std::string& self_exe);
 // `tern report DIR...`: one HTML report comparing runs (report.cc).
 int ReportMain(const std::vector<std::string>& dirs);

@@ -37,6 +37,7 @@
 #include "cli/service_flags.h"
 #include "cli/train_flags.h"
 #include "clients/cpp/fed_client.h"
+#include "common/file_util.h"
 #include "common/json_lines.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
@@ -626,6 +627,15 @@ class FedWatch {
     return false;
   }
 
+  // The model the run reports on, in the run folder for tern export and your own evaluation.
+  void KeepFinalModel(const std::vector<ParamTensor>& layout, const std::vector<float>& x) {
+    absl::StatusOr<v1::TensorBundle> b = FlatToBundle(layout, x);
+    absl::Status w = b.ok() ? WriteFileAtomically(cluster_.dir() + "/final-model.pb",
+                                                  b->SerializeAsString())
+                            : b.status();
+    if (!w.ok()) std::fprintf(stderr, "\ntern run: final model: %s\n", w.ToString().c_str());
+  }
+
   // Every round in order while the server still keeps its model (the last few), so a fast run
   // still has one point per round, each with the counters of its close.
   void EvaluateRounds(int64_t done) {
@@ -641,6 +651,7 @@ class FedWatch {
       }
       const EvalResult ev =
           model.Evaluate(*x, data.test.features.data(), data.test.labels.data(), data.test.size());
+      if (r == run_.rounds) KeepFinalModel(model.Layout(), *x);
       evaluated_ = r;
       last_acc_ = ev.accuracy;
       best_acc_ = std::max(best_acc_, ev.accuracy);

@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
   if (cmd[0] == "health" && cmd.size() == 1) return tern::HealthMain();
   if (cmd[0] == "certs" && cmd.size() == 1) return tern::CertsMain();
   if (cmd[0] == "tokens" && cmd.size() == 1) return tern::TokensMain();
+  if (cmd[0] == "export" && cmd.size() == 1) return tern::ExportMain();
   if (cmd[0] == "run" && cmd.size() == 1) {
     char exe[4096];
     const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);

@@ -21,7 +21,7 @@
 
 ABSL_FLAG(std::string, out, "",
           "run: the run folder (default runs/<name>); report: the HTML file (default "
-          "report.html)");
+          "report.html); certs, tokens: the folder; export: FILE.npz or FILE.pt");
 
 namespace tern {
 

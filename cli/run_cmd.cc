@@ -33,6 +33,7 @@
 #include "cli/run_health.h"
 #include "cli/train_flags.h"
 #include "clients/cpp/builtin_trainer.h"
+#include "common/file_util.h"
 #include "common/json_lines.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
@@ -349,19 +350,25 @@ std::vector<std::optional<std::vector<float>>> CollectSnapshots(
   return got;
 }
 
-// The metrics of the averaged model at `step` over the workers in `have`: its test accuracy,
-// how far the workers are from it, and their traffic.
-v1::MetricsRow Measure(const GossipRun& run, int64_t step, std::vector<Child>& children,
-                       const std::vector<int>& have,
-                       const std::vector<std::optional<std::vector<float>>>& got,
-                       const std::vector<v1::WorkerStats>& stats, const Model& model,
-                       const TrainTest& data, absl::Time start) {
+// The average of the models of the workers in `have`: what a run evaluates and keeps.
+std::vector<float> Average(const std::vector<int>& have,
+                           const std::vector<std::optional<std::vector<float>>>& got) {
   std::vector<double> avg(got[have[0]]->size(), 0.0);
   for (int i : have) {
     for (size_t k = 0; k < avg.size(); ++k) avg[k] += (*got[i])[k];
   }
   std::vector<float> avgf(avg.size());
   for (size_t k = 0; k < avg.size(); ++k) avgf[k] = static_cast<float>(avg[k] / have.size());
+  return avgf;
+}
+
+// The metrics of the averaged model `avgf` at `step` over the workers in `have`: its test
+// accuracy, how far the workers are from it, and their traffic.
+v1::MetricsRow Measure(const GossipRun& run, int64_t step, std::vector<Child>& children,
+                       const std::vector<int>& have,
+                       const std::vector<std::optional<std::vector<float>>>& got,
+                       const std::vector<float>& avgf, const std::vector<v1::WorkerStats>& stats,
+                       const Model& model, const TrainTest& data, absl::Time start) {
   double consensus = 0;
   for (int i : have) {
     double d = 0;
@@ -531,7 +538,15 @@ int RunMain(const std::string& self_exe) {
                    static_cast<long long>(step));
       break;
     }
-    last = Measure(run, step, *children, have, got, stats, model, data, p.start);
+    const std::vector<float> average = Average(have, got);
+    last = Measure(run, step, *children, have, got, average, stats, model, data, p.start);
+    if (step == run.total) {
+      // The model the run reports on, for tern export and your own evaluation.
+      absl::StatusOr<v1::TensorBundle> b = FlatToBundle(model.Layout(), average);
+      absl::Status w = b.ok() ? WriteFileAtomically(dir + "/final-model.pb", b->SerializeAsString())
+                              : b.status();
+      if (!w.ok()) std::fprintf(stderr, "\ntern run: final model: %s\n", w.ToString().c_str());
+    }
     cluster.AppendMetrics(last);
     PrintRow(run, last, p.tty);
     p.acc = last.test_acc();

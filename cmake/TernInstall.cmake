@@ -19,7 +19,7 @@ install(FILES deploy/systemd/tern.sysusers DESTINATION lib/sysusers.d
 install(FILES deploy/etc/worker.flags deploy/etc/server.flags deploy/etc/scheduler.flags
         DESTINATION ${CMAKE_INSTALL_DATADIR}/tern/examples)
 install(DIRECTORY deploy/ DESTINATION ${CMAKE_INSTALL_DATADIR}/tern/deploy
-        PATTERN "*.service" EXCLUDE)
+        PATTERN "*.service" EXCLUDE PATTERN "debian" EXCLUDE)
 install(FILES docs/deploy.md docs/architecture.md docs/wire-format.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
@@ -59,4 +59,9 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "training over slow networks: gossip worke
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+# The daemons' user, /etc/tern, systemd told about the units (deploy/debian/).
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/deploy/debian/postinst
+    ${PROJECT_SOURCE_DIR}/deploy/debian/prerm ${PROJECT_SOURCE_DIR}/deploy/debian/postrm)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "openssl")  # tern certs
 include(CPack)
