@@ -88,6 +88,7 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
       spdlog::info("scheduler: worker {} registered as '{}' at '{}'; epoch {}", r->worker_id(),
                    req->name(), req->address(), r->epoch());
     } else {
+      if (absl::IsPermissionDenied(r.status())) ++s_->permission_denied_;
       spdlog::warn("scheduler: refused a registration: {}", r.status().ToString());
     }
     return Done(ctx, r.status());
@@ -147,7 +148,10 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
   // Nobody heartbeats, arrives at a barrier or leaves in another member's name.
   absl::Status Caller(const grpc::ServerContextBase& ctx, uint32_t id) {
     absl::Status s = m_->CheckCaller(id, PrincipalOf(ctx));
-    if (!s.ok()) spdlog::warn("scheduler: refused a call: {}", s.ToString());
+    if (!s.ok()) {
+      ++s_->permission_denied_;
+      spdlog::warn("scheduler: refused a call: {}", s.ToString());
+    }
     return s;
   }
   // A long poll for `worker`, if a waiting slot is free.
@@ -165,10 +169,13 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
     SchedulerServerOptions options, const TopologyRegistry& topologies) {
-  TERN_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(options.tls, options.listen));
+  std::shared_ptr<CallAuthenticator> authenticator;
+  TERN_ASSIGN_OR_RETURN(auto credentials,
+                        ServerCredentialsFor(options.tls, options.listen, &authenticator));
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Membership> m,
                         Membership::Create(options.scheduler, topologies));
   std::unique_ptr<SchedulerServer> s(new SchedulerServer(std::move(options), std::move(m)));
+  s->authenticator_ = std::move(authenticator);
   TERN_ASSIGN_OR_RETURN(s->server_, StartGrpcServer(s->options_.listen, {s->service_.get()},
                                                     &s->port_, std::move(credentials)));
   SetHealth(*s->server_, {v1::Scheduler::service_full_name()}, true);
@@ -184,9 +191,22 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
                               waiting = p->waiting_;
                             }
                             CollectSchedulerMetrics(*p->membership_, waiting, absl::Now(), set);
+                            p->CollectCallerMetrics(set);
                           }));
   }
   return s;
+}
+
+void SchedulerServer::CollectCallerMetrics(MetricSet& m) const {
+  const MetricLabels run = {{"run", options_.scheduler.run_id}};
+  if (authenticator_ != nullptr) {
+    m.CountersByReason("tern_scheduler_calls_unauthenticated_total", "Calls refused before any handler for their credentials, by reason (core/rpc/auth.h).",
+                       authenticator_->RefusalsByReason(), run);
+  }
+  m.Counter("tern_scheduler_calls_permission_denied_total",
+            "Calls refused for acting in another member's name (its id registered as someone "
+            "else).",
+            static_cast<double>(permission_denied_.load()), run);
 }
 
 SchedulerServer::SchedulerServer(SchedulerServerOptions options,

@@ -56,6 +56,8 @@ class SchedulerServer {
   class Service;
   SchedulerServer(SchedulerServerOptions options, std::unique_ptr<Membership> membership);
   void TickerThread();
+  // Calls refused for their credentials (by reason) or for acting in another's name.
+  void CollectCallerMetrics(MetricSet& m) const;
   // Takes a waiting slot for `worker`, or says which limit is reached; Release gives it back.
   absl::Status Admit(uint32_t worker) ABSL_LOCKS_EXCLUDED(wait_mu_);
   void Release(uint32_t worker) ABSL_LOCKS_EXCLUDED(wait_mu_);
@@ -64,6 +66,8 @@ class SchedulerServer {
   const std::unique_ptr<Membership> membership_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<CallAuthenticator> authenticator_;  // null when calls are not authenticated
+  std::atomic<uint64_t> permission_denied_{0};        // calls in another member's name
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread ticker_;

@@ -33,6 +33,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
                    req->name(), principal.empty() ? "" : ", authenticated as ", principal,
                    req->num_samples());
     } else {
+      if (absl::IsPermissionDenied(st)) ++s_->permission_denied_;
       spdlog::warn("server: refused a join: {}", st.ToString());
     }
     return Done(ctx, st);
@@ -364,10 +365,13 @@ constexpr int kPushThreads = 8;
 
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
     ServerOptions options, const ServerRegistries* registries) {
-  TERN_ASSIGN_OR_RETURN(auto credentials, ServerCredentialsFor(options.tls, options.listen));
+  std::shared_ptr<CallAuthenticator> authenticator;
+  TERN_ASSIGN_OR_RETURN(auto credentials,
+                        ServerCredentialsFor(options.tls, options.listen, &authenticator));
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> agg,
                         Aggregator::Create(options.aggregator, registries, absl::Now()));
   std::unique_ptr<AggregatorServer> s(new AggregatorServer(std::move(options), std::move(agg)));
+  s->authenticator_ = std::move(authenticator);
   s->SizeBudget();  // a restarted server knows its model already
   TERN_ASSIGN_OR_RETURN(s->server_, StartGrpcServer(s->options_.listen, {s->service_.get()},
                                                     &s->port_, std::move(credentials)));
@@ -378,8 +382,11 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
     AggregatorServer* p = s.get();
     TERN_ASSIGN_OR_RETURN(
         s->metrics_, MetricsEndpoint::Start(s->options_.metrics_listen, [p](MetricSet& m) {
-          absl::MutexLock lock(&p->round_mu_);
-          CollectAggregatorMetrics(*p->aggregator_, p->round_seconds_, absl::Now(), m);
+          {
+            absl::MutexLock lock(&p->round_mu_);
+            CollectAggregatorMetrics(*p->aggregator_, p->round_seconds_, absl::Now(), m);
+          }
+          p->CollectCallerMetrics(m);
         }));
   }
   return s;
@@ -439,8 +446,20 @@ void AggregatorServer::TickerThread() {
 
 absl::Status AggregatorServer::Caller(const std::string& principal, uint32_t client) {
   absl::Status s = aggregator_->CheckCaller(client, principal);
+  if (absl::IsPermissionDenied(s)) ++permission_denied_;
   if (!s.ok()) spdlog::warn("server: refused a call: {}", s.ToString());
   return s;
+}
+
+void AggregatorServer::CollectCallerMetrics(MetricSet& m) const {
+  const MetricLabels run = {{"run", options_.aggregator.run_id}};
+  if (authenticator_ != nullptr) {
+    m.CountersByReason("tern_server_calls_unauthenticated_total", "Calls refused before any handler for their credentials, by reason (core/rpc/auth.h).",
+                       authenticator_->RefusalsByReason(), run);
+  }
+  m.Counter("tern_server_calls_permission_denied_total",
+            "Calls refused for acting in another client's name (its id joined as someone else).",
+            static_cast<double>(permission_denied_.load()), run);
 }
 
 absl::Status AggregatorServer::Caller(const grpc::ServerContextBase& ctx, uint32_t client) {

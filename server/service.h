@@ -73,6 +73,8 @@ class AggregatorServer {
   // fetches, pushes or leaves in another client's name.
   absl::Status Caller(const std::string& principal, uint32_t client);
   absl::Status Caller(const grpc::ServerContextBase& ctx, uint32_t client);
+  // Calls refused for their credentials (by reason) or for acting in another's name.
+  void CollectCallerMetrics(MetricSet& m) const;
 
   const ServerOptions options_;
   const std::unique_ptr<Aggregator> aggregator_;
@@ -82,6 +84,8 @@ class AggregatorServer {
   std::atomic<uint64_t> woken_events_{0};
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<CallAuthenticator> authenticator_;  // null when calls are not authenticated
+  std::atomic<uint64_t> permission_denied_{0};        // calls in another client's name
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   absl::Notification done_;

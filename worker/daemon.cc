@@ -418,7 +418,13 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
 absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(
     DaemonOptions options, const WorkerRegistries* registries) {
   const CodecRegistry* codecs = registries->codecs.get();
-  TERN_ASSIGN_OR_RETURN(auto server_credentials, ServerCredentialsFor(options.tls, options.listen));
+  if (!options.peer_names.empty() && options.tls.ca.empty() && options.tls.tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "--peer_names needs --tls_ca or --tokens: without them no caller has a name to check");
+  }
+  std::shared_ptr<CallAuthenticator> authenticator;
+  TERN_ASSIGN_OR_RETURN(auto server_credentials,
+                        ServerCredentialsFor(options.tls, options.listen, &authenticator));
   TERN_ASSIGN_OR_RETURN(auto channel_credentials, ChannelCredentialsFor(options.tls));
   auto transport =
       std::make_unique<GrpcTransport>(options.engine.worker_id, std::move(channel_credentials));
@@ -426,6 +432,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(
                         RoundEngine::Create(options.engine, registries, transport.get()));
   std::unique_ptr<WorkerDaemon> d(
       new WorkerDaemon(std::move(options), codecs, std::move(transport), std::move(engine)));
+  d->authenticator_ = std::move(authenticator);
   TERN_ASSIGN_OR_RETURN(d->server_,
                         StartGrpcServer(d->options_.listen, {d->gossip_.get(), d->trainer_.get()},
                                         &d->port_, std::move(server_credentials)));
@@ -435,10 +442,16 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(
   if (!d->options_.metrics_listen.empty()) {
     const RoundEngine* e = d->engine_.get();
     const EngineOptions* o = &d->options_.engine;
-    TERN_ASSIGN_OR_RETURN(d->metrics_,
-                          MetricsEndpoint::Start(d->options_.metrics_listen, [e, o](MetricSet& m) {
-                            CollectWorkerMetrics(*e, *o, m);
-                          }));
+    const CallAuthenticator* a = d->authenticator_.get();
+    TERN_ASSIGN_OR_RETURN(
+        d->metrics_, MetricsEndpoint::Start(d->options_.metrics_listen, [e, o, a](MetricSet& m) {
+          CollectWorkerMetrics(*e, *o, m);
+          if (a != nullptr) {
+            m.CountersByReason("tern_worker_calls_unauthenticated_total", "Calls refused before any handler for their credentials, by reason (core/rpc/auth.h).",
+                               a->RefusalsByReason(),
+                               {{"run", o->run_id}, {"worker", absl::StrCat(o->worker_id)}});
+          }
+        }));
   }
   if (!d->options_.round_log.empty()) {
     d->round_log_.open(d->options_.round_log, std::ios::trunc);

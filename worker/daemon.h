@@ -128,6 +128,7 @@ class WorkerDaemon {
   std::unique_ptr<GossipService> gossip_;
   std::unique_ptr<TrainerService> trainer_;
   std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<CallAuthenticator> authenticator_;  // null when calls are not authenticated
   int port_ = 0;
   std::unique_ptr<MetricsEndpoint> metrics_;  // stopped first: it reads engine_
 

@@ -39,6 +39,15 @@ HealthCheckResponse::ServingStatus Health(int port, const std::string& service) 
   return r.status();
 }
 
+TEST(WorkerPeers, PeerNamesWithoutAnyCredentialToCheckAreRefusedAtStart) {
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  DaemonOptions o = OneOfTwo();
+  o.peer_names = {"worker-*"};
+  absl::Status s = WorkerDaemon::Start(o, &registries).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("--peer_names needs --tls_ca or --tokens"), absl::string_view::npos);
+}
+
 TEST(WorkerHealth, NotServingUntilItCanTrainWhileItsTrainerServiceTakesARegistration) {
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   auto d = WorkerDaemon::Start(OneOfTwo(), &registries);

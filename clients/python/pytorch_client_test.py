@@ -10,23 +10,17 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
-try:
-    import grpc
-    import numpy as np
-    import torch  # noqa: F401
-except ImportError as e:
-    print("SKIP: %s (install python3-torch python3-grpcio python3-protobuf)" % e)
-    sys.exit(77)
+import test_support
 
-import train_fashion_mnist as tfm
-from tern.v1 import worker_pb2
-from tern_client import TernTrainer
+test_support.require_torch_and_data()
 
-if not os.path.exists(os.path.join(tfm.DATA, "train-images-idx3-ubyte.gz")):
-    print("SKIP: %s not installed (dataset-fashion-mnist)" % tfm.DATA)
-    sys.exit(77)
+import grpc  # noqa: E402
+import numpy as np  # noqa: E402
+
+import train_fashion_mnist as tfm  # noqa: E402
+from tern.v1 import worker_pb2  # noqa: E402
+from tern_client import TernTrainer  # noqa: E402
 
 TERN = sys.argv[1]
 STEPS = 150
@@ -52,14 +46,7 @@ def main():
              "--tls_ca=%s/ca.crt" % certs, "--tokens=%s/tokens" % certs,
              "--peer_names=worker-*"],
             stdout=open("%s/worker-%d.log" % (d, i), "w"), stderr=subprocess.STDOUT))
-    ports = []
-    for i in range(2):
-        path = "%s/%d.port" % (d, i)
-        for _ in range(600):
-            if os.path.exists(path) and open(path).read().strip():
-                break
-            time.sleep(0.05)
-        ports.append(int(open(path).read()))
+    ports = [test_support.wait_for_port("%s/%d.port" % (d, i)) for i in range(2)]
     with open(d + "/peers.tmp", "w") as f:
         f.write("".join("127.0.0.1:%d\n" % p for p in ports))
     os.rename(d + "/peers.tmp", d + "/peers.txt")

@@ -41,6 +41,16 @@ void MetricSet::Counter(const std::string& name, const std::string& help, double
   Add(name, help, prometheus::MetricType::Counter, labels).counter.value = value;
 }
 
+void MetricSet::CountersByReason(const std::string& name, const std::string& help,
+                                 const std::map<std::string, uint64_t>& counts,
+                                 const MetricLabels& labels) {
+  for (const auto& [reason, n] : counts) {
+    MetricLabels l = labels;
+    l.emplace_back("reason", reason);
+    Counter(name, help, static_cast<double>(n), l);
+  }
+}
+
 void MetricSet::Gauge(const std::string& name, const std::string& help, double value,
                       const MetricLabels& labels) {
   Add(name, help, prometheus::MetricType::Gauge, labels).gauge.value = value;

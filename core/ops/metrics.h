@@ -10,6 +10,7 @@
 #define TERN_CORE_OPS_METRICS_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -46,6 +47,10 @@ class MetricSet {
  public:
   void Counter(const std::string& name, const std::string& help, double value,
                const MetricLabels& labels = {});
+  // One counter sample per reason, labelled reason="...", beside `labels`.
+  void CountersByReason(const std::string& name, const std::string& help,
+                        const std::map<std::string, uint64_t>& counts,
+                        const MetricLabels& labels = {});
   void Gauge(const std::string& name, const std::string& help, double value,
              const MetricLabels& labels = {});
   void Histogram(const std::string& name, const std::string& help, const HistogramCounts& h,

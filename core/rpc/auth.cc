@@ -209,7 +209,9 @@ namespace {
 absl::StatusOr<std::pair<std::string, absl::Time>> VerifyCertificate(X509_STORE* store,
                                                                      const std::string& pem,
                                                                      const std::string& chain,
-                                                                     absl::Time now) {
+                                                                     absl::Time now,
+                                                                     const char** reason) {
+  *reason = "bad_certificate";
   std::vector<X509Ptr> leaf = ParsePem(pem);
   if (leaf.empty()) return absl::UnauthenticatedError("the client certificate does not parse");
   StackPtr untrusted(sk_X509_new_null());
@@ -227,16 +229,19 @@ absl::StatusOr<std::pair<std::string, absl::Time>> VerifyCertificate(X509_STORE*
     const int err = X509_STORE_CTX_get_error(ctx.get());
     switch (err) {
       case X509_V_ERR_CERT_HAS_EXPIRED:
+        *reason = "expired";
         return absl::UnauthenticatedError(
             absl::StrCat(who, " expired at ", absl::FormatTime(NotAfter(cert)),
                          ": renew it (tern certs makes a development one)"));
       case X509_V_ERR_CERT_NOT_YET_VALID:
+        *reason = "not_yet_valid";
         return absl::UnauthenticatedError(absl::StrCat(who, " is not valid yet (clock skew?)"));
       case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
       case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
       case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
       case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
       case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+        *reason = "another_ca";
         return absl::UnauthenticatedError(absl::StrCat(
             who, " is not signed by this server's CA (--tls_ca): it comes from another CA"));
       default:
@@ -257,6 +262,24 @@ absl::StatusOr<std::pair<std::string, absl::Time>> VerifyCertificate(X509_STORE*
 absl::StatusOr<std::string> CallAuthenticator::Authenticate(const std::string& authorization,
                                                             const std::string& pem_cert,
                                                             const std::string& chain) {
+  const char* reason = "";
+  absl::StatusOr<std::string> holder = Check(authorization, pem_cert, chain, &reason);
+  if (!holder.ok()) {
+    absl::MutexLock lock(&counts_mu_);
+    ++refusals_[reason];
+  }
+  return holder;
+}
+
+std::map<std::string, uint64_t> CallAuthenticator::RefusalsByReason() const {
+  absl::MutexLock lock(&counts_mu_);
+  return refusals_;
+}
+
+absl::StatusOr<std::string> CallAuthenticator::Check(const std::string& authorization,
+                                                     const std::string& pem_cert,
+                                                     const std::string& chain,
+                                                     const char** reason) {
   const std::shared_ptr<const Files> files = Current();
   const absl::Time now = clock_->Now();
   std::string holder;
@@ -269,7 +292,7 @@ absl::StatusOr<std::string> CallAuthenticator::Authenticate(const std::string& a
     }
     if (holder.empty()) {
       TERN_ASSIGN_OR_RETURN(auto verified,
-                            VerifyCertificate(files->store.get(), pem_cert, chain, now));
+                            VerifyCertificate(files->store.get(), pem_cert, chain, now, reason));
       holder = verified.first;
       absl::MutexLock lock(&files->cache_mu);
       if (files->verified.size() >= kMaxCachedCertificates) files->verified.clear();
@@ -279,14 +302,17 @@ absl::StatusOr<std::string> CallAuthenticator::Authenticate(const std::string& a
   if (!authorization.empty()) {
     absl::string_view token = authorization;
     if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty()) {
+      *reason = "bad_header";
       return absl::UnauthenticatedError("the authorization header is not 'Bearer TOKEN'");
     }
     if (options_.tokens.empty()) {
+      *reason = "tokens_not_taken";
       return absl::UnauthenticatedError(
           "this server takes no bearer tokens (it has no --tokens file): drop --token_file");
     }
     auto it = files->tokens.find(Sha256Hex(token));
     if (it == files->tokens.end()) {
+      *reason = "unknown_token";
       return absl::UnauthenticatedError(
           "an unknown bearer token: revoked, or not in this server's --tokens file");
     }
@@ -298,6 +324,7 @@ absl::StatusOr<std::string> CallAuthenticator::Authenticate(const std::string& a
   if (!options_.tokens.empty()) {
     absl::StrAppend(&takes, takes.empty() ? "" : " or ", "a bearer token (--token_file)");
   }
+  *reason = "no_credentials";
   return absl::UnauthenticatedError(
       absl::StrCat("no credentials: this server takes ", takes, " (tern certs, tern tokens)"));
 }

@@ -21,6 +21,7 @@
 #ifndef TERN_CORE_RPC_AUTH_H_
 #define TERN_CORE_RPC_AUTH_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,11 +73,19 @@ class CallAuthenticator : public grpc::AuthMetadataProcessor {
   // `chain`: the PEM chain it came with), or UNAUTHENTICATED saying why: Process without gRPC.
   absl::StatusOr<std::string> Authenticate(const std::string& authorization,
                                            const std::string& pem_cert, const std::string& chain)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      ABSL_LOCKS_EXCLUDED(mu_, counts_mu_);
+
+  // Calls refused so far, by reason: no_credentials, another_ca, expired, not_yet_valid,
+  // bad_certificate, unknown_token, bad_header, tokens_not_taken (the daemons' metrics).
+  std::map<std::string, uint64_t> RefusalsByReason() const ABSL_LOCKS_EXCLUDED(counts_mu_);
 
  private:
   struct Files;  // what the files hold, swapped whole when they change
   CallAuthenticator(AuthOptions options, Clock* clock);
+  // Authenticate's answer; `reason` names a refusal.
+  absl::StatusOr<std::string> Check(const std::string& authorization, const std::string& pem_cert,
+                                    const std::string& chain, const char** reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Reload(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<const Files> Current() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -85,6 +94,8 @@ class CallAuthenticator : public grpc::AuthMetadataProcessor {
   absl::Mutex mu_;
   std::shared_ptr<const Files> files_ ABSL_GUARDED_BY(mu_);
   absl::Time checked_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  mutable absl::Mutex counts_mu_;
+  std::map<std::string, uint64_t> refusals_ ABSL_GUARDED_BY(counts_mu_);
 };
 
 // A token file's line for `name` holding `token`, and a fresh random token.

@@ -61,7 +61,9 @@ bool IsLoopback(const std::string& address) {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
-    const TlsFiles& tls, const std::string& listen) {
+    const TlsFiles& tls, const std::string& listen,
+    std::shared_ptr<CallAuthenticator>* authenticator_out) {
+  if (authenticator_out != nullptr) authenticator_out->reset();
   if (absl::Status s = CheckFiles(tls); !s.ok()) return s;
   if (tls.cert.empty()) {
     if (!tls.ca.empty() || !tls.tokens.empty()) {
@@ -102,6 +104,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     auth.refresh = absl::Seconds(tls.refresh_s);
     TERN_ASSIGN_OR_RETURN(std::shared_ptr<CallAuthenticator> authenticator,
                           CallAuthenticator::Create(auth));
+    if (authenticator_out != nullptr) *authenticator_out = authenticator;
     creds->SetAuthMetadataProcessor(std::move(authenticator));
   }
   return creds;

@@ -37,8 +37,11 @@ struct TlsFiles {
 // and key, plaintext, which a listen address beyond loopback takes only with `plaintext` set
 // (and a warning). Missing or unreadable files, or a cert without its key, are errors that name
 // the file.
+// `authenticator`, when given, receives the one that checks calls (null when none does).
+class CallAuthenticator;
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
-    const TlsFiles& tls, const std::string& listen);
+    const TlsFiles& tls, const std::string& listen,
+    std::shared_ptr<CallAuthenticator>* authenticator = nullptr);
 
 // A client's credentials: TLS verifying the server against the CA (and presenting cert and key,
 // when given, for mutual TLS, and the bearer token, when given), read from the files now;

@@ -92,6 +92,12 @@ void Deadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
 }
 
+// A command line: `a` then `b`.
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 class Daemons {
  public:
   ~Daemons() {
@@ -241,12 +247,8 @@ TEST(Tls, AFederatedRunAndAGossipRunOverMutualTlsWithCertificatesFromTernCerts) 
     return {"--tls_cert=" + certs + "/" + who + ".crt", "--tls_key=" + certs + "/" + who + ".key",
             "--tls_ca=" + certs + "/ca.crt"};
   };
-  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   Daemons daemons;
-  daemons.Add(Spawn(with({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/server.port",
+  daemons.Add(Spawn(With({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/server.port",
                           "--run_id=it", "--min_clients=2", "--clients_per_round=2", "--rounds=3",
                           "--local_epochs=0", "--local_steps=5", "--linger_s=600"},
                          tls("server")),
@@ -257,9 +259,9 @@ TEST(Tls, AFederatedRunAndAGossipRunOverMutualTlsWithCertificatesFromTernCerts) 
   // Without a certificate nothing gets in; with one from the CA it does.
   EXPECT_EQ(Wait(Spawn({"health", target, "--timeout_s=3"}, dir + "/h1.log")), 2)
       << ReadText(dir + "/h1.log");
-  EXPECT_EQ(Wait(Spawn(with({"health", target}, tls("client")), dir + "/h2.log")), 0)
+  EXPECT_EQ(Wait(Spawn(With({"health", target}, tls("client")), dir + "/h2.log")), 0)
       << ReadText(dir + "/h2.log");
-  EXPECT_EQ(Wait(Spawn(with({"client", absl::StrCat("--server=127.0.0.1:", port), "--clients=2",
+  EXPECT_EQ(Wait(Spawn(With({"client", absl::StrCat("--server=127.0.0.1:", port), "--clients=2",
                              "--run_id=it"},
                             tls("client")),
                        dir + "/clients.log")),
@@ -284,7 +286,7 @@ TEST(Tls, AFederatedRunAndAGossipRunOverMutualTlsWithCertificatesFromTernCerts) 
   // Two gossip workers, each pushing to the other over mutual TLS, mix at every step.
   for (int i : {0, 1}) {
     daemons.Add(
-        Spawn(with({"worker", absl::StrCat("--id=", i), "--workers=2", "--listen=127.0.0.1:0",
+        Spawn(With({"worker", absl::StrCat("--id=", i), "--workers=2", "--listen=127.0.0.1:0",
                     absl::StrCat("--port_file=", dir, "/w", i, ".port"),
                     "--peers_file=" + dir + "/peers.txt", "--max_steps=40",
                     absl::StrCat("--round_log=", dir, "/w", i, ".jsonl")},
@@ -331,23 +333,20 @@ TEST(Security, EveryWrongCredentialIsRefusedWithItsReasonWhileTheRunGoesOn) {
     return {"--tls_cert=" + certs + "/" + who + ".crt", "--tls_key=" + certs + "/" + who + ".key",
             ca};
   };
-  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   constexpr int kRounds = 8;
   Daemons daemons;
-  daemons.Add(Spawn(with({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/server.port",
+  daemons.Add(Spawn(With({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/server.port",
                           "--run_id=it", "--min_clients=2", "--clients_per_round=2",
                           absl::StrCat("--rounds=", kRounds), "--local_epochs=0",
-                          "--local_steps=20", "--linger_s=600", "--tokens=" + certs + "/tokens"},
+                          "--local_steps=20", "--linger_s=600", "--tokens=" + certs + "/tokens",
+                          "--metrics_listen=127.0.0.1:0"},
                          cert("server")),
                     dir + "/server.log"));
   const int port = WaitForPort(dir + "/server.port");
   ASSERT_GT(port, 0) << ReadText(dir + "/server.log");
   const std::string server = absl::StrCat("--server=127.0.0.1:", port);
   const pid_t by_cert =
-      Spawn(with({"client", server, "--clients=1", "--partitions=2", "--run_id=it"}, cert("client")),
+      Spawn(With({"client", server, "--clients=1", "--partitions=2", "--run_id=it"}, cert("client")),
             dir + "/client.log");
   const pid_t by_token =
       Spawn({"client", server, "--clients=1", "--partitions=2", "--first_client=1", "--run_id=it", ca,
@@ -473,10 +472,21 @@ TEST(Security, EveryWrongCredentialIsRefusedWithItsReasonWhileTheRunGoesOn) {
                            "spoke plaintext", "refused a call: the client certificate (CN=expired)"}) {
     EXPECT_NE(log.find(said), std::string::npos) << said << "\n" << log;
   }
+  // ... and counts them for Prometheus.
+  absl::StatusOr<std::string> metrics = testing::HttpGet(MetricsPort(dir + "/server.log"), "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  for (const char* line :
+       {"tern_server_calls_unauthenticated_total{run=\"it\",reason=\"no_credentials\"} 1",
+        "tern_server_calls_unauthenticated_total{run=\"it\",reason=\"another_ca\"} 1",
+        "tern_server_calls_unauthenticated_total{run=\"it\",reason=\"expired\"} 1",
+        // 2 joins, 4 pushes, 2 fetches, a leave
+        "tern_server_calls_permission_denied_total{run=\"it\"} 9"}) {
+    EXPECT_NE(metrics->find(line), std::string::npos) << line << "\n" << *metrics;
+  }
 
   // A worker that takes gossip from worker-* only: a client's certificate from the same CA is
   // refused; a worker's gets past the check (to the message's own checks).
-  daemons.Add(Spawn(with({"worker", "--id=0", "--workers=2", "--listen=127.0.0.1:0",
+  daemons.Add(Spawn(With({"worker", "--id=0", "--workers=2", "--listen=127.0.0.1:0",
                           "--port_file=" + dir + "/w0.port", "--peers_file=" + dir + "/none.txt",
                           "--peer_names=worker-*"},
                          cert("worker-0")),
