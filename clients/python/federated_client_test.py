@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""ctest: two PyTorch clients of a real `tern server` (federated rounds) through
-tern_federated: they join, one sends the initial model, each round trains the round's model on
-its own shard and pushes the change; the run closes every round with both updates, the training
-loss falls and the global model classifies Fashion-MNIST. A client whose fit returns the wrong
-shapes gets a clear ValueError. Exits 77 (skipped) without Debian's torch/grpcio or the dataset."""
+"""ctest: two PyTorch clients of a real `tern server` through tern_federated, in a federated run
+(each round trains the round's model on the client's shard and pushes the change) and in a ps
+run (each round one minibatch gradient): they join, one sends the initial model, the run closes
+every round with both updates, the training loss falls and the global model classifies
+Fashion-MNIST. A fit that returns the wrong shapes gets a clear ValueError. Exits 77 (skipped)
+without Debian's torch/grpcio or the dataset."""
 
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from tern.v1 import server_pb2  # noqa: E402
 from tern_client import assemble, decode_dense  # noqa: E402
 
 TERN = sys.argv[1]
-ROUNDS = 6
+ROUNDS = {"federated": 6, "ps": 60}
 
 
 class TorchClient(tern_federated.Client):
@@ -52,65 +53,84 @@ class TorchClient(tern_federated.Client):
         state = {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
         return state, task.local.local_steps * task.local.batch, self.losses[-1]
 
+    def gradient(self, parameters, task):
+        self.model.load_state_dict({k: torch.from_numpy(v) for k, v in parameters.items()})
+        self.model.zero_grad()
+        idx = torch.randint(0, len(self.x), (task.gradient.batch,), generator=self.gen)
+        loss = torch.nn.functional.cross_entropy(self.model(self.x[idx]), self.y[idx])
+        loss.backward()
+        self.losses.append(loss.item())
+        grads = {k: p.grad.numpy().copy() for k, p in self.model.named_parameters()}
+        return grads, task.gradient.batch, loss.item()
 
-def main():
-    torch.set_num_threads(1)
-    d = tempfile.mkdtemp(prefix="tern-pyfed-")
+
+def take_part(mode, d, x, y):
+    """A run of `mode` with two clients; returns them and the global model's test accuracy."""
     server = subprocess.Popen(
-        [TERN, "server", "--listen=127.0.0.1:0", "--port_file=%s/port" % d, "--run_id=py",
-         "--mode=federated", "--rounds=%d" % ROUNDS, "--min_clients=2", "--clients_per_round=2",
-         "--local_epochs=0", "--local_steps=40", "--lr=0.1", "--batch=32", "--linger_s=60"],
-        stdout=open(d + "/server.log", "w"), stderr=subprocess.STDOUT)
+        [TERN, "server", "--listen=127.0.0.1:0", "--port_file=%s/%s.port" % (d, mode),
+         "--run_id=py", "--mode=" + mode, "--rounds=%d" % ROUNDS[mode], "--min_clients=2",
+         "--clients_per_round=2", "--local_epochs=0", "--local_steps=40", "--lr=0.1",
+         "--batch=32", "--linger_s=60"],
+        stdout=open("%s/%s.log" % (d, mode), "w"), stderr=subprocess.STDOUT)
     try:
-        address = "127.0.0.1:%d" % test_support.wait_for_port(d + "/port")
-        x, y = tfm.load("train", tfm.DATA)
+        address = "127.0.0.1:%d" % test_support.wait_for_port("%s/%s.port" % (d, mode))
         clients = [TorchClient((x[i::2], y[i::2]), seed=i) for i in range(2)]
         rounds, errors = [None, None], []
 
-        def take_part(i):
+        def one(i):
             try:
                 rounds[i] = tern_federated.run(clients[i], address, name="py-%d" % i,
                                                num_samples=len(clients[i].x), run_id="py",
-                                               log=lambda s: print("[client %d] %s" % (i, s)))
+                                               log=lambda s: print("[%s %d] %s" % (mode, i, s)))
             except Exception as e:  # reported below
                 errors.append("client %d: %r" % (i, e))
 
-        threads = [threading.Thread(target=take_part, args=(i,)) for i in range(2)]
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         assert not errors, errors
-        assert rounds == [ROUNDS, ROUNDS], rounds
-
+        assert rounds == [ROUNDS[mode]] * 2, rounds
         agg = tern_federated.Aggregator(address)
         st = agg.stub.Status(server_pb2.StatusRequest(), timeout=10)
-        assert st.done and st.round == ROUNDS and st.updates_accepted == 2 * ROUNDS, st
-        for c in clients:
-            assert c.losses[-1] < 0.8 * c.losses[0], c.losses
-        model = tfm.make_model(1)
+        assert st.done and st.round == ROUNDS[mode], st
+        assert st.updates_accepted == 2 * ROUNDS[mode], st
         bundle = assemble(r.chunk for r in agg.stub.GetModel(server_pb2.GetModelRequest(),
                                                              timeout=10) if r.HasField("chunk"))
-        model.load_state_dict({n.name: torch.from_numpy(decode_dense(n.tensor).copy())
-                               for n in bundle.tensors})
-        xt, yt = tfm.load("test", tfm.DATA)
-        with torch.no_grad():
-            acc = (model(xt).argmax(1) == yt).float().mean().item()
-        assert acc > 0.65, acc
-
-        # A fit that returns other shapes is told so, before anything is pushed.
-        try:
-            tern_federated._update({"0.weight": np.zeros((128, 784), np.float32)},
-                                   {"0.weight": np.zeros((128, 10), np.float32)})
-            raise AssertionError("wrong shapes were taken")
-        except ValueError as e:
-            assert "shape" in str(e), e
-        print("OK: %d rounds, losses %.3f -> %.3f / %.3f -> %.3f, global model %.2f%%" %
-              (ROUNDS, clients[0].losses[0], clients[0].losses[-1], clients[1].losses[0],
-               clients[1].losses[-1], 100 * acc))
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+    model = tfm.make_model(1)
+    model.load_state_dict({n.name: torch.from_numpy(decode_dense(n.tensor).copy())
+                           for n in bundle.tensors})
+    xt, yt = tfm.load("test", tfm.DATA)
+    with torch.no_grad():
+        acc = (model(xt).argmax(1) == yt).float().mean().item()
+    return clients, acc
+
+
+def main():
+    torch.set_num_threads(1)
+    d = tempfile.mkdtemp(prefix="tern-pyfed-")
+    x, y = tfm.load("train", tfm.DATA)
+    for mode, floor in (("federated", 0.65), ("ps", 0.55)):
+        clients, acc = take_part(mode, d, x, y)
+        # The loss falls (ps: first and last ten minibatches), the model learned.
+        k = 1 if mode == "federated" else 10
+        for c in clients:
+            assert np.mean(c.losses[-k:]) < 0.8 * np.mean(c.losses[:k]), (mode, c.losses)
+        assert acc > floor, (mode, acc)
+        print("OK %s: %d rounds, client losses %.3f -> %.3f / %.3f -> %.3f, global model %.2f%%" %
+              (mode, ROUNDS[mode], np.mean(clients[0].losses[:k]), np.mean(clients[0].losses[-k:]),
+               np.mean(clients[1].losses[:k]), np.mean(clients[1].losses[-k:]), 100 * acc))
+    # A fit that returns other shapes is told so, before anything is pushed.
+    try:
+        tern_federated._update({"0.weight": np.zeros((128, 784), np.float32)},
+                               {"0.weight": np.zeros((128, 10), np.float32)})
+        raise AssertionError("wrong shapes were taken")
+    except ValueError as e:
+        assert "shape" in str(e), e
 
 
 if __name__ == "__main__":

@@ -13,10 +13,13 @@ local-SGD rounds with your own model, in the style of Flower's NumPyClient.
 
 `run` joins, sends the initial model when the server asks, then long-polls for tasks: each TRAIN
 task's model goes to `fit`, and the change it made (new - old, fp32) goes back as the update,
-weighted by the examples it trained on; it returns when the run is over. Every call has a
-deadline; a server that goes away is retried for `retry_s`, then ConnectionError. The server's
-downstream codec must be none or fp16 (Python decodes those); ps mode (gradient steps) is not
-handled here.
+weighted by the examples it trained on; in a ps run (`--mode=ps`) `gradient` gives one
+minibatch's gradient instead, which goes back as it is; it returns when the run is over. Every call has a
+deadline; a server that goes away is retried for `retry_s`, then its error is raised; a server
+that restarted without this client joins it again; an update refused as too late or not wanted
+is logged and the run goes on. The server's
+downstream codec must be none or fp16 (Python decodes those), and a ps run's optimizer plain SGD
+or Adam/LAMB (the 1-bit ones need optimizer state this client does not keep).
 """
 
 import time
@@ -38,6 +41,11 @@ class Client:
     def fit(self, parameters, task):
         """Trains from `parameters` ({name: float32 array}) as `task` (server_pb2.Task) says;
         returns (new parameters {name: array}, examples trained on, mean training loss)."""
+        raise NotImplementedError
+
+    def gradient(self, parameters, task):
+        """ps runs: the gradient of one minibatch of task.gradient.batch at `parameters`;
+        returns ({name: array}, examples, loss)."""
         raise NotImplementedError
 
 
@@ -96,7 +104,8 @@ class Aggregator:
         return task, {n.name: decode_dense(n.tensor) for n in bundle.tensors}
 
     def push(self, run_id, round_, update, weight, loss, seconds):
-        bundle = make_bundle(sorted(update.items()), round_=round_)
+        """`update`: {name: array} in the order of the round's model (as fetch gave it)."""
+        bundle = make_bundle(list(update.items()), round_=round_)
         bundle.run_id = run_id
         info = server_pb2.UpdateInfo(client_id=self.client_id, round=round_, weight=weight,
                                      loss=loss, train_seconds=seconds)
@@ -109,19 +118,41 @@ class Aggregator:
         self.stub.Leave(server_pb2.LeaveRequest(client_id=self.client_id), timeout=self.timeout)
 
 
-def _update(old, new):
-    """new - old per tensor, checked against the round's layout."""
+# Push refusals that are part of a run (docs/server.md): too late, not sampled, already sent.
+_UPDATE_NOT_TAKEN = (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.PERMISSION_DENIED,
+                     grpc.StatusCode.ALREADY_EXISTS)
+
+
+def _checked(old, new, what):
+    """`new` as float32 arrays, checked against the round's layout `old`."""
     if set(new) != set(old):
-        raise ValueError("fit returned tensors %s; the run's model has %s" %
-                         (sorted(new), sorted(old)))
+        raise ValueError("%s returned tensors %s; the run's model has %s" %
+                         (what, sorted(new), sorted(old)))
     out = {}
     for name, before in old.items():
         after = np.asarray(new[name], dtype=np.float32)
         if after.shape != before.shape:
-            raise ValueError("fit returned %s with shape %s; the run's is %s" %
-                             (name, after.shape, before.shape))
-        out[name] = after - before
+            raise ValueError("%s returned %s with shape %s; the run's is %s" %
+                             (what, name, after.shape, before.shape))
+        out[name] = after
     return out
+
+
+def _update(old, new):
+    """new - old per tensor, checked against the round's layout."""
+    return {name: v - old[name] for name, v in _checked(old, new, "fit").items()}
+
+
+def _work(client, params, task):
+    """(update, examples, loss) of a TRAIN task: fit's change, or a ps run's gradient."""
+    if task.WhichOneof("work") == "gradient":
+        if task.gradient.optimizer.startswith("onebit"):
+            raise ValueError("the run's optimizer %r keeps state this client does not" %
+                             task.gradient.optimizer)
+        grads, examples, loss = client.gradient(params, task)
+        return _checked(params, grads, "gradient"), examples, loss
+    new, examples, loss = client.fit(params, task)
+    return _update(params, new), examples, loss
 
 
 def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, timeout=60.0,
@@ -129,25 +160,35 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
     """Takes part in the run at `address` until it is over; returns the rounds trained."""
     agg = Aggregator(address, tls=tls, timeout=timeout)
     joined = agg.join(run_id, name, num_samples)
-    if joined.mode not in ("federated", "local-sgd"):
-        raise ValueError("this client trains federated and local-sgd rounds; the run is %r" %
-                         joined.mode)
     log("joined as client %d (%s)" % (agg.client_id, joined.mode))
     if joined.model_needed:
         agg.init_model(client.initial_parameters())
     rounds = 0
     while True:
-        task, params = agg.fetch()
+        try:
+            task, params = agg.fetch()
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+            log("the server does not know client %d (restarted?): joining again" % agg.client_id)
+            agg.join(run_id, name, num_samples)
+            continue
         if task.kind == server_pb2.Task.DONE:
             agg.leave()
             return rounds
         if task.kind != server_pb2.Task.TRAIN:
             continue
         t0 = time.time()
-        new, examples, loss = client.fit(params, task)
-        update = _update(params, new)
-        reply = agg.push(run_id, task.round, update, float(examples), float(loss),
-                         time.time() - t0)
+        update, examples, loss = _work(client, params, task)
+        try:
+            reply = agg.push(run_id, task.round, update, float(examples), float(loss),
+                             time.time() - t0)
+        except grpc.RpcError as e:
+            # The round closed meanwhile, or the update is not wanted: the run goes on.
+            if e.code() not in _UPDATE_NOT_TAKEN:
+                raise
+            log("round %d: update not taken: %s" % (task.round, e.details()))
+            continue
         rounds += 1
         log("round %d: loss %.4f, %s" %
             (task.round, loss, server_pb2.UpdateReply.Verdict.Name(reply.verdict)))

@@ -1,9 +1,10 @@
 // Transport security for every tern server and channel: TLS with certificates read from files
 // (a server re-reads them while it runs, so a renewed certificate or CA bundle takes effect
 // without a restart: gRPC's FileWatcherCertificateProvider; a client reads them when it makes
-// its credentials), mutual TLS when a CA is given to a server
-// (every client must present a certificate that chains to it), and plaintext only on loopback or
-// when asked for with --plaintext, with a warning (docs/deploy.md).
+// its credentials), mutual TLS when a CA is given to a server (every call must come with a
+// certificate that chains to it, or a bearer token from the server's tokens file: checked by
+// core/rpc/auth.h), and plaintext only on loopback or when asked for with --plaintext, with a
+// warning (docs/deploy.md).
 //
 // Thread-safety: free functions; the credentials they return are thread-safe.
 #ifndef TERN_CORE_RPC_SECURITY_H_
