@@ -446,11 +446,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(
     TERN_ASSIGN_OR_RETURN(
         d->metrics_, MetricsEndpoint::Start(d->options_.metrics_listen, [e, o, a](MetricSet& m) {
           CollectWorkerMetrics(*e, *o, m);
-          if (a != nullptr) {
-            m.CountersByReason("tern_worker_calls_unauthenticated_total", "Calls refused before any handler for their credentials, by reason (core/rpc/auth.h).",
-                               a->RefusalsByReason(),
-                               {{"run", o->run_id}, {"worker", absl::StrCat(o->worker_id)}});
-          }
+          if (a != nullptr) CollectAuthMetrics(*a, *o, m);
         }));
   }
   if (!d->options_.round_log.empty()) {
