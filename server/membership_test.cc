@@ -148,7 +148,8 @@ TEST_F(MembershipTest, AMemberIdBelongsToWhoRegisteredIt) {
   EXPECT_EQ(m_->Register(r, t0_, "worker-4").status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(m_->CheckCaller(3, "worker-3").ok());
   EXPECT_EQ(m_->CheckCaller(3, "worker-4").code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_TRUE(m_->Register(r, t0_ + absl::Seconds(1), "worker-3").ok()) << "a restart takes it back";
+  EXPECT_TRUE(m_->Register(r, t0_ + absl::Seconds(1), "worker-3").ok())
+      << "a restart takes it back";
 }
 
 TEST_F(MembershipTest, RequestsFromStrangersAndBadInputAreRefused) {

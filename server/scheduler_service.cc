@@ -200,7 +200,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
 void SchedulerServer::CollectCallerMetrics(MetricSet& m) const {
   const MetricLabels run = {{"run", options_.scheduler.run_id}};
   if (authenticator_ != nullptr) {
-    m.CountersByReason("tern_scheduler_calls_unauthenticated_total", "Calls refused before any handler for their credentials, by reason (core/rpc/auth.h).",
+    m.CountersByReason("tern_scheduler_calls_unauthenticated_total", kUnauthenticatedCallsHelp,
                        authenticator_->RefusalsByReason(), run);
   }
   m.Counter("tern_scheduler_calls_permission_denied_total",

@@ -454,7 +454,7 @@ absl::Status AggregatorServer::Caller(const std::string& principal, uint32_t cli
 void AggregatorServer::CollectCallerMetrics(MetricSet& m) const {
   const MetricLabels run = {{"run", options_.aggregator.run_id}};
   if (authenticator_ != nullptr) {
-    m.CountersByReason("tern_server_calls_unauthenticated_total", "Calls refused before any handler for their credentials, by reason (core/rpc/auth.h).",
+    m.CountersByReason("tern_server_calls_unauthenticated_total", kUnauthenticatedCallsHelp,
                        authenticator_->RefusalsByReason(), run);
   }
   m.Counter("tern_server_calls_permission_denied_total",

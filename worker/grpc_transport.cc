@@ -92,7 +92,8 @@ absl::Status GrpcTransport::SetPeers(const std::vector<std::string>& addresses) 
     if (addresses[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("peer ", i, " has no address"));
     }
-    std::shared_ptr<grpc::Channel> channel = MakeChannel(addresses[i], ChannelKind::kPeer, credentials_);
+    std::shared_ptr<grpc::Channel> channel =
+        MakeChannel(addresses[i], ChannelKind::kPeer, credentials_);
     stubs.push_back(v1::Gossip::NewStub(channel));
   }
   absl::MutexLock lock(&mu_);

@@ -87,10 +87,9 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
 
 void CollectAuthMetrics(const CallAuthenticator& authenticator, const EngineOptions& o,
                         MetricSet& m) {
-  m.CountersByReason(
-      "tern_worker_calls_unauthenticated_total",
-      "Calls refused before any handler for their credentials, by reason (core/rpc/auth.h).",
-      authenticator.RefusalsByReason(), {{"run", o.run_id}, {"worker", absl::StrCat(o.worker_id)}});
+  m.CountersByReason("tern_worker_calls_unauthenticated_total", kUnauthenticatedCallsHelp,
+                     authenticator.RefusalsByReason(),
+                     {{"run", o.run_id}, {"worker", absl::StrCat(o.worker_id)}});
 }
 
 }  // namespace tern

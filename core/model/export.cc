@@ -85,8 +85,8 @@ absl::Status WriteZip(const std::string& path,
   if (z == nullptr) {
     zip_error_t e;
     zip_error_init_with_code(&e, err);
-    absl::Status s = absl::InternalError(
-        absl::StrCat("cannot create ", path, ": ", zip_error_strerror(&e)));
+    absl::Status s =
+        absl::InternalError(absl::StrCat("cannot create ", path, ": ", zip_error_strerror(&e)));
     zip_error_fini(&e);
     return s;
   }
@@ -97,15 +97,16 @@ absl::Status WriteZip(const std::string& path,
         src == nullptr ? -1 : zip_file_add(z, name.c_str(), src, ZIP_FL_ENC_UTF_8);
     if (index < 0) {
       if (src != nullptr) zip_source_free(src);
-      absl::Status s =
-          absl::InternalError(absl::StrCat("cannot add ", name, " to ", path, ": ", zip_strerror(z)));
+      absl::Status s = absl::InternalError(
+          absl::StrCat("cannot add ", name, " to ", path, ": ", zip_strerror(z)));
       zip_discard(z);
       return s;
     }
     zip_set_file_compression(z, static_cast<zip_uint64_t>(index), ZIP_CM_STORE, 0);
   }
   if (zip_close(z) != 0) {
-    absl::Status s = absl::InternalError(absl::StrCat("cannot write ", path, ": ", zip_strerror(z)));
+    absl::Status s =
+        absl::InternalError(absl::StrCat("cannot write ", path, ": ", zip_strerror(z)));
     zip_discard(z);
     return s;
   }
@@ -210,7 +211,7 @@ std::string TorchStateDictPickle(const std::vector<NamedArray>& arrays) {
     p.Int(0);  // storage offset
     p.IntTuple(a.shape);
     p.IntTuple(Strides(a.shape));
-    p.False();  // requires_grad
+    p.False();                               // requires_grad
     p.Global("collections", "OrderedDict");  // backward hooks: none
     p.EmptyTuple();
     p.Reduce();

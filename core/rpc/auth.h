@@ -56,6 +56,10 @@ struct AuthOptions {
   absl::Duration refresh = absl::Seconds(30);  // how often the files are checked for changes
 };
 
+// The help text of each daemon's tern_*_calls_unauthenticated_total (RefusalsByReason).
+inline constexpr char kUnauthenticatedCallsHelp[] =
+    "Calls refused before any handler for their credentials, by reason (core/rpc/auth.h).";
+
 class CallAuthenticator : public grpc::AuthMetadataProcessor {
  public:
   // Reads the files now: a missing or malformed one is an error that names it.

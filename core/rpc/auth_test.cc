@@ -95,8 +95,8 @@ TEST_F(Auth, ATokenNamesItsHolderAndOtherTokensAreRefused) {
   EXPECT_EQ(a->Authenticate(Bearer("client-1"), Pem("a", "client-0"), "").value_or("?"),
             "client-1");
   // ... but an invalid certificate is refused even with a good token.
-  EXPECT_TRUE(
-      absl::IsUnauthenticated(a->Authenticate(Bearer("client-1"), Pem("b", "client-1"), "").status()));
+  EXPECT_TRUE(absl::IsUnauthenticated(
+      a->Authenticate(Bearer("client-1"), Pem("b", "client-1"), "").status()));
   absl::StatusOr<std::string> unknown = a->Authenticate("Bearer tern_0123", "", "");
   EXPECT_TRUE(absl::IsUnauthenticated(unknown.status()));
   EXPECT_THAT(unknown.status().message(), HasSubstr("unknown bearer token"));

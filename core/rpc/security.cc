@@ -84,8 +84,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     }
     return grpc::InsecureServerCredentials();
   }
+  // Identity only: the CA is the authenticator's to read (client certificates are verified per
+  // call, below), so the provider does not watch it too.
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      tls.key, tls.cert, tls.ca, tls.refresh_s);
+      tls.key, tls.cert, tls.refresh_s);
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();
   // A client certificate is asked for but verified by the authenticator, per call, so a

@@ -335,22 +335,22 @@ TEST(Security, EveryWrongCredentialIsRefusedWithItsReasonWhileTheRunGoesOn) {
   };
   constexpr int kRounds = 8;
   Daemons daemons;
-  daemons.Add(Spawn(With({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/server.port",
-                          "--run_id=it", "--min_clients=2", "--clients_per_round=2",
-                          absl::StrCat("--rounds=", kRounds), "--local_epochs=0",
-                          "--local_steps=20", "--linger_s=600", "--tokens=" + certs + "/tokens",
-                          "--metrics_listen=127.0.0.1:0"},
-                         cert("server")),
-                    dir + "/server.log"));
+  daemons.Add(Spawn(
+      With({"server", "--listen=127.0.0.1:0", "--port_file=" + dir + "/server.port", "--run_id=it",
+            "--min_clients=2", "--clients_per_round=2", absl::StrCat("--rounds=", kRounds),
+            "--local_epochs=0", "--local_steps=20", "--linger_s=600",
+            "--tokens=" + certs + "/tokens", "--metrics_listen=127.0.0.1:0"},
+           cert("server")),
+      dir + "/server.log"));
   const int port = WaitForPort(dir + "/server.port");
   ASSERT_GT(port, 0) << ReadText(dir + "/server.log");
   const std::string server = absl::StrCat("--server=127.0.0.1:", port);
-  const pid_t by_cert =
-      Spawn(With({"client", server, "--clients=1", "--partitions=2", "--run_id=it"}, cert("client")),
-            dir + "/client.log");
+  const pid_t by_cert = Spawn(
+      With({"client", server, "--clients=1", "--partitions=2", "--run_id=it"}, cert("client")),
+      dir + "/client.log");
   const pid_t by_token =
-      Spawn({"client", server, "--clients=1", "--partitions=2", "--first_client=1", "--run_id=it", ca,
-             "--token_file=" + certs + "/client-t.token"},
+      Spawn({"client", server, "--clients=1", "--partitions=2", "--first_client=1", "--run_id=it",
+             ca, "--token_file=" + certs + "/client-t.token"},
             dir + "/client-t.log");
 
   auto stub_as = [&](const TlsFiles& tls) {
@@ -418,8 +418,7 @@ TEST(Security, EveryWrongCredentialIsRefusedWithItsReasonWhileTheRunGoesOn) {
   auto expect = [](const grpc::Status& s, grpc::StatusCode code, const std::string& says,
                    const std::string& what) {
     EXPECT_EQ(s.error_code(), code) << what << ": " << s.error_message();
-    EXPECT_NE(s.error_message().find(says), std::string::npos) << what << ": "
-                                                              << s.error_message();
+    EXPECT_NE(s.error_message().find(says), std::string::npos) << what << ": " << s.error_message();
   };
   using grpc::StatusCode;
   TlsFiles foreign = files(other, "client");
@@ -428,8 +427,8 @@ TEST(Security, EveryWrongCredentialIsRefusedWithItsReasonWhileTheRunGoesOn) {
          "no credentials");
   expect(join(stub_as(foreign).get(), -1), StatusCode::UNAUTHENTICATED, "another CA",
          "another CA's certificate");
-  expect(join(stub_as(files(certs, "expired")).get(), -1), StatusCode::UNAUTHENTICATED,
-         "expired", "an expired certificate");
+  expect(join(stub_as(files(certs, "expired")).get(), -1), StatusCode::UNAUTHENTICATED, "expired",
+         "an expired certificate");
   for (uint32_t id : {0u, 1u}) {
     const std::string as = absl::StrCat(" as client ", id);
     expect(join(mallory.get(), id), StatusCode::PERMISSION_DENIED, "cannot take it back",
@@ -468,12 +467,14 @@ TEST(Security, EveryWrongCredentialIsRefusedWithItsReasonWhileTheRunGoesOn) {
   EXPECT_EQ(st.round(), static_cast<uint64_t>(kRounds));
   EXPECT_EQ(st.updates_accepted(), 2u * kRounds);
   const std::string log = ReadText(dir + "/server.log");
-  for (const char* said : {"authenticated as client-t", "authenticated as client",
-                           "spoke plaintext", "refused a call: the client certificate (CN=expired)"}) {
+  for (const char* said :
+       {"authenticated as client-t", "authenticated as client", "spoke plaintext",
+        "refused a call: the client certificate (CN=expired)"}) {
     EXPECT_NE(log.find(said), std::string::npos) << said << "\n" << log;
   }
   // ... and counts them for Prometheus.
-  absl::StatusOr<std::string> metrics = testing::HttpGet(MetricsPort(dir + "/server.log"), "/metrics");
+  absl::StatusOr<std::string> metrics =
+      testing::HttpGet(MetricsPort(dir + "/server.log"), "/metrics");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   for (const char* line :
        {"tern_server_calls_unauthenticated_total{run=\"it\",reason=\"no_credentials\"} 1",
