@@ -212,6 +212,7 @@ class Dpsgd final : public AlgorithmBase {
   Dpsgd(const AlgorithmOptions& o, const CodecRegistry* c, bool momentum)
       : AlgorithmBase(o, c), momentum_(momentum) {}
   std::string Name() const override { return momentum_ ? "dmsgd" : "dpsgd"; }
+  double Momentum() const override { return momentum_ ? options_.momentum : 0; }
   std::vector<std::string> MessageParts() const override { return {"x"}; }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
@@ -247,6 +248,7 @@ class DecentLam final : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
   std::string Name() const override { return "decentlam"; }
+  double Momentum() const override { return options_.momentum; }
   std::vector<std::string> MessageParts() const override { return {"x"}; }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr, int64_t) override {
     lr_ = lr;
@@ -280,6 +282,7 @@ class HeavyBall final : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
   std::string Name() const override { return "heavy-ball"; }
+  double Momentum() const override { return options_.momentum; }
   std::vector<std::string> MessageParts() const override { return {"x", "m"}; }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr, int64_t) override {
     lr_ = lr;
@@ -327,6 +330,7 @@ class Choco final : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
   std::string Name() const override { return "choco"; }
+  double Momentum() const override { return options_.momentum; }
   std::vector<std::string> MessageParts() const override { return {"q"}; }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {

@@ -45,6 +45,9 @@ class Algorithm {
  public:
   virtual ~Algorithm() = default;
   virtual std::string Name() const = 0;
+  // The momentum (beta) this algorithm applies to the gradients it is given; 0 for none. A
+  // trainer that runs its own optimizer needs 0 (RegisterReply.momentum).
+  virtual double Momentum() const { return 0; }
   // Starts from x0 (every worker must use the same x0). `worker` is this worker's id; `blocks`
   // are the model's tensors in x0 (empty: one flat tensor), which codecs with per-tensor
   // structure (PowerSGD) encode one by one.

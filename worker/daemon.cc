@@ -507,6 +507,7 @@ absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterOnLoop(
   reply.set_worker_id(static_cast<uint32_t>(o.worker_id));
   reply.set_num_workers(static_cast<uint32_t>(o.num_workers));
   reply.set_algorithm(o.algorithm);
+  reply.set_momentum(e->momentum());
   reply.set_step(static_cast<uint64_t>(e->next_step()));
   last_step_end_ = absl::Now();
   spdlog::info("worker {}: model registered ({} tensors, {} parameters)", o.worker_id,

@@ -180,6 +180,8 @@ int64_t RoundEngine::next_step() const {
   return next_step_;
 }
 
+double RoundEngine::momentum() const { return algorithm_->Momentum(); }
+
 absl::Span<const float> RoundEngine::params() const { return algorithm_->params(); }
 
 absl::Status RoundEngine::BindParams(absl::Span<float> storage) {

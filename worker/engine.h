@@ -130,6 +130,9 @@ class RoundEngine {
   bool initialized() const;
   std::vector<ParamTensor> layout() const;
   int64_t next_step() const;
+  // The momentum the algorithm applies to a trainer's gradients (Algorithm::Momentum). REQUIRES:
+  // Init(); from the thread that calls Step().
+  double momentum() const;
 
   // One training step; see the file comment. REQUIRES: Init().
   absl::StatusOr<StepOutcome> Step(const StepInput& in);

@@ -83,7 +83,7 @@ def run_ddp(a, model, batches):
 
 
 def run_tern_torch(a, model, batches):
-    from tern_client import TernTrainer
+    from tern.trainer import TernTrainer
     client = TernTrainer(a.worker)
     for _ in range(600):  # the worker may still be starting
         try:

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""ctest: two PyTorch clients of a real `tern server` through tern_federated, in a federated run
+"""ctest: two PyTorch clients of a real `tern server` through tern.federated, in a federated run
 (each round trains the round's model on the client's shard and pushes the change) and in a ps
 run (each round one minibatch gradient): they join, one sends the initial model, the run closes
 every round with both updates, the training loss falls and the global model classifies
@@ -19,10 +19,10 @@ test_support.require_torch_and_data()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-import tern_federated  # noqa: E402
+import tern.federated as tern_federated  # noqa: E402
 import train_fashion_mnist as tfm  # noqa: E402
 from tern.v1 import server_pb2  # noqa: E402
-from tern_client import assemble, decode_dense  # noqa: E402
+from tern.trainer import assemble, decode_dense  # noqa: E402
 
 TERN = sys.argv[1]
 ROUNDS = {"federated": 6, "ps": 60}

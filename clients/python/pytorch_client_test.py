@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 
 import train_fashion_mnist as tfm  # noqa: E402
 from tern.v1 import worker_pb2  # noqa: E402
-from tern_client import TernTrainer  # noqa: E402
+from tern.trainer import TernTrainer  # noqa: E402
 
 TERN = sys.argv[1]
 STEPS = 150

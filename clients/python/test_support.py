@@ -29,3 +29,30 @@ def wait_for_port(path, seconds=30):
             return int(open(path).read())
         time.sleep(0.05)
     raise TimeoutError("no port in %s after %ss" % (path, seconds))
+
+
+def start_workers(tern, workdir, n, flags):
+    """Starts `n` `tern worker --trainer=external` daemons on 127.0.0.1 (port 0) that gossip with
+    each other, with extra `flags`; returns (addresses, processes). stop_workers ends them."""
+    import subprocess
+    procs = []
+    for i in range(n):
+        procs.append(subprocess.Popen(
+            [tern, "worker", "--trainer=external", "--id=%d" % i, "--workers=%d" % n,
+             "--round_timeout=60", "--port_file=%s/%d.port" % (workdir, i),
+             "--peers_file=%s/peers.txt" % workdir] + list(flags),
+            stdout=open("%s/worker-%d.log" % (workdir, i), "w"), stderr=subprocess.STDOUT))
+    ports = [wait_for_port("%s/%d.port" % (workdir, i)) for i in range(n)]
+    with open(workdir + "/peers.tmp", "w") as f:
+        f.write("".join("127.0.0.1:%d\n" % p for p in ports))
+    os.rename(workdir + "/peers.tmp", workdir + "/peers.txt")
+    return ["127.0.0.1:%d" % p for p in ports], procs
+
+
+def stop_workers(procs):
+    """SIGTERM, then the exit codes (0 for a clean stop)."""
+    import signal
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    return [p.wait(timeout=30) for p in procs]

@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from tern_client import TernTrainer
+from tern.trainer import TernTrainer
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -54,7 +54,7 @@ def train(address, worker_id, num_workers, steps, batch=32, seed=1, data_dir=DAT
           log=print, shared=False, tls=None):
     """Trains through the worker at `address`; returns (losses, model, test accuracy).
     With `shared`, tensors go through the worker's shared memory (same host only); `tls`:
-    tern_client.make_channel's TLS arguments for a worker that serves TLS."""
+    tern.trainer.make_channel's TLS arguments for a worker that serves TLS."""
     torch.set_num_threads(1)
     x, y = load("train", data_dir)
     xs, ys = x[worker_id::num_workers], y[worker_id::num_workers]  # an iid shard

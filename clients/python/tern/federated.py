@@ -1,7 +1,7 @@
 """Python client of a tern aggregator (`tern server`, proto/tern/v1/server.proto): federated and
 local-SGD rounds with your own model, in the style of Flower's NumPyClient.
 
-    class MyClient(tern_federated.Client):
+    class MyClient(tern.federated.Client):
         def initial_parameters(self):            # {name: numpy array}, sent if the run has none
             return {k: v.numpy() for k, v in model.state_dict().items()}
         def fit(self, parameters, task):         # train from the round's model
@@ -9,7 +9,7 @@ local-SGD rounds with your own model, in the style of Flower's NumPyClient.
             ... task.local.local_steps, task.local.lr, task.local.batch ...
             return {k: v.numpy() for k, v in model.state_dict().items()}, num_examples, loss
 
-    tern_federated.run(MyClient(), "server.example:7060", name="client-3", num_samples=6000)
+    tern.federated.run(MyClient(), "server.example:7060", name="client-3", num_samples=6000)
 
 `run` joins, sends the initial model when the server asks, then long-polls for tasks: each TRAIN
 task's model goes to `fit`, and the change it made (new - old, fp32) goes back as the update,
@@ -28,7 +28,7 @@ import grpc
 import numpy as np
 
 from tern.v1 import server_pb2, server_pb2_grpc
-from tern_client import assemble, chunk_bundle, decode_dense, make_bundle, make_channel
+from tern.trainer import assemble, chunk_bundle, decode_dense, make_bundle, make_channel
 
 
 class Client:
@@ -48,6 +48,65 @@ class Client:
         returns ({name: array}, examples, loss)."""
         raise NotImplementedError
 
+
+
+def _state(model):
+    """A torch module's state_dict as float32 numpy arrays (copies)."""
+    return {k: v.detach().to("cpu").float().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def _load(model, parameters):
+    import torch
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in parameters.items()})
+
+
+class TorchClient(Client):
+    """A Client for a torch.nn.Module and your training function: `train(steps)` trains `model`
+    for `steps` minibatches and returns (examples, mean loss). The model (parameters and
+    buffers, any floating dtype) goes to the server as float32 and comes back into the module.
+
+    In a ps run (`tern server --mode=ps`) the server takes the optimizer step: each round calls
+    train(1) with an optimizer that only keeps the gradient (NoStep), and what backward() left
+    in the parameters' .grad is sent (zero for buffers, which are not trained by gradients)."""
+
+    def __init__(self, model, train):
+        self.model, self.train = model, train
+
+    def initial_parameters(self):
+        return _state(self.model)
+
+    def fit(self, parameters, task):
+        _load(self.model, parameters)
+        examples, loss = self.train(task.local.local_steps)
+        return _state(self.model), examples, loss
+
+    def gradient(self, parameters, task):
+        _load(self.model, parameters)
+        examples, loss = self.train(1)
+        grads = {k: np.zeros_like(v) for k, v in parameters.items()}
+        for name, p in self.model.named_parameters():
+            if p.grad is not None:
+                grads[name] = p.grad.detach().to("cpu").float().numpy()
+        return grads, examples, loss
+
+
+class NoStep:
+    """An optimizer for ps runs, where the server steps: zero_grad() clears the gradients,
+    step() leaves them for TorchClient to send."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def zero_grad(self, set_to_none=False):
+        self.model.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):
+        return None
+
+
+def load_global_model(model, address, tls=None, timeout=60.0):
+    """Loads the server's current global model into the torch module `model`."""
+    _load(model, Aggregator(address, tls=tls, timeout=timeout).global_model())
 
 class Aggregator:
     """One client's calls to the aggregator at `address`. `tls`: make_channel's arguments."""
@@ -114,6 +173,13 @@ class Aggregator:
                 for i, c in enumerate(chunks)]
         return self.stub.Push(iter(reqs), timeout=self.timeout)
 
+    def global_model(self):
+        """{name: float32 array}: the server's current global model (Aggregator.GetModel)."""
+        replies = self._retrying(lambda: list(self.stub.GetModel(server_pb2.GetModelRequest(),
+                                                                 timeout=self.timeout)))
+        bundle = assemble(r.chunk for r in replies if r.HasField("chunk"))
+        return {n.name: decode_dense(n.tensor) for n in bundle.tensors}
+
     def leave(self):
         self.stub.Leave(server_pb2.LeaveRequest(client_id=self.client_id), timeout=self.timeout)
 
@@ -131,6 +197,8 @@ def _checked(old, new, what):
     out = {}
     for name, before in old.items():
         after = np.asarray(new[name], dtype=np.float32)
+        if after.size == 1 and before.size == 1:  # a 0-d tensor travels as [1]
+            after = after.reshape(before.shape)
         if after.shape != before.shape:
             raise ValueError("%s returned %s with shape %s; the run's is %s" %
                              (what, name, after.shape, before.shape))

@@ -17,8 +17,8 @@ Tensors travel as a TensorBundle cut into CRC-checked chunks of at most 1 MiB, e
 C++ side sends them (docs/wire-format.md). Gradients go as raw fp32 ("none.v1") or, with
 codec="fp16", as IEEE binary16 ("fp16.v1"); the worker accepts any codec it knows.
 
-Needs Debian's python3-grpcio, python3-protobuf and python3-torch (run with /usr/bin/python3),
-and the generated tern/v1 modules on sys.path (the build puts them in build/clients/python).
+Needs Debian's python3-grpcio, python3-protobuf and python3-torch (run with /usr/bin/python3);
+the package is installed as docs/python.md says.
 """
 
 import itertools
@@ -38,9 +38,8 @@ _stream_ids = itertools.count(1)
 
 def _as_numpy(t):
     """A CPU float32 numpy view of a torch tensor or array-like."""
-    if hasattr(t, "detach"):
-        t = t.detach().to("cpu")
-        return t.numpy().astype(np.float32, copy=False)
+    if hasattr(t, "detach"):  # torch: any dtype (numpy has no bfloat16, so convert first)
+        return t.detach().to("cpu").float().numpy()
     return np.asarray(t, dtype=np.float32)
 
 
@@ -110,7 +109,8 @@ def decode_dense(t):
     a = np.frombuffer(t.payload, dtype=dtype).astype(np.float32)
     if a.size != t.numel:
         raise ValueError("payload holds %d values, numel is %d" % (a.size, t.numel))
-    return a.reshape(tuple(t.shape)) if len(t.shape) else a
+    # A 0-d tensor (BatchNorm's num_batches_tracked) has no dimensions and one value.
+    return a.reshape(tuple(t.shape)) if len(t.shape) or a.size == 1 else a
 
 
 def make_channel(address, tls_ca=None, tls_cert=None, tls_key=None, token_file=None):
@@ -199,6 +199,81 @@ class TernTrainer:
 SHM_MAGIC = b"TERNSHM1"
 
 
+class _NotReady(Exception):
+    """The worker answered UNAVAILABLE: not ready for a step yet (no peers), nothing done."""
+
+
+class Segment:
+    """The worker's shared-memory segment (docs/trainer-shm.md) and its doorbell: `grad` and
+    `params`, flat float32 torch tensors over the two regions, and step(info) -> StepResult.
+    Not thread-safe: one step in flight at a time."""
+
+    def __init__(self, trainer, info):
+        import torch
+        with open(info.path, "r+b") as f:
+            self._mm = mmap.mmap(f.fileno(), info.size)
+        if self._mm[:8] != SHM_MAGIC:
+            raise ValueError("%s is not a tern shared-memory segment" % info.path)
+        n = self.num_params = info.num_params
+        self.grad = torch.from_numpy(
+            np.frombuffer(self._mm, dtype="<f4", count=n, offset=info.grad_offset))
+        self.params = torch.from_numpy(
+            np.frombuffer(self._mm, dtype="<f4", count=n, offset=info.params_offset))
+        self._trainer = trainer
+        # The doorbell: a step is one message each way on a Unix socket, two wake-ups in all
+        # (Trainer.StepShared over gRPC takes several more); StepShared when there is none.
+        self._bell = None
+        if info.doorbell_path:
+            self._bell = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self._bell.connect(info.doorbell_path)
+        self._io_seconds = 0.0
+
+    def step(self, step, loss=0.0, lr=0.0, compute_seconds=0.0):
+        """Runs step `step` with the gradient region as written; returns the StepResult."""
+        info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss, compute_seconds=compute_seconds,
+                                   io_seconds=self._io_seconds)
+        t0 = time.time()
+        while True:
+            try:
+                if self._bell is None:
+                    result = self._trainer.stub.StepShared(info, timeout=self._trainer.timeout)
+                else:
+                    result = self._ring(info)
+                break
+            except _NotReady:
+                # The worker is still waiting for its peers (a refusal changes nothing): wait
+                # with it, within the deadline.
+                if time.time() - t0 > self._trainer.timeout:
+                    raise TimeoutError("worker not ready for step %d within %.0f s (it does not "
+                                       "know its peers)" % (step, self._trainer.timeout))
+                time.sleep(0.05)
+        # What reaching the worker cost, reported with the next step.
+        self._io_seconds = max(0.0, time.time() - t0 - result.worker_seconds)
+        return result
+
+    def _ring(self, info):
+        self._bell.settimeout(self._trainer.timeout)
+        try:
+            self._bell.send(b"S" + info.SerializeToString())
+            reply = self._bell.recv(1 << 16)
+        except socket.timeout:
+            raise TimeoutError("worker did not answer step %d within %.0f s"
+                               % (info.step, self._trainer.timeout)) from None
+        if not reply:
+            raise ConnectionError("the worker closed the doorbell socket")
+        if reply[0] == 14:  # UNAVAILABLE
+            raise _NotReady()
+        if reply[0] != 0:
+            raise RuntimeError("worker refused step %d (status %d): %s"
+                               % (info.step, reply[0], reply[1:].decode("utf-8", "replace")))
+        return worker_pb2.StepResult.FromString(reply[1:])
+
+    def close(self):
+        if self._bell is not None:
+            self._bell.close()
+            self._bell = None
+
+
 class SharedModel:
     """A torch module whose parameters and gradients live in the worker's shared memory.
 
@@ -209,35 +284,24 @@ class SharedModel:
 
     def __init__(self, trainer, model, info):
         import torch
-        with open(info.path, "r+b") as f:
-            self._mm = mmap.mmap(f.fileno(), info.size)
-        if self._mm[:8] != SHM_MAGIC:
-            raise ValueError("%s is not a tern shared-memory segment" % info.path)
-        n = info.num_params
-        self._grad = torch.from_numpy(
-            np.frombuffer(self._mm, dtype="<f4", count=n, offset=info.grad_offset))
-        self._params = torch.from_numpy(
-            np.frombuffer(self._mm, dtype="<f4", count=n, offset=info.params_offset))
-        self._trainer, self._model, self._views = trainer, model, []
-        off = 0
+        self._segment = Segment(trainer, info)
+        self._model, self._views = model, []
+        off, n = 0, self._segment.num_params
         for p in model.parameters():
             if p.dtype != torch.float32:
-                raise TypeError("shared memory carries float32 parameters, got %s" % p.dtype)
+                raise TypeError("shared memory carries float32 parameters, got %s; "
+                                "tern.optim.DistributedOptimizer takes any dtype" % p.dtype)
             k = p.numel()
-            g, x = self._grad[off:off + k].view(p.shape), self._params[off:off + k].view(p.shape)
+            if off + k > n:
+                raise ValueError("the model has more values than the worker registered (%d)" % n)
+            g = self._segment.grad[off:off + k].view(p.shape)
+            x = self._segment.params[off:off + k].view(p.shape)
             p.data = x  # the worker's current parameters, already in place
             p.grad = g
             self._views.append((p, g, x))
             off += k
         if off != n:
             raise ValueError("the model has %d values; the worker registered %d" % (off, n))
-        # The doorbell: a step is one message each way on a Unix socket, two wake-ups in all
-        # (Trainer.StepShared over gRPC takes several more); StepShared when there is none.
-        self._bell = None
-        if info.doorbell_path:
-            self._bell = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            self._bell.connect(info.doorbell_path)
-        self._io_seconds = 0.0
 
     def step(self, step, loss=0.0, lr=0.0, compute_seconds=0.0):
         """Step `step` with the gradient backward() left in the model; returns the StepResult.
@@ -250,29 +314,7 @@ class SharedModel:
             p.grad = g
             if p.data.data_ptr() != x.data_ptr():
                 raise RuntimeError("a parameter was replaced; SharedModel needs them in place")
-        info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss, compute_seconds=compute_seconds,
-                                   io_seconds=self._io_seconds)
-        t0 = time.time()
-        if self._bell is None:
-            result = self._trainer.stub.StepShared(info, timeout=self._trainer.timeout)
-        else:
-            result = self._ring(info)
-        # What reaching the worker cost, reported with the next step.
-        self._io_seconds = max(0.0, time.time() - t0 - result.worker_seconds)
-        return result
-
-    def _ring(self, info):
-        self._bell.settimeout(self._trainer.timeout)
-        self._bell.send(b"S" + info.SerializeToString())
-        reply = self._bell.recv(1 << 16)
-        if not reply:
-            raise ConnectionError("the worker closed the doorbell socket")
-        if reply[0] != 0:
-            raise RuntimeError("worker refused step %d (status %d): %s"
-                               % (info.step, reply[0], reply[1:].decode("utf-8", "replace")))
-        return worker_pb2.StepResult.FromString(reply[1:])
+        return self._segment.step(step, loss=loss, lr=lr, compute_seconds=compute_seconds)
 
     def close(self):
-        if self._bell is not None:
-            self._bell.close()
-            self._bell = None
+        self._segment.close()

@@ -1,0 +1,98 @@
+"""pytest: tern.federated.TorchClient against a real `tern server`: a bf16 CNN with BatchNorm and
+Adam and an fp16-weight model train in a federated run, keep their dtypes, and the server's
+global model is what load_global_model gives back. Run by ctest (TERN_BIN)."""
+
+import signal
+import subprocess
+import tempfile
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("grpc")
+
+import optim_test  # noqa: E402 (its models; skips as it does)
+import tern.federated  # noqa: E402
+import test_support  # noqa: E402
+
+ROUNDS, LOCAL_STEPS = 4, 15
+
+
+def run_federated(make_model, make_optimizer, data, dtype):
+    d = tempfile.mkdtemp(prefix="tern-fedtorch-")
+    server = subprocess.Popen(
+        [optim_test.TERN, "server", "--listen=127.0.0.1:0", "--port_file=%s/port" % d,
+         "--mode=federated", "--rounds=%d" % ROUNDS, "--min_clients=2", "--clients_per_round=2",
+         "--local_epochs=0", "--local_steps=%d" % LOCAL_STEPS, "--linger_s=60"],
+        stdout=open(d + "/server.log", "w"), stderr=subprocess.STDOUT)
+    address = "127.0.0.1:%d" % test_support.wait_for_port(d + "/port")
+    out, errors = [None, None], []
+
+    def one(rank):
+        try:
+            x, y = data[0][rank::2], data[1][rank::2]
+            model = make_model()
+            optimizer = make_optimizer(model)
+            gen = torch.Generator().manual_seed(rank)
+            losses = []
+
+            def train(steps):
+                for _ in range(steps):
+                    idx = torch.randint(0, len(x), (32,), generator=gen)
+                    optimizer.zero_grad()
+                    loss = torch.nn.functional.cross_entropy(model(x[idx].to(dtype)).float(),
+                                                             y[idx])
+                    loss.backward()
+                    optimizer.step()
+                    losses.append(loss.item())
+                return steps * 32, sum(losses[-steps:]) / steps
+
+            rounds = tern.federated.run(tern.federated.TorchClient(model, train), address,
+                                        name="c%d" % rank, num_samples=len(x), timeout=30)
+            out[rank] = (rounds, losses, model)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        if errors:
+            raise errors[0]
+        final = make_model()
+        tern.federated.load_global_model(final, address)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+    return out, final
+
+
+def test_a_bf16_cnn_with_batchnorm_and_adam_trains_federated():
+    data = optim_test.tfm.load("train", optim_test.tfm.DATA)
+    data = (data[0][:8192].view(-1, 1, 28, 28), data[1][:8192])
+    out, final = run_federated(lambda: optim_test.cnn(torch.bfloat16),
+                               lambda m: torch.optim.Adam(m.parameters(), lr=2e-3), data,
+                               torch.bfloat16)
+    for rounds, losses, model in out:
+        assert rounds == ROUNDS
+        assert sum(losses[-10:]) / 10 < 0.75 * sum(losses[:10]) / 10
+        assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    # The global model came back whole: BatchNorm statistics moved off their initial values.
+    assert final[1].running_mean.abs().sum().item() > 0
+    assert final[1].weight.dtype == torch.bfloat16
+
+
+def test_an_fp16_model_trains_federated():
+    data = optim_test.tfm.load("train", optim_test.tfm.DATA)
+    data = (data[0][:8192], data[1][:8192])
+    out, final = run_federated(optim_test.Fp16Mlp,
+                               lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9),
+                               data, torch.float32)
+    for rounds, losses, model in out:
+        assert rounds == ROUNDS
+        assert sum(losses[-10:]) / 10 < 0.75 * sum(losses[:10]) / 10
+        assert all(p.dtype == torch.float16 for p in model.parameters())
+    assert final.hidden.weight.dtype == torch.float16

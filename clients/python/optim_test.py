@@ -1,0 +1,162 @@
+"""pytest: tern.optim.DistributedOptimizer against real `tern worker` daemons on 127.0.0.1: your
+own model (a CNN with BatchNorm) and optimizer (Adam) in fp32, bf16 and fp16, and the clear
+errors a user gets for a worker that adds momentum, a model that does not match, a worker that
+is not there. Run by ctest (TERN_BIN names the tern binary); skipped without Debian's torch,
+grpcio or the dataset."""
+
+import os
+import tempfile
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("grpc")
+
+import test_support  # noqa: E402
+import train_fashion_mnist as tfm  # noqa: E402
+from tern.optim import DistributedOptimizer  # noqa: E402
+
+TERN = os.environ.get("TERN_BIN", "")
+if not TERN or not os.path.exists(os.path.join(tfm.DATA, "train-images-idx3-ubyte.gz")):
+    pytest.skip("needs TERN_BIN and dataset-fashion-mnist", allow_module_level=True)
+
+
+def cnn(dtype=torch.float32):
+    torch.manual_seed(3)  # every worker starts from the same values
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 5), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 16, 5), torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(256, 10)).to(dtype)
+
+
+@pytest.fixture(scope="module")
+def data():
+    x, y = tfm.load("train", tfm.DATA)
+    return x[:8192].view(-1, 1, 28, 28), y[:8192]
+
+
+@pytest.fixture
+def workers(request):
+    """Two workers with the flags of the test's `worker_flags` mark."""
+    mark = request.node.get_closest_marker("worker_flags")
+    d = tempfile.mkdtemp(prefix="tern-optim-")
+    addresses, procs = test_support.start_workers(TERN, d, 2, mark.args if mark else ())
+    yield addresses
+    assert test_support.stop_workers(procs) == [0, 0]
+
+
+class Fp16Mlp(torch.nn.Module):
+    """fp16 weights, fp32 arithmetic: torch 1.13 has no fp16 matmul on the CPU (on a GPU the
+    model would compute in fp16)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.hidden = torch.nn.Linear(784, 64).half()
+        self.out = torch.nn.Linear(64, 10).half()
+
+    def forward(self, x):
+        f = torch.nn.functional
+        h = f.relu(f.linear(x.flatten(1).float(), self.hidden.weight.float(),
+                            self.hidden.bias.float()))
+        return f.linear(h, self.out.weight.float(), self.out.bias.float())
+
+
+def train(address, rank, data, dtype, steps, out):
+    torch.set_num_threads(1)
+    x, y = data
+    x, y = x[rank::2], y[rank::2]
+    if dtype == torch.float16:  # and plain SGD: torch 1.13's Adam has no CPU fp16 either
+        model, dtype = Fp16Mlp(), torch.float32
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    else:
+        model = cnn(dtype)
+        optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
+    optimizer = DistributedOptimizer(optimizer, model, worker=address, timeout=60)
+    gen = torch.Generator().manual_seed(rank)
+    losses = []
+    for _ in range(steps):
+        idx = torch.randint(0, len(x), (32,), generator=gen)
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x[idx].to(dtype)).float(), y[idx])
+        loss.backward()
+        optimizer.step(loss=loss.item())
+        losses.append(loss.item())
+    optimizer.close()
+    out[rank] = (losses, model)
+
+
+def train_both(addresses, data, dtype, steps):
+    out, errors = [None, None], []
+
+    def run(rank):
+        try:
+            train(addresses[rank], rank, data, dtype, steps, out)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
+
+
+@pytest.mark.worker_flags("--algorithm=dpsgd", "--codec=none")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_your_cnn_and_adam_train_and_the_replicas_agree(workers, data, dtype):
+    (l0, m0), (l1, m1) = train_both(workers, data, dtype, steps=80)
+    first, last = sum(l0[:15]) / 15, sum(l0[-15:]) / 15
+    assert last < 0.75 * first, (first, last)
+    # D-PSGD on two workers with weights 1/2 gives both the same average each round: the
+    # parameters and BatchNorm's running statistics are the same on both sides...
+    s0, s1 = m0.state_dict(), m1.state_dict()
+    for name in s0:
+        if torch.is_floating_point(s0[name]):
+            diff = (s0[name].float() - s1[name].float()).abs().max().item()
+            assert diff <= 1e-5, (name, diff)
+    # ... the model keeps its dtype, and integer buffers stay each trainer's own.
+    assert all(p.dtype == dtype for p in m0.parameters())
+    assert s0["1.num_batches_tracked"].item() == 80
+
+
+@pytest.mark.worker_flags("--algorithm=dpsgd", "--codec=fp16")
+def test_an_fp16_model_trains_and_the_replicas_agree(workers, data):
+    (l0, m0), (l1, m1) = train_both(workers, data, torch.float16, steps=80)
+    first, last = sum(l0[:15]) / 15, sum(l0[-15:]) / 15
+    assert last < 0.75 * first, (first, last)
+    for (name, a), b in zip(m0.named_parameters(), m1.parameters()):
+        assert a.dtype == torch.float16, name
+        assert (a.float() - b.float()).abs().max().item() <= 1e-3, name
+
+
+@pytest.mark.worker_flags("--algorithm=choco", "--codec=topk:ratio=0.1")
+def test_a_worker_that_adds_momentum_is_refused_with_the_flag_to_use(workers):
+    with pytest.raises(ValueError, match="--momentum=0"):
+        DistributedOptimizer(torch.optim.SGD(cnn().parameters(), lr=0.1), cnn(),
+                             worker=workers[0], timeout=10)
+
+
+@pytest.mark.worker_flags("--algorithm=dpsgd")
+def test_a_model_that_does_not_match_the_workers_is_refused(workers):
+    model = cnn()
+    DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, worker=workers[0],
+                         timeout=10)
+    other = torch.nn.Linear(784, 10)
+    with pytest.raises(Exception, match="layout|registered"):
+        DistributedOptimizer(torch.optim.SGD(other.parameters(), lr=0.1), other,
+                             worker=workers[0], timeout=10)
+
+
+def test_a_worker_that_is_not_there_fails_within_the_deadline():
+    model = cnn()
+    t0 = time.time()
+    with pytest.raises(Exception, match="UNAVAILABLE|DEADLINE|connect"):
+        DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model,
+                             worker="127.0.0.1:1", timeout=3)
+    assert time.time() - t0 < 10
