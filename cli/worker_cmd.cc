@@ -24,6 +24,7 @@
 #include "cli/process.h"
 #include "cli/service_flags.h"
 #include "cli/train_flags.h"
+#include "clients/cpp/in_process_trainer_link.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"

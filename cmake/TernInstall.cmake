@@ -1,6 +1,6 @@
 # `cmake --install`: the tern binary, the systemd units and sysusers file, example flagfiles and
 # deploy files, the docs, and the libraries a C++ program builds on (wire API, codecs, chunking,
-# the gRPC edge, model layouts) with their headers and a CMake package config, so that an outside
+# the gRPC edge, model layouts, the C++ client library) with their headers and a CMake package config, so that an outside
 # project can `find_package(tern)` and link `tern::kernels` etc. (docs/deploy.md).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -20,12 +20,13 @@ install(FILES deploy/etc/worker.flags deploy/etc/server.flags deploy/etc/schedul
         DESTINATION ${CMAKE_INSTALL_DATADIR}/tern/examples)
 install(DIRECTORY deploy/ DESTINATION ${CMAKE_INSTALL_DATADIR}/tern/deploy
         PATTERN "*.service" EXCLUDE PATTERN "debian" EXCLUDE)
-install(FILES docs/deploy.md docs/architecture.md docs/wire-format.md
+install(FILES docs/deploy.md docs/architecture.md docs/wire-format.md docs/cpp-client.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 # Libraries and headers. The headers keep the tree's paths ("kernels/registry.h",
 # "tern/v1/tensor.pb.h") under include/tern.
-set(TERN_EXPORTED_LIBS tern_proto tern_common tern_kernels tern_rpc tern_model)
+set(TERN_EXPORTED_LIBS tern_proto tern_common tern_kernels tern_rpc tern_model tern_federated
+    tern_client)
 foreach(lib ${TERN_EXPORTED_LIBS})
   target_include_directories(${lib} INTERFACE $<INSTALL_INTERFACE:${TERN_INSTALL_INCLUDEDIR}>)
 endforeach()
@@ -34,13 +35,17 @@ set_target_properties(tern_common PROPERTIES EXPORT_NAME common)
 set_target_properties(tern_kernels PROPERTIES EXPORT_NAME kernels)
 set_target_properties(tern_rpc PROPERTIES EXPORT_NAME rpc)
 set_target_properties(tern_model PROPERTIES EXPORT_NAME model)
+set_target_properties(tern_federated PROPERTIES EXPORT_NAME federated)
+set_target_properties(tern_client PROPERTIES EXPORT_NAME client)
 install(TARGETS ${TERN_EXPORTED_LIBS} EXPORT ternTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(dir common kernels core/rpc core/model)
+foreach(dir common kernels core/rpc core/model core/federated)
   install(DIRECTORY ${dir}/ DESTINATION ${TERN_INSTALL_INCLUDEDIR}/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "cuda" EXCLUDE)
 endforeach()
+install(FILES clients/cpp/aggregator_client.h clients/cpp/trainer_link.h
+        DESTINATION ${TERN_INSTALL_INCLUDEDIR}/clients/cpp)
 install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/gen/ DESTINATION ${TERN_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.pb.h" PATTERN "*_mock.grpc.pb.h" EXCLUDE)
 install(EXPORT ternTargets NAMESPACE tern:: DESTINATION ${TERN_INSTALL_CMAKEDIR})

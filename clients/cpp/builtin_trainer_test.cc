@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "clients/cpp/in_process_trainer_link.h"
 #include "clients/cpp/trainer_link.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "clients/cpp/aggregator_client.h"
 #include "core/model/adam.h"
 #include "core/workload/builtin_model.h"
 #include "core/workload/dataset.h"
@@ -31,13 +32,6 @@ struct WorkData {
   const Model* model;
   const Dataset* train;
   const std::vector<uint32_t>* part;  // this client's example indices
-};
-
-struct WorkResult {
-  std::vector<float> update;
-  double loss = 0;     // mean minibatch loss
-  double seconds = 0;  // time of the local work (in the background for Overlap-Local-SGD)
-  uint32_t batch = 0;  // the minibatch size used
 };
 
 class LocalWork {

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/chunking.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
@@ -10,7 +11,6 @@
 #include "core/rpc/status.h"
 #include "kernels/builtin.h"
 #include "tern/v1/worker.grpc.pb.h"
-#include "worker/daemon.h"
 
 namespace tern {
 namespace {
@@ -43,14 +43,31 @@ class GrpcTrainerLink final : public TrainerLink {
     return static_cast<int64_t>(reply.step());
   }
 
+  // UNAVAILABLE (a worker still waiting for its peers, or not up yet) changes nothing on the
+  // worker: tried again until the timeout.
   absl::StatusOr<absl::Span<const float>> Step(const TrainerStep& s) override {
     const absl::Time t0 = absl::Now();
+    const absl::Time deadline = t0 + timeout_;
     TERN_ASSIGN_OR_RETURN(v1::TensorBundle gb, FlatToBundle(layout_, s.grad));
     gb.set_round(static_cast<uint64_t>(s.step));
+    double worker_seconds = 0;
+    absl::Status st = TryStep(s, gb, deadline, &worker_seconds);
+    while (absl::IsUnavailable(st) && absl::Now() + absl::Milliseconds(50) < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+      st = TryStep(s, gb, deadline, &worker_seconds);
+    }
+    TERN_RETURN_IF_ERROR(st);
+    io_seconds_ = absl::ToDoubleSeconds(absl::Now() - t0) - worker_seconds;
+    return absl::Span<const float>(params_);
+  }
+
+ private:
+  absl::Status TryStep(const TrainerStep& s, const v1::TensorBundle& gb, absl::Time deadline,
+                       double* worker_seconds) {
     TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
                           ChunkBundle(gb, static_cast<uint64_t>(s.step)));
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    ctx.set_deadline(absl::ToChronoTime(deadline));
     auto stream = stub_->Step(&ctx);
     for (size_t c = 0; c < chunks.size(); ++c) {
       v1::StepRequest req;
@@ -70,11 +87,10 @@ class GrpcTrainerLink final : public TrainerLink {
     TERN_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));
     TERN_RETURN_IF_ERROR(pb.status());
     TERN_RETURN_IF_ERROR(BundleToFlat(*pb, layout_, *codecs_, absl::MakeSpan(params_)));
-    io_seconds_ = absl::ToDoubleSeconds(absl::Now() - t0) - first.result().worker_seconds();
-    return absl::Span<const float>(params_);
+    *worker_seconds = first.result().worker_seconds();
+    return absl::OkStatus();
   }
 
- private:
   const std::unique_ptr<v1::Trainer::Stub> stub_;
   const absl::Duration timeout_;
   const std::unique_ptr<CodecRegistry> codecs_;
@@ -83,44 +99,11 @@ class GrpcTrainerLink final : public TrainerLink {
   double io_seconds_ = 0;  // the last call's, reported with the next
 };
 
-class InProcessTrainerLink final : public TrainerLink {
- public:
-  explicit InProcessTrainerLink(WorkerDaemon* daemon) : daemon_(daemon) {}
-
-  absl::StatusOr<int64_t> Register(const std::vector<ParamTensor>& layout,
-                                   absl::Span<const float> x0) override {
-    TERN_ASSIGN_OR_RETURN(v1::RegisterReply reply, daemon_->RegisterInProcess(layout, x0));
-    return static_cast<int64_t>(reply.step());
-  }
-
-  absl::StatusOr<absl::Span<const float>> Step(const TrainerStep& s) override {
-    StepInput in;
-    in.step = s.step;
-    in.loss = s.loss;
-    in.compute_seconds = s.compute_seconds;
-    in.io_seconds = io_seconds_;
-    in.grad = s.grad;
-    const absl::Time t0 = absl::Now();
-    StepOutcome out;
-    absl::StatusOr<absl::Span<const float>> params = daemon_->StepInProcess(in, &out);
-    io_seconds_ = absl::ToDoubleSeconds(absl::Now() - t0) - out.seconds;
-    return params;
-  }
-
- private:
-  WorkerDaemon* const daemon_;
-  double io_seconds_ = 0;  // the last call's, reported with the next
-};
-
 }  // namespace
 
 std::unique_ptr<TrainerLink> NewGrpcTrainerLink(std::shared_ptr<grpc::Channel> channel,
                                                 absl::Duration timeout) {
   return std::make_unique<GrpcTrainerLink>(std::move(channel), timeout);
-}
-
-std::unique_ptr<TrainerLink> NewInProcessTrainerLink(WorkerDaemon* daemon) {
-  return std::make_unique<InProcessTrainerLink>(daemon);
 }
 
 }  // namespace tern

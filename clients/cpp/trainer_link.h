@@ -1,6 +1,6 @@
-// How a trainer reaches its worker: through the Trainer gRPC service (any process, any host), or
-// straight into a worker daemon in the same process (the built-in trainer's way: no
-// serialization and no copy of the gradient or the parameters).
+// How a trainer reaches its worker: through the Trainer gRPC service (any process, any host;
+// part of the C++ client library), or straight into a worker daemon in the same process
+// (in_process_trainer_link.h, the built-in trainer's way).
 //
 // Thread-safety: a link is used by one trainer thread at a time.
 #ifndef TERN_CLIENTS_CPP_TRAINER_LINK_H_
@@ -17,8 +17,6 @@
 #include "grpcpp/grpcpp.h"
 
 namespace tern {
-
-class WorkerDaemon;
 
 struct TrainerStep {
   int64_t step = 0;
@@ -41,8 +39,6 @@ class TrainerLink {
 // Through Trainer.Register / Trainer.Step on `channel`, each call with `timeout`.
 std::unique_ptr<TrainerLink> NewGrpcTrainerLink(std::shared_ptr<grpc::Channel> channel,
                                                 absl::Duration timeout);
-// Into `daemon` (which must outlive the link) without leaving the process.
-std::unique_ptr<TrainerLink> NewInProcessTrainerLink(WorkerDaemon* daemon);
 
 }  // namespace tern
 

@@ -17,3 +17,27 @@ cmake -S "$here/consumer" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log" || { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/build" > "$work/build.log" || { cat "$work/build.log"; exit 1; }
 "$work/build/consumer"
+# The C++ client library's examples, built against the installed tree, in a real run: an
+# installed `tern server` and two linear_client participants with their own model.
+cmake -S "$here/../../examples/cpp" -B "$work/examples" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure-examples.log" \
+  || { cat "$work/configure-examples.log"; exit 1; }
+cmake --build "$work/examples" > "$work/build-examples.log" || { cat "$work/build-examples.log"; exit 1; }
+"$work/prefix/bin/tern" server --mode=federated --min_clients=2 --clients_per_round=2 --rounds=15 \
+    --local_epochs=0 --local_steps=10 --lr=0.02 --grace_s=0 --linger_s=5 \
+    --port_file="$work/server.port" > "$work/server.log" 2>&1 &
+server=$!
+for _ in $(seq 200); do [ -s "$work/server.port" ] && break; sleep 0.05; done
+address=127.0.0.1:$(cat "$work/server.port")
+"$work/examples/linear_client" "$address" 0 > "$work/client-0.log" 2>&1 & c0=$!
+"$work/examples/linear_client" "$address" 1 > "$work/client-1.log" 2>&1 & c1=$!
+ok=0
+wait $c0 || ok=1
+wait $c1 || ok=1
+kill $server 2> /dev/null || true
+wait $server 2> /dev/null || true
+cat "$work/client-0.log" "$work/client-1.log"
+[ $ok -eq 0 ] || { tail -20 "$work/server.log"; exit 1; }
+# Both took part in every round, and the model they trained together is near the truth.
+grep -q "15 rounds, 15 updates accepted" "$work/client-0.log"
+awk '/off W\*/ { if ($(NF-3) + 0 > 0.1) exit 1 }' "$work/client-0.log"

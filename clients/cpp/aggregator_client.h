@@ -1,0 +1,160 @@
+// tern's C++ client of an aggregator (`tern server`), for your own model: the protocol side of
+// federated, local-SGD and parameter-server rounds. You supply a Participant (the model's layout,
+// its initial values, one round's local work); AggregatorClient joins, sends the initial model
+// when the server has none, long-polls for tasks, keeps its copy of the global model in step
+// with the server's (delta catch-up checked by CRC, the model asked for again when a check
+// fails), encodes each update with the codec and memory the task names (error feedback, DGC,
+// PowerSGD's per-tensor state), pushes it, rejoins a server that forgot it, and retries an
+// unreachable server with back-off until options.give_up_after. `tern client` is this class
+// with the built-in model as its Participant (fed_client.h). docs/cpp-client.md shows a
+// complete program.
+//
+// Thread-safety: an AggregatorClient belongs to the thread that calls Run (which blocks it);
+// `stop` may be set from any thread. The Participant is called from that thread only.
+#ifndef TERN_CLIENTS_CPP_AGGREGATOR_CLIENT_H_
+#define TERN_CLIENTS_CPP_AGGREGATOR_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/clock.h"
+#include "core/model/adam.h"
+#include "core/model/layout.h"
+#include "core/rpc/security.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/registry.h"
+#include "tern/v1/server.grpc.pb.h"
+#include "tern/v1/server.pb.h"
+
+namespace tern {
+
+// One round's work, in the model's layout order.
+struct WorkResult {
+  // federated / local-sgd: the change the local steps made (new - global); ps: the gradient.
+  std::vector<float> update;
+  double loss = 0;     // mean minibatch loss
+  double seconds = 0;  // time of the local work
+  uint32_t batch = 0;  // the minibatch size used (reported to the server)
+};
+
+// What the client knows about the round when it asks for its work.
+struct WorkContext {
+  int64_t client_id = -1;
+  // 1-bit Adam / LAMB runs: the optimizer state the server sent (null otherwise).
+  const AdamState* adam = nullptr;
+  // The seed the update will be encoded with (stochastic codecs); deterministic per round.
+  uint64_t encode_seed = 0;
+};
+
+// Your side of the rounds. Called from Run's thread only.
+class Participant {
+ public:
+  virtual ~Participant() = default;
+  // The model's tensors: names, shapes and offsets into one flat fp32 vector. Must not change.
+  virtual const std::vector<ParamTensor>& Layout() const = 0;
+  // Fills `x` (Layout's size) with the initial model: the run's starting point when the server
+  // has none yet. Every participant of a run should give the same values.
+  virtual absl::Status InitialModel(absl::Span<float> x) = 0;
+  // Examples this participant trains on: its weight in the server's averages.
+  virtual uint64_t NumExamples() const = 0;
+  // The work of `task` from the round's global model: task.local() (federated, local-sgd: the
+  // local steps; the update is the change they made) or task.gradient() (ps: one minibatch's
+  // gradient at `global`).
+  virtual absl::StatusOr<WorkResult> Work(const v1::Task& task, const std::vector<float>& global,
+                                          const WorkContext& context) = 0;
+};
+
+struct AggregatorClientOptions {
+  std::string run_id = "tern";
+  std::string name = "client";  // how the server's log names this client
+  std::string server;           // the aggregator's address, for messages
+  absl::Duration call_timeout = absl::Seconds(60);
+  // How long the server may hold a Fetch open when there is no task.
+  absl::Duration fetch_wait = absl::Seconds(5);
+  // Give up after the server has been unreachable this long.
+  absl::Duration give_up_after = absl::Minutes(5);
+};
+
+struct FedClientStats {
+  int64_t rounds_trained = 0;
+  int64_t updates_accepted = 0;
+  int64_t updates_refused = 0;
+  double train_seconds = 0;  // the participant's work
+  double wall_seconds = 0;
+};
+
+class UpdateEncoder;
+
+class AggregatorClient {
+ public:
+  // `participant` and `clock` must outlive the client. The clock times back-off and giving up;
+  // gRPC deadlines (options.call_timeout) are on the system clock.
+  AggregatorClient(AggregatorClientOptions options, Participant* participant,
+                   std::unique_ptr<v1::Aggregator::StubInterface> stub, Clock* clock);
+  ~AggregatorClient();
+
+  // Runs until the server says DONE (OK), `stop` is set (OK), or an error that retrying cannot
+  // mend: a refusal other than UNAVAILABLE / DEADLINE_EXCEEDED, a participant's error, or the
+  // server unreachable for longer than options.give_up_after.
+  absl::StatusOr<FedClientStats> Run(const std::atomic<bool>& stop);
+
+  // The client's copy of the global model (the last round it trained from), in Layout order.
+  const std::vector<float>& global() const { return global_; }
+
+ private:
+  struct Fetched {
+    v1::Task task;
+    v1::TensorBundle payload;  // TRAIN only
+  };
+
+  // global_ := the participant's initial model, once.
+  absl::Status StartFromInitialModel();
+  // One attempt each; a gRPC failure comes back as its status (see Retry).
+  absl::Status Join();
+  absl::Status SendInitialModel();
+  absl::StatusOr<Fetched> Fetch();
+  // Brings the copy of the global model to the task's round from its payload; false when the
+  // copy cannot be trusted (a CRC mismatch, a gap in the updates): the model is asked for next.
+  absl::StatusOr<bool> UpdateGlobal(const v1::Task& task, v1::TensorBundle payload);
+  absl::Status Train(const v1::Task& task);
+  absl::Status Push(const v1::Task& task, const WorkResult& work, const v1::TensorBundle& update);
+  // After a failed call: OK once it is worth trying again (having backed off), else the error
+  // to give up with.
+  absl::Status Retry(const absl::Status& s);
+  void SetDeadline(grpc::ClientContext* ctx, absl::Duration extra = absl::ZeroDuration()) const;
+
+  const AggregatorClientOptions options_;
+  Participant* const participant_;
+  const std::unique_ptr<v1::Aggregator::StubInterface> stub_;
+  Clock* const clock_;
+  const std::unique_ptr<CodecRegistry> codecs_;
+  FedClientStats stats_;
+  int64_t id_ = -1;
+  std::unique_ptr<UpdateEncoder> encoder_;  // error feedback / DGC memory between rounds
+  AdamState adam_;                          // 1-bit Adam / LAMB: momentum, frozen variance
+  bool have_adam_ = false;
+  bool initialized_ = false;  // global_ holds the participant's initial model
+  // The global model as of have_round_ (-1: not known to be exact) and its CRC-32.
+  std::vector<float> global_;
+  int64_t have_round_ = 0;
+  uint32_t have_crc_ = 0;
+  absl::Time unreachable_since_ = absl::InfiniteFuture();
+  absl::Time last_said_ = absl::InfinitePast();
+};
+
+// Runs `participant` against the aggregator at `address` (TLS and tokens as `tls` says, the
+// daemons' --tls_* flags) on the system clock until the run is over or `stop` is set.
+absl::StatusOr<FedClientStats> RunAggregatorClient(const std::string& address, const TlsFiles& tls,
+                                                   const AggregatorClientOptions& options,
+                                                   Participant* participant,
+                                                   const std::atomic<bool>& stop);
+
+}  // namespace tern
+
+#endif  // TERN_CLIENTS_CPP_AGGREGATOR_CLIENT_H_
