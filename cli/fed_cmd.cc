@@ -99,6 +99,10 @@ ABSL_FLAG(std::string, rule, "fedavg",
           "server/run: fedavg | median | trimmed-mean:trim=T | krum:f=F | multi-krum:f=F,m=M, "
           "any with ,clip=C");
 ABSL_FLAG(double, server_lr, 1.0, "server/run: outer learning rate (x += server_lr * m)");
+ABSL_FLAG(int, eval_every, 0,
+          "server/run: federated evaluation: every N rounds (and the last) the clients evaluate "
+          "the model they train from on held-out data; the server logs the examples-weighted "
+          "mean (0: never)");
 ABSL_FLAG(double, server_momentum, 0.0,
           "server/run: outer momentum (SlowMo's beta; 0: plain FedAvg / local SGD)");
 ABSL_FLAG(std::string, downstream, "model",
@@ -205,6 +209,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.rule = absl::GetFlag(FLAGS_rule);
   a.server_lr = absl::GetFlag(FLAGS_server_lr);
   a.server_momentum = absl::GetFlag(FLAGS_server_momentum);
+  a.eval_every = absl::GetFlag(FLAGS_eval_every);
   a.downstream = absl::GetFlag(FLAGS_downstream);
   a.downstream_codec = absl::GetFlag(FLAGS_downstream_codec);
   a.task.set_update_codec(absl::GetFlag(FLAGS_update_codec));
@@ -454,6 +459,7 @@ std::vector<std::string> ServerArgs(const FedRun& run, const std::string& dir, i
       absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard)),
       absl::StrCat("--server_lr=", absl::GetFlag(FLAGS_server_lr)),
       absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum)),
+      absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every)),
       absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),
       absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),
       absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),

@@ -126,6 +126,10 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
     TERN_RETURN_IF_ERROR(CheckLocalTraining(o.task.local(), o.mode));
   }
   if (o.total_rounds < 1) return absl::InvalidArgumentError("total rounds must be >= 1");
+  if (o.eval_every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--eval_every must be >= 0, got ", o.eval_every));
+  }
   if (o.min_clients < 1) return absl::InvalidArgumentError("min clients must be >= 1");
   if (o.policy.clients_per_round < 1 || o.policy.min_replies < 1) {
     return absl::InvalidArgumentError("clients per round and min replies must be >= 1");
@@ -268,6 +272,7 @@ absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
   if (ckpt.model().tensors_size() == 0) return absl::OkStatus();  // no model yet
   TERN_RETURN_IF_ERROR(AdoptModel(ckpt.model()));
   TERN_RETURN_IF_ERROR(accumulator_->Restore(ckpt.round_state()));
+  round_eval_ = ckpt.round_eval();
   TERN_RETURN_IF_ERROR(step_->Restore(ckpt.optimizer(), static_cast<int64_t>(ckpt.round())));
   TERN_RETURN_IF_ERROR(downstream_->Restore(ckpt.downstream()));
   // The model adopted above is the global model after ckpt.round() rounds.
@@ -436,6 +441,7 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
   const int64_t from = CatchUpFrom(have_round, have_crc32, have_state);
   TERN_ASSIGN_OR_RETURN(Chunked c, DownstreamChunks(from));
   r.task.set_kind(v1::Task::TRAIN);
+  r.task.set_evaluate(Evaluates(rounds_.round()));
   r.task.set_round_clients(static_cast<uint32_t>(sampled.size()));
   r.task.set_payload(from >= 0 ? v1::Task::DELTAS : v1::Task::MODEL);
   r.task.set_delta_from(from);
@@ -534,7 +540,29 @@ absl::Status Aggregator::Admit(const v1::UpdateInfo& info, const v1::TensorBundl
   if (!(weight > 0) || !std::isfinite(weight) || weight > 1e12) {
     return absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is not in (0, 1e12]"));
   }
+  if (info.has_eval()) {
+    const v1::Evaluation& e = info.eval();
+    if (!(e.examples() > 0) || e.examples() > 1e12 || !std::isfinite(e.loss()) ||
+        !(e.accuracy() >= 0 && e.accuracy() <= 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "evaluation (", e.examples(), " examples, loss ", e.loss(), ", accuracy ", e.accuracy(),
+          ") needs examples in (0, 1e12], a finite loss and accuracy "
+          "in [0, 1]"));
+    }
+  }
   return absl::OkStatus();
+}
+
+bool Aggregator::Evaluates(int64_t round) const {
+  const int every = options_.eval_every;
+  return every > 0 && (round % every == 0 || round == options_.total_rounds);
+}
+
+void Aggregator::AddEval(const v1::Evaluation& e) {
+  round_eval_.set_examples(round_eval_.examples() + e.examples());
+  round_eval_.set_loss_sum(round_eval_.loss_sum() + e.examples() * e.loss());
+  round_eval_.set_accuracy_sum(round_eval_.accuracy_sum() + e.examples() * e.accuracy());
+  round_eval_.set_clients(round_eval_.clients() + 1);
 }
 
 absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
@@ -569,6 +597,10 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
   record->set_norm(norm);
   record->set_payload_bytes(payload_bytes);
   record->set_wire_bytes(wire_bytes);
+  if (!stale && info.has_eval()) {
+    AddEval(info.eval());
+    *record->mutable_eval() = info.eval();
+  }
   return reply;
 }
 
@@ -583,6 +615,7 @@ absl::Status Aggregator::Replay(const internal::LoggedUpdate& u) {
   norm_guard_.Observe(u.norm());
   CountBytesUp(u.payload_bytes(), u.wire_bytes());
   CountAccepted(u.stale());
+  if (!u.stale() && u.has_eval()) AddEval(u.eval());
   return absl::OkStatus();
 }
 
@@ -633,6 +666,14 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
   counters_.set_mean_batch(accumulator_->mean_batch());
   counters_.set_last_round_updates(static_cast<uint32_t>(accumulator_->count()));
   counters_.set_train_loss(accumulator_->mean_loss());
+  if (round_eval_.examples() > 0) {
+    counters_.set_eval_round(static_cast<uint64_t>(round));
+    counters_.set_eval_examples(round_eval_.examples());
+    counters_.set_eval_loss(round_eval_.loss_sum() / round_eval_.examples());
+    counters_.set_eval_accuracy(round_eval_.accuracy_sum() / round_eval_.examples());
+    counters_.set_eval_clients(round_eval_.clients());
+  }
+  round_eval_.Clear();
   std::vector<float> mean(model_.size(), 0.0f);
   TERN_ASSIGN_OR_RETURN(bool have_update, accumulator_->Aggregate(absl::MakeSpan(mean)));
   accumulator_->Reset();
@@ -693,6 +734,7 @@ std::shared_ptr<internal::AggregatorCheckpoint> Aggregator::SnapshotState() {
   if (have_model_) {
     *c->mutable_model() = *models_.back().bundle;
     accumulator_->Save(c->mutable_round_state());
+    *c->mutable_round_eval() = round_eval_;
     step_->Save(c->mutable_optimizer());
     downstream_->Save(c->mutable_downstream());
   }

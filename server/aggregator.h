@@ -72,6 +72,10 @@ struct AggregatorOptions {
   std::string checkpoint_path;                        // "" = no checkpoint
   uint64_t max_params = uint64_t{1} << 28;
   int keep_models = 8;  // global models kept for GetModel
+  // Federated evaluation: every eval_every-th round (and the last) asks its clients to
+  // evaluate the model they train from (Task.evaluate); the round's close sets the
+  // examples-weighted mean in the status (eval_*). 0: never.
+  int eval_every = 0;
   // Refuses an update whose L2 norm is over factor × the median of the last accepted ones
   // (after 3 were accepted); factor 0 turns it off. One blown-up client cannot wreck FedAvg.
   NormGuardOptions norm_guard{.factor = 10, .window = 32, .min_samples = 3, .flag = "--norm_guard"};
@@ -193,6 +197,10 @@ class Aggregator {
   absl::Status Replay(const internal::LoggedUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Restores the snapshot at options_.checkpoint_path and the log beside it, if any.
   absl::Status Resume(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether round `round`'s clients are asked to evaluate (options_.eval_every).
+  bool Evaluates(int64_t round) const;
+  // Adds one client's evaluation to the open round's (round_eval_).
+  void AddEval(const v1::Evaluation& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a refused update; returns `s`.
   absl::Status Refuse(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::set<int> Available(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -232,6 +240,7 @@ class Aggregator {
   std::map<int64_t, uint32_t> model_crc_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Chunked> fetch_cache_ ABSL_GUARDED_BY(mu_);
   v1::ServerStatus counters_ ABSL_GUARDED_BY(mu_);
+  internal::RoundEval round_eval_ ABSL_GUARDED_BY(mu_);  // the open round's evaluations
   std::map<std::string, uint64_t> refusals_ ABSL_GUARDED_BY(mu_);
   uint64_t state_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t events_ ABSL_GUARDED_BY(mu_) = 0;

@@ -308,6 +308,50 @@ TEST_F(AggregatorTest, ARestartedServerResumesTheOpenRoundWithItsAcceptedUpdates
   }
 }
 
+// Federated evaluation: the round's task asks for it, each client's report rides on its update,
+// and the close keeps the examples-weighted mean; reports accepted before a restart count.
+TEST_F(AggregatorTest, FederatedEvaluationIsTheExamplesWeightedMeanOfTheReportsAlsoAfterARestart) {
+  options_.eval_every = 2;
+  options_.checkpoint_path = TempPath("eval.ckpt");
+  auto push = [&](Aggregator& a, uint32_t client, int64_t round, double examples, double loss,
+                  double accuracy, absl::Time now) {
+    v1::UpdateInfo info;
+    info.set_client_id(client);
+    info.set_round(static_cast<uint64_t>(round));
+    info.set_weight(1);
+    info.mutable_eval()->set_examples(examples);
+    info.mutable_eval()->set_loss(loss);
+    info.mutable_eval()->set_accuracy(accuracy);
+    return a.Push(info, Update(std::vector<float>(9, 0.0f), round), 100, now);
+  };
+  {
+    auto a = Start(3);
+    ASSERT_NE(a, nullptr);
+    EXPECT_FALSE(ValueOrFailure(a->Fetch(0, kT0)).task.evaluate());  // round 1 of every 2
+    for (uint32_t c = 0; c < 3; ++c)
+      EXPECT_THAT(Push(*a, c, 1, 1, std::vector<float>(9, 0)), IsOk());
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+    EXPECT_EQ(a->Status(kT0).eval_round(), 0u);                     // nothing evaluated yet
+    EXPECT_TRUE(ValueOrFailure(a->Fetch(0, kT0)).task.evaluate());  // round 2
+    // A report it cannot use is refused with the reason, and changes nothing.
+    EXPECT_THAT(push(*a, 0, 2, 100, 1.0, 1.5, kT0),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("accuracy in [0, 1]")));
+    EXPECT_THAT(push(*a, 0, 2, 100, 1.0, 0.5, kT0), IsOk());
+    EXPECT_THAT(push(*a, 1, 2, 300, 2.0, 0.9, kT0), IsOk());
+  }  // killed with two reports in
+  auto b = Aggregator::Create(options_, &registries_, kT0 + absl::Minutes(1));
+  ASSERT_THAT(b, IsOk());
+  const absl::Time t1 = kT0 + absl::Minutes(1);
+  EXPECT_THAT(Push(**b, 2, 2, 1, std::vector<float>(9, 0)), IsOk());  // no report: not counted
+  ASSERT_THAT((*b)->Tick(t1), IsOk());
+  const v1::ServerStatus st = (*b)->Status(t1);
+  EXPECT_EQ(st.eval_round(), 2u);
+  EXPECT_EQ(st.eval_clients(), 2u);
+  EXPECT_DOUBLE_EQ(st.eval_examples(), 400);
+  EXPECT_NEAR(st.eval_loss(), (100 * 1.0 + 300 * 2.0) / 400, 1e-12);
+  EXPECT_NEAR(st.eval_accuracy(), (100 * 0.5 + 300 * 0.9) / 400, 1e-12);
+}
+
 TEST_F(AggregatorTest, AcceptedUpdatesAreAppendedToTheLogAndTheSnapshotWaitsForTheRound) {
   options_.checkpoint_path = TempPath("server.ckpt");
   auto a = Start(3);

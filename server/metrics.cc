@@ -52,6 +52,17 @@ void CollectAggregatorMetrics(const Aggregator& a, const HistogramCounts& round_
   Bytes(s, m);
   m.Gauge("tern_server_train_loss", "Weighted mean client loss of the last closed round.",
           s.train_loss());
+  if (s.eval_round() > 0) {
+    m.Gauge("tern_server_eval_loss",
+            "Federated evaluation (--eval_every): examples-weighted mean loss of the clients' "
+            "evaluations of the last evaluated round's model.",
+            s.eval_loss());
+    m.Gauge("tern_server_eval_accuracy",
+            "Federated evaluation: examples-weighted mean accuracy, as eval_loss.",
+            s.eval_accuracy());
+    m.Gauge("tern_server_eval_round", "The round of the last federated evaluation.",
+            static_cast<double>(s.eval_round()));
+  }
   m.Counter("tern_server_restarts_total", "Times this run's server resumed from its checkpoint.",
             s.restarts());
   m.Histogram("tern_server_round_seconds",

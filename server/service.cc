@@ -428,6 +428,13 @@ void AggregatorServer::TickerThread() {
       logged_round = static_cast<int64_t>(st.round());
       spdlog::info("server: round {}/{} closed with {} updates, train loss {:.4f}", st.round(),
                    st.total_rounds(), st.last_round_updates(), st.train_loss());
+      if (st.eval_round() == st.round()) {
+        spdlog::info(
+            "server: round {}: federated evaluation of the model it trained from: loss {:.4f}, "
+            "accuracy {:.2f} % over {:.0f} examples of {} clients",
+            st.round(), st.eval_loss(), 100 * st.eval_accuracy(), st.eval_examples(),
+            st.eval_clients());
+      }
     }
     if (st.done() && !done_.HasBeenNotified()) done_.Notify();
     if (st.round_open() || st.done()) {

@@ -1,6 +1,7 @@
 #include "clients/cpp/aggregator_client.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -239,6 +240,18 @@ absl::StatusOr<bool> AggregatorClient::UpdateGlobal(const v1::Task& task,
 }
 
 absl::Status AggregatorClient::Train(const v1::Task& task) {
+  v1::Evaluation eval;
+  bool evaluated = false;
+  if (task.evaluate()) {
+    TERN_ASSIGN_OR_RETURN(evaluated, participant_->Evaluate(global_, &eval));
+    // The server refuses an update with an evaluation it cannot use: keep the update.
+    if (evaluated && !(eval.examples() > 0 && std::isfinite(eval.loss()) && eval.accuracy() >= 0 &&
+                       eval.accuracy() <= 1)) {
+      spdlog::warn("{}: round {}: evaluation not sent (examples {}, loss {}, accuracy {})",
+                   options_.name, task.round(), eval.examples(), eval.loss(), eval.accuracy());
+      evaluated = false;
+    }
+  }
   WorkContext context;
   context.client_id = id_;
   context.adam = have_adam_ ? &adam_ : nullptr;
@@ -265,11 +278,11 @@ absl::Status AggregatorClient::Train(const v1::Task& task) {
   update.set_run_id(options_.run_id);
   update.set_round(task.round());
   update.set_sender(options_.name);
-  return Push(task, work, update);
+  return Push(task, work, update, evaluated ? &eval : nullptr);
 }
 
 absl::Status AggregatorClient::Push(const v1::Task& task, const WorkResult& work,
-                                    const v1::TensorBundle& update) {
+                                    const v1::TensorBundle& update, const v1::Evaluation* eval) {
   TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks, ChunkBundle(update, task.round()));
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
@@ -283,6 +296,7 @@ absl::Status AggregatorClient::Push(const v1::Task& task, const WorkResult& work
     info->set_loss(static_cast<float>(work.loss));
     info->set_train_seconds(work.seconds);
     info->set_batch(work.batch);
+    if (eval != nullptr) *info->mutable_eval() = *eval;
   });
   writer->WritesDone();
   const absl::Status s = FromGrpcStatus(writer->Finish());

@@ -68,6 +68,12 @@ class Participant {
   // gradient at `global`).
   virtual absl::StatusOr<WorkResult> Work(const v1::Task& task, const std::vector<float>& global,
                                           const WorkContext& context) = 0;
+  // Federated evaluation (Task.evaluate, tern server --eval_every): the round's model `global`
+  // on this participant's held-out data, before Work trains from it. Returns false when there
+  // is nothing to evaluate on (the default); the report goes with the round's update.
+  virtual absl::StatusOr<bool> Evaluate(const std::vector<float>& global, v1::Evaluation* eval) {
+    return false;
+  }
 };
 
 struct AggregatorClientOptions {
@@ -123,7 +129,8 @@ class AggregatorClient {
   // copy cannot be trusted (a CRC mismatch, a gap in the updates): the model is asked for next.
   absl::StatusOr<bool> UpdateGlobal(const v1::Task& task, v1::TensorBundle payload);
   absl::Status Train(const v1::Task& task);
-  absl::Status Push(const v1::Task& task, const WorkResult& work, const v1::TensorBundle& update);
+  absl::Status Push(const v1::Task& task, const WorkResult& work, const v1::TensorBundle& update,
+                    const v1::Evaluation* eval);
   // After a failed call: OK once it is worth trying again (having backed off), else the error
   // to give up with.
   absl::Status Retry(const absl::Status& s);

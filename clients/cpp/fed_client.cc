@@ -1,5 +1,6 @@
 #include "clients/cpp/fed_client.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -61,12 +62,34 @@ class FedClient::BuiltinParticipant final : public Participant {
     return work;
   }
 
+  // On this client's share of the test set: every (number of partitions)-th example from its
+  // index, the held-out data of a simulated client.
+  absl::StatusOr<bool> Evaluate(const std::vector<float>& global, v1::Evaluation* eval) override {
+    const Dataset& test = shared_.data.test;
+    const size_t n = std::max<size_t>(1, shared_.parts.size());
+    if (test_y_.empty()) {
+      for (size_t i = static_cast<size_t>(options_.index); i < test.size(); i += n) {
+        test_x_.insert(test_x_.end(), test.row(i), test.row(i) + test.dim);
+        test_y_.push_back(test.labels[i]);
+      }
+    }
+    if (test_y_.empty()) return false;
+    const EvalResult r =
+        shared_.model->Evaluate(global, test_x_.data(), test_y_.data(), test_y_.size());
+    eval->set_examples(static_cast<double>(test_y_.size()));
+    eval->set_loss(r.loss);
+    eval->set_accuracy(r.accuracy);
+    return true;
+  }
+
  private:
   const FedClientOptions options_;
   const FedClientData& shared_;
   const std::vector<uint32_t>* const part_;  // null when options.index has no partition
   const std::string name_;
   std::unique_ptr<LocalWork> work_;  // the task's kind of work, with its state
+  std::vector<float> test_x_;        // this client's test examples, copied once
+  std::vector<uint8_t> test_y_;
 };
 
 namespace {

@@ -24,14 +24,14 @@ def run_federated(make_model, make_optimizer, data, dtype):
     server = subprocess.Popen(
         [optim_test.TERN, "server", "--listen=127.0.0.1:0", "--port_file=%s/port" % d,
          "--mode=federated", "--rounds=%d" % ROUNDS, "--min_clients=2", "--clients_per_round=2",
-         "--local_epochs=0", "--local_steps=%d" % LOCAL_STEPS, "--linger_s=60"],
+         "--local_epochs=0", "--local_steps=%d" % LOCAL_STEPS, "--linger_s=60", "--eval_every=2"],
         stdout=open(d + "/server.log", "w"), stderr=subprocess.STDOUT)
     address = "127.0.0.1:%d" % test_support.wait_for_port(d + "/port")
     out, errors = [None, None], []
 
     def one(rank):
         try:
-            x, y = data[0][rank::2], data[1][rank::2]
+            x, y = data[0][:4096][rank::2], data[1][:4096][rank::2]
             model = make_model()
             optimizer = make_optimizer(model)
             gen = torch.Generator().manual_seed(rank)
@@ -48,8 +48,19 @@ def run_federated(make_model, make_optimizer, data, dtype):
                     losses.append(loss.item())
                 return steps * 32, sum(losses[-steps:]) / steps
 
-            rounds = tern.federated.run(tern.federated.TorchClient(model, train), address,
-                                        name="c%d" % rank, num_samples=len(x), timeout=30)
+            xe, ye = data[0][4096 + rank:4096 + 1000:2], data[1][4096 + rank:4096 + 1000:2]
+
+            def evaluate():  # held-out: examples this client does not train on
+                with torch.no_grad():
+                    model.eval()
+                    out = model(xe.to(dtype)).float()
+                    model.train()
+                    return (torch.nn.functional.cross_entropy(out, ye).item(),
+                            (out.argmax(1) == ye).float().mean().item(), len(ye))
+
+            rounds = tern.federated.run(tern.federated.TorchClient(model, train, evaluate),
+                                        address, name="c%d" % rank, num_samples=len(x),
+                                        timeout=30)
             out[rank] = (rounds, losses, model)
         except Exception as e:  # noqa: BLE001 (reported below)
             errors.append(e)
@@ -64,9 +75,14 @@ def run_federated(make_model, make_optimizer, data, dtype):
             raise errors[0]
         final = make_model()
         tern.federated.load_global_model(final, address)
+        status = tern.federated.Aggregator(address).stub.Status(
+            tern.federated.server_pb2.StatusRequest(), timeout=10)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+    # Federated evaluation (--eval_every=2): the last round's, of both clients' 500 examples.
+    assert status.eval_round == ROUNDS and status.eval_clients == 2, status
+    assert status.eval_examples == 1000 and 0 < status.eval_accuracy <= 1, status
     return out, final
 
 

@@ -48,6 +48,13 @@ class Client:
         returns ({name: array}, examples, loss)."""
         raise NotImplementedError
 
+    def evaluate(self, parameters, task):
+        """Federated evaluation (tern server --eval_every): the round's model on your held-out
+        data, before fit trains from it; returns (loss, accuracy in [0, 1], examples), or None
+        when there is nothing to evaluate on (the default). The server logs the
+        examples-weighted mean of the reports."""
+        return None
+
 
 
 def _state(model):
@@ -62,15 +69,17 @@ def _load(model, parameters):
 
 class TorchClient(Client):
     """A Client for a torch.nn.Module and your training function: `train(steps)` trains `model`
-    for `steps` minibatches and returns (examples, mean loss). The model (parameters and
+    for `steps` minibatches and returns (examples, mean loss); `evaluate()`, optional, scores
+    `model` on your held-out data: (loss, accuracy, examples), for federated evaluation. The
+    model (parameters and
     buffers, any floating dtype) goes to the server as float32 and comes back into the module.
 
     In a ps run (`tern server --mode=ps`) the server takes the optimizer step: each round calls
     train(1) with an optimizer that only keeps the gradient (NoStep), and what backward() left
     in the parameters' .grad is sent (zero for buffers, which are not trained by gradients)."""
 
-    def __init__(self, model, train):
-        self.model, self.train = model, train
+    def __init__(self, model, train, evaluate=None):
+        self.model, self.train, self._evaluate = model, train, evaluate
 
     def initial_parameters(self):
         return _state(self.model)
@@ -79,6 +88,13 @@ class TorchClient(Client):
         _load(self.model, parameters)
         examples, loss = self.train(task.local.local_steps)
         return _state(self.model), examples, loss
+
+    def evaluate(self, parameters, task):
+        """`evaluate()` (the constructor's) on the round's model: (loss, accuracy, examples)."""
+        if self._evaluate is None:
+            return None
+        _load(self.model, parameters)
+        return self._evaluate()
 
     def gradient(self, parameters, task):
         _load(self.model, parameters)
@@ -162,12 +178,15 @@ class Aggregator:
         bundle = assemble(r.chunk for r in replies if r.HasField("chunk"))
         return task, {n.name: decode_dense(n.tensor) for n in bundle.tensors}
 
-    def push(self, run_id, round_, update, weight, loss, seconds):
-        """`update`: {name: array} in the order of the round's model (as fetch gave it)."""
+    def push(self, run_id, round_, update, weight, loss, seconds, evaluation=None):
+        """`update`: {name: array} in the order of the round's model (as fetch gave it);
+        `evaluation`: (loss, accuracy, examples) of the round's model, or None."""
         bundle = make_bundle(list(update.items()), round_=round_)
         bundle.run_id = run_id
         info = server_pb2.UpdateInfo(client_id=self.client_id, round=round_, weight=weight,
                                      loss=loss, train_seconds=seconds)
+        if evaluation is not None:
+            info.eval.loss, info.eval.accuracy, info.eval.examples = evaluation
         chunks = chunk_bundle(bundle)
         reqs = [server_pb2.UpdateRequest(info=info if i == 0 else None, chunk=c)
                 for i, c in enumerate(chunks)]
@@ -223,6 +242,20 @@ def _work(client, params, task):
     return _update(params, new), examples, loss
 
 
+def _evaluation(client, params, task, log):
+    """client.evaluate's report as (loss, accuracy, examples), or None; one the server would
+    refuse (and with it the update) is logged and left out."""
+    r = client.evaluate(params, task)
+    if r is None:
+        return None
+    loss, accuracy, examples = (float(v) for v in r)
+    if not (examples > 0 and np.isfinite(loss) and 0 <= accuracy <= 1):
+        log("round %d: evaluation (%r) not sent: needs examples > 0, a finite loss and accuracy "
+            "in [0, 1]" % (task.round, r))
+        return None
+    return loss, accuracy, examples
+
+
 def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, timeout=60.0,
         log=lambda s: None):
     """Takes part in the run at `address` until it is over; returns the rounds trained."""
@@ -247,10 +280,11 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
         if task.kind != server_pb2.Task.TRAIN:
             continue
         t0 = time.time()
+        evaluation = _evaluation(client, params, task, log) if task.evaluate else None
         update, examples, loss = _work(client, params, task)
         try:
             reply = agg.push(run_id, task.round, update, float(examples), float(loss),
-                             time.time() - t0)
+                             time.time() - t0, evaluation)
         except grpc.RpcError as e:
             # The round closed meanwhile, or the update is not wanted: the run goes on.
             if e.code() not in _UPDATE_NOT_TAKEN:
