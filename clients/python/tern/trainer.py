@@ -236,7 +236,13 @@ class Segment:
         while True:
             try:
                 if self._bell is None:
-                    result = self._trainer.stub.StepShared(info, timeout=self._trainer.timeout)
+                    try:
+                        result = self._trainer.stub.StepShared(info,
+                                                               timeout=self._trainer.timeout)
+                    except grpc.RpcError as e:
+                        if e.code() == grpc.StatusCode.UNAVAILABLE:
+                            raise _NotReady() from None
+                        raise
                 else:
                     result = self._ring(info)
                 break
