@@ -28,7 +28,8 @@ import grpc
 import numpy as np
 
 from tern.v1 import server_pb2, server_pb2_grpc
-from tern.trainer import assemble, chunk_bundle, decode_dense, make_bundle, make_channel
+from tern.trainer import (_as_numpy, assemble, chunk_bundle, decode_dense, make_bundle,
+                          make_channel)
 
 
 class Client:
@@ -59,7 +60,7 @@ class Client:
 
 def _state(model):
     """A torch module's state_dict as float32 numpy arrays (copies)."""
-    return {k: v.detach().to("cpu").float().numpy().copy() for k, v in model.state_dict().items()}
+    return {k: _as_numpy(v).copy() for k, v in model.state_dict().items()}
 
 
 def _load(model, parameters):
@@ -102,7 +103,7 @@ class TorchClient(Client):
         grads = {k: np.zeros_like(v) for k, v in parameters.items()}
         for name, p in self.model.named_parameters():
             if p.grad is not None:
-                grads[name] = p.grad.detach().to("cpu").float().numpy()
+                grads[name] = _as_numpy(p.grad)
         return grads, examples, loss
 
 
