@@ -540,16 +540,7 @@ absl::Status Aggregator::Admit(const v1::UpdateInfo& info, const v1::TensorBundl
   if (!(weight > 0) || !std::isfinite(weight) || weight > 1e12) {
     return absl::InvalidArgumentError(absl::StrCat("weight ", weight, " is not in (0, 1e12]"));
   }
-  if (info.has_eval()) {
-    const v1::Evaluation& e = info.eval();
-    if (!(e.examples() > 0) || e.examples() > 1e12 || !std::isfinite(e.loss()) ||
-        !(e.accuracy() >= 0 && e.accuracy() <= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "evaluation (", e.examples(), " examples, loss ", e.loss(), ", accuracy ", e.accuracy(),
-          ") needs examples in (0, 1e12], a finite loss and accuracy "
-          "in [0, 1]"));
-    }
-  }
+  if (info.has_eval()) return CheckEvaluation(info.eval());
   return absl::OkStatus();
 }
 

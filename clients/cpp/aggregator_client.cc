@@ -245,11 +245,12 @@ absl::Status AggregatorClient::Train(const v1::Task& task) {
   if (task.evaluate()) {
     TERN_ASSIGN_OR_RETURN(evaluated, participant_->Evaluate(global_, &eval));
     // The server refuses an update with an evaluation it cannot use: keep the update.
-    if (evaluated && !(eval.examples() > 0 && std::isfinite(eval.loss()) && eval.accuracy() >= 0 &&
-                       eval.accuracy() <= 1)) {
-      spdlog::warn("{}: round {}: evaluation not sent (examples {}, loss {}, accuracy {})",
-                   options_.name, task.round(), eval.examples(), eval.loss(), eval.accuracy());
-      evaluated = false;
+    if (evaluated) {
+      if (absl::Status s = CheckEvaluation(eval); !s.ok()) {
+        spdlog::warn("{}: round {}: {}; sent without it", options_.name, task.round(),
+                     std::string(s.message()));
+        evaluated = false;
+      }
     }
   }
   WorkContext context;

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 
 import test_support
 
@@ -75,22 +74,10 @@ def take_part(mode, d, x, y):
     try:
         address = "127.0.0.1:%d" % test_support.wait_for_port("%s/%s.port" % (d, mode))
         clients = [TorchClient((x[i::2], y[i::2]), seed=i) for i in range(2)]
-        rounds, errors = [None, None], []
-
-        def one(i):
-            try:
-                rounds[i] = tern_federated.run(clients[i], address, name="py-%d" % i,
-                                               num_samples=len(clients[i].x), run_id="py",
-                                               log=lambda s: print("[%s %d] %s" % (mode, i, s)))
-            except Exception as e:  # reported below
-                errors.append("client %d: %r" % (i, e))
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors
+        rounds = test_support.run_in_threads(
+            lambda i: tern_federated.run(clients[i], address, name="py-%d" % i,
+                                         num_samples=len(clients[i].x), run_id="py",
+                                         log=lambda s: print("[%s %d] %s" % (mode, i, s))), 2)
         assert rounds == [ROUNDS[mode]] * 2, rounds
         agg = tern_federated.Aggregator(address)
         st = agg.stub.Status(server_pb2.StatusRequest(), timeout=10)

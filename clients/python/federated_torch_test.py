@@ -5,7 +5,6 @@ global model is what load_global_model gives back. Run by ctest (TERN_BIN)."""
 import signal
 import subprocess
 import tempfile
-import threading
 
 import pytest
 
@@ -27,52 +26,42 @@ def run_federated(make_model, make_optimizer, data, dtype):
          "--local_epochs=0", "--local_steps=%d" % LOCAL_STEPS, "--linger_s=60", "--eval_every=2"],
         stdout=open(d + "/server.log", "w"), stderr=subprocess.STDOUT)
     address = "127.0.0.1:%d" % test_support.wait_for_port(d + "/port")
-    out, errors = [None, None], []
 
     def one(rank):
-        try:
-            x, y = data[0][:4096][rank::2], data[1][:4096][rank::2]
-            model = make_model()
-            optimizer = make_optimizer(model)
-            gen = torch.Generator().manual_seed(rank)
-            losses = []
+        x, y = data[0][:4096][rank::2], data[1][:4096][rank::2]
+        model = make_model()
+        optimizer = make_optimizer(model)
+        gen = torch.Generator().manual_seed(rank)
+        losses = []
 
-            def train(steps):
-                for _ in range(steps):
-                    idx = torch.randint(0, len(x), (32,), generator=gen)
-                    optimizer.zero_grad()
-                    loss = torch.nn.functional.cross_entropy(model(x[idx].to(dtype)).float(),
-                                                             y[idx])
-                    loss.backward()
-                    optimizer.step()
-                    losses.append(loss.item())
-                return steps * 32, sum(losses[-steps:]) / steps
+        def train(steps):
+            for _ in range(steps):
+                idx = torch.randint(0, len(x), (32,), generator=gen)
+                optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(x[idx].to(dtype)).float(),
+                                                         y[idx])
+                loss.backward()
+                optimizer.step()
+                losses.append(loss.item())
+            return steps * 32, sum(losses[-steps:]) / steps
 
-            xe, ye = data[0][4096 + rank:4096 + 1000:2], data[1][4096 + rank:4096 + 1000:2]
+        xe, ye = data[0][4096 + rank:4096 + 1000:2], data[1][4096 + rank:4096 + 1000:2]
 
-            def evaluate():  # held-out: examples this client does not train on
-                with torch.no_grad():
-                    model.eval()
-                    out = model(xe.to(dtype)).float()
-                    model.train()
-                    return (torch.nn.functional.cross_entropy(out, ye).item(),
-                            (out.argmax(1) == ye).float().mean().item(), len(ye))
+        def evaluate():  # held-out: examples this client does not train on
+            with torch.no_grad():
+                model.eval()
+                out = model(xe.to(dtype)).float()
+                model.train()
+                return (torch.nn.functional.cross_entropy(out, ye).item(),
+                        (out.argmax(1) == ye).float().mean().item(), len(ye))
 
-            rounds = tern.federated.run(tern.federated.TorchClient(model, train, evaluate),
-                                        address, name="c%d" % rank, num_samples=len(x),
-                                        timeout=30)
-            out[rank] = (rounds, losses, model)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        rounds = tern.federated.run(tern.federated.TorchClient(model, train, evaluate),
+                                    address, name="c%d" % rank, num_samples=len(x),
+                                    timeout=30)
+        return rounds, losses, model
 
-    threads = [threading.Thread(target=one, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
     try:
-        if errors:
-            raise errors[0]
+        out = test_support.run_in_threads(one, 2)
         final = make_model()
         tern.federated.load_global_model(final, address)
         status = tern.federated.Aggregator(address).stub.Status(

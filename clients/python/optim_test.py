@@ -6,7 +6,6 @@ grpcio or the dataset."""
 
 import os
 import tempfile
-import threading
 import time
 
 import pytest
@@ -89,21 +88,8 @@ def train(address, rank, data, dtype, steps, out):
 
 
 def train_both(addresses, data, dtype, steps):
-    out, errors = [None, None], []
-
-    def run(rank):
-        try:
-            train(addresses[rank], rank, data, dtype, steps, out)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    out = [None, None]
+    test_support.run_in_threads(lambda r: train(addresses[r], r, data, dtype, steps, out), 2)
     return out
 
 

@@ -5,11 +5,9 @@ worker's shared memory with a client certificate. Exits 77 (skipped) when Debian
 or the dataset is missing."""
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 
 import test_support
 
@@ -51,34 +49,23 @@ def main():
         f.write("".join("127.0.0.1:%d\n" % p for p in ports))
     os.rename(d + "/peers.tmp", d + "/peers.txt")
 
-    results = [None, None]
     errors = []
-
-    def run(i):
-        try:
-            # Trainer 1 steps through the worker's shared memory, trainer 0 through gRPC.
-            results[i] = tfm.train("127.0.0.1:%d" % ports[i], i, 2, STEPS,
-                                   log=lambda s: print("[trainer %d] %s" % (i, s)),
-                                   shared=i == 1, tls=tls[i])
-        except Exception as e:  # reported below
-            errors.append("trainer %d: %r" % (i, e))
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    # A trainer without credentials is refused with the reason.
     try:
-        TernTrainer("127.0.0.1:%d" % ports[0], tls={"tls_ca": certs + "/ca.crt"}).stub.Stats(
-            worker_pb2.StatsRequest(), timeout=10)
-        errors.append("a trainer without credentials got in")
-    except grpc.RpcError as e:
-        if e.code() != grpc.StatusCode.UNAUTHENTICATED or "no credentials" not in e.details():
-            errors.append("no credentials: %s %s" % (e.code(), e.details()))
-    for p in procs:
-        p.send_signal(signal.SIGTERM)
-    codes = [p.wait(timeout=30) for p in procs]
+        # Trainer 1 steps through the worker's shared memory, trainer 0 through gRPC.
+        results = test_support.run_in_threads(
+            lambda i: tfm.train("127.0.0.1:%d" % ports[i], i, 2, STEPS,
+                                log=lambda s: print("[trainer %d] %s" % (i, s)),
+                                shared=i == 1, tls=tls[i]), 2)
+        # A trainer without credentials is refused with the reason.
+        try:
+            TernTrainer("127.0.0.1:%d" % ports[0], tls={"tls_ca": certs + "/ca.crt"}).stub.Stats(
+                worker_pb2.StatsRequest(), timeout=10)
+            errors.append("a trainer without credentials got in")
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAUTHENTICATED or "no credentials" not in e.details():
+                errors.append("no credentials: %s %s" % (e.code(), e.details()))
+    finally:
+        codes = test_support.stop_workers(procs)
     assert not errors, errors
     assert codes == [0, 0], "workers exited with %s" % codes
 

@@ -56,3 +56,26 @@ def stop_workers(procs):
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
     return [p.wait(timeout=30) for p in procs]
+
+
+def run_in_threads(fn, n):
+    """fn(0) ... fn(n - 1), each on its own thread; their results in order once all are done,
+    or the first exception any of them raised (with its rank)."""
+    import threading
+    results, errors = [None] * n, []
+
+    def one(rank):
+        try:
+            results[rank] = fn(rank)
+        except Exception as e:  # noqa: BLE001 (raised below)
+            errors.append((rank, e))
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        rank, e = errors[0]
+        raise RuntimeError("thread %d of %d failed: %r" % (rank, n, e)) from e
+    return results

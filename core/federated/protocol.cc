@@ -130,6 +130,16 @@ absl::StatusOr<bool> TakeOptimizerState(const std::vector<ParamTensor>& layout,
   return true;
 }
 
+absl::Status CheckEvaluation(const v1::Evaluation& e) {
+  if (e.examples() > 0 && e.examples() <= 1e12 && std::isfinite(e.loss()) && e.accuracy() >= 0 &&
+      e.accuracy() <= 1) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "evaluation (", e.examples(), " examples, loss ", e.loss(), ", accuracy ", e.accuracy(),
+      ") needs examples in (0, 1e12], a finite loss and accuracy in [0, 1]"));
+}
+
 absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_workers) {
   TERN_ASSIGN_OR_RETURN(auto parsed, SpecParams::ParseSpec(spec));
   auto& [name, params] = parsed;

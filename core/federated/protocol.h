@@ -50,6 +50,11 @@ absl::StatusOr<bool> TakeOptimizerState(const std::vector<ParamTensor>& layout,
                                         const CodecRegistry& codecs, v1::TensorBundle* b,
                                         AdamState* state);
 
+// A federated evaluation report (UpdateInfo.eval) the server can use: examples in (0, 1e12], a
+// finite loss and accuracy in [0, 1]; InvalidArgument saying so otherwise. The server refuses an
+// update carrying any other report; clients leave such a report out and send the update.
+absl::Status CheckEvaluation(const v1::Evaluation& e);
+
 // Parses a Task.memory spec "dgc[:ratio=R,momentum=M,clip=C,warmup=E,exact=B]" for a client of
 // a run with `num_workers` (clipping is per worker: C / sqrt(n)).
 absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_workers);

@@ -250,9 +250,9 @@ def _evaluation(client, params, task, log):
     if r is None:
         return None
     loss, accuracy, examples = (float(v) for v in r)
-    if not (examples > 0 and np.isfinite(loss) and 0 <= accuracy <= 1):
-        log("round %d: evaluation (%r) not sent: needs examples > 0, a finite loss and accuracy "
-            "in [0, 1]" % (task.round, r))
+    if not (0 < examples <= 1e12 and np.isfinite(loss) and 0 <= accuracy <= 1):
+        log("round %d: evaluation (%r) not sent: needs examples in (0, 1e12], a finite loss and "
+            "accuracy in [0, 1]" % (task.round, r))
         return None
     return loss, accuracy, examples
 
