@@ -46,6 +46,9 @@ foreach(dir common kernels core/rpc core/model core/federated)
 endforeach()
 install(FILES clients/cpp/aggregator_client.h clients/cpp/trainer_link.h
         DESTINATION ${TERN_INSTALL_INCLUDEDIR}/clients/cpp)
+# The C API for clients in other languages (the Python package loads it beside `tern`).
+install(TARGETS tern_c LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(FILES clients/c/tern_c.h DESTINATION ${TERN_INSTALL_INCLUDEDIR}/clients/c)
 install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/gen/ DESTINATION ${TERN_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.pb.h" PATTERN "*_mock.grpc.pb.h" EXCLUDE)
 install(EXPORT ternTargets NAMESPACE tern:: DESTINATION ${TERN_INSTALL_CMAKEDIR})

@@ -1,78 +1,17 @@
 #include "clients/cpp/aggregator_client.h"
 
-#include <algorithm>
-#include <cmath>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "common/chunking.h"
-#include "common/crc32.h"
 #include "common/status_macros.h"
 #include "core/federated/protocol.h"
 #include "core/model/bundle.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
 #include "core/rpc/status.h"
-#include "kernels/builtin.h"
-#include "kernels/wire.h"
 #include "spdlog/spdlog.h"
 
 namespace tern {
-
-// The client's memory between rounds around its update codec (Task.memory): error feedback's
-// residual or DGC's per-tensor memories.
-class UpdateEncoder {
- public:
-  absl::StatusOr<v1::TensorBundle> Encode(const v1::Task& task,
-                                          const std::vector<ParamTensor>& layout,
-                                          absl::Span<const float> update, double epoch,
-                                          const EncodeOptions& eo, const CodecRegistry& codecs) {
-    const std::string& mem = task.memory();
-    if (mem.rfind("dgc", 0) == 0) return EncodeDgc(task, layout, update, epoch, eo);
-    const bool ef = task.error_feedback() || mem == "ef";
-    if (ef && residual_.size() != update.size()) residual_.assign(update.size(), 0.0f);
-    if (tensor_codecs_ == nullptr) tensor_codecs_ = std::make_unique<TensorCodecs>(&codecs);
-    TERN_RETURN_IF_ERROR(tensor_codecs_->Use(task.update_codec(), layout.size()));
-    return EncodeFlatToBundle(layout, update, *tensor_codecs_, eo, ef ? &residual_ : nullptr);
-  }
-
- private:
-  absl::StatusOr<v1::TensorBundle> EncodeDgc(const v1::Task& task,
-                                             const std::vector<ParamTensor>& layout,
-                                             absl::Span<const float> update, double epoch,
-                                             const EncodeOptions& eo) {
-    if (dgc_.size() != layout.size()) {
-      TERN_ASSIGN_OR_RETURN(DgcOptions opts,
-                            ParseDgcMemory(task.memory(), static_cast<int>(std::max<uint32_t>(
-                                                              1, task.round_clients()))));
-      dgc_.clear();
-      for (size_t i = 0; i < layout.size(); ++i) {
-        TERN_ASSIGN_OR_RETURN(std::unique_ptr<DgcMemory> m, DgcMemory::Create(opts));
-        dgc_.push_back(std::move(m));
-      }
-    }
-    v1::TensorBundle b;
-    for (size_t i = 0; i < layout.size(); ++i) {
-      const ParamTensor& p = layout[i];
-      dgc_[i]->SetEpoch(epoch);
-      EncodedTensor t;
-      EncodeOptions o = eo;
-      o.seed = eo.seed + i;
-      TERN_RETURN_IF_ERROR(dgc_[i]->Encode(update.subspan(p.offset, p.numel), o, &t));
-      v1::NamedTensor* nt = b.add_tensors();
-      nt->set_name(p.name);
-      nt->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
-      ToProto(std::move(t), nt->mutable_tensor());
-      for (int64_t d : p.shape) nt->mutable_tensor()->add_shape(d);
-    }
-    return b;
-  }
-
-  std::vector<float> residual_;  // error feedback
-  // Kept across rounds: PowerSGD's warm start is per tensor.
-  std::unique_ptr<TensorCodecs> tensor_codecs_;
-  std::vector<std::unique_ptr<DgcMemory>> dgc_;
-};
 
 namespace {
 
@@ -88,22 +27,22 @@ AggregatorClient::AggregatorClient(AggregatorClientOptions options, Participant*
     : options_(std::move(options)),
       participant_(participant),
       stub_(std::move(stub)),
-      clock_(clock),
-      codecs_(NewBuiltinCodecRegistry()),
-      encoder_(std::make_unique<UpdateEncoder>()) {}
+      clock_(clock) {}
 
-// The copy starts as the initial model every participant makes: the server's round 0 when one
-// of them gave it the model, which the CRC confirms (else the server sends the model).
 absl::Status AggregatorClient::StartFromInitialModel() {
-  if (initialized_) return absl::OkStatus();
-  global_.assign(LayoutNumel(participant_->Layout()), 0.0f);
-  TERN_RETURN_IF_ERROR(participant_->InitialModel(absl::MakeSpan(global_)));
-  have_crc_ = Crc32(global_.data(), 4 * global_.size());
-  initialized_ = true;
+  if (model_ != nullptr) return absl::OkStatus();
+  std::vector<float> x(LayoutNumel(participant_->Layout()));
+  TERN_RETURN_IF_ERROR(participant_->InitialModel(absl::MakeSpan(x)));
+  TERN_ASSIGN_OR_RETURN(model_, ClientModel::Create(participant_->Layout(), std::move(x)));
   return absl::OkStatus();
 }
 
 AggregatorClient::~AggregatorClient() = default;
+
+absl::Span<const float> AggregatorClient::global() const {
+  if (model_ == nullptr) return {};
+  return model_->values();
+}
 
 void AggregatorClient::SetDeadline(grpc::ClientContext* ctx, absl::Duration extra) const {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout + extra));
@@ -166,9 +105,9 @@ absl::StatusOr<AggregatorClient::Fetched> AggregatorClient::Fetch() {
   v1::FetchRequest req;
   req.set_client_id(static_cast<uint32_t>(id_));
   req.set_max_wait_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.fetch_wait)));
-  req.set_have_round(have_round_);
-  req.set_have_crc32(have_crc_);
-  req.set_have_optimizer_state(have_adam_);
+  req.set_have_round(model_->have_round());
+  req.set_have_crc32(model_->have_crc32());
+  req.set_have_optimizer_state(model_->have_optimizer_state());
   auto reader = stub_->Fetch(&ctx, req);
   v1::FetchReply first;
   if (!reader->Read(&first)) {
@@ -202,48 +141,19 @@ absl::StatusOr<AggregatorClient::Fetched> AggregatorClient::Fetch() {
 
 absl::StatusOr<bool> AggregatorClient::UpdateGlobal(const v1::Task& task,
                                                     v1::TensorBundle payload) {
-  const std::vector<ParamTensor>& layout = participant_->Layout();
-  const bool onebit = InOnebitPhase(task);
-  if (task.payload() == v1::Task::DELTAS) {
-    if (task.delta_from() != have_round_ || have_round_ < 0) {
-      spdlog::warn(
-          "{}: round {}: updates from round {} for a copy of round {}; asking for the "
-          "model",
-          options_.name, task.round(), task.delta_from(), have_round_);
-      have_round_ = -1;
-      return false;
-    }
-    if (onebit) {
-      if (!have_adam_) return absl::DataLossError("1-bit updates without the optimizer state");
-      TERN_RETURN_IF_ERROR(
-          ApplyOnebitDeltas(payload, layout, *codecs_, task, &adam_, absl::MakeSpan(global_)));
-    } else {
-      TERN_RETURN_IF_ERROR(ApplyDeltas(payload, layout, *codecs_, absl::MakeSpan(global_)));
-    }
-  } else {
-    TERN_ASSIGN_OR_RETURN(have_adam_, TakeOptimizerState(layout, *codecs_, &payload, &adam_));
-    TERN_RETURN_IF_ERROR(BundleToFlat(payload, layout, *codecs_, absl::MakeSpan(global_)));
+  TERN_ASSIGN_OR_RETURN(bool usable, model_->Update(task, std::move(payload)));
+  if (!usable) {
+    spdlog::warn("{}: round {}: {}; asking for the model", options_.name, task.round(),
+                 model_->why_not());
   }
-  if (onebit && !have_adam_) {
-    return absl::DataLossError("the server sent no optimizer state for 1-bit Adam");
-  }
-  have_round_ = -1;                          // unless the copy is known to be exact
-  if (task.model_crc32() == 0) return true;  // a lossy model: nothing to check
-  have_crc_ = Crc32(global_.data(), 4 * global_.size());
-  if (have_crc_ != task.model_crc32()) {
-    spdlog::warn("{}: model copy for round {} fails its CRC; asking for the model next time",
-                 options_.name, task.round());
-    return false;
-  }
-  have_round_ = static_cast<int64_t>(task.round()) - 1;
-  return true;
+  return usable;
 }
 
 absl::Status AggregatorClient::Train(const v1::Task& task) {
   v1::Evaluation eval;
   bool evaluated = false;
   if (task.evaluate()) {
-    TERN_ASSIGN_OR_RETURN(evaluated, participant_->Evaluate(global_, &eval));
+    TERN_ASSIGN_OR_RETURN(evaluated, participant_->Evaluate(model_->values(), &eval));
     // The server refuses an update with an evaluation it cannot use: keep the update.
     if (evaluated) {
       if (absl::Status s = CheckEvaluation(eval); !s.ok()) {
@@ -255,27 +165,13 @@ absl::Status AggregatorClient::Train(const v1::Task& task) {
   }
   WorkContext context;
   context.client_id = id_;
-  context.adam = have_adam_ ? &adam_ : nullptr;
-  context.encode_seed = task.seed() ^ (task.round() << 24) ^ (static_cast<uint64_t>(id_) << 48);
-  TERN_ASSIGN_OR_RETURN(WorkResult work, participant_->Work(task, global_, context));
-  const std::vector<ParamTensor>& layout = participant_->Layout();
-  if (work.update.size() != global_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the participant's update has ",
-                                                   work.update.size(), " values; the model has ",
-                                                   global_.size()));
-  }
+  context.adam = model_->optimizer_state();
+  context.encode_seed = ClientModel::EncodeSeed(task, id_);
+  TERN_ASSIGN_OR_RETURN(WorkResult work, participant_->Work(task, model_->values(), context));
+  TERN_ASSIGN_OR_RETURN(v1::TensorBundle update,
+                        model_->EncodeUpdate(task, id_, participant_->NumExamples(), work.update));
   stats_.train_seconds += work.seconds;
   ++stats_.rounds_trained;
-  EncodeOptions eo;
-  eo.seed = context.encode_seed;
-  // Epochs of this client's data seen before this round (DGC's warm-up schedule).
-  const uint64_t examples = participant_->NumExamples();
-  const double epoch = examples == 0 ? 0.0
-                                     : static_cast<double>(task.round() - 1) *
-                                           std::max<uint32_t>(1, TaskBatch(task)) /
-                                           static_cast<double>(examples);
-  TERN_ASSIGN_OR_RETURN(v1::TensorBundle update,
-                        encoder_->Encode(task, layout, work.update, epoch, eo, *codecs_));
   update.set_run_id(options_.run_id);
   update.set_round(task.round());
   update.set_sender(options_.name);

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/clock.h"
+#include "core/federated/client_model.h"
 #include "core/model/adam.h"
 #include "core/model/layout.h"
 #include "core/rpc/security.h"
@@ -95,8 +96,6 @@ struct FedClientStats {
   double wall_seconds = 0;
 };
 
-class UpdateEncoder;
-
 class AggregatorClient {
  public:
   // `participant` and `clock` must outlive the client. The clock times back-off and giving up;
@@ -110,8 +109,9 @@ class AggregatorClient {
   // server unreachable for longer than options.give_up_after.
   absl::StatusOr<FedClientStats> Run(const std::atomic<bool>& stop);
 
-  // The client's copy of the global model (the last round it trained from), in Layout order.
-  const std::vector<float>& global() const { return global_; }
+  // The client's copy of the global model (the last round it trained from), in Layout order;
+  // empty before Run.
+  absl::Span<const float> global() const;
 
  private:
   struct Fetched {
@@ -140,17 +140,10 @@ class AggregatorClient {
   Participant* const participant_;
   const std::unique_ptr<v1::Aggregator::StubInterface> stub_;
   Clock* const clock_;
-  const std::unique_ptr<CodecRegistry> codecs_;
   FedClientStats stats_;
   int64_t id_ = -1;
-  std::unique_ptr<UpdateEncoder> encoder_;  // error feedback / DGC memory between rounds
-  AdamState adam_;                          // 1-bit Adam / LAMB: momentum, frozen variance
-  bool have_adam_ = false;
-  bool initialized_ = false;  // global_ holds the participant's initial model
-  // The global model as of have_round_ (-1: not known to be exact) and its CRC-32.
-  std::vector<float> global_;
-  int64_t have_round_ = 0;
-  uint32_t have_crc_ = 0;
+  // The copy of the global model and the update codec's memory; made by Run.
+  std::unique_ptr<ClientModel> model_;
   absl::Time unreachable_since_ = absl::InfiniteFuture();
   absl::Time last_said_ = absl::InfinitePast();
 };

@@ -66,9 +66,22 @@ def daemons(a, d):
            "--linger_s=120"]
     if a.mode == "ps":
         cmd += ["--optimizer=adam", "--lr=%g" % a.lr]
-    server = start(cmd, d + "/server.log")
+    server = start(cmd + a.server_flag, d + "/server.log")
     port = wait_for_port(d + "/server.port", server)
     return [server], [["--server=127.0.0.1:%d" % port]] * a.procs
+
+
+def server_traffic(args):
+    """Aggregator modes: the run's bytes each way, encoded and as fp32 (the server's Status)."""
+    address = [x.split("=", 1)[1] for x in args if x.startswith("--server=")]
+    if not address:
+        return {}
+    from tern.federated import Aggregator, server_pb2
+    st = Aggregator(address[0], timeout=10).stub.Status(server_pb2.StatusRequest(), timeout=10)
+    return {"mb_up": round(st.payload_bytes_up / 1e6, 2),
+            "mb_up_fp32": round(st.dense_bytes_up / 1e6, 2),
+            "mb_down": round(st.payload_bytes_down / 1e6, 2),
+            "mb_down_fp32": round(st.dense_bytes_down / 1e6, 2)}
 
 
 def main():
@@ -85,6 +98,9 @@ def main():
     p.add_argument("--local_steps", type=int, default=8, help="local-sgd: steps between averages")
     p.add_argument("--fed_local_steps", type=int, default=50,
                    help="federated: local steps per round")
+    p.add_argument("--server_flag", action="append", default=[],
+                   help="aggregator modes: a flag for tern server, e.g. "
+                   "--server_flag=--update_codec=topk:ratio=0.01 (repeat for more)")
     p.add_argument("--tern", default=os.path.join(HERE, "..", "..", "build", "cli", "tern"))
     p.add_argument("--dir", default=None, help="logs (default: a new temporary folder)")
     a = p.parse_args()
@@ -102,6 +118,7 @@ def main():
                            "--world=%d" % a.procs] + extra[r], "%s/trainer-%d.log" % (d, r))
                     for r in range(a.procs)]
         codes = [t.wait() for t in trainers]
+        traffic = server_traffic(extra[0])
     finally:
         for s in services:
             s.send_signal(signal.SIGTERM)
@@ -120,6 +137,7 @@ def main():
                "accuracy": sum(x["accuracy"] for x in results) / len(results),
                "first_loss": results[0]["first_loss"], "last_loss": results[0]["last_loss"],
                "logs": d}
+    summary.update(traffic)
     print("SUMMARY " + json.dumps(summary))
 
 

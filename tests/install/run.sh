@@ -9,10 +9,19 @@ trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
 for f in bin/tern lib/systemd/system/tern-worker.service lib/sysusers.d/tern.conf \
          share/tern/examples/worker.flags lib/cmake/tern/tern-config.cmake \
-         include/tern/kernels/codec.h include/tern/tern/v1/tensor.pb.h; do
+         include/tern/kernels/codec.h include/tern/tern/v1/tensor.pb.h lib/libtern_c.so \
+         include/tern/clients/c/tern_c.h; do
   [ -e "$work/prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 "$work/prefix/bin/tern" version
+# The Python package finds the installed C API beside the installed tern on PATH.
+if /usr/bin/python3 -c "import numpy" 2> /dev/null; then
+  env -u TERN_LIBRARY PATH="$work/prefix/bin:$PATH" PYTHONPATH="$here/../../clients/python" \
+    /usr/bin/python3 -c "
+import tern.native as n
+assert n.library() is not None, n.where()
+print('tern.native: C API found beside the installed tern')"
+fi
 cmake -S "$here/consumer" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log" || { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/build" > "$work/build.log" || { cat "$work/build.log"; exit 1; }

@@ -12,14 +12,21 @@ local-SGD rounds with your own model, in the style of Flower's NumPyClient.
     tern.federated.run(MyClient(), "server.example:7060", name="client-3", num_samples=6000)
 
 `run` joins, sends the initial model when the server asks, then long-polls for tasks: each TRAIN
-task's model goes to `fit`, and the change it made (new - old, fp32) goes back as the update,
-weighted by the examples it trained on; in a ps run (`--mode=ps`) `gradient` gives one
-minibatch's gradient instead, which goes back as it is; it returns when the run is over. Every call has a
+task's model goes to `fit`, and the change it made (new - old) goes back as the update, weighted
+by the examples it trained on; in a ps run (`--mode=ps`) `gradient` gives one minibatch's
+gradient instead, which goes back as it is; it returns when the run is over. Every call has a
 deadline; a server that goes away is retried for `retry_s`, then its error is raised; a server
 that restarted without this client joins it again; an update refused as too late or not wanted
-is logged and the run goes on. The server's
-downstream codec must be none or fp16 (Python decodes those), and a ps run's optimizer plain SGD
-or Adam/LAMB (the 1-bit ones need optimizer state this client does not keep).
+is logged and the run goes on.
+
+The client keeps its copy of the global model through tern's C API (tern.native, libtern_c.so:
+the code `tern client` runs): it starts from initial_parameters() (every client of a run gives
+the same model, in the same names and shapes), catches up from the server's downstream deltas
+(any --downstream_codec, checked by the model's CRC-32) and encodes its update with the run's
+--update_codec, error feedback and memory (DGC, PowerSGD). Without the library it asks for the
+whole model every round (downstream codec none or fp16) and sends fp32, and says so once. A ps
+run's optimizer must be plain SGD or Adam/LAMB (the 1-bit ones need optimizer state this client
+does not keep).
 """
 
 import time
@@ -27,16 +34,20 @@ import time
 import grpc
 import numpy as np
 
-from tern.v1 import server_pb2, server_pb2_grpc
-from tern.trainer import (_as_numpy, assemble, chunk_bundle, decode_dense, make_bundle,
-                          make_channel)
+from tern import native
+from tern.v1 import server_pb2, server_pb2_grpc, tensor_pb2
+from tern.trainer import (_as_numpy, assemble, assemble_bytes, chunk_bundle, decode_dense,
+                          make_bundle, make_channel)
 
 
 class Client:
     """What a participant supplies. Not called concurrently."""
 
     def initial_parameters(self):
-        """{name: array}: the model to start the run from, when the server has none yet."""
+        """{name: array}: the model to start the run from, the same on every client: sent when
+        the server has none yet, and the layout (names, shapes) of the client's copy of the
+        global model, which catches up from the server's deltas. Without it the client fetches
+        the whole model every round."""
         raise NotImplementedError
 
     def fit(self, parameters, task):
@@ -48,6 +59,12 @@ class Client:
         """ps runs: the gradient of one minibatch of task.gradient.batch at `parameters`;
         returns ({name: array}, examples, loss)."""
         raise NotImplementedError
+
+    def exact_tensors(self):
+        """Names of tensors training sets rather than descends (BatchNorm's running statistics):
+        their change goes to the server as fp32, outside the run's codec and error feedback,
+        which would overshoot a pull towards a target. None by default."""
+        return ()
 
     def evaluate(self, parameters, task):
         """Federated evaluation (tern server --eval_every): the round's model on your held-out
@@ -84,6 +101,10 @@ class TorchClient(Client):
 
     def initial_parameters(self):
         return _state(self.model)
+
+    def exact_tensors(self):
+        """The module's buffers (BatchNorm's running statistics and counters)."""
+        return [name for name, _ in self.model.named_buffers()]
 
     def fit(self, parameters, task):
         _load(self.model, parameters)
@@ -160,9 +181,24 @@ class Aggregator:
         return self.stub.InitModel(iter(reqs), timeout=self.timeout)
 
     def fetch(self, max_wait_ms=10000):
-        """(Task, {name: array} or None): the next task and, for TRAIN, the round's model."""
+        """(Task, {name: array} or None): the next task and, for TRAIN, the round's whole model
+        (downstream codec none or fp16)."""
+        task, payload = self.fetch_payload(max_wait_ms)
+        if payload is None:
+            return task, None
+        if task.payload != server_pb2.Task.MODEL:
+            raise ValueError("the server sent downstream deltas; this client asks for the model")
+        bundle = tensor_pb2.TensorBundle.FromString(payload)
+        return task, {n.name: decode_dense(n.tensor) for n in bundle.tensors}
+
+    def fetch_payload(self, max_wait_ms=10000, have_round=-1, have_crc32=0,
+                      have_optimizer_state=False):
+        """(Task, serialized TensorBundle or None): the next task and, for TRAIN, its payload:
+        the model, or the deltas from `have_round` when the server can send them (a copy of
+        that round with CRC-32 `have_crc32`; tern.native applies them)."""
         req = server_pb2.FetchRequest(client_id=self.client_id, max_wait_ms=max_wait_ms,
-                                      have_round=-1)
+                                      have_round=have_round, have_crc32=have_crc32,
+                                      have_optimizer_state=have_optimizer_state)
 
         def call():
             replies = list(self.stub.Fetch(req, timeout=self.timeout + max_wait_ms / 1000.0))
@@ -174,15 +210,17 @@ class Aggregator:
         task = replies[0].task
         if task.kind != server_pb2.Task.TRAIN:
             return task, None
-        if task.payload != server_pb2.Task.MODEL:
-            raise ValueError("the server sent downstream deltas; this client asks for the model")
-        bundle = assemble(r.chunk for r in replies if r.HasField("chunk"))
-        return task, {n.name: decode_dense(n.tensor) for n in bundle.tensors}
+        return task, assemble_bytes(r.chunk for r in replies if r.HasField("chunk"))
 
     def push(self, run_id, round_, update, weight, loss, seconds, evaluation=None):
-        """`update`: {name: array} in the order of the round's model (as fetch gave it);
-        `evaluation`: (loss, accuracy, examples) of the round's model, or None."""
-        bundle = make_bundle(list(update.items()), round_=round_)
+        """`update`: {name: array} in the order of the round's model (as fetch gave it), sent
+        as fp32, or a TensorBundle already encoded (_ModelCopy.encode); `evaluation`: (loss,
+        accuracy, examples) of the round's model, or None."""
+        if isinstance(update, tensor_pb2.TensorBundle):
+            bundle = update
+            bundle.round = round_
+        else:
+            bundle = make_bundle(list(update.items()), round_=round_)
         bundle.run_id = run_id
         info = server_pb2.UpdateInfo(client_id=self.client_id, round=round_, weight=weight,
                                      loss=loss, train_seconds=seconds)
@@ -257,18 +295,104 @@ def _evaluation(client, params, task, log):
     return loss, accuracy, examples
 
 
+def _zeros(layout):
+    return [(name, np.zeros(shape, np.float32)) for name, shape in layout]
+
+
+class _ModelCopy:
+    """The client's copy of the global model: tern.native's ClientModel when the library is
+    found (delta catch-up, the run's update codec and memory), else the whole model each round
+    and fp32 updates."""
+
+    def __init__(self, initial, exact, log):
+        self.log = log
+        self.native = None
+        self.warned = False
+        self.layout = None
+        if initial is None:
+            return
+        self.layout = [(name, np.shape(initial[name])) for name in sorted(initial)]
+        if native.library() is None:
+            log("libtern_c.so not found (looked in %s): each round fetches the whole model and "
+                "updates go as fp32 (see docs/python.md)" % native.where())
+            return
+        self.native = native.ClientModel(make_bundle([(n, initial[n]) for n, _ in self.layout]))
+        unknown = set(exact) - set(initial)
+        if unknown:
+            raise ValueError("exact_tensors() names %s, which initial_parameters() lacks" %
+                             sorted(unknown))
+        self.native.set_exact([name in exact for name, _ in self.layout])
+
+    def fetch(self, agg):
+        """agg.fetch_payload with what the copy has."""
+        if self.native is None:
+            return agg.fetch_payload()
+        return agg.fetch_payload(have_round=self.native.have_round,
+                                 have_crc32=self.native.have_crc32,
+                                 have_optimizer_state=self.native.have_optimizer_state)
+
+    def take(self, task, payload):
+        """The round's model {name: float32 array} from a TRAIN task's payload, or None when
+        the copy cannot be brought to the round (the round is skipped; the model comes next)."""
+        if self.native is None:
+            if task.payload != server_pb2.Task.MODEL:
+                raise ValueError("the server sent downstream deltas; this client asks for the "
+                                 "model")
+            bundle = tensor_pb2.TensorBundle.FromString(payload)
+            params = {n.name: decode_dense(n.tensor) for n in bundle.tensors}
+            if self.layout is not None:
+                _checked(params, dict(_zeros(self.layout)), "initial_parameters()")
+            return params
+        try:
+            usable = self.native.update(task, payload)
+        except ValueError as e:
+            raise ValueError("round %d: the server's model does not fit this client's "
+                             "initial_parameters(): %s" % (task.round, e)) from e
+        if not usable:
+            self.log("round %d: %s; asking for the model" % (task.round, self.native.why_not()))
+            return None
+        flat, out, offset = self.native.values(), {}, 0
+        for name, shape in self.layout:
+            n = int(np.prod(shape))
+            out[name] = flat[offset:offset + n].reshape(shape)
+            offset += n
+        return out
+
+    def encode(self, task, client_id, num_examples, update):
+        """The update as the server should get it: a TensorBundle in the task's codec, or
+        {name: array} sent as fp32 without the library."""
+        if self.native is None:
+            if task.update_codec not in ("", "none") and not self.warned:
+                self.log("the run's update codec is %r; without libtern_c.so updates go as fp32"
+                         % task.update_codec)
+                self.warned = True
+            return update
+        flat = np.concatenate([np.ravel(update[name]) for name, _ in self.layout])
+        return tensor_pb2.TensorBundle.FromString(
+            self.native.encode(task, client_id, num_examples, flat))
+
+
 def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, timeout=60.0,
         log=lambda s: None):
     """Takes part in the run at `address` until it is over; returns the rounds trained."""
     agg = Aggregator(address, tls=tls, timeout=timeout)
     joined = agg.join(run_id, name, num_samples)
     log("joined as client %d (%s)" % (agg.client_id, joined.mode))
+    try:
+        initial = client.initial_parameters()
+    except NotImplementedError:
+        if joined.model_needed:
+            raise ValueError("the server has no model yet: the client must give "
+                             "initial_parameters()")
+        initial = None  # the copy is the server's model, fetched whole every round
+        log("no initial_parameters(): each round fetches the whole model")
     if joined.model_needed:
-        agg.init_model(client.initial_parameters())
+        agg.init_model(initial)
+    copy = _ModelCopy(initial, set(client.exact_tensors()), log)
     rounds = 0
     while True:
         try:
-            task, params = agg.fetch()
+            task, payload = copy.fetch(agg)
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.NOT_FOUND:
                 raise
@@ -280,11 +404,15 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
             return rounds
         if task.kind != server_pb2.Task.TRAIN:
             continue
+        params = copy.take(task, payload)
+        if params is None:
+            continue
         t0 = time.time()
         evaluation = _evaluation(client, params, task, log) if task.evaluate else None
         update, examples, loss = _work(client, params, task)
+        encoded = copy.encode(task, agg.client_id, num_samples, update)
         try:
-            reply = agg.push(run_id, task.round, update, float(examples), float(loss),
+            reply = agg.push(run_id, task.round, encoded, float(examples), float(loss),
                              time.time() - t0, evaluation)
         except grpc.RpcError as e:
             # The round closed meanwhile, or the update is not wanted: the run goes on.

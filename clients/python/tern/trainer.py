@@ -84,6 +84,11 @@ def chunk_bundle(bundle, max_chunk=MAX_CHUNK_BYTES):
 
 def assemble(chunks):
     """Reassembles BundleChunks (checking order, sizes and CRCs) into a TensorBundle."""
+    return tensor_pb2.TensorBundle.FromString(assemble_bytes(chunks))
+
+
+def assemble_bytes(chunks):
+    """Reassembles BundleChunks (checking order, sizes and CRCs): the serialized bundle."""
     buf, running, total = bytearray(), 0, None
     for c in chunks:
         if total is None:
@@ -97,7 +102,7 @@ def assemble(chunks):
         if c.last:
             if len(buf) != total or running != c.bundle_crc32:
                 raise ValueError("bundle incomplete or fails its CRC-32")
-            return tensor_pb2.TensorBundle.FromString(bytes(buf))
+            return bytes(buf)
     raise ValueError("stream ended before the last chunk")
 
 

@@ -1,0 +1,189 @@
+"""tern's C API (clients/c/tern_c.h, libtern_c.so) through ctypes: the aggregator client's copy
+of the global model and its update codecs, the same code `tern client` runs. With it a Python
+client catches up from the server's downstream deltas (any --downstream_codec) and sends its
+updates in the run's --update_codec with its error feedback and memory (DGC, PowerSGD's warm
+start); without it, it asks for the whole model each round and sends fp32.
+
+Where the library is looked for, first found wins: $TERN_LIBRARY (a path; "none" turns it off),
+then beside the `tern` on PATH (<prefix>/lib*/libtern_c.so as `cmake --install` puts it, or the
+build tree's clients/c/), then the linker's search path (ldconfig).
+"""
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import shutil
+
+import numpy as np
+
+_API_VERSION = 1
+_ERROR_BYTES = 1024
+_loaded = None  # (library or None, where it was looked for)
+
+
+def _candidates():
+    env = os.environ.get("TERN_LIBRARY")
+    if env is not None:
+        return [] if env in ("", "none") else [env]
+    out = []
+    tern = shutil.which("tern")
+    if tern:
+        bindir = os.path.dirname(os.path.realpath(tern))
+        prefix = os.path.dirname(bindir)
+        out += sorted(glob.glob(os.path.join(prefix, "lib*", "libtern_c.so")))
+        out += sorted(glob.glob(os.path.join(prefix, "lib", "*-linux-gnu", "libtern_c.so")))
+        out.append(os.path.join(prefix, "clients", "c", "libtern_c.so"))  # build/cli/tern
+    found = ctypes.util.find_library("tern_c")
+    if found:
+        out.append(found)
+    return out
+
+
+def _bind(lib):
+    c = ctypes
+    lib.tern_c_api_version.restype = c.c_int
+    lib.tern_client_model_new.argtypes = [c.c_char_p, c.c_size_t, c.POINTER(c.c_void_p),
+                                          c.c_char_p, c.c_size_t]
+    lib.tern_client_model_free.argtypes = [c.c_void_p]
+    lib.tern_client_model_free.restype = None
+    lib.tern_client_model_have_round.argtypes = [c.c_void_p]
+    lib.tern_client_model_have_round.restype = c.c_int64
+    lib.tern_client_model_have_crc32.argtypes = [c.c_void_p]
+    lib.tern_client_model_have_crc32.restype = c.c_uint32
+    lib.tern_client_model_have_optimizer_state.argtypes = [c.c_void_p]
+    lib.tern_client_model_size.argtypes = [c.c_void_p]
+    lib.tern_client_model_size.restype = c.c_size_t
+    lib.tern_client_model_values.argtypes = [c.c_void_p]
+    lib.tern_client_model_values.restype = c.POINTER(c.c_float)
+    lib.tern_client_model_update.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t, c.c_char_p,
+                                             c.c_size_t, c.POINTER(c.c_int), c.c_char_p,
+                                             c.c_size_t]
+    lib.tern_client_model_why_not.argtypes = [c.c_void_p]
+    lib.tern_client_model_why_not.restype = c.c_char_p
+    lib.tern_client_model_encode.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t, c.c_int64,
+                                             c.c_uint64, c.POINTER(c.c_float), c.c_size_t,
+                                             c.POINTER(c.c_void_p), c.POINTER(c.c_size_t),
+                                             c.c_char_p, c.c_size_t]
+    lib.tern_client_model_set_exact.argtypes = [c.c_void_p, c.POINTER(c.c_uint8), c.c_size_t,
+                                                 c.c_char_p, c.c_size_t]
+    lib.tern_free.argtypes = [c.c_void_p]
+    lib.tern_free.restype = None
+    return lib
+
+
+def library():
+    """The loaded C API, or None when it is not found (where() says where it was looked for).
+    A library of another API version raises."""
+    global _loaded
+    if _loaded is None:
+        tried = _candidates()
+        lib = None
+        for path in tried:
+            if os.path.sep in path and not os.path.exists(path):
+                continue
+            lib = _bind(ctypes.CDLL(path))
+            if lib.tern_c_api_version() != _API_VERSION:
+                raise ImportError("%s has C API version %d; this package needs %d" %
+                                  (path, lib.tern_c_api_version(), _API_VERSION))
+            break
+        _loaded = (lib, tried)
+    return _loaded[0]
+
+
+def where():
+    """The places library() looked in."""
+    library()
+    return list(_loaded[1])
+
+
+class NativeError(RuntimeError):
+    """A C API call failed: `code` is the absl::StatusCode (3: invalid argument, ...)."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def _check(rc, error):
+    if rc != 0:
+        message = error.value.decode(errors="replace")
+        if rc == 3:  # INVALID_ARGUMENT: the caller's data
+            raise ValueError(message)
+        raise NativeError(rc, message)
+
+
+class ClientModel:
+    """The copy of the global model (C API TernClientModel). Not thread-safe."""
+
+    def __init__(self, initial_bundle):
+        """`initial_bundle`: the initial model as a tern.v1.TensorBundle, in the run's order."""
+        self._lib = library()
+        if self._lib is None:
+            raise ImportError("libtern_c.so not found (looked in %s)" % where())
+        data = initial_bundle.SerializeToString()
+        handle, error = ctypes.c_void_p(), ctypes.create_string_buffer(_ERROR_BYTES)
+        _check(self._lib.tern_client_model_new(data, len(data), ctypes.byref(handle), error,
+                                               _ERROR_BYTES), error)
+        self._handle = handle
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle:
+            self._lib.tern_client_model_free(handle)
+            self._handle = None
+
+    @property
+    def have_round(self):
+        return self._lib.tern_client_model_have_round(self._handle)
+
+    @property
+    def have_crc32(self):
+        return self._lib.tern_client_model_have_crc32(self._handle)
+
+    @property
+    def have_optimizer_state(self):
+        return bool(self._lib.tern_client_model_have_optimizer_state(self._handle))
+
+    def values(self):
+        """The model (a float32 copy, flat, in the bundle's order)."""
+        n = self._lib.tern_client_model_size(self._handle)
+        ptr = self._lib.tern_client_model_values(self._handle)
+        return np.ctypeslib.as_array(ptr, shape=(n,)).copy()
+
+    def update(self, task, payload):
+        """Brings the copy to `task`'s round from its payload (serialized TensorBundle bytes);
+        False when the copy cannot be trusted (why_not() says why): skip the round."""
+        t = task.SerializeToString()
+        usable, error = ctypes.c_int(0), ctypes.create_string_buffer(_ERROR_BYTES)
+        _check(self._lib.tern_client_model_update(self._handle, t, len(t), payload, len(payload),
+                                                  ctypes.byref(usable), error, _ERROR_BYTES),
+               error)
+        return bool(usable.value)
+
+    def set_exact(self, flags):
+        """One flag per tensor: True sends that tensor as fp32, outside error feedback and
+        memory, whatever the run's codec (BatchNorm's running statistics)."""
+        a = (ctypes.c_uint8 * len(flags))(*[1 if f else 0 for f in flags])
+        error = ctypes.create_string_buffer(_ERROR_BYTES)
+        _check(self._lib.tern_client_model_set_exact(self._handle, a, len(flags), error,
+                                                     _ERROR_BYTES), error)
+
+    def why_not(self):
+        return self._lib.tern_client_model_why_not(self._handle).decode(errors="replace")
+
+    def encode(self, task, client_id, num_examples, update):
+        """`update` (flat float32, the model's size) encoded as `task` says: serialized
+        TensorBundle bytes."""
+        u = np.ascontiguousarray(update, dtype=np.float32)
+        t = task.SerializeToString()
+        out, size = ctypes.c_void_p(), ctypes.c_size_t(0)
+        error = ctypes.create_string_buffer(_ERROR_BYTES)
+        _check(self._lib.tern_client_model_encode(
+            self._handle, t, len(t), client_id, int(num_examples),
+            u.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), u.size, ctypes.byref(out),
+            ctypes.byref(size), error, _ERROR_BYTES), error)
+        try:
+            return ctypes.string_at(out, size.value)
+        finally:
+            self._lib.tern_free(out)

@@ -1,0 +1,156 @@
+#include "core/federated/client_model.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "common/crc32.h"
+#include "common/status_macros.h"
+#include "core/federated/protocol.h"
+#include "kernels/builtin.h"
+#include "kernels/wire.h"
+
+namespace tern {
+
+ClientModel::ClientModel(std::vector<ParamTensor> layout, std::vector<float> initial)
+    : layout_(std::move(layout)),
+      codecs_(NewBuiltinCodecRegistry()),
+      values_(std::move(initial)),
+      tensor_codecs_(codecs_.get()) {
+  have_crc_ = Crc32(values_.data(), 4 * values_.size());
+}
+
+absl::StatusOr<std::unique_ptr<ClientModel>> ClientModel::Create(std::vector<ParamTensor> layout,
+                                                                 std::vector<float> initial) {
+  if (layout.empty()) return absl::InvalidArgumentError("the model has no tensors");
+  if (initial.size() != LayoutNumel(layout)) {
+    return absl::InvalidArgumentError(absl::StrCat("the initial model has ", initial.size(),
+                                                   " values; its layout ", LayoutNumel(layout)));
+  }
+  return absl::WrapUnique(new ClientModel(std::move(layout), std::move(initial)));
+}
+
+absl::StatusOr<bool> ClientModel::Update(const v1::Task& task, v1::TensorBundle payload) {
+  const bool onebit = InOnebitPhase(task);
+  const absl::Span<float> x = absl::MakeSpan(values_);
+  if (task.payload() == v1::Task::DELTAS) {
+    if (task.delta_from() != have_round_ || have_round_ < 0) {
+      why_not_ = absl::StrCat("updates from round ", task.delta_from(), " for a copy of round ",
+                              have_round_);
+      have_round_ = -1;  // ask for the model
+      return false;
+    }
+    if (onebit) {
+      if (!have_adam_) return absl::DataLossError("1-bit updates without the optimizer state");
+      TERN_RETURN_IF_ERROR(ApplyOnebitDeltas(payload, layout_, *codecs_, task, &adam_, x));
+    } else {
+      TERN_RETURN_IF_ERROR(ApplyDeltas(payload, layout_, *codecs_, x));
+    }
+  } else {
+    TERN_ASSIGN_OR_RETURN(have_adam_, TakeOptimizerState(layout_, *codecs_, &payload, &adam_));
+    TERN_RETURN_IF_ERROR(BundleToFlat(payload, layout_, *codecs_, x));
+  }
+  if (onebit && !have_adam_) {
+    return absl::DataLossError("the server sent no optimizer state for 1-bit Adam");
+  }
+  have_round_ = -1;                          // unless the copy is known to be exact
+  if (task.model_crc32() == 0) return true;  // a lossy model: nothing to check
+  have_crc_ = Crc32(values_.data(), 4 * values_.size());
+  if (have_crc_ != task.model_crc32()) {
+    why_not_ = "the copy fails its CRC";
+    return false;
+  }
+  have_round_ = static_cast<int64_t>(task.round()) - 1;
+  return true;
+}
+
+uint64_t ClientModel::EncodeSeed(const v1::Task& task, int64_t client_id) {
+  return task.seed() ^ (task.round() << 24) ^ (static_cast<uint64_t>(client_id) << 48);
+}
+
+absl::StatusOr<v1::TensorBundle> ClientModel::EncodeUpdate(const v1::Task& task, int64_t client_id,
+                                                           uint64_t num_examples,
+                                                           absl::Span<const float> update) {
+  if (update.size() != values_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the update has ", update.size(), " values; the model has ", values_.size()));
+  }
+  EncodeOptions eo;
+  eo.seed = EncodeSeed(task, client_id);
+  const std::string& mem = task.memory();
+  if (mem.rfind("dgc", 0) == 0) {
+    // Epochs of this client's data seen before this round (DGC's warm-up schedule).
+    const double epoch = num_examples == 0 ? 0.0
+                                           : static_cast<double>(task.round() - 1) *
+                                                 std::max<uint32_t>(1, TaskBatch(task)) /
+                                                 static_cast<double>(num_examples);
+    return EncodeDgc(task, update, epoch, eo);
+  }
+  const bool ef = task.error_feedback() || mem == "ef";
+  if (ef && residual_.size() != update.size()) residual_.assign(update.size(), 0.0f);
+  TERN_RETURN_IF_ERROR(tensor_codecs_.Use(task.update_codec(), layout_.size()));
+  TERN_ASSIGN_OR_RETURN(v1::TensorBundle b, EncodeFlatToBundle(layout_, update, tensor_codecs_, eo,
+                                                               ef ? &residual_ : nullptr));
+  for (size_t i = 0; i < exact_.size(); ++i) {
+    if (exact_[i]) TERN_RETURN_IF_ERROR(SendExactly(i, update, b.mutable_tensors(i)));
+  }
+  return b;
+}
+
+absl::Status ClientModel::SetExactTensors(std::vector<bool> exact) {
+  if (!exact.empty() && exact.size() != layout_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(exact.size(), " flags for a model of ", layout_.size(), " tensors"));
+  }
+  exact_ = std::move(exact);
+  return absl::OkStatus();
+}
+
+absl::Status ClientModel::SendExactly(size_t i, absl::Span<const float> update,
+                                      v1::NamedTensor* nt) {
+  const ParamTensor& p = layout_[i];
+  TERN_ASSIGN_OR_RETURN(v1::TensorBundle one, FlatToBundle({p}, update));
+  *nt = std::move(*one.mutable_tensors(0));
+  if (!residual_.empty()) {
+    std::fill_n(residual_.begin() + static_cast<ptrdiff_t>(p.offset), p.numel, 0.0f);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::TensorBundle> ClientModel::EncodeDgc(const v1::Task& task,
+                                                        absl::Span<const float> update,
+                                                        double epoch, const EncodeOptions& eo) {
+  if (dgc_.size() != layout_.size()) {
+    TERN_ASSIGN_OR_RETURN(DgcOptions opts,
+                          ParseDgcMemory(task.memory(), static_cast<int>(std::max<uint32_t>(
+                                                            1, task.round_clients()))));
+    dgc_.clear();
+    for (size_t i = 0; i < layout_.size(); ++i) {
+      TERN_ASSIGN_OR_RETURN(std::unique_ptr<DgcMemory> m, DgcMemory::Create(opts));
+      dgc_.push_back(std::move(m));
+    }
+  }
+  v1::TensorBundle b;
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    const ParamTensor& p = layout_[i];
+    if (i < exact_.size() && exact_[i]) {
+      TERN_RETURN_IF_ERROR(SendExactly(i, update, b.add_tensors()));
+      continue;
+    }
+    dgc_[i]->SetEpoch(epoch);
+    EncodedTensor t;
+    EncodeOptions o = eo;
+    o.seed = eo.seed + i;
+    TERN_RETURN_IF_ERROR(dgc_[i]->Encode(update.subspan(p.offset, p.numel), o, &t));
+    v1::NamedTensor* nt = b.add_tensors();
+    nt->set_name(p.name);
+    nt->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
+    ToProto(std::move(t), nt->mutable_tensor());
+    for (int64_t d : p.shape) nt->mutable_tensor()->add_shape(d);
+  }
+  return b;
+}
+
+}  // namespace tern
