@@ -18,6 +18,7 @@
 #include "core/federated/protocol.h"
 #include "core/model/bundle.h"
 #include "kernels/builtin.h"
+#include "kernels/format/cast.h"
 #include "kernels/wire.h"
 #include "spdlog/spdlog.h"
 
@@ -507,6 +508,7 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
     if (!s.ok()) return Refuse(s);
     reply = Decide(info, update, wire_bytes, norm, now, &record);
     if (!reply.ok() || reply->verdict() == v1::UpdateReply::DROPPED) return reply;
+    NoteExactTensors(update);
     accumulator = accumulator_.get();  // made once with the model; thread-safe
   }
   // The place reserved under the lock keeps the round from closing without this update.
@@ -603,11 +605,29 @@ absl::Status Aggregator::Replay(const internal::LoggedUpdate& u) {
     return absl::DataLossError(absl::StrCat("a logged update does not decode: ", s.message()));
   }
   TERN_RETURN_IF_ERROR(accumulator_->Add(u.client(), values, u.weight(), u.loss(), u.batch()));
+  NoteExactTensors(u.update());
   norm_guard_.Observe(u.norm());
   CountBytesUp(u.payload_bytes(), u.wire_bytes());
   CountAccepted(u.stale());
   if (!u.stale() && u.has_eval()) AddEval(u.eval());
   return absl::OkStatus();
+}
+
+// A tensor a client sends exactly (codec none) beside others it compresses, in a run whose update
+// codec is lossy, is state training sets rather than descends (BatchNorm's running statistics:
+// tern.federated's exact_tensors): the delta downstream then sends its change exactly too. A
+// client that sends everything as none (one without the codecs) marks nothing. Marks last the
+// run; after a restart the open round's replayed and new updates mark again before it closes.
+void Aggregator::NoteExactTensors(const v1::TensorBundle& update) {
+  const std::string& codec = options_.task.update_codec();
+  if (codec.empty() || codec.substr(0, codec.find(':')) == format::kNone.spec) return;
+  const auto exact = [](const v1::NamedTensor& t) {
+    return t.tensor().codec() == format::kNone.name;
+  };
+  if (std::all_of(update.tensors().begin(), update.tensors().end(), exact)) return;
+  for (int i = 0; i < update.tensors_size(); ++i) {
+    if (exact(update.tensors(i))) downstream_->MarkExact(static_cast<size_t>(i));
+  }
 }
 
 void Aggregator::CountBytesUp(uint64_t payload_bytes, uint64_t wire_bytes) {

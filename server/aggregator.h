@@ -194,6 +194,9 @@ class Aggregator {
                                          internal::LoggedUpdate* record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Accumulates and counts a logged update again (restore).
+  // Tells the downstream which tensors `update` sent exactly in a run whose update codec is
+  // lossy (see the .cc).
+  void NoteExactTensors(const v1::TensorBundle& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Replay(const internal::LoggedUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Restores the snapshot at options_.checkpoint_path and the log beside it, if any.
   absl::Status Resume(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);

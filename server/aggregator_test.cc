@@ -550,6 +550,52 @@ TEST_F(AggregatorTest, DeltaDownstreamCatchesClientsUpBitExactlyWithFewerBytesTh
   EXPECT_LT(err, full);
 }
 
+// BatchNorm's running statistics and the like: a client that compresses its update but sends a
+// tensor exactly (tern.federated's exact_tensors) gets that tensor's change back exactly, with
+// no server residual to overshoot it; a client that sends everything exactly marks nothing.
+TEST_F(AggregatorTest, TensorsClientsSendExactlyBesideCompressedOnesGoDownstreamExactly) {
+  layout_ = {ParamTensor{"w", {40, 25}, 0, 1000}, ParamTensor{"b", {25}, 1000, 25}};
+  x0_.assign(1025, 0.5f);
+  options_.downstream = "delta";
+  options_.downstream_codec = "topk:ratio=0.05";
+  options_.task.set_update_codec("topk:ratio=0.5");
+  std::vector<float> u(1025);
+  for (size_t i = 0; i < u.size(); ++i) u[i] = std::cos(0.37f * static_cast<float>(i));
+  for (const bool mixed : {true, false}) {
+    SCOPED_TRACE(mixed ? "w compressed, b exact" : "everything exact");
+    auto a = Start(2);
+    ASSERT_NE(a, nullptr);
+    v1::TensorBundle update = Update(u, 1, mixed ? "topk:ratio=0.5" : "none");
+    *update.mutable_tensors(1) = ValueOrFailure(FlatToBundle(layout_, u)).tensors(1);
+    for (uint32_t c = 0; c < 2; ++c) {
+      v1::UpdateInfo info;
+      info.set_client_id(c);
+      info.set_round(1);
+      info.set_weight(1);
+      info.set_loss(1.0f);
+      ASSERT_THAT(a->Push(info, update, 100, kT0), IsOk());
+    }
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+    ASSERT_EQ(a->Status(kT0).round(), 1u);
+    auto f = a->Fetch(0, kT0, 0, Crc32(x0_.data(), 4 * x0_.size()));
+    ASSERT_THAT(f, IsOk());
+    ASSERT_EQ(f->task.payload(), v1::Task::DELTAS);
+    BundleAssembler assembler(1 << 20);
+    for (const v1::BundleChunk& c : *f->chunks) ASSERT_THAT(assembler.Add(c), IsOk());
+    const v1::TensorBundle deltas = ValueOrFailure(assembler.Finish());
+    ASSERT_EQ(deltas.tensors_size(), 2);
+    EXPECT_EQ(deltas.tensors(1).name(), "1:b");
+    const std::vector<float> x = ModelOf(*a);
+    if (mixed) {
+      EXPECT_EQ(deltas.tensors(1).tensor().codec(), "none.v1");
+      for (size_t i = 1000; i < 1025; ++i) EXPECT_EQ(x[i], 0.5f + u[i]) << i;
+    } else {
+      EXPECT_NE(deltas.tensors(1).tensor().codec(), "none.v1");
+    }
+    EXPECT_NE(deltas.tensors(0).tensor().codec(), "none.v1");
+  }
+}
+
 TEST_F(AggregatorTest, OnebitAdamWarmsUpDenseThenSendsMomentaBothWaysAndCopiesStayBitExact) {
   layout_ = {ParamTensor{"w", {40, 25}, 0, 1000}, ParamTensor{"b", {25}, 1000, 25}};
   x0_.resize(1025);

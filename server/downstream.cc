@@ -59,6 +59,7 @@ DeltaDownstream::DeltaDownstream(const CodecRegistry* codecs, std::string codec,
 void DeltaDownstream::Reset(const std::vector<ParamTensor>& layout) {
   layout_ = layout;
   residual_.assign(LayoutNumel(layout), 0.0f);
+  exact_.assign(layout.size(), false);
   deltas_.clear();
   deltas_bytes_ = 0;
 }
@@ -88,11 +89,22 @@ absl::StatusOr<DeltaDownstream::Encoded> DeltaDownstream::Encode(absl::Span<cons
   e.residual.assign(size(), 0.0f);
   TERN_ASSIGN_OR_RETURN(e.bundle,
                         EncodeFlatToBundle(layout_, target, tensor_codecs_, eo, &e.residual));
+  for (size_t i = 0; i < exact_.size(); ++i) {
+    if (!exact_[i]) continue;
+    const ParamTensor& p = layout_[i];
+    TERN_ASSIGN_OR_RETURN(v1::TensorBundle one, FlatToBundle({p}, target));
+    *e.bundle.mutable_tensors(static_cast<int>(i)) = std::move(*one.mutable_tensors(0));
+    std::fill_n(e.residual.begin() + static_cast<ptrdiff_t>(p.offset), p.numel, 0.0f);
+  }
   // Decode again rather than target - residual: clients decode, then use in float, tensor by
   // tensor, and the server must land on their values bit for bit.
   e.decoded.assign(size(), 0.0f);
   TERN_RETURN_IF_ERROR(BundleToFlat(e.bundle, layout_, *codecs_, absl::MakeSpan(e.decoded)));
   return e;
+}
+
+void DeltaDownstream::MarkExact(size_t tensor) {
+  if (tensor < exact_.size()) exact_[tensor] = true;
 }
 
 void DeltaDownstream::Keep(Encoded e, int64_t round) {

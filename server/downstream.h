@@ -46,6 +46,10 @@ class Downstream {
                                                    uint64_t seed) const = 0;
   // Whether a client's copy equals the server's model bit for bit (so its CRC means something).
   virtual bool exact() const = 0;
+  // Layout tensor `tensor` is state that training sets rather than descends (BatchNorm's running
+  // statistics): its change goes exactly (codec none, no residual) until the next Reset, since
+  // a residual would re-send a pull towards a target that the next round repeats.
+  virtual void MarkExact(size_t tensor) {}
 
   virtual void Save(internal::DownstreamState* state) const = 0;
   virtual absl::Status Restore(const internal::DownstreamState& state) = 0;
@@ -87,6 +91,7 @@ class DeltaDownstream final : public Downstream {
                                            const v1::TensorBundle& exact,
                                            uint64_t seed) const override;
   bool exact() const override { return true; }
+  void MarkExact(size_t tensor) override;
   void Save(internal::DownstreamState* state) const override;
   absl::Status Restore(const internal::DownstreamState& state) override;
 
@@ -119,6 +124,7 @@ class DeltaDownstream final : public Downstream {
   const int keep_;
   std::vector<ParamTensor> layout_;
   std::vector<float> residual_;
+  std::vector<bool> exact_;  // per tensor (MarkExact)
   std::deque<Delta> deltas_;
   uint64_t deltas_bytes_ = 0;
 };

@@ -33,7 +33,10 @@ absl::Status AggregatorClient::StartFromInitialModel() {
   if (model_ != nullptr) return absl::OkStatus();
   std::vector<float> x(LayoutNumel(participant_->Layout()));
   TERN_RETURN_IF_ERROR(participant_->InitialModel(absl::MakeSpan(x)));
-  TERN_ASSIGN_OR_RETURN(model_, ClientModel::Create(participant_->Layout(), std::move(x)));
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<ClientModel> m,
+                        ClientModel::Create(participant_->Layout(), std::move(x)));
+  TERN_RETURN_IF_ERROR(m->SetExactTensors(participant_->ExactTensors()));
+  model_ = std::move(m);
   return absl::OkStatus();
 }
 

@@ -62,6 +62,10 @@ class Participant {
   // Fills `x` (Layout's size) with the initial model: the run's starting point when the server
   // has none yet. Every participant of a run should give the same values.
   virtual absl::Status InitialModel(absl::Span<float> x) = 0;
+  // One flag per Layout tensor, true for state training sets rather than descends (BatchNorm's
+  // running statistics): its change goes exactly, outside the task's codec and error feedback,
+  // which would overshoot a pull towards a target. Empty (the default): none.
+  virtual std::vector<bool> ExactTensors() const { return {}; }
   // Examples this participant trains on: its weight in the server's averages.
   virtual uint64_t NumExamples() const = 0;
   // The work of `task` from the round's global model: task.local() (federated, local-sgd: the

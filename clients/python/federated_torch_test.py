@@ -2,6 +2,7 @@
 Adam and an fp16-weight model train in a federated run, keep their dtypes, and the server's
 global model is what load_global_model gives back. Run by ctest (TERN_BIN)."""
 
+import os
 import signal
 import subprocess
 import tempfile
@@ -117,6 +118,8 @@ def mnist_flat():
 def test_updates_go_in_the_runs_codec_and_the_model_comes_back_as_deltas():
     """Through tern.native: top-k 5 % updates with error feedback up, top-k 10 % deltas down;
     both clients' copies pass the server's CRC every round (never asking for the model)."""
+    if os.environ.get("TERN_LIBRARY") == "none":
+        pytest.skip("a sanitized build's libtern_c.so cannot load into Debian's Python")
     assert tern.native.library() is not None, "libtern_c.so: %s" % tern.native.where()
     logs = [[], []]
     out, final, status = run_federated(
