@@ -136,6 +136,11 @@ int tern_client_model_encode(TernClientModel* model, const void* task, size_t ta
       model->model->EncodeUpdate(t, client_id, num_examples, absl::MakeConstSpan(update, n));
   if (!b.ok()) return Fail(b.status(), error, error_size);
   const size_t size = b->ByteSizeLong();
+  if (size > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return Fail(absl::ResourceExhaustedError(
+                    absl::StrCat("the update encodes to ", size, " bytes, over protobuf's 2 GiB")),
+                error, error_size);
+  }
   void* bytes = std::malloc(std::max<size_t>(size, 1));
   if (bytes == nullptr) {
     return Fail(absl::ResourceExhaustedError("out of memory"), error, error_size);

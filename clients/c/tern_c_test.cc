@@ -218,6 +218,7 @@ TEST(CApi, BadBytesAndSizesAreInvalidArgumentsWithAMessage) {
   EXPECT_EQ(
       m.Update(Train(2, v1::Task::MODEL), Serialized(*FlatToBundle({big}, nine)), &usable, &e), 3);
   EXPECT_EQ(m.values(), kInitial) << "a refused payload changed the model";
+  EXPECT_EQ(tern_client_model_have_round(m.get()), -1) << "a failed update must ask for the model";
   // An update of the wrong size; an error that does not fit is cut and terminated.
   const std::vector<float> seven(7, 1.0f);
   EXPECT_TRUE(m.EncodeDecoded(Train(2, v1::Task::MODEL), seven, &e).empty());

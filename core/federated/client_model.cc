@@ -33,6 +33,12 @@ absl::StatusOr<std::unique_ptr<ClientModel>> ClientModel::Create(std::vector<Par
 }
 
 absl::StatusOr<bool> ClientModel::Update(const v1::Task& task, v1::TensorBundle payload) {
+  absl::StatusOr<bool> usable = Apply(task, std::move(payload));
+  if (!usable.ok()) have_round_ = -1;  // the copy may be half-written: ask for the model
+  return usable;
+}
+
+absl::StatusOr<bool> ClientModel::Apply(const v1::Task& task, v1::TensorBundle payload) {
   const bool onebit = InOnebitPhase(task);
   const absl::Span<float> x = absl::MakeSpan(values_);
   if (task.payload() == v1::Task::DELTAS) {

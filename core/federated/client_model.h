@@ -43,7 +43,7 @@ class ClientModel {
   // Brings the copy to `task`'s round from its payload (a TRAIN task's MODEL or DELTAS); false
   // when the copy cannot be trusted (a CRC mismatch, deltas from a round it does not have): the
   // model is asked for next time, and the round is skipped. Errors: a payload that does not
-  // decode onto the layout.
+  // decode onto the layout (the model is asked for next time too).
   absl::StatusOr<bool> Update(const v1::Task& task, v1::TensorBundle payload);
   // Why the last Update returned false.
   const std::string& why_not() const { return why_not_; }
@@ -74,6 +74,9 @@ class ClientModel {
 
  private:
   ClientModel(std::vector<ParamTensor> layout, std::vector<float> initial);
+
+  // Update's work; Update forgets the round when it fails.
+  absl::StatusOr<bool> Apply(const v1::Task& task, v1::TensorBundle payload);
 
   absl::StatusOr<v1::TensorBundle> EncodeDgc(const v1::Task& task, absl::Span<const float> update,
                                              double epoch, const EncodeOptions& eo);

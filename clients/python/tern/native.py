@@ -79,10 +79,14 @@ def library():
     if _loaded is None:
         tried = _candidates()
         lib = None
-        for path in tried:
+        for i, path in enumerate(tried):
             if os.path.sep in path and not os.path.exists(path):
                 continue
-            lib = _bind(ctypes.CDLL(path))
+            try:
+                lib = _bind(ctypes.CDLL(path))
+            except OSError as e:  # e.g. a library it needs is not installed: try the next
+                tried[i] = "%s (%s)" % (path, e)
+                continue
             if lib.tern_c_api_version() != _API_VERSION:
                 raise ImportError("%s has C API version %d; this package needs %d" %
                                   (path, lib.tern_c_api_version(), _API_VERSION))
