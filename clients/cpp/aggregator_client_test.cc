@@ -56,6 +56,8 @@ class QuadraticParticipant : public Participant {
   }
   int rounds() const { return rounds_; }
   void Break() { broken_ = true; }
+  std::vector<bool> ExactTensors() const override { return exact_; }
+  void SetExact(std::vector<bool> exact) { exact_ = std::move(exact); }
 
  private:
   std::vector<ParamTensor> layout_;
@@ -63,6 +65,7 @@ class QuadraticParticipant : public Participant {
   uint64_t examples_;
   int rounds_ = 0;
   bool broken_ = false;
+  std::vector<bool> exact_;
 };
 
 struct QuadraticRun {
@@ -72,7 +75,8 @@ struct QuadraticRun {
 };
 
 QuadraticRun RunQuadratic(const std::string& mode, const std::string& codec, bool error_feedback,
-                          int rounds, bool break_one = false, bool same_target = false) {
+                          int rounds, bool break_one = false, bool same_target = false,
+                          std::vector<bool> exact = {}) {
   QuadraticRun run;
   const ServerRegistries registries = NewBuiltinServerRegistries();
   ServerOptions so;
@@ -113,6 +117,7 @@ QuadraticRun RunQuadratic(const std::string& mode, const std::string& codec, boo
     participants.push_back(std::make_unique<QuadraticParticipant>(targets[c], examples[c]));
   }
   if (break_one) participants[2]->Break();
+  for (auto& p : participants) p->SetExact(exact);
   const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
   std::atomic<bool> stop{false};
   run.stats.assign(3, absl::UnknownError("not run"));
@@ -173,6 +178,28 @@ TEST(AggregatorClient, ACompressedUpdateWithErrorFeedbackStillGetsThere) {
                                         /*break_one=*/false, /*same_target=*/true);
   ASSERT_EQ(run.model.size(), 8u);
   EXPECT_LT(MaxDiff(run.model, run.expected), 1e-4);
+}
+
+// A tensor the participant marks exact goes whole, outside error feedback: with targets that
+// differ, the compressed tensor stays off the mean by the residuals the clients hold, the exact
+// one lands on it.
+TEST(AggregatorClient, ExactTensorsAreSentWholeOutsideErrorFeedback) {
+  for (const bool exact_b : {false, true}) {
+    const QuadraticRun run = RunQuadratic(
+        "federated", "topk:ratio=0.5", true, 30, /*break_one=*/false,
+        /*same_target=*/false, exact_b ? std::vector<bool>{false, true} : std::vector<bool>{});
+    ASSERT_EQ(run.model.size(), 8u);
+    double w = 0, b = 0;
+    for (size_t i = 0; i < 8; ++i) {
+      (i < 6 ? w : b) = std::max(i < 6 ? w : b, std::abs(double{run.model[i]} - run.expected[i]));
+    }
+    EXPECT_GT(w, 0.1);  // measured: 0.78 either way
+    if (exact_b) {
+      EXPECT_LT(b, 1e-4);  // measured: 1.8e-7
+    } else {
+      EXPECT_GT(b, 0.1);  // measured: 0.44
+    }
+  }
 }
 
 // A participant that returns an update of the wrong size stops its own client with the reason;
