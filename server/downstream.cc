@@ -87,15 +87,8 @@ absl::StatusOr<DeltaDownstream::Encoded> DeltaDownstream::Encode(absl::Span<cons
   eo.seed = seed_ ^ (static_cast<uint64_t>(round) << 20) ^ 0x5eed;
   Encoded e;
   e.residual.assign(size(), 0.0f);
-  TERN_ASSIGN_OR_RETURN(e.bundle,
-                        EncodeFlatToBundle(layout_, target, tensor_codecs_, eo, &e.residual));
-  for (size_t i = 0; i < exact_.size(); ++i) {
-    if (!exact_[i]) continue;
-    const ParamTensor& p = layout_[i];
-    TERN_ASSIGN_OR_RETURN(v1::TensorBundle one, FlatToBundle({p}, target));
-    *e.bundle.mutable_tensors(static_cast<int>(i)) = std::move(*one.mutable_tensors(0));
-    std::fill_n(e.residual.begin() + static_cast<ptrdiff_t>(p.offset), p.numel, 0.0f);
-  }
+  TERN_ASSIGN_OR_RETURN(
+      e.bundle, EncodeFlatToBundle(layout_, target, tensor_codecs_, eo, &e.residual, exact_));
   // Decode again rather than target - residual: clients decode, then use in float, tensor by
   // tensor, and the server must land on their values bit for bit.
   e.decoded.assign(size(), 0.0f);

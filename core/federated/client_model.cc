@@ -97,12 +97,7 @@ absl::StatusOr<v1::TensorBundle> ClientModel::EncodeUpdate(const v1::Task& task,
   const bool ef = task.error_feedback() || mem == "ef";
   if (ef && residual_.size() != update.size()) residual_.assign(update.size(), 0.0f);
   TERN_RETURN_IF_ERROR(tensor_codecs_.Use(task.update_codec(), layout_.size()));
-  TERN_ASSIGN_OR_RETURN(v1::TensorBundle b, EncodeFlatToBundle(layout_, update, tensor_codecs_, eo,
-                                                               ef ? &residual_ : nullptr));
-  for (size_t i = 0; i < exact_.size(); ++i) {
-    if (exact_[i]) TERN_RETURN_IF_ERROR(SendExactly(i, update, b.mutable_tensors(i)));
-  }
-  return b;
+  return EncodeFlatToBundle(layout_, update, tensor_codecs_, eo, ef ? &residual_ : nullptr, exact_);
 }
 
 absl::Status ClientModel::SetExactTensors(std::vector<bool> exact) {
@@ -111,17 +106,6 @@ absl::Status ClientModel::SetExactTensors(std::vector<bool> exact) {
         absl::StrCat(exact.size(), " flags for a model of ", layout_.size(), " tensors"));
   }
   exact_ = std::move(exact);
-  return absl::OkStatus();
-}
-
-absl::Status ClientModel::SendExactly(size_t i, absl::Span<const float> update,
-                                      v1::NamedTensor* nt) {
-  const ParamTensor& p = layout_[i];
-  TERN_ASSIGN_OR_RETURN(v1::TensorBundle one, FlatToBundle({p}, update));
-  *nt = std::move(*one.mutable_tensors(0));
-  if (!residual_.empty()) {
-    std::fill_n(residual_.begin() + static_cast<ptrdiff_t>(p.offset), p.numel, 0.0f);
-  }
   return absl::OkStatus();
 }
 
@@ -142,7 +126,7 @@ absl::StatusOr<v1::TensorBundle> ClientModel::EncodeDgc(const v1::Task& task,
   for (size_t i = 0; i < layout_.size(); ++i) {
     const ParamTensor& p = layout_[i];
     if (i < exact_.size() && exact_[i]) {
-      TERN_RETURN_IF_ERROR(SendExactly(i, update, b.add_tensors()));
+      TERN_RETURN_IF_ERROR(ExactTensor(p, update, b.add_tensors()));
       continue;
     }
     dgc_[i]->SetEpoch(epoch);

@@ -80,8 +80,6 @@ class ClientModel {
 
   absl::StatusOr<v1::TensorBundle> EncodeDgc(const v1::Task& task, absl::Span<const float> update,
                                              double epoch, const EncodeOptions& eo);
-  // Tensor i of `update` as codec none into `nt`; its residual (if any) cleared.
-  absl::Status SendExactly(size_t i, absl::Span<const float> update, v1::NamedTensor* nt);
 
   const std::vector<ParamTensor> layout_;
   const std::unique_ptr<CodecRegistry> codecs_;

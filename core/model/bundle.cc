@@ -11,33 +11,64 @@
 
 namespace tern {
 
+namespace {
+
+absl::Status CheckInside(const ParamTensor& p, absl::Span<const float> values) {
+  if (p.offset > values.size() || p.numel > values.size() - p.offset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", p.name, "' lies outside the ", values.size(), " values"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ExactTensor(const ParamTensor& p, absl::Span<const float> values,
+                         v1::NamedTensor* nt) {
+  TERN_RETURN_IF_ERROR(CheckInside(p, values));
+  nt->Clear();
+  nt->set_name(p.name);
+  v1::EncodedTensor* t = nt->mutable_tensor();
+  t->set_codec("none.v1");
+  t->set_numel(p.numel);
+  t->set_dtype(v1::DTYPE_FLOAT32);
+  for (int64_t d : p.shape) t->add_shape(d);
+  t->set_payload(reinterpret_cast<const char*>(values.data() + p.offset), p.numel * 4);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::TensorBundle> FlatToBundle(const std::vector<ParamTensor>& layout,
                                               absl::Span<const float> values) {
   v1::TensorBundle b;
-  for (const ParamTensor& p : layout) {
-    if (p.offset > values.size() || p.numel > values.size() - p.offset) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", p.name, "' lies outside the ", values.size(), " values"));
-    }
-    v1::NamedTensor* nt = b.add_tensors();
-    nt->set_name(p.name);
-    v1::EncodedTensor* t = nt->mutable_tensor();
-    t->set_codec("none.v1");
-    t->set_numel(p.numel);
-    t->set_dtype(v1::DTYPE_FLOAT32);
-    for (int64_t d : p.shape) t->add_shape(d);
-    t->set_payload(reinterpret_cast<const char*>(values.data() + p.offset), p.numel * 4);
-  }
+  for (const ParamTensor& p : layout) TERN_RETURN_IF_ERROR(ExactTensor(p, values, b.add_tensors()));
   return b;
 }
 
 namespace {
 
+bool IsExact(const std::vector<bool>& exact, size_t i) { return i < exact.size() && exact[i]; }
+
+// Tensor i of an error-feedback vector sent whole: values + residual exactly, nothing left over.
+absl::Status ExactWithResidual(const ParamTensor& p, absl::Span<const float> values,
+                               std::vector<float>* residual, v1::NamedTensor* nt) {
+  TERN_RETURN_IF_ERROR(CheckInside(p, values));
+  if (residual == nullptr) return ExactTensor(p, values, nt);
+  absl::Span<float> r = absl::MakeSpan(*residual).subspan(p.offset, p.numel);
+  std::vector<float> x(values.begin() + static_cast<ptrdiff_t>(p.offset),
+                       values.begin() + static_cast<ptrdiff_t>(p.offset + p.numel));
+  for (size_t j = 0; j < x.size(); ++j) x[j] += r[j];
+  std::fill(r.begin(), r.end(), 0.0f);
+  ParamTensor whole = p;
+  whole.offset = 0;
+  return ExactTensor(whole, x, nt);
+}
+
 absl::StatusOr<v1::TensorBundle> EncodeTensors(const std::vector<ParamTensor>& layout,
                                                absl::Span<const float> values,
                                                absl::FunctionRef<Codec&(size_t)> codec_of,
                                                const EncodeOptions& options,
-                                               std::vector<float>* residual) {
+                                               std::vector<float>* residual,
+                                               const std::vector<bool>& exact) {
   if (residual != nullptr && residual->size() != values.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("residual of ", residual->size(), " values for a vector of ", values.size()));
@@ -46,10 +77,12 @@ absl::StatusOr<v1::TensorBundle> EncodeTensors(const std::vector<ParamTensor>& l
   EncodedTensor t;
   for (size_t i = 0; i < layout.size(); ++i) {
     const ParamTensor& p = layout[i];
-    if (p.offset > values.size() || p.numel > values.size() - p.offset) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", p.name, "' lies outside the ", values.size(), " values"));
+    if (IsExact(exact, i)) {
+      // Not encoded at all: a stateful codec (PowerSGD's Q) must not advance on it.
+      TERN_RETURN_IF_ERROR(ExactWithResidual(p, values, residual, b.add_tensors()));
+      continue;
     }
+    TERN_RETURN_IF_ERROR(CheckInside(p, values));
     const absl::Span<const float> x = values.subspan(p.offset, p.numel);
     EncodeOptions o = options;
     o.seed = options.seed + i;
@@ -79,8 +112,8 @@ absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTenso
                                                     absl::Span<const float> values, Codec& codec,
                                                     const EncodeOptions& options,
                                                     std::vector<float>* residual) {
-  return EncodeTensors(
-      layout, values, [&codec](size_t) -> Codec& { return codec; }, options, residual);
+  return EncodeTensors(layout, values, [&codec](size_t) -> Codec& { return codec; }, options,
+                       residual, {});
 }
 
 absl::Status TensorCodecs::Use(const std::string& spec, size_t tensors) {
@@ -95,17 +128,16 @@ absl::Status TensorCodecs::Use(const std::string& spec, size_t tensors) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTensor>& layout,
-                                                    absl::Span<const float> values,
-                                                    TensorCodecs& codecs,
-                                                    const EncodeOptions& options,
-                                                    std::vector<float>* residual) {
+absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(
+    const std::vector<ParamTensor>& layout, absl::Span<const float> values, TensorCodecs& codecs,
+    const EncodeOptions& options, std::vector<float>* residual, const std::vector<bool>& exact) {
   if (codecs.size() != layout.size()) {
     return absl::FailedPreconditionError(
         absl::StrCat(codecs.size(), " codecs for ", layout.size(), " tensors"));
   }
   return EncodeTensors(
-      layout, values, [&codecs](size_t i) -> Codec& { return codecs.at(i); }, options, residual);
+      layout, values, [&codecs](size_t i) -> Codec& { return codecs.at(i); }, options, residual,
+      exact);
 }
 
 uint64_t PayloadBytes(const v1::TensorBundle& bundle) {

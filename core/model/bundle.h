@@ -18,6 +18,9 @@
 
 namespace tern {
 
+// Layout entry `p` of `values` as `nt`: codec "none", shape set, fp32 bytes exactly.
+absl::Status ExactTensor(const ParamTensor& p, absl::Span<const float> values, v1::NamedTensor* nt);
+
 // `values` (the flat vector of `layout`) as one tensor per layout entry, codec "none", shapes set.
 absl::StatusOr<v1::TensorBundle> FlatToBundle(const std::vector<ParamTensor>& layout,
                                               absl::Span<const float> values);
@@ -49,12 +52,15 @@ class TensorCodecs {
   std::vector<std::unique_ptr<Codec>> codecs_;
 };
 
-// As above, tensor i encoded by codecs.at(i) (codecs.size() == layout.size()).
+// As above, tensor i encoded by codecs.at(i) (codecs.size() == layout.size()), except that a
+// tensor with exact[i] goes as ExactTensor of values + residual (its residual zeroed) and its
+// codec never sees it (`exact` may be shorter than the layout: the rest are encoded).
 absl::StatusOr<v1::TensorBundle> EncodeFlatToBundle(const std::vector<ParamTensor>& layout,
                                                     absl::Span<const float> values,
                                                     TensorCodecs& codecs,
                                                     const EncodeOptions& options,
-                                                    std::vector<float>* residual);
+                                                    std::vector<float>* residual,
+                                                    const std::vector<bool>& exact = {});
 
 // The bundle's encoded bytes as byte counters count them: payloads plus 4 bytes per scale (no
 // names or framing).

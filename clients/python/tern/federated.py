@@ -295,8 +295,15 @@ def _evaluation(client, params, task, log):
     return loss, accuracy, examples
 
 
-def _zeros(layout):
-    return [(name, np.zeros(shape, np.float32)) for name, shape in layout]
+def _check_layout(params, layout):
+    """Raises ValueError unless the server's model `params` has initial_parameters()' `layout`."""
+    def shape(s):  # a 0-d tensor travels as [1]
+        return () if int(np.prod(s)) == 1 else tuple(s)
+    theirs = sorted((name, shape(np.shape(v))) for name, v in params.items())
+    ours = sorted((name, shape(s)) for name, s in layout)
+    if theirs != ours:
+        raise ValueError("the server's model %s does not fit initial_parameters() %s" %
+                         (theirs, ours))
 
 
 class _ModelCopy:
@@ -309,6 +316,7 @@ class _ModelCopy:
         self.native = None
         self.warned = False
         self.layout = None
+        self.layout_checked = False
         if initial is None:
             return
         self.layout = [(name, np.shape(initial[name])) for name in sorted(initial)]
@@ -340,8 +348,9 @@ class _ModelCopy:
                                  "model")
             bundle = tensor_pb2.TensorBundle.FromString(payload)
             params = {n.name: decode_dense(n.tensor) for n in bundle.tensors}
-            if self.layout is not None:
-                _checked(params, dict(_zeros(self.layout)), "initial_parameters()")
+            if self.layout is not None and not self.layout_checked:
+                _check_layout(params, self.layout)  # a run's layout never changes
+                self.layout_checked = True
             return params
         try:
             usable = self.native.update(task, payload)
