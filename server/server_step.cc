@@ -4,16 +4,13 @@
 #include <cmath>
 #include <utility>
 
+#include "common/finite.h"
 #include "common/status_macros.h"
 #include "core/federated/protocol.h"
 #include "spdlog/spdlog.h"
 
 namespace tern {
 namespace {
-
-bool AllFinite(absl::Span<const float> v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
 
 void WarnSkipped(int64_t round) {
   spdlog::warn("server: round {}: the step would overflow the model; skipped", round);

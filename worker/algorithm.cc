@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rng.h"
+#include "common/simd.h"
 #include "common/status_macros.h"
 
 namespace tern {
@@ -23,6 +24,48 @@ const EncodedTensor* GossipMessage::Find(absl::string_view name) const {
 }
 
 namespace {
+
+// CHOCO's loops over the whole model, as free functions: GCC honours __restrict on parameters
+// (not on local pointers), and without it these stay scalar (a third of a worker's CPU in the
+// race, docs/benchmarks.md). The arrays are distinct: the gradient and a bound model are separate
+// regions of a trainer's segment.
+
+// x + gc (s - ws x_hat_self): one coordinate of the consensus step, the same whether Settle
+// applies it or the next local step fuses it.
+inline float ChocoMixed(float x, float gc, float s, float ws, float hs) {
+  return x + gc * (s - ws * hs);
+}
+
+// m = beta m + g; x = x + gc (s - ws hs) - lr m (gc == 0: no consensus term, s unread);
+// d = x - hs: one pass over the model.
+TERN_MULTIVERSION void ChocoLocalStep(size_t n, const float* __restrict g,
+                                      const float* __restrict hs, const float* __restrict s,
+                                      float* __restrict m, float* __restrict x, float* __restrict d,
+                                      float beta, float lr, float gc, float ws) {
+  if (gc != 0.0f) {
+    for (size_t i = 0; i < n; ++i) {
+      m[i] = beta * m[i] + g[i];
+      x[i] = ChocoMixed(x[i], gc, s[i], ws, hs[i]) - lr * m[i];
+      d[i] = x[i] - hs[i];
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      m[i] = beta * m[i] + g[i];
+      x[i] -= lr * m[i];
+      d[i] = x[i] - hs[i];
+    }
+  }
+}
+
+TERN_MULTIVERSION void ChocoMix(size_t n, const float* __restrict s, const float* __restrict hs,
+                                float* __restrict x, float gc, float ws) {
+  for (size_t i = 0; i < n; ++i) x[i] = ChocoMixed(x[i], gc, s[i], ws, hs[i]);
+}
+
+// y += w x.
+TERN_MULTIVERSION void Axpy(size_t n, float w, const float* __restrict x, float* __restrict y) {
+  for (size_t i = 0; i < n; ++i) y[i] += w * x[i];
+}
 
 // The model's values: in the algorithm's own vector, or in storage bound from outside (a
 // trainer's shared segment, which the trainer then reads in place, with no copy per step).
@@ -375,7 +418,7 @@ class Choco final : public AlgorithmBase {
     if (!mix_pending_) return;
     const float gc = static_cast<float>(options_.consensus_step);
     const float ws = static_cast<float>(WeightSum(sum_row_));
-    for (size_t i = 0; i < x_.size(); ++i) x_[i] = Mixed(x_[i], gc, sum_[i], ws, hat_self_[i]);
+    ChocoMix(x_.size(), sum_.data(), hat_self_.data(), x_.data(), gc, ws);
     mix_pending_ = false;
   }
 
@@ -394,38 +437,11 @@ class Choco final : public AlgorithmBase {
  private:
   static constexpr int kRebuildEvery = 64;
 
-  // x + gc (s - ws x_hat_self): one coordinate of the consensus step, the same whether Settle
-  // applies it or the next LocalStep fuses it.
-  static float Mixed(float x, float gc, float s, float ws, float hs) {
-    return x + gc * (s - ws * hs);
-  }
-
-  // m = beta m + g; x = x + gc (s - ws x_hat_self) - lr m; diff = x - x_hat_self: one pass over
-  // the model. The arrays are distinct (the gradient and a bound model are separate regions of a
-  // trainer's segment), which __restrict tells the compiler so that it vectorizes the loop.
+  // m = beta m + g; x = x + gc (s - ws x_hat_self) - lr m; diff = x - x_hat_self.
   void LocalStep(absl::Span<const float> grad, float lr, float gc) {
-    const float beta = static_cast<float>(options_.momentum);
-    const size_t n = x_.size();
-    const float* __restrict g = grad.data();
-    const float* __restrict hs = hat_self_.data();
-    float* __restrict m = m_.data();
-    float* __restrict x = x_.data();
-    float* __restrict d = diff_.data();
-    if (gc != 0.0f) {
-      const float* __restrict s = sum_.data();
-      const float ws = static_cast<float>(WeightSum(sum_row_));
-      for (size_t i = 0; i < n; ++i) {
-        m[i] = beta * m[i] + g[i];
-        x[i] = Mixed(x[i], gc, s[i], ws, hs[i]) - lr * m[i];
-        d[i] = x[i] - hs[i];
-      }
-    } else {
-      for (size_t i = 0; i < n; ++i) {
-        m[i] = beta * m[i] + g[i];
-        x[i] -= lr * m[i];
-        d[i] = x[i] - hs[i];
-      }
-    }
+    ChocoLocalStep(x_.size(), grad.data(), hat_self_.data(), gc != 0.0f ? sum_.data() : nullptr,
+                   m_.data(), x_.data(), diff_.data(), static_cast<float>(options_.momentum), lr,
+                   gc, static_cast<float>(WeightSum(sum_row_)));
   }
 
   static double WeightSum(const MixingRow& row) {
@@ -456,8 +472,7 @@ class Choco final : public AlgorithmBase {
     for (const auto& [j, w] : row.neighbours) {
       std::vector<float>& hat = hat_[j];
       hat.resize(x_.size(), 0.0f);
-      const float wj = static_cast<float>(w);
-      for (size_t i = 0; i < x_.size(); ++i) sum_[i] += wj * hat[i];
+      Axpy(x_.size(), static_cast<float>(w), hat.data(), sum_.data());
     }
     sum_row_ = row;
     sum_valid_ = true;

@@ -1,8 +1,6 @@
 #include "worker/engine.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -11,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/chunking.h"
+#include "common/finite.h"
 #include "common/rng.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
@@ -21,13 +20,6 @@
 
 namespace tern {
 namespace {
-
-// Every value finite: an OR of compares without an early exit, so it vectorizes.
-bool AllFinite(absl::Span<const float> x) {
-  bool bad = false;
-  for (float v : x) bad |= !(std::abs(v) <= std::numeric_limits<float>::max());
-  return !bad;
-}
 
 double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
 
