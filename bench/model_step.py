@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+import blas_kernels
+
 
 def torch_ms_per_step(hidden, batch, threads, min_time):
     import torch
@@ -62,8 +64,11 @@ def main():
     p.add_argument("--min_time", type=float, default=1.0)
     a = p.parse_args()
     hidden = [int(h) for h in a.hidden.split("x")]
+    # Before torch loads OpenBLAS: the kernels the tern binary runs (blas_kernels.py).
+    os.environ.update(blas_kernels.same_kernels_env(a.tern))
     print(f"MLP 784-{a.hidden.replace('x', '-')}-10, batch {a.batch}, {a.repeats} repeats "
-          f"(interleaved), ms per step (forward + loss + backward)")
+          f"(interleaved), ms per step (forward + loss + backward), OpenBLAS kernels "
+          f"{os.environ.get('OPENBLAS_CORETYPE', 'as detected')} on both sides")
     print(f"{'threads':>7} {'tern ms':>16} {'torch ms':>16} {'tern/torch':>16}")
     for threads in [int(t) for t in a.threads.split(",")]:
         ts, ps = [], []

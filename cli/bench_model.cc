@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/rng.h"
 #include "common/status_macros.h"
+#include "core/workload/blas_core.h"
 #include "core/workload/builtin_model.h"
 
 namespace tern {
@@ -38,10 +39,10 @@ absl::Status RunBenchModel(const BenchModelOptions& o, int threads) {
   } while (steps < 3 || absl::ToDoubleSeconds(spent) < o.min_seconds);
   std::printf(
       "{\"model\":\"%s\",\"batch\":%d,\"threads\":%d,\"params\":%zu,\"ms_per_step\":%.4f,"
-      "\"steps\":%lld,\"loss\":%.4f}\n",
+      "\"steps\":%lld,\"loss\":%.4f,\"blas_core\":\"%s\"}\n",
       model->Spec().c_str(), o.batch, threads, model->NumParams(),
       absl::ToDoubleMilliseconds(spent) / static_cast<double>(steps), static_cast<long long>(steps),
-      sink / static_cast<float>(steps + 1));
+      sink / static_cast<float>(steps + 1), BlasCoreName().c_str());
   return absl::OkStatus();
 }
 

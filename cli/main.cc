@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "common/allocator.h"
 #include "common/logging.h"
 #include "core/rpc/grpc_log.h"
+#include "core/workload/blas_core.h"
 #include "kernels/builtin.h"
 
 ABSL_FLAG(std::string, sizes, "1M,16M", "bench: tensor sizes in floats (K/M suffixes)");
@@ -94,7 +96,10 @@ int Fail(const std::string& msg) {
 
 // "tern 0.1.0 (wire format tern.v1, Release build)": the build type CMake configured.
 std::string VersionString() {
-  return absl::StrCat("tern 0.1.0 (wire format tern.v1, ", TERN_BUILD_TYPE, " build)");
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  return absl::StrCat("tern 0.1.0 (wire format tern.v1, ", TERN_BUILD_TYPE,
+                      " build)\nOpenBLAS kernels: ", tern::BlasCoreName(),
+                      set == nullptr ? "" : absl::StrCat(" (OPENBLAS_CORETYPE=", set, ")"));
 }
 
 // `tern help [COMMAND]` and `--help`: the commands, or one command's flags. Returns the exit code.
@@ -132,6 +137,7 @@ absl::Status CheckCommandLine(const std::vector<tern::CommandInfo>& table,
 }  // namespace
 
 int main(int argc, char** argv) {
+  tern::ChooseBlasCoreOrReexec(argv);
   tern::KeepFreedMemoryForReuse();
 #ifdef NDEBUG
   // Debian's abseil tracks every Mutex for deadlock cycles; a daemon that makes a mutex per

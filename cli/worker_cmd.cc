@@ -8,22 +8,19 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
-#include "cli/limit_flags.h"
 #include "cli/process.h"
 #include "cli/service_flags.h"
 #include "cli/train_flags.h"
+#include "cli/worker_flags.h"
 #include "clients/cpp/in_process_trainer_link.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
@@ -35,77 +32,8 @@
 #include "worker/daemon.h"
 #include "worker/scheduler_client.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "worker: address to serve on (port 0: any)");
-ABSL_FLAG(int, id, 0, "worker: this worker's id in [0, workers)");
-ABSL_FLAG(std::string, peer_names, "",
-          "worker: who may gossip into it, comma-separated names its callers authenticate as "
-          "(certificate common name or token holder), a trailing * a prefix (worker-*); empty: "
-          "anyone with a certificate from --tls_ca or a token in --tokens");
-ABSL_FLAG(int, workers, 8, "worker/run: number of workers");
-ABSL_FLAG(std::string, peers, "",
-          "worker: comma-separated host:port of every worker, in id order (own entry ignored)");
-ABSL_FLAG(std::string, peers_file, "",
-          "worker: file with one host:port per line in id order; waited for if absent");
-ABSL_FLAG(std::string, port_file, "", "worker: write the bound port here once listening");
-ABSL_FLAG(std::string, trainer, "builtin",
-          "worker: builtin (train the embedded model) | external (wait for a trainer's "
-          "Register)");
-ABSL_FLAG(int64_t, snapshot_every, 0, "worker: keep the parameters every N steps (0: step 0)");
-ABSL_FLAG(int64_t, total_steps, 0, "worker: steps of the whole run (cosine schedule)");
-ABSL_FLAG(bool, exit_after_training, false,
-          "worker: exit when the built-in trainer finishes instead of serving until signalled");
-ABSL_FLAG(std::string, final_model, "",
-          "worker: with the built-in trainer, write the final parameters here (a "
-          "tern.v1.TensorBundle, fp32 tensors by name, written atomically) before the worker "
-          "exits or goes on serving");
-ABSL_FLAG(int, max_snapshots, 16, "worker: how many kept snapshots (--snapshot_every) to hold");
-ABSL_FLAG(std::string, snapshot_dir, "",
-          "worker: with the built-in trainer, write every kept snapshot here when training ends "
-          "(step-S.f32: raw little-endian fp32 in layout order; layout.json)");
-ABSL_FLAG(std::string, round_log, "",
-          "worker: write one JSON line per step (bytes sent and received, time split) here");
-ABSL_FLAG(double, peers_timeout, 60, "worker: seconds to wait for --peers_file");
-ABSL_FLAG(std::string, scheduler, "",
-          "worker: a `tern scheduler` HOST:PORT: register, heartbeat, and take the gossip graph "
-          "over the live workers from it once one dies (else the static --peers config only); "
-          "run: the same for its workers, or 'local' to start one for them");
-ABSL_FLAG(std::string, advertise, "",
-          "worker: the host:port peers reach this worker at, told to the scheduler "
-          "(default: --listen's host with the bound port)");
-
 namespace tern {
 namespace {
-
-// Cancelled when a stop signal arrives while it waits for the file.
-absl::StatusOr<std::vector<std::string>> ReadPeers(const std::string& list, const std::string& file,
-                                                   absl::Duration wait, const sigset_t& signals) {
-  if (!list.empty()) return absl::StrSplit(list, ',', absl::SkipEmpty());
-  if (file.empty()) return std::vector<std::string>{};
-  const absl::Time deadline = absl::Now() + wait;
-  for (bool first = true;; first = false) {
-    std::ifstream in(file);
-    if (in) {
-      std::vector<std::string> out;
-      std::string line;
-      while (std::getline(in, line)) {
-        absl::string_view v = absl::StripAsciiWhitespace(line);
-        if (!v.empty()) out.emplace_back(v);
-      }
-      return out;
-    }
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no peers file ", file, " after ", absl::FormatDuration(wait)));
-    }
-    if (StopSignalPending(signals)) {
-      return absl::CancelledError(absl::StrCat("stopped while waiting for the peers file ", file));
-    }
-    if (first) {
-      spdlog::info("waiting for the peers file {} (up to {})", file, absl::FormatDuration(wait));
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-}
 
 // Writes the engine's parameters to `path` from the round-loop thread (the one that steps it),
 // once the trainer is done: a TensorBundle of fp32 tensors named as the trainer registered them.
@@ -155,12 +83,6 @@ int WorkerMain() {
 
   const int id = absl::GetFlag(FLAGS_id);
   const int workers = absl::GetFlag(FLAGS_workers);
-  auto engine = EngineOptionsFromFlags(id, workers, absl::GetFlag(FLAGS_snapshot_every),
-                                       absl::GetFlag(FLAGS_total_steps));
-  if (!engine.ok()) {
-    std::fprintf(stderr, "tern worker: %s\n", engine.status().ToString().c_str());
-    return 2;
-  }
   const std::string trainer_kind = absl::GetFlag(FLAGS_trainer);
   if (trainer_kind != "builtin" && trainer_kind != "external") {
     std::fprintf(stderr, "tern worker: --trainer=%s: must be builtin or external\n",
@@ -171,9 +93,12 @@ int WorkerMain() {
     std::fprintf(stderr, "tern worker: --final_model needs --trainer=builtin\n");
     return 2;
   }
-  DaemonOptions options;
-  options.listen = absl::GetFlag(FLAGS_listen);
-  options.engine = *engine;
+  absl::StatusOr<DaemonOptions> made = WorkerDaemonOptionsFromFlags();
+  if (!made.ok()) {
+    std::fprintf(stderr, "tern worker: %s\n", made.status().ToString().c_str());
+    return 2;
+  }
+  DaemonOptions options = *std::move(made);
   // The scheduler client is made once the port is known; the engine asks it through this.
   auto sched = std::make_shared<std::atomic<SchedulerClient*>>(nullptr);
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {
@@ -182,12 +107,6 @@ int WorkerMain() {
       return c == nullptr ? std::nullopt : c->MembersFor(round);
     };
   }
-  options.round_log = absl::GetFlag(FLAGS_round_log);
-  options.limits = StreamLimitsFromFlags(options.limits);
-  options.engine.max_snapshots = std::max(1, absl::GetFlag(FLAGS_max_snapshots));
-  options.metrics_listen = MetricsListenFromFlags();
-  options.tls = TlsFromFlags();
-  options.peer_names = absl::StrSplit(absl::GetFlag(FLAGS_peer_names), ',', absl::SkipEmpty());
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   auto daemon = WorkerDaemon::Start(options, &registries);
   if (!daemon.ok()) {
@@ -236,7 +155,8 @@ int WorkerMain() {
     sched->store(scheduler.get());
   }
   auto peers = ReadPeers(absl::GetFlag(FLAGS_peers), absl::GetFlag(FLAGS_peers_file),
-                         absl::Seconds(absl::GetFlag(FLAGS_peers_timeout)), signals);
+                         absl::Seconds(absl::GetFlag(FLAGS_peers_timeout)),
+                         [&signals] { return StopSignalPending(signals); });
   if (absl::IsCancelled(peers.status())) {
     spdlog::info("worker {}: {}", id, std::string(peers.status().message()));
     (*daemon)->Shutdown(absl::Seconds(5));

@@ -36,17 +36,6 @@ constexpr size_t kShmAlign = 64;
 
 size_t AlignUp(size_t n) { return (n + kShmAlign - 1) / kShmAlign * kShmAlign; }
 
-v1::StepResult ResultOf(const StepOutcome& out) {
-  v1::StepResult result;
-  result.set_step(static_cast<uint64_t>(out.step));
-  result.set_lr(out.lr);
-  for (int j : out.mixed) result.add_mixed(static_cast<uint32_t>(j));
-  for (int j : out.dropped) result.add_dropped(static_cast<uint32_t>(j));
-  *result.mutable_step_stats() = out.delta;
-  result.set_worker_seconds(out.seconds);
-  return result;
-}
-
 StreamLimitOptions InitialLimits(StreamLimitOptions o) {
   if (o.max_buffered_bytes == 0) o.max_buffered_bytes = uint64_t{64} << 20;
   return o;
@@ -57,6 +46,17 @@ grpc::Status Unavailable() {
 }
 
 }  // namespace
+
+v1::StepResult StepResultOf(const StepOutcome& out) {
+  v1::StepResult result;
+  result.set_step(static_cast<uint64_t>(out.step));
+  result.set_lr(out.lr);
+  for (int j : out.mixed) result.add_mixed(static_cast<uint32_t>(j));
+  for (int j : out.dropped) result.add_dropped(static_cast<uint32_t>(j));
+  *result.mutable_step_stats() = out.delta;
+  result.set_worker_seconds(out.seconds);
+  return result;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Gossip.Push: reassemble, then RoundEngine::Deliver decides.
@@ -363,7 +363,7 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
       in.io_seconds = info_.io_seconds();
       in.grad = grad;
       TERN_ASSIGN_OR_RETURN(StepOutcome out, d_->StepOnLoop(in));
-      const v1::StepResult result = ResultOf(out);
+      const v1::StepResult result = StepResultOf(out);
       TERN_ASSIGN_OR_RETURN(v1::TensorBundle params, FlatToBundle(layout, e->params()));
       params.set_round(static_cast<uint64_t>(out.step));
       TERN_ASSIGN_OR_RETURN(replies_, ChunkedReplies(params, static_cast<uint64_t>(out.step),
@@ -584,7 +584,7 @@ absl::StatusOr<v1::StepResult> WorkerDaemon::StepSharedOnLoop(const v1::StepInfo
   in.grad = absl::MakeConstSpan(reinterpret_cast<const float*>(shm_->data() + shm_grad_at_), n);
   TERN_ASSIGN_OR_RETURN(StepOutcome out, StepOnLoop(in));
   // The parameters are already in the segment (bound there by OpenSharedMemory).
-  return ResultOf(out);
+  return StepResultOf(out);
 }
 
 std::string WorkerDaemon::DoorbellStep(absl::string_view request) {
@@ -625,6 +625,27 @@ absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterInProcess(
   });
   done.WaitForNotification();
   return reply;
+}
+
+absl::Status WorkerDaemon::BindParamsInProcess(absl::Span<float> storage) {
+  absl::Status status = absl::UnavailableError("worker is shutting down");
+  absl::Notification done;
+  Post([&](bool cancelled) {
+    if (cancelled) {
+    } else if (!engine_->initialized()) {
+      status = absl::FailedPreconditionError("register the model first");
+    } else if (shm_ != nullptr) {
+      status = absl::FailedPreconditionError("the parameters live in a shared-memory segment");
+    } else if (!storage.empty() && storage.size() != engine_->params().size()) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "storage for ", storage.size(), " values; the model has ", engine_->params().size()));
+    } else {
+      status = engine_->BindParams(storage);
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
 }
 
 absl::StatusOr<absl::Span<const float>> WorkerDaemon::StepInProcess(const StepInput& in,

@@ -38,6 +38,9 @@
 
 namespace tern {
 
+// What Trainer.Step answers for a step's outcome.
+v1::StepResult StepResultOf(const StepOutcome& out);
+
 struct DaemonOptions {
   std::string listen = "127.0.0.1:0";  // port 0: pick a free one (see port())
   EngineOptions engine;
@@ -89,6 +92,11 @@ class WorkerDaemon {
   // Runs a step with `in.grad` (read in place) and returns a view of the parameters after it,
   // valid and unchanged until the next step; `outcome` (may be null) gets what the step did.
   absl::StatusOr<absl::Span<const float>> StepInProcess(const StepInput& in, StepOutcome* outcome);
+  // Moves the parameters into `storage` (as many floats as the model; the caller's, outliving
+  // the binding) or back into the engine's memory with an empty span: every later step writes
+  // them there, so a trainer in this process reads them in place. After RegisterInProcess; not
+  // while a shared-memory segment holds them.
+  absl::Status BindParamsInProcess(absl::Span<float> storage);
   RoundEngine* engine() { return engine_.get(); }
 
   // Stops accepting calls, lets running ones finish for up to `grace`, then cancels the rest.

@@ -32,6 +32,8 @@ except ImportError as e:
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import blas_kernels  # noqa: E402
 import common  # noqa: E402
 import netns  # noqa: E402
 
@@ -58,6 +60,9 @@ ROWS = {
 # The same rows with --overlap: round t's transfer overlaps step t+1's compute (docs/worker.md).
 for _name in ("tern-choco-stc", "tern-choco-stc-torch"):
     ROWS[_name + "-overlap"] = dict(ROWS[_name], flags=ROWS[_name]["flags"] + ["--overlap"])
+# The PyTorch trainer with the worker inside its process (tern.embedded): no second process.
+ROWS["tern-choco-stc-embedded-overlap"] = dict(ROWS["tern-choco-stc-torch-overlap"],
+                                               trainer="embedded")
 DEFAULT_ROWS = "ddp,ddp-powersgd,tern-choco-stc,tern-choco-stc-torch"
 
 
@@ -85,7 +90,10 @@ def env_for_ranks(a):
     """One compute thread everywhere; the Python client and the stubs generated beside --tern."""
     build = os.path.dirname(os.path.dirname(os.path.abspath(a.tern)))
     env = dict(os.environ)
+    # Every row on the OpenBLAS kernels the tern binary runs (bench/blas_kernels.py).
+    env.update(a.blas_env)
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               TERN_EMBEDDED_LIBRARY=os.path.join(build, "cli", "libtern_embedded.so"),
                PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "clients", "python"),
                                            os.path.join(build, "clients", "python"), HERE]))
     return env
@@ -121,6 +129,8 @@ def tern_worker_cmd(a, row, i, rdir, every):
                 f"--max_steps={a.steps}", "--epochs=1000", f"--snapshot_every={every}",
                 "--max_snapshots=100000", f"--snapshot_dir={rdir}/rank-{i}",
                 "--exit_after_training"]
+    elif row["trainer"] == "embedded":  # rank.py passes these to tern.embedded
+        cmd = cmd[2:] + [f"--listen=0.0.0.0:{PORT}"]
     else:
         cmd += [f"--listen=0.0.0.0:{PORT}", "--trainer=external"]
     return cmd
@@ -143,6 +153,11 @@ def run_row(a, net, name, row, rdir, init):
     for i in range(a.workers):
         env = dict(env_for_ranks(a), GLOO_SOCKET_IFNAME=f"rv{i}")
         if row["kind"] == "tern":
+            if row["trainer"] == "embedded":
+                flags = [f"--worker_flag={f}" for f in tern_worker_cmd(a, row, i, rdir, every)]
+                mains.append(net.popen(i, rank_cmd(a, "tern-embedded", i, rdir, every, init) +
+                                       flags, f"{rdir}/rank-{i}.log", env))
+                continue
             w = net.popen(i, tern_worker_cmd(a, row, i, rdir, every), f"{rdir}/worker-{i}.log",
                           env)
             (mains if row["trainer"] == "builtin" else daemons).append(w)
@@ -346,6 +361,9 @@ def main():
     out = a.out or os.path.join(
         "runs", "race-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)
+    a.blas_env = blas_kernels.same_kernels_env(a.tern)
+    print(f"OpenBLAS kernels on every row: {a.blas_env.get('OPENBLAS_CORETYPE', 'as detected')}",
+          flush=True)
     init = prepare_init(a, out) if a.model.startswith("mlp") else ""
     test = common.load("test", a.data)
     everything = {"args": vars(a), "rates": {}}

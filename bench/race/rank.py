@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """One rank of a race row that trains in PyTorch: DDP (dense or PowerSGD) or a PyTorch trainer
-driving its tern worker. race.py starts one per network namespace; see race.py."""
+driving its tern worker (a process of its own, or inside this one: tern-embedded). race.py
+starts one per network namespace; see race.py."""
 import argparse
 import os
 import sys
@@ -14,7 +15,8 @@ import common
 
 def parse():
     p = argparse.ArgumentParser()
-    p.add_argument("--kind", choices=["ddp", "ddp-powersgd", "tern-torch"], required=True)
+    p.add_argument("--kind", choices=["ddp", "ddp-powersgd", "tern-torch", "tern-embedded"],
+                   required=True)
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--world", type=int, required=True)
     p.add_argument("--master", default="10.77.0.1:29500")
@@ -29,6 +31,8 @@ def parse():
     p.add_argument("--powersgd_start", type=int, default=2,
                    help="PowerSGD's dense warm-up steps (torch's least with error feedback: 2)")
     p.add_argument("--snapshot_every", type=int, default=10)
+    p.add_argument("--worker_flag", action="append", default=[],
+                   help="tern-embedded: a flag of the worker inside this process (repeated)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", required=True)
     p.add_argument("--data", default=common.DATA)
@@ -94,6 +98,18 @@ def run_tern_torch(a, model, batches):
     else:
         sys.exit(f"rank {a.rank}: worker {a.worker} never answered")
     shared = client.share(model)  # same host: tensors through the worker's shared memory
+    train_shared(a, model, batches, shared)
+
+
+def run_tern_embedded(a, model, batches):
+    from tern.embedded import EmbeddedWorker
+    worker = EmbeddedWorker(a.worker_flag)  # in this process: steps on this thread
+    shared = worker.share(model)
+    train_shared(a, model, batches, shared)
+    worker.close()
+
+
+def train_shared(a, model, batches, shared):
     snaps = common.Snapshots(a.snapshot_every)
     snaps.begin()
     snaps.after(0, model)
@@ -113,6 +129,8 @@ def main():
     model, batches = setup(a)
     if a.kind == "tern-torch":
         run_tern_torch(a, model, batches)
+    elif a.kind == "tern-embedded":
+        run_tern_embedded(a, model, batches)
     else:
         run_ddp(a, model, batches)
 

@@ -10,7 +10,7 @@ cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
 for f in bin/tern lib/systemd/system/tern-worker.service lib/sysusers.d/tern.conf \
          share/tern/examples/worker.flags lib/cmake/tern/tern-config.cmake \
          include/tern/kernels/codec.h include/tern/tern/v1/tensor.pb.h lib/libtern_c.so \
-         include/tern/clients/c/tern_c.h; do
+         include/tern/clients/c/tern_c.h lib/libtern_embedded.so include/tern/cli/tern_embedded.h; do
   [ -e "$work/prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 "$work/prefix/bin/tern" version
@@ -21,6 +21,12 @@ if /usr/bin/python3 -c "import numpy" 2> /dev/null; then
 import tern.native as n
 assert n.library() is not None, n.where()
 print('tern.native: C API found beside the installed tern')"
+  env -u TERN_EMBEDDED_LIBRARY PATH="$work/prefix/bin:$PATH" \
+    PYTHONPATH="$here/../../clients/python:$build/clients/python" \
+    /usr/bin/python3 -c "
+import tern.embedded as e
+assert e.library() is not None, e.where()
+print('tern.embedded: the library found beside the installed tern')"
 fi
 cmake -S "$here/consumer" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log" || { cat "$work/configure.log"; exit 1; }

@@ -170,12 +170,13 @@ TEST(Cli, AClientOfADeadServerSaysItCannotReachItWhileItRetries) {
   Wait(pid);
 }
 
-TEST(Cli, VersionSaysTheBuildType) {
+TEST(Cli, VersionSaysTheBuildTypeAndTheBlasKernels) {
   for (const char* how : {"version", "--version"}) {
     const Result r = Tern({how});
     EXPECT_EQ(r.code, 0);
     EXPECT_THAT(r.out, HasSubstr(std::string("(wire format tern.v1, ") + TERN_BUILD_TYPE));
     EXPECT_THAT(r.out, Not(HasSubstr("NDEBUG")));
+    EXPECT_THAT(r.out, HasSubstr("OpenBLAS kernels: "));
   }
 }
 

@@ -22,8 +22,11 @@ _ERROR_BYTES = 1024
 _loaded = None  # (library or None, where it was looked for)
 
 
-def _candidates():
-    env = os.environ.get("TERN_LIBRARY")
+def candidates(env_var, filename, build_dir):
+    """Where to look for one of tern's libraries, in order: $env_var (a path; "none" turns it
+    off), beside the `tern` on PATH (<prefix>/lib*/ as `cmake --install` puts it, or the build
+    tree's `build_dir`), then the linker's search path."""
+    env = os.environ.get(env_var)
     if env is not None:
         return [] if env in ("", "none") else [env]
     out = []
@@ -31,13 +34,32 @@ def _candidates():
     if tern:
         bindir = os.path.dirname(os.path.realpath(tern))
         prefix = os.path.dirname(bindir)
-        out += sorted(glob.glob(os.path.join(prefix, "lib*", "libtern_c.so")))
-        out += sorted(glob.glob(os.path.join(prefix, "lib", "*-linux-gnu", "libtern_c.so")))
-        out.append(os.path.join(prefix, "clients", "c", "libtern_c.so"))  # build/cli/tern
-    found = ctypes.util.find_library("tern_c")
+        out += sorted(glob.glob(os.path.join(prefix, "lib*", filename)))
+        out += sorted(glob.glob(os.path.join(prefix, "lib", "*-linux-gnu", filename)))
+        out.append(os.path.join(prefix, build_dir, filename))  # build/cli/tern
+    found = ctypes.util.find_library(filename[3:-3])
     if found:
         out.append(found)
     return out
+
+
+def load_first(tried, check):
+    """The first of `tried` that loads (ctypes.CDLL) and passes `check` (which binds it and
+    raises ImportError on a wrong version), or None; failures are noted in `tried`."""
+    for i, path in enumerate(tried):
+        if os.path.sep in path and not os.path.exists(path):
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:  # e.g. a library it needs is not installed: try the next
+            tried[i] = "%s (%s)" % (path, e)
+            continue
+        return check(lib, path)
+    return None
+
+
+def _candidates():
+    return candidates("TERN_LIBRARY", "libtern_c.so", os.path.join("clients", "c"))
 
 
 def _bind(lib):
@@ -78,21 +100,36 @@ def library():
     global _loaded
     if _loaded is None:
         tried = _candidates()
-        lib = None
-        for i, path in enumerate(tried):
-            if os.path.sep in path and not os.path.exists(path):
-                continue
-            try:
-                lib = _bind(ctypes.CDLL(path))
-            except OSError as e:  # e.g. a library it needs is not installed: try the next
-                tried[i] = "%s (%s)" % (path, e)
-                continue
+        if tried:
+            exclusive("libtern_c.so")
+
+        def check(lib, path):
+            lib = _bind(lib)
             if lib.tern_c_api_version() != _API_VERSION:
                 raise ImportError("%s has C API version %d; this package needs %d" %
                                   (path, lib.tern_c_api_version(), _API_VERSION))
-            break
+            return lib
+        lib = load_first(tried, check)
+        if lib is not None:
+            loaded_one("libtern_c.so")
         _loaded = (lib, tried)
     return _loaded[0]
+
+
+_one_library = []  # the tern library this process loaded: each registers tern.v1's descriptors
+
+
+def exclusive(name):
+    """Raises ImportError when this process already loaded the other tern library."""
+    if _one_library and _one_library[0] != name:
+        raise ImportError("%s cannot be loaded into a process that loaded %s (each carries the "
+                          "tern.v1 descriptors, which protobuf registers once per process)"
+                          % (name, _one_library[0]))
+
+
+def loaded_one(name):
+    if not _one_library:
+        _one_library.append(name)
 
 
 def where():

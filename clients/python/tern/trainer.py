@@ -190,7 +190,7 @@ class TernTrainer:
         replaces TernTrainer.step(). The parameters must be float32, in the registered order."""
         info = self.stub.OpenSharedMemory(worker_pb2.OpenSharedMemoryRequest(),
                                           timeout=self.timeout)
-        return SharedModel(self, model, info)
+        return SharedModel(Segment(self, info), model)
 
     @staticmethod
     def load_into(model, params):
@@ -286,16 +286,20 @@ class Segment:
 
 
 class SharedModel:
-    """A torch module whose parameters and gradients live in the worker's shared memory.
+    """A torch module whose parameters and gradients live where the worker reads and writes
+    them: the worker's shared memory (a Segment), or this process's memory for an embedded
+    worker (tern.embedded).
 
-    The worker reads the gradient region during StepShared and writes the parameter region
-    before it answers; the model's tensors are views of those regions, so backward() writes the
+    The worker reads the gradient region during a step and writes the parameter region before
+    it returns; the model's tensors are views of those regions, so backward() writes the
     gradient where the worker reads it, and the next forward() reads what the worker wrote.
+    `segment`: flat float32 torch tensors `grad` and `params` of `num_params` values, step() and
+    close().
     """
 
-    def __init__(self, trainer, model, info):
+    def __init__(self, segment, model):
         import torch
-        self._segment = Segment(trainer, info)
+        self._segment = segment
         self._model, self._views = model, []
         off, n = 0, self._segment.num_params
         for p in model.parameters():

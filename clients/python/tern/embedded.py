@@ -1,0 +1,174 @@
+"""A tern worker inside the trainer's own process (libtern_embedded.so, cli/tern_embedded.h).
+
+    from tern.embedded import EmbeddedWorker
+    worker = EmbeddedWorker(["--id=0", "--workers=4", "--peers=h0:7000,h1:7000,...",
+                             "--listen=0.0.0.0:7000", "--algorithm=choco",
+                             "--codec=stc:ratio=0.01", "--consensus_step=0.05", "--overlap"])
+    shared = worker.share(model)       # model's parameters and .grad now live with the worker
+    for step in range(worker.start_step, steps):
+        model.zero_grad(set_to_none=False)
+        loss_fn(model(x), y).backward()
+        shared.step(step, loss=loss.item())   # gossip; the model holds the new parameters
+    worker.close()
+
+`tern worker`'s flags, without a second process: each step runs on the caller's thread (ctypes
+releases the GIL), reading the gradient and writing the parameters in this process's memory,
+with no doorbell, no copy and no wake-up of another process; the worker serves its peers from
+its own gRPC threads meanwhile. One worker per process (its flags are process-wide), and not in
+a process that loaded libtern_c.so (tern.native): both carry tern.v1's descriptors.
+
+The library is looked for as tern.native looks for libtern_c.so: $TERN_EMBEDDED_LIBRARY (a
+path; "none" turns it off), beside the `tern` on PATH (<prefix>/lib*/, or the build tree's
+cli/), then the linker's search path.
+"""
+
+import ctypes
+import os
+import time
+
+from tern import native
+from tern.trainer import SharedModel, make_bundle
+from tern.v1 import worker_pb2
+
+_API_VERSION = 1
+_ERROR_BYTES = 1024
+_RESULT_BYTES = 64 << 10
+_loaded = None  # (library or None, where it was looked for)
+
+
+def _bind(lib):
+    c = ctypes
+    lib.tern_worker_api_version.restype = c.c_int
+    lib.tern_worker_start.argtypes = [c.POINTER(c.c_char_p), c.c_int, c.POINTER(c.c_void_p),
+                                      c.c_char_p, c.c_size_t]
+    lib.tern_worker_port.argtypes = [c.c_void_p]
+    lib.tern_worker_register.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t, c.c_void_p,
+                                         c.c_size_t, c.POINTER(c.c_uint64), c.c_char_p,
+                                         c.c_size_t]
+    lib.tern_worker_step.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t, c.c_void_p,
+                                     c.c_size_t, c.c_void_p, c.c_size_t,
+                                     c.POINTER(c.c_size_t), c.c_char_p, c.c_size_t]
+    lib.tern_worker_stop.argtypes = [c.c_void_p]
+    lib.tern_worker_stop.restype = None
+    return lib
+
+
+def library():
+    """The loaded library, or None when it is not found (where() says where it was looked)."""
+    global _loaded
+    if _loaded is None:
+        tried = native.candidates("TERN_EMBEDDED_LIBRARY", "libtern_embedded.so", "cli")
+        if tried:
+            native.exclusive("libtern_embedded.so")
+
+        def check(lib, path):
+            lib = _bind(lib)
+            if lib.tern_worker_api_version() != _API_VERSION:
+                raise ImportError("%s has API version %d; this package needs %d" %
+                                  (path, lib.tern_worker_api_version(), _API_VERSION))
+            return lib
+        lib = native.load_first(tried, check)
+        if lib is not None:
+            native.loaded_one("libtern_embedded.so")
+        _loaded = (lib, tried)
+    return _loaded[0]
+
+
+def where():
+    library()
+    return list(_loaded[1])
+
+
+class _Memory:
+    """The model's two flat regions in this process, as SharedModel takes them; steps go to the
+    embedded worker."""
+
+    def __init__(self, worker, grad, params):
+        self.grad, self.params, self.num_params = grad, params, params.numel()
+        self._worker = worker
+
+    def step(self, step, loss=0.0, lr=0.0, compute_seconds=0.0):
+        return self._worker.step(step, loss=loss, lr=lr, compute_seconds=compute_seconds)
+
+    def close(self):
+        pass  # the worker's memory stays bound until EmbeddedWorker.close()
+
+
+class EmbeddedWorker:
+    """One tern worker in this process. Not thread-safe: one training loop drives it."""
+
+    def __init__(self, flags, timeout=300.0):
+        self._lib = library()
+        if self._lib is None:
+            raise ImportError("libtern_embedded.so not found (looked in %s)" % where())
+        self.timeout = timeout
+        argv = (ctypes.c_char_p * len(flags))(*[os.fsencode(f) for f in flags])
+        handle, error = ctypes.c_void_p(), ctypes.create_string_buffer(_ERROR_BYTES)
+        native._check(self._lib.tern_worker_start(argv, len(flags), ctypes.byref(handle), error,
+                                                  _ERROR_BYTES), error)
+        self._handle = handle
+        self._memory = None
+        self._result = ctypes.create_string_buffer(_RESULT_BYTES)
+        self._io_seconds = 0.0
+        self.start_step = 0
+
+    @property
+    def port(self):
+        """The port it serves its peers on."""
+        return self._lib.tern_worker_port(self._handle)
+
+    def share(self, model):
+        """Registers `model` (float32 parameters, in parameters() order) and ties its parameters
+        and their .grad to the worker's memory; returns a SharedModel whose step() runs a step.
+        `start_step` is then the step to run next (a resumed worker's)."""
+        import torch
+        if self._memory is not None:
+            raise RuntimeError("share() once per worker")
+        named = list(model.named_parameters())
+        n = sum(p.numel() for _, p in named)
+        grad = torch.zeros(n, dtype=torch.float32)
+        params = torch.empty(n, dtype=torch.float32)
+        data = make_bundle(named).SerializeToString()
+        step, error = ctypes.c_uint64(0), ctypes.create_string_buffer(_ERROR_BYTES)
+        native._check(self._lib.tern_worker_register(
+            self._handle, data, len(data), ctypes.c_void_p(params.data_ptr()), n,
+            ctypes.byref(step), error, _ERROR_BYTES), error)
+        self.start_step = step.value
+        self._memory = _Memory(self, grad, params)  # kept: the worker writes into `params`
+        return SharedModel(self._memory, model)
+
+    def step(self, step, loss=0.0, lr=0.0, compute_seconds=0.0):
+        """Step `step` with the gradient region as written; returns the StepResult. Waits
+        (within the timeout) while the worker is not ready (its peers unknown)."""
+        if self._memory is None:
+            raise RuntimeError("share() the model first")
+        info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss, compute_seconds=compute_seconds,
+                                   io_seconds=self._io_seconds).SerializeToString()
+        grad = ctypes.c_void_p(self._memory.grad.data_ptr())
+        size, error = ctypes.c_size_t(0), ctypes.create_string_buffer(_ERROR_BYTES)
+        t0 = time.time()
+        while True:
+            rc = self._lib.tern_worker_step(self._handle, info, len(info), grad,
+                                            self._memory.num_params, self._result, _RESULT_BYTES,
+                                            ctypes.byref(size), error, _ERROR_BYTES)
+            if rc != 14:  # UNAVAILABLE: peers not known yet, nothing done
+                break
+            if time.time() - t0 > self.timeout:
+                raise TimeoutError("worker not ready for step %d within %.0f s: %s"
+                                   % (step, self.timeout, error.value.decode(errors="replace")))
+            time.sleep(0.05)
+        native._check(rc, error)
+        result = worker_pb2.StepResult.FromString(self._result.raw[:size.value])
+        # What reaching the worker cost (a function call, a parse), reported with the next step.
+        self._io_seconds = max(0.0, time.time() - t0 - result.worker_seconds)
+        return result
+
+    def close(self):
+        """Stops the worker (a step in flight returns); the model keeps its last parameters."""
+        if self._handle:
+            self._lib.tern_worker_stop(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self.close()
