@@ -1,13 +1,11 @@
 #include "common/chunking.h"
 
 #include <algorithm>
-#include <deque>
 
 #include "absl/strings/str_cat.h"
 #include "common/crc32.h"
 #include "common/status_macros.h"
-#include "google/protobuf/io/zero_copy_stream_impl.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/io/zero_copy_stream.h"
 
 namespace tern {
 
@@ -18,14 +16,17 @@ namespace {
 // and copying it out again.
 class ChunkSink final : public google::protobuf::io::ZeroCopyOutputStream {
  public:
-  explicit ChunkSink(size_t block) : block_(block) {}
+  // `total`: the bytes to come, so that a small message does not get (and zero) a whole block.
+  ChunkSink(size_t block, size_t total) : block_(block), total_(total) {}
 
   bool Next(void** data, int* size) override {
     CloseLast();
-    pieces_.emplace_back(block_, '\0');
+    const size_t left = total_ > static_cast<size_t>(bytes_) ? total_ - bytes_ : 0;
+    const size_t n = left > 0 ? std::min(block_, left) : block_;
+    pieces_.emplace_back(n, '\0');
     *data = pieces_.back().data();
-    *size = static_cast<int>(block_);
-    bytes_ += static_cast<int64_t>(block_);
+    *size = static_cast<int>(n);
+    bytes_ += static_cast<int64_t>(n);
     return true;
   }
   void BackUp(int count) override {
@@ -54,6 +55,7 @@ class ChunkSink final : public google::protobuf::io::ZeroCopyOutputStream {
   }
 
   const size_t block_;
+  const size_t total_;
   std::vector<std::string> pieces_;
   std::vector<uint32_t> crcs_;
   int64_t bytes_ = 0;
@@ -68,8 +70,9 @@ absl::StatusOr<std::vector<v1::BundleChunk>> ChunkBundle(const v1::TensorBundle&
     return absl::InvalidArgumentError(
         absl::StrCat("chunk size must be in [1, ", kMaxChunkBytes, "], got ", max_chunk_bytes));
   }
-  ChunkSink sink(max_chunk_bytes);
-  if (bundle.ByteSizeLong() > size_t{INT32_MAX} || !bundle.SerializeToZeroCopyStream(&sink)) {
+  const size_t size = bundle.ByteSizeLong();
+  ChunkSink sink(max_chunk_bytes, size);
+  if (size > size_t{INT32_MAX} || !bundle.SerializeToZeroCopyStream(&sink)) {
     return absl::InternalError("bundle does not serialize (over 2 GiB?)");
   }
   std::vector<std::string> pieces;
@@ -98,64 +101,84 @@ absl::StatusOr<std::vector<v1::BundleChunk>> ChunkBundle(const v1::TensorBundle&
 }
 
 // Every check a chunk must pass before it is kept.
-absl::Status BundleAssembler::Check(const v1::BundleChunk& chunk) {
+absl::Status BundleAssembler::Check(const ChunkHeader& chunk,
+                                    absl::Span<const absl::string_view> data, size_t size) {
   if (!started_) {
-    if (chunk.offset() != 0) {
+    if (chunk.offset != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("first chunk must have offset 0, got ", chunk.offset()));
+          absl::StrCat("first chunk must have offset 0, got ", chunk.offset));
     }
-    if (chunk.total_size() > max_bundle_bytes_) {
+    if (chunk.total_size > max_bundle_bytes_) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "bundle of ", chunk.total_size(), " bytes exceeds the limit of ", max_bundle_bytes_));
+          "bundle of ", chunk.total_size, " bytes exceeds the limit of ", max_bundle_bytes_));
     }
-  } else if (chunk.stream_id() != stream_id_ || chunk.total_size() != total_size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk of stream ", chunk.stream_id(), " (total ", chunk.total_size(),
-                     ") mixed into stream ", stream_id_, " (total ", total_size_, ")"));
+  } else if (chunk.stream_id != stream_id_ || chunk.total_size != total_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk of stream ", chunk.stream_id, " (total ",
+                                                   chunk.total_size, ") mixed into stream ",
+                                                   stream_id_, " (total ", total_size_, ")"));
   }
-  if (chunk.offset() != received_) {
+  if (chunk.offset != received_) {
     return absl::InvalidArgumentError(
-        absl::StrCat("chunk at offset ", chunk.offset(), ", expected ", received_));
+        absl::StrCat("chunk at offset ", chunk.offset, ", expected ", received_));
   }
-  if (chunk.data().size() > kMaxChunkBytes) {
+  if (size > kMaxChunkBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("chunk of ", chunk.data().size(), " bytes exceeds ", kMaxChunkBytes));
+        absl::StrCat("chunk of ", size, " bytes exceeds ", kMaxChunkBytes));
   }
-  const uint64_t total = started_ ? total_size_ : chunk.total_size();
-  if (chunk.data().size() > total - received_) {
+  const uint64_t total = started_ ? total_size_ : chunk.total_size;
+  if (size > total - received_) {
     return absl::InvalidArgumentError("chunk runs past the announced bundle size");
   }
-  if (chunk.data().empty() && !chunk.last()) {
+  if (size == 0 && !chunk.last) {
     return absl::InvalidArgumentError("empty chunk that is not the last");
   }
-  if (Crc32(chunk.data().data(), chunk.data().size()) != chunk.data_crc32()) {
+  uint32_t crc = 0;
+  for (absl::string_view piece : data) crc = Crc32(piece.data(), piece.size(), crc);
+  if (crc != chunk.data_crc32) {
     return absl::DataLossError(
-        absl::StrCat("chunk at offset ", chunk.offset(), " fails its CRC-32 check"));
+        absl::StrCat("chunk at offset ", chunk.offset, " fails its CRC-32 check"));
   }
   return absl::OkStatus();
 }
 
-absl::Status BundleAssembler::Add(v1::BundleChunk&& chunk) {
+absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
+  ChunkHeader h;
+  h.stream_id = chunk.stream_id();
+  h.offset = chunk.offset();
+  h.total_size = chunk.total_size();
+  h.data_crc32 = chunk.data_crc32();
+  h.last = chunk.last();
+  h.bundle_crc32 = chunk.bundle_crc32();
+  const absl::string_view data = chunk.data();
+  return Add(h, absl::MakeConstSpan(&data, 1));
+}
+
+absl::Status BundleAssembler::Add(const ChunkHeader& chunk,
+                                  absl::Span<const absl::string_view> data) {
   if (failed_) return absl::FailedPreconditionError("stream already failed");
   if (complete_) return Fail(absl::InvalidArgumentError("chunk after the last chunk"));
-  if (absl::Status s = Check(chunk); !s.ok()) return Fail(std::move(s));
+  size_t n = 0;
+  for (absl::string_view piece : data) n += piece.size();
+  if (absl::Status s = Check(chunk, data, n); !s.ok()) return Fail(std::move(s));
   if (!started_) {
     started_ = true;
-    stream_id_ = chunk.stream_id();
-    total_size_ = chunk.total_size();
+    stream_id_ = chunk.stream_id;
+    total_size_ = chunk.total_size;
+    parser_.emplace(total_size_);
   }
   // The chunk's CRC was just checked: the bundle's follows from it without a second pass.
-  const size_t n = chunk.data().size();
   running_crc_ =
-      received_ == 0 ? chunk.data_crc32() : Crc32Combine(running_crc_, chunk.data_crc32(), n);
+      received_ == 0 ? chunk.data_crc32 : Crc32Combine(running_crc_, chunk.data_crc32, n);
   received_ += n;
-  if (n > 0) pieces_.push_back(std::move(*chunk.mutable_data()));
-  if (chunk.last()) {
+  for (absl::string_view piece : data) {
+    if (absl::Status s = parser_->Feed(piece); !s.ok()) return Fail(std::move(s));
+  }
+  if (chunk.last) {
     if (received_ != total_size_) {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("last chunk ends at ", received_, " of ", total_size_, " bytes")));
     }
-    if (running_crc_ != chunk.bundle_crc32()) {
+    if (running_crc_ != chunk.bundle_crc32) {
       return Fail(absl::DataLossError("bundle fails its CRC-32 check"));
     }
     complete_ = true;
@@ -166,20 +189,9 @@ absl::Status BundleAssembler::Add(v1::BundleChunk&& chunk) {
 }
 
 absl::StatusOr<v1::TensorBundle> BundleAssembler::Finish() {
-  if (!complete_) return absl::FailedPreconditionError("bundle is not complete");
-  // Parsed straight from the chunks: one copy of the tensor bytes, into the bundle's fields.
-  std::deque<google::protobuf::io::ArrayInputStream> arrays;  // neither copied nor moved
-  std::vector<google::protobuf::io::ZeroCopyInputStream*> streams;
-  for (const std::string& p : pieces_) {
-    arrays.emplace_back(p.data(), static_cast<int>(p.size()));
-    streams.push_back(&arrays.back());
-  }
-  google::protobuf::io::ConcatenatingInputStream input(streams.data(),
-                                                       static_cast<int>(streams.size()));
-  v1::TensorBundle bundle;
-  const bool parsed = bundle.ParseFromZeroCopyStream(&input);
-  pieces_.clear();
-  if (!parsed) return absl::InvalidArgumentError("reassembled bytes are not a TensorBundle");
+  if (!complete_ || !parser_) return absl::FailedPreconditionError("bundle is not complete");
+  absl::StatusOr<v1::TensorBundle> bundle = parser_->Finish();
+  parser_.reset();
   return bundle;
 }
 

@@ -10,12 +10,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/bundle_stream.h"
 #include "tern/v1/tensor.pb.h"
 
 namespace tern {
@@ -28,27 +31,40 @@ absl::StatusOr<std::vector<v1::BundleChunk>> ChunkBundle(const v1::TensorBundle&
                                                          uint64_t stream_id,
                                                          size_t max_chunk_bytes = kMaxChunkBytes);
 
+// A BundleChunk's fields but its data (which a raw receiver keeps where it arrived).
+struct ChunkHeader {
+  uint64_t stream_id = 0;
+  uint64_t offset = 0;
+  uint64_t total_size = 0;
+  uint32_t data_crc32 = 0;
+  bool last = false;
+  uint32_t bundle_crc32 = 0;
+};
+
 class BundleAssembler {
  public:
   // Bundles larger than `max_bundle_bytes` are refused at their first chunk.
   explicit BundleAssembler(uint64_t max_bundle_bytes) : max_bundle_bytes_(max_bundle_bytes) {}
 
-  // Accepts the next chunk, taking its data over (no copy). After an error the assembler is
-  // poisoned: further calls fail.
-  absl::Status Add(v1::BundleChunk&& chunk);
-  absl::Status Add(const v1::BundleChunk& chunk) { return Add(v1::BundleChunk(chunk)); }
+  // Accepts the next chunk: checks it, then parses its bytes into the bundle under way (a
+  // tensor's payload bytes are copied once, into place, as each chunk comes). After an error the
+  // assembler is poisoned: further calls fail.
+  absl::Status Add(const v1::BundleChunk& chunk);
+  // The same for a chunk whose data is in pieces (in order), read in place.
+  absl::Status Add(const ChunkHeader& header, absl::Span<const absl::string_view> data);
   // True once the chunk marked `last` was accepted.
   bool complete() const { return complete_; }
-  // Parses the reassembled bundle. REQUIRES: complete().
+  // The bundle. REQUIRES: complete().
   absl::StatusOr<v1::TensorBundle> Finish();
 
  private:
   absl::Status Fail(absl::Status s) {
     failed_ = true;
-    pieces_.clear();
+    parser_.reset();
     return s;
   }
-  absl::Status Check(const v1::BundleChunk& chunk);
+  absl::Status Check(const ChunkHeader& chunk, absl::Span<const absl::string_view> data,
+                     size_t size);
 
   uint64_t max_bundle_bytes_;
   bool started_ = false;
@@ -58,9 +74,8 @@ class BundleAssembler {
   uint64_t total_size_ = 0;
   uint32_t running_crc_ = 0;
   uint64_t received_ = 0;
-  // The chunks' data as received; Finish parses across them, so a bundle is never copied into
-  // one contiguous buffer first.
-  std::vector<std::string> pieces_;
+  // The bundle so far, parsed as its chunks come (made at the first chunk, which gives the size).
+  std::optional<BundleStreamParser> parser_;
 };
 
 }  // namespace tern

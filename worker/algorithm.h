@@ -27,6 +27,9 @@ namespace tern {
 // whole parameter vector encoded with some codec.
 struct GossipMessage {
   std::vector<std::pair<std::string, EncodedTensor>> parts;
+  // Every part already passed its codec's check (the engine's, as the message arrived), so
+  // mixing need not parse it again to check it.
+  bool checked = false;
   size_t PayloadBytes() const;
   const EncodedTensor* Find(absl::string_view name) const;
 };

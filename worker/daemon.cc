@@ -17,6 +17,7 @@
 #include "core/rpc/auth.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
+#include "core/rpc/raw_chunk.h"
 #include "core/rpc/server.h"
 #include "core/rpc/status.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -60,12 +61,16 @@ v1::StepResult StepResultOf(const StepOutcome& out) {
 
 // ---------------------------------------------------------------------------------------------
 // Gossip.Push: reassemble, then RoundEngine::Deliver decides.
-class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
+// Push is a raw method: each chunk's data stays in gRPC's slices until the bundle parser copies
+// it into place (core/rpc/raw_chunk.h), with no protobuf copy between.
+class WorkerDaemon::GossipService final
+    : public v1::Gossip::WithCallbackMethod_Swap<
+          v1::Gossip::WithRawCallbackMethod_Push<v1::Gossip::Service>> {
  public:
   explicit GossipService(WorkerDaemon* d) : d_(d) {}
 
-  grpc::ServerReadReactor<v1::BundleChunk>* Push(grpc::CallbackServerContext* ctx,
-                                                 v1::PushReply* reply) override {
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Push(grpc::CallbackServerContext* ctx,
+                                                  grpc::ByteBuffer* reply) override {
     return new PushCall(d_, ctx, reply);
   }
   grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* Swap(
@@ -134,9 +139,9 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
     size_t next_ = 0;
   };
 
-  class PushCall final : public grpc::ServerReadReactor<v1::BundleChunk> {
+  class PushCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
    public:
-    PushCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx, v1::PushReply* reply)
+    PushCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* reply)
         : d_(d), reply_(reply), assembler_(d->options_.max_bundle_bytes) {
       if (absl::Status c = d->GossipCaller(*ctx); !c.ok()) {
         Refuse(c);
@@ -148,18 +153,24 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         return;
       }
       stream_ = *std::move(s);
-      StartRead(&chunk_);
+      StartRead(&message_);
     }
     void OnReadDone(bool ok) override {
       if (!ok) {
         Refuse(absl::InvalidArgumentError("stream ended before the bundle's last chunk"));
         return;
       }
-      wire_bytes_ += chunk_.ByteSizeLong() + 5;
+      absl::StatusOr<RawChunk> chunk = ParseRawChunk(message_);
+      message_.Clear();
+      if (!chunk.ok()) {
+        Refuse(chunk.status());
+        return;
+      }
+      wire_bytes_ += chunk->message_size + 5;
       std::optional<absl::StatusOr<v1::TensorBundle>> got =
-          FeedCounted(*stream_, assembler_, std::move(chunk_));
+          FeedCounted(*stream_, assembler_, *chunk);
       if (!got) {
-        StartRead(&chunk_);
+        StartRead(&message_);
         return;
       }
       if (!got->ok()) {
@@ -177,7 +188,10 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
         spdlog::warn("worker {}: refused a message from '{}' for round {}: {}",
                      d_->options_.engine.worker_id, sender, round, s.ToString());
       }
-      reply_->set_receiver_round(static_cast<uint64_t>(d_->engine_->next_step()));
+      v1::PushReply reply;
+      reply.set_receiver_round(static_cast<uint64_t>(d_->engine_->next_step()));
+      grpc::Slice bytes(reply.SerializeAsString());
+      *reply_ = grpc::ByteBuffer(&bytes, 1);
       Finish(ToGrpcStatus(s));
     }
     void OnDone() override { delete this; }
@@ -191,10 +205,10 @@ class WorkerDaemon::GossipService final : public v1::Gossip::CallbackService {
     }
 
     WorkerDaemon* const d_;
-    v1::PushReply* const reply_;
+    grpc::ByteBuffer* const reply_;
     std::unique_ptr<StreamLimits::Stream> stream_;
     BundleAssembler assembler_;
-    v1::BundleChunk chunk_;
+    grpc::ByteBuffer message_;
     uint64_t wire_bytes_ = 0;
   };
 

@@ -490,6 +490,7 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundl
     }
     TERN_RETURN_IF_ERROR(CheckPart(name, sender, *t));
   }
+  msg.checked = true;
   return std::make_pair(sender, std::move(msg));
 }
 

@@ -7,16 +7,29 @@
 #include "common/status_macros.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
+#include "core/rpc/raw_chunk.h"
 #include "core/rpc/status.h"
 #include "grpcpp/alarm.h"
 
 namespace tern {
 
+namespace {
+
+// Gossip.Push, called as a raw stream (a client-streaming method is a stream either way).
+const std::string& PushMethod() {
+  static const std::string* const kMethod =
+      new std::string(absl::StrCat("/", v1::Gossip::service_full_name(), "/Push"));
+  return *kMethod;
+}
+
+}  // namespace
+
 // One push attempt; on UNAVAILABLE with retries allowed it schedules its successor after a
 // backoff. Deletes itself in OnDone (gRPC's reactor ownership model).
-class GrpcTransport::PushCall final : public grpc::ClientWriteReactor<v1::BundleChunk> {
+class GrpcTransport::PushCall final
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  PushCall(GrpcTransport* transport, v1::Gossip::Stub* stub, Chunks chunks, absl::Time deadline,
+  PushCall(GrpcTransport* transport, grpc::GenericStub* stub, Chunks chunks, absl::Time deadline,
            bool retry, absl::Duration backoff, std::function<void(absl::Status)> done)
       : transport_(transport),
         stub_(stub),
@@ -28,12 +41,9 @@ class GrpcTransport::PushCall final : public grpc::ClientWriteReactor<v1::Bundle
 
   void Start() {
     ctx_.set_deadline(absl::ToChronoTime(deadline_));
-    stub_->async()->Push(&ctx_, &reply_, this);
-    if (chunks_->empty()) {
-      StartWritesDone();
-    } else {
-      StartWrite(&(*chunks_)[0]);
-    }
+    stub_->PrepareBidiStreamingCall(&ctx_, PushMethod(), grpc::StubOptions(), this);
+    StartRead(&reply_);  // the PushReply, once the receiver has taken the whole bundle
+    WriteNextOrDone();
     StartCall();
   }
 
@@ -43,13 +53,9 @@ class GrpcTransport::PushCall final : public grpc::ClientWriteReactor<v1::Bundle
   }
 
   void OnWriteDone(bool ok) override {
-    if (!ok) return;  // the stream broke; OnDone brings the status
-    if (++next_ < chunks_->size()) {
-      StartWrite(&(*chunks_)[next_]);
-    } else {
-      StartWritesDone();
-    }
+    if (ok) WriteNextOrDone();  // else the stream broke; OnDone brings the status
   }
+  void OnReadDone(bool) override {}
 
   void OnDone(const grpc::Status& s) override {
     const absl::Time now = absl::Now();
@@ -65,15 +71,26 @@ class GrpcTransport::PushCall final : public grpc::ClientWriteReactor<v1::Bundle
   }
 
  private:
+  // Each chunk's data goes out from the shared chunks themselves, which the message keeps alive.
+  void WriteNextOrDone() {
+    if (next_ >= chunks_->size()) {
+      StartWritesDone();
+      return;
+    }
+    out_ = RawChunkMessage((*chunks_)[next_++], chunks_);
+    StartWrite(&out_);
+  }
+
   GrpcTransport* const transport_;
-  v1::Gossip::Stub* const stub_;
+  grpc::GenericStub* const stub_;
   const Chunks chunks_;
   const absl::Time deadline_;
   const bool retry_;
   const absl::Duration backoff_;
   std::function<void(absl::Status)> done_;
   grpc::ClientContext ctx_;
-  v1::PushReply reply_;
+  grpc::ByteBuffer out_;
+  grpc::ByteBuffer reply_;
   grpc::Alarm alarm_;
   size_t next_ = 0;
 };
@@ -83,36 +100,34 @@ absl::Status GrpcTransport::SetPeers(const std::vector<std::string>& addresses) 
     return absl::InvalidArgumentError(
         absl::StrCat("worker id ", self_, " is not in the list of ", addresses.size(), " peers"));
   }
-  std::vector<std::unique_ptr<v1::Gossip::Stub>> stubs;
+  std::vector<Peer> peers(addresses.size());
   for (size_t i = 0; i < addresses.size(); ++i) {
-    if (static_cast<int>(i) == self_) {
-      stubs.push_back(nullptr);
-      continue;
-    }
+    if (static_cast<int>(i) == self_) continue;
     if (addresses[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("peer ", i, " has no address"));
     }
     std::shared_ptr<grpc::Channel> channel =
         MakeChannel(addresses[i], ChannelKind::kPeer, credentials_);
-    stubs.push_back(v1::Gossip::NewStub(channel));
+    peers[i].stub = v1::Gossip::NewStub(channel);
+    peers[i].raw = std::make_unique<grpc::GenericStub>(channel);
   }
   absl::MutexLock lock(&mu_);
-  if (!stubs_.empty()) return absl::FailedPreconditionError("peers are already set");
-  stubs_ = std::move(stubs);
+  if (!peers_.empty()) return absl::FailedPreconditionError("peers are already set");
+  peers_ = std::move(peers);
   return absl::OkStatus();
 }
 
 bool GrpcTransport::has_peers() const {
   absl::MutexLock lock(&mu_);
-  return !stubs_.empty();
+  return !peers_.empty();
 }
 
 void GrpcTransport::Send(int to, Chunks chunks, absl::Time deadline, bool retry_unavailable,
                          std::function<void(absl::Status)> done) {
-  v1::Gossip::Stub* stub = nullptr;
+  grpc::GenericStub* stub = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    if (to >= 0 && static_cast<size_t>(to) < stubs_.size()) stub = stubs_[to].get();
+    if (to >= 0 && static_cast<size_t>(to) < peers_.size()) stub = peers_[to].raw.get();
     if (stub != nullptr) ++in_flight_;
   }
   if (stub == nullptr) {
@@ -128,7 +143,7 @@ absl::StatusOr<v1::TensorBundle> GrpcTransport::Swap(int to, Chunks chunks, absl
   v1::Gossip::Stub* stub = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    if (to >= 0 && static_cast<size_t>(to) < stubs_.size()) stub = stubs_[to].get();
+    if (to >= 0 && static_cast<size_t>(to) < peers_.size()) stub = peers_[to].stub.get();
   }
   if (stub == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("no address for worker ", to));

@@ -1,5 +1,7 @@
 // PeerTransport over gRPC: one channel per peer, each push a client-streaming Gossip.Push call
-// (callback API) that writes a bundle's chunks in order, with the round's deadline.
+// (callback API) that writes a bundle's chunks in order, with the round's deadline. Pushes are
+// written as raw messages (core/rpc/raw_chunk.h): gRPC sends each chunk's data from the bundle's
+// own memory, with no protobuf copy of it.
 //
 // Thread-safety: thread-safe. Send() may be called from any thread; `done` callbacks run on
 // gRPC's threads. Drain() before destruction waits for every push still in flight.
@@ -14,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "tern/v1/worker.grpc.pb.h"
 #include "worker/engine.h"
@@ -46,7 +49,11 @@ class GrpcTransport final : public PeerTransport {
   const int self_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   mutable absl::Mutex mu_;
-  std::vector<std::unique_ptr<v1::Gossip::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  struct Peer {
+    std::unique_ptr<v1::Gossip::Stub> stub;  // Swap
+    std::unique_ptr<grpc::GenericStub> raw;  // Push, on the same channel
+  };
+  std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
 #include "common/status_macros.h"
+#include "core/rpc/raw_chunk.h"
 #include "core/rpc/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "tern/v1/tensor.pb.h"
@@ -59,6 +60,22 @@ inline std::optional<absl::StatusOr<v1::TensorBundle>> FeedCounted(StreamLimits:
     return absl::StatusOr<v1::TensorBundle>(s);
   }
   std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(a, std::move(chunk));
+  if (got) stream.ReleaseAll();
+  return got;
+}
+
+// FeedCounted for a chunk received raw (its data read in place from gRPC's slices).
+inline std::optional<absl::StatusOr<v1::TensorBundle>> FeedCounted(StreamLimits::Stream& stream,
+                                                                   BundleAssembler& a,
+                                                                   const RawChunk& chunk) {
+  std::optional<absl::StatusOr<v1::TensorBundle>> got;
+  if (absl::Status s = stream.Hold(chunk.data_size); !s.ok()) {
+    got = absl::StatusOr<v1::TensorBundle>(s);
+  } else if (absl::Status added = a.Add(chunk.header, chunk.data); !added.ok()) {
+    got = absl::StatusOr<v1::TensorBundle>(added);
+  } else if (a.complete()) {
+    got = a.Finish();
+  }
   if (got) stream.ReleaseAll();
   return got;
 }

@@ -54,8 +54,8 @@ class StcCodec final : public Codec {
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool*) const override {
     // Positions into scratch first, so a bad stream leaves `out` untouched.
-    std::vector<uint32_t> pos;
-    std::vector<uint8_t> neg;
+    thread_local std::vector<uint32_t> pos;
+    thread_local std::vector<uint8_t> neg;
     TERN_RETURN_IF_ERROR(Parse(in, &pos, &neg));
     const float mu = in.scales[0];
     if (!accumulate) std::fill(out.begin(), out.end(), 0.0f);
@@ -98,11 +98,16 @@ class StcCodec final : public Codec {
     BitReader bits(r.ptr(), r.remaining());
     const uint64_t max_quotient = (in.numel >> b) + 1;
     uint64_t next = 0;  // smallest position the next non-zero may take
+    // A gap's Rice code (b remainder bits) and its sign bit, read as one Rice code with b + 1
+    // remainder bits: the sign is the remainder's top bit (bits go least significant first).
+    const uint64_t low = (uint64_t{1} << b) - 1;
     for (uint32_t j = 0; j < k; ++j) {
-      uint64_t gap, sign;
-      if (!bits.ReadRice(b, max_quotient, &gap) || !bits.Read(1, &sign)) {
+      uint64_t code;
+      if (!bits.ReadRice(b + 1, max_quotient, &code)) {
         return internal::PayloadError(Name(), "bitstream ends or is malformed at non-zero ", j);
       }
+      const uint64_t gap = ((code >> (b + 1)) << b) | (code & low);
+      const uint64_t sign = (code >> b) & 1;
       const uint64_t p = next + gap;
       if (p >= in.numel) {
         return internal::PayloadError(Name(), "position ", p, " out of range at non-zero ", j);

@@ -1,0 +1,84 @@
+// Parses a serialized tern.v1.TensorBundle while its bytes arrive, in pieces of any size (a
+// chunked stream's chunks). Each tensor's payload is copied once, straight from the pieces into
+// a string of its announced size, while the next pieces are still on the wire; everything else
+// (names, codecs, shapes, scales, unknown fields: small) is gathered per message and parsed by
+// protobuf at the end. So a received bundle costs one copy of its tensor bytes, made as they
+// arrive, instead of a parse of the whole bundle after its last byte.
+//
+// The bytes are untrusted: lengths past their message, groups, bad varints, a second payload in
+// one tensor or a second tensor in one NamedTensor are InvalidArgument, never a crash. A payload
+// string reserves its announced length (at most the bundle's total, which the caller bounds) and
+// is filled as bytes come. What it accepts, protobuf's parser accepts and reads the same
+// (tested); it refuses the duplicates above, which protobuf would merge and no tern sender writes.
+//
+// Thread-safety: not thread-safe (one per incoming stream).
+#ifndef TERN_COMMON_BUNDLE_STREAM_H_
+#define TERN_COMMON_BUNDLE_STREAM_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tern/v1/tensor.pb.h"
+
+namespace tern {
+
+class BundleStreamParser {
+ public:
+  // `total_size`: the bytes of the whole serialized bundle.
+  explicit BundleStreamParser(uint64_t total_size);
+
+  // The next bytes. After an error every call fails.
+  absl::Status Feed(absl::string_view piece);
+  // The bundle, once all total_size bytes were fed.
+  absl::StatusOr<v1::TensorBundle> Finish();
+
+ private:
+  // The three nested messages a payload sits in.
+  enum class Level { kBundle, kNamed, kEncoded };
+  // What the bytes being read are.
+  enum class State { kTag, kVarint, kFixed, kLength, kCopy, kPayload };
+
+  struct Tensor {
+    std::string named_rest;    // NamedTensor's fields but `tensor`
+    std::string encoded_rest;  // EncodedTensor's fields but `payload`
+    std::string payload;
+    bool has_encoded = false;
+    bool has_payload = false;
+  };
+  struct Frame {
+    Level level;
+    uint64_t end;  // offset just past this message's bytes
+  };
+
+  absl::Status Fail(absl::Status s);
+  absl::Status Step(absl::string_view* piece);
+  // Reads one byte of the tag or length being gathered in scratch_ (at most 5 bytes, as protobuf
+  // reads them); true when complete.
+  absl::StatusOr<bool> VarintByte(absl::string_view* piece, uint64_t* value);
+  absl::Status OnTag(uint64_t tag);
+  absl::Status OnLength(uint64_t length);
+  // Pops every frame that ends at the current offset.
+  void CloseFrames();
+  std::string& Rest();
+  uint64_t FrameLeft() const { return frames_.back().end - offset_; }
+
+  const uint64_t total_;
+  uint64_t offset_ = 0;
+  bool failed_ = false;
+  State state_ = State::kTag;
+  uint64_t left_ = 0;        // bytes left of a kFixed, kCopy or kPayload value
+  int field_ = 0;            // the field whose value is being read
+  std::string scratch_;      // a tag's (and length's) bytes until we know where they go
+  size_t varint_start_ = 0;  // where in scratch_ the varint being read starts
+  std::string bundle_rest_;
+  std::vector<Frame> frames_;
+  std::vector<Tensor> tensors_;
+};
+
+}  // namespace tern
+
+#endif  // TERN_COMMON_BUNDLE_STREAM_H_
