@@ -19,7 +19,8 @@ constexpr size_t kMaxVarint32Bytes = 5;  // a tag or a length
 
 }  // namespace
 
-BundleStreamParser::BundleStreamParser(uint64_t total_size) : total_(total_size) {
+BundleStreamParser::BundleStreamParser(uint64_t total_size, PayloadObserver* observer)
+    : total_(total_size), observer_(observer) {
   frames_.push_back({Level::kBundle, total_size});
 }
 
@@ -108,6 +109,9 @@ absl::Status BundleStreamParser::Step(absl::string_view* piece) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(left_, piece->size()));
       std::string& to = state_ == State::kPayload ? tensors_.back().payload : Rest();
       to.append(piece->data(), n);
+      if (state_ == State::kPayload && observer_ != nullptr) {
+        observer_->Bytes(tensors_.size() - 1, piece->substr(0, n));
+      }
       piece->remove_prefix(n);
       offset_ += n;
       left_ -= n;
@@ -179,6 +183,7 @@ absl::Status BundleStreamParser::OnLength(uint64_t length) {
     if (t.has_payload) return absl::InvalidArgumentError("a tensor with two payloads");
     t.has_payload = true;
     t.payload.reserve(length);  // bounded by the bundle's size; filled as bytes come
+    if (observer_ != nullptr) observer_->Begin(tensors_.size() - 1, t.encoded_rest, length);
     left_ = length;
     if (length > 0) state_ = State::kPayload;
   } else {

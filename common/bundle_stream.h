@@ -26,10 +26,23 @@
 
 namespace tern {
 
+// Sees each tensor's payload bytes as they arrive, to check them while they are in cache
+// (kernels/payload_scans.h). Called on the parser's thread, in order.
+class PayloadObserver {
+ public:
+  virtual ~PayloadObserver() = default;
+  // Tensor `index`'s payload of `size` bytes starts; `fields` are the serialized fields of its
+  // EncodedTensor seen before it (a tern sender's codec, numel, shape and scales).
+  virtual void Begin(size_t index, absl::string_view fields, uint64_t size) = 0;
+  // The next bytes of tensor `index`'s payload.
+  virtual void Bytes(size_t index, absl::string_view bytes) = 0;
+};
+
 class BundleStreamParser {
  public:
-  // `total_size`: the bytes of the whole serialized bundle.
-  explicit BundleStreamParser(uint64_t total_size);
+  // `total_size`: the bytes of the whole serialized bundle. `observer` (may be null) must outlive
+  // the parser.
+  explicit BundleStreamParser(uint64_t total_size, PayloadObserver* observer = nullptr);
 
   // The next bytes. After an error every call fails.
   absl::Status Feed(absl::string_view piece);
@@ -67,6 +80,7 @@ class BundleStreamParser {
   uint64_t FrameLeft() const { return frames_.back().end - offset_; }
 
   const uint64_t total_;
+  PayloadObserver* const observer_;
   uint64_t offset_ = 0;
   bool failed_ = false;
   State state_ = State::kTag;

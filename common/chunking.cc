@@ -164,7 +164,7 @@ absl::Status BundleAssembler::Add(const ChunkHeader& chunk,
     started_ = true;
     stream_id_ = chunk.stream_id;
     total_size_ = chunk.total_size;
-    parser_.emplace(total_size_);
+    parser_.emplace(total_size_, observer_);
   }
   // The chunk's CRC was just checked: the bundle's follows from it without a second pass.
   running_crc_ =

@@ -43,8 +43,10 @@ struct ChunkHeader {
 
 class BundleAssembler {
  public:
-  // Bundles larger than `max_bundle_bytes` are refused at their first chunk.
-  explicit BundleAssembler(uint64_t max_bundle_bytes) : max_bundle_bytes_(max_bundle_bytes) {}
+  // Bundles larger than `max_bundle_bytes` are refused at their first chunk. `observer` (may be
+  // null) sees the payloads' bytes as they arrive and must outlive the assembler.
+  explicit BundleAssembler(uint64_t max_bundle_bytes, PayloadObserver* observer = nullptr)
+      : max_bundle_bytes_(max_bundle_bytes), observer_(observer) {}
 
   // Accepts the next chunk: checks it, then parses its bytes into the bundle under way (a
   // tensor's payload bytes are copied once, into place, as each chunk comes). After an error the
@@ -67,6 +69,7 @@ class BundleAssembler {
                      size_t size);
 
   uint64_t max_bundle_bytes_;
+  PayloadObserver* observer_;
   bool started_ = false;
   bool complete_ = false;
   bool failed_ = false;

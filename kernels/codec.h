@@ -16,6 +16,7 @@
 #define TERN_KERNELS_CODEC_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,20 @@ struct EncodeOptions {
   ThreadPool* pool = nullptr;
 };
 
+// A payload's check and norm computed from its bytes as they arrive, in order (a receiver feeds
+// each chunk while it is in cache, instead of passing over a large message again after its last
+// byte). Not thread-safe; one per payload.
+class PayloadScan {
+ public:
+  virtual ~PayloadScan() = default;
+  virtual void Feed(absl::string_view bytes) = 0;
+  // Bytes fed so far.
+  virtual uint64_t fed() const = 0;
+  // Codec::Norm(in), bit for bit, where `in` is the tensor whose payload was fed: all of it, in
+  // order (fed() == in.payload.size(); else FailedPrecondition).
+  virtual absl::StatusOr<double> Finish(const EncodedView& in) = 0;
+};
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -108,6 +123,9 @@ class Codec {
   absl::Status Validate(const EncodedView& in) const;
   // ||decode(in)||₂ with Validate's verdict: what a receiver's norm guard measures on arrival.
   absl::StatusOr<double> Norm(const EncodedView& in) const;
+  // Norm as the payload arrives, or null (the default) where the check needs the whole payload
+  // at once; the cast codecs' check and norm are one pass over their words.
+  virtual std::unique_ptr<PayloadScan> NewPayloadScan() const { return nullptr; }
 
  protected:
   // Codec-specific decoding, after the codec name and element count were checked. With

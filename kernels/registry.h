@@ -84,6 +84,8 @@ class CodecRegistry final : public CodecRegistryOf<Codec> {
   absl::Status DecodeAccumulate(const EncodedView& in, float weight, absl::Span<float> out) const;
   absl::Status Validate(const EncodedView& in) const;
   absl::StatusOr<double> Norm(const EncodedView& in) const;
+  // The scan of `wire_name`'s payloads (Codec::NewPayloadScan), or null: none, or no such codec.
+  std::unique_ptr<PayloadScan> NewPayloadScan(absl::string_view wire_name) const;
 };
 
 }  // namespace tern

@@ -142,7 +142,10 @@ class WorkerDaemon::GossipService final
   class PushCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
    public:
     PushCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* reply)
-        : d_(d), reply_(reply), assembler_(d->options_.max_bundle_bytes) {
+        : d_(d),
+          reply_(reply),
+          scans_(d->codecs_),
+          assembler_(d->options_.max_bundle_bytes, &scans_) {
       if (absl::Status c = d->GossipCaller(*ctx); !c.ok()) {
         Refuse(c);
         return;
@@ -180,7 +183,7 @@ class WorkerDaemon::GossipService final
       // Deliver takes the bundle over (its payloads move, not copy); keep what the log needs.
       const std::string sender = (*got)->sender();
       const uint64_t round = (*got)->round();
-      absl::Status s = d_->engine_->Deliver(**std::move(got), wire_bytes_);
+      absl::Status s = d_->engine_->Deliver(**std::move(got), wire_bytes_, &scans_);
       if (absl::IsUnavailable(s)) {
         spdlog::debug("worker {}: not ready for '{}' round {}: {}", d_->options_.engine.worker_id,
                       sender, round, s.ToString());
@@ -207,6 +210,7 @@ class WorkerDaemon::GossipService final
     WorkerDaemon* const d_;
     grpc::ByteBuffer* const reply_;
     std::unique_ptr<StreamLimits::Stream> stream_;
+    PayloadScans scans_;  // the payloads checked as they arrive; before the assembler feeding it
     BundleAssembler assembler_;
     grpc::ByteBuffer message_;
     uint64_t wire_bytes_ = 0;

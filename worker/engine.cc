@@ -463,7 +463,8 @@ absl::StatusOr<int> RoundEngine::SenderOf(const v1::TensorBundle& bundle) const 
 }
 
 absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundle bundle,
-                                                                 uint64_t num_params) const {
+                                                                 uint64_t num_params,
+                                                                 PayloadScans* scans) const {
   if (num_params == 0) return absl::UnavailableError("this worker has no model registered yet");
   TERN_ASSIGN_OR_RETURN(const int sender, SenderOf(bundle));
   if (bundle.round() > (uint64_t{1} << 62)) {
@@ -482,27 +483,32 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundl
                                                    " parts, expected ", parts_.size(), " (",
                                                    absl::StrJoin(parts_, ", "), ")"));
   }
-  // Checked without decoding (sparse payloads: positions only); decoded once, when mixed.
+  // Checked without decoding (sparse payloads: positions only; cast payloads as they arrived,
+  // where scanned); decoded once, when mixed. Parts are in the bundle's order (GossipFromBundle).
   for (const std::string& name : parts_) {
-    const EncodedTensor* t = msg.Find(name);
-    if (t == nullptr) {
+    const auto part = std::find_if(msg.parts.begin(), msg.parts.end(),
+                                   [&name](const auto& p) { return p.first == name; });
+    if (part == msg.parts.end()) {
       return absl::InvalidArgumentError(absl::StrCat("message lacks part '", name, "'"));
     }
-    TERN_RETURN_IF_ERROR(CheckPart(name, sender, *t));
+    const size_t index = static_cast<size_t>(part - msg.parts.begin());
+    TERN_RETURN_IF_ERROR(CheckPart(name, sender, part->second,
+                                   scans == nullptr ? nullptr : scans->For(index, part->second)));
   }
   msg.checked = true;
   return std::make_pair(sender, std::move(msg));
 }
 
-absl::Status RoundEngine::CheckPart(const std::string& name, int sender,
-                                    const EncodedTensor& t) const {
+absl::Status RoundEngine::CheckPart(const std::string& name, int sender, const EncodedTensor& t,
+                                    PayloadScan* scan) const {
   const EncodedView view = EncodedView::Of(t);
   if (!options_.norm_guard.enabled()) {
-    absl::Status d = codecs_->Validate(view);
+    absl::Status d = scan != nullptr ? scan->Finish(view).status() : codecs_->Validate(view);
     if (d.ok()) return d;
     return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", d.message()));
   }
-  absl::StatusOr<double> norm = codecs_->Norm(view);  // validates too
+  // Validates too.
+  absl::StatusOr<double> norm = scan != nullptr ? scan->Finish(view) : codecs_->Norm(view);
   if (!norm.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", norm.status().message()));
   }
@@ -525,7 +531,8 @@ void RoundEngine::ObserveOwn(const GossipMessage& msg) {
   }
 }
 
-absl::Status RoundEngine::Deliver(v1::TensorBundle bundle, uint64_t wire_bytes) {
+absl::Status RoundEngine::Deliver(v1::TensorBundle bundle, uint64_t wire_bytes,
+                                  PayloadScans* scans) {
   uint64_t num_params;
   {
     absl::MutexLock lock(&mu_);
@@ -544,7 +551,7 @@ absl::Status RoundEngine::Deliver(v1::TensorBundle bundle, uint64_t wire_bytes) 
         static_cast<int64_t>(std::min<uint64_t>(bundle.round(), uint64_t{1} << 62));
     const absl::Status window = inbox_->CheckRound(round);
     if (!window.ok() && (absl::IsCancelled(window) || round < inbox_->floor())) return window;
-    TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(bundle), num_params));
+    TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(bundle), num_params, scans));
     if (!window.ok()) {
       inbox_->Note(round, checked.first);
       return window;

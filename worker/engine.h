@@ -33,6 +33,7 @@
 #include "core/model/layout.h"
 #include "core/model/norm_guard.h"
 #include "core/topology/topology.h"
+#include "kernels/payload_scans.h"
 #include "kernels/registry.h"
 #include "tern/v1/tensor.pb.h"
 #include "tern/v1/worker.pb.h"
@@ -144,7 +145,9 @@ class RoundEngine {
   absl::Status BindParams(absl::Span<float> storage);
 
   // A neighbour's message (`wire_bytes` as received). OK or an error saying why it was refused.
-  absl::Status Deliver(v1::TensorBundle bundle, uint64_t wire_bytes);
+  // `scans` (may be null): its payloads' checks made as they arrived, taken instead of a pass
+  // over them now where they cover a part.
+  absl::Status Deliver(v1::TensorBundle bundle, uint64_t wire_bytes, PayloadScans* scans = nullptr);
 
   // Parameters after `step` steps: NotFound when never kept or evicted, Unavailable when the
   // worker has not got there yet.
@@ -205,11 +208,12 @@ class RoundEngine {
   // The sender of a message of this run (another worker's id), or InvalidArgument.
   absl::StatusOr<int> SenderOf(const v1::TensorBundle& bundle) const;
   // Checks a peer's bundle (everything but the round window); returns sender and message.
-  absl::StatusOr<std::pair<int, GossipMessage>> Check(v1::TensorBundle bundle,
-                                                      uint64_t num_params) const;
-  // Validates part `name` of a peer's message and, with the guard on, checks its norm.
-  absl::Status CheckPart(const std::string& name, int sender, const EncodedTensor& t) const
-      ABSL_LOCKS_EXCLUDED(guard_mu_);
+  absl::StatusOr<std::pair<int, GossipMessage>> Check(v1::TensorBundle bundle, uint64_t num_params,
+                                                      PayloadScans* scans = nullptr) const;
+  // Validates part `name` of a peer's message and, with the guard on, checks its norm; by
+  // `scan` (may be null), the part's check made as it arrived, where there is one.
+  absl::Status CheckPart(const std::string& name, int sender, const EncodedTensor& t,
+                         PayloadScan* scan) const ABSL_LOCKS_EXCLUDED(guard_mu_);
   // Records the norms of our own message's parts: the guard's reference.
   void ObserveOwn(const GossipMessage& msg) ABSL_LOCKS_EXCLUDED(guard_mu_);
   absl::StatusOr<MixingRow> RowFor(const Graph& g);

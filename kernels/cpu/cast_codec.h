@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,7 @@
 #include "kernels/codec.h"
 #include "kernels/cpu/codec_util.h"
 #include "kernels/format/cast.h"
+#include "kernels/format/payload.h"
 
 namespace tern::internal {
 
@@ -50,18 +53,18 @@ class CastCodec final : public Codec {
   // anywhere makes the sum non-finite, which is the finiteness check).
   absl::StatusOr<double> NormImpl(const EncodedView& in) const override {
     if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
-    constexpr size_t kBlock = 1024;
-    float block[kBlock];
-    double sum = 0;
-    for (size_t b = 0; b < in.numel; b += kBlock) {
-      const size_t n = std::min(kBlock, static_cast<size_t>(in.numel) - b);
-      Traits::DecodeLoop(in.payload.data() + b * Traits::kFormat.word_bytes, block, n);
-      sum += SquaredL2Norm(absl::MakeConstSpan(block, n));
-    }
-    if (!std::isfinite(sum)) return format::CheckCastFinite(Traits::kFormat, in);
-    return std::sqrt(sum);
+    Sum sum;
+    sum.Add(in.payload.data(), in.numel);
+    return sum.Norm(in);
   }
 
+ public:
+  // The same sum over the words as they arrive.
+  std::unique_ptr<PayloadScan> NewPayloadScan() const override {
+    return std::make_unique<Scan>(this);
+  }
+
+ protected:
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool* pool) const override {
     if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
@@ -79,6 +82,77 @@ class CastCodec final : public Codec {
 
  private:
   static constexpr size_t kGrain = size_t{1} << 16;
+  static constexpr size_t kWord = Traits::kFormat.word_bytes;
+
+  // Σ x², decoded and summed in blocks of kBlock words from the payload's start, whether the
+  // words come at once (NormImpl) or in pieces (Scan): the same blocks, so the same bits.
+  class Sum {
+   public:
+    // `n` more whole words.
+    void Add(const uint8_t* words, size_t n) {
+      while (n > 0) {
+        const size_t k = std::min(n, kBlock - filled_);
+        Traits::DecodeLoop(words, block_ + filled_, k);
+        filled_ += k;
+        words += k * kWord;
+        n -= k;
+        if (filled_ == kBlock) Flush();
+      }
+    }
+    absl::StatusOr<double> Norm(const EncodedView& in) {
+      Flush();
+      if (!std::isfinite(sum_)) return format::CheckCastFinite(Traits::kFormat, in);
+      return std::sqrt(sum_);
+    }
+
+   private:
+    static constexpr size_t kBlock = 1024;
+    void Flush() {
+      if (filled_ > 0) sum_ += SquaredL2Norm(absl::MakeConstSpan(block_, filled_));
+      filled_ = 0;
+    }
+    float block_[kBlock];
+    size_t filled_ = 0;
+    double sum_ = 0;
+  };
+
+  class Scan final : public PayloadScan {
+   public:
+    explicit Scan(const CastCodec* codec) : codec_(codec) {}
+    void Feed(absl::string_view bytes) override {
+      fed_ += bytes.size();
+      const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+      size_t n = bytes.size();
+      if (carried_ > 0 && carried_ < kWord) {  // a word split between pieces
+        const size_t k = std::min(kWord - carried_, n);
+        std::memcpy(carry_ + carried_, p, k);
+        carried_ += k;
+        p += k;
+        n -= k;
+        if (carried_ < kWord) return;
+        sum_.Add(carry_, 1);
+      }
+      sum_.Add(p, n / kWord);
+      carried_ = n % kWord;
+      std::memcpy(carry_, p + n - carried_, carried_);
+    }
+    uint64_t fed() const override { return fed_; }
+    absl::StatusOr<double> Finish(const EncodedView& in) override {
+      if (fed_ != in.payload.size()) {
+        return absl::FailedPreconditionError("the scan did not see the whole payload");
+      }
+      if (absl::Status s = CheckView(codec_->Name(), in, in.numel); !s.ok()) return s;
+      if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
+      return sum_.Norm(in);
+    }
+
+   private:
+    const CastCodec* const codec_;
+    Sum sum_;
+    uint8_t carry_[kWord] = {};
+    size_t carried_ = 0;
+    uint64_t fed_ = 0;
+  };
 };
 
 }  // namespace tern::internal
