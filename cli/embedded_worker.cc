@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "cli/tern_embedded.h"
 #include "cli/worker_flags.h"
+#include "common/c_error.h"
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -37,13 +38,7 @@ namespace {
 constexpr uint64_t kMaxParams = uint64_t{1} << 31;
 
 int Fail(const absl::Status& s, char* error, size_t error_size) {
-  if (error != nullptr && error_size > 0) {
-    const std::string m(s.message());
-    const size_t n = std::min(m.size(), error_size - 1);
-    std::memcpy(error, m.data(), n);
-    error[n] = '\0';
-  }
-  return s.ok() ? static_cast<int>(absl::StatusCode::kUnknown) : static_cast<int>(s.code());
+  return CErrorCode(s, error, error_size);
 }
 
 // Flags about the worker's own trainer or a scheduler client: the embedding process is the

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/c_error.h"
 #include "core/federated/client_model.h"
 #include "core/model/bundle.h"
 #include "kernels/builtin.h"
@@ -27,13 +28,7 @@ namespace {
 constexpr uint64_t kMaxParams = uint64_t{1} << 31;
 
 int Fail(const absl::Status& s, char* error, size_t error_size) {
-  if (error != nullptr && error_size > 0) {
-    const std::string m(s.message());
-    const size_t n = std::min(m.size(), error_size - 1);
-    std::memcpy(error, m.data(), n);
-    error[n] = '\0';
-  }
-  return s.ok() ? static_cast<int>(absl::StatusCode::kUnknown) : static_cast<int>(s.code());
+  return tern::CErrorCode(s, error, error_size);
 }
 
 template <typename Message>
