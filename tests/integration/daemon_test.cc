@@ -362,8 +362,13 @@ TEST(StalledStreams, AWorkerRefusesThemPastItsBudgetAndCancelsThemWhenIdle) {
     statuses.push_back(writers[i]->Finish());
   }
   std::map<int, int> n = CountCodes(statuses);
-  EXPECT_EQ(n[grpc::StatusCode::RESOURCE_EXHAUSTED], kStreams - 16);
-  EXPECT_EQ(n[grpc::StatusCode::CANCELLED], 16);  // parked within the budget, then idle
+  // 16 parked within the budget, then cancelled when idle; the rest refused. A stream whose first
+  // chunk is read only after the sweep has freed the budget is parked and cancelled in its turn
+  // (one budget more at most), so the split is exact only when every first chunk is read within
+  // the idle timeout.
+  EXPECT_EQ(n[grpc::StatusCode::RESOURCE_EXHAUSTED] + n[grpc::StatusCode::CANCELLED], kStreams);
+  EXPECT_GE(n[grpc::StatusCode::CANCELLED], 16);
+  EXPECT_GE(n[grpc::StatusCode::RESOURCE_EXHAUSTED], kStreams - 32);
   for (const auto& s : statuses) {
     if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       EXPECT_THAT(s.error_message(), HasSubstr("--max_buffered_mb=16"));

@@ -396,8 +396,13 @@ TEST(StalledStreams, TheServerRefusesThemPastItsBudgetAndCancelsThemWhenIdle) {
     statuses.push_back(writers[i]->Finish());
   }
   std::map<int, int> n = CountCodes(statuses);
-  EXPECT_EQ(n[grpc::StatusCode::RESOURCE_EXHAUSTED], kStreams - 32);  // 32 x 512 KiB = 16 MiB
-  EXPECT_EQ(n[grpc::StatusCode::CANCELLED], 32);
+  // 32 x 512 KiB = 16 MiB are held, the rest refused. A stream whose first message the server
+  // reads only after the sweep has freed the budget (seen under ASan on two busy cores) is
+  // held in its turn and cancelled in its turn: the split is exact only when every first message
+  // is read within the idle timeout, so the test asserts what holds either way.
+  EXPECT_EQ(n[grpc::StatusCode::RESOURCE_EXHAUSTED] + n[grpc::StatusCode::CANCELLED], kStreams);
+  EXPECT_GE(n[grpc::StatusCode::CANCELLED], 32);
+  EXPECT_GT(n[grpc::StatusCode::RESOURCE_EXHAUSTED], 0);
   stub.reset();
   kill(pid, SIGTERM);
   EXPECT_EQ(Wait(pid), 0) << ReadText(dir + "/server.log");
