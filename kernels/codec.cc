@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/simd.h"
 #include "kernels/format/payload.h"
 
@@ -16,6 +17,11 @@ absl::Status Codec::DecodeAccumulate(const EncodedView& in, float weight, absl::
                                      ThreadPool* pool) const {
   if (absl::Status s = internal::CheckView(Name(), in, out.size()); !s.ok()) return s;
   return DecodeImpl(in, weight, /*accumulate=*/true, out, pool);
+}
+
+absl::Status Codec::EncodeSelection(const TopKSelection&, const EncodeOptions&, EncodedTensor*) {
+  return absl::UnimplementedError(
+      absl::StrCat(Name(), " encodes from its whole input, not from a top-k selection"));
 }
 
 absl::Status Codec::Validate(const EncodedView& in) const {

@@ -79,6 +79,16 @@ struct EncodeOptions {
   ThreadPool* pool = nullptr;
 };
 
+// The k largest magnitudes of an input, as SelectTopK (kernels/select.h) chooses them: `indices`
+// ascending, `values` the input there. What a caller that selects in a pass of its own hands a
+// top-k codec instead of the input (CHOCO selects while it computes x - x_hat, which then never
+// goes to memory). Not owned; must outlive the call.
+struct TopKSelection {
+  uint64_t numel = 0;
+  absl::Span<const uint32_t> indices;
+  absl::Span<const float> values;
+};
+
 // A payload's check and norm computed from its bytes as they arrive, in order (a receiver feeds
 // each chunk while it is in cache, instead of passing over a large message again after its last
 // byte). Not thread-safe; one per payload.
@@ -108,6 +118,15 @@ class Codec {
   // encoding into the same EncodedTensor every step does not reallocate.
   virtual absl::Status Encode(absl::Span<const float> input, const EncodeOptions& options,
                               EncodedTensor* out) = 0;
+
+  // For the codecs whose payload depends on their input only through its k largest magnitudes as
+  // SelectTopK chooses them (top-k, STC): that k for an input of n elements. 0 for the others.
+  virtual size_t TopK(uint64_t /*n*/) const { return 0; }
+  // What Encode writes for an input whose selection is `selection` (TopK(numel) entries), bit for
+  // bit. InvalidArgument for a selection of another size or not ascending; Unimplemented where
+  // TopK is 0.
+  virtual absl::Status EncodeSelection(const TopKSelection& selection,
+                                       const EncodeOptions& options, EncodedTensor* out);
 
   // Decodes into `out` (size must equal in.numel). The bytes are untrusted: a payload that is
   // truncated, oversize, of another codec or internally inconsistent yields InvalidArgument and

@@ -59,8 +59,9 @@ TERN_TARGET_AVX512 size_t FilterBlockAvx512(const float* x, size_t n, uint32_t b
 }
 #endif
 
-void FilterRange(absl::Span<const float> x, size_t begin, size_t end, uint32_t min_key,
-                 std::vector<uint32_t>* out, std::vector<float>* values) {
+// Filters x[begin, end) into *out (indices offset by `base`) and *values.
+void FilterRange(absl::Span<const float> x, uint32_t base, size_t begin, size_t end,
+                 uint32_t min_key, std::vector<uint32_t>* out, std::vector<float>* values) {
   uint32_t buf[kFilterBlock + 16];
   float vbuf[kFilterBlock + 16];
   const bool avx512 = CpuHasAvx512();
@@ -68,11 +69,13 @@ void FilterRange(absl::Span<const float> x, size_t begin, size_t end, uint32_t m
     const size_t n = std::min(kFilterBlock, end - b);
 #if defined(TERN_X86_DISPATCH)
     const size_t c =
-        avx512 ? FilterBlockAvx512(x.data() + b, n, static_cast<uint32_t>(b), min_key, buf, vbuf)
-               : FilterBlock(x.data() + b, n, static_cast<uint32_t>(b), min_key, buf, vbuf);
+        avx512 ? FilterBlockAvx512(x.data() + b, n, base + static_cast<uint32_t>(b), min_key, buf,
+                                   vbuf)
+               : FilterBlock(x.data() + b, n, base + static_cast<uint32_t>(b), min_key, buf, vbuf);
 #else
     (void)avx512;
-    const size_t c = FilterBlock(x.data() + b, n, static_cast<uint32_t>(b), min_key, buf, vbuf);
+    const size_t c =
+        FilterBlock(x.data() + b, n, base + static_cast<uint32_t>(b), min_key, buf, vbuf);
 #endif
     out->insert(out->end(), buf, buf + c);
     values->insert(values->end(), vbuf, vbuf + c);
@@ -94,9 +97,9 @@ uint32_t NthLargest(std::vector<uint32_t>& keys, size_t r) {
   return keys[r];
 }
 
-// From ascending candidates (a superset of the top-k) and their values, keeps exactly the k
-// largest, ascending.
-void TrimToTopK(size_t k, std::vector<uint32_t>* cand, std::vector<float>* values) {
+}  // namespace
+
+void KeepTopK(size_t k, std::vector<uint32_t>* cand, std::vector<float>* values) {
   if (cand->size() <= k) return;
   std::vector<uint32_t> keys(cand->size());
   for (size_t i = 0; i < cand->size(); ++i) keys[i] = MagnitudeKey((*values)[i]);
@@ -117,7 +120,10 @@ void TrimToTopK(size_t k, std::vector<uint32_t>* cand, std::vector<float>* value
   values->resize(w);
 }
 
-}  // namespace
+void AppendAtLeast(absl::Span<const float> x, uint32_t base, uint32_t min_key,
+                   std::vector<uint32_t>* indices, std::vector<float>* values) {
+  FilterRange(x, base, 0, x.size(), min_key, indices, values);
+}
 
 void SelectAtLeast(absl::Span<const float> x, uint32_t min_key, std::vector<uint32_t>* indices,
                    ThreadPool* pool, std::vector<float>* values) {
@@ -129,7 +135,7 @@ void SelectAtLeast(absl::Span<const float> x, uint32_t min_key, std::vector<uint
                            ? static_cast<size_t>(pool->num_threads()) + 1
                            : 1;
   if (parts == 1) {
-    FilterRange(x, 0, x.size(), min_key, indices, values);
+    FilterRange(x, 0, 0, x.size(), min_key, indices, values);
     return;
   }
   std::vector<std::vector<uint32_t>> pieces(parts);
@@ -137,7 +143,8 @@ void SelectAtLeast(absl::Span<const float> x, uint32_t min_key, std::vector<uint
   const size_t per = (x.size() + parts - 1) / parts;
   pool->ParallelFor(parts, 1, 1, [&](size_t b, size_t e) {
     for (size_t p = b; p < e; ++p) {
-      FilterRange(x, p * per, std::min(x.size(), (p + 1) * per), min_key, &pieces[p], &vpieces[p]);
+      FilterRange(x, 0, p * per, std::min(x.size(), (p + 1) * per), min_key, &pieces[p],
+                  &vpieces[p]);
     }
   });
   size_t total = 0;
@@ -179,7 +186,7 @@ void SelectTopK(absl::Span<const float> x, size_t k, std::vector<uint32_t>* indi
     for (size_t i = 0; i < d; ++i) keys[i] = MagnitudeKey(x[i]);
     SelectAtLeast(x, NthLargest(keys, k - 1), indices, pool, values);
   }
-  TrimToTopK(k, indices, values);
+  KeepTopK(k, indices, values);
 }
 
 DgcSelection SelectDgc(absl::Span<const float> x, size_t k, double sample_ratio,
@@ -207,7 +214,7 @@ DgcSelection SelectDgc(absl::Span<const float> x, size_t k, double sample_ratio,
     sel.threshold_key = key;
     sel.selected = indices->size();
     if (indices->size() > k + 3 * k / 10) {  // > 1.3k: exact top-k of the selected
-      TrimToTopK(k, indices, values);
+      KeepTopK(k, indices, values);
       break;
     }
     if (10 * indices->size() >= 8 * k || sel.tries == 10 || key == 0) break;

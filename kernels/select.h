@@ -36,6 +36,17 @@ void SelectTopK(absl::Span<const float> x, size_t k, std::vector<uint32_t>* indi
 void SelectAtLeast(absl::Span<const float> x, uint32_t min_key, std::vector<uint32_t>* indices,
                    ThreadPool* pool = nullptr, std::vector<float>* values = nullptr);
 
+// Appends (base + i, x[i]) to *indices and *values for every i with MagnitudeKey(x[i]) >= min_key,
+// in order: one block of a pass the caller makes itself (CHOCO filters each block of x - x_hat
+// while it is in cache, so the whole vector is never stored).
+void AppendAtLeast(absl::Span<const float> x, uint32_t base, uint32_t min_key,
+                   std::vector<uint32_t>* indices, std::vector<float>* values);
+
+// From ascending candidates and their values, keeps exactly the k largest magnitudes, ascending:
+// SelectTopK's answer for any input whose elements of at least the k-th largest magnitude are
+// all among the candidates.
+void KeepTopK(size_t k, std::vector<uint32_t>* indices, std::vector<float>* values);
+
 struct DgcSelection {
   uint32_t threshold_key = 0;  // the last threshold tried
   int tries = 0;               // filtering passes made (1..10)

@@ -74,6 +74,39 @@ TEST(SelectAtLeast, MatchesAPlainFilterIncludingValuesAndOddFloats) {
   }
 }
 
+// A caller's own pass (blocks appended one by one with their offsets) finds what SelectAtLeast
+// finds, and KeepTopK over any superset of the top-k that a threshold gives is SelectTopK's
+// answer, ties included.
+TEST(KeepTopK, FromBlocksFilteredByAnyLowEnoughThresholdIsSelectTopK) {
+  std::vector<float> ties(30011, 0.5f);
+  for (size_t i = 0; i < ties.size(); i += 3) ties[i] = -2.0f;
+  for (const std::vector<float>& x : {testing::Gaussian(30011, 45), ties}) {
+    for (size_t k : {size_t{1}, size_t{300}, size_t{10000}}) {
+      std::vector<uint32_t> want;
+      std::vector<float> want_values;
+      SelectTopK(x, k, &want, nullptr, &want_values);
+      float kth = std::numeric_limits<float>::infinity();
+      for (float v : want_values) kth = std::min(kth, std::fabs(v));
+      for (float margin : {1.0f, 0.9f, 0.5f, 0.0f}) {
+        const uint32_t min_key = MagnitudeKey(kth * margin);
+        std::vector<uint32_t> idx, all;
+        std::vector<float> values, all_values;
+        for (size_t b = 0; b < x.size(); b += 1000) {
+          const size_t len = std::min<size_t>(1000, x.size() - b);
+          AppendAtLeast(absl::MakeConstSpan(x).subspan(b, len), static_cast<uint32_t>(b), min_key,
+                        &idx, &values);
+        }
+        SelectAtLeast(x, min_key, &all, nullptr, &all_values);
+        ASSERT_EQ(idx, all);
+        ASSERT_EQ(values, all_values);
+        KeepTopK(k, &idx, &values);
+        EXPECT_EQ(idx, want) << "k = " << k << ", margin " << margin;
+        EXPECT_EQ(values, want_values);
+      }
+    }
+  }
+}
+
 TEST(SelectDgc, SelectionLandsInTheBandAroundK) {
   for (double ratio : {0.001, 0.01, 0.05}) {
     const auto x = testing::Gaussian(1 << 20, 43);

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/rng.h"
 #include "common/simd.h"
 #include "common/status_macros.h"
+#include "kernels/select.h"
 
 namespace tern {
 
@@ -55,6 +58,12 @@ TERN_MULTIVERSION void ChocoLocalStep(size_t n, const float* __restrict g,
       d[i] = x[i] - hs[i];
     }
   }
+}
+
+// d = x - y.
+TERN_MULTIVERSION void Subtract(size_t n, const float* __restrict x, const float* __restrict y,
+                                float* __restrict d) {
+  for (size_t i = 0; i < n; ++i) d[i] = x[i] - y[i];
 }
 
 TERN_MULTIVERSION void ChocoMix(size_t n, const float* __restrict s, const float* __restrict hs,
@@ -138,15 +147,26 @@ class AlgorithmBase : public Algorithm {
 
   absl::Status AddPart(GossipMessage* msg, std::string name, absl::Span<const float> v,
                        Codec* codec = nullptr, int64_t step = 0) {
+    EncodedTensor t;
+    TERN_RETURN_IF_ERROR((codec ? codec : dense_.get())->Encode(v, PartOptions(*msg, step), &t));
+    msg->parts.emplace_back(std::move(name), std::move(t));
+    return absl::OkStatus();
+  }
+  // The same from the top-k selection of the part's values (a top-k codec's input).
+  absl::Status AddSelectedPart(GossipMessage* msg, std::string name,
+                               const TopKSelection& selection, Codec* codec, int64_t step) {
+    EncodedTensor t;
+    TERN_RETURN_IF_ERROR(codec->EncodeSelection(selection, PartOptions(*msg, step), &t));
+    msg->parts.emplace_back(std::move(name), std::move(t));
+    return absl::OkStatus();
+  }
+  EncodeOptions PartOptions(const GossipMessage& msg, int64_t step) const {
     EncodeOptions eo;
     // A fresh, reproducible stream per (seed, worker, step, part).
     eo.seed = Mix64(options_.seed ^ Mix64((static_cast<uint64_t>(worker_) << 32) ^
-                                          (static_cast<uint64_t>(step) * 4 + msg->parts.size())));
+                                          (static_cast<uint64_t>(step) * 4 + msg.parts.size())));
     eo.blocks = blocks_;
-    EncodedTensor t;
-    TERN_RETURN_IF_ERROR((codec ? codec : dense_.get())->Encode(v, eo, &t));
-    msg->parts.emplace_back(std::move(name), std::move(t));
-    return absl::OkStatus();
+    return eo;
   }
 
   // Part `name` of a message from `from`, after checking that it exists and fits the model.
@@ -381,10 +401,18 @@ class Choco final : public AlgorithmBase {
     m_.resize(x_.size(), 0.0f);
     diff_.resize(x_.size());
     // The last round's mixing in the same pass as this step's update.
-    LocalStep(g, lr, mix_pending_ ? static_cast<float>(options_.consensus_step) : 0.0f);
+    const float gc = mix_pending_ ? static_cast<float>(options_.consensus_step) : 0.0f;
     mix_pending_ = false;
     GossipMessage msg;
-    TERN_RETURN_IF_ERROR(AddPart(&msg, "q", diff_, codec_.get(), step));
+    const size_t k = codec_->TopK(x_.size());
+    if (k == 0 || k >= x_.size()) {
+      LocalStep(g, lr, gc);
+      TERN_RETURN_IF_ERROR(AddPart(&msg, "q", diff_, codec_.get(), step));
+    } else {
+      SelectingStep(g, lr, gc, k);
+      const TopKSelection selection{x_.size(), selected_, selected_values_};
+      TERN_RETURN_IF_ERROR(AddSelectedPart(&msg, "q", selection, codec_.get(), step));
+    }
     // Our own public copy moves by exactly what the neighbours will add to theirs.
     TERN_RETURN_IF_ERROR(Accumulate(worker_, msg, "q", 1.0, absl::MakeSpan(hat_self_)));
     return msg;
@@ -427,6 +455,8 @@ class Choco final : public AlgorithmBase {
   absl::Status InitState() override {
     TERN_ASSIGN_OR_RETURN(codec_, codecs_->Create(options_.codec));
     hat_self_.assign(x_.size(), 0.0f);
+    min_key_ = 0;
+    margin_ = 0.9f;
     hat_.clear();
     pending_.clear();
     pending_bytes_ = 0;
@@ -437,12 +467,63 @@ class Choco final : public AlgorithmBase {
 
  private:
   static constexpr int kRebuildEvery = 64;
+  // SelectingStep's blocks (8 KiB of diff on the stack, in L1) and the bounds of how far under
+  // the last k-th magnitude it filters: x_hat_self chases x, so diff's k-th magnitude moves
+  // little from one round to the next; candidates past k cost a selection among them, too few a
+  // pass more.
+  static constexpr size_t kSelectBlock = 2048;
+  static constexpr float kMinMargin = 0.25f, kMaxMargin = 0.99f;
 
   // m = beta m + g; x = x + gc (s - ws x_hat_self) - lr m; diff = x - x_hat_self.
   void LocalStep(absl::Span<const float> grad, float lr, float gc) {
     ChocoLocalStep(x_.size(), grad.data(), hat_self_.data(), gc != 0.0f ? sum_.data() : nullptr,
                    m_.data(), x_.data(), diff_.data(), static_cast<float>(options_.momentum), lr,
                    gc, static_cast<float>(WeightSum(sum_row_)));
+  }
+
+  // The local step for a top-k codec (STC, top-k), selecting as it goes: each block of
+  // diff = x - x_hat_self is computed into the stack and filtered there by a threshold a little
+  // under the last round's k-th magnitude, so diff never goes to memory and is not read again.
+  // When fewer than k pass (the magnitudes fell), diff is stored and selected whole, as the codec
+  // would. Either way the selection is SelectTopK's, so the payload is Encode(diff)'s bit for bit.
+  void SelectingStep(absl::Span<const float> grad, float lr, float gc, size_t k) {
+    const size_t n = x_.size();
+    selected_.clear();
+    selected_values_.clear();
+    bool enough = false;
+    if (min_key_ != 0) {
+      const float beta = static_cast<float>(options_.momentum);
+      const float ws = static_cast<float>(WeightSum(sum_row_));
+      float block[kSelectBlock];
+      for (size_t b = 0; b < n; b += kSelectBlock) {
+        const size_t len = std::min(kSelectBlock, n - b);
+        ChocoLocalStep(len, grad.data() + b, hat_self_.data() + b,
+                       gc != 0.0f ? sum_.data() + b : nullptr, m_.data() + b, x_.data() + b, block,
+                       beta, lr, gc, ws);
+        AppendAtLeast(absl::MakeConstSpan(block, len), static_cast<uint32_t>(b), min_key_,
+                      &selected_, &selected_values_);
+      }
+      enough = selected_.size() >= k;
+      if (!enough) Subtract(n, x_.data(), hat_self_.data(), diff_.data());
+      // Closer under the k-th magnitude while well over k pass (a Gaussian's tail at 1 % holds
+      // 4k above 0.8 of its k-th magnitude), further when too few did.
+      if (!enough) {
+        margin_ = std::max(kMinMargin, margin_ * 0.8f);
+      } else if (selected_.size() > k + k / 2) {
+        margin_ = std::min(kMaxMargin, margin_ * 1.02f);
+      }
+    } else {
+      LocalStep(grad, lr, gc);
+    }
+    if (enough) {
+      KeepTopK(k, &selected_, &selected_values_);
+    } else {
+      SelectTopK(diff_, k, &selected_, nullptr, &selected_values_);
+    }
+    float kth = std::numeric_limits<float>::infinity();
+    for (float v : selected_values_) kth = std::min(kth, std::fabs(v));
+    // Key 0 (a zero k-th magnitude) would pass everything: no filter next round then.
+    min_key_ = MagnitudeKey(kth * margin_);
   }
 
   static double WeightSum(const MixingRow& row) {
@@ -483,6 +564,10 @@ class Choco final : public AlgorithmBase {
 
   std::unique_ptr<Codec> codec_;
   std::vector<float> m_, diff_, hat_self_;
+  std::vector<uint32_t> selected_;  // this round's top-k of diff (a top-k codec's input)
+  std::vector<float> selected_values_;
+  uint32_t min_key_ = 0;  // SelectingStep's filter; 0: none yet
+  float margin_ = 0.9f;   // min_key_ over the last k-th magnitude
   std::map<int, std::vector<float>> hat_;  // behind by pending_[j]
   std::map<int, std::vector<EncodedTensor>> pending_;
   size_t pending_bytes_ = 0;

@@ -1,9 +1,11 @@
 #include "worker/algorithm.h"
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
@@ -26,8 +28,11 @@ struct Simulation {
   std::vector<float> optimum;
   size_t bytes_sent = 0;
 
+  // `customize` may register codecs of the test's own before the workers are made.
   Simulation(const std::string& name, const AlgorithmOptions& o, int n, size_t d,
-             std::vector<TensorBlock> blocks = {}) {
+             std::vector<TensorBlock> blocks = {},
+             const std::function<void(CodecRegistry&)>& customize = nullptr) {
+    if (customize) customize(*codecs);
     optimum.assign(d, 0.0f);
     for (int i = 0; i < n; ++i) {
       targets.push_back(testing::Gaussian(d, 100 + i));
@@ -230,6 +235,69 @@ TEST(Choco, CompressedGossipConvergesAndSendsFarFewerBytes) {
 // CHOCO keeps its consensus term incrementally and applies the neighbours' q's to their copies
 // lazily; through rows that drop a neighbour, a neighbour first heard late and rebuilds every 64
 // rounds, its model stays the one the textbook update gives (dense copies, rebuilt each round).
+// `inner`'s encoding under a wire name of its own, without saying that it encodes from the top-k:
+// CHOCO then stores x - x_hat whole and hands it to Encode, as it did before it selected in its
+// local step.
+class WholeInputCodec final : public Codec {
+ public:
+  explicit WholeInputCodec(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {}
+  absl::string_view Name() const override { return "whole-input.v1"; }
+  std::string Spec() const override { return "whole-input"; }
+  absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
+                      EncodedTensor* out) override {
+    TERN_RETURN_IF_ERROR(inner_->Encode(x, options, out));
+    out->codec = std::string(Name());
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
+                          absl::Span<float> out, ThreadPool* pool) const override {
+    EncodedView inner = in;
+    inner.codec = inner_->Name();
+    return accumulate ? inner_->DecodeAccumulate(inner, weight, out, pool)
+                      : inner_->Decode(inner, out, pool);
+  }
+
+ private:
+  const std::unique_ptr<Codec> inner_;
+};
+
+// CHOCO with a top-k codec selects within its local step (diff filtered block by block by the last
+// round's k-th magnitude, or stored and selected whole when too few pass): the same messages and
+// models, bit for bit, as encoding the stored diff, through the magnitudes' fall as the workers
+// converge and a hundredfold cut of the learning rate.
+TEST(Choco, SelectingInTheLocalStepSendsWhatEncodingTheDifferenceSends) {
+  for (const std::string spec : {"stc:ratio=0.02", "topk:ratio=0.05"}) {
+    const auto whole = [spec](CodecRegistry& r) {
+      ASSERT_THAT(r.Register("whole-input",
+                             [spec, &r](SpecParams&) -> absl::StatusOr<std::unique_ptr<Codec>> {
+                               TERN_ASSIGN_OR_RETURN(std::unique_ptr<Codec> inner, r.Create(spec));
+                               return std::make_unique<WholeInputCodec>(std::move(inner));
+                             }),
+                  IsOk());
+    };
+    AlgorithmOptions o = ChocoWith(spec);
+    o.momentum = 0.9;
+    Simulation fused("choco", o, 6, 20000, {}, whole);
+    o.codec = "whole-input";
+    Simulation stored("choco", o, 6, 20000, {}, whole);
+    for (float lr : {0.02f, 0.0002f}) {
+      fused.Run("ring", 120, lr, /*overlap=*/true);
+      stored.Run("ring", 120, lr, /*overlap=*/true);
+      EXPECT_EQ(fused.bytes_sent, stored.bytes_sent) << spec;
+      for (size_t i = 0; i < fused.workers.size(); ++i) {
+        const absl::Span<const float> a = fused.workers[i]->params();
+        const absl::Span<const float> b = stored.workers[i]->params();
+        ASSERT_EQ(std::vector<float>(a.begin(), a.end()), std::vector<float>(b.begin(), b.end()))
+            << spec << ", worker " << i << ", lr " << lr;
+      }
+    }
+    const auto [err, consensus] = fused.Errors();
+    EXPECT_LT(err, 0.05) << spec;
+  }
+}
+
 TEST(Choco, IncrementalStateMatchesTheTextbookUpdateThroughDroppedNeighbours) {
   constexpr size_t kD = 500;
   AlgorithmOptions o = ChocoWith("topk:ratio=0.1");

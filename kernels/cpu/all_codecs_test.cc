@@ -1,6 +1,7 @@
 // Properties every codec must have, run over every built-in codec: round trip within the codec's
 // error, decode-and-accumulate consistency, determinism across thread counts, and rejection of
 // truncated, oversize, corrupted and wrong-codec payloads.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
+#include "kernels/select.h"
 #include "tests/testing/data.h"
 #include "tests/testing/status_matchers.h"
 
@@ -139,6 +141,45 @@ TEST_P(AllCodecs, PayloadIsIdenticalWithAThreadPoolAndReproducibleFromTheSeed) {
   ASSERT_THAT(fresh, IsOk());
   codec_ = std::move(*fresh);
   EXPECT_EQ(Encode(x, 99).payload, a.payload);
+}
+
+// A codec that says it encodes from the top-k (TopK > 0) writes the same bytes from SelectTopK's
+// selection as from the input, and refuses a selection of another size or order; the others
+// refuse to encode from one.
+TEST_P(AllCodecs, EncodingATopKSelectionIsEncodingTheInput) {
+  const auto x = testing::Gaussian(20011, 12);
+  const size_t k = codec_->TopK(x.size());
+  std::vector<uint32_t> idx;
+  std::vector<float> values;
+  SelectTopK(x, std::max<size_t>(k, 1), &idx, nullptr, &values);
+  EncodedTensor from_selection;
+  const absl::Status s =
+      codec_->EncodeSelection({x.size(), idx, values}, EncodeOptions{}, &from_selection);
+  if (k == 0) {
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kUnimplemented));
+    return;
+  }
+  ASSERT_THAT(s, IsOk());
+  const EncodedTensor whole = Encode(x, 5);
+  EXPECT_EQ(from_selection.codec, whole.codec);
+  EXPECT_EQ(from_selection.params, whole.params);
+  EXPECT_EQ(from_selection.numel, whole.numel);
+  EXPECT_EQ(from_selection.scales, whole.scales);
+  EXPECT_EQ(from_selection.payload, whole.payload);
+  EncodedTensor bad;
+  EXPECT_THAT(codec_->EncodeSelection({x.size(), absl::MakeConstSpan(idx).subspan(1),
+                                       absl::MakeConstSpan(values).subspan(1)},
+                                      EncodeOptions{}, &bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  if (k > 1) {
+    std::swap(idx[0], idx[1]);
+    EXPECT_THAT(codec_->EncodeSelection({x.size(), idx, values}, EncodeOptions{}, &bad),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    std::swap(idx[0], idx[1]);
+  }
+  idx.back() = static_cast<uint32_t>(x.size());
+  EXPECT_THAT(codec_->EncodeSelection({x.size(), idx, values}, EncodeOptions{}, &bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_P(AllCodecs, RejectsAPayloadOfAnotherCodecOrSize) {

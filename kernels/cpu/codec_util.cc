@@ -224,4 +224,23 @@ double SumAbs(absl::Span<const float> x) {
 
 float MaxAbs(absl::Span<const float> x) { return BlockMaxAbs(x.data(), x.size()); }
 
+absl::Status CheckSelection(const Codec& codec, const TopKSelection& selection) {
+  if (absl::Status s = CheckNumel(codec.Name(), selection.numel); !s.ok()) return s;
+  const size_t k = codec.TopK(selection.numel);
+  if (selection.indices.size() != k || selection.values.size() != k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        codec.Name(), ": a selection of ", selection.indices.size(), " indices and ",
+        selection.values.size(), " values for ", selection.numel, " elements, expected ", k));
+  }
+  int64_t prev = -1;
+  for (uint32_t i : selection.indices) {
+    if (static_cast<int64_t>(i) <= prev || i >= selection.numel) {
+      return absl::InvalidArgumentError(absl::StrCat(codec.Name(), ": selected index ", i,
+                                                     " is out of order or out of range"));
+    }
+    prev = i;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tern::internal

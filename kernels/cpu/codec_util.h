@@ -89,6 +89,10 @@ inline void SetHeader(const Codec& codec, absl::string_view params, size_t numel
   out->numel = numel;
 }
 
+// EncodeSelection's checks: the element count, k = codec.TopK(numel) entries, indices ascending
+// and in range (InvalidArgument naming the codec otherwise: a caller's mistake, not bad bytes).
+absl::Status CheckSelection(const Codec& codec, const TopKSelection& selection);
+
 }  // namespace tern::internal
 
 #endif  // TERN_KERNELS_CPU_CODEC_UTIL_H_

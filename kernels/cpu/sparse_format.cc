@@ -97,10 +97,15 @@ absl::Status SparseCodec::Encode(absl::Span<const float> x, const EncodeOptions&
                                  EncodedTensor* out) {
   if (absl::Status s = CheckNumel(Name(), x.size()); !s.ok()) return s;
   Select(x, options.pool, &indices_, &values_);
-  SetHeader(*this, params_, x.size(), out);
-  out->scales.clear();
-  WriteSparsePayloadValues(indices_, values_, out);
+  Write(x.size(), indices_, values_, out);
   return absl::OkStatus();
+}
+
+void SparseCodec::Write(uint64_t numel, absl::Span<const uint32_t> indices,
+                        absl::Span<const float> values, EncodedTensor* out) const {
+  SetHeader(*this, params_, numel, out);
+  out->scales.clear();
+  WriteSparsePayloadValues(indices, values, out);
 }
 
 }  // namespace tern::internal

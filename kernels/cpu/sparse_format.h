@@ -50,6 +50,9 @@ class SparseCodec : public Codec {
   // REQUIRES: x.size() < 2^32.
   virtual void Select(absl::Span<const float> x, ThreadPool* pool, std::vector<uint32_t>* indices,
                       std::vector<float>* values) = 0;
+  // The payload of the chosen `indices` and `values` of an input of `numel` elements.
+  void Write(uint64_t numel, absl::Span<const uint32_t> indices, absl::Span<const float> values,
+             EncodedTensor* out) const;
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool*) const final {
     return DecodeSparsePayload(Name(), in, weight, accumulate, out);

@@ -26,27 +26,15 @@ class StcCodec final : public Codec {
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
     TERN_RETURN_IF_ERROR(internal::CheckNumel(Name(), x.size()));
-    const size_t k = format::SparseK(ratio_, x.size());
-    SelectTopK(x, k, &indices_, options.pool, &values_);
-    double sum = 0;
-    for (float v : values_) sum += std::fabs(v);
-    const float mu = k > 0 ? static_cast<float>(sum / k) : 0.0f;
-    const int b = StcGolombBits(k, x.size());
-    internal::SetHeader(*this, params_, x.size(), out);
-    out->scales.assign(1, mu);
-    out->payload.clear();
-    ByteWriter header(&out->payload);
-    header.U32(static_cast<uint32_t>(k));
-    header.U8(static_cast<uint8_t>(b));
-    BitWriter bits(&out->payload);
-    int64_t prev = -1;
-    for (size_t j = 0; j < indices_.size(); ++j) {
-      const uint32_t i = indices_[j];
-      bits.WriteRice(static_cast<uint64_t>(i - prev - 1), b);
-      bits.Write(values_[j] < 0 ? 1 : 0, 1);
-      prev = i;
-    }
-    bits.Finish();
+    SelectTopK(x, TopK(x.size()), &indices_, options.pool, &values_);
+    Write(x.size(), indices_, values_, out);
+    return absl::OkStatus();
+  }
+  size_t TopK(uint64_t n) const override { return format::SparseK(ratio_, n); }
+  absl::Status EncodeSelection(const TopKSelection& selection, const EncodeOptions&,
+                               EncodedTensor* out) override {
+    TERN_RETURN_IF_ERROR(internal::CheckSelection(*this, selection));
+    Write(selection.numel, selection.indices, selection.values, out);
     return absl::OkStatus();
   }
 
@@ -83,6 +71,32 @@ class StcCodec final : public Codec {
   }
 
  private:
+  // The payload for the k selected elements of an input of n: their mean magnitude, then their
+  // gaps and signs as Rice codes.
+  void Write(uint64_t n, absl::Span<const uint32_t> indices, absl::Span<const float> values,
+             EncodedTensor* out) const {
+    const size_t k = indices.size();
+    double sum = 0;
+    for (float v : values) sum += std::fabs(v);
+    const float mu = k > 0 ? static_cast<float>(sum / k) : 0.0f;
+    const int b = StcGolombBits(k, n);
+    internal::SetHeader(*this, params_, n, out);
+    out->scales.assign(1, mu);
+    out->payload.clear();
+    ByteWriter header(&out->payload);
+    header.U32(static_cast<uint32_t>(k));
+    header.U8(static_cast<uint8_t>(b));
+    BitWriter bits(&out->payload);
+    int64_t prev = -1;
+    for (size_t j = 0; j < k; ++j) {
+      const uint32_t i = indices[j];
+      bits.WriteRice(static_cast<uint64_t>(i - prev - 1), b);
+      bits.Write(values[j] < 0 ? 1 : 0, 1);
+      prev = i;
+    }
+    bits.Finish();
+  }
+
   // The non-zeros' positions (ascending, in range) and signs; every error Decode reports.
   absl::Status Parse(const EncodedView& in, std::vector<uint32_t>* pos,
                      std::vector<uint8_t>* neg) const {

@@ -19,11 +19,18 @@ class TopKCodec final : public internal::SparseCodec {
   explicit TopKCodec(const format::TopKParams& p)
       : SparseCodec(p.Spec(), p.Canonical()), ratio_(p.ratio) {}
   absl::string_view Name() const override { return format::kTopKName; }
+  size_t TopK(uint64_t n) const override { return format::SparseK(ratio_, n); }
+  absl::Status EncodeSelection(const TopKSelection& selection, const EncodeOptions&,
+                               EncodedTensor* out) override {
+    TERN_RETURN_IF_ERROR(CheckSelection(*this, selection));
+    Write(selection.numel, selection.indices, selection.values, out);
+    return absl::OkStatus();
+  }
 
  protected:
   void Select(absl::Span<const float> x, ThreadPool* pool, std::vector<uint32_t>* indices,
               std::vector<float>* values) override {
-    SelectTopK(x, format::SparseK(ratio_, x.size()), indices, pool, values);
+    SelectTopK(x, TopK(x.size()), indices, pool, values);
   }
 
  private:
