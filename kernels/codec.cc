@@ -19,6 +19,24 @@ absl::Status Codec::DecodeAccumulate(const EncodedView& in, float weight, absl::
   return DecodeImpl(in, weight, /*accumulate=*/true, out, pool);
 }
 
+absl::Status Codec::DecodeAccumulateEach(const EncodedView& in,
+                                         absl::Span<const WeightedTarget> targets) const {
+  for (const WeightedTarget& t : targets) {
+    if (absl::Status s = internal::CheckView(Name(), in, t.out.size()); !s.ok()) return s;
+  }
+  return DecodeAccumulateEachImpl(in, targets);
+}
+
+absl::Status Codec::DecodeAccumulateEachImpl(const EncodedView& in,
+                                             absl::Span<const WeightedTarget> targets) const {
+  for (const WeightedTarget& t : targets) {
+    if (absl::Status s = DecodeImpl(in, t.weight, /*accumulate=*/true, t.out, nullptr); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Codec::EncodeSelection(const TopKSelection&, const EncodeOptions&, EncodedTensor*) {
   return absl::UnimplementedError(
       absl::StrCat(Name(), " encodes from its whole input, not from a top-k selection"));

@@ -103,6 +103,12 @@ class PayloadScan {
   virtual absl::StatusOr<double> Finish(const EncodedView& in) = 0;
 };
 
+// A tensor a decoded payload is added to, and its weight (Codec::DecodeAccumulateEach).
+struct WeightedTarget {
+  float weight;
+  absl::Span<float> out;
+};
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -137,6 +143,11 @@ class Codec {
   // the whole payload before writing, so on error `out` is untouched.
   absl::Status DecodeAccumulate(const EncodedView& in, float weight, absl::Span<float> out,
                                 ThreadPool* pool = nullptr) const;
+  // DecodeAccumulate into each target in turn, bit for bit, with the payload read once where the
+  // codec can (a sparse payload's positions are parsed once for all targets): for a receiver that
+  // adds one message to several tensors. On error no target is touched.
+  absl::Status DecodeAccumulateEach(const EncodedView& in,
+                                    absl::Span<const WeightedTarget> targets) const;
   // The verdict Decode would give on `in`, without writing a tensor: what a receiver checks a
   // message with on arrival, before it is decoded once into the model.
   absl::Status Validate(const EncodedView& in) const;
@@ -151,6 +162,10 @@ class Codec {
   // accumulate == false, `out` is overwritten (weight is 1).
   virtual absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                                   absl::Span<float> out, ThreadPool* pool) const = 0;
+  // DecodeAccumulateEach after the same checks on every target. The default is DecodeImpl per
+  // target (the first refuses a bad payload before any is touched).
+  virtual absl::Status DecodeAccumulateEachImpl(const EncodedView& in,
+                                                absl::Span<const WeightedTarget> targets) const;
   // Codec-specific validation after the same checks. The default decodes into a per-thread
   // scratch tensor; a codec whose payload can be checked without decoding (the sparse ones:
   // positions only) overrides it.

@@ -30,4 +30,10 @@ absl::Status CodecRegistry::DecodeAccumulate(const EncodedView& in, float weight
   return decoder->DecodeAccumulate(in, weight, out);
 }
 
+absl::Status CodecRegistry::DecodeAccumulateEach(const EncodedView& in,
+                                                 absl::Span<const WeightedTarget> targets) const {
+  TERN_ASSIGN_OR_RETURN(const Codec* decoder, DecoderFor(in.codec));
+  return decoder->DecodeAccumulateEach(in, targets);
+}
+
 }  // namespace tern

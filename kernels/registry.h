@@ -82,6 +82,8 @@ class CodecRegistry final : public CodecRegistryOf<Codec> {
   // Decodes any registered codec's payload into `out` / accumulates it.
   absl::Status Decode(const EncodedView& in, absl::Span<float> out) const;
   absl::Status DecodeAccumulate(const EncodedView& in, float weight, absl::Span<float> out) const;
+  absl::Status DecodeAccumulateEach(const EncodedView& in,
+                                    absl::Span<const WeightedTarget> targets) const;
   absl::Status Validate(const EncodedView& in) const;
   absl::StatusOr<double> Norm(const EncodedView& in) const;
   // The scan of `wire_name`'s payloads (Codec::NewPayloadScan), or null: none, or no such codec.

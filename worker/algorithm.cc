@@ -223,6 +223,19 @@ class AlgorithmBase : public Algorithm {
     return absl::OkStatus();
   }
 
+  // Accumulate into several tensors, the part decoded once (Codec::DecodeAccumulateEach).
+  absl::Status AccumulateEach(int from, const EncodedTensor& t, absl::string_view name,
+                              absl::Span<const WeightedTarget> targets) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = codecs_->DecodeAccumulateEach(EncodedView::Of(t), targets);
+    decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("part '", name, "' from worker ", from, ": ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
   // sum_j w_ij v_j over the neighbours' part `name`, plus w_ii * self.
   absl::StatusOr<std::vector<float>> Mix(const MixingRow& row,
                                          const std::map<int, const GossipMessage*>& received,
@@ -388,8 +401,8 @@ class HeavyBall final : public AlgorithmBase {
 // anyway. A round then costs the local step, the encoding, one sparse decode per message and one
 // pass over the model. The neighbours' copies x_hat_j are needed only to rebuild s (when the row
 // changes: a dropped neighbour, a dynamic topology; and every kRebuildEvery rounds, which bounds
-// rounding drift), so their q's are kept and applied then, or once they take as much memory as a
-// copy (dense codecs).
+// rounding drift); each q is added to its copy in the same decode that adds it to s
+// (Codec::DecodeAccumulateEach: STC parses its positions once for both).
 class Choco final : public AlgorithmBase {
  public:
   using AlgorithmBase::AlgorithmBase;
@@ -429,17 +442,16 @@ class Choco final : public AlgorithmBase {
     }
     const bool incremental =
         sum_valid_ && SameNeighbours(row, sum_row_) && ++rounds_since_rebuild_ < kRebuildEvery;
+    // Each q is decoded once into the neighbour's copy and, between rebuilds, into s.
     for (size_t k = 0; k < row.neighbours.size(); ++k) {
       const auto& [j, w] = row.neighbours[k];
-      if (incremental) TERN_RETURN_IF_ERROR(Accumulate(j, *qs[k], "q", w, absl::MakeSpan(sum_)));
-      pending_[j].push_back(*qs[k]);
-      pending_bytes_ += qs[k]->ByteSize();
+      std::vector<float>& hat = hat_[j];
+      hat.resize(x_.size(), 0.0f);  // a neighbour not heard before starts at 0, like x_hat_self
+      const WeightedTarget both[2] = {{1.0f, absl::MakeSpan(hat)},
+                                      {static_cast<float>(w), absl::MakeSpan(sum_)}};
+      TERN_RETURN_IF_ERROR(AccumulateEach(j, *qs[k], "q", absl::MakeConstSpan(both, incremental ? 2 : 1)));
     }
-    if (!incremental) {
-      TERN_RETURN_IF_ERROR(RebuildSum(row));
-    } else if (pending_bytes_ >= 4 * x_.size()) {
-      TERN_RETURN_IF_ERROR(ApplyPending());
-    }
+    if (!incremental) TERN_RETURN_IF_ERROR(RebuildSum(row));
     mix_pending_ = true;  // by Settle(), or fused into the next Prepare
     return absl::OkStatus();
   }
@@ -458,8 +470,6 @@ class Choco final : public AlgorithmBase {
     min_key_ = 0;
     margin_ = 0.9f;
     hat_.clear();
-    pending_.clear();
-    pending_bytes_ = 0;
     sum_valid_ = false;
     mix_pending_ = false;
     return absl::OkStatus();
@@ -534,22 +544,8 @@ class Choco final : public AlgorithmBase {
   static bool SameNeighbours(const MixingRow& a, const MixingRow& b) {
     return a.neighbours == b.neighbours;
   }
-  // Brings every neighbour's copy up to date with the q's kept for it (validated on arrival).
-  absl::Status ApplyPending() {
-    for (auto& [j, qs] : pending_) {
-      std::vector<float>& hat = hat_[j];
-      hat.resize(x_.size(), 0.0f);  // a neighbour not heard before starts at 0, like x_hat_self
-      for (const EncodedTensor& q : qs) {
-        TERN_RETURN_IF_ERROR(Accumulate(j, q, "q", 1.0, absl::MakeSpan(hat)));
-      }
-    }
-    pending_.clear();
-    pending_bytes_ = 0;
-    return absl::OkStatus();
-  }
   // s = sum_j w_ij x_hat_j from the copies.
   absl::Status RebuildSum(const MixingRow& row) {
-    TERN_RETURN_IF_ERROR(ApplyPending());
     sum_.assign(x_.size(), 0.0f);
     for (const auto& [j, w] : row.neighbours) {
       std::vector<float>& hat = hat_[j];
@@ -568,9 +564,7 @@ class Choco final : public AlgorithmBase {
   std::vector<float> selected_values_;
   uint32_t min_key_ = 0;  // SelectingStep's filter; 0: none yet
   float margin_ = 0.9f;   // min_key_ over the last k-th magnitude
-  std::map<int, std::vector<float>> hat_;  // behind by pending_[j]
-  std::map<int, std::vector<EncodedTensor>> pending_;
-  size_t pending_bytes_ = 0;
+  std::map<int, std::vector<float>> hat_;
   std::vector<float> sum_;  // s, for sum_row_'s neighbours and weights
   MixingRow sum_row_;
   bool sum_valid_ = false;

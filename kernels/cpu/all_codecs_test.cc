@@ -131,6 +131,34 @@ TEST_P(AllCodecs, DecodeAccumulateAddsTheWeightedDecode) {
   }
 }
 
+TEST_P(AllCodecs, DecodeAccumulateEachIsDecodeAccumulateIntoEveryTargetBitForBit) {
+  const auto x = testing::Gaussian(5005, 16);
+  const EncodedTensor enc = Encode(x);
+  const EncodedView in = EncodedView::Of(enc);
+  const float weights[3] = {1.0f, -0.375f, 0.1f};
+  std::vector<std::vector<float>> each, one_by_one;
+  for (int t = 0; t < 3; ++t) each.push_back(testing::Gaussian(x.size(), 17 + t));
+  one_by_one = each;
+  std::vector<WeightedTarget> targets;
+  for (int t = 0; t < 3; ++t) {
+    targets.push_back({weights[t], absl::MakeSpan(each[t])});
+    ASSERT_THAT(codec_->DecodeAccumulate(in, weights[t], absl::MakeSpan(one_by_one[t])), IsOk());
+  }
+  ASSERT_THAT(codec_->DecodeAccumulateEach(in, targets), IsOk());
+  EXPECT_EQ(each, one_by_one);
+  ASSERT_THAT(registry_->DecodeAccumulateEach(in, {}), IsOk());
+  // A bad payload or a target of another size touches none of them.
+  EncodedView truncated = in;
+  truncated.payload = truncated.payload.subspan(0, truncated.payload.size() - 1);
+  EXPECT_THAT(registry_->DecodeAccumulateEach(truncated, targets),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<float> short_target(x.size() - 1);
+  targets.push_back({1.0f, absl::MakeSpan(short_target)});
+  EXPECT_THAT(codec_->DecodeAccumulateEach(in, targets),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(each, one_by_one);
+}
+
 TEST_P(AllCodecs, PayloadIsIdenticalWithAThreadPoolAndReproducibleFromTheSeed) {
   const auto x = testing::Gaussian(300007, 8);
   ThreadPool pool(3);

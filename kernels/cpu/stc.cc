@@ -57,6 +57,18 @@ class StcCodec final : public Codec {
     }
     return absl::OkStatus();
   }
+  // The positions parsed once, then added to every target.
+  absl::Status DecodeAccumulateEachImpl(const EncodedView& in,
+                                        absl::Span<const WeightedTarget> targets) const override {
+    thread_local std::vector<uint32_t> pos;
+    thread_local std::vector<uint8_t> neg;
+    TERN_RETURN_IF_ERROR(Parse(in, &pos, &neg));
+    const float mu = in.scales[0];
+    for (const WeightedTarget& t : targets) {
+      for (size_t j = 0; j < pos.size(); ++j) t.out[pos[j]] += t.weight * (neg[j] ? -mu : mu);
+    }
+    return absl::OkStatus();
+  }
   absl::Status ValidateImpl(const EncodedView& in) const override {
     thread_local std::vector<uint32_t> pos;
     thread_local std::vector<uint8_t> neg;

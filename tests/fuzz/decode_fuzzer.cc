@@ -1,7 +1,8 @@
 // libFuzzer target for one codec's decoder (TERN_FUZZ_CODEC, its spec name; the decoder is the
 // one of its current wire name): the input is split into a small header (element count, scale
 // count, weight) and the payload; decoding must return OK or InvalidArgument and never touch
-// memory out of bounds (ASan + UBSan builds), and Validate must give the same verdict.
+// memory out of bounds (ASan + UBSan builds), Validate must give the same verdict, and decoding into
+// several targets at once must write what one DecodeAccumulate per target writes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -52,5 +53,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!s.ok() && s.code() != absl::StatusCode::kInvalidArgument) std::abort();
   // What a receiver checks on arrival must agree with decoding, byte for byte of the verdict.
   if (decoder.Validate(view).ok() != s.ok()) std::abort();
+  // Decoding into several targets at once is DecodeAccumulate into each: same verdict, same bits,
+  // nothing touched on error.
+  std::vector<float> a(numel, 1.0f), b(numel, -2.0f), a1 = a, b1 = b;
+  const tern::WeightedTarget targets[2] = {{0.5f, absl::MakeSpan(a)}, {-3.0f, absl::MakeSpan(b)}};
+  const absl::Status each = decoder.DecodeAccumulateEach(view, targets);
+  if (each.ok() != decoder.Validate(view).ok()) std::abort();
+  if (each.ok() && (!decoder.DecodeAccumulate(view, 0.5f, absl::MakeSpan(a1)).ok() ||
+                    !decoder.DecodeAccumulate(view, -3.0f, absl::MakeSpan(b1)).ok())) {
+    std::abort();
+  }
+  if (numel > 0 && (std::memcmp(a.data(), a1.data(), 4 * a.size()) != 0 ||
+                    std::memcmp(b.data(), b1.data(), 4 * b.size()) != 0)) {
+    std::abort();
+  }
   return 0;
 }
