@@ -449,7 +449,8 @@ class Choco final : public AlgorithmBase {
       hat.resize(x_.size(), 0.0f);  // a neighbour not heard before starts at 0, like x_hat_self
       const WeightedTarget both[2] = {{1.0f, absl::MakeSpan(hat)},
                                       {static_cast<float>(w), absl::MakeSpan(sum_)}};
-      TERN_RETURN_IF_ERROR(AccumulateEach(j, *qs[k], "q", absl::MakeConstSpan(both, incremental ? 2 : 1)));
+      TERN_RETURN_IF_ERROR(
+          AccumulateEach(j, *qs[k], "q", absl::MakeConstSpan(both, incremental ? 2 : 1)));
     }
     if (!incremental) TERN_RETURN_IF_ERROR(RebuildSum(row));
     mix_pending_ = true;  // by Settle(), or fused into the next Prepare

@@ -1,8 +1,8 @@
 // libFuzzer target for one codec's decoder (TERN_FUZZ_CODEC, its spec name; the decoder is the
 // one of its current wire name): the input is split into a small header (element count, scale
 // count, weight) and the payload; decoding must return OK or InvalidArgument and never touch
-// memory out of bounds (ASan + UBSan builds), Validate must give the same verdict, and decoding into
-// several targets at once must write what one DecodeAccumulate per target writes.
+// memory out of bounds (ASan + UBSan builds), Validate must give the same verdict, and decoding
+// into several targets at once must write what one DecodeAccumulate per target writes.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
