@@ -213,16 +213,9 @@ class AlgorithmBase : public Algorithm {
   // The same for a part already found.
   absl::Status Accumulate(int from, const EncodedTensor& t, absl::string_view name, double w,
                           absl::Span<float> acc) {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = codecs_->DecodeAccumulate(EncodedView::Of(t), static_cast<float>(w), acc);
-    decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("part '", name, "' from worker ", from, ": ", s.message()));
-    }
-    return absl::OkStatus();
+    const WeightedTarget one[1] = {{static_cast<float>(w), acc}};
+    return AccumulateEach(from, t, name, one);
   }
-
   // Accumulate into several tensors, the part decoded once (Codec::DecodeAccumulateEach).
   absl::Status AccumulateEach(int from, const EncodedTensor& t, absl::string_view name,
                               absl::Span<const WeightedTarget> targets) {

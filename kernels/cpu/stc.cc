@@ -41,15 +41,15 @@ class StcCodec final : public Codec {
  protected:
   absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,
                           absl::Span<float> out, ThreadPool*) const override {
+    if (accumulate) {
+      const WeightedTarget one[1] = {{weight, out}};
+      return DecodeAccumulateEachImpl(in, one);
+    }
     // Positions into scratch first, so a bad stream leaves `out` untouched.
     thread_local std::vector<uint32_t> pos;
     thread_local std::vector<uint8_t> neg;
     TERN_RETURN_IF_ERROR(Parse(in, &pos, &neg));
     const float mu = in.scales[0];
-    if (accumulate) {
-      ScatterAdd(pos, neg, mu, weight, out);
-      return absl::OkStatus();
-    }
     std::fill(out.begin(), out.end(), 0.0f);
     for (size_t j = 0; j < pos.size(); ++j) out[pos[j]] = neg[j] ? -mu : mu;
     return absl::OkStatus();
