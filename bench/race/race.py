@@ -14,6 +14,7 @@ after the run from snapshots kept in memory during it.
 """
 import argparse
 import datetime
+import glob
 import json
 import math
 import os
@@ -82,6 +83,9 @@ def parse():
                    help="space-separated flags appended to every tern row's worker (tuning: "
                         "'--codec=stc:ratio=0.02 --consensus_step=0.1' overrides the row's)")
     p.add_argument("--out", default="")
+    p.add_argument("--keep_snapshots", action="store_true",
+                   help="keep every row's parameter snapshots (7.45 MB each, ~1.2 GB a tern row) "
+                        "after they are scored; by default only logs and results stay")
     p.add_argument("--data", default=common.DATA)
     return p.parse_args()
 
@@ -265,6 +269,12 @@ def evaluate(a, row, rdir, test):
     return curve
 
 
+def drop_snapshots(rdir):
+    """Scored snapshots go: a row keeps ~1.2 GB of them, and repeated races fill a disk."""
+    for f in glob.glob(os.path.join(rdir, "rank-*", "step-*.f32")):
+        os.remove(f)
+
+
 def summarize(curve):
     out = {"wall_s": curve[-1]["t"] if curve else math.nan,
            "final_acc": curve[-1]["acc"] if curve else math.nan}
@@ -380,6 +390,8 @@ def main():
                     r.update(summarize(r["curve"]))
                     if ROWS[name]["kind"] == "tern":
                         r["ms_per_step"] = time_split(a, rdir)
+                    if not a.keep_snapshots:
+                        drop_snapshots(rdir)
                 results[name] = r
                 print(f"[{rate}] {name}: " + ("ok" if r["ok"] else "FAILED") +
                       (f", wall {fmt(r['wall_s'])} s, final {fmt(100 * r['final_acc'], '.2f')} %"

@@ -17,8 +17,13 @@ std::vector<std::pair<std::string, int>> Http2Tuning() {
 
 grpc::ChannelArguments TernChannelArguments() {
   grpc::ChannelArguments args;
+  // A restarted peer is retried within 0.1-2 s. gRPC's "min reconnect backoff" is no backoff: it
+  // is the least time one connection attempt (TCP, TLS and HTTP/2 handshakes) is given. At
+  // 100 ms it cut mutual-TLS handshakes on a loaded host ("handshaker shutdown") and would cut
+  // them over any link whose few round trips take longer; 5 s covers those, and a peer that
+  // silently drops packets still costs a call no more than its own deadline.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetMaxReceiveMessageSize(4 << 20);
   for (const auto& [name, value] : Http2Tuning()) args.SetInt(name, value);
