@@ -42,18 +42,16 @@ PY = "/usr/bin/python3"
 PORT = 7000
 TARGETS = (0.84, 0.86)
 
+# The README's configuration for a slow link (docs/benchmarks.md, session 14).
+SLOW_LINK = ["--algorithm=choco", "--codec=stc:ratio=0.015", "--consensus_step=0.1"]
 # name -> how it runs. "builtin": tern's own C++ trainer; "torch": rank.py drives the worker.
 ROWS = {
     "ddp": {"kind": "ddp"},
     "ddp-powersgd": {"kind": "ddp-powersgd"},
     "tern-decentlam-fp16": {"kind": "tern", "trainer": "builtin",
                             "flags": ["--algorithm=decentlam", "--codec=fp16"]},
-    "tern-choco-stc": {"kind": "tern", "trainer": "builtin",
-                       "flags": ["--algorithm=choco", "--codec=stc:ratio=0.01",
-                                 "--consensus_step=0.05"]},
-    "tern-choco-stc-torch": {"kind": "tern", "trainer": "torch",
-                             "flags": ["--algorithm=choco", "--codec=stc:ratio=0.01",
-                                       "--consensus_step=0.05"]},
+    "tern-choco-stc": {"kind": "tern", "trainer": "builtin", "flags": SLOW_LINK},
+    "tern-choco-stc-torch": {"kind": "tern", "trainer": "torch", "flags": SLOW_LINK},
     "tern-choco-topk-torch": {"kind": "tern", "trainer": "torch",
                               "flags": ["--algorithm=choco", "--codec=topk:ratio=0.01",
                                         "--consensus_step=0.05"]},
@@ -81,7 +79,7 @@ def parse():
     p.add_argument("--timeout", type=float, default=3600, help="seconds per row")
     p.add_argument("--tern_flags", default="",
                    help="space-separated flags appended to every tern row's worker (tuning: "
-                        "'--codec=stc:ratio=0.02 --consensus_step=0.1' overrides the row's)")
+                        "'--codec=stc:ratio=0.01 --consensus_step=0.05' overrides the row's)")
     p.add_argument("--out", default="")
     p.add_argument("--keep_snapshots", action="store_true",
                    help="keep every row's parameter snapshots (7.45 MB each, ~1.2 GB a tern row) "

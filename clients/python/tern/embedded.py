@@ -3,7 +3,7 @@
     from tern.embedded import EmbeddedWorker
     worker = EmbeddedWorker(["--id=0", "--workers=4", "--peers=h0:7000,h1:7000,...",
                              "--listen=0.0.0.0:7000", "--algorithm=choco",
-                             "--codec=stc:ratio=0.01", "--consensus_step=0.05", "--overlap"])
+                             "--codec=stc:ratio=0.015", "--consensus_step=0.1", "--overlap"])
     shared = worker.share(model)       # model's parameters and .grad now live with the worker
     for step in range(worker.start_step, steps):
         model.zero_grad(set_to_none=False)
