@@ -8,11 +8,12 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "core/rpc/server.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -27,7 +28,7 @@ using ::tern::testing::IsOk;
 // Forwards every connection to 127.0.0.1:`to`, starting the server's side `delay` late.
 //
 // Thread-safety: one accept thread and two pump threads a connection, all joined by the
-// destructor.
+// destructor; the pumps touch only their own two sockets.
 class DelayingProxy {
  public:
   DelayingProxy(int to, absl::Duration delay) : to_(to), delay_(delay) {
@@ -45,10 +46,8 @@ class DelayingProxy {
     stopping_ = true;
     shutdown(listener_, SHUT_RDWR);
     acceptor_.join();
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      for (int fd : fds_) shutdown(fd, SHUT_RDWR);
-    }
+    absl::MutexLock l(&mu_);  // no new pumps: the acceptor is gone
+    for (int fd : fds_) shutdown(fd, SHUT_RDWR);
     for (std::thread& t : pumps_) t.join();
     for (int fd : fds_) close(fd);
     close(listener_);
@@ -74,7 +73,7 @@ class DelayingProxy {
         close(client);
         continue;
       }
-      std::lock_guard<std::mutex> l(mu_);
+      absl::MutexLock l(&mu_);
       fds_.push_back(client);
       fds_.push_back(server);
       pumps_.emplace_back([client, server] { Pump(client, server, absl::ZeroDuration()); });
@@ -86,7 +85,8 @@ class DelayingProxy {
     char buf[16384];
     for (;;) {
       const ssize_t n = read(from, buf, sizeof(buf));
-      if (n <= 0 || write(to, buf, static_cast<size_t>(n)) != n) break;
+      // MSG_NOSIGNAL: a side that hung up ends the pump, not the test (SIGPIPE).
+      if (n <= 0 || send(to, buf, static_cast<size_t>(n), MSG_NOSIGNAL) != n) break;
     }
     shutdown(to, SHUT_WR);
   }
@@ -97,9 +97,9 @@ class DelayingProxy {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
-  std::mutex mu_;
-  std::vector<int> fds_;
-  std::vector<std::thread> pumps_;
+  absl::Mutex mu_;
+  std::vector<int> fds_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> pumps_ ABSL_GUARDED_BY(mu_);
 };
 
 // gRPC gives one connection attempt (TCP, TLS, HTTP/2 settings) at least its "min reconnect
