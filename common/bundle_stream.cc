@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace tern {
 namespace {
@@ -19,8 +21,9 @@ constexpr size_t kMaxVarint32Bytes = 5;  // a tag or a length
 
 }  // namespace
 
-BundleStreamParser::BundleStreamParser(uint64_t total_size, PayloadObserver* observer)
-    : total_(total_size), observer_(observer) {
+BundleStreamParser::BundleStreamParser(uint64_t total_size, PayloadObserver* observer,
+                                       uint64_t in_place_min_bytes)
+    : total_(total_size), observer_(observer), in_place_min_(in_place_min_bytes) {
   frames_.push_back({Level::kBundle, total_size});
 }
 
@@ -47,7 +50,10 @@ void BundleStreamParser::CloseFrames() {
   while (frames_.size() > 1 && offset_ == frames_.back().end) frames_.pop_back();
 }
 
-absl::Status BundleStreamParser::Feed(absl::string_view piece) {
+absl::Status BundleStreamParser::Feed(absl::string_view piece,
+                                      const std::shared_ptr<const void>& owner) {
+  owner_ = owner != nullptr ? &owner : nullptr;
+  absl::Cleanup forget = [this] { owner_ = nullptr; };
   if (failed_) return absl::FailedPreconditionError("the bundle's bytes already failed to parse");
   if (piece.size() > total_ - offset_) {
     return Fail(absl::InvalidArgumentError(
@@ -107,10 +113,10 @@ absl::Status BundleStreamParser::Step(absl::string_view* piece) {
     case State::kCopy:
     case State::kPayload: {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(left_, piece->size()));
-      std::string& to = state_ == State::kPayload ? tensors_.back().payload : Rest();
-      to.append(piece->data(), n);
-      if (state_ == State::kPayload && observer_ != nullptr) {
-        observer_->Bytes(tensors_.size() - 1, piece->substr(0, n));
+      if (state_ == State::kPayload) {
+        TakePayload(piece->substr(0, n));
+      } else {
+        Rest().append(piece->data(), n);
       }
       piece->remove_prefix(n);
       offset_ += n;
@@ -123,6 +129,21 @@ absl::Status BundleStreamParser::Step(absl::string_view* piece) {
     }
   }
   return absl::InternalError("bad parser state");
+}
+
+void BundleStreamParser::TakePayload(absl::string_view bytes) {
+  Tensor& t = tensors_.back();
+  if (t.keep && owner_ == nullptr) {  // fed without an owner from here on: copy after all
+    t.payload = t.in_place.Flatten();
+    t.in_place = PayloadPieces();
+    t.keep = false;
+  }
+  if (t.keep) {
+    t.in_place.Append(bytes, *owner_);
+  } else {
+    t.payload.append(bytes.data(), bytes.size());
+  }
+  if (observer_ != nullptr) observer_->Bytes(tensors_.size() - 1, bytes);
 }
 
 absl::Status BundleStreamParser::OnTag(uint64_t tag) {
@@ -182,8 +203,10 @@ absl::Status BundleStreamParser::OnLength(uint64_t length) {
     Tensor& t = tensors_.back();
     if (t.has_payload) return absl::InvalidArgumentError("a tensor with two payloads");
     t.has_payload = true;
-    t.payload.reserve(length);  // bounded by the bundle's size; filled as bytes come
     if (observer_ != nullptr) observer_->Begin(tensors_.size() - 1, t.encoded_rest, length);
+    t.keep = owner_ != nullptr && length >= in_place_min_ && observer_ != nullptr &&
+             observer_->InPlace(tensors_.size() - 1);
+    if (!t.keep) t.payload.reserve(length);  // bounded by the bundle's size; filled as bytes come
     left_ = length;
     if (length > 0) state_ = State::kPayload;
   } else {
@@ -196,16 +219,29 @@ absl::Status BundleStreamParser::OnLength(uint64_t length) {
 }
 
 absl::StatusOr<v1::TensorBundle> BundleStreamParser::Finish() {
+  TERN_ASSIGN_OR_RETURN(ReceivedBundle got, FinishInPlace());
+  for (size_t i = 0; i < got.in_place.size(); ++i) {
+    if (got.in_place[i].empty()) continue;
+    *got.bundle.mutable_tensors(static_cast<int>(i))->mutable_tensor()->mutable_payload() =
+        got.in_place[i].Flatten();
+  }
+  return std::move(got.bundle);
+}
+
+absl::StatusOr<ReceivedBundle> BundleStreamParser::FinishInPlace() {
   if (failed_) return absl::FailedPreconditionError("the bundle's bytes already failed to parse");
   if (offset_ != total_ || state_ != State::kTag || !scratch_.empty() || frames_.size() != 1) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("the bundle's bytes end inside a field (", offset_, " of ", total_, ")")));
   }
-  v1::TensorBundle bundle;
+  ReceivedBundle got;
+  v1::TensorBundle& bundle = got.bundle;
+  got.in_place.resize(tensors_.size());
   if (!bundle.ParseFromString(bundle_rest_)) {
     return Fail(absl::InvalidArgumentError("reassembled bytes are not a TensorBundle"));
   }
-  for (Tensor& t : tensors_) {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    Tensor& t = tensors_[i];
     v1::NamedTensor* nt = bundle.add_tensors();
     if (!nt->ParseFromString(t.named_rest)) {
       return Fail(absl::InvalidArgumentError("reassembled bytes are not a TensorBundle"));
@@ -216,10 +252,11 @@ absl::StatusOr<v1::TensorBundle> BundleStreamParser::Finish() {
       return Fail(absl::InvalidArgumentError("reassembled bytes are not a TensorBundle"));
     }
     if (t.has_payload) et->mutable_payload()->swap(t.payload);
+    got.in_place[i] = std::move(t.in_place);
   }
   failed_ = true;  // finished: its tensors moved out
   tensors_.clear();
-  return bundle;
+  return got;
 }
 
 }  // namespace tern

@@ -8,20 +8,25 @@
 // The bytes are untrusted: lengths past their message, groups, bad varints, a second payload in
 // one tensor or a second tensor in one NamedTensor are InvalidArgument, never a crash. A payload
 // string reserves its announced length (at most the bundle's total, which the caller bounds) and
-// is filled as bytes come. What it accepts, protobuf's parser accepts and reads the same
-// (tested); it refuses the duplicates above, which protobuf would merge and no tern sender writes.
+// is filled as bytes come. Fed with an owner of its bytes (a raw receiver's gRPC slices), it
+// copies nothing of a large payload whose reader takes pieces (PayloadObserver::InPlace): it keeps
+// views of the pieces and their owners instead (FinishInPlace). What it accepts, protobuf's parser
+// accepts and reads the same (tested); it refuses the duplicates above, which protobuf would merge
+// and no tern sender writes.
 //
 // Thread-safety: not thread-safe (one per incoming stream).
 #ifndef TERN_COMMON_BUNDLE_STREAM_H_
 #define TERN_COMMON_BUNDLE_STREAM_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/payload_pieces.h"
 #include "tern/v1/tensor.pb.h"
 
 namespace tern {
@@ -36,18 +41,37 @@ class PayloadObserver {
   virtual void Begin(size_t index, absl::string_view fields, uint64_t size) = 0;
   // The next bytes of tensor `index`'s payload.
   virtual void Bytes(size_t index, absl::string_view bytes) = 0;
+  // After Begin: true when tensor `index`'s payload is read in pieces where it arrived (its
+  // codec's decoder takes pieces), so a parser fed with owners keeps it there, uncopied.
+  virtual bool InPlace(size_t /*index*/) const { return false; }
 };
+
+// A bundle as a parser fed with owners gives it: the payloads it kept in place are empty in
+// `bundle` and held in `in_place` (by tensor index; empty where the payload is in `bundle`).
+struct ReceivedBundle {
+  v1::TensorBundle bundle;
+  std::vector<PayloadPieces> in_place;
+};
+
+// Payloads smaller than this are copied even when they could stay in place: holding a slice for
+// a few bytes costs more than copying them.
+inline constexpr uint64_t kInPlaceMinBytes = uint64_t{64} << 10;
 
 class BundleStreamParser {
  public:
   // `total_size`: the bytes of the whole serialized bundle. `observer` (may be null) must outlive
-  // the parser.
-  explicit BundleStreamParser(uint64_t total_size, PayloadObserver* observer = nullptr);
+  // the parser. Payloads of at least `in_place_min_bytes` may stay in place (Feed).
+  explicit BundleStreamParser(uint64_t total_size, PayloadObserver* observer = nullptr,
+                              uint64_t in_place_min_bytes = kInPlaceMinBytes);
 
-  // The next bytes. After an error every call fails.
-  absl::Status Feed(absl::string_view piece);
-  // The bundle, once all total_size bytes were fed.
+  // The next bytes. After an error every call fails. With an `owner` that keeps `piece` valid
+  // (and unchanged) while it lives, the parts of large payloads read in place (see above) are
+  // kept as views, not copied.
+  absl::Status Feed(absl::string_view piece, const std::shared_ptr<const void>& owner = nullptr);
+  // The bundle, once all total_size bytes were fed, every payload in it.
   absl::StatusOr<v1::TensorBundle> Finish();
+  // The same with the payloads kept in place left there.
+  absl::StatusOr<ReceivedBundle> FinishInPlace();
 
  private:
   // The three nested messages a payload sits in.
@@ -59,6 +83,8 @@ class BundleStreamParser {
     std::string named_rest;    // NamedTensor's fields but `tensor`
     std::string encoded_rest;  // EncodedTensor's fields but `payload`
     std::string payload;
+    PayloadPieces in_place;  // the payload instead, where `keep`
+    bool keep = false;
     bool has_encoded = false;
     bool has_payload = false;
   };
@@ -69,6 +95,8 @@ class BundleStreamParser {
 
   absl::Status Fail(absl::Status s);
   absl::Status Step(absl::string_view* piece);
+  // Takes `n` bytes of the payload under way (kPayload).
+  void TakePayload(absl::string_view bytes);
   // Reads one byte of the tag or length being gathered in scratch_ (at most 5 bytes, as protobuf
   // reads them); true when complete.
   absl::StatusOr<bool> VarintByte(absl::string_view* piece, uint64_t* value);
@@ -81,6 +109,8 @@ class BundleStreamParser {
 
   const uint64_t total_;
   PayloadObserver* const observer_;
+  const uint64_t in_place_min_;
+  const std::shared_ptr<const void>* owner_ = nullptr;  // of the piece being fed, if any
   uint64_t offset_ = 0;
   bool failed_ = false;
   State state_ = State::kTag;

@@ -1,5 +1,6 @@
 #include "common/bundle_stream.h"
 
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -190,6 +191,131 @@ TEST(BundleStream, APayloadIsReadIntoAStringOfExactlyItsSize) {
   const std::string& payload = got->tensors(0).tensor().payload();
   EXPECT_EQ(payload.size(), size_t{3} << 20);
   EXPECT_LT(payload.capacity(), (size_t{3} << 20) + 64);  // reserved once, never grown
+}
+
+// Sees nothing, and asks for every payload of a codec named "none.v1" to stay in place.
+class InPlaceNone final : public PayloadObserver {
+ public:
+  void Begin(size_t index, absl::string_view fields, uint64_t) override {
+    v1::EncodedTensor header;
+    ASSERT_TRUE(header.ParseFromArray(fields.data(), static_cast<int>(fields.size())));
+    if (in_place_.size() <= index) in_place_.resize(index + 1);
+    in_place_[index] = header.codec() == "none.v1";
+  }
+  void Bytes(size_t, absl::string_view) override {}
+  bool InPlace(size_t index) const override { return index < in_place_.size() && in_place_[index]; }
+
+ private:
+  std::vector<bool> in_place_;
+};
+
+// Feeds `bytes` in pieces of random sizes, each with an owner (the count of owners made goes to
+// `owners`, the last one's use count after Finish to `held`) unless `owned` is false.
+absl::StatusOr<ReceivedBundle> ParseInPlace(const std::string& bytes, uint64_t min_bytes,
+                                            bool owned = true, uint32_t seed = 1) {
+  InPlaceNone observer;
+  BundleStreamParser p(bytes.size(), &observer, min_bytes);
+  std::mt19937 rng(seed);
+  for (size_t at = 0; at < bytes.size();) {
+    const size_t n = std::min<size_t>(bytes.size() - at, 1 + rng() % 700);
+    std::shared_ptr<const void> owner = owned ? std::make_shared<int>(0) : nullptr;
+    if (absl::Status s = p.Feed(absl::string_view(bytes).substr(at, n), owner); !s.ok()) return s;
+    at += n;
+  }
+  return p.FinishInPlace();
+}
+
+// `got` with its in-place payloads copied into the bundle.
+v1::TensorBundle Joined(ReceivedBundle got) {
+  for (size_t i = 0; i < got.in_place.size(); ++i) {
+    if (got.in_place[i].empty()) continue;
+    EXPECT_TRUE(got.bundle.tensors(static_cast<int>(i)).tensor().payload().empty());
+    got.bundle.mutable_tensors(static_cast<int>(i))
+        ->mutable_tensor()
+        ->set_payload(got.in_place[i].Flatten());
+  }
+  return std::move(got.bundle);
+}
+
+TEST(BundleStream, LargePayloadsWhoseReaderTakesPiecesStayWhereTheyWereFed) {
+  v1::TensorBundle b;
+  b.set_run_id("r");
+  for (const char* codec : {"none.v1", "stc.v1", "none.v1"}) {
+    v1::EncodedTensor* t = b.add_tensors()->mutable_tensor();
+    t->set_codec(codec);
+    std::string payload(5000, '\0');
+    for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7 + 3);
+    t->set_payload(payload);
+  }
+  b.mutable_tensors(2)->mutable_tensor()->mutable_payload()->resize(100);  // under the minimum
+  const std::string bytes = b.SerializeAsString();
+  absl::StatusOr<ReceivedBundle> got = ParseInPlace(bytes, /*min_bytes=*/1000);
+  ASSERT_THAT(got, IsOk());
+  ASSERT_EQ(got->in_place.size(), 3u);
+  const PayloadPieces& kept = got->in_place[0];
+  EXPECT_EQ(kept.size, 5000u);
+  EXPECT_GT(kept.pieces.size(), 1u);
+  EXPECT_EQ(kept.owners.size(), kept.pieces.size());  // one owner a piece, each held
+  for (absl::string_view piece : kept.pieces) {       // views into the fed bytes: nothing copied
+    EXPECT_GE(piece.data(), bytes.data());
+    EXPECT_LE(piece.data() + piece.size(), bytes.data() + bytes.size());
+  }
+  for (const auto& owner : kept.owners) EXPECT_GE(owner.use_count(), 1);
+  EXPECT_TRUE(got->in_place[1].empty());  // its reader wants it in one place
+  EXPECT_TRUE(got->in_place[2].empty());  // too small to be worth holding a slice for
+  EXPECT_TRUE(MessageDifferencer::Equals(Joined(*std::move(got)), b));
+}
+
+TEST(BundleStream, WithoutOwnersOrAnObserverEveryPayloadIsCopied) {
+  v1::TensorBundle b;
+  v1::EncodedTensor* t = b.add_tensors()->mutable_tensor();
+  t->set_codec("none.v1");
+  t->set_payload(std::string(5000, 'x'));
+  const std::string bytes = b.SerializeAsString();
+  absl::StatusOr<ReceivedBundle> got = ParseInPlace(bytes, 1000, /*owned=*/false);
+  ASSERT_THAT(got, IsOk());
+  EXPECT_TRUE(got->in_place[0].empty());
+  EXPECT_EQ(got->bundle.tensors(0).tensor().payload(), std::string(5000, 'x'));
+  BundleStreamParser no_observer(bytes.size(), nullptr, 1);
+  ASSERT_THAT(no_observer.Feed(bytes, std::make_shared<int>(0)), IsOk());
+  absl::StatusOr<ReceivedBundle> plain = no_observer.FinishInPlace();
+  ASSERT_THAT(plain, IsOk());
+  EXPECT_TRUE(plain->in_place[0].empty());
+}
+
+TEST(BundleStream, APayloadFedPartlyWithoutOwnersIsCopiedWhole) {
+  v1::TensorBundle b;
+  v1::EncodedTensor* t = b.add_tensors()->mutable_tensor();
+  t->set_codec("none.v1");
+  std::string payload(5000, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i);
+  t->set_payload(payload);
+  const std::string bytes = b.SerializeAsString();
+  InPlaceNone observer;
+  BundleStreamParser p(bytes.size(), &observer, 1000);
+  ASSERT_THAT(p.Feed(absl::string_view(bytes).substr(0, 2000), std::make_shared<int>(0)), IsOk());
+  ASSERT_THAT(p.Feed(absl::string_view(bytes).substr(2000)), IsOk());
+  absl::StatusOr<ReceivedBundle> got = p.FinishInPlace();
+  ASSERT_THAT(got, IsOk());
+  EXPECT_TRUE(got->in_place[0].empty());
+  EXPECT_EQ(got->bundle.tensors(0).tensor().payload(), payload);
+}
+
+TEST(BundleStream, InPlaceParsesReadWhatProtobufWritesAndFinishJoinsThem) {
+  for (uint32_t seed = 0; seed < 200; ++seed) {
+    const v1::TensorBundle b = Sample(seed);
+    const std::string bytes = b.SerializeAsString();
+    absl::StatusOr<ReceivedBundle> got = ParseInPlace(bytes, /*min_bytes=*/1, true, seed);
+    ASSERT_THAT(got, IsOk()) << seed;
+    EXPECT_TRUE(MessageDifferencer::Equals(Joined(*std::move(got)), b)) << seed;
+    // Finish gives the same bundle with every payload in it.
+    InPlaceNone observer;
+    BundleStreamParser p(bytes.size(), &observer, 1);
+    ASSERT_THAT(p.Feed(bytes, std::make_shared<int>(0)), IsOk());
+    absl::StatusOr<v1::TensorBundle> finished = p.Finish();
+    ASSERT_THAT(finished, IsOk());
+    EXPECT_TRUE(MessageDifferencer::Equals(*finished, b)) << seed;
+  }
 }
 
 }  // namespace

@@ -132,13 +132,26 @@ absl::Status BundleAssembler::Check(const ChunkHeader& chunk,
   if (size == 0 && !chunk.last) {
     return absl::InvalidArgumentError("empty chunk that is not the last");
   }
+  return absl::OkStatus();
+}
+
+absl::Status BundleAssembler::CheckedFeed(const ChunkHeader& chunk,
+                                          absl::Span<const absl::string_view> data,
+                                          const std::shared_ptr<const void>& owner) {
+  // Each piece is parsed (and its payload scanned) right after its CRC, while it is in cache: one
+  // read from memory instead of two. Bytes that fail the CRC were parsed, but the chunk is then
+  // refused and the assembler poisoned, so nothing built from them is ever handed on.
   uint32_t crc = 0;
-  for (absl::string_view piece : data) crc = Crc32(piece.data(), piece.size(), crc);
-  if (crc != chunk.data_crc32) {
+  absl::Status parsed = absl::OkStatus();
+  for (absl::string_view piece : data) {
+    crc = Crc32(piece.data(), piece.size(), crc);
+    if (parsed.ok()) parsed = parser_->Feed(piece, owner);
+  }
+  if (crc != chunk.data_crc32) {  // corruption explains a parse error too: say so first
     return absl::DataLossError(
         absl::StrCat("chunk at offset ", chunk.offset, " fails its CRC-32 check"));
   }
-  return absl::OkStatus();
+  return parsed;
 }
 
 absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
@@ -154,7 +167,8 @@ absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
 }
 
 absl::Status BundleAssembler::Add(const ChunkHeader& chunk,
-                                  absl::Span<const absl::string_view> data) {
+                                  absl::Span<const absl::string_view> data,
+                                  const std::shared_ptr<const void>& owner) {
   if (failed_) return absl::FailedPreconditionError("stream already failed");
   if (complete_) return Fail(absl::InvalidArgumentError("chunk after the last chunk"));
   size_t n = 0;
@@ -166,13 +180,11 @@ absl::Status BundleAssembler::Add(const ChunkHeader& chunk,
     total_size_ = chunk.total_size;
     parser_.emplace(total_size_, observer_);
   }
+  if (absl::Status s = CheckedFeed(chunk, data, owner); !s.ok()) return Fail(std::move(s));
   // The chunk's CRC was just checked: the bundle's follows from it without a second pass.
   running_crc_ =
       received_ == 0 ? chunk.data_crc32 : Crc32Combine(running_crc_, chunk.data_crc32, n);
   received_ += n;
-  for (absl::string_view piece : data) {
-    if (absl::Status s = parser_->Feed(piece); !s.ok()) return Fail(std::move(s));
-  }
   if (chunk.last) {
     if (received_ != total_size_) {
       return Fail(absl::InvalidArgumentError(
@@ -191,6 +203,13 @@ absl::Status BundleAssembler::Add(const ChunkHeader& chunk,
 absl::StatusOr<v1::TensorBundle> BundleAssembler::Finish() {
   if (!complete_ || !parser_) return absl::FailedPreconditionError("bundle is not complete");
   absl::StatusOr<v1::TensorBundle> bundle = parser_->Finish();
+  parser_.reset();
+  return bundle;
+}
+
+absl::StatusOr<ReceivedBundle> BundleAssembler::FinishInPlace() {
+  if (!complete_ || !parser_) return absl::FailedPreconditionError("bundle is not complete");
+  absl::StatusOr<ReceivedBundle> bundle = parser_->FinishInPlace();
   parser_.reset();
   return bundle;
 }

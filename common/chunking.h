@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,12 +53,16 @@ class BundleAssembler {
   // tensor's payload bytes are copied once, into place, as each chunk comes). After an error the
   // assembler is poisoned: further calls fail.
   absl::Status Add(const v1::BundleChunk& chunk);
-  // The same for a chunk whose data is in pieces (in order), read in place.
-  absl::Status Add(const ChunkHeader& header, absl::Span<const absl::string_view> data);
+  // The same for a chunk whose data is in pieces (in order), read in place. With an `owner` that
+  // keeps the pieces valid, large payloads read in pieces stay there (BundleStreamParser::Feed).
+  absl::Status Add(const ChunkHeader& header, absl::Span<const absl::string_view> data,
+                   const std::shared_ptr<const void>& owner = nullptr);
   // True once the chunk marked `last` was accepted.
   bool complete() const { return complete_; }
   // The bundle. REQUIRES: complete().
   absl::StatusOr<v1::TensorBundle> Finish();
+  // The bundle with the payloads kept in place left there. REQUIRES: complete().
+  absl::StatusOr<ReceivedBundle> FinishInPlace();
 
  private:
   absl::Status Fail(absl::Status s) {
@@ -65,8 +70,12 @@ class BundleAssembler {
     parser_.reset();
     return s;
   }
+  // Everything about the chunk but its CRC.
   absl::Status Check(const ChunkHeader& chunk, absl::Span<const absl::string_view> data,
                      size_t size);
+  // Feeds the chunk's data to the parser and checks its CRC on the way.
+  absl::Status CheckedFeed(const ChunkHeader& chunk, absl::Span<const absl::string_view> data,
+                           const std::shared_ptr<const void>& owner);
 
   uint64_t max_bundle_bytes_;
   PayloadObserver* observer_;

@@ -97,6 +97,13 @@ TEST_F(ChunkingCorruption, FlippedByteFailsTheChunkCrc) {
   EXPECT_THAT(Feed(chunks_), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("CRC")));
 }
 
+// The data is parsed as its CRC is computed; corruption that also breaks the parse is still
+// reported as what it is.
+TEST_F(ChunkingCorruption, CorruptionThatBreaksTheParseIsReportedAsACrcFailure) {
+  (*chunks_[0].mutable_data())[0] = 0x0b;  // field 1 as a group: the parser refuses it at once
+  EXPECT_THAT(Feed(chunks_), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("CRC")));
+}
+
 TEST_F(ChunkingCorruption, FlippedByteWithRecomputedChunkCrcFailsTheBundleCrc) {
   (*chunks_[2].mutable_data())[10] ^= 0x40;
   chunks_[2].set_data_crc32(Crc32(chunks_[2].data().data(), chunks_[2].data().size()));

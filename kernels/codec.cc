@@ -8,23 +8,38 @@
 #include "kernels/format/payload.h"
 
 namespace tern {
-absl::Status Codec::Decode(const EncodedView& in, absl::Span<float> out, ThreadPool* pool) const {
-  if (absl::Status s = internal::CheckView(Name(), in, out.size()); !s.ok()) return s;
-  return DecodeImpl(in, 1.0f, /*accumulate=*/false, out, pool);
+
+EncodedView Codec::InOnePlace(const EncodedView& in, std::string* flat) const {
+  if (in.pieces.empty() || ReadsPieces()) return in;
+  flat->reserve(in.PayloadSize());
+  flat->append(reinterpret_cast<const char*>(in.payload.data()), in.payload.size());
+  for (absl::string_view p : in.pieces) flat->append(p.data(), p.size());
+  EncodedView v = in;
+  v.payload = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(flat->data()), flat->size());
+  v.pieces = {};
+  return v;
 }
 
-absl::Status Codec::DecodeAccumulate(const EncodedView& in, float weight, absl::Span<float> out,
+absl::Status Codec::Decode(const EncodedView& view, absl::Span<float> out, ThreadPool* pool) const {
+  if (absl::Status s = internal::CheckView(Name(), view, out.size()); !s.ok()) return s;
+  std::string flat;
+  return DecodeImpl(InOnePlace(view, &flat), 1.0f, /*accumulate=*/false, out, pool);
+}
+
+absl::Status Codec::DecodeAccumulate(const EncodedView& view, float weight, absl::Span<float> out,
                                      ThreadPool* pool) const {
-  if (absl::Status s = internal::CheckView(Name(), in, out.size()); !s.ok()) return s;
-  return DecodeImpl(in, weight, /*accumulate=*/true, out, pool);
+  if (absl::Status s = internal::CheckView(Name(), view, out.size()); !s.ok()) return s;
+  std::string flat;
+  return DecodeImpl(InOnePlace(view, &flat), weight, /*accumulate=*/true, out, pool);
 }
 
-absl::Status Codec::DecodeAccumulateEach(const EncodedView& in,
+absl::Status Codec::DecodeAccumulateEach(const EncodedView& view,
                                          absl::Span<const WeightedTarget> targets) const {
   for (const WeightedTarget& t : targets) {
-    if (absl::Status s = internal::CheckView(Name(), in, t.out.size()); !s.ok()) return s;
+    if (absl::Status s = internal::CheckView(Name(), view, t.out.size()); !s.ok()) return s;
   }
-  return DecodeAccumulateEachImpl(in, targets);
+  std::string flat;
+  return DecodeAccumulateEachImpl(InOnePlace(view, &flat), targets);
 }
 
 absl::Status Codec::DecodeAccumulateEachImpl(const EncodedView& in,
@@ -42,9 +57,10 @@ absl::Status Codec::EncodeSelection(const TopKSelection&, const EncodeOptions&, 
       absl::StrCat(Name(), " encodes from its whole input, not from a top-k selection"));
 }
 
-absl::Status Codec::Validate(const EncodedView& in) const {
-  if (absl::Status s = internal::CheckView(Name(), in, in.numel); !s.ok()) return s;
-  return ValidateImpl(in);
+absl::Status Codec::Validate(const EncodedView& view) const {
+  if (absl::Status s = internal::CheckView(Name(), view, view.numel); !s.ok()) return s;
+  std::string flat;
+  return ValidateImpl(InOnePlace(view, &flat));
 }
 
 namespace {
@@ -59,9 +75,10 @@ absl::Span<float> Scratch(size_t n) {
 
 }  // namespace
 
-absl::StatusOr<double> Codec::Norm(const EncodedView& in) const {
-  if (absl::Status s = internal::CheckView(Name(), in, in.numel); !s.ok()) return s;
-  return NormImpl(in);
+absl::StatusOr<double> Codec::Norm(const EncodedView& view) const {
+  if (absl::Status s = internal::CheckView(Name(), view, view.numel); !s.ok()) return s;
+  std::string flat;
+  return NormImpl(InOnePlace(view, &flat));
 }
 
 absl::Status Codec::ValidateImpl(const EncodedView& in) const {

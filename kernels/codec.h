@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/payload_pieces.h"
 
 namespace tern {
 
@@ -37,9 +38,13 @@ struct EncodedTensor {
   uint64_t numel = 0;         // elements of the decoded tensor
   std::vector<float> scales;  // per-tensor / per-block scales (count fixed by the codec)
   std::string payload;        // codec body, layout in docs/wire-format.md
+  // A received payload read where it arrived instead (then `payload` is empty): see
+  // common/payload_pieces.h. Only codecs whose decoder ReadsPieces() are handed one.
+  PayloadPieces in_place;
 
+  size_t PayloadSize() const { return payload.size() + in_place.size; }
   // Bytes this tensor costs on the wire, excluding protobuf framing and the name strings.
-  size_t ByteSize() const { return payload.size() + 4 * scales.size(); }
+  size_t ByteSize() const { return PayloadSize() + 4 * scales.size(); }
 };
 
 // A read-only view of an encoded tensor (for example over a received protobuf). The viewed memory
@@ -49,11 +54,21 @@ struct EncodedView {
   uint64_t numel = 0;
   absl::Span<const float> scales;
   absl::Span<const uint8_t> payload;
+  // The payload in pieces, in order, where it was received in place (then `payload` is empty).
+  // Codec's public calls join them into one buffer first unless the codec ReadsPieces().
+  absl::Span<const absl::string_view> pieces;
+
+  size_t PayloadSize() const {
+    size_t n = payload.size();
+    for (absl::string_view p : pieces) n += p.size();
+    return n;
+  }
 
   static EncodedView Of(const EncodedTensor& t) {
     return EncodedView{t.codec, t.numel, t.scales,
                        absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(t.payload.data()),
-                                                 t.payload.size())};
+                                                 t.payload.size()),
+                       t.in_place.pieces};
   }
 };
 
@@ -131,8 +146,8 @@ class Codec {
   // What Encode writes for an input whose selection is `selection` (TopK(numel) entries), bit for
   // bit. InvalidArgument for a selection of another size or not ascending; Unimplemented where
   // TopK is 0.
-  virtual absl::Status EncodeSelection(const TopKSelection& selection,
-                                       const EncodeOptions& options, EncodedTensor* out);
+  virtual absl::Status EncodeSelection(const TopKSelection& selection, const EncodeOptions& options,
+                                       EncodedTensor* out);
 
   // Decodes into `out` (size must equal in.numel). The bytes are untrusted: a payload that is
   // truncated, oversize, of another codec or internally inconsistent yields InvalidArgument and
@@ -156,8 +171,14 @@ class Codec {
   // Norm as the payload arrives, or null (the default) where the check needs the whole payload
   // at once; the cast codecs' check and norm are one pass over their words.
   virtual std::unique_ptr<PayloadScan> NewPayloadScan() const { return nullptr; }
+  // True when the *Impl calls below read a view's `pieces` themselves (a received payload left
+  // where it arrived); the default gets them joined into one buffer (a copy) first.
+  virtual bool ReadsPieces() const { return false; }
 
  protected:
+  // `in` with its pieces joined into `flat` unless this codec ReadsPieces().
+  EncodedView InOnePlace(const EncodedView& in, std::string* flat) const;
+
   // Codec-specific decoding, after the codec name and element count were checked. With
   // accumulate == false, `out` is overwritten (weight is 1).
   virtual absl::Status DecodeImpl(const EncodedView& in, float weight, bool accumulate,

@@ -25,6 +25,8 @@ class PayloadScans final : public PayloadObserver {
 
   void Begin(size_t index, absl::string_view fields, uint64_t size) override;
   void Bytes(size_t index, absl::string_view bytes) override;
+  // True where the tensor's codec decodes a payload in pieces (Codec::ReadsPieces).
+  bool InPlace(size_t index) const override;
 
   // Tensor `index`'s scan if it ran under `t`'s codec over all of t's payload; else null (check
   // `t` the usual way).
@@ -33,7 +35,8 @@ class PayloadScans final : public PayloadObserver {
  private:
   struct Entry {
     std::string codec;
-    std::unique_ptr<PayloadScan> scan;
+    std::unique_ptr<PayloadScan> scan;  // may be null
+    bool reads_pieces = false;
   };
   const CodecRegistry* const codecs_;
   std::vector<Entry> entries_;  // by tensor index

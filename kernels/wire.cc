@@ -10,7 +10,11 @@ void ToProto(EncodedTensor&& t, v1::EncodedTensor* msg) {
   msg->set_params(std::move(t.params));
   msg->set_numel(t.numel);
   msg->mutable_scales()->Assign(t.scales.begin(), t.scales.end());
-  msg->set_payload(std::move(t.payload));
+  if (t.in_place.empty()) {
+    msg->set_payload(std::move(t.payload));
+  } else {
+    msg->set_payload(t.in_place.Flatten());  // a received payload sent on: it needs its bytes
+  }
 }
 
 absl::StatusOr<EncodedView> ViewOf(const v1::EncodedTensor& msg) {
@@ -28,9 +32,12 @@ absl::StatusOr<EncodedView> ViewOf(const v1::EncodedTensor& msg) {
     }
   }
   return EncodedView{
-      msg.codec(), msg.numel(), absl::Span<const float>(msg.scales().data(), msg.scales_size()),
+      msg.codec(),
+      msg.numel(),
+      absl::Span<const float>(msg.scales().data(), msg.scales_size()),
       absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(msg.payload().data()),
-                                msg.payload().size())};
+                                msg.payload().size()),
+      {}};
 }
 
 absl::Status DecodeMessage(const CodecRegistry& registry, const v1::EncodedTensor& msg,

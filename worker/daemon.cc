@@ -170,8 +170,7 @@ class WorkerDaemon::GossipService final
         return;
       }
       wire_bytes_ += chunk->message_size + 5;
-      std::optional<absl::StatusOr<v1::TensorBundle>> got =
-          FeedCounted(*stream_, assembler_, *chunk);
+      std::optional<absl::StatusOr<ReceivedBundle>> got = FeedCounted(*stream_, assembler_, *chunk);
       if (!got) {
         StartRead(&message_);
         return;
@@ -181,8 +180,8 @@ class WorkerDaemon::GossipService final
         return;
       }
       // Deliver takes the bundle over (its payloads move, not copy); keep what the log needs.
-      const std::string sender = (*got)->sender();
-      const uint64_t round = (*got)->round();
+      const std::string sender = (*got)->bundle.sender();
+      const uint64_t round = (*got)->bundle.round();
       absl::Status s = d_->engine_->Deliver(**std::move(got), wire_bytes_, &scans_);
       if (absl::IsUnavailable(s)) {
         spdlog::debug("worker {}: not ready for '{}' round {}: {}", d_->options_.engine.worker_id,

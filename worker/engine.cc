@@ -462,10 +462,11 @@ absl::StatusOr<int> RoundEngine::SenderOf(const v1::TensorBundle& bundle) const 
   return sender;
 }
 
-absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundle bundle,
+absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(ReceivedBundle received,
                                                                  uint64_t num_params,
                                                                  PayloadScans* scans) const {
   if (num_params == 0) return absl::UnavailableError("this worker has no model registered yet");
+  const v1::TensorBundle& bundle = received.bundle;
   TERN_ASSIGN_OR_RETURN(const int sender, SenderOf(bundle));
   if (bundle.round() > (uint64_t{1} << 62)) {
     return absl::OutOfRangeError(absl::StrCat("round ", bundle.round(), " is absurd"));
@@ -477,7 +478,7 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(v1::TensorBundl
     return absl::InvalidArgumentError(
         absl::StrCat("worker ", sender, " is not a neighbour in round ", round));
   }
-  TERN_ASSIGN_OR_RETURN(GossipMessage msg, GossipFromBundle(std::move(bundle), num_params));
+  TERN_ASSIGN_OR_RETURN(GossipMessage msg, GossipFromBundle(std::move(received), num_params));
   if (msg.parts.size() != parts_.size()) {
     return absl::InvalidArgumentError(absl::StrCat("message has ", msg.parts.size(),
                                                    " parts, expected ", parts_.size(), " (",
@@ -531,8 +532,9 @@ void RoundEngine::ObserveOwn(const GossipMessage& msg) {
   }
 }
 
-absl::Status RoundEngine::Deliver(v1::TensorBundle bundle, uint64_t wire_bytes,
+absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
                                   PayloadScans* scans) {
+  const v1::TensorBundle& bundle = received.bundle;
   uint64_t num_params;
   {
     absl::MutexLock lock(&mu_);
@@ -551,7 +553,7 @@ absl::Status RoundEngine::Deliver(v1::TensorBundle bundle, uint64_t wire_bytes,
         static_cast<int64_t>(std::min<uint64_t>(bundle.round(), uint64_t{1} << 62));
     const absl::Status window = inbox_->CheckRound(round);
     if (!window.ok() && (absl::IsCancelled(window) || round < inbox_->floor())) return window;
-    TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(bundle), num_params, scans));
+    TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(received), num_params, scans));
     if (!window.ok()) {
       inbox_->Note(round, checked.first);
       return window;
@@ -583,7 +585,7 @@ absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(v1::TensorBundle bundle
       return absl::FailedPreconditionError(
           absl::StrCat(options_.algorithm, " runs in rounds; use Gossip.Push"));
     }
-    TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(bundle), num_params));
+    TERN_ASSIGN_OR_RETURN(auto checked, Check(ReceivedBundle{std::move(bundle), {}}, num_params));
     const uint64_t payload = checked.second.PayloadBytes();
     absl::MutexLock lock(&mu_);
     if (published_ == nullptr) return absl::UnavailableError("no model published yet");
@@ -646,7 +648,7 @@ absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* 
   const absl::Time t1 = absl::Now();
   const uint64_t reply_bytes = reply.ok() ? reply->ByteSizeLong() : 0;
   absl::StatusOr<std::pair<int, GossipMessage>> theirs =
-      reply.ok() ? Check(*std::move(reply), algorithm_->params().size())
+      reply.ok() ? Check(ReceivedBundle{*std::move(reply), {}}, algorithm_->params().size())
                  : absl::StatusOr<std::pair<int, GossipMessage>>(reply.status());
   if (theirs.ok() && theirs->first != j) {
     theirs = absl::InvalidArgumentError(absl::StrCat("worker ", j, " answered as ", theirs->first));

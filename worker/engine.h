@@ -147,7 +147,12 @@ class RoundEngine {
   // A neighbour's message (`wire_bytes` as received). OK or an error saying why it was refused.
   // `scans` (may be null): its payloads' checks made as they arrived, taken instead of a pass
   // over them now where they cover a part.
-  absl::Status Deliver(v1::TensorBundle bundle, uint64_t wire_bytes, PayloadScans* scans = nullptr);
+  // Large payloads received in place (ReceivedBundle::in_place) stay there until mixed.
+  absl::Status Deliver(ReceivedBundle bundle, uint64_t wire_bytes, PayloadScans* scans = nullptr);
+  absl::Status Deliver(v1::TensorBundle bundle, uint64_t wire_bytes,
+                       PayloadScans* scans = nullptr) {
+    return Deliver(ReceivedBundle{std::move(bundle), {}}, wire_bytes, scans);
+  }
 
   // Parameters after `step` steps: NotFound when never kept or evicted, Unavailable when the
   // worker has not got there yet.
@@ -208,7 +213,7 @@ class RoundEngine {
   // The sender of a message of this run (another worker's id), or InvalidArgument.
   absl::StatusOr<int> SenderOf(const v1::TensorBundle& bundle) const;
   // Checks a peer's bundle (everything but the round window); returns sender and message.
-  absl::StatusOr<std::pair<int, GossipMessage>> Check(v1::TensorBundle bundle, uint64_t num_params,
+  absl::StatusOr<std::pair<int, GossipMessage>> Check(ReceivedBundle received, uint64_t num_params,
                                                       PayloadScans* scans = nullptr) const;
   // Validates part `name` of a peer's message and, with the guard on, checks its norm; by
   // `scan` (may be null), the part's check made as it arrived, where there is one.

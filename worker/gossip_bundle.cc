@@ -24,9 +24,15 @@ v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, 
 }
 
 absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t expected_numel) {
+  return GossipFromBundle(ReceivedBundle{std::move(bundle), {}}, expected_numel);
+}
+
+absl::StatusOr<GossipMessage> GossipFromBundle(ReceivedBundle received, uint64_t expected_numel) {
   GossipMessage msg;
   std::set<std::string> seen;
-  for (v1::NamedTensor& nt : *bundle.mutable_tensors()) {
+  v1::TensorBundle& bundle = received.bundle;
+  for (int i = 0; i < bundle.tensors_size(); ++i) {
+    v1::NamedTensor& nt = *bundle.mutable_tensors(i);
     if (!seen.insert(nt.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat("part '", nt.name(), "' appears twice"));
     }
@@ -45,6 +51,9 @@ absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t
     t.numel = m.numel();
     t.scales.assign(m.scales().begin(), m.scales().end());
     t.payload = std::move(*m.mutable_payload());  // the bundle is ours: no copy of the bytes
+    if (static_cast<size_t>(i) < received.in_place.size()) {
+      t.in_place = std::move(received.in_place[static_cast<size_t>(i)]);
+    }
     msg.parts.emplace_back(nt.name(), std::move(t));
   }
   return msg;

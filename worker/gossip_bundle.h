@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/bundle_stream.h"
 #include "tern/v1/tensor.pb.h"
 #include "worker/algorithm.h"
 
@@ -21,6 +22,8 @@ v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, 
 // structure (names unique, numel == expected_numel, a shape multiplies out to numel), not
 // payloads.
 absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t expected_numel);
+// The same for a bundle whose large payloads were received in place: they stay there.
+absl::StatusOr<GossipMessage> GossipFromBundle(ReceivedBundle received, uint64_t expected_numel);
 
 }  // namespace tern
 

@@ -72,13 +72,18 @@ class GrpcTransport::PushCall final
 
  private:
   // Each chunk's data goes out from the shared chunks themselves, which the message keeps alive.
+  // The last chunk goes with the half-close (one frame and one callback fewer).
   void WriteNextOrDone() {
     if (next_ >= chunks_->size()) {
-      StartWritesDone();
+      if (chunks_->empty()) StartWritesDone();
       return;
     }
     out_ = RawChunkMessage((*chunks_)[next_++], chunks_);
-    StartWrite(&out_);
+    if (next_ == chunks_->size()) {
+      StartWriteLast(&out_, grpc::WriteOptions());
+    } else {
+      StartWrite(&out_);
+    }
   }
 
   GrpcTransport* const transport_;

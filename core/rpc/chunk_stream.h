@@ -64,17 +64,18 @@ inline std::optional<absl::StatusOr<v1::TensorBundle>> FeedCounted(StreamLimits:
   return got;
 }
 
-// FeedCounted for a chunk received raw (its data read in place from gRPC's slices).
-inline std::optional<absl::StatusOr<v1::TensorBundle>> FeedCounted(StreamLimits::Stream& stream,
-                                                                   BundleAssembler& a,
-                                                                   const RawChunk& chunk) {
-  std::optional<absl::StatusOr<v1::TensorBundle>> got;
+// FeedCounted for a chunk received raw (its data read in place from gRPC's slices): the large
+// payloads that the assembler's observer reads in pieces stay in those slices (ReceivedBundle).
+inline std::optional<absl::StatusOr<ReceivedBundle>> FeedCounted(StreamLimits::Stream& stream,
+                                                                 BundleAssembler& a,
+                                                                 const RawChunk& chunk) {
+  std::optional<absl::StatusOr<ReceivedBundle>> got;
   if (absl::Status s = stream.Hold(chunk.data_size); !s.ok()) {
-    got = absl::StatusOr<v1::TensorBundle>(s);
-  } else if (absl::Status added = a.Add(chunk.header, chunk.data); !added.ok()) {
-    got = absl::StatusOr<v1::TensorBundle>(added);
+    got = absl::StatusOr<ReceivedBundle>(s);
+  } else if (absl::Status added = a.Add(chunk.header, chunk.data, chunk.owner); !added.ok()) {
+    got = absl::StatusOr<ReceivedBundle>(added);
   } else if (a.complete()) {
-    got = a.Finish();
+    got = a.FinishInPlace();
   }
   if (got) stream.ReleaseAll();
   return got;

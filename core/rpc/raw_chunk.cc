@@ -131,15 +131,15 @@ absl::StatusOr<RawChunk> ParseRawChunkPieces(std::vector<absl::string_view> piec
 }
 
 absl::StatusOr<RawChunk> ParseRawChunk(const grpc::ByteBuffer& message) {
-  std::vector<grpc::Slice> slices;
-  if (!message.Valid() || !message.Dump(&slices).ok()) return Bad("unreadable message");
+  auto slices = std::make_shared<std::vector<grpc::Slice>>();
+  if (!message.Valid() || !message.Dump(slices.get()).ok()) return Bad("unreadable message");
   std::vector<absl::string_view> pieces;
-  pieces.reserve(slices.size());
-  for (const grpc::Slice& s : slices) {
+  pieces.reserve(slices->size());
+  for (const grpc::Slice& s : *slices) {
     pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   absl::StatusOr<RawChunk> c = ParseRawChunkPieces(std::move(pieces));
-  if (c.ok()) c->slices = std::move(slices);  // the views point into these
+  if (c.ok()) c->owner = std::move(slices);  // the views point into these
   return c;
 }
 

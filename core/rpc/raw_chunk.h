@@ -20,10 +20,11 @@
 
 namespace tern {
 
-// A received chunk: its header and its data as views into `slices`, which keep them valid.
+// A received chunk: its header and its data as views into the message's slices, which `owner`
+// keeps (a bundle's payload left in place holds it on).
 struct RawChunk {
   ChunkHeader header;
-  std::vector<grpc::Slice> slices;
+  std::shared_ptr<const void> owner;
   std::vector<absl::string_view> data;  // in order; empty pieces left out
   size_t data_size = 0;
   size_t message_size = 0;  // the serialized chunk's bytes

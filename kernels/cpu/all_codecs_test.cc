@@ -366,6 +366,66 @@ TEST_P(AllCodecs, ValidateGivesDecodesVerdictOnGoodTruncatedAndCorruptPayloads) 
   }
 }
 
+// `payload` cut into pieces of 1 to 999 bytes (words split between pieces).
+std::vector<absl::string_view> Pieces(absl::string_view payload, uint64_t seed) {
+  std::vector<absl::string_view> pieces;
+  const RngKey key = MakeRngKey(seed);
+  for (size_t at = 0, i = 0; at < payload.size(); ++i) {
+    const size_t n = std::min<size_t>(payload.size() - at, 1 + Random32(key, i) % 999);
+    pieces.push_back(payload.substr(at, n));
+    at += n;
+  }
+  return pieces;
+}
+
+// A payload received in place (EncodedView::pieces) reads exactly as the same bytes in one
+// buffer: cast codecs read the pieces, the others get them joined.
+TEST_P(AllCodecs, APayloadInPiecesReadsExactlyAsInOnePlace) {
+  const auto x = testing::Gaussian(20011, 18);
+  const EncodedTensor enc = Encode(x);
+  const EncodedView flat = EncodedView::Of(enc);
+  const std::vector<absl::string_view> pieces = Pieces(enc.payload, 19);
+  EncodedView split = flat;
+  split.payload = {};
+  split.pieces = pieces;
+  EXPECT_EQ(split.PayloadSize(), enc.payload.size());
+  std::vector<float> want(x.size()), got(x.size(), 5.0f);
+  ASSERT_THAT(codec_->Decode(flat, absl::MakeSpan(want)), IsOk());
+  ASSERT_THAT(codec_->Decode(split, absl::MakeSpan(got)), IsOk());
+  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), 4 * x.size()));
+  std::vector<float> acc_want = x, acc_got = x;
+  ASSERT_THAT(codec_->DecodeAccumulate(flat, 0.25f, absl::MakeSpan(acc_want)), IsOk());
+  ASSERT_THAT(codec_->DecodeAccumulate(split, 0.25f, absl::MakeSpan(acc_got)), IsOk());
+  EXPECT_EQ(0, std::memcmp(acc_want.data(), acc_got.data(), 4 * x.size()));
+  const WeightedTarget targets[1] = {{-0.5f, absl::MakeSpan(acc_got)}};
+  const WeightedTarget want_targets[1] = {{-0.5f, absl::MakeSpan(acc_want)}};
+  ASSERT_THAT(codec_->DecodeAccumulateEach(flat, want_targets), IsOk());
+  ASSERT_THAT(codec_->DecodeAccumulateEach(split, targets), IsOk());
+  EXPECT_EQ(0, std::memcmp(acc_want.data(), acc_got.data(), 4 * x.size()));
+  EXPECT_THAT(codec_->Validate(split), IsOk());
+  absl::StatusOr<double> norm_flat = codec_->Norm(flat), norm_split = codec_->Norm(split);
+  ASSERT_THAT(norm_split, IsOk());
+  EXPECT_EQ(*norm_flat, *norm_split);  // bit for bit: the same sums in the same order
+  // A piece short or a word made NaN where two pieces meet is refused as it would be in one place.
+  EncodedView cut = split;
+  cut.pieces = absl::MakeConstSpan(pieces).subspan(0, pieces.size() - 1);
+  EXPECT_THAT(codec_->Decode(cut, absl::MakeSpan(got)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(codec_->Validate(cut), StatusIs(absl::StatusCode::kInvalidArgument));
+  std::string bad = enc.payload;
+  const size_t at = pieces[0].size() / 4 * 4;  // the word that the first cut splits, if any
+  const uint32_t nan = 0x7fc00000u;
+  if (at + 4 <= bad.size()) std::memcpy(bad.data() + at, &nan, 4);
+  EncodedView bad_flat = flat;
+  bad_flat.payload = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bad.data()), bad.size());
+  const std::vector<absl::string_view> bad_pieces = Pieces(bad, 19);
+  EncodedView bad_split = split;
+  bad_split.pieces = bad_pieces;
+  EXPECT_EQ(codec_->Validate(bad_flat).ok(), codec_->Validate(bad_split).ok());
+  EXPECT_EQ(codec_->Decode(bad_flat, absl::MakeSpan(want)).ok(),
+            codec_->Decode(bad_split, absl::MakeSpan(got)).ok());
+}
+
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   std::string name;
   for (char c : info.param.spec) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

@@ -29,6 +29,8 @@ class CastCodec final : public Codec {
   absl::string_view Name() const override { return Traits::kFormat.name; }
   std::string Spec() const override { return Traits::kFormat.spec; }
   bool lossless() const override { return Traits::kLossless; }
+  // Words are read in runs wherever they are: a payload received in pieces is decoded from them.
+  bool ReadsPieces() const override { return true; }
 
   absl::Status Encode(absl::Span<const float> x, const EncodeOptions& options,
                       EncodedTensor* out) override {
@@ -54,7 +56,12 @@ class CastCodec final : public Codec {
   absl::StatusOr<double> NormImpl(const EncodedView& in) const override {
     if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
     Sum sum;
-    sum.Add(in.payload.data(), in.numel);
+    if (in.pieces.empty()) {
+      sum.Add(in.payload.data(), in.numel);
+    } else {
+      format::ForEachWordRun(in.pieces, kWord,
+                             [&sum](const uint8_t* w, size_t, size_t n) { sum.Add(w, n); });
+    }
     return sum.Norm(in);
   }
 
@@ -69,14 +76,20 @@ class CastCodec final : public Codec {
                           absl::Span<float> out, ThreadPool* pool) const override {
     if (absl::Status s = format::CheckCastPayload(Traits::kFormat, in); !s.ok()) return s;
     if (absl::Status s = format::CheckCastFinite(Traits::kFormat, in); !s.ok()) return s;
-    const uint8_t* p = in.payload.data();
-    ParallelFor(pool, out.size(), kGrain, 64, [&](size_t b, size_t e) {
+    const auto run = [&](const uint8_t* words, size_t first, size_t n) {
       if (accumulate) {
-        Traits::AccumulateLoop(p + b * Traits::kFormat.word_bytes, weight, out.data() + b, e - b);
+        Traits::AccumulateLoop(words, weight, out.data() + first, n);
       } else {
-        Traits::DecodeLoop(p + b * Traits::kFormat.word_bytes, out.data() + b, e - b);
+        Traits::DecodeLoop(words, out.data() + first, n);
       }
-    });
+    };
+    if (!in.pieces.empty()) {  // received in place: one pass over the pieces, in order
+      format::ForEachWordRun(in.pieces, kWord, run);
+      return absl::OkStatus();
+    }
+    const uint8_t* p = in.payload.data();
+    ParallelFor(pool, out.size(), kGrain, 64,
+                [&](size_t b, size_t e) { run(p + b * kWord, b, e - b); });
     return absl::OkStatus();
   }
 
@@ -121,24 +134,11 @@ class CastCodec final : public Codec {
     explicit Scan(const CastCodec* codec) : codec_(codec) {}
     void Feed(absl::string_view bytes) override {
       fed_ += bytes.size();
-      const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-      size_t n = bytes.size();
-      if (carried_ > 0 && carried_ < kWord) {  // a word split between pieces
-        const size_t k = std::min(kWord - carried_, n);
-        std::memcpy(carry_ + carried_, p, k);
-        carried_ += k;
-        p += k;
-        n -= k;
-        if (carried_ < kWord) return;
-        sum_.Add(carry_, 1);
-      }
-      sum_.Add(p, n / kWord);
-      carried_ = n % kWord;
-      std::memcpy(carry_, p + n - carried_, carried_);
+      runs_.Feed(bytes, [this](const uint8_t* words, size_t, size_t n) { sum_.Add(words, n); });
     }
     uint64_t fed() const override { return fed_; }
     absl::StatusOr<double> Finish(const EncodedView& in) override {
-      if (fed_ != in.payload.size()) {
+      if (fed_ != in.PayloadSize()) {
         return absl::FailedPreconditionError("the scan did not see the whole payload");
       }
       if (absl::Status s = CheckView(codec_->Name(), in, in.numel); !s.ok()) return s;
@@ -149,8 +149,7 @@ class CastCodec final : public Codec {
    private:
     const CastCodec* const codec_;
     Sum sum_;
-    uint8_t carry_[kWord] = {};
-    size_t carried_ = 0;
+    format::WordRuns runs_{kWord};
     uint64_t fed_ = 0;
   };
 };

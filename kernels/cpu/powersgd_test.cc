@@ -94,7 +94,7 @@ TEST(PowerSgd, RankZeroBlockCarriesItsValuesRaw) {
   std::vector<uint8_t> payload(16 + 20);
   std::memcpy(payload.data(), header, 16);
   std::memcpy(payload.data() + 16, values, 20);
-  EncodedView v{"powersgd.v2", 5, {}, payload};
+  EncodedView v{"powersgd.v2", 5, {}, payload, {}};
   std::vector<float> y(5, 7.0f);
   ASSERT_THAT((*decoder)->Decode(v, absl::MakeSpan(y)), IsOk());
   EXPECT_EQ(y, std::vector<float>(values, values + 5));

@@ -9,9 +9,9 @@ namespace tern::format {
 
 absl::Status CheckCastPayload(const CastFormat& f, const EncodedView& in) {
   if (!in.scales.empty()) return internal::PayloadError(f.name, "expected no scales");
-  if (in.payload.size() != in.numel * f.word_bytes) {
+  if (in.PayloadSize() != in.numel * f.word_bytes) {
     return internal::PayloadError(f.name, "expected ", in.numel * f.word_bytes, " bytes for ",
-                                  in.numel, " elements, got ", in.payload.size());
+                                  in.numel, " elements, got ", in.PayloadSize());
   }
   return absl::OkStatus();
 }
@@ -46,11 +46,17 @@ TERN_MULTIVERSION uint32_t MinMasked16(const uint8_t* p, size_t n, uint16_t mask
 }  // namespace
 
 absl::Status CheckCastFinite(const CastFormat& f, const EncodedView& in) {
-  const bool finite =
-      in.numel == 0 ||
-      (f.word_bytes == 4
-           ? MinMasked32(in.payload.data(), in.numel, f.exponent_mask)
-           : MinMasked16(in.payload.data(), in.numel, static_cast<uint16_t>(f.exponent_mask))) != 0;
+  bool finite = true;
+  const auto check = [&f, &finite](const uint8_t* words, size_t, size_t n) {
+    finite = finite && (f.word_bytes == 4
+                            ? MinMasked32(words, n, f.exponent_mask)
+                            : MinMasked16(words, n, static_cast<uint16_t>(f.exponent_mask))) != 0;
+  };
+  if (in.pieces.empty()) {
+    if (in.numel > 0) check(in.payload.data(), 0, in.numel);
+  } else {
+    ForEachWordRun(in.pieces, f.word_bytes, check);
+  }
   if (!finite) return internal::PayloadError(f.name, "holds Inf or NaN");
   return absl::OkStatus();
 }

@@ -2,7 +2,9 @@
 // one of its current wire name): the input is split into a small header (element count, scale
 // count, weight) and the payload; decoding must return OK or InvalidArgument and never touch
 // memory out of bounds (ASan + UBSan builds), Validate must give the same verdict, and decoding
-// into several targets at once must write what one DecodeAccumulate per target writes.
+// into several targets at once must write what one DecodeAccumulate per target writes. The same
+// payload cut into pieces (as a receiver may leave it, EncodedView::pieces; the cut sizes from
+// the header's fourth byte) must decode to the same verdict and the same bits.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -38,6 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(&numel, data, 2);
   const size_t nscales = data[2] & 15;
   const bool accumulate = data[3] & 1;
+  const size_t cut = 1 + (data[3] >> 1);  // 1..128 bytes a piece
   data += 4;
   size -= 4;
   std::vector<float> scales(nscales);
@@ -46,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   data += scale_bytes;
   size -= scale_bytes;
   const tern::Codec& decoder = Decoder();
-  tern::EncodedView view{decoder.Name(), numel, scales, absl::Span<const uint8_t>(data, size)};
+  tern::EncodedView view{decoder.Name(), numel, scales, absl::Span<const uint8_t>(data, size), {}};
   std::vector<float> out(numel, 1.0f);
   absl::Status s = accumulate ? decoder.DecodeAccumulate(view, 0.5f, absl::MakeSpan(out))
                               : decoder.Decode(view, absl::MakeSpan(out));
@@ -65,6 +68,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (numel > 0 && (std::memcmp(a.data(), a1.data(), 4 * a.size()) != 0 ||
                     std::memcmp(b.data(), b1.data(), 4 * b.size()) != 0)) {
+    std::abort();
+  }
+  std::vector<absl::string_view> pieces;
+  for (size_t at = 0; at < size; at += cut) {
+    pieces.emplace_back(reinterpret_cast<const char*>(data) + at, std::min(cut, size - at));
+  }
+  tern::EncodedView split = view;
+  split.payload = {};
+  split.pieces = pieces;
+  std::vector<float> from_pieces(numel, 1.0f);
+  const absl::Status p = accumulate
+                             ? decoder.DecodeAccumulate(split, 0.5f, absl::MakeSpan(from_pieces))
+                             : decoder.Decode(split, absl::MakeSpan(from_pieces));
+  if (p.ok() != s.ok() || decoder.Validate(split).ok() != s.ok()) std::abort();
+  if (s.ok() && numel > 0 && std::memcmp(out.data(), from_pieces.data(), 4 * numel) != 0) {
     std::abort();
   }
   return 0;
