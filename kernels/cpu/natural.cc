@@ -159,7 +159,9 @@ class NaturalCodec final : public Codec {
     TERN_ASSIGN_OR_RETURN(const format::NaturalHeader h, format::ReadNaturalHeader(in));
     const uint8_t* codes = h.codes;
     const uint8_t* signs = h.signs;
-    if (const void* bad = std::memchr(codes, 0xff, in.numel); bad != nullptr) {
+    // An empty payload may have no address at all: memchr must not see it.
+    if (const void* bad = in.numel == 0 ? nullptr : std::memchr(codes, 0xff, in.numel);
+        bad != nullptr) {
       return internal::PayloadError(Name(), "exponent code 255 at ",
                                     static_cast<const uint8_t*>(bad) - codes);
     }
