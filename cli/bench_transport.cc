@@ -117,6 +117,7 @@ constexpr int kFloorConnections = 4;
 
 struct SizeResult {
   double push_gbs = 0, tcp_gbs = 0;
+  double single_gbs = 0;                  // the same push over one stream
   double tls_gbs = 0;                     // the same push with mutual TLS (with --tls)
   double floor1_gbs = 0, floor4_gbs = 0;  // gRPC alone, one and kFloorConnections connections
   double push_cpu_ms_per_mb = 0, tcp_cpu_ms_per_mb = 0;
@@ -126,11 +127,13 @@ struct SizeResult {
 // with `tls`, both ends use mutual TLS.
 struct Receiver {
   std::unique_ptr<WorkerDaemon> daemon;
-  std::unique_ptr<GrpcTransport> transport;
+  std::unique_ptr<GrpcTransport> transport;  // striped as asked
+  std::unique_ptr<GrpcTransport> single;     // one stream a push
 };
 
-absl::StatusOr<Receiver> StartReceiver(uint64_t numel, const WorkerRegistries& registries,
-                                       const TlsFiles* server, const TlsFiles* client) {
+absl::StatusOr<Receiver> StartReceiver(uint64_t numel, int stripes,
+                                       const WorkerRegistries& registries, const TlsFiles* server,
+                                       const TlsFiles* client) {
   DaemonOptions o;
   o.engine.run_id = "bench";
   o.engine.num_workers = kWorkers;
@@ -151,18 +154,21 @@ absl::StatusOr<Receiver> StartReceiver(uint64_t numel, const WorkerRegistries& r
   if (client != nullptr) {
     TERN_ASSIGN_OR_RETURN(credentials, ChannelCredentialsFor(*client));
   }
-  r.transport = std::make_unique<GrpcTransport>(/*self=*/1, credentials);
+  r.transport = std::make_unique<GrpcTransport>(/*self=*/1, credentials, PushStriping{stripes});
+  r.single = std::make_unique<GrpcTransport>(/*self=*/1, credentials, PushStriping{1});
   const std::vector<std::string> peers = {absl::StrCat("127.0.0.1:", r.daemon->port()),
                                           "127.0.0.1:1"};
   TERN_RETURN_IF_ERROR(r.transport->SetPeers(peers));
+  TERN_RETURN_IF_ERROR(r.single->SetPeers(peers));
   TERN_RETURN_IF_ERROR(r.daemon->SetPeers(peers));
   return r;
 }
 
-// Pushes round r's message to `to` and steps it (untimed), so the message is mixed and freed as
-// in a run; returns the push's seconds and CPU seconds.
-absl::StatusOr<std::pair<double, double>> PushOnce(Receiver& to, const std::vector<char>& payload,
-                                                   uint64_t numel, int r) {
+// Pushes round r's message to `to` through `via` and steps it (untimed), so the message is mixed
+// and freed as in a run; returns the push's seconds and CPU seconds.
+absl::StatusOr<std::pair<double, double>> PushOnce(Receiver& to, GrpcTransport& via,
+                                                   const std::vector<char>& payload, uint64_t numel,
+                                                   int r) {
   TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks,
                         ChunkBundle(Message(payload, numel, /*sender=*/1, r), r));
   auto shared = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
@@ -170,7 +176,7 @@ absl::StatusOr<std::pair<double, double>> PushOnce(Receiver& to, const std::vect
   absl::Status status;
   const double c0 = CpuSeconds();
   const absl::Time t0 = absl::Now();
-  to.transport->Send(0, shared, absl::Now() + absl::Minutes(1), false, [&](absl::Status s) {
+  via.Send(0, shared, absl::Now() + absl::Minutes(1), false, [&](absl::Status s) {
     status = s;
     done.Notify();
   });
@@ -186,10 +192,11 @@ absl::StatusOr<std::pair<double, double>> PushOnce(Receiver& to, const std::vect
   return std::make_pair(seconds, cpu);
 }
 
-absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats,
+absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats, int stripes,
                                         const WorkerRegistries& registries,
                                         const std::string& certs) {
-  TERN_ASSIGN_OR_RETURN(Receiver plain, StartReceiver(numel, registries, nullptr, nullptr));
+  TERN_ASSIGN_OR_RETURN(Receiver plain,
+                        StartReceiver(numel, stripes, registries, nullptr, nullptr));
   std::optional<Receiver> tls;
   if (!certs.empty()) {
     TlsFiles server;
@@ -199,7 +206,7 @@ absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats,
     TlsFiles client = server;
     client.cert = certs + "/sender.crt";
     client.key = certs + "/sender.key";
-    TERN_ASSIGN_OR_RETURN(tls, StartReceiver(numel, registries, &server, &client));
+    TERN_ASSIGN_OR_RETURN(tls, StartReceiver(numel, stripes, registries, &server, &client));
   }
   std::vector<char> payload(numel * sizeof(float));
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>((i * 131) >> 7);
@@ -207,11 +214,13 @@ absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats,
   std::vector<char> sink(payload.size(), 1);
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcFloor> floor1, GrpcFloor::Start(1));
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcFloor> floor4, GrpcFloor::Start(kFloorConnections));
-  std::vector<double> push, tls_push, tcp, push_cpu, tcp_cpu, floor1_gbs, floor4_gbs;
+  std::vector<double> push, single, tls_push, tcp, push_cpu, tcp_cpu, floor1_gbs, floor4_gbs;
   const double mb = static_cast<double>(payload.size()) / 1e6;
   const double bytes = static_cast<double>(payload.size());
+  // Repeat r pushes rounds 2r (striped) and 2r + 1 (one stream) to each receiver.
   for (int r = 0; r <= repeats; ++r) {
-    TERN_ASSIGN_OR_RETURN(const auto p, PushOnce(plain, payload, numel, r));
+    TERN_ASSIGN_OR_RETURN(const auto p, PushOnce(plain, *plain.transport, payload, numel, 2 * r));
+    TERN_ASSIGN_OR_RETURN(const auto p1, PushOnce(plain, *plain.single, payload, numel, 2 * r + 1));
     const double c1 = CpuSeconds();
     TERN_ASSIGN_OR_RETURN(const double tcp_seconds, RawTcpSeconds(payload, sink));
     const double tcp_cpu_s = CpuSeconds() - c1;
@@ -219,13 +228,15 @@ absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats,
     TERN_ASSIGN_OR_RETURN(const double f4, floor4->Seconds(payload.data(), payload.size()));
     double tls_seconds = 0;
     if (tls) {
-      TERN_ASSIGN_OR_RETURN(const auto t, PushOnce(*tls, payload, numel, r));
+      TERN_ASSIGN_OR_RETURN(const auto t, PushOnce(*tls, *tls->transport, payload, numel, 2 * r));
+      TERN_RETURN_IF_ERROR(PushOnce(*tls, *tls->single, payload, numel, 2 * r + 1).status());
       tls_seconds = t.first;
     }
     if (r == 0) continue;  // warm-up: connections, allocator
     floor1_gbs.push_back(bytes / f1 / 1e9);
     floor4_gbs.push_back(bytes / f4 / 1e9);
     push.push_back(bytes / p.first / 1e9);
+    single.push_back(bytes / p1.first / 1e9);
     if (tls) tls_push.push_back(bytes / tls_seconds / 1e9);
     tcp.push_back(bytes / tcp_seconds / 1e9);
     push_cpu.push_back(1e3 * p.second / mb);
@@ -234,10 +245,12 @@ absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats,
   for (Receiver* r : {&plain, tls ? &*tls : nullptr}) {
     if (r == nullptr) continue;
     r->transport->Drain();
+    r->single->Drain();
     r->daemon->Shutdown(absl::Seconds(2));
   }
   SizeResult result;
   result.push_gbs = Median(push);
+  result.single_gbs = Median(single);
   result.tls_gbs = tls ? Median(tls_push) : 0;
   result.tcp_gbs = Median(tcp);
   result.floor1_gbs = Median(floor1_gbs);
@@ -253,6 +266,9 @@ absl::Status RunBenchTransport(const BenchTransportOptions& options) {
   if (options.repeats < 1 || options.repeats > 7 * 30) {
     return absl::InvalidArgumentError("--repeats in [1, 210]");
   }
+  if (options.push_stripes < 1 || options.push_stripes > 16) {
+    return absl::InvalidArgumentError("--push_stripes in [1, 16]");
+  }
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   // The receiver's pushes to the absent worker 1 fail every round by design: not worth a warning.
   const spdlog::level::level_enum level = spdlog::get_level();
@@ -263,12 +279,13 @@ absl::Status RunBenchTransport(const BenchTransportOptions& options) {
       "a live worker's Gossip.Push on loopback, against raw TCP on loopback; GB/s of payload and "
       "CPU ms per MB (both sides), median of %d. grpc-1 / grpc-%d: gRPC alone (raw 1 MiB "
       "messages, nothing parsed or checked) over 1 / %d connections, the most a gRPC push can "
-      "reach here\n",
-      options.repeats, kFloorConnections, kFloorConnections);
-  std::printf("%10s %10s %10s %10s %10s %8s %8s %8s %14s %14s", "size", "push GB/s", "grpc-1",
-              absl::StrCat("grpc-", kFloorConnections).c_str(), "tcp GB/s", "push/tcp", "g1/tcp",
-              absl::StrCat("g", kFloorConnections, "/tcp").c_str(), "push cpu ms/MB",
-              "tcp cpu ms/MB");
+      "reach here. push: as a worker sends it (8 MiB or more over --push_stripes=%d streams); "
+      "1-stream: the same push over one stream\n",
+      options.repeats, kFloorConnections, kFloorConnections, options.push_stripes);
+  std::printf("%10s %10s %10s %10s %10s %10s %8s %8s %8s %8s %14s %14s", "size", "push GB/s",
+              "1-stream", "grpc-1", absl::StrCat("grpc-", kFloorConnections).c_str(), "tcp GB/s",
+              "push/tcp", "1s/tcp", "g1/tcp", absl::StrCat("g", kFloorConnections, "/tcp").c_str(),
+              "push cpu ms/MB", "tcp cpu ms/MB");
   if (options.tls) std::printf("  (then) %10s %10s", "mtls GB/s", "mtls/push");
   std::printf("\n");
   std::string certs;
@@ -279,11 +296,13 @@ absl::Status RunBenchTransport(const BenchTransportOptions& options) {
     TERN_RETURN_IF_ERROR(MakeDevCertificates(certs, dev));
   }
   for (uint64_t n : options.sizes) {
-    TERN_ASSIGN_OR_RETURN(SizeResult r, BenchOneSize(n, options.repeats, registries, certs));
-    std::printf("%7.1f MB %10.3f %10.3f %10.3f %10.3f %7.2fx %7.2fx %7.2fx %14.3f %14.3f",
-                static_cast<double>(4 * n) / 1e6, r.push_gbs, r.floor1_gbs, r.floor4_gbs, r.tcp_gbs,
-                r.push_gbs / r.tcp_gbs, r.floor1_gbs / r.tcp_gbs, r.floor4_gbs / r.tcp_gbs,
-                r.push_cpu_ms_per_mb, r.tcp_cpu_ms_per_mb);
+    TERN_ASSIGN_OR_RETURN(
+        SizeResult r, BenchOneSize(n, options.repeats, options.push_stripes, registries, certs));
+    std::printf(
+        "%7.1f MB %10.3f %10.3f %10.3f %10.3f %10.3f %7.2fx %7.2fx %7.2fx %7.2fx %14.3f %14.3f",
+        static_cast<double>(4 * n) / 1e6, r.push_gbs, r.single_gbs, r.floor1_gbs, r.floor4_gbs,
+        r.tcp_gbs, r.push_gbs / r.tcp_gbs, r.single_gbs / r.tcp_gbs, r.floor1_gbs / r.tcp_gbs,
+        r.floor4_gbs / r.tcp_gbs, r.push_cpu_ms_per_mb, r.tcp_cpu_ms_per_mb);
     if (options.tls) std::printf(" %10.3f %9.2fx", r.tls_gbs, r.tls_gbs / r.push_gbs);
     std::printf("\n");
     std::fflush(stdout);

@@ -18,6 +18,9 @@ struct BenchTransportOptions {
   // Also push through a second receiver with mutual TLS (development certificates made for the
   // run), in the same run, and print its GB/s and its ratio to the plaintext push.
   bool tls = false;
+  // Streams a push of 8 MiB or more is spread over (--push_stripes, as a worker's); the table
+  // also shows the same push over one stream.
+  int push_stripes = 2;
 };
 
 // Prints a table: size, push GB/s, raw TCP GB/s, ratio (medians over the repeats).

@@ -129,6 +129,7 @@ constexpr Range kRanges[] = {
     {"repeats", 1, 210, "in [1, 210]"},
     {"heartbeat_interval_ms", 1, 1e9, ">= 1"},
     {"heartbeat_timeout_ms", 1, 1e9, ">= 1"},
+    {"push_stripes", 1, 16, "in [1, 16]"},
 };
 
 size_t EditDistance(absl::string_view a, absl::string_view b) {
@@ -175,19 +176,12 @@ std::vector<CommandInfo> CommandTable() {
               "data", "model", "partition", "name", "out", "attack", "attack_fraction", "tls"}})},
       {"worker", "the peer daemon: gossip and trainer services (--flagfile=FILE works)",
        Join({TrainingFlags(),
-             {"advertise",    "exit_after_training",
-              "final_model",  "id",
-              "listen",       "peers",
-              "peers_file",   "peers_timeout",
-              "port_file",    "round_log",
-              "scheduler",    "snapshot_every",
-              "total_steps",  "trainer",
-              "workers",      "max_snapshots",
-              "snapshot_dir", "metrics_listen",
-              "tls_cert",     "tls_key",
-              "tls_ca",       "plaintext",
-              "token_file",   "tokens",
-              "peer_names"},
+             {"advertise",     "exit_after_training", "final_model",    "id",        "listen",
+              "peers",         "peers_file",          "peers_timeout",  "port_file", "round_log",
+              "scheduler",     "snapshot_every",      "total_steps",    "trainer",   "workers",
+              "max_snapshots", "snapshot_dir",        "metrics_listen", "tls_cert",  "tls_key",
+              "tls_ca",        "plaintext",           "token_file",     "tokens",    "peer_names",
+              "push_stripes"},
              LimitFlags()})},
       {"server", "the aggregator daemon (federated, local-sgd, ps rounds)",
        Join({AggregatorFlags(),
@@ -229,7 +223,7 @@ std::vector<CommandInfo> CommandTable() {
       {"bench transport",
        "one gossip message through the real Gossip.Push service on loopback against raw TCP "
        "moving the same bytes in the same run (--sizes in fp32 values)",
-       {"sizes", "repeats", "tls"}},
+       {"sizes", "repeats", "tls", "push_stripes"}},
       {"bench model",
        "one training step's compute of a built-in model (ms per step, one JSON line); "
        "bench/model_step.py runs it beside PyTorch",

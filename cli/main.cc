@@ -30,6 +30,7 @@
 #include "cli/command_table.h"
 #include "cli/commands.h"
 #include "cli/train_flags.h"
+#include "cli/worker_flags.h"
 #include "common/allocator.h"
 #include "common/logging.h"
 #include "core/rpc/grpc_log.h"
@@ -227,6 +228,7 @@ int main(int argc, char** argv) {
     options.sizes = *std::move(sizes);
     options.repeats = absl::GetFlag(FLAGS_repeats);
     options.tls = absl::GetFlag(FLAGS_tls);
+    options.push_stripes = absl::GetFlag(FLAGS_push_stripes);
     if (auto s = tern::RunBenchTransport(options); !s.ok()) return Fail(s.ToString());
     return 0;
   }

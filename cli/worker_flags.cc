@@ -19,6 +19,10 @@ ABSL_FLAG(std::string, peer_names, "",
           "worker: who may gossip into it, comma-separated names its callers authenticate as "
           "(certificate common name or token holder), a trailing * a prefix (worker-*); empty: "
           "anyone with a certificate from --tls_ca or a token in --tokens");
+ABSL_FLAG(int, push_stripes, 2,
+          "worker: a gossip message of 8 MiB or more goes to a peer over this many streams at "
+          "once, each on a connection of its own (1: one stream); one connection moves bytes "
+          "at well under a socket's speed");
 ABSL_FLAG(int, workers, 8, "worker/run: number of workers");
 ABSL_FLAG(std::string, peers, "",
           "worker: comma-separated host:port of every worker, in id order (own entry ignored)");
@@ -68,6 +72,7 @@ absl::StatusOr<DaemonOptions> WorkerDaemonOptionsFromFlags() {
   options.metrics_listen = MetricsListenFromFlags();
   options.tls = TlsFromFlags();
   options.peer_names = absl::StrSplit(absl::GetFlag(FLAGS_peer_names), ',', absl::SkipEmpty());
+  options.striping.stripes = std::clamp(absl::GetFlag(FLAGS_push_stripes), 1, 16);
   return options;
 }
 

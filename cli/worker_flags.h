@@ -15,6 +15,7 @@
 ABSL_DECLARE_FLAG(std::string, listen);
 ABSL_DECLARE_FLAG(int, id);
 ABSL_DECLARE_FLAG(int, workers);
+ABSL_DECLARE_FLAG(int, push_stripes);
 ABSL_DECLARE_FLAG(std::string, peers);
 ABSL_DECLARE_FLAG(std::string, peers_file);
 ABSL_DECLARE_FLAG(std::string, port_file);

@@ -162,6 +162,7 @@ absl::Status BundleAssembler::Add(const v1::BundleChunk& chunk) {
   h.data_crc32 = chunk.data_crc32();
   h.last = chunk.last();
   h.bundle_crc32 = chunk.bundle_crc32();
+  h.stripes = chunk.stripes();
   const absl::string_view data = chunk.data();
   return Add(h, absl::MakeConstSpan(&data, 1));
 }

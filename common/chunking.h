@@ -40,6 +40,7 @@ struct ChunkHeader {
   uint32_t data_crc32 = 0;
   bool last = false;
   uint32_t bundle_crc32 = 0;
+  uint32_t stripes = 0;  // streams one push is spread over (0, 1: one); Gossip.Push only
 };
 
 class BundleAssembler {

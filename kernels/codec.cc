@@ -1,6 +1,7 @@
 #include "kernels/codec.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -97,22 +98,48 @@ namespace {
 // latency does not bound the loop (a received dense message is checked by its norm: this pass
 // was a tenth of a 64 MB push's CPU with four). The order is fixed in the source, so both
 // versions give the same bits.
-TERN_MULTIVERSION double SumOfSquares(const float* x, size_t n) {
+// `At(i)` is element i; the order is fixed in the source, so the two versions (floats, and
+// little-endian words at any alignment) give the same bits for the same values.
+template <typename At>
+inline double SumOfSquaresOf(size_t n, At at) {
   constexpr size_t kLanes = 16;
   double s[kLanes] = {};
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (size_t j = 0; j < kLanes; ++j) s[j] += static_cast<double>(x[i + j]) * x[i + j];
+    for (size_t j = 0; j < kLanes; ++j) {
+      const double v = at(i + j);
+      s[j] += v * v;
+    }
   }
-  for (; i < n; ++i) s[0] += static_cast<double>(x[i]) * x[i];
+  for (; i < n; ++i) {
+    const double v = at(i);
+    s[0] += v * v;
+  }
   double total = 0;
   for (size_t j = 0; j < kLanes; ++j) total += s[j];
   return total;
 }
 
+TERN_MULTIVERSION double SumOfSquares(const float* x, size_t n) {
+  return SumOfSquaresOf(n, [x](size_t i) { return x[i]; });
+}
+
+TERN_MULTIVERSION double SumOfSquaresOfWords(const uint8_t* words, size_t n) {
+  return SumOfSquaresOf(n, [words](size_t i) {
+    float v;
+    std::memcpy(&v, words + 4 * i, 4);
+    return v;
+  });
+}
+
 }  // namespace
 
 double SquaredL2Norm(absl::Span<const float> x) { return SumOfSquares(x.data(), x.size()); }
+
+double SquaredL2NormOfWords(const uint8_t* words, size_t n) {
+  static_assert(sizeof(float) == 4);
+  return SumOfSquaresOfWords(words, n);
+}
 
 double L2Norm(absl::Span<const float> x) { return std::sqrt(SquaredL2Norm(x)); }
 

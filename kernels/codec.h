@@ -200,6 +200,9 @@ class Codec {
 // ||x||₂², summed in double (fp32 sums lose the tail over a million elements; the sum of finite
 // floats cannot overflow a double), and ||x||₂.
 double SquaredL2Norm(absl::Span<const float> x);
+// The same over `n` fp32 words, little-endian, at any alignment (a payload read in place): the
+// same bits as SquaredL2Norm of the floats they hold.
+double SquaredL2NormOfWords(const uint8_t* words, size_t n);
 double L2Norm(absl::Span<const float> x);
 
 }  // namespace tern

@@ -35,12 +35,19 @@ void FeedInPieces(PayloadScan& scan, const std::string& payload, uint32_t seed) 
   }
 }
 
+// The scan of `wire_name`'s payloads, as PayloadScans makes it; null where the codec has none or
+// there is no such codec.
+std::unique_ptr<PayloadScan> ScanFor(const CodecRegistry& codecs, absl::string_view wire_name) {
+  absl::StatusOr<const Codec*> decoder = codecs.DecoderFor(wire_name);
+  return decoder.ok() ? (*decoder)->NewPayloadScan() : nullptr;
+}
+
 TEST(PayloadScan, CastCodecsScanToTheirNormBitForBitFromPiecesOfAnySize) {
   auto codecs = NewBuiltinCodecRegistry();
   for (const std::string spec : {"none", "fp16", "bf16"}) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{1023}, size_t{1024}, size_t{100003}}) {
       const EncodedTensor t = Encode(spec, testing::Gaussian(n, 7, 3.0f));
-      std::unique_ptr<PayloadScan> scan = codecs->NewPayloadScan(t.codec);
+      std::unique_ptr<PayloadScan> scan = ScanFor(*codecs, t.codec);
       ASSERT_NE(scan, nullptr) << spec;
       FeedInPieces(*scan, t.payload, static_cast<uint32_t>(n));
       absl::StatusOr<double> want = codecs->Norm(EncodedView::Of(t));
@@ -57,18 +64,18 @@ TEST(PayloadScan, BadPayloadsGetNormsVerdict) {
   EncodedTensor t = Encode("none", testing::Gaussian(5000, 8));
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(t.payload.data() + 4 * 4321, &nan, 4);
-  std::unique_ptr<PayloadScan> scan = codecs->NewPayloadScan(t.codec);
+  std::unique_ptr<PayloadScan> scan = ScanFor(*codecs, t.codec);
   FeedInPieces(*scan, t.payload, 1);
   EXPECT_THAT(scan->Finish(EncodedView::Of(t)),
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("Inf or NaN")));
 
   EncodedTensor wrong = Encode("fp16", testing::Gaussian(100, 9));
   wrong.numel = 101;  // a payload one word short of its count
-  scan = codecs->NewPayloadScan(wrong.codec);
+  scan = ScanFor(*codecs, wrong.codec);
   FeedInPieces(*scan, wrong.payload, 2);
   EXPECT_THAT(scan->Finish(EncodedView::Of(wrong)), StatusIs(absl::StatusCode::kInvalidArgument));
 
-  scan = codecs->NewPayloadScan(t.codec);
+  scan = ScanFor(*codecs, t.codec);
   scan->Feed(absl::string_view(t.payload).substr(0, 100));  // saw part of it only
   EXPECT_THAT(scan->Finish(EncodedView::Of(t)), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
@@ -76,7 +83,7 @@ TEST(PayloadScan, BadPayloadsGetNormsVerdict) {
 TEST(PayloadScan, CodecsWhoseCheckNeedsTheWholePayloadHaveNone) {
   auto codecs = NewBuiltinCodecRegistry();
   for (const char* name : {"stc.v1", "topk.v1", "int8.v1", "sign.v1", "no-such-codec"}) {
-    EXPECT_EQ(codecs->NewPayloadScan(name), nullptr) << name;
+    EXPECT_EQ(ScanFor(*codecs, name), nullptr) << name;
   }
 }
 

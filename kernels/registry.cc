@@ -19,11 +19,6 @@ absl::StatusOr<double> CodecRegistry::Norm(const EncodedView& in) const {
   return decoder->Norm(in);
 }
 
-std::unique_ptr<PayloadScan> CodecRegistry::NewPayloadScan(absl::string_view wire_name) const {
-  absl::StatusOr<const Codec*> decoder = DecoderFor(wire_name);
-  return decoder.ok() ? (*decoder)->NewPayloadScan() : nullptr;
-}
-
 absl::Status CodecRegistry::DecodeAccumulate(const EncodedView& in, float weight,
                                              absl::Span<float> out) const {
   TERN_ASSIGN_OR_RETURN(const Codec* decoder, DecoderFor(in.codec));

@@ -86,8 +86,6 @@ class CodecRegistry final : public CodecRegistryOf<Codec> {
                                     absl::Span<const WeightedTarget> targets) const;
   absl::Status Validate(const EncodedView& in) const;
   absl::StatusOr<double> Norm(const EncodedView& in) const;
-  // The scan of `wire_name`'s payloads (Codec::NewPayloadScan), or null: none, or no such codec.
-  std::unique_ptr<PayloadScan> NewPayloadScan(absl::string_view wire_name) const;
 };
 
 }  // namespace tern

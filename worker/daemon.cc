@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -20,12 +21,14 @@
 #include "core/rpc/raw_chunk.h"
 #include "core/rpc/server.h"
 #include "core/rpc/status.h"
+#include "core/rpc/stream_limits.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "tern/v1/records.pb.h"
 #include "tern/v1/worker.grpc.pb.h"
 #include "worker/metrics.h"
+#include "worker/stripe_join.h"
 
 namespace tern {
 namespace {
@@ -67,11 +70,16 @@ class WorkerDaemon::GossipService final
     : public v1::Gossip::WithCallbackMethod_Swap<
           v1::Gossip::WithRawCallbackMethod_Push<v1::Gossip::Service>> {
  public:
-  explicit GossipService(WorkerDaemon* d) : d_(d) {}
+  explicit GossipService(WorkerDaemon* d)
+      : d_(d),
+        joins_(d->codecs_, d->options_.max_bundle_bytes,
+               [d](absl::StatusOr<ReceivedBundle> got, uint64_t wire_bytes, PayloadScans* scans) {
+                 return DeliverPushed(d, std::move(got), wire_bytes, scans);
+               }) {}
 
   grpc::ServerReadReactor<grpc::ByteBuffer>* Push(grpc::CallbackServerContext* ctx,
                                                   grpc::ByteBuffer* reply) override {
-    return new PushCall(d_, ctx, reply);
+    return new PushCall(d_, ctx, reply, &joins_);
   }
   grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* Swap(
       grpc::CallbackServerContext* ctx) override {
@@ -139,11 +147,39 @@ class WorkerDaemon::GossipService final
     size_t next_ = 0;
   };
 
-  class PushCall final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+  // A pushed bundle (or why there is none) to the engine: what the pusher is answered. A refusal
+  // is counted and logged here, once per push however many streams carried it.
+  static absl::Status DeliverPushed(WorkerDaemon* d, absl::StatusOr<ReceivedBundle> got,
+                                    uint64_t wire_bytes, PayloadScans* scans) {
+    if (!got.ok()) {
+      d->engine_->CountRefused(got.status());
+      spdlog::warn("worker {}: refused a gossip stream: {}", d->options_.engine.worker_id,
+                   got.status().ToString());
+      return got.status();
+    }
+    // Deliver takes the bundle over (its payloads move, not copy); keep what the log needs.
+    const std::string sender = got->bundle.sender();
+    const uint64_t round = got->bundle.round();
+    absl::Status s = d->engine_->Deliver(*std::move(got), wire_bytes, scans);
+    if (absl::IsUnavailable(s)) {
+      spdlog::debug("worker {}: not ready for '{}' round {}: {}", d->options_.engine.worker_id,
+                    sender, round, s.ToString());
+    } else if (!s.ok()) {
+      spdlog::warn("worker {}: refused a message from '{}' for round {}: {}",
+                   d->options_.engine.worker_id, sender, round, s.ToString());
+    }
+    return s;
+  }
+
+  // One Gossip.Push stream: a whole bundle, or one stripe of a striped push (StripeJoins).
+  class PushCall final : public grpc::ServerReadReactor<grpc::ByteBuffer>, public StripeMember {
    public:
-    PushCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* reply)
+    PushCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* reply,
+             StripeJoins* joins)
         : d_(d),
+          ctx_(ctx),
           reply_(reply),
+          joins_(joins),
           scans_(d->codecs_),
           assembler_(d->options_.max_bundle_bytes, &scans_) {
       if (absl::Status c = d->GossipCaller(*ctx); !c.ok()) {
@@ -160,13 +196,21 @@ class WorkerDaemon::GossipService final
     }
     void OnReadDone(bool ok) override {
       if (!ok) {
-        Refuse(absl::InvalidArgumentError("stream ended before the bundle's last chunk"));
+        if (join_ == nullptr) {
+          Refuse(absl::InvalidArgumentError("stream ended before the bundle's last chunk"));
+        } else if (std::optional<absl::Status> outcome = join_->EndOfStream(this)) {
+          Answer(*outcome);
+        }  // else JoinDone answers
         return;
       }
       absl::StatusOr<RawChunk> chunk = ParseRawChunk(message_);
       message_.Clear();
       if (!chunk.ok()) {
         Refuse(chunk.status());
+        return;
+      }
+      if (join_ != nullptr || chunk->header.stripes > 1) {
+        Striped(*std::move(chunk));
         return;
       }
       wire_bytes_ += chunk->message_size + 5;
@@ -179,43 +223,94 @@ class WorkerDaemon::GossipService final
         Refuse(got->status());
         return;
       }
-      // Deliver takes the bundle over (its payloads move, not copy); keep what the log needs.
-      const std::string sender = (*got)->bundle.sender();
-      const uint64_t round = (*got)->bundle.round();
-      absl::Status s = d_->engine_->Deliver(**std::move(got), wire_bytes_, &scans_);
-      if (absl::IsUnavailable(s)) {
-        spdlog::debug("worker {}: not ready for '{}' round {}: {}", d_->options_.engine.worker_id,
-                      sender, round, s.ToString());
-      } else if (!s.ok()) {
-        spdlog::warn("worker {}: refused a message from '{}' for round {}: {}",
-                     d_->options_.engine.worker_id, sender, round, s.ToString());
+      Answer(DeliverPushed(d_, *std::move(got), wire_bytes_, &scans_));
+    }
+    void JoinDone(const absl::Status& outcome) override { Answer(outcome); }
+    // A stream waiting on its join's other stripes has no read to fail: it answers here.
+    void OnCancel() override {
+      std::shared_ptr<StripeJoin> join;
+      {
+        absl::MutexLock lock(&join_mu_);  // OnCancel may run beside a read's callback
+        join = join_;
       }
+      if (join != nullptr && join->Leave(this, absl::CancelledError("stream cancelled"))) {
+        Answer(absl::CancelledError("stream cancelled while its push's other stripes came"));
+      }
+    }
+    void OnDone() override {
+      if (join_ != nullptr) join_->Leave(this, absl::CancelledError("stream ended"));
+      delete this;
+    }
+
+   private:
+    // A chunk of one stripe: into the push's join, counted against this stream's limits.
+    void Striped(RawChunk chunk) {
+      if (join_ == nullptr) {
+        absl::StatusOr<std::shared_ptr<StripeJoin>> join = joins_->Attach(
+            absl::StrCat(PeerHost(ctx_->peer()), " ", PrincipalOf(*ctx_)), chunk.header);
+        if (!join.ok()) {
+          Refuse(join.status());
+          return;
+        }
+        absl::MutexLock lock(&join_mu_);
+        join_ = *std::move(join);
+      }
+      std::optional<absl::Status> outcome;
+      if (absl::Status s = stream_->Hold(chunk.data_size); !s.ok()) {
+        join_->Leave(this, s);
+        outcome = s;
+      } else {
+        outcome = join_->Add(std::move(chunk));
+      }
+      if (outcome) {
+        Answer(*outcome);
+      } else {
+        StartRead(&message_);
+      }
+    }
+
+    // Finishes the RPC with `s` and the receiver's round; once, whichever path gets here first.
+    void Answer(const absl::Status& s) {
+      if (answered_.exchange(true)) return;
+      stream_->ReleaseAll();
       v1::PushReply reply;
       reply.set_receiver_round(static_cast<uint64_t>(d_->engine_->next_step()));
       grpc::Slice bytes(reply.SerializeAsString());
       *reply_ = grpc::ByteBuffer(&bytes, 1);
       Finish(ToGrpcStatus(s));
     }
-    void OnDone() override { delete this; }
 
-   private:
+    // Refuses the stream; one of a join fails the join, whose outcome counts and logs it.
     void Refuse(const absl::Status& s) {
-      d_->engine_->CountRefused(s);
-      spdlog::warn("worker {}: refused a gossip stream: {}", d_->options_.engine.worker_id,
-                   s.ToString());
+      if (join_ != nullptr) {
+        join_->Leave(this, s);
+      } else {
+        d_->engine_->CountRefused(s);
+        spdlog::warn("worker {}: refused a gossip stream: {}", d_->options_.engine.worker_id,
+                     s.ToString());
+      }
+      if (answered_.exchange(true)) return;
       Finish(ToGrpcStatus(s));
     }
 
     WorkerDaemon* const d_;
+    grpc::CallbackServerContext* const ctx_;
     grpc::ByteBuffer* const reply_;
+    StripeJoins* const joins_;
     std::unique_ptr<StreamLimits::Stream> stream_;
     PayloadScans scans_;  // the payloads checked as they arrive; before the assembler feeding it
     BundleAssembler assembler_;
+    // A striped push's, from its first chunk on. Set once by the read path, which reads it
+    // without the lock; OnCancel, which may run beside it, reads it under the lock.
+    absl::Mutex join_mu_;
+    std::shared_ptr<StripeJoin> join_;
     grpc::ByteBuffer message_;
     uint64_t wire_bytes_ = 0;
+    std::atomic<bool> answered_{false};
   };
 
   WorkerDaemon* const d_;
+  StripeJoins joins_;  // outlives every PushCall: the server is gone before this service
 };
 
 absl::Status WorkerDaemon::GossipCaller(const grpc::ServerContextBase& ctx) const {
@@ -443,8 +538,8 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(
   TERN_ASSIGN_OR_RETURN(auto server_credentials,
                         ServerCredentialsFor(options.tls, options.listen, &authenticator));
   TERN_ASSIGN_OR_RETURN(auto channel_credentials, ChannelCredentialsFor(options.tls));
-  auto transport =
-      std::make_unique<GrpcTransport>(options.engine.worker_id, std::move(channel_credentials));
+  auto transport = std::make_unique<GrpcTransport>(
+      options.engine.worker_id, std::move(channel_credentials), options.striping);
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<RoundEngine> engine,
                         RoundEngine::Create(options.engine, registries, transport.get()));
   std::unique_ptr<WorkerDaemon> d(

@@ -62,6 +62,8 @@ struct DaemonOptions {
   // server authenticates. Clients of the run's aggregator hold certificates of the same CA:
   // this keeps them out of the gossip.
   std::vector<std::string> peer_names;
+  // How this worker's pushes to its peers spread over connections (--push_stripes).
+  PushStriping striping;
 };
 
 // With an automatic budget, incoming streams may buffer this many models' worth of bytes.

@@ -1,6 +1,7 @@
 #include "worker/grpc_transport.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -24,51 +25,88 @@ const std::string& PushMethod() {
 
 }  // namespace
 
-// One push attempt; on UNAVAILABLE with retries allowed it schedules its successor after a
-// backoff. Deletes itself in OnDone (gRPC's reactor ownership model).
-class GrpcTransport::PushCall final
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+// One attempt at a push of a bundle over one stream, or over several (a striped push): each
+// stream a PushCall, owned here. The first stream to fail cancels the others (the receiver would
+// otherwise hold them, waiting for chunks that will not come). Once every stream has ended, a push
+// refused as UNAVAILABLE is tried again whole by a successor, with a new stream id, after a
+// backoff (while retries are allowed and the deadline leaves room); otherwise `done` gets the
+// first stream's error, or OK. Deletes itself, and its calls, when the last stream has ended.
+class GrpcTransport::Push {
  public:
-  PushCall(GrpcTransport* transport, grpc::GenericStub* stub, Chunks chunks, absl::Time deadline,
-           bool retry, absl::Duration backoff, std::function<void(absl::Status)> done)
+  Push(GrpcTransport* transport, std::vector<grpc::GenericStub*> stubs, Chunks chunks,
+       absl::Time deadline, bool retry, absl::Duration backoff,
+       std::function<void(absl::Status)> done)
       : transport_(transport),
-        stub_(stub),
+        stubs_(std::move(stubs)),
         chunks_(std::move(chunks)),
         deadline_(deadline),
         retry_(retry),
         backoff_(backoff),
         done_(std::move(done)) {}
+  ~Push();
+
+  void Start();
+  // Starts this attempt after `delay` (the alarm lives in the attempt, which outlives it).
+  void StartAfter(absl::Duration delay) {
+    alarm_.Set(absl::ToChronoTime(absl::Now() + delay), [this](bool) { Start(); });
+  }
+  // A stream's end (from its OnDone).
+  void StreamDone(const absl::Status& s);
+
+ private:
+  // Drops one hold on the attempt (a stream's, or Start's own); the last decides.
+  void Release();
+  // Cancels every stream (those already ended ignore it). REQUIRES: all started, a hold kept.
+  void CancelAll();
+  void Done(const absl::Status& status);
+
+  GrpcTransport* const transport_;
+  const std::vector<grpc::GenericStub*> stubs_;  // one per stream
+  const Chunks chunks_;
+  const absl::Time deadline_;
+  const bool retry_;
+  const absl::Duration backoff_;
+  std::function<void(absl::Status)> done_;
+  grpc::Alarm alarm_;
+  // Made by Start before any is started, then not changed: read without the lock.
+  std::vector<std::unique_ptr<PushCall>> calls_;
+  absl::Mutex mu_;
+  int holds_ ABSL_GUARDED_BY(mu_) = 0;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;  // every call started
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+// One Gossip.Push stream: chunks first, first + step, ... of the push's bundle, marked with
+// `stripe` when the push is striped. Its Push owns it and frees it after OnDone.
+class GrpcTransport::PushCall final
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  PushCall(Push* push, grpc::GenericStub* stub, Chunks chunks, size_t first, size_t step,
+           std::optional<ChunkStripe> stripe, absl::Time deadline)
+      : push_(push),
+        stub_(stub),
+        chunks_(std::move(chunks)),
+        next_(first),
+        step_(step),
+        stripe_(stripe) {
+    ctx_.set_deadline(absl::ToChronoTime(deadline));
+  }
 
   void Start() {
-    ctx_.set_deadline(absl::ToChronoTime(deadline_));
     stub_->PrepareBidiStreamingCall(&ctx_, PushMethod(), grpc::StubOptions(), this);
     StartRead(&reply_);  // the PushReply, once the receiver has taken the whole bundle
     WriteNextOrDone();
     StartCall();
   }
-
-  // Starts this call after `delay` (the alarm lives in the call, which outlives it).
-  void StartAfter(absl::Duration delay) {
-    alarm_.Set(absl::ToChronoTime(absl::Now() + delay), [this](bool) { Start(); });
-  }
+  // Any time, also before Start or after OnDone (then it does nothing).
+  void Cancel() { ctx_.TryCancel(); }
 
   void OnWriteDone(bool ok) override {
     if (ok) WriteNextOrDone();  // else the stream broke; OnDone brings the status
   }
   void OnReadDone(bool) override {}
-
-  void OnDone(const grpc::Status& s) override {
-    const absl::Time now = absl::Now();
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && retry_ && now + backoff_ < deadline_) {
-      auto* next = new PushCall(transport_, stub_, chunks_, deadline_, retry_,
-                                std::min(backoff_ * 2, absl::Milliseconds(500)), std::move(done_));
-      next->StartAfter(backoff_);
-    } else {
-      done_(FromGrpcStatus(s));
-      transport_->Finished();
-    }
-    delete this;
-  }
+  // The last thing this call does: its Push may free it.
+  void OnDone(const grpc::Status& s) override { push_->StreamDone(FromGrpcStatus(s)); }
 
  private:
   // Each chunk's data goes out from the shared chunks themselves, which the message keeps alive.
@@ -78,27 +116,93 @@ class GrpcTransport::PushCall final
       if (chunks_->empty()) StartWritesDone();
       return;
     }
-    out_ = RawChunkMessage((*chunks_)[next_++], chunks_);
-    if (next_ == chunks_->size()) {
+    out_ = RawChunkMessage((*chunks_)[next_], chunks_, stripe_ ? &*stripe_ : nullptr);
+    next_ += step_;
+    if (next_ >= chunks_->size()) {
       StartWriteLast(&out_, grpc::WriteOptions());
     } else {
       StartWrite(&out_);
     }
   }
 
-  GrpcTransport* const transport_;
+  Push* const push_;
   grpc::GenericStub* const stub_;
   const Chunks chunks_;
-  const absl::Time deadline_;
-  const bool retry_;
-  const absl::Duration backoff_;
-  std::function<void(absl::Status)> done_;
+  size_t next_;
+  const size_t step_;
+  const std::optional<ChunkStripe> stripe_;
   grpc::ClientContext ctx_;
   grpc::ByteBuffer out_;
   grpc::ByteBuffer reply_;
-  grpc::Alarm alarm_;
-  size_t next_ = 0;
 };
+
+GrpcTransport::Push::~Push() = default;
+
+void GrpcTransport::Push::Start() {
+  const size_t k = stubs_.size();
+  std::optional<ChunkStripe> stripe;
+  if (k > 1) stripe = ChunkStripe{transport_->NewStreamId(), static_cast<uint32_t>(k)};
+  // Stream i carries chunks i, i + k, i + 2k, ...: the receiver's parse position moves on as
+  // the streams deliver side by side, and few chunks wait for it.
+  for (size_t i = 0; i < k; ++i) {
+    calls_.push_back(std::make_unique<PushCall>(this, stubs_[i], chunks_, i, k, stripe, deadline_));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    holds_ = static_cast<int>(k) + 1;  // Start's own hold keeps calls_ while it starts them
+  }
+  for (const std::unique_ptr<PushCall>& c : calls_) c->Start();
+  bool cancel = false;
+  {
+    absl::MutexLock lock(&mu_);
+    started_ = true;
+    cancel = !status_.ok() && calls_.size() > 1;
+  }
+  if (cancel) CancelAll();
+  Release();
+}
+
+void GrpcTransport::Push::CancelAll() {
+  for (const std::unique_ptr<PushCall>& c : calls_) c->Cancel();
+}
+
+void GrpcTransport::Push::StreamDone(const absl::Status& s) {
+  bool cancel = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (status_.ok() && !s.ok()) {
+      status_ = s;
+      // A call is cancelled only once started (Start cancels them if this comes first): one
+      // cancelled between its preparation and StartCall was seen never to end.
+      cancel = started_ && calls_.size() > 1;
+    }
+  }
+  // This stream's hold keeps the calls alive while the others are cancelled.
+  if (cancel) CancelAll();
+  Release();
+}
+
+void GrpcTransport::Push::Release() {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (--holds_ > 0) return;
+    status = status_;
+  }
+  Done(status);
+}
+
+void GrpcTransport::Push::Done(const absl::Status& status) {
+  if (absl::IsUnavailable(status) && retry_ && absl::Now() + backoff_ < deadline_) {
+    auto* next = new Push(transport_, stubs_, chunks_, deadline_, retry_,
+                          std::min(backoff_ * 2, absl::Milliseconds(500)), std::move(done_));
+    next->StartAfter(backoff_);
+  } else {
+    done_(status);
+    transport_->Finished();
+  }
+  delete this;
+}
 
 absl::Status GrpcTransport::SetPeers(const std::vector<std::string>& addresses) {
   if (self_ < 0 || static_cast<size_t>(self_) >= addresses.size()) {
@@ -114,7 +218,12 @@ absl::Status GrpcTransport::SetPeers(const std::vector<std::string>& addresses) 
     std::shared_ptr<grpc::Channel> channel =
         MakeChannel(addresses[i], ChannelKind::kPeer, credentials_);
     peers[i].stub = v1::Gossip::NewStub(channel);
-    peers[i].raw = std::make_unique<grpc::GenericStub>(channel);
+    peers[i].raw.push_back(std::make_unique<grpc::GenericStub>(channel));
+    // Channels connect on their first call: a peer never sent a large push costs no connection.
+    for (int c = 1; c < striping_.stripes; ++c) {
+      peers[i].raw.push_back(std::make_unique<grpc::GenericStub>(
+          MakeChannel(addresses[i], ChannelKind::kPeer, credentials_, /*connection=*/c)));
+    }
   }
   absl::MutexLock lock(&mu_);
   if (!peers_.empty()) return absl::FailedPreconditionError("peers are already set");
@@ -129,19 +238,31 @@ bool GrpcTransport::has_peers() const {
 
 void GrpcTransport::Send(int to, Chunks chunks, absl::Time deadline, bool retry_unavailable,
                          std::function<void(absl::Status)> done) {
-  grpc::GenericStub* stub = nullptr;
+  uint64_t bytes = 0;
+  for (const v1::BundleChunk& c : *chunks) bytes += c.data().size();
+  std::vector<grpc::GenericStub*> stubs;
   {
     absl::MutexLock lock(&mu_);
-    if (to >= 0 && static_cast<size_t>(to) < peers_.size()) stub = peers_[to].raw.get();
-    if (stub != nullptr) ++in_flight_;
+    if (to >= 0 && static_cast<size_t>(to) < peers_.size() && !peers_[to].raw.empty()) {
+      const size_t k = bytes >= striping_.min_bytes ? peers_[to].raw.size() : 1;
+      for (size_t i = 0; i < std::min(k, std::max<size_t>(chunks->size(), 1)); ++i) {
+        stubs.push_back(peers_[to].raw[i].get());
+      }
+      ++in_flight_;
+    }
   }
-  if (stub == nullptr) {
+  if (stubs.empty()) {
     done(absl::FailedPreconditionError(absl::StrCat("no address for worker ", to)));
     return;
   }
-  auto* call = new PushCall(this, stub, std::move(chunks), deadline, retry_unavailable,
-                            absl::Milliseconds(20), std::move(done));
-  call->Start();
+  (new Push(this, std::move(stubs), std::move(chunks), deadline, retry_unavailable,
+            absl::Milliseconds(20), std::move(done)))
+      ->Start();
+}
+
+uint64_t GrpcTransport::NewStreamId() {
+  absl::MutexLock lock(&mu_);
+  return stream_ids_();
 }
 
 absl::StatusOr<v1::TensorBundle> GrpcTransport::Swap(int to, Chunks chunks, absl::Time deadline) {

@@ -1,7 +1,9 @@
 // PeerTransport over gRPC: one channel per peer, each push a client-streaming Gossip.Push call
 // (callback API) that writes a bundle's chunks in order, with the round's deadline. Pushes are
 // written as raw messages (core/rpc/raw_chunk.h): gRPC sends each chunk's data from the bundle's
-// own memory, with no protobuf copy of it.
+// own memory, with no protobuf copy of it. A large bundle is striped: its chunks go over several
+// streams at once, each on a connection of its own to the peer (docs/wire-format.md, "Striped
+// pushes"), since one HTTP/2 connection moves bytes at well under a socket's speed.
 //
 // Thread-safety: thread-safe. Send() may be called from any thread; `done` callbacks run on
 // gRPC's threads. Drain() before destruction waits for every push still in flight.
@@ -9,6 +11,7 @@
 #define TERN_WORKER_GRPC_TRANSPORT_H_
 
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,11 +26,18 @@
 
 namespace tern {
 
+// How pushes are spread over connections.
+struct PushStriping {
+  int stripes = 2;                         // streams (and connections) per large push; 1: none
+  uint64_t min_bytes = uint64_t{8} << 20;  // bundles smaller than this go as one stream
+};
+
 class GrpcTransport final : public PeerTransport {
  public:
   // `credentials` secure the channels to peers (core/rpc/security.h); null is plaintext.
-  explicit GrpcTransport(int self, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr)
-      : self_(self), credentials_(std::move(credentials)) {}
+  explicit GrpcTransport(int self, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                         PushStriping striping = {})
+      : self_(self), credentials_(std::move(credentials)), striping_(striping) {}
   ~GrpcTransport() override { Drain(); }
 
   // Addresses indexed by worker id ("host:port"); the entry for this worker is ignored.
@@ -43,18 +53,23 @@ class GrpcTransport final : public PeerTransport {
   void Drain();
 
  private:
+  class Push;
   class PushCall;
   void Finished();
+  uint64_t NewStreamId();
 
   const int self_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  const PushStriping striping_;
   mutable absl::Mutex mu_;
   struct Peer {
     std::unique_ptr<v1::Gossip::Stub> stub;  // Swap
-    std::unique_ptr<grpc::GenericStub> raw;  // Push, on the same channel
+    // Push: [0] on the same channel as `stub`, the others each on a connection of its own.
+    std::vector<std::unique_ptr<grpc::GenericStub>> raw;
   };
   std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mt19937_64 stream_ids_ ABSL_GUARDED_BY(mu_){std::random_device()()};
 };
 
 }  // namespace tern

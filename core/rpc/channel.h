@@ -31,10 +31,12 @@ enum class ChannelKind {
 };
 
 // A channel to `target` ("host:port") with TernChannelArguments(), secured by `credentials`
-// (core/rpc/security.h: ChannelCredentialsFor); null is plaintext.
+// (core/rpc/security.h: ChannelCredentialsFor); null is plaintext. Channels with the same
+// arguments share one connection; a `connection` other than 0 gets a connection of its own (the
+// streams of a striped push each use one).
 std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& target, ChannelKind kind = ChannelKind::kDefault,
-    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr, int connection = 0);
 
 }  // namespace tern
 

@@ -19,6 +19,7 @@ enum Field : uint32_t {
   kDataCrc = 5,
   kLast = 6,
   kBundleCrc = 7,
+  kStripes = 8,
 };
 
 // A bounds-checked reader over the pieces a message arrived in; every read fails rather than
@@ -96,6 +97,7 @@ absl::Status ReadField(PiecesReader& r, RawChunk& c) {
       if (field == kDataCrc) c.header.data_crc32 = static_cast<uint32_t>(v);
       if (field == kLast) c.header.last = v != 0;
       if (field == kBundleCrc) c.header.bundle_crc32 = static_cast<uint32_t>(v);
+      if (field == kStripes) c.header.stripes = static_cast<uint32_t>(v);
       return absl::OkStatus();
     }
     case 1:
@@ -143,7 +145,8 @@ absl::StatusOr<RawChunk> ParseRawChunk(const grpc::ByteBuffer& message) {
   return c;
 }
 
-grpc::ByteBuffer RawChunkMessage(const v1::BundleChunk& chunk, std::shared_ptr<const void> owner) {
+grpc::ByteBuffer RawChunkMessage(const v1::BundleChunk& chunk, std::shared_ptr<const void> owner,
+                                 const ChunkStripe* stripe) {
   std::string header;
   {
     google::protobuf::io::StringOutputStream stream(&header);
@@ -153,12 +156,13 @@ grpc::ByteBuffer RawChunkMessage(const v1::BundleChunk& chunk, std::shared_ptr<c
       out.WriteTag(field << 3);
       out.WriteVarint64(v);
     };
-    varint(kStreamId, chunk.stream_id());
+    varint(kStreamId, stripe != nullptr ? stripe->stream_id : chunk.stream_id());
     varint(kOffset, chunk.offset());
     varint(kTotalSize, chunk.total_size());
     varint(kDataCrc, chunk.data_crc32());
     varint(kLast, chunk.last() ? 1 : 0);
     varint(kBundleCrc, chunk.bundle_crc32());
+    varint(kStripes, stripe != nullptr ? stripe->stripes : chunk.stripes());
     if (!chunk.data().empty()) {
       out.WriteTag(kData << 3 | 2);
       out.WriteVarint32(static_cast<uint32_t>(chunk.data().size()));

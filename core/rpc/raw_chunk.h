@@ -37,9 +37,17 @@ absl::StatusOr<RawChunk> ParseRawChunk(const grpc::ByteBuffer& message);
 // The same over pieces of bytes (`owner`, if any, is kept in the result's slices' place).
 absl::StatusOr<RawChunk> ParseRawChunkPieces(std::vector<absl::string_view> pieces);
 
+// The fields a striped push (docs/wire-format.md) sets on every chunk it sends.
+struct ChunkStripe {
+  uint64_t stream_id = 0;
+  uint32_t stripes = 0;
+};
+
 // `chunk` as the message it serializes to, with its data as a slice over chunk.data() that keeps
-// `owner` (which must keep `chunk` alive and unchanged) until gRPC has written it.
-grpc::ByteBuffer RawChunkMessage(const v1::BundleChunk& chunk, std::shared_ptr<const void> owner);
+// `owner` (which must keep `chunk` alive and unchanged) until gRPC has written it; with `stripe`,
+// its stream_id and stripes fields are written from there instead.
+grpc::ByteBuffer RawChunkMessage(const v1::BundleChunk& chunk, std::shared_ptr<const void> owner,
+                                 const ChunkStripe* stripe = nullptr);
 
 }  // namespace tern
 

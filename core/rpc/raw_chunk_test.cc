@@ -23,6 +23,7 @@ v1::BundleChunk Sample(std::mt19937& rng) {
   c.set_data_crc32(static_cast<uint32_t>(maybe(rng())));
   c.set_last(rng() % 2 == 0);
   c.set_bundle_crc32(static_cast<uint32_t>(maybe(rng())));
+  c.set_stripes(static_cast<uint32_t>(maybe(rng() % 20)));
   std::string data(rng() % 3 == 0 ? 0 : rng() % 5000, '\0');
   for (char& b : data) b = static_cast<char>(rng());
   c.set_data(std::move(data));
@@ -48,6 +49,7 @@ void ExpectSame(const RawChunk& got, const v1::BundleChunk& want) {
   EXPECT_EQ(got.header.data_crc32, want.data_crc32());
   EXPECT_EQ(got.header.last, want.last());
   EXPECT_EQ(got.header.bundle_crc32, want.bundle_crc32());
+  EXPECT_EQ(got.header.stripes, want.stripes());
   std::string data;
   for (absl::string_view p : got.data) data.append(p.data(), p.size());
   EXPECT_EQ(data, want.data());
@@ -138,6 +140,18 @@ TEST(RawChunk, AMessageCarriesTheChunksDataWithoutACopyAndProtobufReadsIt) {
     ASSERT_THAT(raw, IsOk());
     ExpectSame(*raw, *chunk);
   }
+}
+
+TEST(RawChunk, AStripedPushWritesItsOwnStreamIdAndStripesOverTheChunks) {
+  std::mt19937 rng(5);
+  auto chunk = std::make_shared<v1::BundleChunk>(Sample(rng));
+  const ChunkStripe stripe{0x1234567890abcdefu, 3};
+  absl::StatusOr<RawChunk> raw = ParseRawChunk(RawChunkMessage(*chunk, chunk, &stripe));
+  ASSERT_THAT(raw, IsOk());
+  v1::BundleChunk want = *chunk;
+  want.set_stream_id(stripe.stream_id);
+  want.set_stripes(stripe.stripes);
+  ExpectSame(*raw, want);
 }
 
 TEST(RawChunk, TheMessageKeepsItsOwnerAliveUntilGrpcIsDone) {

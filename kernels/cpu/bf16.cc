@@ -35,6 +35,7 @@ TERN_MULTIVERSION void AccumulateBf16(const uint8_t* in, float w, float* out, si
 struct Bf16Traits {
   static constexpr const format::CastFormat& kFormat = format::kBf16;
   static constexpr bool kLossless = false;
+  static constexpr bool kWordsAreFloats = false;
   static void EncodeLoop(const float* x, uint8_t* out, size_t n) { EncodeBf16(x, out, n); }
   static void DecodeLoop(const uint8_t* in, float* out, size_t n) { DecodeBf16(in, out, n); }
   static void AccumulateLoop(const uint8_t* in, float w, float* out, size_t n) {

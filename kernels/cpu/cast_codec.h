@@ -19,7 +19,8 @@
 
 namespace tern::internal {
 
-// Traits: kFormat (kernels/format/cast.h), kLossless,
+// Traits: kFormat (kernels/format/cast.h), kLossless, kWordsAreFloats (the words are the fp32
+// values themselves: decoding is a copy),
 //   static void EncodeLoop(const float* x, uint8_t* out, size_t n);
 //   static void DecodeLoop(const uint8_t* in, float* out, size_t n);          // overwrite
 //   static void AccumulateLoop(const uint8_t* in, float w, float* out, size_t n);
@@ -104,6 +105,15 @@ class CastCodec final : public Codec {
     // `n` more whole words.
     void Add(const uint8_t* words, size_t n) {
       while (n > 0) {
+        if constexpr (Traits::kWordsAreFloats) {
+          // A whole block of fp32 words at hand is summed where it lies: no copy to decode.
+          if (filled_ == 0 && n >= kBlock) {
+            sum_ += SquaredL2NormOfWords(words, kBlock);
+            words += kBlock * kWord;
+            n -= kBlock;
+            continue;
+          }
+        }
         const size_t k = std::min(n, kBlock - filled_);
         Traits::DecodeLoop(words, block_ + filled_, k);
         filled_ += k;

@@ -95,6 +95,7 @@ void AccumulateFp16(const uint8_t* in, float w, float* out, size_t n) {
 struct Fp16Traits {
   static constexpr const format::CastFormat& kFormat = format::kFp16;
   static constexpr bool kLossless = false;
+  static constexpr bool kWordsAreFloats = false;
   static void EncodeLoop(const float* x, uint8_t* out, size_t n) { EncodeFp16(x, out, n); }
   static void DecodeLoop(const uint8_t* in, float* out, size_t n) { DecodeFp16(in, out, n); }
   static void AccumulateLoop(const uint8_t* in, float w, float* out, size_t n) {

@@ -19,6 +19,7 @@ TERN_MULTIVERSION void AccumulateF32(const uint8_t* in, float w, float* out, siz
 struct NoneTraits {
   static constexpr const format::CastFormat& kFormat = format::kNone;
   static constexpr bool kLossless = true;
+  static constexpr bool kWordsAreFloats = true;
   static void EncodeLoop(const float* x, uint8_t* out, size_t n) { std::memcpy(out, x, 4 * n); }
   static void DecodeLoop(const uint8_t* in, float* out, size_t n) { std::memcpy(out, in, 4 * n); }
   static void AccumulateLoop(const uint8_t* in, float w, float* out, size_t n) {

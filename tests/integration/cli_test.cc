@@ -180,5 +180,15 @@ TEST(Cli, VersionSaysTheBuildTypeAndTheBlasKernels) {
   }
 }
 
+// The transport bench as a user runs it: a 9.6 MB message (over 8 MiB: striped over two
+// connections) and the same over one stream, both taken whole by a live worker.
+TEST(Cli, BenchTransportPushesAStripedAndAOneStreamMessageAndPrintsTheirRatios) {
+  const Result r = Tern({"bench", "transport", "--sizes=2400000", "--repeats=1"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("--push_stripes=2"));
+  EXPECT_THAT(r.out, HasSubstr("1s/tcp"));
+  EXPECT_THAT(r.out, HasSubstr("    9.6 MB"));
+}
+
 }  // namespace
 }  // namespace tern

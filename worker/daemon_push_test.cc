@@ -1,0 +1,187 @@
+// Striped Gossip.Push between a live worker and a GrpcTransport, and what a worker does with a
+// striped push that is cut, corrupted or left waiting.
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/chunking.h"
+#include "core/rpc/channel.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+#include "worker/daemon.h"
+#include "worker/grpc_transport.h"
+
+namespace tern {
+namespace {
+
+using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kNumel = 600000;  // 2.4 MB: 3 chunks of 1 MiB
+
+// Worker 0 of two (dpsgd on the complete graph), its model all zeros; worker 1 is this test.
+struct Receiver {
+  explicit Receiver(StreamLimitOptions limits = {.max_buffered_bytes = 0}) {
+    DaemonOptions o;
+    o.engine.run_id = "run";
+    o.engine.num_workers = 2;
+    o.engine.topology = "complete";
+    o.engine.algorithm = "dpsgd";
+    o.engine.algorithm_options.codec = "none";
+    // Its own pushes to the absent worker 1 are retried for the first round, bounded by this.
+    o.engine.round_timeout = absl::Seconds(2);
+    o.limits = limits;
+    daemon = *WorkerDaemon::Start(o, &registries);
+    EXPECT_THAT(daemon
+                    ->RegisterInProcess({{"x", {static_cast<int64_t>(kNumel)}, 0, kNumel}},
+                                        std::vector<float>(kNumel, 0.0f))
+                    .status(),
+                IsOk());
+    peers = {absl::StrCat("127.0.0.1:", daemon->port()), "127.0.0.1:1"};
+    EXPECT_THAT(daemon->SetPeers(peers), IsOk());
+  }
+  ~Receiver() { daemon->Shutdown(absl::Seconds(2)); }
+
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  std::unique_ptr<WorkerDaemon> daemon;
+  std::vector<std::string> peers;
+};
+
+std::vector<float> Values(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> x(kNumel);
+  for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  return x;
+}
+
+std::vector<v1::BundleChunk> Message(const std::vector<float>& x, uint64_t round) {
+  v1::TensorBundle b;
+  b.set_run_id("run");
+  b.set_sender("1");
+  b.set_round(round);
+  v1::NamedTensor* t = b.add_tensors();
+  t->set_name("x");
+  t->mutable_tensor()->set_codec("none.v1");
+  t->mutable_tensor()->set_numel(kNumel);
+  t->mutable_tensor()->add_shape(static_cast<int64_t>(kNumel));
+  t->mutable_tensor()->set_payload(x.data(), 4 * x.size());
+  return *ChunkBundle(b, round);
+}
+
+absl::Status Send(GrpcTransport& t, std::vector<v1::BundleChunk> chunks) {
+  absl::Notification done;
+  absl::Status status;
+  t.Send(0, std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks)),
+         absl::Now() + absl::Seconds(30), false, [&](absl::Status s) {
+           status = s;
+           done.Notify();
+         });
+  done.WaitForNotification();
+  return status;
+}
+
+TEST(StripedPush, ALargeMessageOverThreeConnectionsIsMixedAsSent) {
+  Receiver r;
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 3, .min_bytes = 1 << 20});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  const std::vector<float> x = Values(1);
+  ASSERT_THAT(Send(t, Message(x, 0)), IsOk());
+  StepInput step;
+  step.step = 0;
+  const std::vector<float> zeros(kNumel, 0.0f);
+  step.grad = zeros;
+  StepOutcome out;
+  absl::StatusOr<absl::Span<const float>> model = r.daemon->StepInProcess(step, &out);
+  ASSERT_THAT(model.status(), IsOk());
+  EXPECT_THAT(out.mixed, ElementsAre(1));
+  for (size_t i = 0; i < kNumel; i += 997) ASSERT_FLOAT_EQ((*model)[i], 0.5f * x[i]) << i;
+  EXPECT_EQ(out.delta.messages_refused(), 0u);
+}
+
+TEST(StripedPush, ACorruptChunkOnOneStripeFailsThePushOnEveryStreamAndTheNextPushIsTaken) {
+  Receiver r;
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 2, .min_bytes = 1 << 20});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  std::vector<v1::BundleChunk> chunks = Message(Values(2), 0);
+  (*chunks[1].mutable_data())[12345] ^= 0x08;  // on the second stream
+  EXPECT_THAT(Send(t, chunks), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(r.daemon->engine()->Stats().messages_refused(), 1u) << "counted once";
+  EXPECT_THAT(Send(t, Message(Values(3), 0)), IsOk());
+}
+
+TEST(StripedPush, ANaNOnAnyStripeIsRefusedAsOnOneStream) {
+  Receiver r;
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 2, .min_bytes = 1 << 20});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  std::vector<float> x = Values(4);
+  x[kNumel - 3] = std::nanf("");  // in the last chunk
+  absl::Status s = Send(t, Message(x, 0));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("Inf or NaN"));
+}
+
+// The receiver admits one stream of the push and refuses the other (one stream per peer): the
+// sender cancels the admitted one rather than leave it waiting for the round's deadline.
+TEST(StripedPush, AStripeRefusedAtAdmissionEndsThePushAtOnce) {
+  Receiver r(StreamLimitOptions{.max_streams_per_peer = 1, .max_buffered_bytes = 0});
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 2, .min_bytes = 1 << 20});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  const absl::Time t0 = absl::Now();
+  absl::Status s = Send(t, Message(Values(7), 0));
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--max_streams_per_peer"));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10)) << "not the 30 s deadline";
+  // With one stream a push, the same worker takes it.
+  GrpcTransport one(/*self=*/1, nullptr, PushStriping{.stripes = 1});
+  ASSERT_THAT(one.SetPeers(r.peers), IsOk());
+  for (int i = 0; i < 200 && r.daemon->engine()->Stats().messages_refused() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));  // the cancelled stripe's slot comes back
+  }
+  EXPECT_THAT(Send(one, Message(Values(8), 0)), IsOk());
+}
+
+// A rogue sender opens one stripe of two and never the other: the stripe waits, idle, and the
+// sweep cancels it; its bytes go back to the budget.
+TEST(StripedPush, AStripeWhoseOthersNeverComeIsCancelledWhenIdle) {
+  Receiver r(StreamLimitOptions{.max_buffered_bytes = 0,
+                                .idle_timeout = absl::Seconds(1),
+                                .sweep_every = absl::Milliseconds(200)});
+  std::vector<v1::BundleChunk> chunks = Message(Values(5), 0);
+  auto stub = v1::Gossip::NewStub(MakeChannel(r.peers[0]));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  v1::PushReply reply;
+  auto w = stub->Push(&ctx, &reply);
+  for (size_t i = 0; i < chunks.size(); i += 2) {
+    v1::BundleChunk c = chunks[i];
+    c.set_stream_id(99);
+    c.set_stripes(2);
+    ASSERT_TRUE(w->Write(c));
+  }
+  w->WritesDone();
+  const absl::Time t0 = absl::Now();
+  const grpc::Status s = w->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED) << s.error_message();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  // The worker counts it as its side of the cancellation runs, which may be after the caller saw
+  // it.
+  for (int i = 0; i < 200 && r.daemon->engine()->Stats().messages_refused() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(r.daemon->engine()->Stats().messages_refused(), 1u);
+  // The worker goes on: a whole push for the same round is taken.
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 2, .min_bytes = 1 << 20});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  EXPECT_THAT(Send(t, Message(Values(6), 0)), IsOk());
+}
+
+}  // namespace
+}  // namespace tern
