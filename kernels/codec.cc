@@ -96,10 +96,9 @@ namespace {
 
 // Sixteen partial sums: four independent vectors of four doubles under AVX2, so the additions'
 // latency does not bound the loop (a received dense message is checked by its norm: this pass
-// was a tenth of a 64 MB push's CPU with four). The order is fixed in the source, so both
-// versions give the same bits.
-// `At(i)` is element i; the order is fixed in the source, so the two versions (floats, and
-// little-endian words at any alignment) give the same bits for the same values.
+// was a tenth of a 64 MB push's CPU with four). `at(i)` is element i. The order is fixed in the
+// source, so every instruction-set version, over floats or over little-endian words at any
+// alignment, gives the same bits for the same values.
 template <typename At>
 inline double SumOfSquaresOf(size_t n, At at) {
   constexpr size_t kLanes = 16;
