@@ -1,5 +1,6 @@
 // Striped Gossip.Push between a live worker and a GrpcTransport, and what a worker does with a
 // striped push that is cut, corrupted or left waiting.
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -181,6 +182,28 @@ TEST(StripedPush, AStripeWhoseOthersNeverComeIsCancelledWhenIdle) {
   GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 2, .min_bytes = 1 << 20});
   ASSERT_THAT(t.SetPeers(r.peers), IsOk());
   EXPECT_THAT(Send(t, Message(Values(6), 0)), IsOk());
+}
+
+// gRPC runs callbacks on a process-wide completion queue's threads and frees that queue when its
+// last channel goes; a channel last dropped on one of those threads (by a push's call freed after
+// the push counted as done) freed the queue under the thread itself, and the process aborted. Here
+// the transport is the process's only gRPC user and goes the moment its push has ended, again and
+// again, as a worker stopping at the end of a run does.
+TEST(GrpcTransportShutdown, ATransportFreedAsItsLastPushEndsLeavesGrpcsThreadsSound) {
+  for (int i = 0; i < 300; ++i) {
+    auto t = std::make_unique<GrpcTransport>(/*self=*/1);
+    ASSERT_THAT(t->SetPeers({"127.0.0.1:1", "127.0.0.1:2"}), IsOk());  // nobody listens
+    std::vector<v1::BundleChunk> chunks(1);
+    chunks[0].set_data("x");
+    std::atomic<bool> done{false};
+    t->Send(0, std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks)),
+            absl::Now() + absl::Seconds(10), /*retry_unavailable=*/false, [&](absl::Status s) {
+              EXPECT_FALSE(s.ok());
+              done = true;
+            });
+    while (!done) std::this_thread::yield();
+    t.reset();  // waits for the push, then drops the channels
+  }
 }
 
 }  // namespace

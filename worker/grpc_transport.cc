@@ -194,6 +194,10 @@ void GrpcTransport::Push::Release() {
 }
 
 void GrpcTransport::Push::Done(const absl::Status& status) {
+  // The calls go before the push counts as ended: each holds its channel, and once the transport
+  // may go (Drain returns) the call freed last would drop its channel's last reference here, on
+  // gRPC's callback thread, freeing the completion queue that thread runs on (libgrpc aborts).
+  calls_.clear();
   if (absl::IsUnavailable(status) && retry_ && absl::Now() + backoff_ < deadline_) {
     auto* next = new Push(transport_, stubs_, chunks_, deadline_, retry_,
                           std::min(backoff_ * 2, absl::Milliseconds(500)), std::move(done_));
