@@ -57,6 +57,10 @@ struct EncodedView {
   // The payload in pieces, in order, where it was received in place (then `payload` is empty).
   // Codec's public calls join them into one buffer first unless the codec ReadsPieces().
   absl::Span<const absl::string_view> pieces;
+  // The payload already passed this codec's Validate, Norm or PayloadScan (a message checked on
+  // arrival): decoding may skip the checks of its values (Inf and NaN in cast payloads), which
+  // would read it once more. Sizes and bounds are checked whatever this says.
+  bool checked = false;
 
   size_t PayloadSize() const {
     size_t n = payload.size();

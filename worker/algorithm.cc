@@ -153,8 +153,8 @@ class AlgorithmBase : public Algorithm {
     return absl::OkStatus();
   }
   // The same from the top-k selection of the part's values (a top-k codec's input).
-  absl::Status AddSelectedPart(GossipMessage* msg, std::string name,
-                               const TopKSelection& selection, Codec* codec, int64_t step) {
+  absl::Status AddSelectedPart(GossipMessage* msg, std::string name, const TopKSelection& selection,
+                               Codec* codec, int64_t step) {
     EncodedTensor t;
     TERN_RETURN_IF_ERROR(codec->EncodeSelection(selection, PartOptions(*msg, step), &t));
     msg->parts.emplace_back(std::move(name), std::move(t));
@@ -208,19 +208,18 @@ class AlgorithmBase : public Algorithm {
   absl::Status Accumulate(int from, const GossipMessage& msg, absl::string_view name, double w,
                           absl::Span<float> acc) {
     TERN_ASSIGN_OR_RETURN(const EncodedTensor* t, FindPart(from, msg, name));
-    return Accumulate(from, *t, name, w, acc);
-  }
-  // The same for a part already found.
-  absl::Status Accumulate(int from, const EncodedTensor& t, absl::string_view name, double w,
-                          absl::Span<float> acc) {
     const WeightedTarget one[1] = {{static_cast<float>(w), acc}};
-    return AccumulateEach(from, t, name, one);
+    return AccumulateEach(from, *t, name, one, msg.checked);
   }
   // Accumulate into several tensors, the part decoded once (Codec::DecodeAccumulateEach).
+  // `checked`: the part passed its codec's checks already (on arrival, or FindValid), which the
+  // decoder then does not repeat.
   absl::Status AccumulateEach(int from, const EncodedTensor& t, absl::string_view name,
-                              absl::Span<const WeightedTarget> targets) {
+                              absl::Span<const WeightedTarget> targets, bool checked) {
     const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = codecs_->DecodeAccumulateEach(EncodedView::Of(t), targets);
+    EncodedView view = EncodedView::Of(t);
+    view.checked = checked;
+    absl::Status s = codecs_->DecodeAccumulateEach(view, targets);
     decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!s.ok()) {
       return absl::InvalidArgumentError(
@@ -442,8 +441,9 @@ class Choco final : public AlgorithmBase {
       hat.resize(x_.size(), 0.0f);  // a neighbour not heard before starts at 0, like x_hat_self
       const WeightedTarget both[2] = {{1.0f, absl::MakeSpan(hat)},
                                       {static_cast<float>(w), absl::MakeSpan(sum_)}};
-      TERN_RETURN_IF_ERROR(
-          AccumulateEach(j, *qs[k], "q", absl::MakeConstSpan(both, incremental ? 2 : 1)));
+      TERN_RETURN_IF_ERROR(AccumulateEach(j, *qs[k], "q",
+                                          absl::MakeConstSpan(both, incremental ? 2 : 1),
+                                          /*checked=*/true));
     }
     if (!incremental) TERN_RETURN_IF_ERROR(RebuildSum(row));
     mix_pending_ = true;  // by Settle(), or fused into the next Prepare

@@ -147,14 +147,19 @@ class WorkerDaemon::GossipService final
     size_t next_ = 0;
   };
 
+  // Counts and logs a Push refused before its bundle reached the engine.
+  static void RefusedStream(WorkerDaemon* d, const absl::Status& s) {
+    d->engine_->CountRefused(s);
+    spdlog::warn("worker {}: refused a gossip stream: {}", d->options_.engine.worker_id,
+                 s.ToString());
+  }
+
   // A pushed bundle (or why there is none) to the engine: what the pusher is answered. A refusal
   // is counted and logged here, once per push however many streams carried it.
   static absl::Status DeliverPushed(WorkerDaemon* d, absl::StatusOr<ReceivedBundle> got,
                                     uint64_t wire_bytes, PayloadScans* scans) {
     if (!got.ok()) {
-      d->engine_->CountRefused(got.status());
-      spdlog::warn("worker {}: refused a gossip stream: {}", d->options_.engine.worker_id,
-                   got.status().ToString());
+      RefusedStream(d, got.status());
       return got.status();
     }
     // Deliver takes the bundle over (its payloads move, not copy); keep what the log needs.
@@ -285,9 +290,7 @@ class WorkerDaemon::GossipService final
       if (join_ != nullptr) {
         join_->Leave(this, s);
       } else {
-        d_->engine_->CountRefused(s);
-        spdlog::warn("worker {}: refused a gossip stream: {}", d_->options_.engine.worker_id,
-                     s.ToString());
+        RefusedStream(d_, s);
       }
       if (answered_.exchange(true)) return;
       Finish(ToGrpcStatus(s));

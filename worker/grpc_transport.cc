@@ -243,8 +243,7 @@ bool GrpcTransport::has_peers() const {
 
 void GrpcTransport::Send(int to, Chunks chunks, absl::Time deadline, bool retry_unavailable,
                          std::function<void(absl::Status)> done) {
-  uint64_t bytes = 0;
-  for (const v1::BundleChunk& c : *chunks) bytes += c.data().size();
+  const uint64_t bytes = chunks->empty() ? 0 : chunks->front().total_size();
   std::vector<grpc::GenericStub*> stubs;
   {
     absl::MutexLock lock(&mu_);

@@ -5,8 +5,8 @@
 // long is cancelled (its caller sees CANCELLED); nothing else is disturbed. docs/robustness.md
 // has the defaults.
 //
-// gRPC's own buffering (each stream's flow-control window) is not bounded here, nor anywhere yet
-// (docs/robustness.md).
+// gRPC's own buffering is not counted here: a stream's flow-control window, fixed at 8 MiB by
+// Http2Tuning (core/rpc/channel.h), is what gRPC may hold for it before its reactor reads it.
 //
 // Thread-safety: thread-safe. A Stream is used by its reactor only; the sweeper thread cancels
 // streams through their cancel function, never under StreamLimits' lock.

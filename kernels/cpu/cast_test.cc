@@ -84,5 +84,41 @@ TEST(NoneCodec, IsBitExactForFiniteValuesAndRefusesInfAndNaNLeavingTheOutputAlon
   }
 }
 
+// A view marked checked (its message passed the codec's checks on arrival) decodes to the same
+// bits without reading the payload for Inf and NaN again; its size is still checked.
+TEST(CastCodecs, ACheckedViewDecodesAlikeWithoutTheValueCheckAndItsSizeIsStillChecked) {
+  for (const char* spec : {"none", "fp16", "bf16"}) {
+    SCOPED_TRACE(spec);
+    auto codec = NewBuiltinCodecRegistry()->Create(spec);
+    ASSERT_THAT(codec, IsOk());
+    std::vector<float> x(5000);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
+    EncodedTensor enc;
+    ASSERT_THAT((*codec)->Encode(x, {}, &enc), IsOk());
+    EncodedView checked = EncodedView::Of(enc);
+    checked.checked = true;
+    std::vector<float> want(x.size(), 1.0f), got(x.size(), 1.0f);
+    ASSERT_THAT((*codec)->DecodeAccumulate(EncodedView::Of(enc), 0.5f, absl::MakeSpan(want)),
+                IsOk());
+    ASSERT_THAT((*codec)->DecodeAccumulate(checked, 0.5f, absl::MakeSpan(got)), IsOk());
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), 4 * x.size()), 0);
+    // The value check is what it skips: an Inf the caller vouched against goes through.
+    x[7] = INFINITY;
+    ASSERT_THAT((*codec)->Encode(x, {}, &enc), IsOk());
+    checked = EncodedView::Of(enc);
+    checked.checked = true;
+    EXPECT_THAT((*codec)->Decode(EncodedView::Of(enc), absl::MakeSpan(got)),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    ASSERT_THAT((*codec)->Decode(checked, absl::MakeSpan(got)), IsOk());
+    EXPECT_TRUE(std::isinf(got[7]));
+    // Sizes are checked whatever the view says.
+    enc.payload.resize(enc.payload.size() - 2);
+    checked = EncodedView::Of(enc);
+    checked.checked = true;
+    EXPECT_THAT((*codec)->Decode(checked, absl::MakeSpan(got)),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+}
+
 }  // namespace
 }  // namespace tern

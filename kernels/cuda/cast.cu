@@ -89,7 +89,7 @@ class GpuCastCodec final : public GpuCodec {
                           cudaStream_t stream) const override {
     TERN_RETURN_IF_ERROR(CheckPayload(in));
     // The payload is still in host memory: the CPU decoder's finite check, before any upload.
-    TERN_RETURN_IF_ERROR(format::CheckCastFinite(T::kFormat, in));
+    if (!in.checked) TERN_RETURN_IF_ERROR(format::CheckCastFinite(T::kFormat, in));
     Arena a(d_scratch, scratch_bytes);
     auto* words = a.Take<typename T::Word>(n);
     if (!a.fits()) return internal::ScratchError(Name(), DecodeScratchBytes(in), scratch_bytes);
