@@ -12,6 +12,7 @@
 #include "cli/service_flags.h"
 #include "cli/train_flags.h"
 #include "spdlog/spdlog.h"
+#include "worker/stripe_join.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "worker: address to serve on (port 0: any)");
 ABSL_FLAG(int, id, 0, "worker: this worker's id in [0, workers)");
@@ -72,7 +73,8 @@ absl::StatusOr<DaemonOptions> WorkerDaemonOptionsFromFlags() {
   options.metrics_listen = MetricsListenFromFlags();
   options.tls = TlsFromFlags();
   options.peer_names = absl::StrSplit(absl::GetFlag(FLAGS_peer_names), ',', absl::SkipEmpty());
-  options.striping.stripes = std::clamp(absl::GetFlag(FLAGS_push_stripes), 1, 16);
+  options.striping.stripes =
+      std::clamp(absl::GetFlag(FLAGS_push_stripes), 1, static_cast<int>(kMaxStripes));
   return options;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/chunking.h"
+#include "core/model/bundle.h"
 #include "core/rpc/channel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -28,6 +29,8 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kNumel = 600000;  // 2.4 MB: 3 chunks of 1 MiB
 
+std::vector<ParamTensor> Layout() { return {{"x", {static_cast<int64_t>(kNumel)}, 0, kNumel}}; }
+
 // Worker 0 of two (dpsgd on the complete graph), its model all zeros; worker 1 is this test.
 struct Receiver {
   explicit Receiver(StreamLimitOptions limits = {.max_buffered_bytes = 0}) {
@@ -41,10 +44,7 @@ struct Receiver {
     o.engine.round_timeout = absl::Seconds(2);
     o.limits = limits;
     daemon = *WorkerDaemon::Start(o, &registries);
-    EXPECT_THAT(daemon
-                    ->RegisterInProcess({{"x", {static_cast<int64_t>(kNumel)}, 0, kNumel}},
-                                        std::vector<float>(kNumel, 0.0f))
-                    .status(),
+    EXPECT_THAT(daemon->RegisterInProcess(Layout(), std::vector<float>(kNumel, 0.0f)).status(),
                 IsOk());
     peers = {absl::StrCat("127.0.0.1:", daemon->port()), "127.0.0.1:1"};
     EXPECT_THAT(daemon->SetPeers(peers), IsOk());
@@ -64,16 +64,10 @@ std::vector<float> Values(uint32_t seed) {
 }
 
 std::vector<v1::BundleChunk> Message(const std::vector<float>& x, uint64_t round) {
-  v1::TensorBundle b;
+  v1::TensorBundle b = *FlatToBundle(Layout(), x);
   b.set_run_id("run");
   b.set_sender("1");
   b.set_round(round);
-  v1::NamedTensor* t = b.add_tensors();
-  t->set_name("x");
-  t->mutable_tensor()->set_codec("none.v1");
-  t->mutable_tensor()->set_numel(kNumel);
-  t->mutable_tensor()->add_shape(static_cast<int64_t>(kNumel));
-  t->mutable_tensor()->set_payload(x.data(), 4 * x.size());
   return *ChunkBundle(b, round);
 }
 
