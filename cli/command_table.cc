@@ -31,7 +31,7 @@ Names TrainingFlags() {
           "run_id",    "seed",        "topology",        "weights",
           "batch",     "data",        "epochs",          "model",
           "partition", "max_steps",   "compute_threads", "overlap",
-          "norm_guard"};
+          "bucket_mb", "norm_guard"};
 }
 
 // What bounds a daemon's incoming streams (cli/limit_flags.cc).
@@ -107,6 +107,7 @@ constexpr Range kRanges[] = {
     {"local_steps", 1, 1e9, ">= 1"},
     {"round_timeout", 1e-3, 1e6, "> 0 seconds"},
     {"norm_guard", 0, 1e12, ">= 0 (0: off)"},
+    {"bucket_mb", 0, 1 << 20, "in [0, 1048576] (0: one message a round)"},
     {"attack_fraction", 0, 1, "in [0, 1]"},
     {"max_streams", 0, 1e6, ">= 0 (0: the daemon's default)"},
     {"max_streams_per_peer", 0, 1e6, ">= 0 (0: the daemon's default)"},

@@ -207,6 +207,38 @@ int tern_worker_step(TernWorker* worker, const void* info, size_t info_size, con
   return 0;
 }
 
+int tern_worker_buckets(const TernWorker* worker) {
+  if (worker == nullptr || worker->params.data() == nullptr) return 1;
+  return static_cast<int>(worker->daemon->engine()->BucketOffsets().size());
+}
+
+int tern_worker_begin_step(TernWorker* worker, uint64_t step, float lr, const float* grad,
+                           size_t num_params, char* error, size_t error_size) {
+  if (worker == nullptr || worker->params.data() == nullptr) {
+    return tern::Fail(absl::FailedPreconditionError("register first"), error, error_size);
+  }
+  if (grad == nullptr || num_params != worker->params.size()) {
+    return tern::Fail(
+        absl::InvalidArgumentError(absl::StrCat("the gradient has ", num_params,
+                                                " values; the model has ", worker->params.size())),
+        error, error_size);
+  }
+  tern::StepInput in;
+  in.step = static_cast<int64_t>(step);
+  in.lr = lr;
+  in.grad = absl::MakeConstSpan(grad, num_params);
+  absl::Status s = worker->daemon->BeginStepInProcess(in);
+  return s.ok() ? 0 : tern::Fail(s, error, error_size);
+}
+
+int tern_worker_grad_ready(TernWorker* worker, uint64_t from, char* error, size_t error_size) {
+  if (worker == nullptr) {
+    return tern::Fail(absl::InvalidArgumentError("worker is null"), error, error_size);
+  }
+  absl::Status s = worker->daemon->GradReadyInProcess(from);
+  return s.ok() ? 0 : tern::Fail(s, error, error_size);
+}
+
 void tern_worker_stop(TernWorker* worker) {
   if (worker == nullptr) return;
   // The engine first: a step waiting for neighbours returns at once.

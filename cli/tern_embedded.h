@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* The version of this interface; bumped when a signature changes. */
-#define TERN_WORKER_API_VERSION 1
+#define TERN_WORKER_API_VERSION 2
 int tern_worker_api_version(void);
 
 typedef struct TernWorker TernWorker;
@@ -51,6 +51,19 @@ int tern_worker_register(TernWorker* worker, const void* bundle, size_t bundle_s
 int tern_worker_step(TernWorker* worker, const void* info, size_t info_size, const float* grad,
                      size_t num_params, void* result, size_t result_capacity, size_t* result_size,
                      char* error, size_t error_size);
+/* How many buckets the worker cuts the model into (--bucket_mb; 1 without), after register. */
+int tern_worker_buckets(const TernWorker* worker);
+/* A step in parts, for a backward pass that hands its gradient over as it goes: with buckets,
+ * each is gossiped as soon as it is final. tern_worker_begin_step before the backward pass, with
+ * the step, its learning rate (0: the worker's schedule; the StepInfo's lr is then not read) and
+ * the gradient's buffer (num_params floats, read until the step ends; the same
+ * buffer tern_worker_step then gets); tern_worker_grad_ready each time grad[from, num_params)
+ * is final and the backward pass no longer reads the parameters there (the worker updates
+ * them); tern_worker_step finishes the step. 14 (unavailable) from begin: not ready, nothing
+ * begun (tern_worker_step alone still works). An error from grad_ready ends the step. */
+int tern_worker_begin_step(TernWorker* worker, uint64_t step, float lr, const float* grad,
+                           size_t num_params, char* error, size_t error_size);
+int tern_worker_grad_ready(TernWorker* worker, uint64_t from, char* error, size_t error_size);
 /* Stops serving (a step in flight returns), gives the parameters back to the worker's own
  * memory, and frees it. */
 void tern_worker_stop(TernWorker* worker);

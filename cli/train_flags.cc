@@ -35,6 +35,11 @@ ABSL_FLAG(std::string, lr_schedule, "constant",
 ABSL_FLAG(bool, overlap, false,
           "training: push round t's message at the end of step t and mix it at the start of step "
           "t+1, so its transfer overlaps the next compute (round algorithms; docs/worker.md)");
+ABSL_FLAG(double, bucket_mb, 0,
+          "training: cut the model into buckets of about this many MB of fp32 values (whole "
+          "tensors, from the last back), each gossiped as soon as the backward pass finishes it, "
+          "with the built-in trainer (round algorithms; same on every worker; docs/worker.md); "
+          "0: one message a round");
 ABSL_FLAG(double, norm_guard, 10,
           "training and aggregator: refuse a neighbour's message (a client's update) whose L2 "
           "norm is over this many times the median of recent trusted ones (own messages; "
@@ -84,6 +89,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   if (!(timeout > 0)) return absl::InvalidArgumentError("--round_timeout must be > 0");
   o.round_timeout = absl::Seconds(timeout);
   o.overlap = absl::GetFlag(FLAGS_overlap);
+  // Range-checked with the other flags (cli/command_table.cc).
+  o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20) / 4);
   o.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard);
   o.snapshot_every = snapshot_every;
   o.final_step = total_steps;
@@ -129,6 +136,7 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
       absl::StrCat("--round_timeout=", absl::GetFlag(FLAGS_round_timeout)),
       absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap) ? "true" : "false"),
+      absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb)),
       absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard)),
       absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
       absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),

@@ -637,7 +637,8 @@ absl::StatusOr<StepOutcome> WorkerDaemon::StepOnLoop(const StepInput& in) {
   if (!transport_->has_peers() && options_.engine.num_workers > 1) {
     return absl::UnavailableError("this worker does not know its peers yet");
   }
-  TERN_ASSIGN_OR_RETURN(StepOutcome out, e->Step(in));
+  const bool begun = std::exchange(step_begun_, false);
+  TERN_ASSIGN_OR_RETURN(StepOutcome out, begun ? e->FinishStep(in) : e->Step(in));
   LogStep(out);
   return out;
 }
@@ -779,6 +780,30 @@ absl::StatusOr<absl::Span<const float>> WorkerDaemon::StepInProcess(const StepIn
   TERN_ASSIGN_OR_RETURN(StepOutcome out, StepOnLoop(in));
   if (outcome != nullptr) *outcome = std::move(out);
   return engine_->params();
+}
+
+absl::Status WorkerDaemon::BeginStepInProcess(const StepInput& in) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::UnavailableError("worker is shutting down");
+  }
+  absl::MutexLock exec(&exec_mu_);
+  if (!engine_->initialized()) return absl::FailedPreconditionError("register the model first");
+  if (!transport_->has_peers() && options_.engine.num_workers > 1) {
+    return absl::UnavailableError("this worker does not know its peers yet");
+  }
+  step_begun_ = false;
+  TERN_RETURN_IF_ERROR(engine_->BeginStep(in));
+  step_begun_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::GradReadyInProcess(uint64_t from) {
+  absl::MutexLock exec(&exec_mu_);
+  if (!step_begun_) return absl::FailedPreconditionError("no step begun");
+  absl::Status s = engine_->GradReadyFrom(from);
+  if (!s.ok()) step_begun_ = false;
+  return s;
 }
 
 void WorkerDaemon::LogStep(const StepOutcome& out) {

@@ -94,6 +94,11 @@ class WorkerDaemon {
   // Runs a step with `in.grad` (read in place) and returns a view of the parameters after it,
   // valid and unchanged until the next step; `outcome` (may be null) gets what the step did.
   absl::StatusOr<absl::Span<const float>> StepInProcess(const StepInput& in, StepOutcome* outcome);
+  // The same step in parts (RoundEngine::BeginStep): BeginStepInProcess before the backward pass
+  // (`in.step`, `in.grad`: the buffer it writes), GradReadyInProcess(from) as it finishes
+  // grad[from, end) (the buckets inside start their rounds), then StepInProcess finishes it.
+  absl::Status BeginStepInProcess(const StepInput& in);
+  absl::Status GradReadyInProcess(uint64_t from);
   // Moves the parameters into `storage` (as many floats as the model; the caller's, outliving
   // the binding) or back into the engine's memory with an empty span: every later step writes
   // them there, so a trainer in this process reads them in place. After RegisterInProcess; not
@@ -150,6 +155,7 @@ class WorkerDaemon {
   // Held while a job of the round loop runs, and while the doorbell runs a step: the engine and
   // the members below are used by one of them at a time.
   absl::Mutex exec_mu_;
+  bool step_begun_ = false;  // under exec_mu_: BeginStepInProcess opened the engine's step
   std::ofstream round_log_;  // under exec_mu_
   // Under exec_mu_.
   absl::Time last_step_end_ = absl::InfinitePast();

@@ -46,6 +46,23 @@ std::vector<TensorBlock> BlocksOf(const std::vector<ParamTensor>& layout, size_t
   return next == size ? blocks : std::vector<TensorBlock>();
 }
 
+// Where the buckets of about `target` values start (ascending, the first 0), cut between blocks
+// from the last one back, as a backward pass finishes them. No blocks or no target: one bucket.
+std::vector<size_t> BucketStarts(const std::vector<TensorBlock>& blocks, uint64_t target) {
+  std::vector<size_t> starts;  // block indices, descending
+  uint64_t filled = 0;
+  for (size_t b = blocks.size(); target > 0 && b-- > 1;) {
+    filled += blocks[b].numel;
+    if (filled >= target) {
+      starts.push_back(b);
+      filled = 0;
+    }
+  }
+  starts.push_back(0);
+  std::reverse(starts.begin(), starts.end());
+  return starts;
+}
+
 }  // namespace
 
 v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
@@ -110,25 +127,30 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
     return absl::InvalidArgumentError(absl::StrCat(
         options.algorithm, " has no rounds to overlap; --overlap is for the round algorithms"));
   }
+  if (options.bucket_values > 0 && algorithm->Asynchronous()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.algorithm, " exchanges whole models; --bucket_mb is for the round algorithms"));
+  }
   std::vector<std::string> parts = algorithm->MessageParts();
-  return absl::WrapUnique(new RoundEngine(std::move(options), codecs, transport,
+  return absl::WrapUnique(new RoundEngine(std::move(options), registries, transport,
                                           std::move(topology), std::move(algorithm),
                                           std::move(parts)));
 }
 
-RoundEngine::RoundEngine(EngineOptions options, const CodecRegistry* codecs,
+RoundEngine::RoundEngine(EngineOptions options, const WorkerRegistries* registries,
                          PeerTransport* transport, std::unique_ptr<Topology> topology,
                          std::unique_ptr<Algorithm> algorithm, std::vector<std::string> parts)
     : options_(std::move(options)),
-      codecs_(codecs),
+      registries_(registries),
+      codecs_(registries->codecs.get()),
       transport_(transport),
       topology_(std::move(topology)),
-      algorithm_(std::move(algorithm)),
+      prototype_(algorithm.get()),
+      asynchronous_(algorithm->Asynchronous()),
       parts_(std::move(parts)),
-      inbox_(std::make_shared<GossipInbox>(options_.max_rounds_ahead)),
+      first_algorithm_(std::move(algorithm)),
       up_(options_.num_workers, true),
-      heard_(options_.num_workers, false),
-      last_push_(options_.num_workers) {
+      heard_(options_.num_workers, false) {
   stats_.set_worker_id(static_cast<uint32_t>(options_.worker_id));
 }
 
@@ -146,15 +168,66 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
   if (x0.empty() || x0.size() > options_.max_params) {
     return absl::InvalidArgumentError(absl::StrCat("model of ", x0.size(), " values"));
   }
-  TERN_RETURN_IF_ERROR(algorithm_->Init(x0, options_.worker_id, BlocksOf(layout, x0.size())));
+  TERN_RETURN_IF_ERROR(MakeLanes(layout, x0));
   {
     absl::MutexLock lock(&mu_);
     layout_ = layout;
     num_params_ = x0.size();
+    for (const Lane& lane : lanes_) {
+      inboxes_.push_back(lane.inbox);
+      lane_sizes_.push_back(lane.size);
+      if (shut_down_) lane.inbox->Close();
+    }
   }
   KeepSnapshot(0, x0);
-  if (algorithm_->Asynchronous()) TERN_RETURN_IF_ERROR(Publish(0));
+  if (asynchronous_) TERN_RETURN_IF_ERROR(Publish(0));
   return absl::OkStatus();
+}
+
+absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
+                                    absl::Span<const float> x0) {
+  const std::vector<TensorBlock> blocks = BlocksOf(layout, x0.size());
+  const std::vector<size_t> starts = BucketStarts(blocks, options_.bucket_values);
+  std::vector<Lane> lanes(starts.size());
+  uint64_t offset = 0;
+  for (size_t k = 0; k < lanes.size(); ++k) {
+    Lane& lane = lanes[k];
+    const size_t end = k + 1 < starts.size() ? starts[k + 1] : blocks.size();
+    std::vector<TensorBlock> mine(blocks.begin() + static_cast<ptrdiff_t>(starts[k]),
+                                  blocks.begin() + static_cast<ptrdiff_t>(end));
+    lane.offset = offset;
+    lane.size = x0.size() - offset;
+    if (k + 1 < lanes.size()) {
+      lane.size = 0;
+      for (const TensorBlock& b : mine) lane.size += b.numel;
+    }
+    offset += lane.size;
+    if (k == 0) {
+      lane.algorithm = std::move(first_algorithm_);
+    } else {
+      // Stochastic codecs draw apart in each bucket.
+      AlgorithmOptions o = options_.algorithm_options;
+      o.seed = Mix64(o.seed ^ (0x9e3779b97f4a7c15ULL * k));
+      TERN_ASSIGN_OR_RETURN(lane.algorithm,
+                            registries_->algorithms->Create(options_.algorithm, o, codecs_));
+    }
+    TERN_RETURN_IF_ERROR(lane.algorithm->Init(x0.subspan(lane.offset, lane.size),
+                                              options_.worker_id, std::move(mine)));
+    lane.inbox = std::make_shared<GossipInbox>(options_.max_rounds_ahead);
+    lane.last_push.resize(static_cast<size_t>(options_.num_workers));
+  }
+  lanes_ = std::move(lanes);
+  if (lanes_.size() > 1) {
+    own_params_.assign(x0.begin(), x0.end());
+    TERN_RETURN_IF_ERROR(BindParams(absl::MakeSpan(own_params_)));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<uint64_t> RoundEngine::BucketOffsets() const {
+  std::vector<uint64_t> offsets;
+  for (const Lane& lane : lanes_) offsets.push_back(lane.offset);
+  return offsets;
 }
 
 bool RoundEngine::initialized() const {
@@ -172,16 +245,43 @@ int64_t RoundEngine::next_step() const {
   return next_step_;
 }
 
-double RoundEngine::momentum() const { return algorithm_->Momentum(); }
+double RoundEngine::momentum() const { return prototype_->Momentum(); }
 
-absl::Span<const float> RoundEngine::params() const { return algorithm_->params(); }
+absl::Span<const float> RoundEngine::params() const {
+  if (lanes_.size() == 1) return lanes_[0].algorithm->params();
+  return params_;
+}
 
 absl::Status RoundEngine::BindParams(absl::Span<float> storage) {
-  if (!initialized()) return absl::FailedPreconditionError("no model registered");
-  return algorithm_->BindParams(storage);
+  if (lanes_.empty()) return absl::FailedPreconditionError("no model registered");
+  if (lanes_.size() == 1) return lanes_[0].algorithm->BindParams(storage);
+  // Every lane moves onto its range of one buffer (copying its values there): `storage`, or our
+  // own again.
+  if (storage.empty()) storage = absl::MakeSpan(own_params_);
+  if (storage.data() == params_.data()) return absl::OkStatus();
+  if (storage.size() != own_params_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("storage for ", storage.size(),
+                                                   " values; the model has ", own_params_.size()));
+  }
+  for (Lane& lane : lanes_) {
+    TERN_RETURN_IF_ERROR(lane.algorithm->BindParams(storage.subspan(lane.offset, lane.size)));
+  }
+  params_ = storage;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
+  // The whole gradient is checked first: a refused step changes nothing in any bucket.
+  if (!AllFinite(in.grad)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the gradient of step ", in.step, " holds Inf or NaN; nothing was changed"));
+  }
+  TERN_RETURN_IF_ERROR(BeginStep(in));
+  open_->grad_checked = true;
+  return FinishStep(in);
+}
+
+absl::Status RoundEngine::BeginStep(const StepInput& in) {
   uint64_t num_params;
   {
     absl::MutexLock lock(&mu_);
@@ -193,60 +293,123 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
     }
     num_params = num_params_;
   }
+  if (!broken_.ok()) return broken_;
   if (in.grad.size() != num_params) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient of ", in.grad.size(), " values for a model of ", num_params));
   }
-  if (!AllFinite(in.grad)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the gradient of step ", in.step, " holds Inf or NaN; nothing was changed"));
+  // A step left open by a failure that changed nothing is begun again.
+  open_.emplace();
+  open_->in = in;
+  open_->out.step = in.step;
+  open_->out.lr = in.lr > 0 ? in.lr : static_cast<float>(options_.lr.At(in.step));
+  open_->engine_seconds = 0;
+  for (Lane& lane : lanes_) lane.started = false;
+  if (asynchronous_) {
+    absl::Status s = ApplyMerges();
+    if (!s.ok()) open_.reset();
+    return s;
   }
-  const absl::Time t_start = absl::Now();
-  StepOutcome out;
-  out.step = in.step;
-  out.lr = in.lr > 0 ? in.lr : static_cast<float>(options_.lr.At(in.step));
-  const bool async = algorithm_->Asynchronous();
-  if (async) TERN_RETURN_IF_ERROR(ApplyMerges());
-  if (in_flight_.has_value()) {
+  return absl::OkStatus();
+}
+
+absl::Status RoundEngine::GradReadyFrom(uint64_t from) {
+  if (!open_.has_value()) return absl::FailedPreconditionError("no step begun");
+  const absl::Time t0 = absl::Now();
+  const int64_t step = open_->in.step;
+  for (size_t k = lanes_.size(); k-- > 0 && lanes_[k].offset >= from;) {
+    if (lanes_[k].started) continue;
+    absl::Status s = StartLane(k);
+    if (!s.ok()) {
+      open_.reset();
+      // Buckets already updated and pushed cannot be taken back: this worker cannot go on.
+      if (std::any_of(lanes_.begin(), lanes_.end(), [](const Lane& l) { return l.started; })) {
+        broken_ = absl::FailedPreconditionError(
+            absl::StrCat("step ", step, " failed part-way (", s.message(),
+                         "), after some of its buckets were "
+                         "sent; this worker cannot go on: restart it"));
+      }
+      return s;
+    }
+  }
+  open_->engine_seconds += Seconds(t0);
+  return absl::OkStatus();
+}
+
+absl::Status RoundEngine::StartLane(size_t k) {
+  Lane& lane = lanes_[k];
+  OpenStep& open = *open_;
+  const int64_t step = open.in.step;
+  const absl::Span<const float> grad = open.in.grad.subspan(lane.offset, lane.size);
+  if (!open.grad_checked && !AllFinite(grad)) {
+    return absl::InvalidArgumentError(absl::StrCat("the gradient of step ", step, " holds Inf or ",
+                                                   "NaN in bucket ", k, "; the step failed"));
+  }
+  lane.started = true;
+  if (lane.round.has_value()) {
     // Overlap: the previous round's messages had this step's compute to arrive. Mixing them
     // before this step's local update keeps the algorithm's order of calls.
-    InFlight previous = *std::move(in_flight_);
-    in_flight_.reset();
-    TERN_RETURN_IF_ERROR(FinishRound(std::move(previous), &out));
+    InFlight previous = *std::move(lane.round);
+    lane.round.reset();
+    TERN_RETURN_IF_ERROR(FinishRound(lane, std::move(previous), &open.out));
   }
   const absl::Time t0 = absl::Now();
-  TERN_ASSIGN_OR_RETURN(GossipMessage msg, algorithm_->Prepare(in.grad, out.lr, in.step));
-  const bool communicates = algorithm_->Communicates(in.step);
-  if (communicates) ObserveOwn(msg);  // the norm guard's reference: counted as encoding
+  TERN_ASSIGN_OR_RETURN(GossipMessage msg, lane.algorithm->Prepare(grad, open.out.lr, step));
+  open.communicates = lane.algorithm->Communicates(step);
+  const int bucket = static_cast<int>(k);
+  if (open.communicates) ObserveOwn(bucket, msg);  // the norm guard's reference: encoding
   CountTime(&v1::WorkerStats::encode_seconds, &v1::WorkerStats::set_encode_seconds, t0);
-  if (async) {
-    if (communicates) TERN_RETURN_IF_ERROR(RunSwap(in.step, std::move(msg), &out));
-    TERN_RETURN_IF_ERROR(Publish(in.step + 1));
-  } else if (communicates) {
-    const absl::Time t_pack = absl::Now();
-    TERN_ASSIGN_OR_RETURN(InFlight round, StartRound(in.step, std::move(msg)));
-    {
-      // Serializing, chunking and handing the pushes to the transport count as encoding.
-      absl::MutexLock lock(&mu_);
-      stats_.set_encode_seconds(stats_.encode_seconds() + Seconds(t_pack));
+  if (asynchronous_) {
+    if (open.communicates) TERN_RETURN_IF_ERROR(RunSwap(step, std::move(msg), &open.out));
+    return Publish(step + 1);
+  }
+  if (!open.communicates) {
+    lane.inbox->Skip(step + 1);
+    return absl::OkStatus();
+  }
+  const absl::Time t_pack = absl::Now();
+  TERN_ASSIGN_OR_RETURN(lane.round, StartRound(lane, bucket, step, std::move(msg)));
+  // Serializing, chunking and handing the pushes to the transport count as encoding.
+  absl::MutexLock lock(&mu_);
+  stats_.set_encode_seconds(stats_.encode_seconds() + Seconds(t_pack));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutcome> RoundEngine::FinishStep(const StepInput& in) {
+  if (!open_.has_value() || open_->in.step != in.step) {
+    return absl::FailedPreconditionError(absl::StrCat("step ", in.step, " was not begun"));
+  }
+  const absl::Time t_finish = absl::Now();
+  TERN_RETURN_IF_ERROR(GradReadyFrom(0));
+  open_->engine_seconds -= Seconds(t_finish);  // counted whole below
+  OpenStep open = *std::move(open_);
+  open_.reset();
+  StepOutcome& out = open.out;
+  // Without overlap every round is mixed now, the first pushed first; the last step mixes its
+  // own round either way (the final model includes it).
+  if (!options_.overlap || in.step + 1 == options_.final_step) {
+    for (size_t k = lanes_.size(); k-- > 0;) {
+      Lane& lane = lanes_[k];
+      if (!lane.round.has_value()) continue;
+      InFlight r = *std::move(lane.round);
+      lane.round.reset();
+      TERN_RETURN_IF_ERROR(FinishRound(lane, std::move(r), &out));
     }
-    // The last step mixes its own round: the final model includes it.
-    if (options_.overlap && in.step + 1 != options_.final_step) {
-      in_flight_ = std::move(round);
-    } else {
-      TERN_RETURN_IF_ERROR(FinishRound(std::move(round), &out));
+  }
+  if (lanes_.size() > 1) {
+    for (std::vector<int>* v : {&out.mixed, &out.dropped}) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
     }
-  } else {
-    inbox_->Skip(in.step + 1);
   }
   const absl::Time t_settle = absl::Now();
-  algorithm_->Settle();  // mixing Combine deferred (part of combining)
+  for (Lane& lane : lanes_) lane.algorithm->Settle();  // mixing Combine deferred (combining)
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t_settle);
   {
     absl::MutexLock lock(&mu_);
     next_step_ = in.step + 1;
     stats_.set_steps(stats_.steps() + 1);
-    if (communicates) stats_.set_rounds(stats_.rounds() + 1);
+    if (open.communicates) stats_.set_rounds(stats_.rounds() + 1);
     stats_.set_loss_sum(stats_.loss_sum() + in.loss);
     stats_.set_compute_seconds(stats_.compute_seconds() + in.compute_seconds);
     stats_.set_trainer_io_seconds(stats_.trainer_io_seconds() + std::max(0.0, in.io_seconds));
@@ -260,21 +423,27 @@ absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
   }
   if ((options_.snapshot_every > 0 && (in.step + 1) % options_.snapshot_every == 0) ||
       in.step + 1 == options_.final_step) {
-    KeepSnapshot(in.step + 1, algorithm_->params());
+    KeepSnapshot(in.step + 1, params());
   }
-  out.seconds = Seconds(t_start);
+  out.seconds = open.engine_seconds + Seconds(t_finish);
   return out;
 }
 
-absl::StatusOr<RoundEngine::Outgoing> RoundEngine::Pack(int64_t step, GossipMessage msg) const {
+absl::StatusOr<RoundEngine::Outgoing> RoundEngine::Pack(int64_t step, int bucket,
+                                                        GossipMessage msg) const {
   const int me = options_.worker_id;
   Outgoing o;
   o.payload = msg.PayloadBytes();
   for (const auto& [name, t] : msg.parts) o.dense += 4 * t.numel;
   v1::TensorBundle bundle = GossipToBundle(std::move(msg), options_.run_id, step, me);
+  if (lanes_.size() > 1) {
+    bundle.set_bucket(static_cast<uint32_t>(bucket));
+    bundle.set_buckets(static_cast<uint32_t>(lanes_.size()));
+  }
   TERN_ASSIGN_OR_RETURN(
       std::vector<v1::BundleChunk> chunks,
-      ChunkBundle(bundle, (static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step)));
+      ChunkBundle(bundle, (static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step) ^
+                              (static_cast<uint64_t>(bucket) << 56)));
   for (const auto& c : chunks) o.wire += c.ByteSizeLong() + 5;  // + gRPC message prefix
   o.chunks = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
   return o;
@@ -312,13 +481,14 @@ struct RoundEngine::Pushes {
   }
 };
 
-absl::StatusOr<RoundEngine::InFlight> RoundEngine::StartRound(int64_t step, GossipMessage msg) {
+absl::StatusOr<RoundEngine::InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t step,
+                                                              GossipMessage msg) {
   InFlight r;
   r.step = step;
   TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, step));
   r.nbrs = g.neighbours[options_.worker_id];
   TERN_ASSIGN_OR_RETURN(r.row, RowFor(g));
-  TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, std::move(msg)));
+  TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, bucket, std::move(msg)));
   r.payload = o.payload;
   r.dense = o.dense;
   r.wire = o.wire;
@@ -334,14 +504,14 @@ absl::StatusOr<RoundEngine::InFlight> RoundEngine::StartRound(int64_t step, Goss
   // for that neighbour's message too (it is gone). A neighbour that is down and still has a
   // push under way is not pushed to again (nor waited for) until that one ends.
   for (int j : r.nbrs) {
-    std::shared_ptr<Pushes>& last = last_push_[static_cast<size_t>(j)];
+    std::shared_ptr<Pushes>& last = lane.last_push[static_cast<size_t>(j)];
     if (!up_[j] && last != nullptr && !last->Finished(j)) {
-      inbox_->GiveUp(step, j);
+      lane.inbox->GiveUp(step, j);
       continue;
     }
     last = r.pushes;
     transport_->Send(j, o.chunks, r.deadline, !heard_[j],
-                     [pushes = r.pushes, inbox = inbox_, j, step](absl::Status s) {
+                     [pushes = r.pushes, inbox = lane.inbox, j, step](absl::Status s) {
                        if (PeerUnreachable(s)) inbox->GiveUp(step, j);
                        absl::MutexLock lock(&pushes->mu);
                        pushes->results[j] = std::move(s);
@@ -393,7 +563,7 @@ void RoundEngine::Judge(const InFlight& r, const std::map<int, absl::Status>& re
   }
 }
 
-absl::Status RoundEngine::FinishRound(InFlight r, StepOutcome* out) {
+absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) {
   const int me = options_.worker_id;
   // Wait for the neighbours believed up; take whatever the others sent too.
   const absl::Time t_wait = absl::Now();
@@ -403,12 +573,12 @@ absl::Status RoundEngine::FinishRound(InFlight r, StepOutcome* out) {
   }
   // A wait of more than a second says in the log whom it waits for, and until when.
   const absl::Time patience = std::min(r.deadline, t_wait + absl::Seconds(1));
-  if (std::vector<int> missing = inbox_->Await(r.step, wait_for, patience);
+  if (std::vector<int> missing = lane.inbox->Await(r.step, wait_for, patience);
       !missing.empty() && patience < r.deadline) {
     spdlog::info("worker {}: round {}: waiting for peers {} (up to {:.1f} s more)", me, r.step,
                  absl::StrJoin(missing, ", "), absl::ToDoubleSeconds(r.deadline - absl::Now()));
   }
-  std::map<int, GossipMessage> received = inbox_->Take(r.step, wait_for, r.nbrs, r.deadline);
+  std::map<int, GossipMessage> received = lane.inbox->Take(r.step, wait_for, r.nbrs, r.deadline);
   const absl::Time t_recv = absl::Now();
   std::map<int, absl::Status> results;
   {
@@ -419,23 +589,27 @@ absl::Status RoundEngine::FinishRound(InFlight r, StepOutcome* out) {
   }
   const absl::Time t_pushed = absl::Now();
   uint64_t sent_to = 0;
-  Judge(r, results, received, &sent_to, out);
+  StepOutcome judged;
+  Judge(r, results, received, &sent_to, &judged);
+  out->mixed.insert(out->mixed.end(), judged.mixed.begin(), judged.mixed.end());
+  out->dropped.insert(out->dropped.end(), judged.dropped.begin(), judged.dropped.end());
   CountPeers(r, results);
 
   const absl::Time t_combine = absl::Now();
-  MixingRow row = DropNeighbours(r.row, out->dropped);
+  MixingRow row = DropNeighbours(r.row, judged.dropped);
   std::map<int, const GossipMessage*> ptrs;
   for (const auto& [j, m] : received) ptrs[j] = &m;
-  absl::Status s = algorithm_->Combine(row, ptrs);
+  absl::Status s = lane.algorithm->Combine(row, ptrs);
   if (!s.ok()) {
     // Messages were checked on arrival, so this is unexpected; keep the local model rather than
     // stop training.
     spdlog::error("worker {}: round {}: combine failed ({}); keeping the local model", me, r.step,
                   s.ToString());
     MixingRow alone;
-    TERN_RETURN_IF_ERROR(algorithm_->Combine(alone, {}));
-    out->dropped = r.nbrs;
-    out->mixed.clear();
+    TERN_RETURN_IF_ERROR(lane.algorithm->Combine(alone, {}));
+    out->dropped.insert(out->dropped.end(), r.nbrs.begin(), r.nbrs.end());
+    for (int j : r.nbrs) std::erase(out->mixed, j);
+    judged.dropped = r.nbrs;
   }
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t_combine);
   absl::MutexLock lock(&mu_);
@@ -444,7 +618,7 @@ absl::Status RoundEngine::FinishRound(InFlight r, StepOutcome* out) {
   stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + r.dense * sent_to);
   stats_.set_wait_seconds(stats_.wait_seconds() + absl::ToDoubleSeconds(t_recv - t_wait));
   stats_.set_transfer_seconds(stats_.transfer_seconds() + absl::ToDoubleSeconds(t_pushed - t_recv));
-  stats_.set_neighbours_dropped(stats_.neighbours_dropped() + out->dropped.size());
+  stats_.set_neighbours_dropped(stats_.neighbours_dropped() + judged.dropped.size());
   return absl::OkStatus();
 }
 
@@ -463,7 +637,7 @@ absl::StatusOr<int> RoundEngine::SenderOf(const v1::TensorBundle& bundle) const 
 }
 
 absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(ReceivedBundle received,
-                                                                 uint64_t num_params,
+                                                                 int bucket, uint64_t num_params,
                                                                  PayloadScans* scans) const {
   if (num_params == 0) return absl::UnavailableError("this worker has no model registered yet");
   const v1::TensorBundle& bundle = received.bundle;
@@ -493,15 +667,19 @@ absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(ReceivedBundle 
       return absl::InvalidArgumentError(absl::StrCat("message lacks part '", name, "'"));
     }
     const size_t index = static_cast<size_t>(part - msg.parts.begin());
-    TERN_RETURN_IF_ERROR(CheckPart(name, sender, part->second,
+    TERN_RETURN_IF_ERROR(CheckPart(name, bucket, sender, part->second,
                                    scans == nullptr ? nullptr : scans->For(index, part->second)));
   }
   msg.checked = true;
   return std::make_pair(sender, std::move(msg));
 }
 
-absl::Status RoundEngine::CheckPart(const std::string& name, int sender, const EncodedTensor& t,
-                                    PayloadScan* scan) const {
+std::string RoundEngine::GuardKey(const std::string& part, int bucket) const {
+  return bucket == 0 ? part : absl::StrCat(part, "#", bucket);
+}
+
+absl::Status RoundEngine::CheckPart(const std::string& name, int bucket, int sender,
+                                    const EncodedTensor& t, PayloadScan* scan) const {
   const EncodedView view = EncodedView::Of(t);
   if (!options_.norm_guard.enabled()) {
     absl::Status d = scan != nullptr ? scan->Finish(view).status() : codecs_->Validate(view);
@@ -514,53 +692,65 @@ absl::Status RoundEngine::CheckPart(const std::string& name, int sender, const E
     return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", norm.status().message()));
   }
   absl::MutexLock lock(&guard_mu_);
-  auto it = guards_.find(name);
+  auto it = guards_.find(GuardKey(name, bucket));
   if (it == guards_.end()) return absl::OkStatus();  // nothing of ours to compare with yet
   return it->second.Check(*norm, absl::StrCat("part '", name, "' from worker ", sender));
 }
 
-void RoundEngine::ObserveOwn(const GossipMessage& msg) {
+void RoundEngine::ObserveOwn(int bucket, const GossipMessage& msg) {
   if (!options_.norm_guard.enabled()) return;
-  std::vector<std::pair<const std::string*, double>> norms;
+  std::vector<std::pair<std::string, double>> norms;
   for (const auto& [name, t] : msg.parts) {
     absl::StatusOr<double> norm = codecs_->Norm(EncodedView::Of(t));
-    if (norm.ok()) norms.emplace_back(&name, *norm);
+    if (norm.ok()) norms.emplace_back(GuardKey(name, bucket), *norm);
   }
   absl::MutexLock lock(&guard_mu_);
-  for (const auto& [name, norm] : norms) {
-    guards_.try_emplace(*name, options_.norm_guard).first->second.Observe(norm);
+  for (const auto& [key, norm] : norms) {
+    guards_.try_emplace(key, options_.norm_guard).first->second.Observe(norm);
   }
 }
 
 absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
                                   PayloadScans* scans) {
   const v1::TensorBundle& bundle = received.bundle;
-  uint64_t num_params;
+  uint64_t num_params, size = 0, buckets;
+  std::shared_ptr<GossipInbox> inbox;
+  const int bucket = static_cast<int>(std::min<uint32_t>(bundle.bucket(), 1u << 30));
   {
     absl::MutexLock lock(&mu_);
     num_params = num_params_;
+    buckets = inboxes_.size();
+    if (static_cast<size_t>(bucket) < buckets) {
+      inbox = inboxes_[static_cast<size_t>(bucket)];
+      size = lane_sizes_[static_cast<size_t>(bucket)];
+    }
   }
   absl::Status s = [&]() -> absl::Status {
     if (num_params == 0) return absl::UnavailableError("this worker has no model registered yet");
-    if (algorithm_->Asynchronous()) {
+    if (asynchronous_) {
       return absl::FailedPreconditionError(
           absl::StrCat(options_.algorithm, " has no rounds; use Gossip.Swap"));
+    }
+    if (std::max<uint32_t>(bundle.buckets(), 1) != buckets || inbox == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "message for bucket ", bundle.bucket(), " of ", std::max<uint32_t>(bundle.buckets(), 1),
+          "; this worker cuts its model into ", buckets, " (--bucket_mb must match)"));
     }
     // Checked again by Put under the inbox's lock; this early answer saves the decoding of a
     // message for a closed round. One too far ahead is still checked: if genuine, it tells how
     // far its sender has come (GossipInbox::kPassedBy), so this worker stops waiting for it.
     const int64_t round =
         static_cast<int64_t>(std::min<uint64_t>(bundle.round(), uint64_t{1} << 62));
-    const absl::Status window = inbox_->CheckRound(round);
-    if (!window.ok() && (absl::IsCancelled(window) || round < inbox_->floor())) return window;
-    TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(received), num_params, scans));
+    const absl::Status window = inbox->CheckRound(round);
+    if (!window.ok() && (absl::IsCancelled(window) || round < inbox->floor())) return window;
+    TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(received), bucket, size, scans));
     if (!window.ok()) {
-      inbox_->Note(round, checked.first);
+      inbox->Note(round, checked.first);
       return window;
     }
     const uint64_t payload = checked.second.PayloadBytes();
     const int sender = checked.first;
-    TERN_RETURN_IF_ERROR(inbox_->Put(round, sender, std::move(checked.second)));
+    TERN_RETURN_IF_ERROR(inbox->Put(round, sender, std::move(checked.second)));
     absl::MutexLock lock(&mu_);
     stats_.set_payload_bytes_received(stats_.payload_bytes_received() + payload);
     stats_.set_wire_bytes_received(stats_.wire_bytes_received() + wire_bytes);
@@ -581,11 +771,12 @@ absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(v1::TensorBundle bundle
     num_params = num_params_;
   }
   absl::StatusOr<v1::TensorBundle> reply = [&]() -> absl::StatusOr<v1::TensorBundle> {
-    if (!algorithm_->Asynchronous()) {
+    if (!asynchronous_) {
       return absl::FailedPreconditionError(
           absl::StrCat(options_.algorithm, " runs in rounds; use Gossip.Push"));
     }
-    TERN_ASSIGN_OR_RETURN(auto checked, Check(ReceivedBundle{std::move(bundle), {}}, num_params));
+    TERN_ASSIGN_OR_RETURN(auto checked,
+                          Check(ReceivedBundle{std::move(bundle), {}}, 0, num_params));
     const uint64_t payload = checked.second.PayloadBytes();
     absl::MutexLock lock(&mu_);
     if (published_ == nullptr) return absl::UnavailableError("no model published yet");
@@ -617,13 +808,13 @@ absl::Status RoundEngine::ApplyMerges() {
     MixingRow row;
     row.self = 0.5;
     row.neighbours = {{j, 0.5}};
-    TERN_RETURN_IF_ERROR(algorithm_->Combine(row, {{j, &msg}}));
+    TERN_RETURN_IF_ERROR(lanes_[0].algorithm->Combine(row, {{j, &msg}}));
   }
   return absl::OkStatus();
 }
 
 absl::Status RoundEngine::Publish(int64_t step) {
-  TERN_ASSIGN_OR_RETURN(GossipMessage msg, algorithm_->Publish(step));
+  TERN_ASSIGN_OR_RETURN(GossipMessage msg, lanes_[0].algorithm->Publish(step));
   auto b = std::make_shared<const v1::TensorBundle>(
       GossipToBundle(std::move(msg), options_.run_id, step, options_.worker_id));
   absl::MutexLock lock(&mu_);
@@ -640,7 +831,7 @@ absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* 
   const int j = nbrs[Mix64(options_.algorithm_options.seed ^
                            Mix64((static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step))) %
                      nbrs.size()];
-  TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, std::move(msg)));
+  TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, 0, std::move(msg)));
   const uint64_t payload = o.payload, dense = o.dense, wire = o.wire;
   const PeerTransport::Chunks chunks = std::move(o.chunks);
   const absl::Time t0 = absl::Now();
@@ -648,7 +839,7 @@ absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* 
   const absl::Time t1 = absl::Now();
   const uint64_t reply_bytes = reply.ok() ? reply->ByteSizeLong() : 0;
   absl::StatusOr<std::pair<int, GossipMessage>> theirs =
-      reply.ok() ? Check(ReceivedBundle{*std::move(reply), {}}, algorithm_->params().size())
+      reply.ok() ? Check(ReceivedBundle{*std::move(reply), {}}, 0, params().size())
                  : absl::StatusOr<std::pair<int, GossipMessage>>(reply.status());
   if (theirs.ok() && theirs->first != j) {
     theirs = absl::InvalidArgumentError(absl::StrCat("worker ", j, " answered as ", theirs->first));
@@ -679,7 +870,7 @@ absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* 
   row.self = 0.5;
   row.neighbours = {{j, 0.5}};
   const absl::Time t2 = absl::Now();
-  TERN_RETURN_IF_ERROR(algorithm_->Combine(row, {{j, &theirs->second}}));
+  TERN_RETURN_IF_ERROR(lanes_[0].algorithm->Combine(row, {{j, &theirs->second}}));
   out->mixed = {j};
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t2);
   return absl::OkStatus();
@@ -688,12 +879,18 @@ absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* 
 void RoundEngine::CountTime(double (v1::WorkerStats::*get)() const,
                             void (v1::WorkerStats::*set)(double), absl::Time since) {
   const double total = Seconds(since);
-  const double decoded = algorithm_->decode_seconds();
+  const double decoded = DecodeSeconds();
   const double decode = std::clamp(decoded - decode_counted_, 0.0, total);
   decode_counted_ = decoded;
   absl::MutexLock lock(&mu_);
   (stats_.*set)((stats_.*get)() + total - decode);
   stats_.set_decode_seconds(stats_.decode_seconds() + decode);
+}
+
+double RoundEngine::DecodeSeconds() const {
+  double total = 0;
+  for (const Lane& lane : lanes_) total += lane.algorithm->decode_seconds();
+  return total;
 }
 
 void RoundEngine::CountRefused(const absl::Status& why) {
@@ -770,11 +967,13 @@ v1::WorkerStats RoundEngine::Stats() const {
 }
 
 void RoundEngine::Shutdown() {
+  std::vector<std::shared_ptr<GossipInbox>> inboxes;
   {
     absl::MutexLock lock(&mu_);
     shut_down_ = true;
+    inboxes = inboxes_;
   }
-  inbox_->Close();
+  for (const auto& inbox : inboxes) inbox->Close();
 }
 
 }  // namespace tern

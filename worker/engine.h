@@ -7,12 +7,19 @@
 // of its messages arrives. One that took our message but missed the deadline is only dropped from
 // that round (it is behind, not gone). So a dead peer costs at most one round deadline.
 //
+// Buckets (EngineOptions::bucket_values): the model's tensors are cut into contiguous buckets,
+// each run as a model of its own (its own Algorithm instance over its range, inbox and round),
+// so a bucket's message can go out as soon as its gradient is final, while the trainer's backward
+// pass is still computing the rest: BeginStep, GradReadyFrom as the backward pass goes, FinishStep.
+// Every algorithm with rounds is separable over coordinate ranges (local steps, mixing and CHOCO's
+// public copies are element-wise), so only sparsifiers differ: they select per bucket.
+//
 // Incoming messages (Deliver) are checked completely before they are accepted: run id, sender is
 // a neighbour in that round's graph, round window, duplicates, and every part decodes to the
 // model's size. A refused message changes nothing.
 //
-// Thread-safety: thread-safe. Init() and Step() are called by one thread at a time (the
-// daemon's round loop); Deliver(), GetSnapshot() and Stats() from any thread.
+// Thread-safety: thread-safe. Init(), Step() and the bucketed step's calls are made by one thread
+// at a time (the daemon's round loop); Deliver(), GetSnapshot() and Stats() from any thread.
 #ifndef TERN_WORKER_ENGINE_H_
 #define TERN_WORKER_ENGINE_H_
 
@@ -75,6 +82,10 @@ struct EngineOptions {
   // the same calls in the same order; only the gradient of step t+1 is taken before round t's
   // mixing. Not for asynchronous algorithms (SwarmSGD has no rounds).
   bool overlap = false;
+  // Buckets of about this many values, cut at tensor boundaries from the last tensor back (the
+  // backward pass's order); 0: one message a round with the whole model. Every worker of a run
+  // must use the same value. Not for asynchronous algorithms.
+  uint64_t bucket_values = 0;
   // Refuses a neighbour's part whose norm is over factor × the median of this worker's own
   // recent messages of that part (trusted: we made them); factor 0 turns it off.
   NormGuardOptions norm_guard{.factor = 10, .window = 16, .min_samples = 1, .flag = "--norm_guard"};
@@ -137,6 +148,18 @@ class RoundEngine {
 
   // One training step; see the file comment. REQUIRES: Init().
   absl::StatusOr<StepOutcome> Step(const StepInput& in);
+  // The same step in parts, for a trainer whose backward pass hands gradients over as they become
+  // final. BeginStep takes the step, lr and the gradient's buffer (`in.grad`, still being
+  // written). GradReadyFrom(from) says grad[from, end) is final and the parameters there are no
+  // longer read by this step: every bucket inside starts its round (local step, encode, push).
+  // FinishStep starts the rest and completes the step (in.loss, in.compute_seconds and
+  // in.io_seconds are taken from its argument). A bucket whose gradient is not finite fails the
+  // call, and the step with it. REQUIRES: Init().
+  absl::Status BeginStep(const StepInput& in);
+  absl::Status GradReadyFrom(uint64_t from);
+  absl::StatusOr<StepOutcome> FinishStep(const StepInput& in);
+  // The buckets' first values, ascending (one bucket: {0}). REQUIRES: Init().
+  std::vector<uint64_t> BucketOffsets() const;
   // The current parameters. Only from the thread that calls Step().
   absl::Span<const float> params() const;
   // Moves the parameters into `storage` (a trainer's shared segment), or back into the
@@ -180,7 +203,7 @@ class RoundEngine {
   void Shutdown();
 
  private:
-  RoundEngine(EngineOptions options, const CodecRegistry* codecs, PeerTransport* transport,
+  RoundEngine(EngineOptions options, const WorkerRegistries* registries, PeerTransport* transport,
               std::unique_ptr<Topology> topology, std::unique_ptr<Algorithm> algorithm,
               std::vector<std::string> parts);
   // A message ready to send: its chunks and what it counts as.
@@ -188,7 +211,7 @@ class RoundEngine {
     PeerTransport::Chunks chunks;
     uint64_t payload = 0, dense = 0, wire = 0;
   };
-  absl::StatusOr<Outgoing> Pack(int64_t step, GossipMessage msg) const;
+  absl::StatusOr<Outgoing> Pack(int64_t step, int bucket, GossipMessage msg) const;
   // A round whose message is out: its neighbours, weights, pushes and what it counts as.
   struct Pushes;
   struct InFlight {
@@ -199,9 +222,31 @@ class RoundEngine {
     uint64_t payload = 0, dense = 0, wire = 0;
     absl::Time deadline;
   };
-  absl::StatusOr<InFlight> StartRound(int64_t step, GossipMessage msg);
+  // One bucket of the model (the whole model when there are no buckets): a model of its own.
+  struct Lane {
+    std::unique_ptr<Algorithm> algorithm;
+    std::shared_ptr<GossipInbox> inbox;  // shared with push callbacks
+    uint64_t offset = 0, size = 0;       // its range of the parameter vector
+    // Each neighbour's latest push's round: a neighbour that is down gets one push at a time (a
+    // probe; behind a partition each would hang to its deadline).
+    std::vector<std::shared_ptr<Pushes>> last_push;
+    std::optional<InFlight> round;  // pushed, not mixed yet (with overlap: until the next step)
+    bool started = false;           // this step's local update and push are done
+  };
+  // The step between BeginStep and FinishStep.
+  struct OpenStep {
+    StepInput in;
+    StepOutcome out;
+    double engine_seconds = 0;  // in this step's calls before FinishStep
+    bool grad_checked = false;  // the whole gradient was found finite (Step)
+    bool communicates = false;
+  };
+  absl::Status MakeLanes(const std::vector<ParamTensor>& layout, absl::Span<const float> x0);
+  // Lane k's part of the open step: mixes its previous round (overlap), local update, push.
+  absl::Status StartLane(size_t k);
+  absl::StatusOr<InFlight> StartRound(Lane& lane, int bucket, int64_t step, GossipMessage msg);
   // Waits for the round's messages (to its deadline) and pushes, then mixes.
-  absl::Status FinishRound(InFlight r, StepOutcome* out);
+  absl::Status FinishRound(Lane& lane, InFlight r, StepOutcome* out);
   void Judge(const InFlight& r, const std::map<int, absl::Status>& results,
              const std::map<int, GossipMessage>& received, uint64_t* sent_to, StepOutcome* out);
   // Counts the round's accepted pushes per peer and the neighbours believed up.
@@ -213,14 +258,19 @@ class RoundEngine {
   // The sender of a message of this run (another worker's id), or InvalidArgument.
   absl::StatusOr<int> SenderOf(const v1::TensorBundle& bundle) const;
   // Checks a peer's bundle (everything but the round window); returns sender and message.
-  absl::StatusOr<std::pair<int, GossipMessage>> Check(ReceivedBundle received, uint64_t num_params,
+  absl::StatusOr<std::pair<int, GossipMessage>> Check(ReceivedBundle received, int bucket,
+                                                      uint64_t num_params,
                                                       PayloadScans* scans = nullptr) const;
   // Validates part `name` of a peer's message and, with the guard on, checks its norm; by
   // `scan` (may be null), the part's check made as it arrived, where there is one.
-  absl::Status CheckPart(const std::string& name, int sender, const EncodedTensor& t,
+  absl::Status CheckPart(const std::string& name, int bucket, int sender, const EncodedTensor& t,
                          PayloadScan* scan) const ABSL_LOCKS_EXCLUDED(guard_mu_);
   // Records the norms of our own message's parts: the guard's reference.
-  void ObserveOwn(const GossipMessage& msg) ABSL_LOCKS_EXCLUDED(guard_mu_);
+  void ObserveOwn(int bucket, const GossipMessage& msg) ABSL_LOCKS_EXCLUDED(guard_mu_);
+  // The norm guard of a part of a bucket's messages.
+  std::string GuardKey(const std::string& part, int bucket) const;
+  // Decoding time of every lane's algorithm so far.
+  double DecodeSeconds() const;
   absl::StatusOr<MixingRow> RowFor(const Graph& g);
   void KeepSnapshot(int64_t step, absl::Span<const float> x) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds the time since `since` to the counter `get`/`set`, less the decoding the algorithm did
@@ -229,27 +279,34 @@ class RoundEngine {
                  absl::Time since) ABSL_LOCKS_EXCLUDED(mu_);
 
   const EngineOptions options_;
+  const WorkerRegistries* const registries_;
   const CodecRegistry* const codecs_;
   PeerTransport* const transport_;
   const std::unique_ptr<Topology> topology_;
-  std::unique_ptr<Algorithm> algorithm_;  // used by the round loop only
+  // Lane 0's algorithm until Init; what Asynchronous(), Momentum() and MessageParts() are read
+  // from (the same for every lane). Not used by other threads but for those.
+  const Algorithm* const prototype_;
+  const bool asynchronous_;
   const std::vector<std::string> parts_;  // part names every message must carry
-  // Shared with push callbacks, which may finish after a round gave up on them.
-  const std::shared_ptr<GossipInbox> inbox_;
 
   // Round-loop state.
-  std::vector<bool> up_;     // neighbours worth waiting for
-  std::vector<bool> heard_;  // ever had a message from them
-  // Each neighbour's latest push's round: a neighbour that is down gets one push at a time (a
-  // probe; behind a partition each would hang to its deadline).
-  std::vector<std::shared_ptr<Pushes>> last_push_;
+  std::vector<Lane> lanes_;                     // made by Init
+  std::unique_ptr<Algorithm> first_algorithm_;  // lane 0's, until Init moves it there
+  std::vector<float> own_params_;               // with buckets: the model, unless bound elsewhere
+  absl::Span<float> params_;      // with buckets: the model, where the lanes are bound
+  std::optional<OpenStep> open_;  // a step begun and not finished
+  absl::Status broken_;           // why no step can run any more (a bucketed step failed part-way)
+  std::vector<bool> up_;          // neighbours worth waiting for
+  std::vector<bool> heard_;       // ever had a message from them
   std::unique_ptr<std::vector<MixingRow>> static_rows_;
-  std::optional<InFlight> in_flight_;  // overlap: the round to mix at the next step
-  double decode_counted_ = 0;          // algorithm_->decode_seconds() already in stats_
+  double decode_counted_ = 0;  // DecodeSeconds() already in stats_
 
   mutable absl::Mutex mu_;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);
   uint64_t num_params_ ABSL_GUARDED_BY(mu_) = 0;
+  // Each lane's inbox and size, for Deliver (set by Init).
+  std::vector<std::shared_ptr<GossipInbox>> inboxes_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> lane_sizes_ ABSL_GUARDED_BY(mu_);
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   // SwarmSGD: our model as neighbours get it, and their models waiting to be averaged in.

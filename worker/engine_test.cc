@@ -5,6 +5,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/chunking.h"
 #include "core/model/bundle.h"
 #include "gmock/gmock.h"
@@ -194,6 +195,189 @@ TEST(RoundEngine, OverlapIsRefusedForAnAlgorithmWithoutRounds) {
   o.overlap = true;
   EXPECT_THAT(RoundEngine::Create(o, &registries, &transport),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A model of three tensors (24, 16, 8 values): with buckets of 20 values it is cut into
+// {w0}, {w1, w2} (from the last tensor back).
+std::vector<ParamTensor> ThreeTensors() {
+  std::vector<ParamTensor> layout;
+  uint64_t offset = 0;
+  for (uint64_t n : {24, 16, 8}) {
+    ParamTensor p;
+    p.name = absl::StrCat("w", layout.size());
+    p.shape = {static_cast<int64_t>(n)};
+    p.offset = offset;
+    p.numel = n;
+    offset += n;
+    layout.push_back(p);
+  }
+  return layout;
+}
+
+struct BucketedCluster {
+  WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  MemoryTransport transport;
+  std::vector<std::unique_ptr<RoundEngine>> engines;
+
+  BucketedCluster(int n, const std::string& algorithm, const std::string& codec,
+                  uint64_t bucket_values, bool overlap) {
+    transport.dead.assign(n, false);
+    for (int i = 0; i < n; ++i) {
+      EngineOptions o;
+      o.worker_id = i;
+      o.num_workers = n;
+      o.algorithm = algorithm;
+      o.algorithm_options.codec = codec;
+      o.overlap = overlap;
+      o.bucket_values = bucket_values;
+      o.final_step = 6;
+      auto e = RoundEngine::Create(o, &registries, &transport);
+      EXPECT_THAT(e, IsOk());
+      std::vector<float> x0(48);
+      for (size_t k = 0; k < x0.size(); ++k) x0[k] = static_cast<float>(i * 7 + k % 5);
+      EXPECT_THAT((*e)->Init(ThreeTensors(), x0), IsOk());
+      transport.engines.push_back(e->get());
+      engines.push_back(std::move(*e));
+    }
+  }
+
+  // Step `step` on every worker with gradient g(i, k), handed over as a backward pass does:
+  // the last tensor first (GradReadyFrom at each tensor's offset), then FinishStep.
+  // `pushed_early` gets the pushes made before FinishStep was called.
+  void Step(int64_t step, int* pushed_early = nullptr) {
+    const int n = static_cast<int>(engines.size());
+    std::vector<std::vector<float>> grads(n, std::vector<float>(48));
+    std::vector<std::thread> ts;
+    absl::Mutex mu;
+    int early = 0;
+    for (int i = 0; i < n; ++i) {
+      ts.emplace_back([&, i] {
+        std::vector<float>& g = grads[i];
+        StepInput in;
+        in.step = step;
+        in.lr = 0.05f;
+        in.grad = g;
+        ASSERT_THAT(engines[i]->BeginStep(in), IsOk());
+        for (uint64_t from : {40, 24, 0}) {
+          for (uint64_t k = from; k < 48; ++k) g[k] = std::sin(0.3f * k + i + 0.7f * step);
+          ASSERT_THAT(engines[i]->GradReadyFrom(from), IsOk());
+        }
+        {
+          absl::MutexLock lock(&transport.mu);
+          absl::MutexLock l(&mu);
+          for (const auto& [to, count] : transport.sends) early += count;
+        }
+        ASSERT_THAT(engines[i]->FinishStep(in), IsOk());
+      });
+    }
+    for (auto& t : ts) t.join();
+    transport.Join();
+    if (pushed_early != nullptr) *pushed_early = early;
+  }
+};
+
+// Every round algorithm is separable over coordinate ranges: with a deterministic codec, a model
+// cut into buckets ends exactly where the whole model does, with and without overlap.
+TEST(RoundEngine, BucketedStepsEndWhereWholeModelStepsDo) {
+  for (const auto& [algorithm, codec] : std::vector<std::pair<std::string, std::string>>{
+           {"dpsgd", "none"}, {"decentlam", "fp16"}, {"choco", "none"}, {"local-sgd", "none"}}) {
+    for (bool overlap : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(algorithm, overlap ? " overlap" : ""));
+      BucketedCluster whole(4, algorithm, codec, 0, overlap);
+      BucketedCluster cut(4, algorithm, codec, 20, overlap);
+      EXPECT_THAT(whole.engines[0]->BucketOffsets(), ::testing::ElementsAre(0u));
+      EXPECT_THAT(cut.engines[0]->BucketOffsets(), ::testing::ElementsAre(0u, 24u));
+      for (int64_t step = 0; step < 6; ++step) {
+        whole.Step(step);
+        cut.Step(step);
+      }
+      for (int i = 0; i < 4; ++i) {
+        const absl::Span<const float> a = whole.engines[i]->params(), b = cut.engines[i]->params();
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t k = 0; k < a.size(); ++k) EXPECT_FLOAT_EQ(a[k], b[k]) << "worker " << i;
+        EXPECT_EQ(whole.engines[i]->Stats().payload_bytes_sent(),
+                  cut.engines[i]->Stats().payload_bytes_sent());
+      }
+    }
+  }
+}
+
+TEST(RoundEngine, ABucketIsPushedAsSoonAsItsGradientIsReady) {
+  BucketedCluster cut(4, "dpsgd", "none", 20, false);
+  int early = 0;
+  cut.Step(0, &early);
+  // Each worker pushed both buckets to both neighbours before calling FinishStep: the second
+  // bucket at GradReadyFrom(24), where it starts, the first at GradReadyFrom(0).
+  EXPECT_GE(early, 2 * 2);
+  int whole_early = 0;
+  BucketedCluster whole(4, "dpsgd", "none", 0, false);
+  // One bucket starts at 0: GradReadyFrom(0) pushes it, also before FinishStep.
+  whole.Step(0, &whole_early);
+  EXPECT_GE(whole_early, 2);
+}
+
+TEST(RoundEngine, BucketedStepRefusesANonFiniteBucketAndMessagesOfAnotherCut) {
+  BucketedCluster cut(2, "dpsgd", "none", 20, false);
+  std::vector<float> g(48, 0.0f);
+  g[30] = std::numeric_limits<float>::quiet_NaN();
+  StepInput in;
+  in.grad = g;
+  ASSERT_THAT(cut.engines[0]->BeginStep(in), IsOk());
+  EXPECT_THAT(cut.engines[0]->GradReadyFrom(24),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bucket 1")));
+  EXPECT_THAT(cut.engines[0]->FinishStep(in), StatusIs(absl::StatusCode::kFailedPrecondition));
+  // A whole-model step with the same gradient changes nothing.
+  EXPECT_THAT(cut.engines[0]->Step(in), StatusIs(absl::StatusCode::kInvalidArgument));
+
+  GossipMessage m;
+  EncodedTensor t;
+  std::vector<float> x(24, 1.0f);
+  ASSERT_THAT((*cut.registries.codecs->Create("none"))->Encode(x, {}, &t), IsOk());
+  m.parts.emplace_back("x", std::move(t));
+  v1::TensorBundle whole = GossipToBundle(std::move(m), "tern", 0, 1);
+  EXPECT_THAT(cut.engines[0]->Deliver(whole, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--bucket_mb")));
+  v1::TensorBundle out_of_range = whole;
+  out_of_range.set_bucket(2);
+  out_of_range.set_buckets(2);
+  EXPECT_THAT(cut.engines[0]->Deliver(out_of_range, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bucket 2 of 2")));
+  // Both buckets hold 24 values (w0; w1 and w2): each is taken once, apart.
+  for (uint32_t bucket : {0u, 1u}) {
+    v1::TensorBundle b = whole;
+    b.set_bucket(bucket);
+    b.set_buckets(2);
+    EXPECT_THAT(cut.engines[0]->Deliver(b, 0), IsOk());
+    EXPECT_THAT(cut.engines[0]->Deliver(b, 0), StatusIs(absl::StatusCode::kAlreadyExists));
+  }
+  v1::TensorBundle short_one = whole;
+  short_one.set_bucket(1);
+  short_one.set_buckets(2);
+  short_one.set_round(1);
+  short_one.mutable_tensors(0)->mutable_tensor()->set_numel(20);
+  EXPECT_THAT(cut.engines[0]->Deliver(short_one, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+
+  // Where a bucket was already sent, the worker cannot go on, and says so.
+  g[30] = 0;
+  g[5] = std::numeric_limits<float>::infinity();
+  ASSERT_THAT(cut.engines[1]->BeginStep(in), IsOk());
+  EXPECT_THAT(cut.engines[1]->GradReadyFrom(24), IsOk());
+  EXPECT_THAT(cut.engines[1]->GradReadyFrom(0), StatusIs(absl::StatusCode::kInvalidArgument));
+  g[5] = 0;
+  EXPECT_THAT(cut.engines[1]->Step(in),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("restart")));
+  cut.transport.Join();
+}
+
+TEST(RoundEngine, BucketsAreRefusedForAnAlgorithmWithoutRounds) {
+  WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  MemoryTransport transport;
+  EngineOptions o;
+  o.num_workers = 2;
+  o.algorithm = "swarm";
+  o.bucket_values = 1000;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, &transport),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--bucket_mb")));
 }
 
 TEST(RoundEngine, DeadNeighbourIsDroppedWithoutWaitingForTheDeadline) {

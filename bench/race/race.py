@@ -59,9 +59,21 @@ ROWS = {
 # The same rows with --overlap: round t's transfer overlaps step t+1's compute (docs/worker.md).
 for _name in ("tern-choco-stc", "tern-choco-stc-torch"):
     ROWS[_name + "-overlap"] = dict(ROWS[_name], flags=ROWS[_name]["flags"] + ["--overlap"])
+# Buckets of one layer each (--bucket_mb=0.01: 2,621 values, below every layer's weights and
+# bias together): each layer's message goes out as soon as the backward pass has its gradient.
+for _name in ("tern-choco-stc", "tern-choco-stc-overlap"):
+    ROWS[_name.replace("-stc", "-stc-bucketed")] = dict(
+        ROWS[_name], flags=ROWS[_name]["flags"] + ["--bucket_mb=0.01"])
 # The PyTorch trainer with the worker inside its process (tern.embedded): no second process.
 ROWS["tern-choco-stc-embedded-overlap"] = dict(ROWS["tern-choco-stc-torch-overlap"],
                                                trainer="embedded")
+# Two buckets (--bucket_mb=1: the first layer; the others): fewer, larger messages.
+ROWS["tern-choco-stc-2buckets-overlap"] = dict(
+    ROWS["tern-choco-stc-overlap"], flags=ROWS["tern-choco-stc-overlap"]["flags"] + ["--bucket_mb=1"])
+# The same through PyTorch: each layer is sent from autograd's gradient hooks (tern.embedded).
+ROWS["tern-choco-stc-embedded-bucketed-overlap"] = dict(
+    ROWS["tern-choco-stc-embedded-overlap"],
+    flags=ROWS["tern-choco-stc-embedded-overlap"]["flags"] + ["--bucket_mb=0.01"])
 DEFAULT_ROWS = "ddp,ddp-powersgd,tern-choco-stc,tern-choco-stc-torch"
 
 

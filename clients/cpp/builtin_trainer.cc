@@ -81,8 +81,11 @@ absl::Status RunBuiltinTrainer(TrainerLink& link, const BuiltinTrainerOptions& o
     }
     TrainerStep s;
     s.step = step;
+    s.grad = grad;
+    link.BeginStep(s);
     s.loss = model->LossAndGradient(params, x.data(), y.data(), static_cast<size_t>(o.batch),
-                                    absl::MakeSpan(grad));
+                                    absl::MakeSpan(grad),
+                                    [&link](size_t from) { link.GradReadyFrom(from); });
     if (!std::isfinite(s.loss)) {
       // Non-finite parameters give a non-finite loss: going on would only spread them.
       return absl::DataLossError(absl::StrCat(

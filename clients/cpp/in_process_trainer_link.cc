@@ -1,5 +1,6 @@
 #include "clients/cpp/in_process_trainer_link.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "common/status_macros.h"
@@ -18,23 +19,48 @@ class InProcessTrainerLink final : public TrainerLink {
     return static_cast<int64_t>(reply.step());
   }
 
+  void BeginStep(const TrainerStep& s) override {
+    const absl::Time t0 = absl::Now();
+    StepInput in;
+    in.step = s.step;
+    in.grad = s.grad;
+    begun_ = daemon_->BeginStepInProcess(in);
+    during_ = absl::ToDoubleSeconds(absl::Now() - t0);
+  }
+
+  void GradReadyFrom(size_t from) override {
+    if (!begun_.ok()) return;
+    const absl::Time t0 = absl::Now();
+    begun_ = daemon_->GradReadyInProcess(from);
+    during_ += absl::ToDoubleSeconds(absl::Now() - t0);
+  }
+
   absl::StatusOr<absl::Span<const float>> Step(const TrainerStep& s) override {
+    if (!begun_.ok()) {
+      absl::Status failed = std::move(begun_);
+      begun_ = absl::OkStatus();
+      return failed;
+    }
     StepInput in;
     in.step = s.step;
     in.loss = s.loss;
-    in.compute_seconds = s.compute_seconds;
+    // The worker's calls during the backward pass are its time, not the trainer's compute.
+    in.compute_seconds = std::max(0.0, s.compute_seconds - during_);
     in.io_seconds = io_seconds_;
     in.grad = s.grad;
     const absl::Time t0 = absl::Now();
     StepOutcome out;
     absl::StatusOr<absl::Span<const float>> params = daemon_->StepInProcess(in, &out);
-    io_seconds_ = absl::ToDoubleSeconds(absl::Now() - t0) - out.seconds;
+    io_seconds_ = std::max(0.0, absl::ToDoubleSeconds(absl::Now() - t0) + during_ - out.seconds);
+    during_ = 0;
     return params;
   }
 
  private:
   WorkerDaemon* const daemon_;
   double io_seconds_ = 0;  // the last call's, reported with the next
+  absl::Status begun_;     // the step's calls so far
+  double during_ = 0;      // seconds in them
 };
 
 }  // namespace

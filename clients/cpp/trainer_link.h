@@ -34,6 +34,13 @@ class TrainerLink {
   // One step with `s.grad`; returns the parameters to compute the next gradient at, a view valid
   // until the next call.
   virtual absl::StatusOr<absl::Span<const float>> Step(const TrainerStep& s) = 0;
+  // A step whose gradient is handed over as the backward pass makes it (a worker cutting the
+  // model into buckets sends each as soon as it is final): BeginStep with `s.step` and `s.grad`
+  // (the buffer the backward pass writes), then GradReadyFrom(from) each time grad[from, end) is
+  // final, then Step as usual. A link that cannot do better does nothing until Step; an error is
+  // kept and returned by Step.
+  virtual void BeginStep(const TrainerStep& s) {}
+  virtual void GradReadyFrom(size_t from) {}
 };
 
 // Through Trainer.Register / Trainer.Step on `channel`, each call with `timeout`.

@@ -134,5 +134,44 @@ def test_bad_flags_and_misuse_get_clear_errors():
         w.close()
 
 
+def test_buckets_go_out_during_backward():
+    """With --bucket_mb each layer is a bucket, sent (and, alone, stepped) as soon as autograd
+    has its gradient: while backward() computes the first layer's input gradient, the last layer
+    already holds its step and the first does not; the step ends where plain SGD does."""
+    w = embedded.EmbeddedWorker(["--workers=1", "--listen=127.0.0.1:0", "--log_level=warn",
+                                 "--algorithm=choco", "--codec=none", "--momentum=0", "--lr=0.5",
+                                 "--bucket_mb=0.00005"])
+    try:
+        m = model()
+        shared = w.share(m)
+        assert embedded.library().tern_worker_buckets(w._handle) == 2  # Linear(6,5), Linear(5,3)
+        during = []
+        # The first layer's output gets its gradient after the last layer's parameters got
+        # theirs (autograd runs gradient accumulation first) and before the first layer's.
+        def watch(module, inputs, out):
+            out.register_hook(lambda g: during.append([p.detach().clone()
+                                                       for p in m.parameters()]))
+        m[0].register_forward_hook(watch)
+        before = [p.detach().clone() for p in m.parameters()]
+        for step in range(2):
+            m.zero_grad(set_to_none=step == 1)  # the hook puts a dropped view back
+            during.clear()
+            x = torch.linspace(-1, 1, 12).view(2, 6) * (step + 1)
+            m(x).square().sum().backward()
+            grads = [p.grad.detach().clone() for p in m.parameters()]
+            assert len(during) == 1
+            for i in (2, 3):
+                assert torch.allclose(during[0][i], before[i] - 0.5 * grads[i])
+            for i in (0, 1):
+                assert torch.equal(during[0][i], before[i])
+            r = shared.step(step, loss=1.0)
+            assert r.step == step
+            for i, p in enumerate(m.parameters()):
+                assert torch.allclose(p.detach(), before[i] - 0.5 * grads[i])
+            before = [p.detach().clone() for p in m.parameters()]
+    finally:
+        w.close()
+
+
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "child":
     child(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

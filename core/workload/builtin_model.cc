@@ -115,8 +115,9 @@ class Mlp final : public Model {
     }
   }
 
+  using Model::LossAndGradient;
   float LossAndGradient(absl::Span<const float> params, const float* x, const uint8_t* y,
-                        size_t batch, absl::Span<float> grad) const override {
+                        size_t batch, absl::Span<float> grad, GradReady ready) const override {
     std::vector<std::vector<float>> acts;  // acts[l]: output of layer l (post-ReLU for hidden)
     Forward(params, x, batch, &acts);
     float* dlogits = acts.back().data();
@@ -141,6 +142,7 @@ class Mlp final : public Model {
                       acts[l - 1].data(), dx.data());
         dy = std::move(dx);
       }
+      ready(w.offset);  // layer l's weights and bias (after them in the layout) are done
     }
     return static_cast<float>(loss / batch);
   }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -32,10 +33,17 @@ class Model {
   virtual const std::vector<ParamTensor>& Layout() const = 0;
   // He-style initialisation from `seed` (biases 0).
   virtual void Init(uint64_t seed, absl::Span<float> params) const = 0;
+  // Called as the backward pass goes, last layer first: grad[from, end) is final and this call
+  // reads the parameters there no more, so a worker may send (and update) them meanwhile.
+  using GradReady = absl::FunctionRef<void(size_t from)>;
   // Mean cross-entropy of the batch (x: batch x dim row-major, y: labels) and its gradient,
   // written to `grad` (NumParams() floats).
   virtual float LossAndGradient(absl::Span<const float> params, const float* x, const uint8_t* y,
-                                size_t batch, absl::Span<float> grad) const = 0;
+                                size_t batch, absl::Span<float> grad, GradReady ready) const = 0;
+  float LossAndGradient(absl::Span<const float> params, const float* x, const uint8_t* y,
+                        size_t batch, absl::Span<float> grad) const {
+    return LossAndGradient(params, x, y, batch, grad, [](size_t) {});
+  }
   // Loss and accuracy over n examples.
   virtual EvalResult Evaluate(absl::Span<const float> params, const float* x, const uint8_t* y,
                               size_t n) const = 0;

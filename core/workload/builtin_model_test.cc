@@ -59,6 +59,32 @@ TEST(Model, MlpGradientMatchesFiniteDifferences) {
   ExpectGradientMatchesFiniteDifferences("mlp:hidden=6x5");
 }
 
+// What a worker relies on to send (and update) a layer during the backward pass: each call says
+// a suffix of the gradient is final, a layer at a time from the last, and the parameters there
+// are not read again (poisoning them then leaves the gradient unchanged).
+TEST(Model, MlpSaysEachLayersGradientIsFinalAndItsParametersAreNoLongerRead) {
+  constexpr size_t kDim = 7, kBatch = 5;
+  auto model = CreateModel("mlp:hidden=6x5", kDim, 4);
+  ASSERT_THAT(model, IsOk());
+  std::vector<float> p((*model)->NumParams());
+  (*model)->Init(3, absl::MakeSpan(p));
+  const auto x = testing::Gaussian(kDim * kBatch, 5);
+  const std::vector<uint8_t> y = {0, 3, 1, 2, 3};
+  std::vector<float> want(p.size()), g(p.size());
+  (*model)->LossAndGradient(p, x.data(), y.data(), kBatch, absl::MakeSpan(want));
+  std::vector<size_t> froms;
+  (*model)->LossAndGradient(p, x.data(), y.data(), kBatch, absl::MakeSpan(g), [&](size_t from) {
+    for (size_t i = from; i < g.size(); ++i) {
+      EXPECT_EQ(g[i], want[i]) << "from " << from << ", value " << i;
+      p[i] = std::nanf("");  // what a worker's update does to them, as far as this call knows
+    }
+    froms.push_back(from);
+  });
+  const auto& layout = (*model)->Layout();  // w0 b0 w1 b1 w2 b2
+  EXPECT_THAT(froms, ::testing::ElementsAre(layout[4].offset, layout[2].offset, 0u));
+  EXPECT_EQ(g, want);
+}
+
 TEST(Model, LayoutCoversTheParametersExactlyOnce) {
   auto model = CreateModel("mlp:hidden=32x16", 784, 10);
   ASSERT_THAT(model, IsOk());

@@ -14,7 +14,13 @@
 `tern worker`'s flags, without a second process: each step runs on the caller's thread (ctypes
 releases the GIL), reading the gradient and writing the parameters in this process's memory,
 with no doorbell, no copy and no wake-up of another process; the worker serves its peers from
-its own gRPC threads meanwhile. One worker per process (its flags are process-wide), and not in
+its own gRPC threads meanwhile. With `--bucket_mb` the model is cut into buckets that are
+gossiped during backward(): a hook on each parameter's gradient accumulation tells the worker
+when the parameters from some point to the end have their gradient, and the worker sends (and
+updates) those while autograd computes the rest. That needs one backward() per step (no
+gradient accumulation over several) and no parameter that autograd reads again after its own
+gradient is in (tied weights); a step's learning rate is then the one given to the step before
+(0, the worker's --lr and --lr_schedule, unless step() is given one). One worker per process (its flags are process-wide), and not in
 a process that loaded libtern_c.so (tern.native): both carry tern.v1's descriptors.
 
 The library is looked for as tern.native looks for libtern_c.so: $TERN_EMBEDDED_LIBRARY (a
@@ -30,7 +36,7 @@ from tern import native
 from tern.trainer import SharedModel, make_bundle
 from tern.v1 import worker_pb2
 
-_API_VERSION = 1
+_API_VERSION = 2
 _ERROR_BYTES = 1024
 _RESULT_BYTES = 64 << 10
 _loaded = None  # (library or None, where it was looked for)
@@ -48,6 +54,10 @@ def _bind(lib):
     lib.tern_worker_step.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t, c.c_void_p,
                                      c.c_size_t, c.c_void_p, c.c_size_t,
                                      c.POINTER(c.c_size_t), c.c_char_p, c.c_size_t]
+    lib.tern_worker_buckets.argtypes = [c.c_void_p]
+    lib.tern_worker_begin_step.argtypes = [c.c_void_p, c.c_uint64, c.c_float, c.c_void_p,
+                                           c.c_size_t, c.c_char_p, c.c_size_t]
+    lib.tern_worker_grad_ready.argtypes = [c.c_void_p, c.c_uint64, c.c_char_p, c.c_size_t]
     lib.tern_worker_stop.argtypes = [c.c_void_p]
     lib.tern_worker_stop.restype = None
     return lib
@@ -111,6 +121,7 @@ class EmbeddedWorker:
         self._result = ctypes.create_string_buffer(_RESULT_BYTES)
         self._io_seconds = 0.0
         self.start_step = 0
+        self._streamer = None
 
     @property
     def port(self):
@@ -135,7 +146,10 @@ class EmbeddedWorker:
             ctypes.byref(step), error, _ERROR_BYTES), error)
         self.start_step = step.value
         self._memory = _Memory(self, grad, params)  # kept: the worker writes into `params`
-        return SharedModel(self._memory, model)
+        shared = SharedModel(self._memory, model)
+        if self._lib.tern_worker_buckets(self._handle) > 1:
+            self._streamer = _GradStreamer(self, named, grad, self.start_step)
+        return shared
 
     def step(self, step, loss=0.0, lr=0.0, compute_seconds=0.0):
         """Step `step` with the gradient region as written; returns the StepResult. Waits
@@ -158,10 +172,18 @@ class EmbeddedWorker:
                                    % (step, self.timeout, error.value.decode(errors="replace")))
             time.sleep(0.05)
         native._check(rc, error)
+        if self._streamer is not None:
+            self._streamer.next_step(step + 1, lr)
         result = worker_pb2.StepResult.FromString(self._result.raw[:size.value])
         # What reaching the worker cost (a function call, a parse), reported with the next step.
         self._io_seconds = max(0.0, time.time() - t0 - result.worker_seconds)
         return result
+
+    def _call(self, fn, *args):
+        """Calls fn(handle, *args, error, size); returns (code, message)."""
+        error = ctypes.create_string_buffer(_ERROR_BYTES)
+        rc = fn(self._handle, *args, error, _ERROR_BYTES)
+        return rc, error.value.decode(errors="replace")
 
     def close(self):
         """Stops the worker (a step in flight returns); the model keeps its last parameters."""
@@ -172,3 +194,64 @@ class EmbeddedWorker:
     def __del__(self):
         if getattr(self, "_handle", None):
             self.close()
+
+
+class _GradStreamer:
+    """Tells the worker, during backward(), how much of the gradient is final: after each
+    parameter's gradient accumulation (a hook on its AccumulateGrad node), the longest run of
+    parameters up to the last one whose gradients are all in. The first hook of a step begins it.
+    An error is kept and raised by the step."""
+
+    def __init__(self, worker, named, grad, first_step):
+        self._worker, self._grad = worker, grad
+        self._offsets, self._views, self._nodes = [], [], []
+        off = 0
+        for i, (_, p) in enumerate(named):
+            self._offsets.append(off)
+            self._views.append((p, grad[off:off + p.numel()].view(p.shape)))
+            # The parameter's AccumulateGrad node (autograd keeps one per leaf while it is alive).
+            node = p.expand_as(p).grad_fn.next_functions[0][0]
+            node.register_hook(self._hook(i))
+            self._nodes.append(node)
+            off += p.numel()
+        self._step, self._lr = first_step, 0.0
+        self._reset()
+
+    def next_step(self, step, lr):
+        self._step, self._lr = step, lr
+        self._reset()
+
+    def _reset(self):
+        self._done = [False] * len(self._offsets)
+        self._first_undone = len(self._offsets)  # parameters from here on have their gradient
+        self._begun = False
+
+    def _hook(self, i):
+        def hook(*_):
+            self._ready(i)
+        return hook
+
+    def _ready(self, i):
+        p, g = self._views[i]
+        if p.grad is not None and p.grad.data_ptr() != g.data_ptr():
+            g.copy_(p.grad)  # zero_grad(set_to_none=True) dropped the view
+            p.grad = g
+        if not self._begun:
+            self._begun = True
+            rc, _ = self._worker._call(self._worker._lib.tern_worker_begin_step, self._step,
+                                       self._lr, ctypes.c_void_p(self._grad.data_ptr()),
+                                       self._grad.numel())
+            if rc != 0:  # not ready (peers unknown), or refused: step() does it whole
+                self._first_undone = -1
+        self._done[i] = True
+        if self._first_undone < 0:
+            return
+        k = self._first_undone
+        while k > 0 and self._done[k - 1]:
+            k -= 1
+        if k < self._first_undone:
+            self._first_undone = k
+            rc, _ = self._worker._call(self._worker._lib.tern_worker_grad_ready,
+                                       self._offsets[k])
+            if rc != 0:  # the step failed; step() reports why
+                self._first_undone = -1
