@@ -271,6 +271,7 @@ absl::Status RoundEngine::BindParams(absl::Span<float> storage) {
 }
 
 absl::StatusOr<StepOutcome> RoundEngine::Step(const StepInput& in) {
+  if (!broken_.ok()) return broken_;
   // The whole gradient is checked first: a refused step changes nothing in any bucket.
   if (!AllFinite(in.grad)) {
     return absl::InvalidArgumentError(

@@ -283,8 +283,8 @@ class RoundEngine {
   const CodecRegistry* const codecs_;
   PeerTransport* const transport_;
   const std::unique_ptr<Topology> topology_;
-  // Lane 0's algorithm until Init; what Asynchronous(), Momentum() and MessageParts() are read
-  // from (the same for every lane). Not used by other threads but for those.
+  // Lane 0's algorithm (owned by first_algorithm_ until Init, then by lanes_[0]): what
+  // Momentum() is read from, the same for every lane.
   const Algorithm* const prototype_;
   const bool asynchronous_;
   const std::vector<std::string> parts_;  // part names every message must carry

@@ -1,6 +1,7 @@
 #include "worker/engine.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <thread>
@@ -85,6 +86,27 @@ std::vector<ParamTensor> Layout(size_t n) {
   return {p};
 }
 
+// n engines over `transport`, worker i configured by `configure` and started from x0(i).
+std::vector<std::unique_ptr<RoundEngine>> MakeEngines(
+    int n, const WorkerRegistries& registries, MemoryTransport& transport,
+    const std::function<void(EngineOptions&)>& configure, const std::vector<ParamTensor>& layout,
+    const std::function<std::vector<float>(int)>& x0) {
+  std::vector<std::unique_ptr<RoundEngine>> engines;
+  transport.dead.assign(n, false);
+  for (int i = 0; i < n; ++i) {
+    EngineOptions o;
+    o.worker_id = i;
+    o.num_workers = n;
+    configure(o);
+    auto e = RoundEngine::Create(o, &registries, &transport);
+    EXPECT_THAT(e, IsOk());
+    EXPECT_THAT((*e)->Init(layout, x0(i)), IsOk());
+    transport.engines.push_back(e->get());
+    engines.push_back(std::move(*e));
+  }
+  return engines;
+}
+
 struct Cluster {
   WorkerRegistries registries = NewBuiltinWorkerRegistries();
   const CodecRegistry* codecs = registries.codecs.get();
@@ -93,23 +115,18 @@ struct Cluster {
 
   Cluster(int n, const std::string& algorithm, size_t dim, absl::Duration timeout,
           int local_steps = 4, bool overlap = false) {
-    transport.dead.assign(n, false);
-    for (int i = 0; i < n; ++i) {
-      EngineOptions o;
-      o.worker_id = i;
-      o.num_workers = n;
-      o.algorithm = algorithm;
-      o.round_timeout = timeout;
-      o.snapshot_every = 1;
-      o.algorithm_options.local_steps = local_steps;
-      o.overlap = overlap;
-      auto e = RoundEngine::Create(o, &registries, &transport);
-      EXPECT_THAT(e, IsOk());
-      std::vector<float> x0(dim, static_cast<float>(i));  // different starts: mixing shows
-      EXPECT_THAT((*e)->Init(Layout(dim), x0), IsOk());
-      transport.engines.push_back(e->get());
-      engines.push_back(std::move(*e));
-    }
+    engines = MakeEngines(
+        n, registries, transport,
+        [&](EngineOptions& o) {
+          o.algorithm = algorithm;
+          o.round_timeout = timeout;
+          o.snapshot_every = 1;
+          o.algorithm_options.local_steps = local_steps;
+          o.overlap = overlap;
+        },
+        Layout(dim),
+        // Different starts: mixing shows.
+        [dim](int i) { return std::vector<float>(dim, static_cast<float>(i)); });
   }
 
   // One step on every live worker, each on its own thread (a round needs them concurrently).
@@ -186,7 +203,7 @@ TEST(RoundEngine, OverlapMixesEachRoundAtTheNextStep) {
   }
 }
 
-TEST(RoundEngine, OverlapIsRefusedForAnAlgorithmWithoutRounds) {
+TEST(RoundEngine, OverlapAndBucketsAreRefusedForAnAlgorithmWithoutRounds) {
   WorkerRegistries registries = NewBuiltinWorkerRegistries();
   MemoryTransport transport;
   EngineOptions o;
@@ -195,6 +212,10 @@ TEST(RoundEngine, OverlapIsRefusedForAnAlgorithmWithoutRounds) {
   o.overlap = true;
   EXPECT_THAT(RoundEngine::Create(o, &registries, &transport),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  o.overlap = false;
+  o.bucket_values = 1000;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, &transport),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--bucket_mb")));
 }
 
 // A model of three tensors (24, 16, 8 values): with buckets of 20 values it is cut into
@@ -221,24 +242,21 @@ struct BucketedCluster {
 
   BucketedCluster(int n, const std::string& algorithm, const std::string& codec,
                   uint64_t bucket_values, bool overlap) {
-    transport.dead.assign(n, false);
-    for (int i = 0; i < n; ++i) {
-      EngineOptions o;
-      o.worker_id = i;
-      o.num_workers = n;
-      o.algorithm = algorithm;
-      o.algorithm_options.codec = codec;
-      o.overlap = overlap;
-      o.bucket_values = bucket_values;
-      o.final_step = 6;
-      auto e = RoundEngine::Create(o, &registries, &transport);
-      EXPECT_THAT(e, IsOk());
-      std::vector<float> x0(48);
-      for (size_t k = 0; k < x0.size(); ++k) x0[k] = static_cast<float>(i * 7 + k % 5);
-      EXPECT_THAT((*e)->Init(ThreeTensors(), x0), IsOk());
-      transport.engines.push_back(e->get());
-      engines.push_back(std::move(*e));
-    }
+    engines = MakeEngines(
+        n, registries, transport,
+        [&](EngineOptions& o) {
+          o.algorithm = algorithm;
+          o.algorithm_options.codec = codec;
+          o.overlap = overlap;
+          o.bucket_values = bucket_values;
+          o.final_step = 6;
+        },
+        ThreeTensors(),
+        [](int i) {
+          std::vector<float> x0(48);
+          for (size_t k = 0; k < x0.size(); ++k) x0[k] = static_cast<float>(i * 7 + k % 5);
+          return x0;
+        });
   }
 
   // Step `step` on every worker with gradient g(i, k), handed over as a backward pass does:
@@ -367,17 +385,6 @@ TEST(RoundEngine, BucketedStepRefusesANonFiniteBucketAndMessagesOfAnotherCut) {
   EXPECT_THAT(cut.engines[1]->Step(in),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("restart")));
   cut.transport.Join();
-}
-
-TEST(RoundEngine, BucketsAreRefusedForAnAlgorithmWithoutRounds) {
-  WorkerRegistries registries = NewBuiltinWorkerRegistries();
-  MemoryTransport transport;
-  EngineOptions o;
-  o.num_workers = 2;
-  o.algorithm = "swarm";
-  o.bucket_values = 1000;
-  EXPECT_THAT(RoundEngine::Create(o, &registries, &transport),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--bucket_mb")));
 }
 
 TEST(RoundEngine, DeadNeighbourIsDroppedWithoutWaitingForTheDeadline) {

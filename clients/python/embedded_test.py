@@ -173,5 +173,32 @@ def test_buckets_go_out_during_backward():
         w.close()
 
 
+def test_buckets_skip_frozen_parameters():
+    """A parameter without a gradient does not hold its bucket back: the last layer, frozen
+    bias and all, is still sent during backward(); the frozen bias never moves."""
+    w = embedded.EmbeddedWorker(["--workers=1", "--listen=127.0.0.1:0", "--log_level=warn",
+                                 "--algorithm=choco", "--codec=none", "--momentum=0", "--lr=0.5",
+                                 "--bucket_mb=0.00005"])
+    try:
+        m = model()
+        m[2].bias.requires_grad_(False)
+        shared = w.share(m)
+        during = []
+
+        def watch(module, inputs, out):
+            out.register_hook(lambda g: during.append(m[2].weight.detach().clone()))
+        m[0].register_forward_hook(watch)
+        before = [p.detach().clone() for p in m.parameters()]
+        m.zero_grad(set_to_none=False)
+        m(torch.linspace(-1, 1, 12).view(2, 6)).square().sum().backward()
+        g = m[2].weight.grad.detach().clone()
+        assert torch.allclose(during[0], before[2] - 0.5 * g)
+        shared.step(0)
+        assert torch.equal(m[2].bias.detach(), before[3])
+        assert not torch.equal(m[0].weight.detach(), before[0])
+    finally:
+        w.close()
+
+
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "child":
     child(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -205,14 +205,16 @@ class _GradStreamer:
     def __init__(self, worker, named, grad, first_step):
         self._worker, self._grad = worker, grad
         self._offsets, self._views, self._nodes = [], [], []
+        self._frozen = [not p.requires_grad for _, p in named]  # never get a gradient
         off = 0
         for i, (_, p) in enumerate(named):
             self._offsets.append(off)
             self._views.append((p, grad[off:off + p.numel()].view(p.shape)))
-            # The parameter's AccumulateGrad node (autograd keeps one per leaf while it is alive).
-            node = p.expand_as(p).grad_fn.next_functions[0][0]
-            node.register_hook(self._hook(i))
-            self._nodes.append(node)
+            if p.requires_grad:
+                # The parameter's AccumulateGrad node (autograd keeps one per leaf while alive).
+                node = p.expand_as(p).grad_fn.next_functions[0][0]
+                node.register_hook(self._hook(i))
+                self._nodes.append(node)
             off += p.numel()
         self._step, self._lr = first_step, 0.0
         self._reset()
@@ -222,7 +224,7 @@ class _GradStreamer:
         self._reset()
 
     def _reset(self):
-        self._done = [False] * len(self._offsets)
+        self._done = list(self._frozen)
         self._first_undone = len(self._offsets)  # parameters from here on have their gradient
         self._begun = False
 
