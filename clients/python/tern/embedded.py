@@ -156,7 +156,10 @@ class EmbeddedWorker:
         (within the timeout) while the worker is not ready (its peers unknown)."""
         if self._memory is None:
             raise RuntimeError("share() the model first")
-        info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss, compute_seconds=compute_seconds,
+        # The worker's calls from autograd's hooks are its time, not the trainer's compute.
+        during = self._streamer.seconds if self._streamer is not None else 0.0
+        info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss,
+                                   compute_seconds=max(0.0, compute_seconds - during),
                                    io_seconds=self._io_seconds).SerializeToString()
         grad = ctypes.c_void_p(self._memory.grad.data_ptr())
         size, error = ctypes.c_size_t(0), ctypes.create_string_buffer(_ERROR_BYTES)
@@ -176,7 +179,7 @@ class EmbeddedWorker:
             self._streamer.next_step(step + 1, lr)
         result = worker_pb2.StepResult.FromString(self._result.raw[:size.value])
         # What reaching the worker cost (a function call, a parse), reported with the next step.
-        self._io_seconds = max(0.0, time.time() - t0 - result.worker_seconds)
+        self._io_seconds = max(0.0, time.time() - t0 + during - result.worker_seconds)
         return result
 
     def _call(self, fn, *args):
@@ -224,6 +227,7 @@ class _GradStreamer:
         self._reset()
 
     def _reset(self):
+        self.seconds = 0.0  # in this step's calls so far
         self._done = list(self._frozen)
         self._first_undone = len(self._offsets)  # parameters from here on have their gradient
         self._begun = False
@@ -234,6 +238,11 @@ class _GradStreamer:
         return hook
 
     def _ready(self, i):
+        t0 = time.time()
+        self._advance(i)
+        self.seconds += time.time() - t0
+
+    def _advance(self, i):
         p, g = self._views[i]
         if p.grad is not None and p.grad.data_ptr() != g.data_ptr():
             g.copy_(p.grad)  # zero_grad(set_to_none=True) dropped the view
