@@ -202,20 +202,23 @@ absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
       for (const TensorBlock& b : mine) lane.size += b.numel;
     }
     offset += lane.size;
-    if (k == 0) {
-      lane.algorithm = std::move(first_algorithm_);
-    } else {
+    // Lane 0 runs the algorithm made by Create, which stays ours until every lane is made (a
+    // failed Init may be tried again).
+    Algorithm* algorithm = first_algorithm_.get();
+    if (k > 0) {
       // Stochastic codecs draw apart in each bucket.
       AlgorithmOptions o = options_.algorithm_options;
       o.seed = Mix64(o.seed ^ (0x9e3779b97f4a7c15ULL * k));
       TERN_ASSIGN_OR_RETURN(lane.algorithm,
                             registries_->algorithms->Create(options_.algorithm, o, codecs_));
+      algorithm = lane.algorithm.get();
     }
-    TERN_RETURN_IF_ERROR(lane.algorithm->Init(x0.subspan(lane.offset, lane.size),
-                                              options_.worker_id, std::move(mine)));
+    TERN_RETURN_IF_ERROR(
+        algorithm->Init(x0.subspan(lane.offset, lane.size), options_.worker_id, std::move(mine)));
     lane.inbox = std::make_shared<GossipInbox>(options_.max_rounds_ahead);
     lane.last_push.resize(static_cast<size_t>(options_.num_workers));
   }
+  lanes[0].algorithm = std::move(first_algorithm_);
   lanes_ = std::move(lanes);
   if (lanes_.size() > 1) {
     own_params_.assign(x0.begin(), x0.end());

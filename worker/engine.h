@@ -291,7 +291,7 @@ class RoundEngine {
 
   // Round-loop state.
   std::vector<Lane> lanes_;                     // made by Init
-  std::unique_ptr<Algorithm> first_algorithm_;  // lane 0's, until Init moves it there
+  std::unique_ptr<Algorithm> first_algorithm_;  // lane 0's, until Init succeeds
   std::vector<float> own_params_;               // with buckets: the model, unless bound elsewhere
   absl::Span<float> params_;      // with buckets: the model, where the lanes are bound
   std::optional<OpenStep> open_;  // a step begun and not finished
