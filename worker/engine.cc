@@ -303,7 +303,7 @@ absl::Status RoundEngine::BeginStep(const StepInput& in) {
         absl::StrCat("gradient of ", in.grad.size(), " values for a model of ", num_params));
   }
   // A step left open by a failure that changed nothing is begun again.
-  open_.emplace();
+  open_ = OpenStep();
   open_->in = in;
   open_->out.step = in.step;
   open_->out.lr = in.lr > 0 ? in.lr : static_cast<float>(options_.lr.At(in.step));
