@@ -2,14 +2,12 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <cstring>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "common/chunking.h"
 #include "common/json_lines.h"
@@ -18,7 +16,6 @@
 #include "core/rpc/auth.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
-#include "core/rpc/raw_chunk.h"
 #include "core/rpc/server.h"
 #include "core/rpc/status.h"
 #include "core/rpc/stream_limits.h"
@@ -27,8 +24,8 @@
 #include "spdlog/spdlog.h"
 #include "tern/v1/records.pb.h"
 #include "tern/v1/worker.grpc.pb.h"
+#include "worker/gossip_service.h"
 #include "worker/metrics.h"
-#include "worker/stripe_join.h"
 
 namespace tern {
 namespace {
@@ -60,268 +57,6 @@ v1::StepResult StepResultOf(const StepOutcome& out) {
   *result.mutable_step_stats() = out.delta;
   result.set_worker_seconds(out.seconds);
   return result;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Gossip.Push: reassemble, then RoundEngine::Deliver decides.
-// Push is a raw method: each chunk's data stays in gRPC's slices until the bundle parser copies
-// it into place (core/rpc/raw_chunk.h), with no protobuf copy between.
-class WorkerDaemon::GossipService final
-    : public v1::Gossip::WithCallbackMethod_Swap<
-          v1::Gossip::WithRawCallbackMethod_Push<v1::Gossip::Service>> {
- public:
-  explicit GossipService(WorkerDaemon* d)
-      : d_(d),
-        joins_(d->codecs_, d->options_.max_bundle_bytes,
-               [d](absl::StatusOr<ReceivedBundle> got, uint64_t wire_bytes, PayloadScans* scans) {
-                 return DeliverPushed(d, std::move(got), wire_bytes, scans);
-               }) {}
-
-  grpc::ServerReadReactor<grpc::ByteBuffer>* Push(grpc::CallbackServerContext* ctx,
-                                                  grpc::ByteBuffer* reply) override {
-    return new PushCall(d_, ctx, reply, &joins_);
-  }
-  grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* Swap(
-      grpc::CallbackServerContext* ctx) override {
-    return new SwapCall(d_, ctx);
-  }
-
- private:
-  // SwarmSGD: read the caller's model, answer with ours (RoundEngine::HandleSwap).
-  class SwapCall final : public grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk> {
-   public:
-    SwapCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx)
-        : d_(d), assembler_(d->options_.max_bundle_bytes) {
-      if (absl::Status c = d->GossipCaller(*ctx); !c.ok()) {
-        d->engine_->CountRefused(c);
-        spdlog::warn("worker {}: refused a swap: {}", d->options_.engine.worker_id, c.ToString());
-        Finish(ToGrpcStatus(c));
-        return;
-      }
-      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = d->limits_->Open(ctx);
-      if (!s.ok()) {
-        Finish(ToGrpcStatus(s.status()));
-        return;
-      }
-      stream_ = *std::move(s);
-      StartRead(&chunk_);
-    }
-    void OnReadDone(bool ok) override {
-      if (!ok) {
-        Finish(ToGrpcStatus(
-            absl::InvalidArgumentError("stream ended before the bundle's last chunk")));
-        return;
-      }
-      wire_bytes_ += chunk_.ByteSizeLong() + 5;
-      std::optional<absl::StatusOr<v1::TensorBundle>> got =
-          FeedCounted(*stream_, assembler_, std::move(chunk_));
-      if (!got) {
-        StartRead(&chunk_);
-        return;
-      }
-      absl::StatusOr<v1::TensorBundle> reply =
-          got->ok() ? d_->engine_->HandleSwap(**std::move(got), wire_bytes_) : got->status();
-      absl::StatusOr<std::vector<v1::BundleChunk>> chunks =
-          reply.ok() ? ChunkBundle(*reply, reply->round()) : reply.status();
-      if (!chunks.ok()) {
-        if (!absl::IsUnavailable(chunks.status())) {
-          spdlog::warn("worker {}: refused a swap: {}", d_->options_.engine.worker_id,
-                       chunks.status().ToString());
-        }
-        Finish(ToGrpcStatus(chunks.status()));
-        return;
-      }
-      out_ = *std::move(chunks);
-      StartWrite(&out_[0]);
-    }
-    void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, out_, &next_); }
-    void OnDone() override { delete this; }
-
-   private:
-    WorkerDaemon* const d_;
-    std::unique_ptr<StreamLimits::Stream> stream_;
-    BundleAssembler assembler_;
-    v1::BundleChunk chunk_;
-    uint64_t wire_bytes_ = 0;
-    std::vector<v1::BundleChunk> out_;
-    size_t next_ = 0;
-  };
-
-  // Counts and logs a Push refused before its bundle reached the engine.
-  static void RefusedStream(WorkerDaemon* d, const absl::Status& s) {
-    d->engine_->CountRefused(s);
-    spdlog::warn("worker {}: refused a gossip stream: {}", d->options_.engine.worker_id,
-                 s.ToString());
-  }
-
-  // A pushed bundle (or why there is none) to the engine: what the pusher is answered. A refusal
-  // is counted and logged here, once per push however many streams carried it.
-  static absl::Status DeliverPushed(WorkerDaemon* d, absl::StatusOr<ReceivedBundle> got,
-                                    uint64_t wire_bytes, PayloadScans* scans) {
-    if (!got.ok()) {
-      RefusedStream(d, got.status());
-      return got.status();
-    }
-    // Deliver takes the bundle over (its payloads move, not copy); keep what the log needs.
-    const std::string sender = got->bundle.sender();
-    const uint64_t round = got->bundle.round();
-    absl::Status s = d->engine_->Deliver(*std::move(got), wire_bytes, scans);
-    if (absl::IsUnavailable(s)) {
-      spdlog::debug("worker {}: not ready for '{}' round {}: {}", d->options_.engine.worker_id,
-                    sender, round, s.ToString());
-    } else if (!s.ok()) {
-      spdlog::warn("worker {}: refused a message from '{}' for round {}: {}",
-                   d->options_.engine.worker_id, sender, round, s.ToString());
-    }
-    return s;
-  }
-
-  // One Gossip.Push stream: a whole bundle, or one stripe of a striped push (StripeJoins).
-  class PushCall final : public grpc::ServerReadReactor<grpc::ByteBuffer>, public StripeMember {
-   public:
-    PushCall(WorkerDaemon* d, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* reply,
-             StripeJoins* joins)
-        : d_(d),
-          ctx_(ctx),
-          reply_(reply),
-          joins_(joins),
-          scans_(d->codecs_),
-          assembler_(d->options_.max_bundle_bytes, &scans_) {
-      if (absl::Status c = d->GossipCaller(*ctx); !c.ok()) {
-        Refuse(c);
-        return;
-      }
-      absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = d->limits_->Open(ctx);
-      if (!s.ok()) {
-        Refuse(s.status());
-        return;
-      }
-      stream_ = *std::move(s);
-      StartRead(&message_);
-    }
-    void OnReadDone(bool ok) override {
-      if (!ok) {
-        if (join_ == nullptr) {
-          Refuse(absl::InvalidArgumentError("stream ended before the bundle's last chunk"));
-        } else if (std::optional<absl::Status> outcome = join_->EndOfStream(this)) {
-          Answer(*outcome);
-        }  // else JoinDone answers
-        return;
-      }
-      absl::StatusOr<RawChunk> chunk = ParseRawChunk(message_);
-      message_.Clear();
-      if (!chunk.ok()) {
-        Refuse(chunk.status());
-        return;
-      }
-      if (join_ != nullptr || chunk->header.stripes > 1) {
-        Striped(*std::move(chunk));
-        return;
-      }
-      wire_bytes_ += chunk->message_size + 5;
-      std::optional<absl::StatusOr<ReceivedBundle>> got = FeedCounted(*stream_, assembler_, *chunk);
-      if (!got) {
-        StartRead(&message_);
-        return;
-      }
-      if (!got->ok()) {
-        Refuse(got->status());
-        return;
-      }
-      Answer(DeliverPushed(d_, *std::move(got), wire_bytes_, &scans_));
-    }
-    void JoinDone(const absl::Status& outcome) override { Answer(outcome); }
-    // A stream waiting on its join's other stripes has no read to fail: it answers here.
-    void OnCancel() override {
-      std::shared_ptr<StripeJoin> join;
-      {
-        absl::MutexLock lock(&join_mu_);  // OnCancel may run beside a read's callback
-        join = join_;
-      }
-      if (join != nullptr && join->Leave(this, absl::CancelledError("stream cancelled"))) {
-        Answer(absl::CancelledError("stream cancelled while its push's other stripes came"));
-      }
-    }
-    void OnDone() override {
-      if (join_ != nullptr) join_->Leave(this, absl::CancelledError("stream ended"));
-      delete this;
-    }
-
-   private:
-    // A chunk of one stripe: into the push's join, counted against this stream's limits.
-    void Striped(RawChunk chunk) {
-      if (join_ == nullptr) {
-        absl::StatusOr<std::shared_ptr<StripeJoin>> join = joins_->Attach(
-            absl::StrCat(PeerHost(ctx_->peer()), " ", PrincipalOf(*ctx_)), chunk.header);
-        if (!join.ok()) {
-          Refuse(join.status());
-          return;
-        }
-        absl::MutexLock lock(&join_mu_);
-        join_ = *std::move(join);
-      }
-      std::optional<absl::Status> outcome;
-      if (absl::Status s = stream_->Hold(chunk.data_size); !s.ok()) {
-        join_->Leave(this, s);
-        outcome = s;
-      } else {
-        outcome = join_->Add(std::move(chunk));
-      }
-      if (outcome) {
-        Answer(*outcome);
-      } else {
-        StartRead(&message_);
-      }
-    }
-
-    // Finishes the RPC with `s` and the receiver's round; once, whichever path gets here first.
-    void Answer(const absl::Status& s) {
-      if (answered_.exchange(true)) return;
-      stream_->ReleaseAll();
-      v1::PushReply reply;
-      reply.set_receiver_round(static_cast<uint64_t>(d_->engine_->next_step()));
-      grpc::Slice bytes(reply.SerializeAsString());
-      *reply_ = grpc::ByteBuffer(&bytes, 1);
-      Finish(ToGrpcStatus(s));
-    }
-
-    // Refuses the stream; one of a join fails the join, whose outcome counts and logs it.
-    void Refuse(const absl::Status& s) {
-      if (join_ != nullptr) {
-        join_->Leave(this, s);
-      } else {
-        RefusedStream(d_, s);
-      }
-      if (answered_.exchange(true)) return;
-      Finish(ToGrpcStatus(s));
-    }
-
-    WorkerDaemon* const d_;
-    grpc::CallbackServerContext* const ctx_;
-    grpc::ByteBuffer* const reply_;
-    StripeJoins* const joins_;
-    std::unique_ptr<StreamLimits::Stream> stream_;
-    PayloadScans scans_;  // the payloads checked as they arrive; before the assembler feeding it
-    BundleAssembler assembler_;
-    // A striped push's, from its first chunk on. Set once by the read path, which reads it
-    // without the lock; OnCancel, which may run beside it, reads it under the lock.
-    absl::Mutex join_mu_;
-    std::shared_ptr<StripeJoin> join_;
-    grpc::ByteBuffer message_;
-    uint64_t wire_bytes_ = 0;
-    std::atomic<bool> answered_{false};
-  };
-
-  WorkerDaemon* const d_;
-  StripeJoins joins_;  // outlives every PushCall: the server is gone before this service
-};
-
-absl::Status WorkerDaemon::GossipCaller(const grpc::ServerContextBase& ctx) const {
-  const std::string who = PrincipalOf(ctx);
-  if (PrincipalAllowed(options_.peer_names, who)) return absl::OkStatus();
-  return absl::PermissionDeniedError(
-      absl::StrCat("'", who, "' may not gossip into this worker (--peer_names=",
-                   absl::StrJoin(options_.peer_names, ","), ")"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -582,7 +317,11 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
       transport_(std::move(transport)),
       engine_(std::move(engine)),
       limits_(std::make_unique<StreamLimits>(InitialLimits(options_.limits))),
-      gossip_(std::make_unique<GossipService>(this)),
+      gossip_(std::make_unique<GossipService>(
+          GossipServiceOptions{.worker_id = options_.engine.worker_id,
+                               .max_bundle_bytes = options_.max_bundle_bytes,
+                               .peer_names = options_.peer_names},
+          engine_.get(), limits_.get(), codecs_)),
       trainer_(std::make_unique<TrainerService>(this)) {}
 
 WorkerDaemon::~WorkerDaemon() { Shutdown(absl::Seconds(1)); }

@@ -1,5 +1,6 @@
-// The peer daemon: a gRPC server (callback API) with the Gossip and Trainer services plus health
-// and reflection, a RoundEngine, and the one thread that runs registrations and steps in order.
+// The peer daemon: a gRPC server (callback API) with the Gossip (worker/gossip_service.h) and
+// Trainer services plus health and reflection, a RoundEngine, and the one thread that runs
+// registrations and steps in order.
 //
 //   auto d = WorkerDaemon::Start(options, registries);   // binds, serves
 //   d->SetPeers(addresses);                          // before the first step
@@ -37,6 +38,8 @@
 #include "worker/grpc_transport.h"
 
 namespace tern {
+
+class GossipService;  // worker/gossip_service.h
 
 // What Trainer.Step answers for a step's outcome.
 v1::StepResult StepResultOf(const StepOutcome& out);
@@ -115,9 +118,6 @@ class WorkerDaemon {
   void Post(std::function<void(bool cancelled)> job);
 
  private:
-  // OK when the call's caller may gossip into this worker (peer_names); PERMISSION_DENIED else.
-  absl::Status GossipCaller(const grpc::ServerContextBase& ctx) const;
-  class GossipService;
   class TrainerService;
   WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
                std::unique_ptr<GrpcTransport> transport, std::unique_ptr<RoundEngine> engine);

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/watchdog.h"
 #include "worker/daemon.h"
 #include "worker/grpc_transport.h"
 
@@ -31,9 +32,17 @@ constexpr uint64_t kNumel = 600000;  // 2.4 MB: 3 chunks of 1 MiB
 
 std::vector<ParamTensor> Layout() { return {{"x", {static_cast<int64_t>(kNumel)}, 0, kNumel}}; }
 
+std::string CurrentTest() {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  return absl::StrCat(t->test_suite_name(), ".", t->name());
+}
+
 // Worker 0 of two (dpsgd on the complete graph), its model all zeros; worker 1 is this test.
+// A test that holds one and has not ended (its shutdown included) within 90 s aborts: a push or a
+// shutdown that hangs fails fast, naming the test.
 struct Receiver {
-  explicit Receiver(StreamLimitOptions limits = {.max_buffered_bytes = 0}) {
+  explicit Receiver(StreamLimitOptions limits = {.max_buffered_bytes = 0})
+      : watchdog(CurrentTest(), absl::Seconds(90)) {
     DaemonOptions o;
     o.engine.run_id = "run";
     o.engine.num_workers = 2;
@@ -51,6 +60,7 @@ struct Receiver {
   }
   ~Receiver() { daemon->Shutdown(absl::Seconds(2)); }
 
+  tern::testing::Watchdog watchdog;  // first: it outlives the daemon's shutdown
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   std::unique_ptr<WorkerDaemon> daemon;
   std::vector<std::string> peers;
@@ -141,6 +151,50 @@ TEST(StripedPush, AStripeRefusedAtAdmissionEndsThePushAtOnce) {
     absl::SleepFor(absl::Milliseconds(10));  // the cancelled stripe's slot comes back
   }
   EXPECT_THAT(Send(one, Message(Values(8), 0)), IsOk());
+}
+
+// A stripe cancelled by its sender while its first chunk is on its way in (OnCancel finding no join
+// yet, the read then attaching one) is still answered: its stream slot comes back, and a shutdown
+// does not wait for it. Once in ~1,400 CI runs the cancel fell in that gap, the stream waited for
+// the push's other stripe forever, and the next push was refused for its slot.
+TEST(StripedPush, AStripeCancelledAsItsFirstChunkArrivesIsAnsweredAndGivesItsSlotBack) {
+  Receiver r(StreamLimitOptions{.max_streams_per_peer = 1, .max_buffered_bytes = 0});
+  const std::vector<v1::BundleChunk> chunks = Message(Values(9), 0);
+  auto stub = v1::Gossip::NewStub(MakeChannel(r.peers[0]));
+  std::mt19937 rng(9);
+  constexpr int kTries = 60;
+  for (int i = 0; i < kTries; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    v1::PushReply reply;
+    auto w = stub->Push(&ctx, &reply);
+    v1::BundleChunk c = chunks[0];
+    c.set_stream_id(1000 + i);
+    c.set_stripes(2);
+    w->Write(c);
+    // Cancel from 0 to ~300 us after the write: sometimes before the worker reads the chunk,
+    // sometimes while it does, sometimes after it has joined.
+    const int wait_us = std::uniform_int_distribution<int>(0, 300)(rng);
+    if (wait_us > 0) absl::SleepFor(absl::Microseconds(wait_us));
+    ctx.TryCancel();
+    (void)w->Finish();
+    // Each stream is refused once, whichever way it ended; wait for it so the next try gets the
+    // one slot (a try that finds it taken is refused at admission, and tests nothing).
+    for (int k = 0; k < 200 && r.daemon->engine()->Stats().messages_refused() < uint64_t(i) + 1;
+         ++k) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  // Every slot is back: a whole push over one stream is taken.
+  GrpcTransport one(/*self=*/1, nullptr, PushStriping{.stripes = 1});
+  ASSERT_THAT(one.SetPeers(r.peers), IsOk());
+  absl::Status s;
+  for (int k = 0; k < 100; ++k) {
+    s = Send(one, Message(Values(10), 0));
+    if (!absl::IsResourceExhausted(s)) break;
+    absl::SleepFor(absl::Milliseconds(20));  // a cancelled stream's slot may still be coming back
+  }
+  EXPECT_THAT(s, IsOk());
 }
 
 // A rogue sender opens one stripe of two and never the other: the stripe waits, idle, and the

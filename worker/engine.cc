@@ -147,7 +147,11 @@ RoundEngine::RoundEngine(EngineOptions options, const WorkerRegistries* registri
       topology_(std::move(topology)),
       prototype_(algorithm.get()),
       asynchronous_(algorithm->Asynchronous()),
-      parts_(std::move(parts)),
+      arrival_(ArrivalCheckOptions{.run_id = options_.run_id,
+                                   .worker_id = options_.worker_id,
+                                   .num_workers = options_.num_workers,
+                                   .norm_guard = options_.norm_guard},
+               topology_.get(), codecs_, std::move(parts)),
       first_algorithm_(std::move(algorithm)),
       up_(options_.num_workers, true),
       heard_(options_.num_workers, false) {
@@ -361,7 +365,7 @@ absl::Status RoundEngine::StartLane(size_t k) {
   TERN_ASSIGN_OR_RETURN(GossipMessage msg, lane.algorithm->Prepare(grad, open.out.lr, step));
   open.communicates = lane.algorithm->Communicates(step);
   const int bucket = static_cast<int>(k);
-  if (open.communicates) ObserveOwn(bucket, msg);  // the norm guard's reference: encoding
+  if (open.communicates) arrival_.ObserveOwn(bucket, msg);  // the norm guard's reference: encoding
   CountTime(&v1::WorkerStats::encode_seconds, &v1::WorkerStats::set_encode_seconds, t0);
   if (asynchronous_) {
     if (open.communicates) TERN_RETURN_IF_ERROR(RunSwap(step, std::move(msg), &open.out));
@@ -626,94 +630,6 @@ absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> RoundEngine::SenderOf(const v1::TensorBundle& bundle) const {
-  if (bundle.run_id() != options_.run_id) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("message of run '", bundle.run_id(), "' sent to run '", options_.run_id, "'"));
-  }
-  int sender;
-  if (!absl::SimpleAtoi(bundle.sender(), &sender) || sender < 0 || sender >= options_.num_workers ||
-      sender == options_.worker_id) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sender '", bundle.sender(), "' is not another worker of this run"));
-  }
-  return sender;
-}
-
-absl::StatusOr<std::pair<int, GossipMessage>> RoundEngine::Check(ReceivedBundle received,
-                                                                 int bucket, uint64_t num_params,
-                                                                 PayloadScans* scans) const {
-  if (num_params == 0) return absl::UnavailableError("this worker has no model registered yet");
-  const v1::TensorBundle& bundle = received.bundle;
-  TERN_ASSIGN_OR_RETURN(const int sender, SenderOf(bundle));
-  if (bundle.round() > (uint64_t{1} << 62)) {
-    return absl::OutOfRangeError(absl::StrCat("round ", bundle.round(), " is absurd"));
-  }
-  const int64_t round = static_cast<int64_t>(bundle.round());
-  TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, round));
-  const auto& mine = g.neighbours[options_.worker_id];
-  if (!std::binary_search(mine.begin(), mine.end(), sender)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker ", sender, " is not a neighbour in round ", round));
-  }
-  TERN_ASSIGN_OR_RETURN(GossipMessage msg, GossipFromBundle(std::move(received), num_params));
-  if (msg.parts.size() != parts_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("message has ", msg.parts.size(),
-                                                   " parts, expected ", parts_.size(), " (",
-                                                   absl::StrJoin(parts_, ", "), ")"));
-  }
-  // Checked without decoding (sparse payloads: positions only; cast payloads as they arrived,
-  // where scanned); decoded once, when mixed. Parts are in the bundle's order (GossipFromBundle).
-  for (const std::string& name : parts_) {
-    const auto part = std::find_if(msg.parts.begin(), msg.parts.end(),
-                                   [&name](const auto& p) { return p.first == name; });
-    if (part == msg.parts.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("message lacks part '", name, "'"));
-    }
-    const size_t index = static_cast<size_t>(part - msg.parts.begin());
-    TERN_RETURN_IF_ERROR(CheckPart(name, bucket, sender, part->second,
-                                   scans == nullptr ? nullptr : scans->For(index, part->second)));
-  }
-  msg.checked = true;
-  return std::make_pair(sender, std::move(msg));
-}
-
-std::string RoundEngine::GuardKey(const std::string& part, int bucket) const {
-  return bucket == 0 ? part : absl::StrCat(part, "#", bucket);
-}
-
-absl::Status RoundEngine::CheckPart(const std::string& name, int bucket, int sender,
-                                    const EncodedTensor& t, PayloadScan* scan) const {
-  const EncodedView view = EncodedView::Of(t);
-  if (!options_.norm_guard.enabled()) {
-    absl::Status d = scan != nullptr ? scan->Finish(view).status() : codecs_->Validate(view);
-    if (d.ok()) return d;
-    return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", d.message()));
-  }
-  // Validates too.
-  absl::StatusOr<double> norm = scan != nullptr ? scan->Finish(view) : codecs_->Norm(view);
-  if (!norm.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", norm.status().message()));
-  }
-  absl::MutexLock lock(&guard_mu_);
-  auto it = guards_.find(GuardKey(name, bucket));
-  if (it == guards_.end()) return absl::OkStatus();  // nothing of ours to compare with yet
-  return it->second.Check(*norm, absl::StrCat("part '", name, "' from worker ", sender));
-}
-
-void RoundEngine::ObserveOwn(int bucket, const GossipMessage& msg) {
-  if (!options_.norm_guard.enabled()) return;
-  std::vector<std::pair<std::string, double>> norms;
-  for (const auto& [name, t] : msg.parts) {
-    absl::StatusOr<double> norm = codecs_->Norm(EncodedView::Of(t));
-    if (norm.ok()) norms.emplace_back(GuardKey(name, bucket), *norm);
-  }
-  absl::MutexLock lock(&guard_mu_);
-  for (const auto& [key, norm] : norms) {
-    guards_.try_emplace(key, options_.norm_guard).first->second.Observe(norm);
-  }
-}
-
 absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
                                   PayloadScans* scans) {
   const v1::TensorBundle& bundle = received.bundle;
@@ -747,7 +663,7 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
         static_cast<int64_t>(std::min<uint64_t>(bundle.round(), uint64_t{1} << 62));
     const absl::Status window = inbox->CheckRound(round);
     if (!window.ok() && (absl::IsCancelled(window) || round < inbox->floor())) return window;
-    TERN_ASSIGN_OR_RETURN(auto checked, Check(std::move(received), bucket, size, scans));
+    TERN_ASSIGN_OR_RETURN(auto checked, arrival_.Check(std::move(received), bucket, size, scans));
     if (!window.ok()) {
       inbox->Note(round, checked.first);
       return window;
@@ -780,7 +696,7 @@ absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(v1::TensorBundle bundle
           absl::StrCat(options_.algorithm, " runs in rounds; use Gossip.Push"));
     }
     TERN_ASSIGN_OR_RETURN(auto checked,
-                          Check(ReceivedBundle{std::move(bundle), {}}, 0, num_params));
+                          arrival_.Check(ReceivedBundle{std::move(bundle), {}}, 0, num_params));
     const uint64_t payload = checked.second.PayloadBytes();
     absl::MutexLock lock(&mu_);
     if (published_ == nullptr) return absl::UnavailableError("no model published yet");
@@ -843,7 +759,7 @@ absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* 
   const absl::Time t1 = absl::Now();
   const uint64_t reply_bytes = reply.ok() ? reply->ByteSizeLong() : 0;
   absl::StatusOr<std::pair<int, GossipMessage>> theirs =
-      reply.ok() ? Check(ReceivedBundle{*std::move(reply), {}}, 0, params().size())
+      reply.ok() ? arrival_.Check(ReceivedBundle{*std::move(reply), {}}, 0, params().size())
                  : absl::StatusOr<std::pair<int, GossipMessage>>(reply.status());
   if (theirs.ok() && theirs->first != j) {
     theirs = absl::InvalidArgumentError(absl::StrCat("worker ", j, " answered as ", theirs->first));

@@ -45,6 +45,7 @@
 #include "tern/v1/tensor.pb.h"
 #include "tern/v1/worker.pb.h"
 #include "worker/algorithm.h"
+#include "worker/arrival_check.h"
 #include "worker/gossip_inbox.h"
 #include "worker/lr_schedule.h"
 
@@ -255,20 +256,6 @@ class RoundEngine {
   absl::Status RunSwap(int64_t step, GossipMessage msg, StepOutcome* out);
   absl::Status ApplyMerges();
   absl::Status Publish(int64_t step);
-  // The sender of a message of this run (another worker's id), or InvalidArgument.
-  absl::StatusOr<int> SenderOf(const v1::TensorBundle& bundle) const;
-  // Checks a peer's bundle (everything but the round window); returns sender and message.
-  absl::StatusOr<std::pair<int, GossipMessage>> Check(ReceivedBundle received, int bucket,
-                                                      uint64_t num_params,
-                                                      PayloadScans* scans = nullptr) const;
-  // Validates part `name` of a peer's message and, with the guard on, checks its norm; by
-  // `scan` (may be null), the part's check made as it arrived, where there is one.
-  absl::Status CheckPart(const std::string& name, int bucket, int sender, const EncodedTensor& t,
-                         PayloadScan* scan) const ABSL_LOCKS_EXCLUDED(guard_mu_);
-  // Records the norms of our own message's parts: the guard's reference.
-  void ObserveOwn(int bucket, const GossipMessage& msg) ABSL_LOCKS_EXCLUDED(guard_mu_);
-  // The norm guard of a part of a bucket's messages.
-  std::string GuardKey(const std::string& part, int bucket) const;
   // Decoding time of every lane's algorithm so far.
   double DecodeSeconds() const;
   absl::StatusOr<MixingRow> RowFor(const Graph& g);
@@ -287,7 +274,7 @@ class RoundEngine {
   // Momentum() is read from, the same for every lane.
   const Algorithm* const prototype_;
   const bool asynchronous_;
-  const std::vector<std::string> parts_;  // part names every message must carry
+  ArrivalCheck arrival_;  // what a neighbour's message must pass
 
   // Round-loop state.
   std::vector<Lane> lanes_;                     // made by Init
@@ -319,9 +306,6 @@ class RoundEngine {
   std::map<std::string, uint64_t> refusals_ ABSL_GUARDED_BY(mu_);
   std::pair<int, int> peers_up_ ABSL_GUARDED_BY(mu_) = {0, 0};
   absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-
-  mutable absl::Mutex guard_mu_;
-  std::map<std::string, NormGuard> guards_ ABSL_GUARDED_BY(guard_mu_);  // by part name
 };
 
 }  // namespace tern

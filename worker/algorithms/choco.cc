@@ -1,0 +1,256 @@
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/simd.h"
+#include "worker/algorithms/algorithms.h"
+#include "worker/algorithms/base.h"
+
+namespace tern {
+namespace {
+
+// CHOCO's loops over the whole model, as free functions: GCC honours __restrict on parameters
+// (not on local pointers), and without it these stay scalar (a third of a worker's CPU in the
+// race, docs/benchmarks.md). The arrays are distinct: the gradient and a bound model are separate
+// regions of a trainer's segment.
+
+// x + gc (s - ws x_hat_self): one coordinate of the consensus step, the same whether Settle
+// applies it or the next local step fuses it.
+inline float ChocoMixed(float x, float gc, float s, float ws, float hs) {
+  return x + gc * (s - ws * hs);
+}
+
+// m = beta m + g; x = x + gc (s - ws hs) - lr m (gc == 0: no consensus term, s unread);
+// d = x - hs: one pass over the model.
+TERN_MULTIVERSION void ChocoLocalStep(size_t n, const float* __restrict g,
+                                      const float* __restrict hs, const float* __restrict s,
+                                      float* __restrict m, float* __restrict x, float* __restrict d,
+                                      float beta, float lr, float gc, float ws) {
+  if (gc != 0.0f) {
+    for (size_t i = 0; i < n; ++i) {
+      m[i] = beta * m[i] + g[i];
+      x[i] = ChocoMixed(x[i], gc, s[i], ws, hs[i]) - lr * m[i];
+      d[i] = x[i] - hs[i];
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      m[i] = beta * m[i] + g[i];
+      x[i] -= lr * m[i];
+      d[i] = x[i] - hs[i];
+    }
+  }
+}
+
+// d = x - y.
+TERN_MULTIVERSION void Subtract(size_t n, const float* __restrict x, const float* __restrict y,
+                                float* __restrict d) {
+  for (size_t i = 0; i < n; ++i) d[i] = x[i] - y[i];
+}
+
+TERN_MULTIVERSION void ChocoMix(size_t n, const float* __restrict s, const float* __restrict hs,
+                                float* __restrict x, float gc, float ws) {
+  for (size_t i = 0; i < n; ++i) x[i] = ChocoMixed(x[i], gc, s[i], ws, hs[i]);
+}
+
+// y += w x.
+TERN_MULTIVERSION void Axpy(size_t n, float w, const float* __restrict x, float* __restrict y) {
+  for (size_t i = 0; i < n; ++i) y[i] += w * x[i];
+}
+
+// CHOCO-SGD: public copies x_hat of itself and each neighbour, updated only by compressed
+// differences, so any codec is safe: q = C(x - x_hat_self) goes out; x_hat_j += D(q_j);
+// x <- x + gamma_c sum_j w_ij (x_hat_j - x_hat_self).
+//
+// Mixing is deferred: in overlap mode the next Prepare follows at once and folds it into its pass
+// over the model; otherwise the engine's Settle() applies it.
+//
+// The consensus term is c = s - (sum_j w_ij) x_hat_self with s = sum_j w_ij x_hat_j. s changes
+// only where the neighbours' q's are non-zero, so it is kept up to date with them (+w_ij q_j)
+// instead of being rebuilt from the copies each round, and x_hat_self is read by the mixing pass
+// anyway. A round then costs the local step, the encoding, one sparse decode per message and one
+// pass over the model. The neighbours' copies x_hat_j are needed only to rebuild s (when the row
+// changes: a dropped neighbour, a dynamic topology; and every kRebuildEvery rounds, which bounds
+// rounding drift); each q is added to its copy in the same decode that adds it to s
+// (Codec::DecodeAccumulateEach: STC parses its positions once for both).
+class Choco final : public AlgorithmBase {
+ public:
+  using AlgorithmBase::AlgorithmBase;
+  std::string Name() const override { return "choco"; }
+  double Momentum() const override { return options_.momentum; }
+  std::vector<std::string> MessageParts() const override { return {"q"}; }
+  absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
+                                        int64_t step) override {
+    m_.resize(x_.size(), 0.0f);
+    diff_.resize(x_.size());
+    // The last round's mixing in the same pass as this step's update.
+    const float gc = mix_pending_ ? static_cast<float>(options_.consensus_step) : 0.0f;
+    mix_pending_ = false;
+    GossipMessage msg;
+    const size_t k = codec_->TopK(x_.size());
+    if (k == 0 || k >= x_.size()) {
+      LocalStep(g, lr, gc);
+      TERN_RETURN_IF_ERROR(AddPart(&msg, "q", diff_, codec_.get(), step));
+    } else {
+      SelectingStep(g, lr, gc, k);
+      const TopKSelection selection{x_.size(), selected_, selected_values_};
+      TERN_RETURN_IF_ERROR(AddSelectedPart(&msg, "q", selection, codec_.get(), step));
+    }
+    // Our own public copy moves by exactly what the neighbours will add to theirs.
+    TERN_RETURN_IF_ERROR(Accumulate(worker_, msg, "q", 1.0, absl::MakeSpan(hat_self_)));
+    return msg;
+  }
+  absl::Status Combine(const MixingRow& row,
+                       const std::map<int, const GossipMessage*>& received) override {
+    TERN_RETURN_IF_ERROR(RequirePrepared(diff_));
+    TERN_RETURN_IF_ERROR(CheckReceived(row, received));
+    // Every message is checked before anything changes, so a bad one changes nothing.
+    std::vector<const EncodedTensor*> qs;
+    qs.reserve(row.neighbours.size());
+    for (const auto& [j, w] : row.neighbours) {
+      TERN_ASSIGN_OR_RETURN(qs.emplace_back(), FindValid(j, *received.at(j), "q"));
+    }
+    const bool incremental =
+        sum_valid_ && SameNeighbours(row, sum_row_) && ++rounds_since_rebuild_ < kRebuildEvery;
+    // Each q is decoded once into the neighbour's copy and, between rebuilds, into s.
+    for (size_t k = 0; k < row.neighbours.size(); ++k) {
+      const auto& [j, w] = row.neighbours[k];
+      std::vector<float>& hat = hat_[j];
+      hat.resize(x_.size(), 0.0f);  // a neighbour not heard before starts at 0, like x_hat_self
+      const WeightedTarget both[2] = {{1.0f, absl::MakeSpan(hat)},
+                                      {static_cast<float>(w), absl::MakeSpan(sum_)}};
+      TERN_RETURN_IF_ERROR(AccumulateEach(j, *qs[k], "q",
+                                          absl::MakeConstSpan(both, incremental ? 2 : 1),
+                                          /*checked=*/true));
+    }
+    if (!incremental) TERN_RETURN_IF_ERROR(RebuildSum(row));
+    mix_pending_ = true;  // by Settle(), or fused into the next Prepare
+    return absl::OkStatus();
+  }
+  void Settle() override {
+    if (!mix_pending_) return;
+    const float gc = static_cast<float>(options_.consensus_step);
+    const float ws = static_cast<float>(WeightSum(sum_row_));
+    ChocoMix(x_.size(), sum_.data(), hat_self_.data(), x_.data(), gc, ws);
+    mix_pending_ = false;
+  }
+
+ protected:
+  absl::Status InitState() override {
+    TERN_ASSIGN_OR_RETURN(codec_, codecs_->Create(options_.codec));
+    hat_self_.assign(x_.size(), 0.0f);
+    min_key_ = 0;
+    margin_ = 0.9f;
+    hat_.clear();
+    sum_valid_ = false;
+    mix_pending_ = false;
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr int kRebuildEvery = 64;
+  // SelectingStep's blocks (8 KiB of diff on the stack, in L1) and the bounds of how far under
+  // the last k-th magnitude it filters: x_hat_self chases x, so diff's k-th magnitude moves
+  // little from one round to the next; candidates past k cost a selection among them, too few a
+  // pass more.
+  static constexpr size_t kSelectBlock = 2048;
+  static constexpr float kMinMargin = 0.25f, kMaxMargin = 0.99f;
+
+  // m = beta m + g; x = x + gc (s - ws x_hat_self) - lr m; diff = x - x_hat_self.
+  void LocalStep(absl::Span<const float> grad, float lr, float gc) {
+    ChocoLocalStep(x_.size(), grad.data(), hat_self_.data(), gc != 0.0f ? sum_.data() : nullptr,
+                   m_.data(), x_.data(), diff_.data(), static_cast<float>(options_.momentum), lr,
+                   gc, static_cast<float>(WeightSum(sum_row_)));
+  }
+
+  // The local step for a top-k codec (STC, top-k), selecting as it goes: each block of
+  // diff = x - x_hat_self is computed into the stack and filtered there by a threshold a little
+  // under the last round's k-th magnitude, so diff never goes to memory and is not read again.
+  // When fewer than k pass (the magnitudes fell), diff is stored and selected whole, as the codec
+  // would. Either way the selection is SelectTopK's, so the payload is Encode(diff)'s bit for bit.
+  void SelectingStep(absl::Span<const float> grad, float lr, float gc, size_t k) {
+    const size_t n = x_.size();
+    selected_.clear();
+    selected_values_.clear();
+    bool enough = false;
+    if (min_key_ != 0) {
+      const float beta = static_cast<float>(options_.momentum);
+      const float ws = static_cast<float>(WeightSum(sum_row_));
+      float block[kSelectBlock];
+      for (size_t b = 0; b < n; b += kSelectBlock) {
+        const size_t len = std::min(kSelectBlock, n - b);
+        ChocoLocalStep(len, grad.data() + b, hat_self_.data() + b,
+                       gc != 0.0f ? sum_.data() + b : nullptr, m_.data() + b, x_.data() + b, block,
+                       beta, lr, gc, ws);
+        AppendAtLeast(absl::MakeConstSpan(block, len), static_cast<uint32_t>(b), min_key_,
+                      &selected_, &selected_values_);
+      }
+      enough = selected_.size() >= k;
+      if (!enough) Subtract(n, x_.data(), hat_self_.data(), diff_.data());
+      // Closer under the k-th magnitude while well over k pass (a Gaussian's tail at 1 % holds
+      // 4k above 0.8 of its k-th magnitude), further when too few did.
+      if (!enough) {
+        margin_ = std::max(kMinMargin, margin_ * 0.8f);
+      } else if (selected_.size() > k + k / 2) {
+        margin_ = std::min(kMaxMargin, margin_ * 1.02f);
+      }
+    } else {
+      LocalStep(grad, lr, gc);
+    }
+    if (enough) {
+      KeepTopK(k, &selected_, &selected_values_);
+    } else {
+      SelectTopK(diff_, k, &selected_, nullptr, &selected_values_);
+    }
+    float kth = std::numeric_limits<float>::infinity();
+    for (float v : selected_values_) kth = std::min(kth, std::fabs(v));
+    // Key 0 (a zero k-th magnitude) would pass everything: no filter next round then.
+    min_key_ = MagnitudeKey(kth * margin_);
+  }
+
+  static double WeightSum(const MixingRow& row) {
+    double s = 0;
+    for (const auto& [j, w] : row.neighbours) s += w;
+    return s;
+  }
+  static bool SameNeighbours(const MixingRow& a, const MixingRow& b) {
+    return a.neighbours == b.neighbours;
+  }
+  // s = sum_j w_ij x_hat_j from the copies.
+  absl::Status RebuildSum(const MixingRow& row) {
+    sum_.assign(x_.size(), 0.0f);
+    for (const auto& [j, w] : row.neighbours) {
+      std::vector<float>& hat = hat_[j];
+      hat.resize(x_.size(), 0.0f);
+      Axpy(x_.size(), static_cast<float>(w), hat.data(), sum_.data());
+    }
+    sum_row_ = row;
+    sum_valid_ = true;
+    rounds_since_rebuild_ = 0;
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<Codec> codec_;
+  std::vector<float> m_, diff_, hat_self_;
+  std::vector<uint32_t> selected_;  // this round's top-k of diff (a top-k codec's input)
+  std::vector<float> selected_values_;
+  uint32_t min_key_ = 0;  // SelectingStep's filter; 0: none yet
+  float margin_ = 0.9f;   // min_key_ over the last k-th magnitude
+  std::map<int, std::vector<float>> hat_;
+  std::vector<float> sum_;  // s, for sum_row_'s neighbours and weights
+  MixingRow sum_row_;
+  bool sum_valid_ = false;
+  int rounds_since_rebuild_ = 0;
+  bool mix_pending_ = false;  // Combine's mixing not applied yet
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> NewChoco(const AlgorithmOptions& options, const CodecRegistry* codecs) {
+  return std::make_unique<Choco>(options, codecs);
+}
+
+}  // namespace tern

@@ -1,0 +1,87 @@
+#include "worker/arrival_check.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/builtin.h"
+#include "tests/testing/status_matchers.h"
+#include "worker/gossip_bundle.h"
+
+namespace tern {
+namespace {
+
+using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kNumel = 64;
+
+// Worker 0 of 4 on a ring (neighbours 1 and 3), messages of one part "x" in fp32.
+struct Fixture {
+  explicit Fixture(double guard_factor = 0)
+      : codecs(NewBuiltinCodecRegistry()),
+        topology(*NewBuiltinTopologyRegistry()->Create("ring")),
+        check(ArrivalCheckOptions{.run_id = "run",
+                                  .worker_id = 0,
+                                  .num_workers = 4,
+                                  .norm_guard = {.factor = guard_factor, .min_samples = 1}},
+              topology.get(), codecs.get(), {"x"}) {}
+
+  GossipMessage Message(float value, const std::string& part = "x") const {
+    GossipMessage msg;
+    EncodedTensor t;
+    const std::vector<float> x(kNumel, value);
+    EXPECT_THAT((*codecs->Create("none"))->Encode(x, EncodeOptions(), &t), IsOk());
+    msg.parts.emplace_back(part, std::move(t));
+    return msg;
+  }
+  ReceivedBundle From(int sender, float value, const std::string& run = "run",
+                      const std::string& part = "x") const {
+    return ReceivedBundle{GossipToBundle(Message(value, part), run, /*round=*/3, sender), {}};
+  }
+
+  std::unique_ptr<CodecRegistry> codecs;
+  std::unique_ptr<Topology> topology;
+  ArrivalCheck check;
+};
+
+TEST(ArrivalCheck, ANeighboursMessageOfThisRunIsTakenAndMarkedChecked) {
+  Fixture f;
+  absl::StatusOr<std::pair<int, GossipMessage>> got = f.check.Check(f.From(3, 0.5f), 0, kNumel);
+  ASSERT_THAT(got, IsOk());
+  EXPECT_EQ(got->first, 3);
+  EXPECT_TRUE(got->second.checked);
+}
+
+TEST(ArrivalCheck, ItRefusesAnotherRunItselfAStrangerAndTheWrongPartsNamingWhy) {
+  Fixture f;
+  EXPECT_THAT(f.check.Check(f.From(1, 0.5f, "other"), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("run 'other'")));
+  EXPECT_THAT(f.check.Check(f.From(0, 0.5f), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not another worker")));
+  EXPECT_THAT(f.check.Check(f.From(2, 0.5f), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a neighbour")));
+  EXPECT_THAT(f.check.Check(f.From(1, 0.5f, "run", "m"), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lacks part 'x'")));
+  EXPECT_THAT(f.check.Check(f.From(1, 0.5f), 0, 0),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no model")));
+}
+
+TEST(ArrivalCheck, TheNormGuardComparesEachBucketsPartsWithThisWorkersOwn) {
+  Fixture f(/*guard_factor=*/10);
+  // Nothing of ours observed yet: nothing to compare with.
+  EXPECT_THAT(f.check.Check(f.From(1, 100.0f), 0, kNumel).status(), IsOk());
+  f.check.ObserveOwn(0, f.Message(1.0f));
+  EXPECT_THAT(f.check.Check(f.From(1, 5.0f), 0, kNumel).status(), IsOk());
+  EXPECT_THAT(f.check.Check(f.From(1, 30.0f), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--norm_guard")));
+  // Bucket 1 has its own reference, none yet.
+  EXPECT_THAT(f.check.Check(f.From(1, 30.0f), 1, kNumel).status(), IsOk());
+}
+
+}  // namespace
+}  // namespace tern

@@ -1,0 +1,282 @@
+#include "worker/gossip_service.h"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "core/rpc/auth.h"
+#include "core/rpc/chunk_stream.h"
+#include "core/rpc/raw_chunk.h"
+#include "core/rpc/status.h"
+#include "spdlog/spdlog.h"
+
+namespace tern {
+
+// SwarmSGD: read the caller's model, answer with ours (RoundEngine::HandleSwap).
+class GossipService::SwapCall final
+    : public grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk> {
+ public:
+  SwapCall(GossipService* g, grpc::CallbackServerContext* ctx)
+      : g_(g), assembler_(g->options_.max_bundle_bytes) {
+    if (absl::Status c = g->Caller(*ctx); !c.ok()) {
+      g->engine_->CountRefused(c);
+      spdlog::warn("worker {}: refused a swap: {}", g->options_.worker_id, c.ToString());
+      Finish(ToGrpcStatus(c));
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = g->limits_->Open(ctx);
+    if (!s.ok()) {
+      Finish(ToGrpcStatus(s.status()));
+      return;
+    }
+    stream_ = *std::move(s);
+    StartRead(&chunk_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(
+          ToGrpcStatus(absl::InvalidArgumentError("stream ended before the bundle's last chunk")));
+      return;
+    }
+    wire_bytes_ += chunk_.ByteSizeLong() + 5;
+    std::optional<absl::StatusOr<v1::TensorBundle>> got =
+        FeedCounted(*stream_, assembler_, std::move(chunk_));
+    if (!got) {
+      StartRead(&chunk_);
+      return;
+    }
+    absl::StatusOr<v1::TensorBundle> reply =
+        got->ok() ? g_->engine_->HandleSwap(**std::move(got), wire_bytes_) : got->status();
+    absl::StatusOr<std::vector<v1::BundleChunk>> chunks =
+        reply.ok() ? ChunkBundle(*reply, reply->round()) : reply.status();
+    if (!chunks.ok()) {
+      if (!absl::IsUnavailable(chunks.status())) {
+        spdlog::warn("worker {}: refused a swap: {}", g_->options_.worker_id,
+                     chunks.status().ToString());
+      }
+      Finish(ToGrpcStatus(chunks.status()));
+      return;
+    }
+    out_ = *std::move(chunks);
+    StartWrite(&out_[0]);
+  }
+  void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, out_, &next_); }
+  void OnDone() override { delete this; }
+
+ private:
+  GossipService* const g_;
+  std::unique_ptr<StreamLimits::Stream> stream_;
+  BundleAssembler assembler_;
+  v1::BundleChunk chunk_;
+  uint64_t wire_bytes_ = 0;
+  std::vector<v1::BundleChunk> out_;
+  size_t next_ = 0;
+};
+
+// One Gossip.Push stream: a whole bundle, or one stripe of a striped push (StripeJoins).
+class GossipService::PushCall final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
+                                      public StripeMember {
+ public:
+  PushCall(GossipService* g, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* reply,
+           StripeJoins* joins)
+      : g_(g),
+        ctx_(ctx),
+        reply_(reply),
+        joins_(joins),
+        scans_(g->codecs_),
+        assembler_(g->options_.max_bundle_bytes, &scans_) {
+    if (absl::Status c = g->Caller(*ctx); !c.ok()) {
+      Refuse(c);
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = g->limits_->Open(ctx);
+    if (!s.ok()) {
+      Refuse(s.status());
+      return;
+    }
+    stream_ = *std::move(s);
+    StartRead(&message_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      if (join_ == nullptr) {
+        Refuse(absl::InvalidArgumentError("stream ended before the bundle's last chunk"));
+      } else if (std::optional<absl::Status> outcome = join_->EndOfStream(this)) {
+        Answer(*outcome);
+      }  // else JoinDone answers
+      return;
+    }
+    absl::StatusOr<RawChunk> chunk = ParseRawChunk(message_);
+    message_.Clear();
+    if (!chunk.ok()) {
+      Refuse(chunk.status());
+      return;
+    }
+    if (join_ != nullptr || chunk->header.stripes > 1) {
+      Striped(*std::move(chunk));
+      return;
+    }
+    wire_bytes_ += chunk->message_size + 5;
+    std::optional<absl::StatusOr<ReceivedBundle>> got = FeedCounted(*stream_, assembler_, *chunk);
+    if (!got) {
+      StartRead(&message_);
+      return;
+    }
+    if (!got->ok()) {
+      Refuse(got->status());
+      return;
+    }
+    Answer(g_->DeliverPushed(*std::move(got), wire_bytes_, &scans_));
+  }
+  void JoinDone(const absl::Status& outcome) override { Answer(outcome); }
+  // A stream waiting on its join's other stripes has no read to fail: it answers here.
+  void OnCancel() override {
+    std::shared_ptr<StripeJoin> join;
+    {
+      absl::MutexLock lock(&join_mu_);  // OnCancel may run beside a read's callback
+      cancelled_ = true;
+      join = join_;
+    }
+    if (join != nullptr && join->Leave(this, absl::CancelledError("stream cancelled"))) {
+      Answer(absl::CancelledError("stream cancelled while its push's other stripes came"));
+    }
+  }
+  void OnDone() override {
+    if (join_ != nullptr) join_->Leave(this, absl::CancelledError("stream ended"));
+    delete this;
+  }
+
+ private:
+  // A chunk of one stripe: into the push's join, counted against this stream's limits.
+  void Striped(RawChunk chunk) {
+    if (join_ == nullptr) {
+      absl::StatusOr<std::shared_ptr<StripeJoin>> join = joins_->Attach(
+          absl::StrCat(PeerHost(ctx_->peer()), " ", PrincipalOf(*ctx_)), chunk.header);
+      if (!join.ok()) {
+        Refuse(join.status());
+        return;
+      }
+      bool cancelled;
+      {
+        absl::MutexLock lock(&join_mu_);
+        join_ = *std::move(join);
+        cancelled = cancelled_;
+      }
+      // OnCancel ran while this first chunk was on its way here, and found no join to leave:
+      // its stream, waiting later for the others, would never be answered (its slot held and
+      // the server's shutdown waiting for it). It leaves now; the join's outcome answers it.
+      if (cancelled) join_->Leave(this, absl::CancelledError("stream cancelled"));
+    }
+    std::optional<absl::Status> outcome;
+    if (absl::Status s = stream_->Hold(chunk.data_size); !s.ok()) {
+      join_->Leave(this, s);
+      outcome = s;
+    } else {
+      outcome = join_->Add(std::move(chunk));
+    }
+    if (outcome) {
+      Answer(*outcome);
+    } else {
+      StartRead(&message_);
+    }
+  }
+
+  // Finishes the RPC with `s` and the receiver's round; once, whichever path gets here first.
+  void Answer(const absl::Status& s) {
+    if (answered_.exchange(true)) return;
+    stream_->ReleaseAll();
+    v1::PushReply reply;
+    reply.set_receiver_round(static_cast<uint64_t>(g_->engine_->next_step()));
+    grpc::Slice bytes(reply.SerializeAsString());
+    *reply_ = grpc::ByteBuffer(&bytes, 1);
+    Finish(ToGrpcStatus(s));
+  }
+
+  // Refuses the stream; one of a join fails the join, whose outcome counts and logs it.
+  void Refuse(const absl::Status& s) {
+    if (join_ != nullptr) {
+      join_->Leave(this, s);
+    } else {
+      g_->RefusedStream(s);
+    }
+    if (answered_.exchange(true)) return;
+    Finish(ToGrpcStatus(s));
+  }
+
+  GossipService* const g_;
+  grpc::CallbackServerContext* const ctx_;
+  grpc::ByteBuffer* const reply_;
+  StripeJoins* const joins_;
+  std::unique_ptr<StreamLimits::Stream> stream_;
+  PayloadScans scans_;  // the payloads checked as they arrive; before the assembler feeding it
+  BundleAssembler assembler_;
+  // A striped push's, from its first chunk on. Set once by the read path, which reads it
+  // without the lock; OnCancel, which may run beside it, reads it under the lock.
+  absl::Mutex join_mu_;
+  std::shared_ptr<StripeJoin> join_;
+  bool cancelled_ ABSL_GUARDED_BY(join_mu_) = false;  // OnCancel has run
+  grpc::ByteBuffer message_;
+  uint64_t wire_bytes_ = 0;
+  std::atomic<bool> answered_{false};
+};
+
+GossipService::GossipService(GossipServiceOptions options, RoundEngine* engine,
+                             StreamLimits* limits, const CodecRegistry* codecs)
+    : options_(std::move(options)),
+      engine_(engine),
+      limits_(limits),
+      codecs_(codecs),
+      joins_(codecs, options_.max_bundle_bytes,
+             [this](absl::StatusOr<ReceivedBundle> got, uint64_t wire_bytes, PayloadScans* scans) {
+               return DeliverPushed(std::move(got), wire_bytes, scans);
+             }) {}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* GossipService::Push(grpc::CallbackServerContext* ctx,
+                                                               grpc::ByteBuffer* reply) {
+  return new PushCall(this, ctx, reply, &joins_);
+}
+
+grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* GossipService::Swap(
+    grpc::CallbackServerContext* ctx) {
+  return new SwapCall(this, ctx);
+}
+
+absl::Status GossipService::Caller(const grpc::ServerContextBase& ctx) const {
+  const std::string who = PrincipalOf(ctx);
+  if (PrincipalAllowed(options_.peer_names, who)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("'", who, "' may not gossip into this worker (--peer_names=",
+                   absl::StrJoin(options_.peer_names, ","), ")"));
+}
+
+void GossipService::RefusedStream(const absl::Status& s) {
+  engine_->CountRefused(s);
+  spdlog::warn("worker {}: refused a gossip stream: {}", options_.worker_id, s.ToString());
+}
+
+absl::Status GossipService::DeliverPushed(absl::StatusOr<ReceivedBundle> got, uint64_t wire_bytes,
+                                          PayloadScans* scans) {
+  if (!got.ok()) {
+    RefusedStream(got.status());
+    return got.status();
+  }
+  // Deliver takes the bundle over (its payloads move, not copy); keep what the log needs.
+  const std::string sender = got->bundle.sender();
+  const uint64_t round = got->bundle.round();
+  absl::Status s = engine_->Deliver(*std::move(got), wire_bytes, scans);
+  if (absl::IsUnavailable(s)) {
+    spdlog::debug("worker {}: not ready for '{}' round {}: {}", options_.worker_id, sender, round,
+                  s.ToString());
+  } else if (!s.ok()) {
+    spdlog::warn("worker {}: refused a message from '{}' for round {}: {}", options_.worker_id,
+                 sender, round, s.ToString());
+  }
+  return s;
+}
+
+}  // namespace tern

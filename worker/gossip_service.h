@@ -1,0 +1,72 @@
+// The Gossip service of a worker: Gossip.Push (a neighbour's message for a round, whole or one
+// stripe of a striped push) reassembled and handed to RoundEngine::Deliver, and Gossip.Swap
+// (SwarmSGD's model exchange, RoundEngine::HandleSwap). Each call is a callback reactor that reads
+// its chunks as they come, counted against the worker's StreamLimits; a refusal is a gRPC status
+// with its reason, counted once in the engine's stats and logged.
+//
+// Push is a raw method: each chunk's data stays in gRPC's slices until the bundle parser copies it
+// into place (core/rpc/raw_chunk.h), with no protobuf copy between.
+//
+// Thread-safety: thread-safe; gRPC calls Push and Swap from its threads. The engine, stream
+// limits and codecs it is given must outlive it, and it must outlive the server serving it.
+#ifndef TERN_WORKER_GOSSIP_SERVICE_H_
+#define TERN_WORKER_GOSSIP_SERVICE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/chunking.h"
+#include "core/rpc/stream_limits.h"
+#include "grpcpp/grpcpp.h"
+#include "kernels/payload_scans.h"
+#include "kernels/registry.h"
+#include "tern/v1/worker.grpc.pb.h"
+#include "worker/engine.h"
+#include "worker/stripe_join.h"
+
+namespace tern {
+
+struct GossipServiceOptions {
+  int worker_id = 0;                                // for the log
+  uint64_t max_bundle_bytes = uint64_t{512} << 20;  // largest message accepted, serialized
+  // Who may gossip in (each a name or a prefix ending in '*'); empty: anyone authenticated.
+  std::vector<std::string> peer_names;
+};
+
+class GossipService final : public v1::Gossip::WithCallbackMethod_Swap<
+                                v1::Gossip::WithRawCallbackMethod_Push<v1::Gossip::Service>> {
+ public:
+  GossipService(GossipServiceOptions options, RoundEngine* engine, StreamLimits* limits,
+                const CodecRegistry* codecs);
+
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Push(grpc::CallbackServerContext* ctx,
+                                                  grpc::ByteBuffer* reply) override;
+  grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* Swap(
+      grpc::CallbackServerContext* ctx) override;
+
+ private:
+  class PushCall;
+  class SwapCall;
+
+  // OK when the call's caller may gossip into this worker (peer_names); PERMISSION_DENIED else.
+  absl::Status Caller(const grpc::ServerContextBase& ctx) const;
+  // Counts and logs a Push refused before its bundle reached the engine.
+  void RefusedStream(const absl::Status& s);
+  // A pushed bundle (or why there is none) to the engine: what the pusher is answered. A refusal
+  // is counted and logged here, once per push however many streams carried it.
+  absl::Status DeliverPushed(absl::StatusOr<ReceivedBundle> got, uint64_t wire_bytes,
+                             PayloadScans* scans);
+
+  const GossipServiceOptions options_;
+  RoundEngine* const engine_;
+  StreamLimits* const limits_;
+  const CodecRegistry* const codecs_;
+  StripeJoins joins_;  // outlives every PushCall: the server is gone before this service
+};
+
+}  // namespace tern
+
+#endif  // TERN_WORKER_GOSSIP_SERVICE_H_
