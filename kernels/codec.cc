@@ -6,9 +6,25 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/simd.h"
-#include "kernels/format/payload.h"
+#include "kernels/view_check.h"
 
 namespace tern {
+
+namespace internal {
+
+absl::Status CheckView(absl::string_view codec, const EncodedView& in, size_t out_size) {
+  if (in.codec != codec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload of codec '", in.codec, "' given to decoder '", codec, "'"));
+  }
+  if (in.numel != out_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload holds ", in.numel, " elements but the output has ", out_size));
+  }
+  return CheckNumel(codec, out_size);
+}
+
+}  // namespace internal
 
 EncodedView Codec::InOnePlace(const EncodedView& in, std::string* flat) const {
   if (in.pieces.empty() || ReadsPieces()) return in;

@@ -6,7 +6,7 @@
 
 #include "common/simd.h"
 #include "common/thread_pool.h"
-#include "kernels/cpu/simd_rng.h"
+#include "common/simd_rng.h"
 
 namespace tern {
 namespace {

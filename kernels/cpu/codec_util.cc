@@ -5,7 +5,7 @@
 
 #include "common/rng.h"
 #include "common/simd.h"
-#include "kernels/cpu/simd_rng.h"
+#include "common/simd_rng.h"
 
 namespace tern::internal {
 namespace {

@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec_util.h"
-#include "kernels/cpu/simd_rng.h"
+#include "common/simd_rng.h"
 #include "kernels/format/int8.h"
 
 namespace tern {

@@ -12,7 +12,7 @@
 #include "common/simd.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/codec_util.h"
-#include "kernels/cpu/simd_rng.h"
+#include "common/simd_rng.h"
 
 namespace tern {
 namespace {

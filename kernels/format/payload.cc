@@ -5,18 +5,6 @@
 
 namespace tern::internal {
 
-absl::Status CheckView(absl::string_view codec, const EncodedView& in, size_t out_size) {
-  if (in.codec != codec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("payload of codec '", in.codec, "' given to decoder '", codec, "'"));
-  }
-  if (in.numel != out_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("payload holds ", in.numel, " elements but the output has ", out_size));
-  }
-  return CheckNumel(codec, out_size);
-}
-
 absl::Status CheckScales(absl::string_view codec, const EncodedView& in, size_t count,
                          bool signed_ok) {
   if (in.scales.size() != count) {

@@ -1,6 +1,6 @@
 // The checks every decoder of untrusted payloads shares, on the CPU and the GPU side alike: the
-// payload's codec name and element count, the scale count and values, and the error every
-// malformed payload gets. Internal to kernels/.
+// payload's codec name and element count (kernels/view_check.h), the scale count and values, and
+// the error every malformed payload gets. Internal to kernels/.
 //
 // Thread-safety: pure functions.
 #ifndef TERN_KERNELS_FORMAT_PAYLOAD_H_
@@ -13,27 +13,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "kernels/codec.h"
+#include "kernels/view_check.h"
 
 namespace tern::internal {
-
-// Largest element count any codec accepts (2^32 - 1): indices travel as u32.
-inline constexpr uint64_t kMaxNumel = 0xffffffffULL;
 
 template <typename... Args>
 absl::Status PayloadError(absl::string_view codec, const Args&... args) {
   return absl::InvalidArgumentError(absl::StrCat(codec, " payload: ", args...));
 }
-
-inline absl::Status CheckNumel(absl::string_view codec, size_t n) {
-  if (n > kMaxNumel) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(codec, ": tensor of ", n, " elements exceeds the limit of ", kMaxNumel));
-  }
-  return absl::OkStatus();
-}
-
-// The payload is `codec`'s and holds `out_size` elements (what every Decode checks first).
-absl::Status CheckView(absl::string_view codec, const EncodedView& in, size_t out_size);
 
 // Checks that there are exactly `count` scales and each is finite and >= 0 (or any sign when
 // `signed_ok`).

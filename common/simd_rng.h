@@ -3,8 +3,8 @@
 // the same bits. Include only from .cc files; the functions carry their own target attributes.
 //
 // Thread-safety: pure functions over immutable constants.
-#ifndef TERN_KERNELS_CPU_SIMD_RNG_H_
-#define TERN_KERNELS_CPU_SIMD_RNG_H_
+#ifndef TERN_COMMON_SIMD_RNG_H_
+#define TERN_COMMON_SIMD_RNG_H_
 
 #include "common/rng.h"
 #include "common/simd.h"
@@ -84,4 +84,4 @@ TERN_TARGET_AVX2 inline __m256 Uniform8(const LaneRng8& c, uint32_t first) {
 }  // namespace tern::internal
 
 #endif  // TERN_X86_DISPATCH
-#endif  // TERN_KERNELS_CPU_SIMD_RNG_H_
+#endif  // TERN_COMMON_SIMD_RNG_H_
