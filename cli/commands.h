@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace tern {
 
 // `tern worker`: the peer daemon (flags in worker_cmd.cc and train_flags.cc). Returns the exit
@@ -24,6 +26,15 @@ int ExportMain();
 int RunFederatedMain(const std::string& self_exe);
 // `tern report DIR...`: one HTML report comparing runs (report.cc).
 int ReportMain(const std::vector<std::string>& dirs);
+
+// Each daemon's and run's checks of its flags, the same its Main makes before it starts anything
+// (exit 2 when they fail); `--check_flags` runs them and exits.
+absl::Status CheckRunFlags();
+absl::Status CheckFederatedRunFlags();
+absl::Status CheckWorkerFlags();
+absl::Status CheckServerFlags();
+absl::Status CheckClientFlags();
+absl::Status CheckSchedulerFlags();
 
 }  // namespace tern
 

@@ -229,13 +229,20 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
 
 }  // namespace
 
+absl::Status CheckServerFlags() {
+  TERN_ASSIGN_OR_RETURN(ServerOptions so, ServerOptionsFromFlags());
+  const ServerRegistries registries = NewBuiltinServerRegistries();
+  TERN_RETURN_IF_ERROR(NormalizeAggregatorOptions(so.aggregator, *registries.codecs).status());
+  return registries.rules->Create(so.aggregator.rule).status();
+}
+
 int ServerMain() {
   sigset_t signals = BlockStopSignals();
-  auto options = ServerOptionsFromFlags();
-  if (!options.ok()) {
-    std::fprintf(stderr, "tern server: %s\n", options.status().ToString().c_str());
+  if (absl::Status s = CheckServerFlags(); !s.ok()) {
+    std::fprintf(stderr, "tern server: %s\n", s.ToString().c_str());
     return 2;
   }
+  absl::StatusOr<ServerOptions> options = ServerOptionsFromFlags();  // good: checked above
   const ServerRegistries registries = NewBuiltinServerRegistries();
   auto server = AggregatorServer::Start(*options, &registries);
   if (!server.ok()) {
@@ -273,29 +280,52 @@ int ServerMain() {
   return 0;
 }
 
-int ClientMain() {
-  sigset_t signals = BlockStopSignals();
+namespace {
+
+// The data set's parts: --partitions, or one a client of this process.
+int Partitions() {
+  const int parts = absl::GetFlag(FLAGS_partitions);
+  return parts > 0 ? parts : absl::GetFlag(FLAGS_clients);
+}
+
+}  // namespace
+
+absl::Status CheckClientFlags() {
   const int n = absl::GetFlag(FLAGS_clients);
   const int first = absl::GetFlag(FLAGS_first_client);
-  const int parts = absl::GetFlag(FLAGS_partitions) > 0 ? absl::GetFlag(FLAGS_partitions) : n;
-  if (n < 1 || first < 0 || first + n > parts || absl::GetFlag(FLAGS_server).empty()) {
-    std::fprintf(stderr,
-                 "tern client: need --server, --clients >= 1 and first_client + clients <= "
-                 "partitions\n");
+  const int parts = Partitions();
+  if (absl::GetFlag(FLAGS_server).empty()) {
+    return absl::InvalidArgumentError("--server=HOST:PORT (the aggregator) is needed");
+  }
+  if (n < 1 || first < 0) {
+    return absl::InvalidArgumentError("need --clients >= 1 and --first_client >= 0");
+  }
+  if (first + n > parts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--first_client=", first, " plus --clients=", n, " runs past the data's ", parts,
+        " partitions: the data is cut into --partitions parts (default: --clients, ", n,
+        " here), one a client; give --partitions=K, the run's clients in all (K >= ", first + n,
+        ")"));
+  }
+  return ParseAttack(absl::GetFlag(FLAGS_attack)).status();
+}
+
+int ClientMain() {
+  sigset_t signals = BlockStopSignals();
+  if (absl::Status s = CheckClientFlags(); !s.ok()) {
+    std::fprintf(stderr, "tern client: %s\n", std::string(s.message()).c_str());
     return 2;
   }
+  const int n = absl::GetFlag(FLAGS_clients);
+  const int first = absl::GetFlag(FLAGS_first_client);
+  const int parts = Partitions();
   auto shared = LoadFedClientData(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_partition), parts,
                                   absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_seed));
   if (!shared.ok()) {
     std::fprintf(stderr, "tern client: %s\n", shared.status().ToString().c_str());
     return 1;
   }
-  absl::StatusOr<Attack> parsed = ParseAttack(absl::GetFlag(FLAGS_attack));
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "tern client: %s\n", parsed.status().message().data());
-    return 2;
-  }
-  const Attack attack = *parsed;
+  const Attack attack = *ParseAttack(absl::GetFlag(FLAGS_attack));  // checked above
   auto credentials = ChannelCredentialsFromFlags();
   if (!credentials.ok()) {
     std::fprintf(stderr, "tern client: %s\n", credentials.status().ToString().c_str());
@@ -704,6 +734,11 @@ class FedWatch {
 };
 
 }  // namespace
+
+absl::Status CheckFederatedRunFlags() {
+  FedRun run;
+  return CheckFedFlags(NewBuiltinServerRegistries(), &run);
+}
 
 int RunFederatedMain(const std::string& self_exe) {
   const ServerRegistries registries = NewBuiltinServerRegistries();

@@ -103,6 +103,111 @@ std::string VersionString() {
                       set == nullptr ? "" : absl::StrCat(" (OPENBLAS_CORETYPE=", set, ")"));
 }
 
+// What each command of the table runs, and what it checks of its flags before it starts (also
+// for --check_flags). `args`: the words after the command.
+struct Runner {
+  const char* command;      // CommandInfo::name
+  absl::Status (*check)();  // null: the table's names and ranges are all there is to check
+  int (*run)(const std::vector<std::string>& args);
+  bool takes_arguments = false;
+};
+
+std::string SelfExe() {
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  return len <= 0 ? std::string() : std::string(exe, static_cast<size_t>(len));
+}
+
+int RunRun(const std::vector<std::string>&) {
+  const std::string exe = SelfExe();
+  if (exe.empty()) return Fail("cannot find the tern executable (/proc/self/exe)");
+  return tern::RunMain(exe);
+}
+
+int RunCodecs(const std::vector<std::string>&) {
+  auto registry = tern::NewBuiltinCodecRegistry();
+  for (const std::string& name : registry->Names()) {
+    auto codec = registry->Create(name);
+    std::printf("%-16s %-20s default: %s\n", name.c_str(), std::string((*codec)->Name()).c_str(),
+                (*codec)->Spec().c_str());
+  }
+  return 0;
+}
+
+int RunBenchCodecs(const std::vector<std::string>&) {
+  tern::BenchCodecsOptions options;
+  absl::StatusOr<std::vector<uint64_t>> sizes = SizesFlag();
+  if (!sizes.ok()) return Fail(std::string(sizes.status().message()));
+  options.sizes = *std::move(sizes);
+  options.specs = SplitSpecs(absl::GetFlag(FLAGS_codecs));
+  if (options.specs.empty()) options.specs = tern::DefaultBenchSpecs();
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.min_seconds = absl::GetFlag(FLAGS_min_time);
+  options.json_path = absl::GetFlag(FLAGS_json);
+  if (options.threads < 1) return Fail("--threads must be >= 1");
+  if (auto s = tern::RunBenchCodecs(options); !s.ok()) return Fail(s.ToString());
+  return 0;
+}
+
+int RunBenchTransport(const std::vector<std::string>&) {
+  tern::BenchTransportOptions options;
+  absl::StatusOr<std::vector<uint64_t>> sizes = SizesFlag();
+  if (!sizes.ok()) return Fail(std::string(sizes.status().message()));
+  options.sizes = *std::move(sizes);
+  options.repeats = absl::GetFlag(FLAGS_repeats);
+  options.tls = absl::GetFlag(FLAGS_tls);
+  options.push_stripes = absl::GetFlag(FLAGS_push_stripes);
+  if (auto s = tern::RunBenchTransport(options); !s.ok()) return Fail(s.ToString());
+  return 0;
+}
+
+int RunBenchModel(const std::vector<std::string>&) {
+  tern::BenchModelOptions options;
+  options.model = tern::ModelFlag();
+  options.batch = tern::BatchFlag();
+  options.min_seconds = absl::GetFlag(FLAGS_min_time);
+  if (auto s = tern::RunBenchModel(options, tern::ComputeThreadsFlag()); !s.ok()) {
+    return Fail(s.ToString());
+  }
+  return 0;
+}
+
+int RunVersion(const std::vector<std::string>&) {
+  std::printf("%s\n", VersionString().c_str());
+  return 0;
+}
+
+template <int (*Main)()>
+int NoArgs(const std::vector<std::string>&) {
+  return Main();
+}
+
+const Runner kRunners[] = {
+    {"run", tern::CheckRunFlags, RunRun},
+    {"run --mode=federated|local-sgd|ps", tern::CheckRunFlags, RunRun},
+    {"worker", tern::CheckWorkerFlags, NoArgs<tern::WorkerMain>},
+    {"server", tern::CheckServerFlags, NoArgs<tern::ServerMain>},
+    {"client", tern::CheckClientFlags, NoArgs<tern::ClientMain>},
+    {"scheduler", tern::CheckSchedulerFlags, NoArgs<tern::SchedulerMain>},
+    {"health", nullptr, NoArgs<tern::HealthMain>},
+    {"certs", nullptr, NoArgs<tern::CertsMain>},
+    {"tokens", nullptr, NoArgs<tern::TokensMain>},
+    {"export", nullptr, NoArgs<tern::ExportMain>},
+    {"report", nullptr, tern::ReportMain, /*takes_arguments=*/true},
+    {"codecs", nullptr, RunCodecs},
+    {"bench codecs", nullptr, RunBenchCodecs},
+    {"bench transport", nullptr, RunBenchTransport},
+    {"bench model", nullptr, RunBenchModel},
+    {"version", nullptr, RunVersion},
+};
+
+const Runner* FindRunner(const std::string& command) {
+  for (const Runner& r : kRunners) {
+    if (command == r.command) return &r;
+  }
+  return nullptr;
+}
+
 // `tern help [COMMAND]` and `--help`: the commands, or one command's flags. Returns the exit code.
 int Help(const std::vector<tern::CommandInfo>& table, const tern::CommandLine& line) {
   tern::CommandLine target = line;
@@ -118,6 +223,12 @@ int Help(const std::vector<tern::CommandInfo>& table, const tern::CommandLine& l
     std::fprintf(stderr, "tern: %s\n", std::string(s.message()).c_str());
     return 1;
   }
+  for (const tern::CommandInfo& c : table) {
+    if (c.name != "help" && FindRunner(c.name) == nullptr) {  // help: answered before any run
+      std::fprintf(stderr, "tern: the command '%s' has nothing to run\n", c.name.c_str());
+      return 1;
+    }
+  }
   if (target.command.empty()) {
     std::printf("%s", tern::CommandsHelp(table).c_str());
     return 0;
@@ -132,6 +243,12 @@ int Help(const std::vector<tern::CommandInfo>& table, const tern::CommandLine& l
 absl::Status CheckCommandLine(const std::vector<tern::CommandInfo>& table,
                               const tern::CommandInfo* command, const tern::CommandLine& line) {
   if (absl::Status s = tern::CheckFlagNames(table, command, line.flag_names); !s.ok()) return s;
+  if (const Runner* r = FindRunner(command->name);
+      r != nullptr && !r->takes_arguments && !line.positional.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", line.positional[0],
+                                                   "': tern ", command->name,
+                                                   " takes flags only (--name=value)"));
+  }
   return tern::CheckValueSyntax(line);
 }
 
@@ -152,10 +269,7 @@ int main(int argc, char** argv) {
   usage.version_string = VersionString;
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(tern::CommandsHelp(table));
-  if (line.version || line.command == "version") {
-    std::printf("%s\n", VersionString().c_str());
-    return 0;
-  }
+  if (line.version) return RunVersion({});
   if (line.help || line.command == "help") return Help(table, line);
   if (line.command.empty()) return Fail(tern::CommandsHelp(table));
   const tern::CommandInfo* command = tern::FindCommand(table, line);
@@ -165,7 +279,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = CheckCommandLine(table, command, line); !s.ok()) {
     return Fail(absl::StrCat(command->name, ": ", s.message()));
   }
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  (void)absl::ParseCommandLine(argc, argv);  // the words after the command: line.positional
   // A flagfile's flags are checked only now that they are read.
   if (absl::Status s = tern::CheckFlagNames(table, command, tern::SpecifiedFlagNames()); !s.ok()) {
     return Fail(absl::StrCat(command->name, ": ", s.message()));
@@ -177,71 +291,17 @@ int main(int argc, char** argv) {
     return Fail(std::string(s.message()));
   }
   tern::RouteGrpcLogs();
+  const Runner* runner = FindRunner(command->name);
+  if (runner == nullptr) return Fail(absl::StrCat("'", command->name, "' has nothing to run"));
   if (absl::GetFlag(FLAGS_check_flags)) {
+    if (runner->check != nullptr) {
+      if (absl::Status s = runner->check(); !s.ok()) {
+        return Fail(absl::StrCat(command->name, ": ", s.message()));
+      }
+    }
     std::printf("tern %s: the flags are good\n", command->name.c_str());
     return 0;
   }
   tern::ApplyComputeThreads();
-  std::vector<std::string> cmd(args.begin() + 1, args.end());
-  if (cmd[0] == "worker" && cmd.size() == 1) return tern::WorkerMain();
-  if (cmd[0] == "server" && cmd.size() == 1) return tern::ServerMain();
-  if (cmd[0] == "client" && cmd.size() == 1) return tern::ClientMain();
-  if (cmd[0] == "scheduler" && cmd.size() == 1) return tern::SchedulerMain();
-  if (cmd[0] == "health" && cmd.size() == 1) return tern::HealthMain();
-  if (cmd[0] == "certs" && cmd.size() == 1) return tern::CertsMain();
-  if (cmd[0] == "tokens" && cmd.size() == 1) return tern::TokensMain();
-  if (cmd[0] == "export" && cmd.size() == 1) return tern::ExportMain();
-  if (cmd[0] == "run" && cmd.size() == 1) {
-    char exe[4096];
-    const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (len <= 0) return Fail("cannot find the tern executable (/proc/self/exe)");
-    return tern::RunMain(std::string(exe, static_cast<size_t>(len)));
-  }
-  if (cmd[0] == "report") return tern::ReportMain({cmd.begin() + 1, cmd.end()});
-  if (cmd[0] == "codecs") {
-    auto registry = tern::NewBuiltinCodecRegistry();
-    for (const std::string& name : registry->Names()) {
-      auto codec = registry->Create(name);
-      std::printf("%-16s %-20s default: %s\n", name.c_str(), std::string((*codec)->Name()).c_str(),
-                  (*codec)->Spec().c_str());
-    }
-    return 0;
-  }
-  if (cmd[0] == "bench" && cmd.size() == 2 && cmd[1] == "codecs") {
-    tern::BenchCodecsOptions options;
-    absl::StatusOr<std::vector<uint64_t>> sizes = SizesFlag();
-    if (!sizes.ok()) return Fail(std::string(sizes.status().message()));
-    options.sizes = *std::move(sizes);
-    options.specs = SplitSpecs(absl::GetFlag(FLAGS_codecs));
-    if (options.specs.empty()) options.specs = tern::DefaultBenchSpecs();
-    options.threads = absl::GetFlag(FLAGS_threads);
-    options.min_seconds = absl::GetFlag(FLAGS_min_time);
-    options.json_path = absl::GetFlag(FLAGS_json);
-    if (options.threads < 1) return Fail("--threads must be >= 1");
-    if (auto s = tern::RunBenchCodecs(options); !s.ok()) return Fail(s.ToString());
-    return 0;
-  }
-  if (cmd[0] == "bench" && cmd.size() == 2 && cmd[1] == "transport") {
-    tern::BenchTransportOptions options;
-    absl::StatusOr<std::vector<uint64_t>> sizes = SizesFlag();
-    if (!sizes.ok()) return Fail(std::string(sizes.status().message()));
-    options.sizes = *std::move(sizes);
-    options.repeats = absl::GetFlag(FLAGS_repeats);
-    options.tls = absl::GetFlag(FLAGS_tls);
-    options.push_stripes = absl::GetFlag(FLAGS_push_stripes);
-    if (auto s = tern::RunBenchTransport(options); !s.ok()) return Fail(s.ToString());
-    return 0;
-  }
-  if (cmd[0] == "bench" && cmd.size() == 2 && cmd[1] == "model") {
-    tern::BenchModelOptions options;
-    options.model = tern::ModelFlag();
-    options.batch = tern::BatchFlag();
-    options.min_seconds = absl::GetFlag(FLAGS_min_time);
-    if (auto s = tern::RunBenchModel(options, tern::ComputeThreadsFlag()); !s.ok()) {
-      return Fail(s.ToString());
-    }
-    return 0;
-  }
-  return Fail(absl::StrCat("'", absl::StrJoin(cmd, " "), "': unexpected arguments\n",
-                           tern::CommandsHelp(table)));
+  return runner->run(line.positional);
 }

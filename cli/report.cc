@@ -115,26 +115,40 @@ std::string TickLabel(double v) {
   return absl::StrFormat("%.4g", v);
 }
 
+bool IsAggregatorRun(const RunSeries& r) {
+  return r.config.has_mode() && r.config.mode() != "gossip";
+}
+
+// Which runs a chart draws: a gossip run's steps and an aggregator's rounds are not one axis.
+enum class RunKind { kAny, kGossip, kAggregator };
+
 struct ChartSpec {
   std::string x_key, x_label, y_key, y_label;
   double y_scale = 1;
   bool log_y = false;
+  bool log_x = false;
+  RunKind runs = RunKind::kAny;
+  std::string caption_note = "";  // after the caption: "(gossip runs)"
 };
 
 struct Point {
   double x, y;
 };
 
-// Each run's points of `c` (non-positive values dropped on a log scale).
+// Each run's points of `c` (non-positive values dropped on a log scale); none for a run of a kind
+// the chart does not draw.
 std::vector<std::vector<Point>> Series(const std::vector<RunSeries>& runs, const ChartSpec& c) {
   std::vector<std::vector<Point>> out(runs.size());
   for (size_t i = 0; i < runs.size(); ++i) {
+    if (c.runs != RunKind::kAny && IsAggregatorRun(runs[i]) != (c.runs == RunKind::kAggregator)) {
+      continue;
+    }
     for (const v1::MetricsRow& row : runs[i].rows) {
       const std::optional<double> x = Field(row, c.x_key), y = Field(row, c.y_key);
       if (!x || !y || !std::isfinite(*x) || !std::isfinite(*y)) continue;
       const double v = *y * c.y_scale;
-      if (c.log_y && !(v > 0)) continue;
-      out[i].push_back({*x, c.log_y ? std::log10(v) : v});
+      if ((c.log_y && !(v > 0)) || (c.log_x && !(*x > 0))) continue;
+      out[i].push_back({c.log_x ? std::log10(*x) : *x, c.log_y ? std::log10(v) : v});
     }
   }
   return out;
@@ -145,14 +159,22 @@ std::vector<std::vector<Point>> Series(const std::vector<RunSeries>& runs, const
 struct Axes {
   static constexpr double W = 560, H = 320, L = 72, R = 28, T = 28, B = 45;
   double x0, x1, y0, y1, xs, ys;
-  bool log_y;
+  bool log_y, log_x;
 
-  Axes(double x_lo, double x_hi, double y_lo, double y_hi, bool log) : log_y(log) {
-    x0 = std::min(x_lo, 0.0);
-    x1 = x_hi == x0 ? x0 + 1 : x_hi;
+  // On a log axis the values are log10s already (Series), and the axis runs whole decades.
+  Axes(double x_lo, double x_hi, double y_lo, double y_hi, bool log, bool logx = false)
+      : log_y(log), log_x(logx) {
+    if (log_x) {
+      x0 = std::floor(x_lo);
+      x1 = std::max(std::ceil(x_hi), x0 + 1);
+      xs = 1;
+    } else {
+      x0 = std::min(x_lo, 0.0);
+      x1 = x_hi == x0 ? x0 + 1 : x_hi;
+      xs = TickStep(x1 - x0);
+      x1 = std::ceil(x1 / xs) * xs;  // the axis ends on a tick, so every label sits on the axis
+    }
     if (y_hi == y_lo) y_hi = y_lo + 1;
-    xs = TickStep(x1 - x0);
-    x1 = std::ceil(x1 / xs) * xs;  // the axis ends on a tick, so every label sits on the axis
     ys = log_y ? 1.0 : TickStep(y_hi - y_lo);  // decades on a log scale
     y0 = std::floor(y_lo / ys) * ys;
     y1 = std::ceil(y_hi / ys) * ys;
@@ -180,15 +202,17 @@ struct Axes {
       absl::StrAppendFormat(&svg,
                             "<line x1='%.1f' y1='%g' x2='%.1f' y2='%g' stroke='#eee'/>"
                             "<text x='%.1f' y='%g' text-anchor='middle'>%s</text>",
-                            px(x), T, px(x), H - B, px(x), H - B + 15, TickLabel(x));
+                            px(x), T, px(x), H - B, px(x), H - B + 15,
+                            TickLabel(log_x ? std::pow(10, x) : x));
     }
     absl::StrAppendFormat(&svg,
                           "<rect x='%g' y='%g' width='%g' height='%g' fill='none' stroke='#888'/>"
                           "<text x='%g' y='%g' text-anchor='middle'>%s</text>"
                           "<text transform='translate(14,%g) rotate(-90)' "
                           "text-anchor='middle'>%s</text>",
-                          L, T, W - L - R, H - T - B, (L + W - R) / 2, H - 8, Html(x_label),
-                          (T + H - B) / 2, Html(y_label + (log_y ? " (log)" : "")));
+                          L, T, W - L - R, H - T - B, (L + W - R) / 2, H - 8,
+                          Html(x_label + (log_x ? " (log)" : "")), (T + H - B) / 2,
+                          Html(y_label + (log_y ? " (log)" : "")));
     return svg;
   }
 
@@ -214,9 +238,12 @@ std::string Chart(const std::vector<RunSeries>& runs, const ChartSpec& c) {
     }
   }
   if (x0 > x1) return "";
-  const Axes a(x0, x1, y0, y1, c.log_y);
-  std::string svg = a.Open(c.y_label + " vs " + c.x_label, c.x_label, c.y_label);
+  const Axes a(x0, x1, y0, y1, c.log_y, c.log_x);
+  std::string svg = a.Open(
+      absl::StrCat(c.y_label, " vs ", c.x_label, c.caption_note.empty() ? "" : " ", c.caption_note),
+      c.x_label, c.y_label);
   for (size_t i = 0; i < series.size(); ++i) {
+    if (series[i].empty()) continue;  // a run this chart does not draw, or with no such value
     std::string pts;
     for (const Point& p : series[i]) {
       absl::StrAppendFormat(&pts, "%.1f,%.1f ", a.px(p.x), a.py(p.y));
@@ -317,10 +344,6 @@ std::string ConfigList(const v1::RunConfig& c) {
   return h + "</pre>";
 }
 
-bool IsAggregatorRun(const RunSeries& r) {
-  return r.config.has_mode() && r.config.mode() != "gossip";
-}
-
 std::string SummaryTable(const std::vector<RunSeries>& runs) {
   std::string h =
       "<table><tr><th>run</th><th>mode</th><th>algorithm / rule</th><th>codec</th>"
@@ -347,23 +370,64 @@ std::vector<ChartSpec> Charts(const std::vector<RunSeries>& runs) {
   bool any_gossip = false, any_aggregator = false;
   for (const RunSeries& r : runs) (IsAggregatorRun(r) ? any_aggregator : any_gossip) = true;
   const bool mixed = any_gossip && any_aggregator;
-  const std::string x = mixed ? "step / round" : any_gossip ? "step" : "round";
   // A gossip worker's bytes are what it sent; an aggregator client's, what went up and down.
   const std::string mb = mixed        ? "MB per worker (sent, or up + down)"
                          : any_gossip ? "MB sent per worker"
                                       : "MB per client (up + down)";
-  return {
-      {"step", x, "test_acc", "test accuracy (%)", 100},
-      {"mb_sent_per_worker", mb, "test_acc", "test accuracy (%)", 100},
-      {"wall_s", "wall time (s)", "test_acc", "test accuracy (%)", 100},
-      {"step", x, "train_loss", "training loss"},
-      {"step", x, "consensus", "consensus distance", 1, /*log_y=*/true},
-      {"round", "round", "payload_mb_up", "payload MB up (all clients)"},
-      {"round", "round", "payload_mb_down", "payload MB down (all clients)"},
-      {"round", "round", "updates_refused", "updates refused (total)"},
-      {"round", "round", "updates_dropped", "late updates dropped (total)"},
-      {"round", "round", "closed_s", "round closed at (s)"},
+  std::vector<ChartSpec> charts;
+  // Charts over steps or rounds: one for the gossip runs' steps and one for the aggregator runs'
+  // rounds when the report has both, never the two on one axis.
+  auto by_progress = [&](const std::string& y_key, const std::string& y_label, double y_scale,
+                         bool log_y) {
+    if (any_gossip) {
+      charts.push_back({.x_key = "step",
+                        .x_label = "step",
+                        .y_key = y_key,
+                        .y_label = y_label,
+                        .y_scale = y_scale,
+                        .log_y = log_y,
+                        .runs = RunKind::kGossip,
+                        .caption_note = mixed ? "(gossip runs)" : ""});
+    }
+    if (any_aggregator) {
+      charts.push_back({.x_key = "step",  // an aggregator run's rows count rounds here
+                        .x_label = "round",
+                        .y_key = y_key,
+                        .y_label = y_label,
+                        .y_scale = y_scale,
+                        .log_y = log_y,
+                        .runs = RunKind::kAggregator,
+                        .caption_note = mixed ? "(aggregator runs)" : ""});
+    }
   };
+  by_progress("test_acc", "test accuracy (%)", 100, false);
+  // Runs that send 100x fewer bytes than others are a point on the y axis on a linear scale.
+  charts.push_back({.x_key = "mb_sent_per_worker",
+                    .x_label = mb,
+                    .y_key = "test_acc",
+                    .y_label = "test accuracy (%)",
+                    .y_scale = 100,
+                    .log_x = true});
+  charts.push_back({.x_key = "wall_s",
+                    .x_label = "wall time (s)",
+                    .y_key = "test_acc",
+                    .y_label = "test accuracy (%)",
+                    .y_scale = 100});
+  by_progress("train_loss", "training loss", 1, false);
+  charts.push_back({.x_key = "step",
+                    .x_label = "step",
+                    .y_key = "consensus",
+                    .y_label = "consensus distance",
+                    .log_y = true});
+  for (const auto& [key, label] : std::vector<std::pair<std::string, std::string>>{
+           {"payload_mb_up", "payload MB up (all clients)"},
+           {"payload_mb_down", "payload MB down (all clients)"},
+           {"updates_refused", "updates refused (total)"},
+           {"updates_dropped", "late updates dropped (total)"},
+           {"closed_s", "round closed at (s)"}}) {
+    charts.push_back({.x_key = "round", .x_label = "round", .y_key = key, .y_label = label});
+  }
+  return charts;
 }
 
 }  // namespace

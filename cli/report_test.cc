@@ -145,6 +145,57 @@ TEST(Report, AGossipRunStacksWhereEachStepsTimeWentTrainerIoAndTheRest) {
   EXPECT_THAT(RenderReport({run}), Not(HasSubstr("time per step")));
 }
 
+// Accuracy against bytes on a log axis: a run that sends 246x fewer bytes than another still has
+// a curve, not a line along the y axis.
+TEST(Report, AccuracyAgainstBytesIsOnALogAxisOfWholeDecades) {
+  RunSeries dense, compressed;
+  dense.name = "dense";
+  compressed.name = "compressed";
+  for (int s = 1; s <= 4; ++s) {
+    v1::MetricsRow r = Row(s, 0.5 + 0.1 * s);
+    r.set_mb_sent_per_worker(24.6 * s);
+    dense.rows.push_back(r);
+    r.set_mb_sent_per_worker(0.1 * s);
+    compressed.rows.push_back(r);
+  }
+  const std::string html = RenderReport({dense, compressed});
+  EXPECT_THAT(html, HasSubstr("MB sent per worker (log)"));
+  for (const char* tick : {">0.1<", ">1<", ">10<", ">100<"}) EXPECT_THAT(html, HasSubstr(tick));
+  // The compressed run's first point (0.1 MB) sits at the axis's left edge, x = 72 px, and its
+  // last (0.4 MB) well inside it: 0.6 of a decade of three, ~0.2 of 460 px.
+  const size_t chart = html.find("test accuracy (%) vs MB sent per worker");
+  ASSERT_NE(chart, std::string::npos);
+  const size_t second = html.find("<polyline", html.find("<polyline", chart) + 1);
+  ASSERT_NE(second, std::string::npos);
+  EXPECT_EQ(html.substr(html.find("points='", second) + 8, 5), "72.0,");
+}
+
+// A report of gossip runs and aggregator runs draws steps and rounds on axes of their own.
+TEST(Report, GossipStepsAndAggregatorRoundsAreNeverOneAxis) {
+  RunSeries gossip, fed;
+  gossip.name = "gossip";
+  gossip.config.set_mode("gossip");
+  fed.name = "fed";
+  fed.config.set_mode("federated");
+  for (int s = 0; s <= 3; ++s) {
+    gossip.rows.push_back(Row(s * 100, 0.5));
+    fed.rows.push_back(Row(s, 0.6));
+  }
+  const std::string html = RenderReport({gossip, fed});
+  EXPECT_THAT(html, HasSubstr("test accuracy (%) vs step (gossip runs)"));
+  EXPECT_THAT(html, HasSubstr("test accuracy (%) vs round (aggregator runs)"));
+  EXPECT_THAT(html, HasSubstr("training loss vs step (gossip runs)"));
+  EXPECT_THAT(html, Not(HasSubstr("step / round")));
+  // Each of the two accuracy charts draws one run.
+  const size_t steps = html.find("test accuracy (%) vs step (gossip runs)");
+  const size_t end = html.find("</svg>", steps);
+  size_t lines = 0;
+  for (size_t at = html.find("<polyline", steps); at < end; at = html.find("<polyline", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1u);
+}
+
 TEST(Report, AFederatedRunChartsBytesBothWaysRefusalsAndCloseTimesNotConsensus) {
   RunSeries run;
   run.name = "fedavg";

@@ -472,6 +472,12 @@ std::string GossipRunName() {
 
 }  // namespace
 
+absl::Status CheckRunFlags() {
+  if (absl::GetFlag(FLAGS_mode) != "gossip") return CheckFederatedRunFlags();
+  GossipRun run;
+  return CheckGossipFlags(NewBuiltinWorkerRegistries(), &run);
+}
+
 int RunMain(const std::string& self_exe) {
   if (absl::GetFlag(FLAGS_mode) != "gossip") return RunFederatedMain(self_exe);
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();

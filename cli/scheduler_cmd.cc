@@ -12,7 +12,9 @@
 #include "cli/commands.h"
 #include "cli/process.h"
 #include "cli/service_flags.h"
+#include "common/status_macros.h"
 #include "core/ops/systemd.h"
+#include "server/membership.h"
 #include "server/scheduler_service.h"
 #include "spdlog/spdlog.h"
 
@@ -36,8 +38,9 @@ ABSL_DECLARE_FLAG(std::string, port_file);
 
 namespace tern {
 
-int SchedulerMain() {
-  sigset_t signals = BlockStopSignals();
+namespace {
+
+absl::StatusOr<SchedulerServerOptions> SchedulerOptionsFromFlags() {
   SchedulerServerOptions o;
   o.listen = absl::GetFlag(FLAGS_listen);
   o.scheduler.run_id = absl::GetFlag(FLAGS_run_id);
@@ -50,12 +53,24 @@ int SchedulerMain() {
   o.metrics_listen = MetricsListenFromFlags();
   o.tls = TlsFromFlags();
   o.scheduler.topology = absl::GetFlag(FLAGS_topology);
-  auto weights = ParseWeightRule(absl::GetFlag(FLAGS_weights));
-  if (!weights.ok()) {
-    std::fprintf(stderr, "tern scheduler: %s\n", weights.status().ToString().c_str());
+  TERN_ASSIGN_OR_RETURN(o.scheduler.weights, ParseWeightRule(absl::GetFlag(FLAGS_weights)));
+  return o;
+}
+
+}  // namespace
+
+absl::Status CheckSchedulerFlags() {
+  TERN_ASSIGN_OR_RETURN(SchedulerServerOptions o, SchedulerOptionsFromFlags());
+  return Membership::Create(o.scheduler, *NewBuiltinTopologyRegistry()).status();
+}
+
+int SchedulerMain() {
+  sigset_t signals = BlockStopSignals();
+  if (absl::Status s = CheckSchedulerFlags(); !s.ok()) {
+    std::fprintf(stderr, "tern scheduler: %s\n", s.ToString().c_str());
     return 2;
   }
-  o.scheduler.weights = *weights;
+  const SchedulerServerOptions o = *SchedulerOptionsFromFlags();  // checked above
   auto topologies = NewBuiltinTopologyRegistry();
   auto server = SchedulerServer::Start(o, *topologies);
   if (!server.ok()) {

@@ -30,6 +30,7 @@
 #include "kernels/builtin.h"
 #include "spdlog/spdlog.h"
 #include "worker/daemon.h"
+#include "worker/engine.h"
 #include "worker/scheduler_client.h"
 
 namespace tern {
@@ -77,6 +78,20 @@ absl::Status WriteSnapshots(WorkerDaemon& d, const std::string& dir) {
 
 }  // namespace
 
+absl::Status CheckWorkerFlags() {
+  const std::string trainer_kind = absl::GetFlag(FLAGS_trainer);
+  if (trainer_kind != "builtin" && trainer_kind != "external") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trainer=", trainer_kind, ": must be builtin or external"));
+  }
+  if (!absl::GetFlag(FLAGS_final_model).empty() && trainer_kind != "builtin") {
+    return absl::InvalidArgumentError("--final_model needs --trainer=builtin");
+  }
+  TERN_ASSIGN_OR_RETURN(DaemonOptions options, WorkerDaemonOptionsFromFlags());
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  return RoundEngine::Create(options.engine, &registries, nullptr).status();
+}
+
 int WorkerMain() {
   // Signals go to the waiting main thread only; every thread started later inherits the mask.
   sigset_t signals = BlockStopSignals();
@@ -84,21 +99,11 @@ int WorkerMain() {
   const int id = absl::GetFlag(FLAGS_id);
   const int workers = absl::GetFlag(FLAGS_workers);
   const std::string trainer_kind = absl::GetFlag(FLAGS_trainer);
-  if (trainer_kind != "builtin" && trainer_kind != "external") {
-    std::fprintf(stderr, "tern worker: --trainer=%s: must be builtin or external\n",
-                 trainer_kind.c_str());
+  if (absl::Status s = CheckWorkerFlags(); !s.ok()) {
+    std::fprintf(stderr, "tern worker: %s\n", s.ToString().c_str());
     return 2;
   }
-  if (!absl::GetFlag(FLAGS_final_model).empty() && trainer_kind != "builtin") {
-    std::fprintf(stderr, "tern worker: --final_model needs --trainer=builtin\n");
-    return 2;
-  }
-  absl::StatusOr<DaemonOptions> made = WorkerDaemonOptionsFromFlags();
-  if (!made.ok()) {
-    std::fprintf(stderr, "tern worker: %s\n", made.status().ToString().c_str());
-    return 2;
-  }
-  DaemonOptions options = *std::move(made);
+  DaemonOptions options = *WorkerDaemonOptionsFromFlags();  // checked above
   // The scheduler client is made once the port is known; the engine asks it through this.
   auto sched = std::make_shared<std::atomic<SchedulerClient*>>(nullptr);
   if (!absl::GetFlag(FLAGS_scheduler).empty()) {

@@ -59,7 +59,7 @@ def check_units(tern):
             open(path, "w").write(text.replace("/usr/bin/tern", os.path.abspath(tern)))
             units.append(path)
             m = re.search(r"--flagfile=(\S+)", text)
-            check_flags(tern, [text.split("/usr/bin/tern ")[1].split()[0], m.group(1)],
+            check_flags(tern, [text.split("/usr/bin/tern ")[1].split()[0], "--flagfile=" + m.group(1)],
                         os.path.join(HERE, "etc"), f"systemd/{name}")
         r = subprocess.run(["systemd-analyze", "verify"] + units, capture_output=True, text=True)
         said = (r.stdout + r.stderr).strip()

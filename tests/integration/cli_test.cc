@@ -110,6 +110,50 @@ TEST(Cli, BadValuesFailBeforeAnythingStartsWithTheFlagNamed) {
   EXPECT_THAT(unknown.out, HasSubstr("unknown command 'frobnicate'"));
 }
 
+// --check_flags says "good" only of flags the command itself would start with: it runs the same
+// checks, so a value the run refuses is refused here with the same message and exit code.
+TEST(Cli, CheckFlagsRefusesWhatTheRunRefuses) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"run", "--algorithm=adam"},
+      {"run", "--codec=zip"},
+      {"run", "--mode=federatd"},
+      {"run", "stray"},
+      {"worker", "--algorithm=adam"},
+      {"worker", "--trainer=gpu"},
+      {"server", "--update_codec=zip"},
+      {"server", "--rule=medoid"},
+      {"client", "--server=h:1", "--clients=1", "--first_client=3"},
+      {"scheduler", "--topology=hypercube9"},
+  };
+  for (const std::vector<std::string>& args : bad) {
+    const Result run = Tern(args);
+    std::vector<std::string> checked = args;
+    checked.push_back("--check_flags");
+    const Result check = Tern(checked);
+    EXPECT_EQ(check.code, 2) << args[1] << ": " << check.out;
+    EXPECT_EQ(run.code, 2) << args[1] << ": " << run.out;
+    EXPECT_THAT(check.out, Not(HasSubstr("the flags are good"))) << args[1];
+    // The check's message is the run's (each names the flag or argument at fault).
+    const std::string first_line = check.out.substr(0, check.out.find('\n'));
+    const std::string what = first_line.substr(first_line.rfind(": ") + 2);
+    EXPECT_THAT(run.out, HasSubstr(what)) << args[1] << ": " << first_line;
+  }
+  const Result good = Tern({"run", "--algorithm=choco", "--codec=fp16", "--check_flags"});
+  EXPECT_EQ(good.code, 0) << good.out;
+  EXPECT_THAT(good.out, HasSubstr("the flags are good"));
+}
+
+// A client process whose clients are not the first of the run needs --partitions: the error says
+// which flag (docs/deploy.md's line gives it).
+TEST(Cli, AClientPastTheDefaultPartitionsIsToldToGivePartitions) {
+  const Result r = Tern({"client", "--server=h:1", "--clients=1", "--first_client=3"});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_THAT(r.out, AllOf(HasSubstr("--partitions=K"), HasSubstr("K >= 4")));
+  const Result ok = Tern({"client", "--server=h:1", "--clients=1", "--first_client=3",
+                          "--partitions=4", "--check_flags"});
+  EXPECT_EQ(ok.code, 0) << ok.out;
+}
+
 TEST(Cli, ALossyCodecIsRefusedForAnAlgorithmThatCannotCompensateIt) {
   const Result r = Tern({"run", "--codec=topk:ratio=0.01"});  // the default algorithm: decentlam
   EXPECT_EQ(r.code, 2);
