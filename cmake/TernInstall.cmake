@@ -10,10 +10,18 @@ set(TERN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/tern)
 
 install(TARGETS tern RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
-# Daemons as services. Units go under the prefix (/usr/lib/systemd/system for prefix /usr).
-install(FILES deploy/systemd/tern-worker.service deploy/systemd/tern-server.service
-              deploy/systemd/tern-scheduler.service
-        DESTINATION lib/systemd/system)
+# Daemons as services. Units go under the prefix (/usr/lib/systemd/system for prefix /usr), their
+# ExecStart naming the tern installed with them: the prefix is read when installing, so
+# `cmake --install build --prefix P` gives P/bin/tern (DESTDIR, a staging root, is not part of it).
+foreach(unit tern-worker tern-server tern-scheduler)
+  install(CODE "
+    file(READ \"${PROJECT_SOURCE_DIR}/deploy/systemd/${unit}.service\" text)
+    string(REPLACE \"ExecStart=/usr/bin/tern \"
+           \"ExecStart=\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/tern \" text \"\${text}\")
+    set(out \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/systemd/system/${unit}.service\")
+    message(STATUS \"Installing: \${out}\")
+    file(WRITE \"\${out}\" \"\${text}\")")
+endforeach()
 install(FILES deploy/systemd/tern.sysusers DESTINATION lib/sysusers.d
         RENAME tern.conf)
 install(FILES deploy/etc/worker.flags deploy/etc/server.flags deploy/etc/scheduler.flags

@@ -185,6 +185,7 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
     SchedulerServer* p = s.get();
     TERN_ASSIGN_OR_RETURN(s->metrics_,
                           MetricsEndpoint::Start(s->options_.metrics_listen, [p](MetricSet& set) {
+                            set.LabelEvery({{"run", p->options_.scheduler.run_id}});
                             int waiting;
                             {
                               absl::MutexLock lock(&p->wait_mu_);
@@ -198,15 +199,14 @@ absl::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
 }
 
 void SchedulerServer::CollectCallerMetrics(MetricSet& m) const {
-  const MetricLabels run = {{"run", options_.scheduler.run_id}};
   if (authenticator_ != nullptr) {
     m.CountersByReason("tern_scheduler_calls_unauthenticated_total", kUnauthenticatedCallsHelp,
-                       authenticator_->RefusalsByReason(), run);
+                       authenticator_->RefusalsByReason());
   }
   m.Counter("tern_scheduler_calls_permission_denied_total",
             "Calls refused for acting in another member's name (its id registered as someone "
             "else).",
-            static_cast<double>(permission_denied_.load()), run);
+            static_cast<double>(permission_denied_.load()));
 }
 
 SchedulerServer::SchedulerServer(SchedulerServerOptions options,

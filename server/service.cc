@@ -382,6 +382,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
     AggregatorServer* p = s.get();
     TERN_ASSIGN_OR_RETURN(
         s->metrics_, MetricsEndpoint::Start(s->options_.metrics_listen, [p](MetricSet& m) {
+          m.LabelEvery({{"run", p->options_.aggregator.run_id}});
           {
             absl::MutexLock lock(&p->round_mu_);
             CollectAggregatorMetrics(*p->aggregator_, p->round_seconds_, absl::Now(), m);
@@ -459,14 +460,13 @@ absl::Status AggregatorServer::Caller(const std::string& principal, uint32_t cli
 }
 
 void AggregatorServer::CollectCallerMetrics(MetricSet& m) const {
-  const MetricLabels run = {{"run", options_.aggregator.run_id}};
   if (authenticator_ != nullptr) {
     m.CountersByReason("tern_server_calls_unauthenticated_total", kUnauthenticatedCallsHelp,
-                       authenticator_->RefusalsByReason(), run);
+                       authenticator_->RefusalsByReason());
   }
   m.Counter("tern_server_calls_permission_denied_total",
             "Calls refused for acting in another client's name (its id joined as someone else).",
-            static_cast<double>(permission_denied_.load()), run);
+            static_cast<double>(permission_denied_.load()));
 }
 
 absl::Status AggregatorServer::Caller(const grpc::ServerContextBase& ctx, uint32_t client) {

@@ -132,6 +132,19 @@ def test_bad_flags_and_misuse_get_clear_errors():
             w.share(model())
     finally:
         w.close()
+    # A parameter off the CPU (a GPU's; here torch's "meta" device, which every build has) or not
+    # float32 is refused before the worker takes the model, not moved or cast behind the caller.
+    w = embedded.EmbeddedWorker(["--workers=1", "--listen=127.0.0.1:0", "--log_level=warn"])
+    try:
+        off_cpu = torch.nn.Linear(3, 2, device="meta")
+        with pytest.raises(TypeError, match="is on meta.*DistributedOptimizer"):
+            w.share(off_cpu)
+        assert off_cpu.weight.device.type == "meta"
+        with pytest.raises(TypeError, match="float64"):
+            w.share(torch.nn.Linear(3, 2).double())
+        w.share(model())  # the refusals left the worker unregistered
+    finally:
+        w.close()
 
 
 def test_buckets_go_out_during_backward():

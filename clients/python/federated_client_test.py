@@ -21,7 +21,7 @@ import torch  # noqa: E402
 import tern.federated as tern_federated  # noqa: E402
 import train_fashion_mnist as tfm  # noqa: E402
 from tern.v1 import server_pb2  # noqa: E402
-from tern.trainer import assemble, decode_dense  # noqa: E402
+from tern.wire import assemble, decode_dense  # noqa: E402
 
 TERN = sys.argv[1]
 ROUNDS = {"federated": 6, "ps": 60}

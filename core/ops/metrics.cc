@@ -1,5 +1,6 @@
 #include "core/ops/metrics.h"
 
+#include <algorithm>
 #include <exception>
 #include <limits>
 
@@ -32,6 +33,11 @@ prometheus::ClientMetric& MetricSet::Add(const std::string& name, const std::str
   }
   prometheus::MetricFamily& family = families_[it->second];
   prometheus::ClientMetric& m = family.metric.emplace_back();
+  for (const auto& [k, v] : common_) {
+    const bool own =
+        std::any_of(labels.begin(), labels.end(), [&k = k](const auto& l) { return l.first == k; });
+    if (!own) m.label.push_back({k, v});
+  }
   for (const auto& [k, v] : labels) m.label.push_back({k, v});
   return m;
 }

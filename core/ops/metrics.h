@@ -45,6 +45,9 @@ struct HistogramCounts {
 // of its first sample). Counter names end in "_total", as Prometheus expects.
 class MetricSet {
  public:
+  // Labels every sample added from now on carries (first, unless the sample has its own value for
+  // the name): a daemon's run, so that every series of one run can be selected together.
+  void LabelEvery(MetricLabels labels) { common_ = std::move(labels); }
   void Counter(const std::string& name, const std::string& help, double value,
                const MetricLabels& labels = {});
   // One counter sample per reason, labelled reason="...", beside `labels`.
@@ -63,6 +66,7 @@ class MetricSet {
 
   std::vector<prometheus::MetricFamily> families_;
   absl::flat_hash_map<std::string, size_t> index_;
+  MetricLabels common_;
 };
 
 class MetricsEndpoint {

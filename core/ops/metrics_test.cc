@@ -1,6 +1,8 @@
 #include "core/ops/metrics.h"
 
 #include <atomic>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -10,6 +12,26 @@ namespace tern {
 namespace {
 
 using ::testing::HasSubstr;
+
+TEST(MetricSet, LabelsForEveryComeFirstOnEverySampleUnlessItHasItsOwn) {
+  MetricSet m;
+  m.LabelEvery({{"run", "r1"}});
+  m.Counter("a_total", "A.", 1);
+  m.Gauge("b", "B.", 2, {{"kind", "x"}});
+  m.Counter("c_total", "C.", 3, {{"run", "other"}, {"reason", "y"}});
+  const std::vector<prometheus::MetricFamily> f = m.Take();
+  ASSERT_EQ(f.size(), 3u);
+  auto labels = [](const prometheus::MetricFamily& family) {
+    std::vector<std::string> out;
+    for (const prometheus::ClientMetric::Label& l : family.metric.at(0).label) {
+      out.push_back(l.name + "=" + l.value);
+    }
+    return out;
+  };
+  EXPECT_THAT(labels(f[0]), ::testing::ElementsAre("run=r1"));
+  EXPECT_THAT(labels(f[1]), ::testing::ElementsAre("run=r1", "kind=x"));
+  EXPECT_THAT(labels(f[2]), ::testing::ElementsAre("run=other", "reason=y"));
+}
 
 TEST(MetricsEndpoint, AScrapeReadsTheDaemonsCountersAtThatMoment) {
   std::atomic<int> steps{3};

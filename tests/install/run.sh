@@ -14,6 +14,11 @@ for f in bin/tern lib/systemd/system/tern-worker.service lib/sysusers.d/tern.con
   [ -e "$work/prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 "$work/prefix/bin/tern" version
+# The units start the tern installed with them.
+for u in worker server scheduler; do
+  grep -q "^ExecStart=$work/prefix/bin/tern $u " "$work/prefix/lib/systemd/system/tern-$u.service" \
+    || { echo "tern-$u.service does not start $work/prefix/bin/tern:"; grep ExecStart "$work/prefix/lib/systemd/system/tern-$u.service"; exit 1; }
+done
 # The Python package finds the installed C API beside the installed tern on PATH.
 if /usr/bin/python3 -c "import numpy" 2> /dev/null; then
   env -u TERN_LIBRARY PATH="$work/prefix/bin:$PATH" PYTHONPATH="$here/../../clients/python" \

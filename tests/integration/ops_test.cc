@@ -198,6 +198,15 @@ TEST(Prometheus, ScrapesEveryDaemonAndStoresWhatItsOwnCountersSay) {
   EXPECT_EQ(PromQuery(prom_port, "tern_server_bytes_total{direction=\"up\",kind=\"wire\"}"),
             static_cast<double>(st.wire_bytes_up()));
   EXPECT_EQ(PromQuery(prom_port, "count(up==1)"), 3.0);
+  // Every daemon's series carry its run: one selector finds all of a run's rounds, bytes,
+  // updates, members and steps.
+  EXPECT_EQ(PromQuery(prom_port, "tern_server_rounds_total{run=\"it\"}"),
+            static_cast<double>(st.round()));
+  EXPECT_EQ(PromQuery(prom_port, "tern_server_updates_total{run=\"it\",verdict=\"accepted\"}"),
+            static_cast<double>(st.updates_accepted()));
+  EXPECT_EQ(PromQuery(prom_port, "tern_scheduler_members{run=\"it\"}"), 1.0);
+  EXPECT_EQ(PromQuery(prom_port, "tern_worker_steps_total{run=\"it\"}"),
+            static_cast<double>(ws.steps()));
 }
 
 TEST(Systemd, EachDaemonSaysReadyOnceServingFeedsItsWatchdogAndSaysStopping) {

@@ -33,7 +33,8 @@ import os
 import time
 
 from tern import native
-from tern.trainer import SharedModel, make_bundle
+from tern.trainer import SharedModel, check_shareable
+from tern.wire import make_bundle
 from tern.v1 import worker_pb2
 
 _API_VERSION = 2
@@ -135,6 +136,7 @@ class EmbeddedWorker:
         import torch
         if self._memory is not None:
             raise RuntimeError("share() once per worker")
+        check_shareable(model)  # before the worker takes the model's layout
         named = list(model.named_parameters())
         n = sum(p.numel() for _, p in named)
         grad = torch.zeros(n, dtype=torch.float32)

@@ -36,8 +36,8 @@ import numpy as np
 
 from tern import native
 from tern.v1 import server_pb2, server_pb2_grpc, tensor_pb2
-from tern.trainer import (_as_numpy, assemble, assemble_bytes, chunk_bundle, decode_dense,
-                          make_bundle, make_channel)
+from tern.wire import (as_numpy, assemble, assemble_bytes, chunk_bundle, decode_dense,
+                       make_bundle, make_channel)
 
 
 class Client:
@@ -77,7 +77,7 @@ class Client:
 
 def _state(model):
     """A torch module's state_dict as float32 numpy arrays (copies)."""
-    return {k: _as_numpy(v).copy() for k, v in model.state_dict().items()}
+    return {k: as_numpy(v).copy() for k, v in model.state_dict().items()}
 
 
 def _load(model, parameters):
@@ -124,7 +124,7 @@ class TorchClient(Client):
         grads = {k: np.zeros_like(v) for k, v in parameters.items()}
         for name, p in self.model.named_parameters():
             if p.grad is not None:
-                grads[name] = _as_numpy(p.grad)
+                grads[name] = as_numpy(p.grad)
         return grads, examples, loss
 
 

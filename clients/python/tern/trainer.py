@@ -21,126 +21,17 @@ Needs Debian's python3-grpcio, python3-protobuf and python3-torch (run with /usr
 the package is installed as docs/python.md says.
 """
 
-import itertools
 import mmap
 import socket
 import time
-import zlib
 
 import grpc
 import numpy as np
 
-from tern.v1 import tensor_pb2, worker_pb2, worker_pb2_grpc
-
-MAX_CHUNK_BYTES = 1 << 20
-_stream_ids = itertools.count(1)
-
-
-def _as_numpy(t):
-    """A CPU float32 numpy view of a torch tensor or array-like."""
-    if hasattr(t, "detach"):  # torch: any dtype (numpy has no bfloat16, so convert first)
-        return t.detach().to("cpu").float().numpy()
-    return np.asarray(t, dtype=np.float32)
-
-
-def make_bundle(named_arrays, codec="none", round_=0):
-    """A TensorBundle of (name, array) pairs, encoded with codec "none" (fp32) or "fp16"."""
-    bundle = tensor_pb2.TensorBundle(round=round_)
-    for name, value in named_arrays:
-        a = np.ascontiguousarray(_as_numpy(value))
-        t = bundle.tensors.add(name=name).tensor
-        t.numel = a.size
-        t.shape.extend(a.shape)
-        t.dtype = tensor_pb2.DTYPE_FLOAT32
-        if codec == "none":
-            t.codec = "none.v1"
-            t.payload = a.astype("<f4").tobytes()
-        elif codec == "fp16":
-            t.codec = "fp16.v1"
-            t.payload = a.astype("<f2").tobytes()
-        else:
-            raise ValueError("codec must be 'none' or 'fp16', got %r" % codec)
-    return bundle
-
-
-def chunk_bundle(bundle, max_chunk=MAX_CHUNK_BYTES):
-    """The BundleChunk messages of a bundle: offsets, per-chunk and whole-bundle CRC-32."""
-    data = bundle.SerializeToString()
-    stream_id = next(_stream_ids)
-    chunks, offset, running = [], 0, 0
-    while True:
-        piece = data[offset:offset + max_chunk]
-        running = zlib.crc32(piece, running)
-        last = offset + len(piece) >= len(data)
-        c = tensor_pb2.BundleChunk(stream_id=stream_id, offset=offset, total_size=len(data),
-                                   data=piece, data_crc32=zlib.crc32(piece), last=last)
-        if last:
-            c.bundle_crc32 = running
-        chunks.append(c)
-        offset += len(piece)
-        if last:
-            return chunks
-
-
-def assemble(chunks):
-    """Reassembles BundleChunks (checking order, sizes and CRCs) into a TensorBundle."""
-    return tensor_pb2.TensorBundle.FromString(assemble_bytes(chunks))
-
-
-def assemble_bytes(chunks):
-    """Reassembles BundleChunks (checking order, sizes and CRCs): the serialized bundle."""
-    buf, running, total = bytearray(), 0, None
-    for c in chunks:
-        if total is None:
-            total = c.total_size
-        if c.offset != len(buf) or c.total_size != total:
-            raise ValueError("chunk out of order or size changed")
-        if zlib.crc32(c.data) != c.data_crc32:
-            raise ValueError("chunk fails its CRC-32")
-        buf += c.data
-        running = zlib.crc32(c.data, running)
-        if c.last:
-            if len(buf) != total or running != c.bundle_crc32:
-                raise ValueError("bundle incomplete or fails its CRC-32")
-            return bytes(buf)
-    raise ValueError("stream ended before the last chunk")
-
-
-def decode_dense(t):
-    """A numpy array from a "none.v1" or "fp16.v1" EncodedTensor (what the worker returns)."""
-    dtype = {"none.v1": "<f4", "fp16.v1": "<f2"}.get(t.codec)
-    if dtype is None:
-        raise ValueError("cannot decode codec %r in Python" % t.codec)
-    a = np.frombuffer(t.payload, dtype=dtype).astype(np.float32)
-    if a.size != t.numel:
-        raise ValueError("payload holds %d values, numel is %d" % (a.size, t.numel))
-    # A 0-d tensor (BatchNorm's num_batches_tracked) has no dimensions and one value.
-    return a.reshape(tuple(t.shape)) if len(t.shape) or a.size == 1 else a
-
-
-def make_channel(address, tls_ca=None, tls_cert=None, tls_key=None, token_file=None):
-    """A channel to a tern daemon: plaintext without `tls_ca`; TLS checking the daemon against
-    that CA file otherwise, presenting `tls_cert`/`tls_key` (mutual TLS) and the bearer token in
-    `token_file` (tern tokens) when given, as the C++ side's --tls_* and --token_file do."""
-    if tls_ca is None:
-        if tls_cert or token_file:
-            raise ValueError("a certificate or a token needs tls_ca: tokens never go in plaintext")
-        return grpc.insecure_channel(address)
-
-    def read(path):
-        with open(path, "rb") as f:
-            return f.read()
-
-    creds = grpc.ssl_channel_credentials(
-        root_certificates=read(tls_ca),
-        private_key=read(tls_key) if tls_key else None,
-        certificate_chain=read(tls_cert) if tls_cert else None)
-    if token_file:
-        token = read(token_file).decode().strip()
-        creds = grpc.composite_channel_credentials(creds,
-                                                   grpc.access_token_call_credentials(token))
-    return grpc.secure_channel(address, creds)
-
+from tern.v1 import worker_pb2, worker_pb2_grpc
+# The wire helpers live in tern.wire; these names stay importable from here.
+from tern.wire import (MAX_CHUNK_BYTES, as_numpy, assemble, assemble_bytes,  # noqa: F401
+                       chunk_bundle, decode_dense, make_bundle, make_channel)
 
 class TernTrainer:
     """The Trainer service of one worker. Not thread-safe: one training loop per client.
@@ -285,6 +176,23 @@ class Segment:
             self._bell = None
 
 
+def check_shareable(model):
+    """Raises TypeError unless every parameter of `model` is float32 in CPU memory: the worker's
+    regions are CPU float32, and a parameter tied to them (p.data = a view) would otherwise be
+    silently moved off its device or cast."""
+    import torch
+    for name, p in model.named_parameters():
+        if p.device.type != "cpu":
+            raise TypeError(
+                "parameter %s is on %s: a worker's shared memory holds CPU float32 values, and "
+                "tying the parameter to it would move it off its device; keep the model on the "
+                "CPU, or use tern.optim.DistributedOptimizer, which copies any device's and any "
+                "dtype's values to and from the worker" % (name, p.device))
+        if p.dtype != torch.float32:
+            raise TypeError("parameter %s is %s: a worker's shared memory holds float32 values; "
+                            "tern.optim.DistributedOptimizer takes any dtype" % (name, p.dtype))
+
+
 class SharedModel:
     """A torch module whose parameters and gradients live where the worker reads and writes
     them: the worker's shared memory (a Segment), or this process's memory for an embedded
@@ -298,14 +206,11 @@ class SharedModel:
     """
 
     def __init__(self, segment, model):
-        import torch
+        check_shareable(model)
         self._segment = segment
         self._model, self._views = model, []
         off, n = 0, self._segment.num_params
         for p in model.parameters():
-            if p.dtype != torch.float32:
-                raise TypeError("shared memory carries float32 parameters, got %s; "
-                                "tern.optim.DistributedOptimizer takes any dtype" % p.dtype)
             k = p.numel()
             if off + k > n:
                 raise ValueError("the model has more values than the worker registered (%d)" % n)
