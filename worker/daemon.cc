@@ -89,8 +89,12 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
                                              v1::SharedMemoryInfo* reply) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     d_->Post([d = d_, reactor, reply](bool cancelled) {
-      absl::StatusOr<v1::SharedMemoryInfo> info =
-          cancelled ? absl::UnavailableError("worker is shutting down") : d->OpenSharedOnLoop();
+      if (cancelled) {
+        reactor->Finish(Unavailable());
+        return;
+      }
+      d->exec_mu_.AssertHeld();  // a job of the loop
+      absl::StatusOr<v1::SharedMemoryInfo> info = d->OpenSharedOnLoop();
       if (info.ok()) *reply = *std::move(info);
       reactor->Finish(ToGrpcStatus(info.status()));
     });
@@ -101,9 +105,12 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
                                        v1::StepResult* reply) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     d_->Post([d = d_, reactor, request, reply](bool cancelled) {
-      absl::StatusOr<v1::StepResult> r = cancelled
-                                             ? absl::UnavailableError("worker is shutting down")
-                                             : d->StepSharedOnLoop(*request);
+      if (cancelled) {
+        reactor->Finish(Unavailable());
+        return;
+      }
+      d->exec_mu_.AssertHeld();  // a job of the loop
+      absl::StatusOr<v1::StepResult> r = d->StepSharedOnLoop(*request);
       if (r.ok()) *reply = *std::move(r);
       reactor->Finish(ToGrpcStatus(r.status()));
     });
@@ -134,13 +141,18 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
         return;
       }
       d_->Post([this, b = **std::move(bundle)](bool cancelled) {
-        Finish(cancelled ? Unavailable() : ToGrpcStatus(Run(b)));
+        if (cancelled) {
+          Finish(Unavailable());
+          return;
+        }
+        d_->exec_mu_.AssertHeld();  // a job of the loop
+        Finish(ToGrpcStatus(Run(b)));
       });
     }
     void OnDone() override { delete this; }
 
    private:
-    absl::Status Run(const v1::TensorBundle& b) {
+    absl::Status Run(const v1::TensorBundle& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d_->exec_mu_) {
       TERN_ASSIGN_OR_RETURN(std::vector<ParamTensor> layout,
                             LayoutFromBundle(b, d_->options_.engine.max_params));
       std::vector<float> x0(LayoutNumel(layout));
@@ -186,7 +198,12 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
         return;
       }
       d_->Post([this, b = **std::move(bundle)](bool cancelled) {
-        absl::Status s = cancelled ? FromGrpcStatus(Unavailable()) : Run(b);
+        if (cancelled) {
+          Finish(Unavailable());
+          return;
+        }
+        d_->exec_mu_.AssertHeld();  // a job of the loop
+        absl::Status s = Run(b);
         if (!s.ok()) {
           Finish(ToGrpcStatus(s));
           return;
@@ -199,7 +216,7 @@ class WorkerDaemon::TrainerService final : public v1::Trainer::CallbackService {
 
    private:
     // On the loop thread: decode the gradient, run the step, stage the reply.
-    absl::Status Run(const v1::TensorBundle& b) {
+    absl::Status Run(const v1::TensorBundle& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d_->exec_mu_) {
       RoundEngine* e = d_->engine_.get();
       if (!e->initialized()) return absl::FailedPreconditionError("register the model first");
       std::vector<ParamTensor> layout = e->layout();
@@ -300,6 +317,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(
         }));
   }
   if (!d->options_.round_log.empty()) {
+    absl::MutexLock exec(&d->exec_mu_);  // (no step runs yet; the members are exec_mu_'s)
     d->round_log_.open(d->options_.round_log, std::ios::trunc);
     if (!d->round_log_) {
       return absl::InvalidArgumentError(absl::StrCat("cannot write ", d->options_.round_log));
@@ -475,28 +493,34 @@ absl::StatusOr<v1::RegisterReply> WorkerDaemon::RegisterInProcess(
   absl::StatusOr<v1::RegisterReply> reply = absl::UnavailableError("worker is shutting down");
   absl::Notification done;
   Post([&](bool cancelled) {
-    if (!cancelled) reply = RegisterOnLoop(layout, x0);
+    if (!cancelled) {
+      exec_mu_.AssertHeld();  // a job of the loop
+      reply = RegisterOnLoop(layout, x0);
+    }
     done.Notify();
   });
   done.WaitForNotification();
   return reply;
 }
 
+absl::Status WorkerDaemon::BindParamsOnLoop(absl::Span<float> storage) {
+  exec_mu_.AssertHeld();  // a job of the loop
+  if (!engine_->initialized()) return absl::FailedPreconditionError("register the model first");
+  if (shm_ != nullptr) {
+    return absl::FailedPreconditionError("the parameters live in a shared-memory segment");
+  }
+  if (!storage.empty() && storage.size() != engine_->params().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "storage for ", storage.size(), " values; the model has ", engine_->params().size()));
+  }
+  return engine_->BindParams(storage);
+}
+
 absl::Status WorkerDaemon::BindParamsInProcess(absl::Span<float> storage) {
   absl::Status status = absl::UnavailableError("worker is shutting down");
   absl::Notification done;
   Post([&](bool cancelled) {
-    if (cancelled) {
-    } else if (!engine_->initialized()) {
-      status = absl::FailedPreconditionError("register the model first");
-    } else if (shm_ != nullptr) {
-      status = absl::FailedPreconditionError("the parameters live in a shared-memory segment");
-    } else if (!storage.empty() && storage.size() != engine_->params().size()) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "storage for ", storage.size(), " values; the model has ", engine_->params().size()));
-    } else {
-      status = engine_->BindParams(storage);
-    }
+    if (!cancelled) status = BindParamsOnLoop(storage);
     done.Notify();
   });
   done.WaitForNotification();

@@ -122,16 +122,22 @@ class WorkerDaemon {
   WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
                std::unique_ptr<GrpcTransport> transport, std::unique_ptr<RoundEngine> engine);
   void LoopThread();
-  // Round-loop thread only.
+  // Under exec_mu_: on the round-loop thread (a posted job), or on a trainer's thread in turn
+  // with it.
   absl::StatusOr<v1::RegisterReply> RegisterOnLoop(const std::vector<ParamTensor>& layout,
-                                                   absl::Span<const float> x0);
-  absl::StatusOr<StepOutcome> StepOnLoop(const StepInput& in);
-  absl::StatusOr<v1::SharedMemoryInfo> OpenSharedOnLoop();
-  absl::StatusOr<v1::StepResult> StepSharedOnLoop(const v1::StepInfo& info);
+                                                   absl::Span<const float> x0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(exec_mu_);
+  absl::StatusOr<StepOutcome> StepOnLoop(const StepInput& in)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(exec_mu_);
+  absl::StatusOr<v1::SharedMemoryInfo> OpenSharedOnLoop() ABSL_EXCLUSIVE_LOCKS_REQUIRED(exec_mu_);
+  // A job of the loop (asserts exec_mu_ held).
+  absl::Status BindParamsOnLoop(absl::Span<float> storage);
+  absl::StatusOr<v1::StepResult> StepSharedOnLoop(const v1::StepInfo& info)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(exec_mu_);
   // The doorbell's handler: 'S' and a StepInfo in; a status byte and a StepResult (or the
   // error's message) out.
-  std::string DoorbellStep(absl::string_view request);
-  void LogStep(const StepOutcome& out);
+  std::string DoorbellStep(absl::string_view request) ABSL_LOCKS_EXCLUDED(exec_mu_);
+  void LogStep(const StepOutcome& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(exec_mu_);
   // Sets the health status from ready().
   void UpdateHealth();
 
@@ -152,18 +158,20 @@ class WorkerDaemon {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
-  // Held while a job of the round loop runs, and while the doorbell runs a step: the engine and
-  // the members below are used by one of them at a time.
+  // Held while a job of the round loop runs, and while a trainer in this process or the doorbell
+  // runs a step: the engine's steps and the members below are used by one of them at a time.
   absl::Mutex exec_mu_;
-  bool step_begun_ = false;  // under exec_mu_: BeginStepInProcess opened the engine's step
-  std::ofstream round_log_;  // under exec_mu_
-  // Under exec_mu_.
-  absl::Time last_step_end_ = absl::InfinitePast();
-  std::unique_ptr<SharedSegment> shm_;  // the trainer's, once it asked (OpenSharedMemory)
-  size_t shm_grad_at_ = 0;  // where the trainer writes the gradient; the model follows it
-  int shm_serial_ = 0;
+  // BeginStepInProcess opened the engine's step.
+  bool step_begun_ ABSL_GUARDED_BY(exec_mu_) = false;
+  std::ofstream round_log_ ABSL_GUARDED_BY(exec_mu_);
+  absl::Time last_step_end_ ABSL_GUARDED_BY(exec_mu_) = absl::InfinitePast();
+  // The trainer's, once it asked (OpenSharedMemory).
+  std::unique_ptr<SharedSegment> shm_ ABSL_GUARDED_BY(exec_mu_);
+  // Where the trainer writes the gradient; the model follows it.
+  size_t shm_grad_at_ ABSL_GUARDED_BY(exec_mu_) = 0;
+  int shm_serial_ ABSL_GUARDED_BY(exec_mu_) = 0;
   // The trainer's doorbell (a Unix socket beside the segment), made at its first OpenSharedMemory.
-  std::unique_ptr<SeqpacketServer> doorbell_;
+  std::unique_ptr<SeqpacketServer> doorbell_ ABSL_GUARDED_BY(exec_mu_);
 };
 
 }  // namespace tern
