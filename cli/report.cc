@@ -377,30 +377,27 @@ std::vector<ChartSpec> Charts(const std::vector<RunSeries>& runs) {
   std::vector<ChartSpec> charts;
   // Charts over steps or rounds: one for the gossip runs' steps and one for the aggregator runs'
   // rounds when the report has both, never the two on one axis.
-  auto by_progress = [&](const std::string& y_key, const std::string& y_label, double y_scale,
-                         bool log_y) {
-    if (any_gossip) {
+  struct Progress {
+    bool any;
+    RunKind runs;
+    const char* x_label;  // an aggregator run's rows count rounds in `step`
+    const char* note;
+  };
+  const Progress kinds[] = {{any_gossip, RunKind::kGossip, "step", "(gossip runs)"},
+                            {any_aggregator, RunKind::kAggregator, "round", "(aggregator runs)"}};
+  auto by_progress = [&](const std::string& y_key, const std::string& y_label, double y_scale) {
+    for (const Progress& k : kinds) {
+      if (!k.any) continue;
       charts.push_back({.x_key = "step",
-                        .x_label = "step",
+                        .x_label = k.x_label,
                         .y_key = y_key,
                         .y_label = y_label,
                         .y_scale = y_scale,
-                        .log_y = log_y,
-                        .runs = RunKind::kGossip,
-                        .caption_note = mixed ? "(gossip runs)" : ""});
-    }
-    if (any_aggregator) {
-      charts.push_back({.x_key = "step",  // an aggregator run's rows count rounds here
-                        .x_label = "round",
-                        .y_key = y_key,
-                        .y_label = y_label,
-                        .y_scale = y_scale,
-                        .log_y = log_y,
-                        .runs = RunKind::kAggregator,
-                        .caption_note = mixed ? "(aggregator runs)" : ""});
+                        .runs = k.runs,
+                        .caption_note = mixed ? k.note : ""});
     }
   };
-  by_progress("test_acc", "test accuracy (%)", 100, false);
+  by_progress("test_acc", "test accuracy (%)", 100);
   // Runs that send 100x fewer bytes than others are a point on the y axis on a linear scale.
   charts.push_back({.x_key = "mb_sent_per_worker",
                     .x_label = mb,
@@ -413,7 +410,7 @@ std::vector<ChartSpec> Charts(const std::vector<RunSeries>& runs) {
                     .y_key = "test_acc",
                     .y_label = "test accuracy (%)",
                     .y_scale = 100});
-  by_progress("train_loss", "training loss", 1, false);
+  by_progress("train_loss", "training loss", 1);
   charts.push_back({.x_key = "step",
                     .x_label = "step",
                     .y_key = "consensus",
