@@ -149,7 +149,7 @@ absl::StatusOr<Receiver> StartReceiver(uint64_t numel, int stripes,
   TERN_ASSIGN_OR_RETURN(r.daemon, WorkerDaemon::Start(o, &registries));
   const std::vector<float> x0(numel, 0.0f);
   TERN_RETURN_IF_ERROR(
-      r.daemon->RegisterInProcess({{"x", {static_cast<int64_t>(numel)}, 0, numel}}, x0).status());
+      r.daemon->trainer().Register({{"x", {static_cast<int64_t>(numel)}, 0, numel}}, x0).status());
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (client != nullptr) {
     TERN_ASSIGN_OR_RETURN(credentials, ChannelCredentialsFor(*client));
@@ -188,7 +188,7 @@ absl::StatusOr<std::pair<double, double>> PushOnce(Receiver& to, GrpcTransport& 
   StepInput step;
   step.step = r;
   step.grad = zeros;
-  TERN_RETURN_IF_ERROR(to.daemon->StepInProcess(step, nullptr).status());
+  TERN_RETURN_IF_ERROR(to.daemon->trainer().Step(step, nullptr).status());
   return std::make_pair(seconds, cpu);
 }
 

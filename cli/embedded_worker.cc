@@ -122,9 +122,9 @@ absl::Status Register(TernWorker* w, const void* bundle, size_t bundle_size, flo
   }
   std::vector<float> x0(num_params);
   TERN_RETURN_IF_ERROR(BundleToFlat(b, layout, *w->registries.codecs, absl::MakeSpan(x0)));
-  TERN_ASSIGN_OR_RETURN(v1::RegisterReply reply, w->daemon->RegisterInProcess(layout, x0));
+  TERN_ASSIGN_OR_RETURN(v1::RegisterReply reply, w->daemon->trainer().Register(layout, x0));
   const absl::Span<float> storage(params, num_params);
-  TERN_RETURN_IF_ERROR(w->daemon->BindParamsInProcess(storage));
+  TERN_RETURN_IF_ERROR(w->daemon->trainer().BindParams(storage));
   w->params = storage;
   *step = reply.step();
   return absl::OkStatus();
@@ -151,7 +151,7 @@ absl::StatusOr<std::string> Step(TernWorker* w, const void* info, size_t info_si
   in.io_seconds = si.io_seconds();
   in.grad = absl::MakeConstSpan(grad, num_params);
   StepOutcome out;
-  TERN_RETURN_IF_ERROR(w->daemon->StepInProcess(in, &out).status());
+  TERN_RETURN_IF_ERROR(w->daemon->trainer().Step(in, &out).status());
   return StepResultOf(out).SerializeAsString();
 }
 
@@ -227,7 +227,7 @@ int tern_worker_begin_step(TernWorker* worker, uint64_t step, float lr, const fl
   in.step = static_cast<int64_t>(step);
   in.lr = lr;
   in.grad = absl::MakeConstSpan(grad, num_params);
-  absl::Status s = worker->daemon->BeginStepInProcess(in);
+  absl::Status s = worker->daemon->trainer().BeginStep(in);
   return s.ok() ? 0 : tern::Fail(s, error, error_size);
 }
 
@@ -235,7 +235,7 @@ int tern_worker_grad_ready(TernWorker* worker, uint64_t from, char* error, size_
   if (worker == nullptr) {
     return tern::Fail(absl::InvalidArgumentError("worker is null"), error, error_size);
   }
-  absl::Status s = worker->daemon->GradReadyInProcess(from);
+  absl::Status s = worker->daemon->trainer().GradReady(from);
   return s.ok() ? 0 : tern::Fail(s, error, error_size);
 }
 

@@ -57,7 +57,7 @@ TEST(WorkerHealth, NotServingUntilItCanTrainWhileItsTrainerServiceTakesARegistra
   EXPECT_EQ(Health(port, "tern.v1.Gossip"), HealthCheckResponse::NOT_SERVING);
   EXPECT_EQ(Health(port, "tern.v1.Trainer"), HealthCheckResponse::SERVING);
 
-  ASSERT_THAT((*d)->RegisterInProcess({{"w", {4}, 0, 4}}, std::vector<float>(4, 1.f)).status(),
+  ASSERT_THAT((*d)->trainer().Register({{"w", {4}, 0, 4}}, std::vector<float>(4, 1.f)).status(),
               IsOk());
   // Registered, but its peers are not known yet: it cannot step.
   EXPECT_EQ(Health(port, ""), HealthCheckResponse::NOT_SERVING);

@@ -53,7 +53,7 @@ struct Receiver {
     o.engine.round_timeout = absl::Seconds(2);
     o.limits = limits;
     daemon = *WorkerDaemon::Start(o, &registries);
-    EXPECT_THAT(daemon->RegisterInProcess(Layout(), std::vector<float>(kNumel, 0.0f)).status(),
+    EXPECT_THAT(daemon->trainer().Register(Layout(), std::vector<float>(kNumel, 0.0f)).status(),
                 IsOk());
     peers = {absl::StrCat("127.0.0.1:", daemon->port()), "127.0.0.1:1"};
     EXPECT_THAT(daemon->SetPeers(peers), IsOk());
@@ -104,7 +104,7 @@ TEST(StripedPush, ALargeMessageOverThreeConnectionsIsMixedAsSent) {
   const std::vector<float> zeros(kNumel, 0.0f);
   step.grad = zeros;
   StepOutcome out;
-  absl::StatusOr<absl::Span<const float>> model = r.daemon->StepInProcess(step, &out);
+  absl::StatusOr<absl::Span<const float>> model = r.daemon->trainer().Step(step, &out);
   ASSERT_THAT(model.status(), IsOk());
   EXPECT_THAT(out.mixed, ElementsAre(1));
   for (size_t i = 0; i < kNumel; i += 997) ASSERT_FLOAT_EQ((*model)[i], 0.5f * x[i]) << i;

@@ -64,7 +64,7 @@ TEST(WorkerDaemonSharedMemory, DoorbellAndStepSharedStepTheModelInPlaceAndRefuse
   auto d = WorkerDaemon::Start(Alone(), &registries);
   ASSERT_THAT(d.status(), IsOk());
   const std::vector<ParamTensor> layout = {{"w", {4}, 0, 4}};
-  ASSERT_THAT((*d)->RegisterInProcess(layout, {1, 2, 3, 4}).status(), IsOk());
+  ASSERT_THAT((*d)->trainer().Register(layout, {1, 2, 3, 4}).status(), IsOk());
   auto stub = v1::Trainer::NewStub((*d)->InProcessChannel());
   v1::SharedMemoryInfo info;
   {

@@ -15,7 +15,7 @@ class InProcessTrainerLink final : public TrainerLink {
 
   absl::StatusOr<int64_t> Register(const std::vector<ParamTensor>& layout,
                                    absl::Span<const float> x0) override {
-    TERN_ASSIGN_OR_RETURN(v1::RegisterReply reply, daemon_->RegisterInProcess(layout, x0));
+    TERN_ASSIGN_OR_RETURN(v1::RegisterReply reply, daemon_->trainer().Register(layout, x0));
     return static_cast<int64_t>(reply.step());
   }
 
@@ -24,14 +24,14 @@ class InProcessTrainerLink final : public TrainerLink {
     StepInput in;
     in.step = s.step;
     in.grad = s.grad;
-    begun_ = daemon_->BeginStepInProcess(in);
+    begun_ = daemon_->trainer().BeginStep(in);
     during_ = absl::ToDoubleSeconds(absl::Now() - t0);
   }
 
   void GradReadyFrom(size_t from) override {
     if (!begun_.ok()) return;
     const absl::Time t0 = absl::Now();
-    begun_ = daemon_->GradReadyInProcess(from);
+    begun_ = daemon_->trainer().GradReady(from);
     during_ += absl::ToDoubleSeconds(absl::Now() - t0);
   }
 
@@ -50,7 +50,7 @@ class InProcessTrainerLink final : public TrainerLink {
     in.grad = s.grad;
     const absl::Time t0 = absl::Now();
     StepOutcome out;
-    absl::StatusOr<absl::Span<const float>> params = daemon_->StepInProcess(in, &out);
+    absl::StatusOr<absl::Span<const float>> params = daemon_->trainer().Step(in, &out);
     io_seconds_ = std::max(0.0, absl::ToDoubleSeconds(absl::Now() - t0) + during_ - out.seconds);
     during_ = 0;
     return params;

@@ -1,0 +1,236 @@
+#include "worker/trainer_service.h"
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "common/chunking.h"
+#include "common/status_macros.h"
+#include "core/model/bundle.h"
+#include "core/rpc/chunk_stream.h"
+#include "core/rpc/status.h"
+
+namespace tern {
+namespace {
+
+grpc::Status Unavailable() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is shutting down");
+}
+
+}  // namespace
+
+class TrainerService::RegisterCall final : public grpc::ServerReadReactor<v1::RegisterRequest> {
+ public:
+  RegisterCall(TrainerService* s, v1::RegisterReply* reply)
+      : s_(s), reply_(reply), assembler_(s->options_.max_bundle_bytes) {
+    StartRead(&req_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(
+          ToGrpcStatus(absl::InvalidArgumentError("stream ended before the model's last chunk")));
+      return;
+    }
+    std::optional<absl::StatusOr<v1::TensorBundle>> bundle =
+        Feed(assembler_, std::move(*req_.mutable_chunk()));
+    if (!bundle) {
+      StartRead(&req_);
+      return;
+    }
+    if (!bundle->ok()) {
+      Finish(ToGrpcStatus(bundle->status()));
+      return;
+    }
+    s_->options_.post([this, b = **std::move(bundle)](bool cancelled) {
+      if (cancelled) {
+        Finish(Unavailable());
+        return;
+      }
+      s_->port_->AssertHeld();  // a job of the loop
+      Finish(ToGrpcStatus(Run(b)));
+    });
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Run(const v1::TensorBundle& b) {
+    s_->port_->AssertHeld();
+    TERN_ASSIGN_OR_RETURN(std::vector<ParamTensor> layout,
+                          LayoutFromBundle(b, s_->options_.max_params));
+    std::vector<float> x0(LayoutNumel(layout));
+    TERN_RETURN_IF_ERROR(BundleToFlat(b, layout, *s_->codecs_, absl::MakeSpan(x0)));
+    TERN_ASSIGN_OR_RETURN(*reply_, s_->port_->RegisterLocked(layout, x0));
+    return absl::OkStatus();
+  }
+
+  TrainerService* const s_;
+  v1::RegisterReply* const reply_;
+  BundleAssembler assembler_;
+  v1::RegisterRequest req_;
+};
+
+class TrainerService::StepCall final
+    : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepReply> {
+ public:
+  explicit StepCall(TrainerService* s) : s_(s), assembler_(s->options_.max_bundle_bytes) {
+    StartRead(&req_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(ToGrpcStatus(
+          absl::InvalidArgumentError("stream ended before the gradient's last chunk")));
+      return;
+    }
+    if (first_) {
+      if (!req_.has_info()) {
+        Finish(
+            ToGrpcStatus(absl::InvalidArgumentError("the first StepRequest must carry StepInfo")));
+        return;
+      }
+      info_ = req_.info();
+      first_ = false;
+    }
+    std::optional<absl::StatusOr<v1::TensorBundle>> bundle =
+        Feed(assembler_, std::move(*req_.mutable_chunk()));
+    if (!bundle) {
+      StartRead(&req_);
+      return;
+    }
+    if (!bundle->ok()) {
+      Finish(ToGrpcStatus(bundle->status()));
+      return;
+    }
+    s_->options_.post([this, b = **std::move(bundle)](bool cancelled) {
+      if (cancelled) {
+        Finish(Unavailable());
+        return;
+      }
+      absl::Status s = Run(b);
+      if (!s.ok()) {
+        Finish(ToGrpcStatus(s));
+        return;
+      }
+      StartWrite(&replies_[0]);
+    });
+  }
+  void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, replies_, &next_); }
+  void OnDone() override { delete this; }
+
+ private:
+  // A job of the loop: decode the gradient, run the step, stage the reply.
+  absl::Status Run(const v1::TensorBundle& b) {
+    s_->port_->AssertHeld();
+    RoundEngine* e = s_->engine_;
+    if (!e->initialized()) return absl::FailedPreconditionError("register the model first");
+    std::vector<ParamTensor> layout = e->layout();
+    std::vector<float> grad(LayoutNumel(layout));
+    TERN_RETURN_IF_ERROR(BundleToFlat(b, layout, *s_->codecs_, absl::MakeSpan(grad)));
+    StepInput in;
+    in.step = static_cast<int64_t>(info_.step());
+    in.lr = info_.lr();
+    in.loss = info_.loss();
+    in.compute_seconds = info_.compute_seconds();
+    in.io_seconds = info_.io_seconds();
+    in.grad = grad;
+    TERN_ASSIGN_OR_RETURN(StepOutcome out, s_->port_->StepLocked(in));
+    const v1::StepResult result = StepResultOf(out);
+    TERN_ASSIGN_OR_RETURN(v1::TensorBundle params, FlatToBundle(layout, e->params()));
+    params.set_round(static_cast<uint64_t>(out.step));
+    TERN_ASSIGN_OR_RETURN(replies_, ChunkedReplies(params, static_cast<uint64_t>(out.step),
+                                                   &v1::StepReply::mutable_result, result));
+    return absl::OkStatus();
+  }
+
+  TrainerService* const s_;
+  BundleAssembler assembler_;
+  v1::StepRequest req_;
+  v1::StepInfo info_;
+  bool first_ = true;
+  std::vector<v1::StepReply> replies_;
+  size_t next_ = 0;
+};
+
+class TrainerService::SnapshotCall final : public grpc::ServerWriteReactor<v1::SnapshotReply> {
+ public:
+  SnapshotCall(RoundEngine* engine, const v1::SnapshotRequest& request) {
+    absl::Status s = Prepare(engine, static_cast<int64_t>(request.round()));
+    if (!s.ok()) {
+      Finish(ToGrpcStatus(s));
+    } else {
+      StartWrite(&replies_[0]);
+    }
+  }
+  void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, replies_, &next_); }
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Prepare(RoundEngine* e, int64_t step) {
+    v1::WorkerStats stats = e->Stats();  // before the snapshot, so they never run ahead of it
+    TERN_ASSIGN_OR_RETURN(std::vector<float> x, e->GetSnapshot(step));
+    TERN_ASSIGN_OR_RETURN(v1::TensorBundle b, FlatToBundle(e->layout(), x));
+    b.set_round(static_cast<uint64_t>(step));
+    TERN_ASSIGN_OR_RETURN(replies_, ChunkedReplies(b, static_cast<uint64_t>(step),
+                                                   &v1::SnapshotReply::mutable_stats, stats));
+    return absl::OkStatus();
+  }
+
+  std::vector<v1::SnapshotReply> replies_;
+  size_t next_ = 0;
+};
+
+grpc::ServerReadReactor<v1::RegisterRequest>* TrainerService::Register(grpc::CallbackServerContext*,
+                                                                       v1::RegisterReply* reply) {
+  return new RegisterCall(this, reply);
+}
+
+grpc::ServerBidiReactor<v1::StepRequest, v1::StepReply>* TrainerService::Step(
+    grpc::CallbackServerContext*) {
+  return new StepCall(this);
+}
+
+grpc::ServerWriteReactor<v1::SnapshotReply>* TrainerService::Snapshot(
+    grpc::CallbackServerContext*, const v1::SnapshotRequest* request) {
+  return new SnapshotCall(engine_, *request);
+}
+
+grpc::ServerUnaryReactor* TrainerService::Stats(grpc::CallbackServerContext* ctx,
+                                                const v1::StatsRequest*, v1::WorkerStats* reply) {
+  *reply = engine_->Stats();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TrainerService::OpenSharedMemory(grpc::CallbackServerContext* ctx,
+                                                           const v1::OpenSharedMemoryRequest*,
+                                                           v1::SharedMemoryInfo* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  options_.post([segment = segment_, reactor, reply](bool cancelled) {
+    if (cancelled) {
+      reactor->Finish(Unavailable());
+      return;
+    }
+    absl::StatusOr<v1::SharedMemoryInfo> info = segment->Open();
+    if (info.ok()) *reply = *std::move(info);
+    reactor->Finish(ToGrpcStatus(info.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* TrainerService::StepShared(grpc::CallbackServerContext* ctx,
+                                                     const v1::StepInfo* request,
+                                                     v1::StepResult* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  options_.post([segment = segment_, reactor, request, reply](bool cancelled) {
+    if (cancelled) {
+      reactor->Finish(Unavailable());
+      return;
+    }
+    absl::StatusOr<v1::StepResult> r = segment->Step(*request);
+    if (r.ok()) *reply = *std::move(r);
+    reactor->Finish(ToGrpcStatus(r.status()));
+  });
+  return reactor;
+}
+
+}  // namespace tern
