@@ -23,13 +23,6 @@ namespace {
 
 double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
 
-// Transport-level failures: the peer did not get the message (dead, unreachable, too slow).
-bool PeerUnreachable(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kUnavailable ||
-         s.code() == absl::StatusCode::kDeadlineExceeded ||
-         s.code() == absl::StatusCode::kCancelled;
-}
-
 // The model's tensors as codecs view them: [shape[0], numel / shape[0]], 1-D ones as a column.
 // A layout that does not tile the vector in order gives none (one flat tensor).
 std::vector<TensorBlock> BlocksOf(const std::vector<ParamTensor>& layout, size_t size) {
@@ -153,8 +146,7 @@ RoundEngine::RoundEngine(EngineOptions options, const WorkerRegistries* registri
                                    .norm_guard = options_.norm_guard},
                topology_.get(), codecs_, std::move(parts)),
       first_algorithm_(std::move(algorithm)),
-      up_(options_.num_workers, true),
-      heard_(options_.num_workers, false) {
+      health_(options_.num_workers) {
   stats_.set_worker_id(static_cast<uint32_t>(options_.worker_id));
 }
 
@@ -469,28 +461,8 @@ absl::StatusOr<MixingRow> RoundEngine::RowFor(const Graph& g) {
   return rows[options_.worker_id];
 }
 
-// The pushes of one round, shared with their callbacks, which may finish after the round gave
-// up on them.
-struct RoundEngine::Pushes {
-  absl::Mutex mu;
-  // The round waits for the pushes to neighbours that were up; one to a neighbour that is down
-  // may hang to its deadline (a partition) and is not waited for.
-  std::set<int> awaited ABSL_GUARDED_BY(mu);
-  std::map<int, absl::Status> results ABSL_GUARDED_BY(mu);
-  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    for (int j : awaited) {
-      if (!results.count(j)) return false;
-    }
-    return true;
-  }
-  bool Finished(int j) {
-    absl::MutexLock lock(&mu);
-    return results.count(j) != 0;
-  }
-};
-
-absl::StatusOr<RoundEngine::InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t step,
-                                                              GossipMessage msg) {
+absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t step,
+                                                 GossipMessage msg) {
   InFlight r;
   r.step = step;
   TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, step));
@@ -500,133 +472,33 @@ absl::StatusOr<RoundEngine::InFlight> RoundEngine::StartRound(Lane& lane, int bu
   r.payload = o.payload;
   r.dense = o.dense;
   r.wire = o.wire;
-  r.pushes = std::make_shared<Pushes>();
-  {
-    absl::MutexLock lock(&r.pushes->mu);
-    for (int j : r.nbrs) {
-      if (up_[j]) r.pushes->awaited.insert(j);
-    }
-  }
   r.deadline = absl::Now() + options_.round_timeout;
-  // Push to every neighbour at once; a push that fails for transport reasons stops the wait
-  // for that neighbour's message too (it is gone). A neighbour that is down and still has a
-  // push under way is not pushed to again (nor waited for) until that one ends.
-  for (int j : r.nbrs) {
-    std::shared_ptr<Pushes>& last = lane.last_push[static_cast<size_t>(j)];
-    if (!up_[j] && last != nullptr && !last->Finished(j)) {
-      lane.inbox->GiveUp(step, j);
-      continue;
-    }
-    last = r.pushes;
-    transport_->Send(j, o.chunks, r.deadline, !heard_[j],
-                     [pushes = r.pushes, inbox = lane.inbox, j, step](absl::Status s) {
-                       if (PeerUnreachable(s)) inbox->GiveUp(step, j);
-                       absl::MutexLock lock(&pushes->mu);
-                       pushes->results[j] = std::move(s);
-                     });
-  }
+  lane.Push(r, o.chunks, health_, transport_);
   return r;
 }
 
-// Marks each neighbour up or down from its push's verdict and whether its message came.
-void RoundEngine::Judge(const InFlight& r, const std::map<int, absl::Status>& results,
-                        const std::map<int, GossipMessage>& received, uint64_t* sent_to,
-                        StepOutcome* out) {
-  const int me = options_.worker_id;
-  for (int j : r.nbrs) {
-    const bool was_up = up_[j];
-    auto it = results.find(j);
-    const absl::Status s =
-        it == results.end() ? absl::DeadlineExceededError("push still running") : it->second;
-    if (s.ok()) {
-      ++*sent_to;
-      up_[j] = true;  // reachable and in step with us: worth waiting for
-    } else if (PeerUnreachable(s)) {
-      if (was_up) {
-        spdlog::warn("worker {}: round {}: push to {} failed: {}", me, r.step, j, s.ToString());
-      }
-      up_[j] = false;
-    } else {
-      // Refused (a round it already closed, or one too far ahead of it): it is alive, and worth
-      // waiting for. After a partition heals the two sides run rounds apart; without the wait
-      // the side ahead never lets the other catch up and they never mix again.
-      up_[j] = true;
-      spdlog::warn("worker {}: round {}: worker {} refused our message: {}", me, r.step, j,
-                   s.ToString());
-    }
-    if (received.count(j)) {
-      if (!was_up) spdlog::info("worker {}: round {}: worker {} is back", me, r.step, j);
-      up_[j] = true;
-      heard_[j] = true;
-      out->mixed.push_back(j);
-    } else {
-      // A slow neighbour that took our message stays awaited next round (it is behind, not
-      // gone); one that is unreachable was marked down above.
-      if (was_up) {
-        spdlog::warn("worker {}: round {}: no message from {} by the deadline; dropped this round",
-                     me, r.step, j);
-      }
-      out->dropped.push_back(j);
-    }
-  }
-}
-
 absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) {
-  const int me = options_.worker_id;
-  // Wait for the neighbours believed up; take whatever the others sent too.
-  const absl::Time t_wait = absl::Now();
-  std::vector<int> wait_for;
-  for (int j : r.nbrs) {
-    if (up_[j]) wait_for.push_back(j);
-  }
-  // A wait of more than a second says in the log whom it waits for, and until when.
-  const absl::Time patience = std::min(r.deadline, t_wait + absl::Seconds(1));
-  if (std::vector<int> missing = lane.inbox->Await(r.step, wait_for, patience);
-      !missing.empty() && patience < r.deadline) {
-    spdlog::info("worker {}: round {}: waiting for peers {} (up to {:.1f} s more)", me, r.step,
-                 absl::StrJoin(missing, ", "), absl::ToDoubleSeconds(r.deadline - absl::Now()));
-  }
-  std::map<int, GossipMessage> received = lane.inbox->Take(r.step, wait_for, r.nbrs, r.deadline);
-  const absl::Time t_recv = absl::Now();
-  std::map<int, absl::Status> results;
-  {
-    absl::MutexLock lock(&r.pushes->mu);
-    r.pushes->mu.AwaitWithDeadline(absl::Condition(r.pushes.get(), &Pushes::Done),
-                                   r.deadline + absl::Seconds(1));
-    results = r.pushes->results;
-  }
-  const absl::Time t_pushed = absl::Now();
-  uint64_t sent_to = 0;
-  StepOutcome judged;
-  Judge(r, results, received, &sent_to, &judged);
-  out->mixed.insert(out->mixed.end(), judged.mixed.begin(), judged.mixed.end());
-  out->dropped.insert(out->dropped.end(), judged.dropped.begin(), judged.dropped.end());
-  CountPeers(r, results);
-
-  const absl::Time t_combine = absl::Now();
-  MixingRow row = DropNeighbours(r.row, judged.dropped);
-  std::map<int, const GossipMessage*> ptrs;
-  for (const auto& [j, m] : received) ptrs[j] = &m;
-  absl::Status s = lane.algorithm->Combine(row, ptrs);
-  if (!s.ok()) {
-    // Messages were checked on arrival, so this is unexpected; keep the local model rather than
-    // stop training.
-    spdlog::error("worker {}: round {}: combine failed ({}); keeping the local model", me, r.step,
-                  s.ToString());
-    MixingRow alone;
-    TERN_RETURN_IF_ERROR(lane.algorithm->Combine(alone, {}));
-    out->dropped.insert(out->dropped.end(), r.nbrs.begin(), r.nbrs.end());
-    for (int j : r.nbrs) std::erase(out->mixed, j);
-    judged.dropped = r.nbrs;
-  }
-  CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t_combine);
+  TERN_ASSIGN_OR_RETURN(RoundReport report, lane.Finish(r, options_.worker_id, health_));
+  CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds,
+            report.combine_started);
+  out->mixed.insert(out->mixed.end(), report.mixed.begin(), report.mixed.end());
+  out->dropped.insert(out->dropped.end(), report.dropped.begin(), report.dropped.end());
+  int up = 0;
+  for (int j : r.nbrs) up += health_.up(j) ? 1 : 0;
   absl::MutexLock lock(&mu_);
-  stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + r.payload * sent_to);
-  stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + r.wire * sent_to);
-  stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + r.dense * sent_to);
-  stats_.set_wait_seconds(stats_.wait_seconds() + absl::ToDoubleSeconds(t_recv - t_wait));
-  stats_.set_transfer_seconds(stats_.transfer_seconds() + absl::ToDoubleSeconds(t_pushed - t_recv));
-  stats_.set_neighbours_dropped(stats_.neighbours_dropped() + judged.dropped.size());
+  peers_up_ = {up, static_cast<int>(r.nbrs.size())};
+  for (const auto& [j, s] : report.results) {
+    if (!s.ok()) continue;
+    PeerTraffic& t = peer_traffic_[j];
+    ++t.messages_sent;
+    t.wire_bytes_sent += r.wire;
+  }
+  stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + r.payload * report.sent_to);
+  stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + r.wire * report.sent_to);
+  stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + r.dense * report.sent_to);
+  stats_.set_wait_seconds(stats_.wait_seconds() + report.wait_seconds);
+  stats_.set_transfer_seconds(stats_.transfer_seconds() + report.transfer_seconds);
+  stats_.set_neighbours_dropped(stats_.neighbours_dropped() + report.dropped.size());
   return absl::OkStatus();
 }
 
@@ -817,19 +689,6 @@ void RoundEngine::CountRefused(const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   stats_.set_messages_refused(stats_.messages_refused() + 1);
   ++refusals_[absl::StatusCodeToString(why.code())];
-}
-
-void RoundEngine::CountPeers(const InFlight& r, const std::map<int, absl::Status>& results) {
-  int up = 0;
-  for (int j : r.nbrs) up += up_[j] ? 1 : 0;
-  absl::MutexLock lock(&mu_);
-  peers_up_ = {up, static_cast<int>(r.nbrs.size())};
-  for (const auto& [j, s] : results) {
-    if (!s.ok()) continue;
-    PeerTraffic& t = peer_traffic_[j];
-    ++t.messages_sent;
-    t.wire_bytes_sent += r.wire;
-  }
 }
 
 std::map<int, RoundEngine::PeerTraffic> RoundEngine::PeerStats() const {

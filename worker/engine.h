@@ -47,25 +47,11 @@
 #include "worker/algorithm.h"
 #include "worker/arrival_check.h"
 #include "worker/gossip_inbox.h"
+#include "worker/lane.h"
 #include "worker/lr_schedule.h"
+#include "worker/peer_transport.h"
 
 namespace tern {
-
-// How the engine reaches its peers: gRPC in the daemon, in-memory in tests.
-class PeerTransport {
- public:
-  using Chunks = std::shared_ptr<const std::vector<v1::BundleChunk>>;
-  virtual ~PeerTransport() = default;
-  // Sends one bundle's chunks to worker `to`. With `retry_unavailable`, an unreachable peer is
-  // retried with backoff until `deadline` (peers still starting up); otherwise one attempt.
-  // `done` runs exactly once, on any thread, with the receiver's verdict.
-  virtual void Send(int to, Chunks chunks, absl::Time deadline, bool retry_unavailable,
-                    std::function<void(absl::Status)> done) = 0;
-  // SwarmSGD: sends our model to `to` and returns its model (blocking, until `deadline`).
-  virtual absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time deadline) {
-    return absl::UnimplementedError("this transport cannot swap");
-  }
-};
 
 struct EngineOptions {
   std::string run_id = "tern";
@@ -213,27 +199,6 @@ class RoundEngine {
     uint64_t payload = 0, dense = 0, wire = 0;
   };
   absl::StatusOr<Outgoing> Pack(int64_t step, int bucket, GossipMessage msg) const;
-  // A round whose message is out: its neighbours, weights, pushes and what it counts as.
-  struct Pushes;
-  struct InFlight {
-    int64_t step = 0;
-    std::vector<int> nbrs;
-    MixingRow row;
-    std::shared_ptr<Pushes> pushes;
-    uint64_t payload = 0, dense = 0, wire = 0;
-    absl::Time deadline;
-  };
-  // One bucket of the model (the whole model when there are no buckets): a model of its own.
-  struct Lane {
-    std::unique_ptr<Algorithm> algorithm;
-    std::shared_ptr<GossipInbox> inbox;  // shared with push callbacks
-    uint64_t offset = 0, size = 0;       // its range of the parameter vector
-    // Each neighbour's latest push's round: a neighbour that is down gets one push at a time (a
-    // probe; behind a partition each would hang to its deadline).
-    std::vector<std::shared_ptr<Pushes>> last_push;
-    std::optional<InFlight> round;  // pushed, not mixed yet (with overlap: until the next step)
-    bool started = false;           // this step's local update and push are done
-  };
   // The step between BeginStep and FinishStep.
   struct OpenStep {
     StepInput in;
@@ -245,14 +210,10 @@ class RoundEngine {
   absl::Status MakeLanes(const std::vector<ParamTensor>& layout, absl::Span<const float> x0);
   // Lane k's part of the open step: mixes its previous round (overlap), local update, push.
   absl::Status StartLane(size_t k);
+  // Packs lane `bucket`'s message for round `step` and pushes it to the round's neighbours.
   absl::StatusOr<InFlight> StartRound(Lane& lane, int bucket, int64_t step, GossipMessage msg);
-  // Waits for the round's messages (to its deadline) and pushes, then mixes.
-  absl::Status FinishRound(Lane& lane, InFlight r, StepOutcome* out);
-  void Judge(const InFlight& r, const std::map<int, absl::Status>& results,
-             const std::map<int, GossipMessage>& received, uint64_t* sent_to, StepOutcome* out);
-  // Counts the round's accepted pushes per peer and the neighbours believed up.
-  void CountPeers(const InFlight& r, const std::map<int, absl::Status>& results)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits for the round's messages (to its deadline) and pushes, mixes, and counts.
+  absl::Status FinishRound(Lane& lane, InFlight r, StepOutcome* out) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status RunSwap(int64_t step, GossipMessage msg, StepOutcome* out);
   absl::Status ApplyMerges();
   absl::Status Publish(int64_t step);
@@ -283,8 +244,7 @@ class RoundEngine {
   absl::Span<float> params_;      // with buckets: the model, where the lanes are bound
   std::optional<OpenStep> open_;  // a step begun and not finished
   absl::Status broken_;           // why no step can run any more (a bucketed step failed part-way)
-  std::vector<bool> up_;          // neighbours worth waiting for
-  std::vector<bool> heard_;       // ever had a message from them
+  PeerHealth health_;             // neighbours worth waiting for, and ever heard from
   std::unique_ptr<std::vector<MixingRow>> static_rows_;
   double decode_counted_ = 0;  // DecodeSeconds() already in stats_
 

@@ -1,0 +1,133 @@
+#include "worker/lane.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace tern {
+
+bool PeerUnreachable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kDeadlineExceeded ||
+         s.code() == absl::StatusCode::kCancelled;
+}
+
+void PeerHealth::Judge(int me, int64_t step, const std::vector<int>& nbrs,
+                       const std::map<int, absl::Status>& results,
+                       const std::map<int, GossipMessage>& received, uint64_t* sent_to,
+                       std::vector<int>* mixed, std::vector<int>* dropped) {
+  for (int j : nbrs) {
+    const size_t at = static_cast<size_t>(j);
+    const bool was_up = up_[at];
+    auto it = results.find(j);
+    const absl::Status s =
+        it == results.end() ? absl::DeadlineExceededError("push still running") : it->second;
+    if (s.ok()) {
+      ++*sent_to;
+      up_[at] = true;  // reachable and in step with us: worth waiting for
+    } else if (PeerUnreachable(s)) {
+      if (was_up) {
+        spdlog::warn("worker {}: round {}: push to {} failed: {}", me, step, j, s.ToString());
+      }
+      up_[at] = false;
+    } else {
+      // Refused (a round it already closed, or one too far ahead of it): it is alive, and worth
+      // waiting for. After a partition heals the two sides run rounds apart; without the wait
+      // the side ahead never lets the other catch up and they never mix again.
+      up_[at] = true;
+      spdlog::warn("worker {}: round {}: worker {} refused our message: {}", me, step, j,
+                   s.ToString());
+    }
+    if (received.count(j)) {
+      if (!was_up) spdlog::info("worker {}: round {}: worker {} is back", me, step, j);
+      up_[at] = true;
+      heard_[at] = true;
+      mixed->push_back(j);
+    } else {
+      // A slow neighbour that took our message stays awaited next round (it is behind, not
+      // gone); one that is unreachable was marked down above.
+      if (was_up) {
+        spdlog::warn("worker {}: round {}: no message from {} by the deadline; dropped this round",
+                     me, step, j);
+      }
+      dropped->push_back(j);
+    }
+  }
+}
+
+void Lane::Push(InFlight& r, const PeerTransport::Chunks& chunks, const PeerHealth& health,
+                PeerTransport* transport) {
+  r.pushes = std::make_shared<RoundPushes>();
+  {
+    absl::MutexLock lock(&r.pushes->mu);
+    for (int j : r.nbrs) {
+      if (health.up(j)) r.pushes->awaited.insert(j);
+    }
+  }
+  for (int j : r.nbrs) {
+    std::shared_ptr<RoundPushes>& last = last_push[static_cast<size_t>(j)];
+    if (!health.up(j) && last != nullptr && !last->Finished(j)) {
+      inbox->GiveUp(r.step, j);
+      continue;
+    }
+    last = r.pushes;
+    transport->Send(j, chunks, r.deadline, !health.heard(j),
+                    [pushes = r.pushes, box = inbox, j, step = r.step](absl::Status s) {
+                      if (PeerUnreachable(s)) box->GiveUp(step, j);
+                      absl::MutexLock lock(&pushes->mu);
+                      pushes->results[j] = std::move(s);
+                    });
+  }
+}
+
+absl::StatusOr<RoundReport> Lane::Finish(InFlight r, int me, PeerHealth& health) {
+  RoundReport report;
+  // Wait for the neighbours believed up; take whatever the others sent too.
+  const absl::Time t_wait = absl::Now();
+  std::vector<int> wait_for;
+  for (int j : r.nbrs) {
+    if (health.up(j)) wait_for.push_back(j);
+  }
+  // A wait of more than a second says in the log whom it waits for, and until when.
+  const absl::Time patience = std::min(r.deadline, t_wait + absl::Seconds(1));
+  if (std::vector<int> missing = inbox->Await(r.step, wait_for, patience);
+      !missing.empty() && patience < r.deadline) {
+    spdlog::info("worker {}: round {}: waiting for peers {} (up to {:.1f} s more)", me, r.step,
+                 absl::StrJoin(missing, ", "), absl::ToDoubleSeconds(r.deadline - absl::Now()));
+  }
+  std::map<int, GossipMessage> received = inbox->Take(r.step, wait_for, r.nbrs, r.deadline);
+  const absl::Time t_recv = absl::Now();
+  {
+    absl::MutexLock lock(&r.pushes->mu);
+    r.pushes->mu.AwaitWithDeadline(absl::Condition(r.pushes.get(), &RoundPushes::Done),
+                                   r.deadline + absl::Seconds(1));
+    report.results = r.pushes->results;
+  }
+  report.wait_seconds = absl::ToDoubleSeconds(t_recv - t_wait);
+  report.transfer_seconds = absl::ToDoubleSeconds(absl::Now() - t_recv);
+  health.Judge(me, r.step, r.nbrs, report.results, received, &report.sent_to, &report.mixed,
+               &report.dropped);
+
+  report.combine_started = absl::Now();
+  MixingRow row = DropNeighbours(r.row, report.dropped);
+  std::map<int, const GossipMessage*> ptrs;
+  for (const auto& [j, m] : received) ptrs[j] = &m;
+  absl::Status s = algorithm->Combine(row, ptrs);
+  if (!s.ok()) {
+    // Messages were checked on arrival, so this is unexpected; keep the local model rather than
+    // stop training.
+    spdlog::error("worker {}: round {}: combine failed ({}); keeping the local model", me, r.step,
+                  s.ToString());
+    MixingRow alone;
+    TERN_RETURN_IF_ERROR(algorithm->Combine(alone, {}));
+    report.mixed.clear();
+    report.dropped = r.nbrs;
+  }
+  return report;
+}
+
+}  // namespace tern

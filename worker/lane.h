@@ -1,0 +1,120 @@
+// One bucket of a worker's model (the whole model when there are no buckets) and its rounds with
+// the neighbours: its own algorithm instance over its range of the parameters, its inbox, the
+// round pushed and not yet mixed, and its probe state (one push at a time to a neighbour that is
+// down). Push sends a round's message to the neighbours; Finish waits for theirs to the round's
+// deadline, judges each neighbour (PeerHealth) and mixes. The engine (worker/engine.h) makes the
+// lanes, prepares each round's message and counts what a round reports.
+//
+// Thread-safety: a Lane and PeerHealth are used by the engine's step thread only; a round's
+// pushes are shared with the transport's callbacks under their own lock, and the inbox is
+// thread-safe.
+#ifndef TERN_WORKER_LANE_H_
+#define TERN_WORKER_LANE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/topology/topology.h"
+#include "worker/algorithm.h"
+#include "worker/gossip_inbox.h"
+#include "worker/peer_transport.h"
+
+namespace tern {
+
+// Transport-level failures: the peer did not get the message (dead, unreachable, too slow).
+bool PeerUnreachable(const absl::Status& s);
+
+// Which neighbours are worth waiting for (reachable and in step) and which were ever heard from,
+// across every lane; judged from each round's pushes and messages.
+class PeerHealth {
+ public:
+  explicit PeerHealth(int num_workers) : up_(num_workers, true), heard_(num_workers, false) {}
+
+  bool up(int j) const { return up_[static_cast<size_t>(j)]; }
+  bool heard(int j) const { return heard_[static_cast<size_t>(j)]; }
+  // Marks each of `nbrs` up or down from its push's verdict (`results`; none: still running) and
+  // whether its message came (`received`); appends it to `mixed` or `dropped` and counts the
+  // pushes accepted in `sent_to`. Logs each change, as worker `me` in round `step`.
+  void Judge(int me, int64_t step, const std::vector<int>& nbrs,
+             const std::map<int, absl::Status>& results,
+             const std::map<int, GossipMessage>& received, uint64_t* sent_to,
+             std::vector<int>* mixed, std::vector<int>* dropped);
+
+ private:
+  std::vector<bool> up_;
+  std::vector<bool> heard_;
+};
+
+// The pushes of one round, shared with their callbacks, which may finish after the round gave up
+// on them.
+struct RoundPushes {
+  absl::Mutex mu;
+  // The round waits for the pushes to neighbours that were up; one to a neighbour that is down
+  // may hang to its deadline (a partition) and is not waited for.
+  std::set<int> awaited ABSL_GUARDED_BY(mu);
+  std::map<int, absl::Status> results ABSL_GUARDED_BY(mu);
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (int j : awaited) {
+      if (!results.count(j)) return false;
+    }
+    return true;
+  }
+  bool Finished(int j) {
+    absl::MutexLock lock(&mu);
+    return results.count(j) != 0;
+  }
+};
+
+// A round whose message is out: its neighbours, weights, pushes and what it counts as.
+struct InFlight {
+  int64_t step = 0;
+  std::vector<int> nbrs;
+  MixingRow row;
+  std::shared_ptr<RoundPushes> pushes;
+  uint64_t payload = 0, dense = 0, wire = 0;  // one message's bytes
+  absl::Time deadline;
+};
+
+// What a finished round did, for the engine's counters.
+struct RoundReport {
+  std::vector<int> mixed, dropped;
+  std::map<int, absl::Status> results;  // each neighbour's push
+  uint64_t sent_to = 0;                 // pushes accepted
+  double wait_seconds = 0;              // for the neighbours' messages
+  double transfer_seconds = 0;          // for our pushes, after the messages
+  absl::Time combine_started;           // the mixing's start (its time, less decoding, counts)
+};
+
+struct Lane {
+  // Pushes round `r`'s message (`chunks`) to its neighbours at once, waiting (in Finish) for
+  // those `health` says are up. A push that fails for transport reasons stops the wait for that
+  // neighbour's message too (it is gone). A neighbour that is down and still has a push of an
+  // earlier round under way is not pushed to again (nor waited for) until that one ends.
+  void Push(InFlight& r, const PeerTransport::Chunks& chunks, const PeerHealth& health,
+            PeerTransport* transport);
+  // Waits for round `r`'s messages (from the neighbours up, to its deadline) and pushes, judges
+  // the neighbours, and mixes what came. A Combine that fails (unexpected: messages are checked
+  // on arrival) keeps the local model and drops every neighbour.
+  absl::StatusOr<RoundReport> Finish(InFlight r, int me, PeerHealth& health);
+
+  std::unique_ptr<Algorithm> algorithm;
+  std::shared_ptr<GossipInbox> inbox;  // shared with push callbacks
+  uint64_t offset = 0, size = 0;       // its range of the parameter vector
+  // Each neighbour's latest push's round: a neighbour that is down gets one push at a time (a
+  // probe; behind a partition each would hang to its deadline).
+  std::vector<std::shared_ptr<RoundPushes>> last_push;
+  std::optional<InFlight> round;  // pushed, not mixed yet (with overlap: until the next step)
+  bool started = false;           // this step's local update and push are done
+};
+
+}  // namespace tern
+
+#endif  // TERN_WORKER_LANE_H_
