@@ -131,7 +131,52 @@ constexpr Range kRanges[] = {
     {"heartbeat_interval_ms", 1, 1e9, ">= 1"},
     {"heartbeat_timeout_ms", 1, 1e9, ">= 1"},
     {"push_stripes", 1, 16, "in [1, 16]"},
+    {"adaptive_batch_eta", 0, 1e6, ">= 0 (0: off)"},
+    {"client_timeout_s", 1e-3, 1e7, "> 0 seconds"},
+    {"days", 0, 36500, "in [0, 36500] (0: expired at once, for tests)"},
+    {"eps", 1e-30, 1, "in (0, 1]"},
+    {"first_client", 0, 1e6, ">= 0"},
+    {"grace_s", 0, 1e7, ">= 0 seconds"},
+    {"id", 0, 255, "in [0, 255] (and below --workers)"},
+    {"linger_s", 0, 1e7, ">= 0 seconds"},
+    {"local_momentum", 0, 0.999999, "in [0, 1)"},
+    {"max_batch", 1, 1 << 20, "in [1, 2^20]"},
+    {"max_members", 1, 1e6, ">= 1"},
+    {"max_snapshots", 1, 1e7, ">= 1"},
+    {"max_staleness", 0, 1e6, ">= 0"},
+    {"max_waiting_calls", 1, 1e7, ">= 1"},
+    {"max_waiting_per_worker", 1, 1e6, ">= 1"},
+    {"min_clients", 0, 1e6, ">= 0 (0: all of --clients in a run, 1 for a bare server)"},
+    {"min_replies", 0, 1e6, ">= 0 (0: K)"},
+    {"overlap_anchor", 0, 1, "in [0, 1]"},
+    {"partitions", 0, 1e6, ">= 0 (0: --clients)"},
+    {"peers_timeout", 0, 1e7, ">= 0 seconds"},
+    {"round_deadline_s", 1e-3, 1e7, "> 0 seconds"},
+    {"snapshot_every", 0, 1e12, ">= 0 (0: step 0)"},
+    {"staleness_decay", 0, 1, "in [0, 1] (0: late updates are dropped)"},
+    {"switch_lag_rounds", 0, 1e6, ">= 0"},
+    {"timeout_s", 1e-3, 1e6, "> 0 seconds"},
+    {"total_steps", 0, 1e12, ">= 0"},
+    {"warmup_rounds", 0, 1e9, ">= 0"},
 };
+// Numeric flags any value of which is good: no range to check.
+constexpr const char* kAnyValue[] = {"seed", "step"};
+
+bool IsNumeric(const absl::CommandLineFlag& flag) {
+  return flag.IsOfType<int>() || flag.IsOfType<int64_t>() || flag.IsOfType<uint64_t>() ||
+         flag.IsOfType<int32_t>() || flag.IsOfType<uint32_t>() || flag.IsOfType<double>() ||
+         flag.IsOfType<float>();
+}
+
+bool HasRangeOrNeedsNone(absl::string_view name) {
+  for (const Range& r : kRanges) {
+    if (name == r.flag) return true;
+  }
+  for (const char* any : kAnyValue) {
+    if (name == any) return true;
+  }
+  return false;
+}
 
 size_t EditDistance(absl::string_view a, absl::string_view b) {
   std::vector<size_t> row(b.size() + 1);
@@ -357,9 +402,20 @@ absl::Status CheckTable(const std::vector<CommandInfo>& table) {
   std::set<std::string> listed;
   for (const CommandInfo& c : table) {
     for (const std::string& name : c.flags) {
-      if (absl::FindCommandLineFlag(name) == nullptr) {
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+      if (flag == nullptr) {
         return absl::InternalError(
             absl::StrCat("'tern ", c.name, "' lists --", name, ", which no flag defines"));
+      }
+      if (flag->Help().empty()) {
+        return absl::InternalError(absl::StrCat("--", name, " (", flag->Filename(),
+                                                ") has no help: tern help would list it bare"));
+      }
+      if (IsNumeric(*flag) && !HasRangeOrNeedsNone(name)) {
+        return absl::InternalError(absl::StrCat(
+            "--", name, " (", flag->Filename(),
+            ") is a number with no range in cli/command_table.cc (kRanges; kAnyValue if any "
+            "value is good): a bad value would start a daemon"));
       }
       listed.insert(name);
     }

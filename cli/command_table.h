@@ -51,8 +51,9 @@ std::string CommandHelp(const CommandInfo& command);
 absl::Status CheckFlagNames(const std::vector<CommandInfo>& table, const CommandInfo* command,
                             const std::vector<std::string>& flag_names);
 
-// The table against the flags the binary defines: every listed flag exists and every flag of
-// tern's own is listed for some command (`tern help` checks this, and a test runs it).
+// The table against the flags the binary defines: every listed flag exists, has help and, when
+// it is a number, a range (or is marked as taking any value); and every flag of tern's own is
+// listed for some command (`tern help` checks this, and a test runs it).
 absl::Status CheckTable(const std::vector<CommandInfo>& table);
 
 // Before parsing: each --name=value parses as its flag's type (absl would exit 1 on a bad one).

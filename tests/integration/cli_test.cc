@@ -93,7 +93,9 @@ TEST(Cli, BadValuesFailBeforeAnythingStartsWithTheFlagNamed) {
                                                {"worker", "--momentum=1.5"},
                                                {"run", "--mode=ps", "--rounds=0"},
                                                {"scheduler", "--heartbeat_interval_ms=0"},
-                                               {"run", "--partition=bogus"}}) {
+                                               {"run", "--partition=bogus"},
+                                               {"server", "--staleness_decay=2"},
+                                               {"worker", "--id=-1"}}) {
     const Result r = Tern(args);
     EXPECT_EQ(r.code, 2) << args[1] << ": " << r.out;
     const std::string flag = args.back().substr(0, args.back().find('='));
