@@ -126,19 +126,10 @@ absl::StatusOr<AggregatorClient::Fetched> AggregatorClient::Fetch() {
     TERN_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
     return f;
   }
-  // The first message may carry the first chunk: assemble from it, then the rest.
-  BundleAssembler assembler(uint64_t{1} << 31);
-  absl::Status as = assembler.Add(first.chunk());
-  v1::FetchReply more;
-  while (as.ok() && !assembler.complete() && reader->Read(&more)) as = assembler.Add(more.chunk());
-  if (!as.ok()) {
-    while (reader->Read(&more)) {
-    }
-  }
+  // The first message carries the first chunk: assemble from it, then the rest.
+  absl::StatusOr<v1::TensorBundle> model = ReadChunkedBundleFrom(reader.get(), std::move(first));
   TERN_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
-  TERN_RETURN_IF_ERROR(as);
-  if (!assembler.complete()) return absl::DataLossError("the model stream ended early");
-  TERN_ASSIGN_OR_RETURN(f.payload, assembler.Finish());
+  TERN_ASSIGN_OR_RETURN(f.payload, std::move(model));
   return f;
 }
 

@@ -113,28 +113,34 @@ v1::BundleChunk& ChunkOf(Msg& m) {
   return *m.mutable_chunk();
 }
 
-// Reads one chunked bundle from a synchronous gRPC stream of `Msg` (a reader or reader-writer);
-// `first`, when given, receives the stream's first message (where header fields ride). After a
-// bad chunk it reads the stream to its end, so the caller's Finish() returns the server's status
-// instead of waiting on unread messages; the caller still Finish()es the stream.
+// Reads one chunked bundle from a synchronous gRPC stream of `Msg` (a reader or reader-writer)
+// whose first message the caller has read already (`first`, to look at what rides in it before
+// the bundle: a task, a reply's result). After a bad chunk it reads the stream to its end, so the
+// caller's Finish() returns the server's status instead of waiting on unread messages; the caller
+// still Finish()es the stream.
 template <typename Msg, typename Reader>
-absl::StatusOr<v1::TensorBundle> ReadChunkedBundle(Reader* reader, Msg* first = nullptr) {
+absl::StatusOr<v1::TensorBundle> ReadChunkedBundleFrom(Reader* reader, Msg first) {
   BundleAssembler assembler(uint64_t{1} << 31);
-  Msg msg;
-  bool got_first = false;
-  absl::Status s;
-  while (!assembler.complete() && reader->Read(&msg)) {
-    if (first != nullptr && !got_first) *first = msg;
-    got_first = true;
-    s = assembler.Add(std::move(ChunkOf(msg)));
-    if (!s.ok()) {
+  Msg msg = std::move(first);
+  do {
+    if (absl::Status s = assembler.Add(std::move(ChunkOf(msg))); !s.ok()) {
       while (reader->Read(&msg)) {
       }
       return s;
     }
-  }
+  } while (!assembler.complete() && reader->Read(&msg));
   if (!assembler.complete()) return absl::DataLossError("stream ended before the last chunk");
   return assembler.Finish();
+}
+
+// The same from the stream's start; `first`, when given, receives the stream's first message
+// (where header fields ride).
+template <typename Msg, typename Reader>
+absl::StatusOr<v1::TensorBundle> ReadChunkedBundle(Reader* reader, Msg* first = nullptr) {
+  Msg msg;
+  if (!reader->Read(&msg)) return absl::DataLossError("stream ended before the last chunk");
+  if (first != nullptr) *first = msg;
+  return ReadChunkedBundleFrom(reader, std::move(msg));
 }
 
 }  // namespace tern
