@@ -1,28 +1,15 @@
 #include "worker/daemon.h"
 
-#include <unistd.h>
-
-#include <cstring>
-#include <optional>
+#include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/synchronization/notification.h"
-#include "common/chunking.h"
-#include "common/json_lines.h"
 #include "common/status_macros.h"
-#include "core/model/bundle.h"
 #include "core/rpc/auth.h"
 #include "core/rpc/channel.h"
-#include "core/rpc/chunk_stream.h"
 #include "core/rpc/server.h"
-#include "core/rpc/status.h"
 #include "core/rpc/stream_limits.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "spdlog/spdlog.h"
-#include "tern/v1/records.pb.h"
 #include "tern/v1/worker.grpc.pb.h"
 #include "worker/gossip_service.h"
 #include "worker/metrics.h"
