@@ -33,6 +33,23 @@ TEST(MetricSet, LabelsForEveryComeFirstOnEverySampleUnlessItHasItsOwn) {
   EXPECT_THAT(labels(f[2]), ::testing::ElementsAre("run=other", "reason=y"));
 }
 
+// The HTTP server's worker threads have 100 KB stacks; a daemon's collect function runs on a
+// thread of the ordinary size, so a deep one (as under ASan) does not overflow a scrape.
+TEST(MetricsEndpoint, ACollectFunctionMayUseMoreStackThanTheHttpServersThreadsHave) {
+  auto e = MetricsEndpoint::Start("127.0.0.1:0", [](MetricSet& m) {
+    volatile char deep[512 << 10];  // 5x the HTTP server's whole stack
+    // Every page, from the top down, as a growing stack is touched (a write far below the
+    // guard page alone could land in another mapping).
+    for (size_t i = sizeof(deep); i >= 4096; i -= 4096) deep[i - 1] = 1;
+    deep[0] = 2;
+    m.Gauge("tern_test_deep", "Deep.", deep[0] + deep[sizeof(deep) - 1]);
+  });
+  ASSERT_TRUE(e.ok()) << e.status();
+  absl::StatusOr<std::string> body = testing::HttpGet((*e)->port(), "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_THAT(*body, HasSubstr("tern_test_deep 3"));
+}
+
 TEST(MetricsEndpoint, AScrapeReadsTheDaemonsCountersAtThatMoment) {
   std::atomic<int> steps{3};
   auto e = MetricsEndpoint::Start("127.0.0.1:0", [&](MetricSet& m) {
