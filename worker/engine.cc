@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <memory>
-#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

@@ -34,6 +34,15 @@ absl::Status TrainerPort::Usable() const {
   return absl::OkStatus();
 }
 
+absl::Status TrainerPort::CanStep() const {
+  TERN_RETURN_IF_ERROR(Usable());
+  if (!engine_->initialized()) return absl::FailedPreconditionError("register the model first");
+  if (options_.num_workers > 1 && !options_.peers_known()) {
+    return absl::UnavailableError("this worker does not know its peers yet");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::RegisterReply> TrainerPort::Register(const std::vector<ParamTensor>& layout,
                                                         absl::Span<const float> x0) {
   absl::MutexLock lock(&mu_);
@@ -83,11 +92,7 @@ absl::Status TrainerPort::BindParamsLocked(absl::Span<float> storage, bool by_se
 
 absl::Status TrainerPort::BeginStep(const StepInput& in) {
   absl::MutexLock lock(&mu_);
-  TERN_RETURN_IF_ERROR(Usable());
-  if (!engine_->initialized()) return absl::FailedPreconditionError("register the model first");
-  if (options_.num_workers > 1 && !options_.peers_known()) {
-    return absl::UnavailableError("this worker does not know its peers yet");
-  }
+  TERN_RETURN_IF_ERROR(CanStep());
   step_begun_ = false;
   TERN_RETURN_IF_ERROR(engine_->BeginStep(in));
   step_begun_ = true;
@@ -117,11 +122,7 @@ absl::StatusOr<absl::Span<const float>> TrainerPort::Step(const StepInput& in,
 }
 
 absl::StatusOr<StepOutcome> TrainerPort::StepLocked(const StepInput& in) {
-  TERN_RETURN_IF_ERROR(Usable());
-  if (!engine_->initialized()) return absl::FailedPreconditionError("register the model first");
-  if (options_.num_workers > 1 && !options_.peers_known()) {
-    return absl::UnavailableError("this worker does not know its peers yet");
-  }
+  TERN_RETURN_IF_ERROR(CanStep());
   const bool begun = std::exchange(step_begun_, false);
   TERN_ASSIGN_OR_RETURN(StepOutcome out, begun ? engine_->FinishStep(in) : engine_->Step(in));
   LogStep(out);

@@ -95,6 +95,8 @@ class TrainerPort {
 
  private:
   absl::Status Usable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Usable, a model registered, and the peers known (with any): what a step needs.
+  absl::Status CanStep() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogStep(const StepOutcome& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const TrainerPortOptions options_;

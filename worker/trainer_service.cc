@@ -46,13 +46,13 @@ class TrainerService::RegisterCall final : public grpc::ServerReadReactor<v1::Re
         Finish(Unavailable());
         return;
       }
-      s_->port_->AssertHeld();  // a job of the loop
       Finish(ToGrpcStatus(Run(b)));
     });
   }
   void OnDone() override { delete this; }
 
  private:
+  // A job of the loop: decode the model, register it.
   absl::Status Run(const v1::TensorBundle& b) {
     s_->port_->AssertHeld();
     TERN_ASSIGN_OR_RETURN(std::vector<ParamTensor> layout,
