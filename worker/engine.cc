@@ -4,17 +4,13 @@
 #include <map>
 #include <memory>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/chunking.h"
 #include "common/finite.h"
 #include "common/rng.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
 #include "kernels/builtin.h"
-#include "kernels/wire.h"
-#include "spdlog/spdlog.h"
 #include "worker/gossip_bundle.h"
 
 namespace tern {
@@ -56,30 +52,6 @@ std::vector<size_t> BucketStarts(const std::vector<TensorBlock>& blocks, uint64_
 }
 
 }  // namespace
-
-v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
-  v1::WorkerStats d;
-  d.set_worker_id(a.worker_id());
-  d.set_steps(a.steps() - b.steps());
-  d.set_rounds(a.rounds() - b.rounds());
-  d.set_payload_bytes_sent(a.payload_bytes_sent() - b.payload_bytes_sent());
-  d.set_wire_bytes_sent(a.wire_bytes_sent() - b.wire_bytes_sent());
-  d.set_payload_bytes_received(a.payload_bytes_received() - b.payload_bytes_received());
-  d.set_wire_bytes_received(a.wire_bytes_received() - b.wire_bytes_received());
-  d.set_dense_bytes_sent(a.dense_bytes_sent() - b.dense_bytes_sent());
-  d.set_compute_seconds(a.compute_seconds() - b.compute_seconds());
-  d.set_encode_seconds(a.encode_seconds() - b.encode_seconds());
-  d.set_wait_seconds(a.wait_seconds() - b.wait_seconds());
-  d.set_transfer_seconds(a.transfer_seconds() - b.transfer_seconds());
-  d.set_combine_seconds(a.combine_seconds() - b.combine_seconds());
-  d.set_decode_seconds(a.decode_seconds() - b.decode_seconds());
-  d.set_step_seconds(a.step_seconds() - b.step_seconds());
-  d.set_trainer_io_seconds(a.trainer_io_seconds() - b.trainer_io_seconds());
-  d.set_loss_sum(a.loss_sum() - b.loss_sum());
-  d.set_messages_refused(a.messages_refused() - b.messages_refused());
-  d.set_neighbours_dropped(a.neighbours_dropped() - b.neighbours_dropped());
-  return d;
-}
 
 WorkerRegistries NewBuiltinWorkerRegistries() {
   WorkerRegistries r;
@@ -134,26 +106,25 @@ RoundEngine::RoundEngine(EngineOptions options, const WorkerRegistries* registri
                          std::unique_ptr<Algorithm> algorithm, std::vector<std::string> parts)
     : options_(std::move(options)),
       registries_(registries),
-      codecs_(registries->codecs.get()),
       transport_(transport),
-      topology_(std::move(topology)),
-      prototype_(algorithm.get()),
+      graph_(std::move(topology), options_.weights, options_.worker_id, options_.num_workers),
       asynchronous_(algorithm->Asynchronous()),
       arrival_(ArrivalCheckOptions{.run_id = options_.run_id,
                                    .worker_id = options_.worker_id,
                                    .num_workers = options_.num_workers,
                                    .norm_guard = options_.norm_guard},
-               topology_.get(), codecs_, std::move(parts)),
+               graph_.topology(), registries->codecs.get(), std::move(parts)),
+      counters_(options_.worker_id),
+      snapshots_(options_.max_snapshots),
+      swarm_(2 * static_cast<size_t>(options_.num_workers)),
       first_algorithm_(std::move(algorithm)),
-      health_(options_.num_workers) {
-  stats_.set_worker_id(static_cast<uint32_t>(options_.worker_id));
-}
+      health_(options_.num_workers) {}
 
 absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Span<const float> x0) {
   {
     absl::MutexLock lock(&mu_);
-    if (num_params_ > 0) {
-      if (!SameLayout(layout, layout_)) {
+    if (registered_.num_params > 0) {
+      if (!SameLayout(layout, registered_.layout)) {
         return absl::FailedPreconditionError(
             "a different model is already registered with this worker");
       }
@@ -166,15 +137,14 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
   TERN_RETURN_IF_ERROR(MakeLanes(layout, x0));
   {
     absl::MutexLock lock(&mu_);
-    layout_ = layout;
-    num_params_ = x0.size();
+    registered_.layout = layout;
+    registered_.num_params = x0.size();
     for (const Lane& lane : lanes_) {
-      inboxes_.push_back(lane.inbox);
-      lane_sizes_.push_back(lane.size);
+      registered_.lanes.push_back({lane.inbox, lane.size});
       if (shut_down_) lane.inbox->Close();
     }
   }
-  KeepSnapshot(0, x0);
+  snapshots_.Keep(0, x0);
   if (asynchronous_) TERN_RETURN_IF_ERROR(Publish(0));
   return absl::OkStatus();
 }
@@ -204,8 +174,8 @@ absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
       // Stochastic codecs draw apart in each bucket.
       AlgorithmOptions o = options_.algorithm_options;
       o.seed = Mix64(o.seed ^ (0x9e3779b97f4a7c15ULL * k));
-      TERN_ASSIGN_OR_RETURN(lane.algorithm,
-                            registries_->algorithms->Create(options_.algorithm, o, codecs_));
+      TERN_ASSIGN_OR_RETURN(lane.algorithm, registries_->algorithms->Create(
+                                                options_.algorithm, o, registries_->codecs.get()));
       algorithm = lane.algorithm.get();
     }
     TERN_RETURN_IF_ERROR(
@@ -230,12 +200,12 @@ std::vector<uint64_t> RoundEngine::BucketOffsets() const {
 
 bool RoundEngine::initialized() const {
   absl::MutexLock lock(&mu_);
-  return num_params_ > 0;
+  return registered_.num_params > 0;
 }
 
 std::vector<ParamTensor> RoundEngine::layout() const {
   absl::MutexLock lock(&mu_);
-  return layout_;
+  return registered_.layout;
 }
 
 int64_t RoundEngine::next_step() const {
@@ -243,7 +213,10 @@ int64_t RoundEngine::next_step() const {
   return next_step_;
 }
 
-double RoundEngine::momentum() const { return prototype_->Momentum(); }
+double RoundEngine::momentum() const {
+  // Every lane's algorithm has the same; lane 0's is still first_algorithm_ until Init.
+  return (lanes_.empty() ? *first_algorithm_ : *lanes_[0].algorithm).Momentum();
+}
 
 absl::Span<const float> RoundEngine::params() const {
   if (lanes_.size() == 1) return lanes_[0].algorithm->params();
@@ -284,13 +257,13 @@ absl::Status RoundEngine::BeginStep(const StepInput& in) {
   uint64_t num_params;
   {
     absl::MutexLock lock(&mu_);
-    if (num_params_ == 0) return absl::FailedPreconditionError("no model registered");
+    num_params = registered_.num_params;
+    if (num_params == 0) return absl::FailedPreconditionError("no model registered");
     if (shut_down_) return absl::UnavailableError("worker is shutting down");
     if (in.step != next_step_) {
       return absl::FailedPreconditionError(
           absl::StrCat("step ", in.step, " sent, but this worker's next step is ", next_step_));
     }
-    num_params = num_params_;
   }
   if (!broken_.ok()) return broken_;
   if (in.grad.size() != num_params) {
@@ -369,8 +342,8 @@ absl::Status RoundEngine::StartLane(size_t k) {
   const absl::Time t_pack = absl::Now();
   TERN_ASSIGN_OR_RETURN(lane.round, StartRound(lane, bucket, step, std::move(msg)));
   // Serializing, chunking and handing the pushes to the transport count as encoding.
-  absl::MutexLock lock(&mu_);
-  stats_.set_encode_seconds(stats_.encode_seconds() + Seconds(t_pack));
+  counters_.AddSeconds(&v1::WorkerStats::encode_seconds, &v1::WorkerStats::set_encode_seconds,
+                       Seconds(t_pack));
   return absl::OkStatus();
 }
 
@@ -404,26 +377,13 @@ absl::StatusOr<StepOutcome> RoundEngine::FinishStep(const StepInput& in) {
   const absl::Time t_settle = absl::Now();
   for (Lane& lane : lanes_) lane.algorithm->Settle();  // mixing Combine deferred (combining)
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t_settle);
+  out.delta = counters_.EndStep(open.communicates, in.loss, in.compute_seconds, in.io_seconds);
   {
     absl::MutexLock lock(&mu_);
     next_step_ = in.step + 1;
-    stats_.set_steps(stats_.steps() + 1);
-    if (open.communicates) stats_.set_rounds(stats_.rounds() + 1);
-    stats_.set_loss_sum(stats_.loss_sum() + in.loss);
-    stats_.set_compute_seconds(stats_.compute_seconds() + in.compute_seconds);
-    stats_.set_trainer_io_seconds(stats_.trainer_io_seconds() + std::max(0.0, in.io_seconds));
-    const absl::Time now = absl::Now();
-    if (last_step_end_ != absl::InfinitePast()) {
-      stats_.set_step_seconds(stats_.step_seconds() + absl::ToDoubleSeconds(now - last_step_end_));
-    }
-    last_step_end_ = now;
-    out.delta = StatsDelta(stats_, last_step_stats_);
-    last_step_stats_ = stats_;
   }
-  if ((options_.snapshot_every > 0 && (in.step + 1) % options_.snapshot_every == 0) ||
-      in.step + 1 == options_.final_step) {
-    KeepSnapshot(in.step + 1, params());
-  }
+  // After next_step_ moves on (GetSnapshot relies on that order).
+  if (SnapshotDue(in.step + 1)) snapshots_.Keep(in.step + 1, params());
   out.seconds = open.engine_seconds + Seconds(t_finish);
   return out;
 }
@@ -448,25 +408,13 @@ absl::StatusOr<RoundEngine::Outgoing> RoundEngine::Pack(int64_t step, int bucket
   return o;
 }
 
-absl::StatusOr<MixingRow> RoundEngine::RowFor(const Graph& g) {
-  if (topology_->IsStatic()) {
-    if (static_rows_ == nullptr) {
-      TERN_ASSIGN_OR_RETURN(auto rows, MixingWeights(g, options_.weights));
-      static_rows_ = std::make_unique<std::vector<MixingRow>>(std::move(rows));
-    }
-    return (*static_rows_)[options_.worker_id];
-  }
-  TERN_ASSIGN_OR_RETURN(auto rows, MixingWeights(g, options_.weights));
-  return rows[options_.worker_id];
-}
-
 absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t step,
                                                  GossipMessage msg) {
   InFlight r;
   r.step = step;
-  TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, step));
-  r.nbrs = g.neighbours[options_.worker_id];
-  TERN_ASSIGN_OR_RETURN(r.row, RowFor(g));
+  TERN_ASSIGN_OR_RETURN(RoundGraph::Round round, graph_.At(step));
+  r.nbrs = std::move(round.neighbours);
+  r.row = std::move(round.row);
   TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, bucket, std::move(msg)));
   r.payload = o.payload;
   r.dense = o.dense;
@@ -484,20 +432,7 @@ absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) 
   out->dropped.insert(out->dropped.end(), report.dropped.begin(), report.dropped.end());
   int up = 0;
   for (int j : r.nbrs) up += health_.up(j) ? 1 : 0;
-  absl::MutexLock lock(&mu_);
-  peers_up_ = {up, static_cast<int>(r.nbrs.size())};
-  for (const auto& [j, s] : report.results) {
-    if (!s.ok()) continue;
-    PeerTraffic& t = peer_traffic_[j];
-    ++t.messages_sent;
-    t.wire_bytes_sent += r.wire;
-  }
-  stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + r.payload * report.sent_to);
-  stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + r.wire * report.sent_to);
-  stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + r.dense * report.sent_to);
-  stats_.set_wait_seconds(stats_.wait_seconds() + report.wait_seconds);
-  stats_.set_transfer_seconds(stats_.transfer_seconds() + report.transfer_seconds);
-  stats_.set_neighbours_dropped(stats_.neighbours_dropped() + report.dropped.size());
+  counters_.CountRound(r, report, {up, static_cast<int>(r.nbrs.size())});
   return absl::OkStatus();
 }
 
@@ -509,11 +444,11 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
   const int bucket = static_cast<int>(std::min<uint32_t>(bundle.bucket(), 1u << 30));
   {
     absl::MutexLock lock(&mu_);
-    num_params = num_params_;
-    buckets = inboxes_.size();
+    num_params = registered_.num_params;
+    buckets = registered_.lanes.size();
     if (static_cast<size_t>(bucket) < buckets) {
-      inbox = inboxes_[static_cast<size_t>(bucket)];
-      size = lane_sizes_[static_cast<size_t>(bucket)];
+      inbox = registered_.lanes[static_cast<size_t>(bucket)].inbox;
+      size = registered_.lanes[static_cast<size_t>(bucket)].size;
     }
   }
   absl::Status s = [&]() -> absl::Status {
@@ -542,140 +477,20 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
     const uint64_t payload = checked.second.PayloadBytes();
     const int sender = checked.first;
     TERN_RETURN_IF_ERROR(inbox->Put(round, sender, std::move(checked.second)));
-    absl::MutexLock lock(&mu_);
-    stats_.set_payload_bytes_received(stats_.payload_bytes_received() + payload);
-    stats_.set_wire_bytes_received(stats_.wire_bytes_received() + wire_bytes);
-    PeerTraffic& t = peer_traffic_[sender];
-    ++t.messages_received;
-    t.wire_bytes_received += wire_bytes;
+    counters_.CountReceived(sender, payload, wire_bytes);
     return absl::OkStatus();
   }();
   if (!s.ok() && !absl::IsUnavailable(s)) CountRefused(s);
   return s;
 }
 
-absl::StatusOr<v1::TensorBundle> RoundEngine::HandleSwap(v1::TensorBundle bundle,
-                                                         uint64_t wire_bytes) {
-  uint64_t num_params;
-  {
-    absl::MutexLock lock(&mu_);
-    num_params = num_params_;
-  }
-  absl::StatusOr<v1::TensorBundle> reply = [&]() -> absl::StatusOr<v1::TensorBundle> {
-    if (!asynchronous_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(options_.algorithm, " runs in rounds; use Gossip.Push"));
-    }
-    TERN_ASSIGN_OR_RETURN(auto checked,
-                          arrival_.Check(ReceivedBundle{std::move(bundle), {}}, 0, num_params));
-    const uint64_t payload = checked.second.PayloadBytes();
-    absl::MutexLock lock(&mu_);
-    if (published_ == nullptr) return absl::UnavailableError("no model published yet");
-    if (shut_down_) return absl::UnavailableError("worker is shutting down");
-    // Bounded: a flood of swaps cannot grow memory without limit.
-    if (merges_.size() >= static_cast<size_t>(2 * options_.num_workers)) {
-      return absl::ResourceExhaustedError("too many averages pending; retry later");
-    }
-    merges_.push_back(std::move(checked));
-    stats_.set_payload_bytes_received(stats_.payload_bytes_received() + payload);
-    stats_.set_wire_bytes_received(stats_.wire_bytes_received() + wire_bytes);
-    v1::TensorBundle out = *published_;
-    stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + PayloadBytes(out));
-    stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + 4 * num_params);
-    stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + out.ByteSizeLong());
-    return out;
-  }();
-  if (!reply.ok() && !absl::IsUnavailable(reply.status())) CountRefused(reply.status());
-  return reply;
-}
-
-absl::Status RoundEngine::ApplyMerges() {
-  std::vector<std::pair<int, GossipMessage>> merges;
-  {
-    absl::MutexLock lock(&mu_);
-    merges.swap(merges_);
-  }
-  for (const auto& [j, msg] : merges) {
-    MixingRow row;
-    row.self = 0.5;
-    row.neighbours = {{j, 0.5}};
-    TERN_RETURN_IF_ERROR(lanes_[0].algorithm->Combine(row, {{j, &msg}}));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RoundEngine::Publish(int64_t step) {
-  TERN_ASSIGN_OR_RETURN(GossipMessage msg, lanes_[0].algorithm->Publish(step));
-  auto b = std::make_shared<const v1::TensorBundle>(
-      GossipToBundle(std::move(msg), options_.run_id, step, options_.worker_id));
-  absl::MutexLock lock(&mu_);
-  published_ = std::move(b);
-  return absl::OkStatus();
-}
-
-absl::Status RoundEngine::RunSwap(int64_t step, GossipMessage msg, StepOutcome* out) {
-  const int me = options_.worker_id;
-  TERN_ASSIGN_OR_RETURN(Graph g, topology_->GraphFor(options_.num_workers, step));
-  const std::vector<int>& nbrs = g.neighbours[me];
-  if (nbrs.empty()) return absl::OkStatus();
-  // The partner: a reproducible draw from (seed, worker, step).
-  const int j = nbrs[Mix64(options_.algorithm_options.seed ^
-                           Mix64((static_cast<uint64_t>(me) << 40) ^ static_cast<uint64_t>(step))) %
-                     nbrs.size()];
-  TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, 0, std::move(msg)));
-  const uint64_t payload = o.payload, dense = o.dense, wire = o.wire;
-  const PeerTransport::Chunks chunks = std::move(o.chunks);
-  const absl::Time t0 = absl::Now();
-  absl::StatusOr<v1::TensorBundle> reply = transport_->Swap(j, chunks, t0 + options_.round_timeout);
-  const absl::Time t1 = absl::Now();
-  const uint64_t reply_bytes = reply.ok() ? reply->ByteSizeLong() : 0;
-  absl::StatusOr<std::pair<int, GossipMessage>> theirs =
-      reply.ok() ? arrival_.Check(ReceivedBundle{*std::move(reply), {}}, 0, params().size())
-                 : absl::StatusOr<std::pair<int, GossipMessage>>(reply.status());
-  if (theirs.ok() && theirs->first != j) {
-    theirs = absl::InvalidArgumentError(absl::StrCat("worker ", j, " answered as ", theirs->first));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    stats_.set_transfer_seconds(stats_.transfer_seconds() + absl::ToDoubleSeconds(t1 - t0));
-    if (reply.ok()) {
-      stats_.set_payload_bytes_sent(stats_.payload_bytes_sent() + payload);
-      stats_.set_wire_bytes_sent(stats_.wire_bytes_sent() + wire);
-      stats_.set_dense_bytes_sent(stats_.dense_bytes_sent() + dense);
-      stats_.set_wire_bytes_received(stats_.wire_bytes_received() + reply_bytes);
-    }
-    if (theirs.ok()) {
-      stats_.set_payload_bytes_received(stats_.payload_bytes_received() +
-                                        theirs->second.PayloadBytes());
-    } else {
-      stats_.set_neighbours_dropped(stats_.neighbours_dropped() + 1);
-    }
-  }
-  if (!theirs.ok()) {
-    spdlog::warn("worker {}: step {}: swap with {} failed: {}", me, step, j,
-                 theirs.status().ToString());
-    out->dropped = {j};
-    return absl::OkStatus();
-  }
-  MixingRow row;
-  row.self = 0.5;
-  row.neighbours = {{j, 0.5}};
-  const absl::Time t2 = absl::Now();
-  TERN_RETURN_IF_ERROR(lanes_[0].algorithm->Combine(row, {{j, &theirs->second}}));
-  out->mixed = {j};
-  CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t2);
-  return absl::OkStatus();
-}
-
-void RoundEngine::CountTime(double (v1::WorkerStats::*get)() const,
-                            void (v1::WorkerStats::*set)(double), absl::Time since) {
+void RoundEngine::CountTime(EngineCounters::Seconds get, EngineCounters::SetSeconds set,
+                            absl::Time since) {
   const double total = Seconds(since);
   const double decoded = DecodeSeconds();
   const double decode = std::clamp(decoded - decode_counted_, 0.0, total);
   decode_counted_ = decoded;
-  absl::MutexLock lock(&mu_);
-  (stats_.*set)((stats_.*get)() + total - decode);
-  stats_.set_decode_seconds(stats_.decode_seconds() + decode);
+  counters_.AddSeconds(get, set, total - decode, decode);
 }
 
 double RoundEngine::DecodeSeconds() const {
@@ -684,72 +499,38 @@ double RoundEngine::DecodeSeconds() const {
   return total;
 }
 
-void RoundEngine::CountRefused(const absl::Status& why) {
-  absl::MutexLock lock(&mu_);
-  stats_.set_messages_refused(stats_.messages_refused() + 1);
-  ++refusals_[absl::StatusCodeToString(why.code())];
-}
-
-std::map<int, RoundEngine::PeerTraffic> RoundEngine::PeerStats() const {
-  absl::MutexLock lock(&mu_);
-  return peer_traffic_;
-}
-
-std::map<std::string, uint64_t> RoundEngine::RefusalsByReason() const {
-  absl::MutexLock lock(&mu_);
-  return refusals_;
-}
-
-std::pair<int, int> RoundEngine::PeersUp() const {
-  absl::MutexLock lock(&mu_);
-  return peers_up_;
-}
-
-void RoundEngine::KeepSnapshot(int64_t step, absl::Span<const float> x) {
-  std::vector<float> copy(x.begin(), x.end());
-  absl::MutexLock lock(&mu_);
-  snapshots_[step] = std::move(copy);
-  while (static_cast<int>(snapshots_.size()) > options_.max_snapshots) {
-    snapshots_.erase(snapshots_.begin());
-  }
-}
-
-std::vector<int64_t> RoundEngine::SnapshotSteps() const {
-  absl::MutexLock lock(&mu_);
-  std::vector<int64_t> steps;
-  for (const auto& [step, x] : snapshots_) steps.push_back(step);
-  return steps;
+bool RoundEngine::SnapshotDue(int64_t step) const {
+  return (options_.snapshot_every > 0 && step % options_.snapshot_every == 0) ||
+         step == options_.final_step;
 }
 
 absl::StatusOr<std::vector<float>> RoundEngine::GetSnapshot(int64_t step) const {
-  absl::MutexLock lock(&mu_);
-  auto it = snapshots_.find(step);
-  if (it != snapshots_.end()) return it->second;
-  // Step publishes next_step_ just before it keeps that step's snapshot: a snapshot due at
-  // next_step_ and not there yet is a moment away, not gone (asking again finds it).
-  const bool due =
-      step > 0 && ((options_.snapshot_every > 0 && step % options_.snapshot_every == 0) ||
-                   step == options_.final_step);
-  if (step > next_step_ || num_params_ == 0 || (step == next_step_ && due)) {
+  // Read before the store: FinishStep keeps step s's snapshot after next_step_ reaches s and
+  // before it passes s, so a snapshot missing when next_step_ was past it is gone, not late.
+  int64_t next;
+  bool registered;
+  {
+    absl::MutexLock lock(&mu_);
+    next = next_step_;
+    registered = registered_.num_params > 0;
+  }
+  if (std::optional<std::vector<float>> x = snapshots_.Get(step)) return *std::move(x);
+  if (!registered || step > next || (step == next && (step == 0 || SnapshotDue(step)))) {
     return absl::UnavailableError(
-        absl::StrCat("not at step ", step, " yet (done ", next_step_, " steps)"));
+        absl::StrCat("not at step ", step, " yet (done ", next, " steps)"));
   }
   return absl::NotFoundError(absl::StrCat("no snapshot of step ", step, " (kept every ",
                                           options_.snapshot_every, " steps, the newest ",
                                           options_.max_snapshots, ")"));
 }
 
-v1::WorkerStats RoundEngine::Stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
-}
-
 void RoundEngine::Shutdown() {
+  swarm_.Close();
   std::vector<std::shared_ptr<GossipInbox>> inboxes;
   {
     absl::MutexLock lock(&mu_);
     shut_down_ = true;
-    inboxes = inboxes_;
+    for (const Registered::Route& r : registered_.lanes) inboxes.push_back(r.inbox);
   }
   for (const auto& inbox : inboxes) inbox->Close();
 }

@@ -18,6 +18,10 @@
 // a neighbour in that round's graph, round window, duplicates, and every part decodes to the
 // model's size. A refused message changes nothing.
 //
+// Its parts are rooms of their own: a bucket's round (lane.h), whom a round mixes with
+// (round_graph.h), the checks on arrival (arrival_check.h), the counters (engine_counters.h), the
+// kept snapshots (snapshot_store.h); SwarmSGD's swaps are in engine_swarm.cc (swarm_mailbox.h).
+//
 // Thread-safety: thread-safe. Init(), Step() and the bucketed step's calls are made by one thread
 // at a time (the daemon's round loop); Deliver(), GetSnapshot() and Stats() from any thread.
 #ifndef TERN_WORKER_ENGINE_H_
@@ -46,10 +50,14 @@
 #include "tern/v1/worker.pb.h"
 #include "worker/algorithm.h"
 #include "worker/arrival_check.h"
+#include "worker/engine_counters.h"
 #include "worker/gossip_inbox.h"
 #include "worker/lane.h"
 #include "worker/lr_schedule.h"
 #include "worker/peer_transport.h"
+#include "worker/round_graph.h"
+#include "worker/snapshot_store.h"
+#include "worker/swarm_mailbox.h"
 
 namespace tern {
 
@@ -103,9 +111,6 @@ struct StepOutcome {
   v1::WorkerStats delta;  // what this step added to every counter
   double seconds = 0;     // the engine's own time on this step
 };
-
-// after - before, counter by counter (worker_id kept).
-v1::WorkerStats StatsDelta(const v1::WorkerStats& after, const v1::WorkerStats& before);
 
 // The registries a worker builds its codecs, topology and algorithm from, created once by the
 // caller (tern worker, tern run, tests) and passed in.
@@ -168,24 +173,16 @@ class RoundEngine {
   // worker has not got there yet.
   absl::StatusOr<std::vector<float>> GetSnapshot(int64_t step) const;
   // The steps whose parameters are kept now, oldest first.
-  std::vector<int64_t> SnapshotSteps() const;
-  v1::WorkerStats Stats() const;
-  // Each peer's traffic with this worker (by worker id), for the metrics endpoint.
-  struct PeerTraffic {
-    uint64_t messages_sent = 0, wire_bytes_sent = 0;          // pushes it accepted
-    uint64_t messages_received = 0, wire_bytes_received = 0;  // its messages accepted here
-  };
-  std::map<int, PeerTraffic> PeerStats() const;
-  // Refused incoming messages by reason (the status code's name, e.g. "INVALID_ARGUMENT").
-  std::map<std::string, uint64_t> RefusalsByReason() const;
-  // Neighbours of the last round believed up (reachable and in step), and how many it had.
-  std::pair<int, int> PeersUp() const;
+  std::vector<int64_t> SnapshotSteps() const { return snapshots_.Steps(); }
+  // Steps, bytes and seconds; each peer's traffic; refusals by reason; the neighbours up.
+  const EngineCounters& counters() const { return counters_; }
+  v1::WorkerStats Stats() const { return counters_.Stats(); }
 
   // SwarmSGD: a neighbour's model; answers with ours and averages theirs in at our next step.
   absl::StatusOr<v1::TensorBundle> HandleSwap(v1::TensorBundle bundle, uint64_t wire_bytes);
 
   // Counts a refused incoming push (the RPC layer refuses some before Deliver) by `why`'s code.
-  void CountRefused(const absl::Status& why);
+  void CountRefused(const absl::Status& why) { counters_.CountRefused(why); }
   // Wakes a Step() waiting for neighbours and refuses further messages.
   void Shutdown();
 
@@ -214,28 +211,28 @@ class RoundEngine {
   absl::StatusOr<InFlight> StartRound(Lane& lane, int bucket, int64_t step, GossipMessage msg);
   // Waits for the round's messages (to its deadline) and pushes, mixes, and counts.
   absl::Status FinishRound(Lane& lane, InFlight r, StepOutcome* out) ABSL_LOCKS_EXCLUDED(mu_);
+  // SwarmSGD (engine_swarm.cc): swaps with a neighbour, averages in what neighbours left, and
+  // publishes our model for their swaps.
   absl::Status RunSwap(int64_t step, GossipMessage msg, StepOutcome* out);
   absl::Status ApplyMerges();
   absl::Status Publish(int64_t step);
   // Decoding time of every lane's algorithm so far.
   double DecodeSeconds() const;
-  absl::StatusOr<MixingRow> RowFor(const Graph& g);
-  void KeepSnapshot(int64_t step, absl::Span<const float> x) ABSL_LOCKS_EXCLUDED(mu_);
   // Adds the time since `since` to the counter `get`/`set`, less the decoding the algorithm did
   // meanwhile, which goes to decode_seconds. Round loop only.
-  void CountTime(double (v1::WorkerStats::*get)() const, void (v1::WorkerStats::*set)(double),
-                 absl::Time since) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountTime(EngineCounters::Seconds get, EngineCounters::SetSeconds set, absl::Time since);
+  // Whether the parameters after `step` steps are kept (EngineOptions::snapshot_every).
+  bool SnapshotDue(int64_t step) const;
 
   const EngineOptions options_;
   const WorkerRegistries* const registries_;
-  const CodecRegistry* const codecs_;
   PeerTransport* const transport_;
-  const std::unique_ptr<Topology> topology_;
-  // Lane 0's algorithm (owned by first_algorithm_ until Init, then by lanes_[0]): what
-  // Momentum() is read from, the same for every lane.
-  const Algorithm* const prototype_;
+  RoundGraph graph_;
   const bool asynchronous_;
   ArrivalCheck arrival_;  // what a neighbour's message must pass
+  EngineCounters counters_;
+  SnapshotStore snapshots_;
+  SwarmMailbox swarm_;
 
   // Round-loop state.
   std::vector<Lane> lanes_;                     // made by Init
@@ -245,27 +242,22 @@ class RoundEngine {
   std::optional<OpenStep> open_;  // a step begun and not finished
   absl::Status broken_;           // why no step can run any more (a bucketed step failed part-way)
   PeerHealth health_;             // neighbours worth waiting for, and ever heard from
-  std::unique_ptr<std::vector<MixingRow>> static_rows_;
-  double decode_counted_ = 0;  // DecodeSeconds() already in stats_
+  double decode_counted_ = 0;     // DecodeSeconds() already counted
 
+  // What Init registered, for Deliver: the model and where each bucket's messages go.
+  struct Registered {
+    std::vector<ParamTensor> layout;
+    uint64_t num_params = 0;  // 0: nothing registered yet
+    struct Route {
+      std::shared_ptr<GossipInbox> inbox;
+      uint64_t size = 0;  // the bucket's values
+    };
+    std::vector<Route> lanes;
+  };
   mutable absl::Mutex mu_;
-  std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);
-  uint64_t num_params_ ABSL_GUARDED_BY(mu_) = 0;
-  // Each lane's inbox and size, for Deliver (set by Init).
-  std::vector<std::shared_ptr<GossipInbox>> inboxes_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> lane_sizes_ ABSL_GUARDED_BY(mu_);
+  Registered registered_ ABSL_GUARDED_BY(mu_);
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  // SwarmSGD: our model as neighbours get it, and their models waiting to be averaged in.
-  std::shared_ptr<const v1::TensorBundle> published_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::pair<int, GossipMessage>> merges_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, std::vector<float>> snapshots_ ABSL_GUARDED_BY(mu_);
-  v1::WorkerStats stats_ ABSL_GUARDED_BY(mu_);
-  v1::WorkerStats last_step_stats_ ABSL_GUARDED_BY(mu_);  // stats_ when the last Step ended
-  std::map<int, PeerTraffic> peer_traffic_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, uint64_t> refusals_ ABSL_GUARDED_BY(mu_);
-  std::pair<int, int> peers_up_ ABSL_GUARDED_BY(mu_) = {0, 0};
-  absl::Time last_step_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace tern

@@ -9,7 +9,7 @@ namespace tern {
 namespace {
 
 void Traffic(const RoundEngine& e, const MetricLabels& base, MetricSet& m) {
-  for (const auto& [peer, t] : e.PeerStats()) {
+  for (const auto& [peer, t] : e.counters().PeerStats()) {
     MetricLabels l = base;
     l.emplace_back("peer", absl::StrCat(peer));
     m.Counter("tern_worker_peer_messages_sent_total",
@@ -70,7 +70,7 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
   }
   Traffic(e, base, m);
   TimeSplit(s, base, m);
-  for (const auto& [reason, n] : e.RefusalsByReason()) {
+  for (const auto& [reason, n] : e.counters().RefusalsByReason()) {
     MetricLabels l = base;
     l.emplace_back("reason", reason);
     m.Counter("tern_worker_messages_refused_total", "Incoming gossip messages refused, by reason.",
@@ -79,7 +79,7 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
   m.Counter("tern_worker_neighbours_dropped_total",
             "(round, neighbour) pairs left out of the mixing (no message by the deadline).",
             s.neighbours_dropped(), base);
-  const auto [up, of] = e.PeersUp();
+  const auto [up, of] = e.counters().PeersUp();
   m.Gauge("tern_worker_peers_up", "Neighbours of the last round believed up.", up, base);
   m.Gauge("tern_worker_peers", "Neighbours in the last round's graph.", of, base);
   m.Gauge("tern_worker_next_step", "The step this worker runs next.", e.next_step(), base);
