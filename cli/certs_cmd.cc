@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
+#include "cli/flag_types.h"
 #include "core/rpc/auth.h"
 #include "core/rpc/dev_certs.h"
 
@@ -20,7 +21,8 @@ ABSL_FLAG(std::string, names, "server,client,scheduler,worker-0,worker-1,worker-
 ABSL_FLAG(std::string, hosts, "",
           "certs: comma-separated host names or IP addresses added to every certificate's "
           "subjectAltName (each already names its holder, localhost and 127.0.0.1)");
-ABSL_FLAG(int, days, 825, "certs: how long the certificates are valid");
+ABSL_FLAG(tern::Int<tern::In(0, 36500)>, days, 825,
+          "certs: days the certificates are valid (0: expired at once, for tests)");
 ABSL_DECLARE_FLAG(std::string, out);
 
 namespace tern {
@@ -30,7 +32,7 @@ int CertsMain() {
   DevCertOptions o;
   o.names = absl::StrSplit(absl::GetFlag(FLAGS_names), ',', absl::SkipEmpty());
   o.hosts = absl::StrSplit(absl::GetFlag(FLAGS_hosts), ',', absl::SkipEmpty());
-  o.days = absl::GetFlag(FLAGS_days);
+  o.days = absl::GetFlag(FLAGS_days).value;
   if (o.names.empty()) {
     std::fprintf(stderr, "tern certs: --names is empty\n");
     return 2;
@@ -65,9 +67,10 @@ int TokensMain() {
     std::printf("%s/%s.token (that holder's --token_file; keep it secret)\n", dir.c_str(),
                 n.c_str());
   }
-  std::printf("%s/tokens (the servers' --tokens: digests only; a holder made again gets a new "
-              "token, the old one stops working once servers re-read the file)\n",
-              dir.c_str());
+  std::printf(
+      "%s/tokens (the servers' --tokens: digests only; a holder made again gets a new "
+      "token, the old one stops working once servers re-read the file)\n",
+      dir.c_str());
   return 0;
 }
 

@@ -1,16 +1,16 @@
 #include "cli/command_table.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <set>
 
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace tern {
@@ -90,75 +90,6 @@ bool IsCommonFlag(absl::string_view name) {
   return false;
 }
 
-struct Range {
-  const char* flag;
-  double min, max;
-  const char* says;  // the rule, as the error states it
-};
-constexpr Range kRanges[] = {
-    {"lr", 0, 1e6, ">= 0 (0: the algorithm's default)"},
-    {"batch", 1, 1 << 20, "in [1, 2^20]"},
-    {"epochs", 1, 1e6, ">= 1"},
-    {"max_steps", 0, 1e12, ">= 0 (0: no cap)"},
-    {"compute_threads", 1, 256, "in [1, 256]"},
-    {"workers", 1, 256, "in [1, 256]"},
-    {"momentum", 0, 0.999999, "in [0, 1)"},
-    {"consensus_step", 1e-12, 1, "in (0, 1]"},
-    {"local_steps", 1, 1e9, ">= 1"},
-    {"round_timeout", 1e-3, 1e6, "> 0 seconds"},
-    {"norm_guard", 0, 1e12, ">= 0 (0: off)"},
-    {"bucket_mb", 0, 1 << 20, "in [0, 1048576] (0: one message a round)"},
-    {"attack_fraction", 0, 1, "in [0, 1]"},
-    {"max_streams", 0, 1e6, ">= 0 (0: the daemon's default)"},
-    {"max_streams_per_peer", 0, 1e6, ">= 0 (0: the daemon's default)"},
-    {"max_buffered_mb", 0, 1e7, ">= 0 (0: sized for the model)"},
-    {"stream_idle_s", 1e-3, 1e7, "> 0 seconds"},
-    {"stream_deadline_s", 1e-3, 1e7, "> 0 seconds"},
-    {"evals_per_epoch", 1, 1e6, ">= 1"},
-    {"rounds", 1, 1e9, ">= 1"},
-    {"clients", 1, 1e6, ">= 1"},
-    {"clients_per_process", 1, 1e5, ">= 1"},
-    {"clients_per_round", 1, 1e6, ">= 1"},
-    {"local_epochs", 0, 1e6, ">= 0"},
-    {"server_lr", 0, 1e6, ">= 0"},
-    {"server_momentum", 0, 0.999999, "in [0, 1)"},
-    {"eval_every", 0, 1e9, ">= 0"},
-    {"beta1", 0, 0.999999, "in [0, 1)"},
-    {"beta2", 0, 0.999999999, "in [0, 1)"},
-    {"threads", 1, 1024, "in [1, 1024]"},
-    {"min_time", 0, 1e6, ">= 0"},
-    {"repeats", 1, 210, "in [1, 210]"},
-    {"heartbeat_interval_ms", 1, 1e9, ">= 1"},
-    {"heartbeat_timeout_ms", 1, 1e9, ">= 1"},
-    {"push_stripes", 1, 16, "in [1, 16]"},
-    {"adaptive_batch_eta", 0, 1e6, ">= 0 (0: off)"},
-    {"client_timeout_s", 1e-3, 1e7, "> 0 seconds"},
-    {"days", 0, 36500, "in [0, 36500] (0: expired at once, for tests)"},
-    {"eps", 1e-30, 1, "in (0, 1]"},
-    {"first_client", 0, 1e6, ">= 0"},
-    {"grace_s", 0, 1e7, ">= 0 seconds"},
-    {"id", 0, 255, "in [0, 255] (and below --workers)"},
-    {"linger_s", 0, 1e7, ">= 0 seconds"},
-    {"local_momentum", 0, 0.999999, "in [0, 1)"},
-    {"max_batch", 1, 1 << 20, "in [1, 2^20]"},
-    {"max_members", 1, 1e6, ">= 1"},
-    {"max_snapshots", 1, 1e7, ">= 1"},
-    {"max_staleness", 0, 1e6, ">= 0"},
-    {"max_waiting_calls", 1, 1e7, ">= 1"},
-    {"max_waiting_per_worker", 1, 1e6, ">= 1"},
-    {"min_clients", 0, 1e6, ">= 0 (0: all of --clients in a run, 1 for a bare server)"},
-    {"min_replies", 0, 1e6, ">= 0 (0: K)"},
-    {"overlap_anchor", 0, 1, "in [0, 1]"},
-    {"partitions", 0, 1e6, ">= 0 (0: --clients)"},
-    {"peers_timeout", 0, 1e7, ">= 0 seconds"},
-    {"round_deadline_s", 1e-3, 1e7, "> 0 seconds"},
-    {"snapshot_every", 0, 1e12, ">= 0 (0: step 0)"},
-    {"staleness_decay", 0, 1, "in [0, 1] (0: late updates are dropped)"},
-    {"switch_lag_rounds", 0, 1e6, ">= 0"},
-    {"timeout_s", 1e-3, 1e6, "> 0 seconds"},
-    {"total_steps", 0, 1e12, ">= 0"},
-    {"warmup_rounds", 0, 1e9, ">= 0"},
-};
 // Numeric flags any value of which is good: no range to check.
 constexpr const char* kAnyValue[] = {"seed", "step"};
 
@@ -168,10 +99,7 @@ bool IsNumeric(const absl::CommandLineFlag& flag) {
          flag.IsOfType<float>();
 }
 
-bool HasRangeOrNeedsNone(absl::string_view name) {
-  for (const Range& r : kRanges) {
-    if (name == r.flag) return true;
-  }
+bool TakesAnyValue(absl::string_view name) {
   for (const char* any : kAnyValue) {
     if (name == any) return true;
   }
@@ -280,6 +208,42 @@ std::vector<CommandInfo> CommandTable() {
   };
 }
 
+namespace {
+
+// A --flagfile's --name=value lines, as arguments (comments and blank lines left out); none when
+// it cannot be read (absl's parse then says so).
+std::vector<std::string> FlagfileArgs(const std::string& path) {
+  std::vector<std::string> args;
+  std::ifstream in(path);
+  std::string text;
+  while (std::getline(in, text)) {
+    const absl::string_view l = absl::StripAsciiWhitespace(text);
+    if (absl::StartsWith(l, "-")) args.emplace_back(l);
+  }
+  return args;
+}
+
+// Adds the flags of the --flagfile list `paths` to `line`, so that their names and values are
+// checked before absl's parse (which exits 1 on a bad value) reads them again. Flagfiles they
+// name are read in their turn, a few deep at most (one that names itself stops there).
+void ScanFlagfiles(absl::string_view paths, int depth, CommandLine& line) {
+  if (depth >= 8) return;
+  for (absl::string_view path : absl::StrSplit(paths, ',', absl::SkipEmpty())) {
+    for (const std::string& arg : FlagfileArgs(std::string(path))) {
+      const std::string name = FlagNameOf(arg);
+      line.flag_names.push_back(name);
+      const size_t eq = arg.find('=');
+      if (eq == std::string::npos) continue;
+      const std::string value = arg.substr(eq + 1);
+      line.values.emplace_back(name, value);
+      if (name == "mode") line.mode = value;
+      if (name == "flagfile") ScanFlagfiles(value, depth + 1, line);
+    }
+  }
+}
+
+}  // namespace
+
 CommandLine ScanCommandLine(int argc, char** argv) {
   CommandLine line;
   bool after_dashes = false;
@@ -308,6 +272,7 @@ CommandLine ScanCommandLine(int argc, char** argv) {
         if (has_value) {
           line.values.emplace_back(name, value);
           if (name == "mode") line.mode = value;
+          if (name == "flagfile") ScanFlagfiles(value, /*depth=*/0, line);
         }
       }
     } else if (line.command.empty()) {
@@ -411,11 +376,12 @@ absl::Status CheckTable(const std::vector<CommandInfo>& table) {
         return absl::InternalError(absl::StrCat("--", name, " (", flag->Filename(),
                                                 ") has no help: tern help would list it bare"));
       }
-      if (IsNumeric(*flag) && !HasRangeOrNeedsNone(name)) {
+      if (IsNumeric(*flag) && !TakesAnyValue(name)) {
         return absl::InternalError(absl::StrCat(
             "--", name, " (", flag->Filename(),
-            ") is a number with no range in cli/command_table.cc (kRanges; kAnyValue if any "
-            "value is good): a bad value would start a daemon"));
+            ") is a plain number: give it its range in its type (tern::Int<tern::AtLeast(1)>, "
+            "cli/flag_types.h), or list it in kAnyValue (cli/command_table.cc) if any value is "
+            "good; else a bad value would start a daemon"));
       }
       listed.insert(name);
     }
@@ -437,7 +403,12 @@ absl::Status CheckValueSyntax(const CommandLine& line) {
     // Parse into the flag (as the full parse will again): the only public way to try a value.
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": ", error));
+      // absl's "Illegal value 'V' specified for flag 'N'; " says again what the start says.
+      absl::string_view why = error;
+      if (absl::StartsWith(why, "Illegal value") && why.find("; ") != absl::string_view::npos) {
+        why.remove_prefix(why.find("; ") + 2);
+      }
+      return absl::InvalidArgumentError(absl::StrCat("--", name, "=", value, ": ", why));
     }
   }
   return absl::OkStatus();
@@ -449,20 +420,6 @@ std::vector<std::string> SpecifiedFlagNames() {
     if (IsSet(*flag)) names.emplace_back(name);
   }
   return names;
-}
-
-absl::Status CheckFlagValues() {
-  for (const Range& r : kRanges) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(r.flag);
-    if (flag == nullptr || !IsSet(*flag)) continue;
-    double v;
-    const std::string text = flag->CurrentValue();
-    if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v < r.min || v > r.max) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", r.flag, "=", text, ": must be ", r.says));
-    }
-  }
-  return absl::OkStatus();
 }
 
 std::vector<std::string> NearestNames(absl::string_view name, const Names& candidates) {

@@ -1,6 +1,7 @@
 // Which flags each `tern` command takes, so that `tern help` and `tern <command> --help` list
 // them, a flag meant for another command is an error naming that command, an unknown flag gets
-// the nearest name suggested, and numeric values are range-checked before anything starts.
+// the nearest name suggested, and numeric values are range-checked before anything starts (each
+// number's range is in its type, where the flag is defined: cli/flag_types.h).
 // The flags themselves stay absl flags, defined beside the code that reads them.
 //
 // Thread-safety: plain functions; call them from main before any other thread starts.
@@ -31,7 +32,7 @@ struct CommandLine {
   std::string mode;     // --mode's value when given
   bool help = false;    // --help / -h / --helpfull
   bool version = false;
-  std::vector<std::string> flag_names;  // every --name[=value] given, as written
+  std::vector<std::string> flag_names;  // every --name[=value] given (in --flagfiles too)
   std::vector<std::pair<std::string, std::string>> values;  // the --name=value ones
   std::vector<std::string> positional;                      // the words after the command
 };
@@ -56,11 +57,9 @@ absl::Status CheckFlagNames(const std::vector<CommandInfo>& table, const Command
 // listed for some command (`tern help` checks this, and a test runs it).
 absl::Status CheckTable(const std::vector<CommandInfo>& table);
 
-// Before parsing: each --name=value parses as its flag's type (absl would exit 1 on a bad one).
+// Before parsing: each --name=value (a --flagfile's too) parses as its flag's type, which for a
+// number includes its range (cli/flag_types.h); absl's parse would exit 1 on a bad one.
 absl::Status CheckValueSyntax(const CommandLine& line);
-
-// After parsing: numeric flags given on the command line (or in a flagfile) are in range.
-absl::Status CheckFlagValues();
 
 // After parsing: the flags set on the command line or in a flagfile (to other than their
 // defaults).

@@ -90,11 +90,11 @@ absl::Status Start(const char* const* flags, int num_flags, TernWorker* w) {
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     TERN_RETURN_IF_ERROR(WriteFileAtomically(path, absl::StrCat(w->daemon->port(), "\n")));
   }
-  const int workers = absl::GetFlag(FLAGS_workers);
+  const int workers = absl::GetFlag(FLAGS_workers).value;
   TERN_ASSIGN_OR_RETURN(
       std::vector<std::string> peers,
       ReadPeers(absl::GetFlag(FLAGS_peers), absl::GetFlag(FLAGS_peers_file),
-                absl::Seconds(absl::GetFlag(FLAGS_peers_timeout)), [] { return false; }));
+                absl::Seconds(absl::GetFlag(FLAGS_peers_timeout).value), [] { return false; }));
   if (workers > 1) {
     if (static_cast<int>(peers.size()) != workers) {
       return absl::InvalidArgumentError(

@@ -136,8 +136,7 @@ int ExportMain() {
     std::fprintf(stderr, "tern export: %s\n", arrays.status().ToString().c_str());
     return 1;
   }
-  const bool transpose =
-      layout == "torch" || (layout == "auto" && IsBuiltinMlpLayout(*arrays));
+  const bool transpose = layout == "torch" || (layout == "auto" && IsBuiltinMlpLayout(*arrays));
   if (transpose) TransposeWeights(&*arrays);
   absl::Status s = npz ? WriteNpz(out, *arrays) : WriteTorchStateDict(out, *arrays);
   if (!s.ok()) {

@@ -29,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
+#include "cli/flag_types.h"
 #include "cli/limit_flags.h"
 #include "cli/local_cluster.h"
 #include "cli/process.h"
@@ -55,7 +56,7 @@
 #include "tern/v1/server.grpc.pb.h"
 
 ABSL_DECLARE_FLAG(bool, tls);
-ABSL_DECLARE_FLAG(double, norm_guard);
+ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, norm_guard);
 ABSL_DECLARE_FLAG(std::string, listen);
 ABSL_DECLARE_FLAG(std::string, port_file);
 ABSL_DECLARE_FLAG(std::string, run_id);
@@ -63,9 +64,9 @@ ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(std::string, partition);
-ABSL_DECLARE_FLAG(int, batch);
-ABSL_DECLARE_FLAG(double, lr);
-ABSL_DECLARE_FLAG(int, local_steps);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
+ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, lr);
+ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, local_steps);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(std::string, name);
@@ -73,37 +74,47 @@ ABSL_DECLARE_FLAG(std::string, name);
 ABSL_FLAG(std::string, mode, "gossip",
           "run: gossip (peer workers) | federated | local-sgd | ps (a server and clients); "
           "server: federated | local-sgd | ps");
-ABSL_FLAG(int, clients, 100, "run/client: clients (run: in all; client: in this process)");
-ABSL_FLAG(int, clients_per_process, 25, "run: simulated clients per client process");
-ABSL_FLAG(int, first_client, 0, "client: data partition of this process's first client");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients, 100,
+          "run/client: clients (run: in all; client: in this process)");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients_per_process, 25,
+          "run: simulated clients per client process");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, first_client, 0,
+          "client: data partition of this process's first client");
 ABSL_FLAG(std::string, attack, "",
           "client, run: experiments: what malicious clients send instead of their update: "
           "signflip[:scale=S], scale:factor=F, noise:std=D, nan (docs/robustness.md)");
-ABSL_FLAG(double, attack_fraction, 0,
+ABSL_FLAG(tern::Double<tern::In(0, 1)>, attack_fraction, 0,
           "client, run: the first round(fraction x clients) clients (by partition) attack");
-ABSL_FLAG(int, partitions, 0, "client: partitions the data is split into (0: --clients)");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, partitions, 0,
+          "client: partitions the data is split into (0: --clients)");
 ABSL_FLAG(std::string, server, "", "client: the aggregator's host:port");
-ABSL_FLAG(int, rounds, 50, "server/run: rounds of the run");
-ABSL_FLAG(int, clients_per_round, 10, "server/run: K, clients sampled per federated round");
-ABSL_FLAG(int, min_clients, 0,
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, rounds, 50, "server/run: rounds of the run");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients_per_round, 10,
+          "server/run: K, clients sampled per federated round");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, min_clients, 0,
           "server/run: clients that must have joined before round 1 (0: all of --clients in a "
           "run, 1 for a bare server)");
-ABSL_FLAG(int, min_replies, 0, "server/run: a round may close after this many replies (0: K)");
-ABSL_FLAG(double, grace_s, 1, "server/run: seconds a round stays open after its min replies");
-ABSL_FLAG(double, round_deadline_s, 60, "server/run: seconds after which a round closes");
-ABSL_FLAG(double, staleness_decay, 0,
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, min_replies, 0,
+          "server/run: a round may close after this many replies (0: K)");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, grace_s, 1,
+          "server/run: seconds a round stays open after its min replies");
+ABSL_FLAG(tern::Double<tern::Above(0)>, round_deadline_s, 60,
+          "server/run: seconds after which a round closes");
+ABSL_FLAG(tern::Double<tern::In(0, 1)>, staleness_decay, 0,
           "server/run: late updates keep weight decay^age (0: late updates are dropped)");
-ABSL_FLAG(int, max_staleness, 2, "server/run: oldest round (in rounds) a late update may be for");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, max_staleness, 2,
+          "server/run: oldest round (in rounds) a late update may be for");
 ABSL_FLAG(std::string, sampling, "uniform", "server/run: client sampling: uniform | score");
 ABSL_FLAG(std::string, rule, "fedavg",
           "server/run: fedavg | median | trimmed-mean:trim=T | krum:f=F | multi-krum:f=F,m=M, "
           "any with ,clip=C");
-ABSL_FLAG(double, server_lr, 1.0, "server/run: outer learning rate (x += server_lr * m)");
-ABSL_FLAG(int, eval_every, 0,
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, server_lr, 1.0,
+          "server/run: outer learning rate (x += server_lr * m)");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, eval_every, 0,
           "server/run: federated evaluation: every N rounds (and the last) the clients evaluate "
           "the model they train from on held-out data; the server logs the examples-weighted "
           "mean (0: never)");
-ABSL_FLAG(double, server_momentum, 0.0,
+ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, server_momentum, 0.0,
           "server/run: outer momentum (SlowMo's beta; 0: plain FedAvg / local SGD)");
 ABSL_FLAG(std::string, downstream, "model",
           "server/run: model (send the global model each round) | delta (send each round's "
@@ -118,28 +129,33 @@ ABSL_FLAG(std::string, memory, "",
           "server/run: clients' memory around the update codec: ef | "
           "dgc[:ratio=R,momentum=M,clip=C,warmup=E,exact=B] (Deep Gradient Compression; replaces "
           "--update_codec)");
-ABSL_FLAG(int, local_epochs, 1,
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, local_epochs, 1,
           "server/run: local epochs per round (0: --local_steps minibatch steps instead)");
-ABSL_FLAG(double, local_momentum, 0.0, "server/run: clients' local SGD momentum");
+ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, local_momentum, 0.0,
+          "server/run: clients' local SGD momentum");
 ABSL_FLAG(
     std::string, optimizer, "sgd",
     "server/run (ps): sgd (with --server_momentum) | adam | lamb | onebit-adam | onebit-lamb");
-ABSL_FLAG(int, warmup_rounds, 100,
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, warmup_rounds, 100,
           "server/run: 1-bit Adam/LAMB's dense warm-up rounds, after which the variance freezes");
-ABSL_FLAG(double, adaptive_batch_eta, 0,
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, adaptive_batch_eta, 0,
           "server/run: clients' norm test (adaptive batch size for local work): raise the batch "
           "while Var/b > eta^2 ||g||^2 (0: off)");
-ABSL_FLAG(double, overlap_anchor, 0,
+ABSL_FLAG(tern::Double<tern::In(0, 1)>, overlap_anchor, 0,
           "server/run, mode local-sgd: Overlap-Local-SGD's pull alpha (clients keep their own "
           "models, run the next local steps while the anchor is averaged, then pull "
           "x -= alpha (x - anchor)); 0: plain local SGD");
-ABSL_FLAG(int, max_batch, 1024, "server/run: the adaptive batch size's cap");
-ABSL_FLAG(double, beta1, 0.9, "server/run: Adam's first-moment decay");
-ABSL_FLAG(double, beta2, 0.999, "server/run: Adam's second-moment decay");
-ABSL_FLAG(double, eps, 1e-8, "server/run: Adam's epsilon");
-ABSL_FLAG(double, client_timeout_s, 30, "server: a client silent this long is not sampled");
+ABSL_FLAG(tern::Int<tern::In(1, 1048576)>, max_batch, 1024,
+          "server/run: the adaptive batch size's cap");
+ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, beta1, 0.9, "server/run: Adam's first-moment decay");
+ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, beta2, 0.999,
+          "server/run: Adam's second-moment decay");
+ABSL_FLAG(tern::Double<tern::AboveUpTo(0, 1)>, eps, 1e-8, "server/run: Adam's epsilon");
+ABSL_FLAG(tern::Double<tern::Above(0)>, client_timeout_s, 30,
+          "server: a client silent this long is not sampled");
 ABSL_FLAG(std::string, checkpoint, "", "server: checkpoint file (resumed from when present)");
-ABSL_FLAG(double, linger_s, 10, "server: seconds to keep serving after the last round");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, linger_s, 10,
+          "server: seconds to keep serving after the last round");
 ABSL_FLAG(std::string, kill_server_at_round, "",
           "run: fault injection, R: SIGKILL the server once round R closed, then restart it");
 ABSL_FLAG(std::string, kill_client_at_round, "",
@@ -149,17 +165,17 @@ namespace tern {
 namespace {
 
 double FedLr() {
-  const double lr = absl::GetFlag(FLAGS_lr);
+  const double lr = absl::GetFlag(FLAGS_lr).value;
   return lr > 0 ? lr : 0.05;
 }
 
 // The task's work for `mode` from the flags: a gradient step (ps) or local training. A flag
 // of the other kind of work is an error rather than silently ignored.
 absl::Status SetTaskWork(const std::string& mode, v1::Task* task) {
-  const uint32_t batch = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_batch)));
+  const uint32_t batch = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_batch).value));
   const std::string& optimizer = absl::GetFlag(FLAGS_optimizer);
   if (mode == "ps") {
-    if (absl::GetFlag(FLAGS_adaptive_batch_eta) > 0) {
+    if (absl::GetFlag(FLAGS_adaptive_batch_eta).value > 0) {
       return absl::InvalidArgumentError(
           "--adaptive_batch_eta is for local work, not --mode=ps (one minibatch a round)");
     }
@@ -167,23 +183,24 @@ absl::Status SetTaskWork(const std::string& mode, v1::Task* task) {
     g->set_batch(batch);
     g->set_lr(static_cast<float>(FedLr()));
     g->set_optimizer(optimizer);
-    g->set_warmup_rounds(static_cast<uint64_t>(std::max(0, absl::GetFlag(FLAGS_warmup_rounds))));
-    g->set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1)));
-    g->set_eps(static_cast<float>(absl::GetFlag(FLAGS_eps)));
+    g->set_warmup_rounds(
+        static_cast<uint64_t>(std::max(0, absl::GetFlag(FLAGS_warmup_rounds).value)));
+    g->set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1).value));
+    g->set_eps(static_cast<float>(absl::GetFlag(FLAGS_eps).value));
     return absl::OkStatus();
   }
   if (!optimizer.empty() && optimizer != "sgd") {
     return absl::InvalidArgumentError(absl::StrCat("--optimizer=", optimizer, " needs --mode=ps"));
   }
   v1::LocalTraining* l = task->mutable_local();
-  l->set_local_epochs(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_epochs))));
-  l->set_local_steps(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_steps))));
+  l->set_local_epochs(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_epochs).value)));
+  l->set_local_steps(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_steps).value)));
   l->set_batch(batch);
   l->set_lr(static_cast<float>(FedLr()));
-  l->set_momentum(static_cast<float>(absl::GetFlag(FLAGS_local_momentum)));
-  l->set_norm_test_eta(static_cast<float>(absl::GetFlag(FLAGS_adaptive_batch_eta)));
-  l->set_max_batch(static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_max_batch))));
-  l->set_anchor_pull(static_cast<float>(absl::GetFlag(FLAGS_overlap_anchor)));
+  l->set_momentum(static_cast<float>(absl::GetFlag(FLAGS_local_momentum).value));
+  l->set_norm_test_eta(static_cast<float>(absl::GetFlag(FLAGS_adaptive_batch_eta).value));
+  l->set_max_batch(static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_max_batch).value)));
+  l->set_anchor_pull(static_cast<float>(absl::GetFlag(FLAGS_overlap_anchor).value));
   return absl::OkStatus();
 }
 
@@ -193,23 +210,24 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   AggregatorOptions& a = so.aggregator;
   a.run_id = absl::GetFlag(FLAGS_run_id);
   a.mode = absl::GetFlag(FLAGS_mode) == "gossip" ? "federated" : absl::GetFlag(FLAGS_mode);
-  a.min_clients = std::max(1, absl::GetFlag(FLAGS_min_clients));
-  a.total_rounds = absl::GetFlag(FLAGS_rounds);
-  a.policy.clients_per_round = absl::GetFlag(FLAGS_clients_per_round);
-  a.policy.min_replies = absl::GetFlag(FLAGS_min_replies) > 0 ? absl::GetFlag(FLAGS_min_replies)
-                                                              : a.policy.clients_per_round;
-  a.policy.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s));
-  a.policy.deadline = absl::Seconds(absl::GetFlag(FLAGS_round_deadline_s));
-  a.policy.staleness_decay = absl::GetFlag(FLAGS_staleness_decay);
-  a.policy.max_staleness = absl::GetFlag(FLAGS_max_staleness);
+  a.min_clients = std::max(1, absl::GetFlag(FLAGS_min_clients).value);
+  a.total_rounds = absl::GetFlag(FLAGS_rounds).value;
+  a.policy.clients_per_round = absl::GetFlag(FLAGS_clients_per_round).value;
+  a.policy.min_replies = absl::GetFlag(FLAGS_min_replies).value > 0
+                             ? absl::GetFlag(FLAGS_min_replies).value
+                             : a.policy.clients_per_round;
+  a.policy.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s).value);
+  a.policy.deadline = absl::Seconds(absl::GetFlag(FLAGS_round_deadline_s).value);
+  a.policy.staleness_decay = absl::GetFlag(FLAGS_staleness_decay).value;
+  a.policy.max_staleness = absl::GetFlag(FLAGS_max_staleness).value;
   auto sampling = ParseSampling(absl::GetFlag(FLAGS_sampling));
   if (!sampling.ok()) return sampling.status();
   a.policy.sampling = *sampling;
   a.policy.seed = absl::GetFlag(FLAGS_seed);
   a.rule = absl::GetFlag(FLAGS_rule);
-  a.server_lr = absl::GetFlag(FLAGS_server_lr);
-  a.server_momentum = absl::GetFlag(FLAGS_server_momentum);
-  a.eval_every = absl::GetFlag(FLAGS_eval_every);
+  a.server_lr = absl::GetFlag(FLAGS_server_lr).value;
+  a.server_momentum = absl::GetFlag(FLAGS_server_momentum).value;
+  a.eval_every = absl::GetFlag(FLAGS_eval_every).value;
   a.downstream = absl::GetFlag(FLAGS_downstream);
   a.downstream_codec = absl::GetFlag(FLAGS_downstream_codec);
   a.task.set_update_codec(absl::GetFlag(FLAGS_update_codec));
@@ -217,10 +235,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.task.set_memory(absl::GetFlag(FLAGS_memory));
   a.task.set_seed(absl::GetFlag(FLAGS_seed));
   TERN_RETURN_IF_ERROR(SetTaskWork(a.mode, &a.task));
-  a.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
-  a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s));
+  a.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2).value);
+  a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s).value);
   a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
-  a.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard);
+  a.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard).value;
   so.limits = StreamLimitsFromFlags(so.limits);
   so.metrics_listen = MetricsListenFromFlags();
   so.tls = TlsFromFlags();
@@ -264,7 +282,7 @@ int ServerMain() {
   absl::Notification quit;
   std::thread waiter([&] {
     (*server)->WaitDone();
-    if (!quit.WaitForNotificationWithTimeout(absl::Seconds(absl::GetFlag(FLAGS_linger_s)))) {
+    if (!quit.WaitForNotificationWithTimeout(absl::Seconds(absl::GetFlag(FLAGS_linger_s).value))) {
       kill(getpid(), SIGUSR1);
     }
   });
@@ -284,15 +302,15 @@ namespace {
 
 // The data set's parts: --partitions, or one a client of this process.
 int Partitions() {
-  const int parts = absl::GetFlag(FLAGS_partitions);
-  return parts > 0 ? parts : absl::GetFlag(FLAGS_clients);
+  const int parts = absl::GetFlag(FLAGS_partitions).value;
+  return parts > 0 ? parts : absl::GetFlag(FLAGS_clients).value;
 }
 
 }  // namespace
 
 absl::Status CheckClientFlags() {
-  const int n = absl::GetFlag(FLAGS_clients);
-  const int first = absl::GetFlag(FLAGS_first_client);
+  const int n = absl::GetFlag(FLAGS_clients).value;
+  const int first = absl::GetFlag(FLAGS_first_client).value;
   const int parts = Partitions();
   if (absl::GetFlag(FLAGS_server).empty()) {
     return absl::InvalidArgumentError("--server=HOST:PORT (the aggregator) is needed");
@@ -316,8 +334,8 @@ int ClientMain() {
     std::fprintf(stderr, "tern client: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  const int n = absl::GetFlag(FLAGS_clients);
-  const int first = absl::GetFlag(FLAGS_first_client);
+  const int n = absl::GetFlag(FLAGS_clients).value;
+  const int first = absl::GetFlag(FLAGS_first_client).value;
   const int parts = Partitions();
   auto shared = LoadFedClientData(absl::GetFlag(FLAGS_data), absl::GetFlag(FLAGS_partition), parts,
                                   absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_seed));
@@ -342,7 +360,7 @@ int ClientMain() {
       o.server = absl::GetFlag(FLAGS_server);
       o.index = first + i;
       o.seed = absl::GetFlag(FLAGS_seed);
-      if (IsAttacker(o.index, parts, absl::GetFlag(FLAGS_attack_fraction))) o.attack = attack;
+      if (IsAttacker(o.index, parts, absl::GetFlag(FLAGS_attack_fraction).value)) o.attack = attack;
       auto r = RunFederatedClient(channel, o, **shared, stop);
       if (!r.ok() && !stop.load()) {
         spdlog::error("client-{}: {}", o.index, r.status().ToString());
@@ -404,14 +422,14 @@ struct FedRun {
 absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
   if (absl::Status a = ParseAttack(absl::GetFlag(FLAGS_attack)).status(); !a.ok()) return a;
   run->mode = absl::GetFlag(FLAGS_mode);
-  run->n = absl::GetFlag(FLAGS_clients);
-  run->per = std::max(1, absl::GetFlag(FLAGS_clients_per_process));
-  run->rounds = absl::GetFlag(FLAGS_rounds);
+  run->n = absl::GetFlag(FLAGS_clients).value;
+  run->per = std::max(1, absl::GetFlag(FLAGS_clients_per_process).value);
+  run->rounds = absl::GetFlag(FLAGS_rounds).value;
   if (run->n < 1 || run->n > 10000 || run->rounds < 1) {
     return absl::InvalidArgumentError("need 1 <= --clients <= 10000 and --rounds >= 1");
   }
-  run->k =
-      run->mode == "federated" ? std::min(run->n, absl::GetFlag(FLAGS_clients_per_round)) : run->n;
+  run->k = run->mode == "federated" ? std::min(run->n, absl::GetFlag(FLAGS_clients_per_round).value)
+                                    : run->n;
   TERN_ASSIGN_OR_RETURN(ServerOptions so, ServerOptionsFromFlags());
   TERN_RETURN_IF_ERROR(NormalizeAggregatorOptions(so.aggregator, *registries.codecs).status());
   TERN_RETURN_IF_ERROR(registries.rules->Create(so.aggregator.rule).status());
@@ -434,7 +452,7 @@ std::string FedRunName(const FedRun& run) {
                                : absl::GetFlag(FLAGS_update_codec);
   name = absl::StrCat(run.mode, "-", absl::StrReplaceAll(what, {{":", "-"}, {",", "-"}, {"=", ""}}),
                       "-", run.n, "clients");
-  if (absl::GetFlag(FLAGS_overlap_anchor) > 0) name = absl::StrCat("overlap-", name);
+  if (absl::GetFlag(FLAGS_overlap_anchor).value > 0) name = absl::StrCat("overlap-", name);
   return name;
 }
 
@@ -452,65 +470,65 @@ v1::RunConfig FedConfig(const std::string& name, const FedRun& run, const TrainT
   c.set_workers(run.n);
   c.set_clients_per_round(run.k);
   c.set_rounds(run.rounds);
-  c.set_local_epochs(absl::GetFlag(FLAGS_local_epochs));
-  c.set_local_steps(absl::GetFlag(FLAGS_local_steps));
-  c.set_batch(absl::GetFlag(FLAGS_batch));
+  c.set_local_epochs(absl::GetFlag(FLAGS_local_epochs).value);
+  c.set_local_steps(absl::GetFlag(FLAGS_local_steps).value);
+  c.set_batch(absl::GetFlag(FLAGS_batch).value);
   c.set_lr(FedLr());
-  c.set_server_lr(absl::GetFlag(FLAGS_server_lr));
-  c.set_server_momentum(absl::GetFlag(FLAGS_server_momentum));
+  c.set_server_lr(absl::GetFlag(FLAGS_server_lr).value);
+  c.set_server_momentum(absl::GetFlag(FLAGS_server_momentum).value);
   c.set_downstream(absl::GetFlag(FLAGS_downstream));
   c.set_downstream_codec(absl::GetFlag(FLAGS_downstream_codec));
   c.set_seed(static_cast<double>(absl::GetFlag(FLAGS_seed)));
   c.set_optimizer(absl::GetFlag(FLAGS_optimizer));
-  c.set_warmup_rounds(absl::GetFlag(FLAGS_warmup_rounds));
-  c.set_overlap_anchor(absl::GetFlag(FLAGS_overlap_anchor));
+  c.set_warmup_rounds(absl::GetFlag(FLAGS_warmup_rounds).value);
+  c.set_overlap_anchor(absl::GetFlag(FLAGS_overlap_anchor).value);
   c.set_synthetic(data.synthetic);
   return c;
 }
 
 // `tern server` with the run's settings, listening on `port` (0: any).
 std::vector<std::string> ServerArgs(const FedRun& run, const std::string& dir, int port) {
-  return {
-      "server", absl::StrCat("--listen=127.0.0.1:", port),
-      absl::StrCat("--port_file=", dir, "/server.port"),
-      absl::StrCat("--checkpoint=", dir, "/server.ckpt"), absl::StrCat("--mode=", run.mode),
-      absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-      absl::StrCat("--min_clients=",
-                   absl::GetFlag(FLAGS_min_clients) > 0 ? absl::GetFlag(FLAGS_min_clients) : run.n),
-      absl::StrCat("--rounds=", run.rounds),
-      absl::StrCat("--clients_per_round=", absl::GetFlag(FLAGS_clients_per_round)),
-      absl::StrCat("--min_replies=", absl::GetFlag(FLAGS_min_replies)),
-      absl::StrCat("--grace_s=", absl::GetFlag(FLAGS_grace_s)),
-      absl::StrCat("--round_deadline_s=", absl::GetFlag(FLAGS_round_deadline_s)),
-      absl::StrCat("--staleness_decay=", absl::GetFlag(FLAGS_staleness_decay)),
-      absl::StrCat("--max_staleness=", absl::GetFlag(FLAGS_max_staleness)),
-      absl::StrCat("--sampling=", absl::GetFlag(FLAGS_sampling)),
-      absl::StrCat("--rule=", absl::GetFlag(FLAGS_rule)),
-      absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard)),
-      absl::StrCat("--server_lr=", absl::GetFlag(FLAGS_server_lr)),
-      absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum)),
-      absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every)),
-      absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),
-      absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),
-      absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),
-      absl::StrCat("--error_feedback=", absl::GetFlag(FLAGS_error_feedback) ? "true" : "false"),
-      absl::StrCat("--memory=", absl::GetFlag(FLAGS_memory)),
-      absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
-      absl::StrCat("--warmup_rounds=", absl::GetFlag(FLAGS_warmup_rounds)),
-      absl::StrCat("--beta1=", absl::GetFlag(FLAGS_beta1)),
-      absl::StrCat("--adaptive_batch_eta=", absl::GetFlag(FLAGS_adaptive_batch_eta)),
-      absl::StrCat("--max_batch=", absl::GetFlag(FLAGS_max_batch)),
-      absl::StrCat("--overlap_anchor=", absl::GetFlag(FLAGS_overlap_anchor)),
-      absl::StrCat("--beta2=", absl::GetFlag(FLAGS_beta2)),
-      absl::StrCat("--eps=", absl::GetFlag(FLAGS_eps)),
-      absl::StrCat("--local_epochs=", absl::GetFlag(FLAGS_local_epochs)),
-      absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps)),
-      absl::StrCat("--local_momentum=", absl::GetFlag(FLAGS_local_momentum)),
-      absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)), absl::StrCat("--lr=", FedLr()),
-      absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-      absl::StrCat("--client_timeout_s=", absl::GetFlag(FLAGS_client_timeout_s)),
-      // The launcher stops the server once it has evaluated the last round.
-      "--linger_s=600", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
+  return {"server", absl::StrCat("--listen=127.0.0.1:", port),
+          absl::StrCat("--port_file=", dir, "/server.port"),
+          absl::StrCat("--checkpoint=", dir, "/server.ckpt"), absl::StrCat("--mode=", run.mode),
+          absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+          absl::StrCat("--min_clients=", absl::GetFlag(FLAGS_min_clients).value > 0
+                                             ? absl::GetFlag(FLAGS_min_clients).value
+                                             : run.n),
+          absl::StrCat("--rounds=", run.rounds),
+          absl::StrCat("--clients_per_round=", absl::GetFlag(FLAGS_clients_per_round).value),
+          absl::StrCat("--min_replies=", absl::GetFlag(FLAGS_min_replies).value),
+          absl::StrCat("--grace_s=", absl::GetFlag(FLAGS_grace_s).value),
+          absl::StrCat("--round_deadline_s=", absl::GetFlag(FLAGS_round_deadline_s).value),
+          absl::StrCat("--staleness_decay=", absl::GetFlag(FLAGS_staleness_decay).value),
+          absl::StrCat("--max_staleness=", absl::GetFlag(FLAGS_max_staleness).value),
+          absl::StrCat("--sampling=", absl::GetFlag(FLAGS_sampling)),
+          absl::StrCat("--rule=", absl::GetFlag(FLAGS_rule)),
+          absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard).value),
+          absl::StrCat("--server_lr=", absl::GetFlag(FLAGS_server_lr).value),
+          absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum).value),
+          absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every).value),
+          absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),
+          absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),
+          absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),
+          absl::StrCat("--error_feedback=", absl::GetFlag(FLAGS_error_feedback) ? "true" : "false"),
+          absl::StrCat("--memory=", absl::GetFlag(FLAGS_memory)),
+          absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
+          absl::StrCat("--warmup_rounds=", absl::GetFlag(FLAGS_warmup_rounds).value),
+          absl::StrCat("--beta1=", absl::GetFlag(FLAGS_beta1).value),
+          absl::StrCat("--adaptive_batch_eta=", absl::GetFlag(FLAGS_adaptive_batch_eta).value),
+          absl::StrCat("--max_batch=", absl::GetFlag(FLAGS_max_batch).value),
+          absl::StrCat("--overlap_anchor=", absl::GetFlag(FLAGS_overlap_anchor).value),
+          absl::StrCat("--beta2=", absl::GetFlag(FLAGS_beta2).value),
+          absl::StrCat("--eps=", absl::GetFlag(FLAGS_eps).value),
+          absl::StrCat("--local_epochs=", absl::GetFlag(FLAGS_local_epochs).value),
+          absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps).value),
+          absl::StrCat("--local_momentum=", absl::GetFlag(FLAGS_local_momentum).value),
+          absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch).value),
+          absl::StrCat("--lr=", FedLr()), absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+          absl::StrCat("--client_timeout_s=", absl::GetFlag(FLAGS_client_timeout_s).value),
+          // The launcher stops the server once it has evaluated the last round.
+          "--linger_s=600", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
 }
 
 // The client processes, `per` clients to each.
@@ -530,7 +548,7 @@ std::vector<ChildProcess*> StartClientGroups(LocalCluster& cluster, const FedRun
                 absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
                 absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
                 absl::StrCat("--attack=", absl::GetFlag(FLAGS_attack)),
-                absl::StrCat("--attack_fraction=", absl::GetFlag(FLAGS_attack_fraction)),
+                absl::StrCat("--attack_fraction=", absl::GetFlag(FLAGS_attack_fraction).value),
                 absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
                cluster.TlsArgs("clients")),
         absl::StrCat("clients-", g, ".log")));
@@ -666,9 +684,9 @@ class FedWatch {
   // The model the run reports on, in the run folder for tern export and your own evaluation.
   void KeepFinalModel(const std::vector<ParamTensor>& layout, const std::vector<float>& x) {
     absl::StatusOr<v1::TensorBundle> b = FlatToBundle(layout, x);
-    absl::Status w = b.ok() ? WriteFileAtomically(cluster_.dir() + "/final-model.pb",
-                                                  b->SerializeAsString())
-                            : b.status();
+    absl::Status w =
+        b.ok() ? WriteFileAtomically(cluster_.dir() + "/final-model.pb", b->SerializeAsString())
+               : b.status();
     if (!w.ok()) std::fprintf(stderr, "\ntern run: final model: %s\n", w.ToString().c_str());
   }
 

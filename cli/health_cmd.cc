@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
+#include "cli/flag_types.h"
 #include "cli/service_flags.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/status.h"
@@ -16,7 +17,7 @@ ABSL_FLAG(std::string, target, "127.0.0.1:7070", "health: the daemon's HOST:PORT
 ABSL_FLAG(std::string, service, "",
           "health: a service's full name (tern.v1.Gossip, tern.v1.Trainer, tern.v1.Aggregator, "
           "tern.v1.Scheduler), or empty for the daemon as a whole");
-ABSL_FLAG(double, timeout_s, 5, "health: seconds to wait for the answer");
+ABSL_FLAG(tern::Double<tern::Above(0)>, timeout_s, 5, "health: seconds to wait for the answer");
 
 namespace tern {
 
@@ -29,7 +30,8 @@ int HealthMain() {
   auto stub = grpc::health::v1::Health::NewStub(
       MakeChannel(absl::GetFlag(FLAGS_target), ChannelKind::kDefault, *credentials));
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s))));
+  ctx.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_timeout_s).value)));
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(absl::GetFlag(FLAGS_service));
   grpc::health::v1::HealthCheckResponse response;

@@ -27,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
+#include "cli/flag_types.h"
 #include "cli/local_cluster.h"
 #include "cli/process.h"
 #include "cli/report.h"
@@ -50,9 +51,9 @@
 #include "tern/v1/worker.grpc.pb.h"
 
 ABSL_DECLARE_FLAG(bool, tls);
-ABSL_DECLARE_FLAG(int, workers);
-ABSL_DECLARE_FLAG(int, epochs);
-ABSL_DECLARE_FLAG(int, batch);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 256)>, workers);
+ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, epochs);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
 ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, model);
@@ -60,9 +61,9 @@ ABSL_DECLARE_FLAG(std::string, algorithm);
 ABSL_DECLARE_FLAG(std::string, codec);
 ABSL_DECLARE_FLAG(std::string, topology);
 ABSL_DECLARE_FLAG(std::string, partition);
-ABSL_DECLARE_FLAG(double, lr);
+ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, lr);
 ABSL_DECLARE_FLAG(std::string, lr_schedule);
-ABSL_DECLARE_FLAG(double, round_timeout);
+ABSL_DECLARE_FLAG(tern::Double<tern::Above(0)>, round_timeout);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(std::string, mode);
@@ -70,7 +71,8 @@ ABSL_DECLARE_FLAG(std::string, scheduler);
 ABSL_DECLARE_FLAG(std::string, run_id);
 ABSL_DECLARE_FLAG(std::string, weights);
 
-ABSL_FLAG(int, evals_per_epoch, 2, "run: evaluations of the averaged model per epoch");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, evals_per_epoch, 2,
+          "run: evaluations of the averaged model per epoch");
 ABSL_FLAG(std::string, name, "", "run: run name (default <algorithm>-<codec>-<topology>)");
 ABSL_FLAG(std::string, kill_worker, "",
           "run: fault injection, ID@STEP[,ID@STEP...]: SIGKILL worker ID once it has done STEP "
@@ -134,8 +136,8 @@ struct GossipRun {
 
 // Checks the configuration here, so a typo fails before any process starts (exit 2).
 absl::Status CheckGossipFlags(const WorkerRegistries& registries, GossipRun* run) {
-  run->n = absl::GetFlag(FLAGS_workers);
-  run->epochs = absl::GetFlag(FLAGS_epochs);
+  run->n = absl::GetFlag(FLAGS_workers).value;
+  run->epochs = absl::GetFlag(FLAGS_epochs).value;
   if (run->n < 1 || run->n > 256 || run->epochs < 1) {
     return absl::InvalidArgumentError("need 1 <= --workers <= 256 and --epochs >= 1");
   }
@@ -165,7 +167,7 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
   c.set_data(data.test.source);
   c.set_workers(run.n);
   c.set_epochs(run.epochs);
-  c.set_batch(absl::GetFlag(FLAGS_batch));
+  c.set_batch(absl::GetFlag(FLAGS_batch).value);
   c.set_lr(EffectiveLr());
   c.set_seed(static_cast<double>(absl::GetFlag(FLAGS_seed)));
   c.set_steps_per_epoch(static_cast<int32_t>(run.steps_per_epoch));
@@ -490,10 +492,10 @@ int RunMain(const std::string& self_exe) {
   if (int rc = LoadEvalSetup(&setup); rc != 0) return rc;
   const TrainTest& data = setup.data;
   const Model& model = *setup.model;
-  run.steps_per_epoch = StepsPerEpoch(data.train.size(), run.n, absl::GetFlag(FLAGS_batch));
+  run.steps_per_epoch = StepsPerEpoch(data.train.size(), run.n, absl::GetFlag(FLAGS_batch).value);
   run.total = CapSteps(run.steps_per_epoch * run.epochs);
-  run.every =
-      std::max<int64_t>(1, run.steps_per_epoch / std::max(1, absl::GetFlag(FLAGS_evals_per_epoch)));
+  run.every = std::max<int64_t>(
+      1, run.steps_per_epoch / std::max(1, absl::GetFlag(FLAGS_evals_per_epoch).value));
   const size_t train_size = data.train.size();
   setup.data.train = Dataset{};  // only the test split is needed here
 

@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
+#include "cli/flag_types.h"
 #include "cli/process.h"
 #include "cli/service_flags.h"
 #include "common/status_macros.h"
@@ -18,16 +19,18 @@
 #include "server/scheduler_service.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(int, heartbeat_interval_ms, 1000, "scheduler: how often workers heartbeat");
-ABSL_FLAG(int, heartbeat_timeout_ms, 5000,
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, heartbeat_interval_ms, 1000,
+          "scheduler: how often workers heartbeat");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, heartbeat_timeout_ms, 5000,
           "scheduler: a worker silent this long is declared dead (a new membership epoch)");
-ABSL_FLAG(int, switch_lag_rounds, 2,
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, switch_lag_rounds, 2,
           "scheduler: a new epoch's graph applies this many rounds past the furthest worker");
-ABSL_FLAG(int, max_members, 4096, "scheduler: the most workers a run may have");
-ABSL_FLAG(int, max_waiting_calls, 1024,
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, max_members, 4096,
+          "scheduler: the most workers a run may have");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, max_waiting_calls, 1024,
           "scheduler: long polls (GetView, Barrier) waiting at once; more are refused with "
           "RESOURCE_EXHAUSTED");
-ABSL_FLAG(int, max_waiting_per_worker, 4,
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, max_waiting_per_worker, 4,
           "scheduler: long polls waiting at once for one worker id; more are refused");
 
 ABSL_DECLARE_FLAG(std::string, listen);
@@ -44,12 +47,14 @@ absl::StatusOr<SchedulerServerOptions> SchedulerOptionsFromFlags() {
   SchedulerServerOptions o;
   o.listen = absl::GetFlag(FLAGS_listen);
   o.scheduler.run_id = absl::GetFlag(FLAGS_run_id);
-  o.scheduler.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
-  o.scheduler.heartbeat_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms));
-  o.scheduler.switch_lag_rounds = absl::GetFlag(FLAGS_switch_lag_rounds);
-  o.scheduler.max_members = absl::GetFlag(FLAGS_max_members);
-  o.max_waiting_calls = absl::GetFlag(FLAGS_max_waiting_calls);
-  o.max_waiting_per_worker = absl::GetFlag(FLAGS_max_waiting_per_worker);
+  o.scheduler.heartbeat_interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms).value);
+  o.scheduler.heartbeat_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_timeout_ms).value);
+  o.scheduler.switch_lag_rounds = absl::GetFlag(FLAGS_switch_lag_rounds).value;
+  o.scheduler.max_members = absl::GetFlag(FLAGS_max_members).value;
+  o.max_waiting_calls = absl::GetFlag(FLAGS_max_waiting_calls).value;
+  o.max_waiting_per_worker = absl::GetFlag(FLAGS_max_waiting_per_worker).value;
   o.metrics_listen = MetricsListenFromFlags();
   o.tls = TlsFromFlags();
   o.scheduler.topology = absl::GetFlag(FLAGS_topology);
@@ -79,8 +84,8 @@ int SchedulerMain() {
   }
   spdlog::info("scheduler: run '{}' on port {} ({}; heartbeat {} ms, timeout {} ms)",
                o.scheduler.run_id, (*server)->port(), o.scheduler.topology,
-               absl::GetFlag(FLAGS_heartbeat_interval_ms),
-               absl::GetFlag(FLAGS_heartbeat_timeout_ms));
+               absl::GetFlag(FLAGS_heartbeat_interval_ms).value,
+               absl::GetFlag(FLAGS_heartbeat_timeout_ms).value);
   WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
   LogMetricsAddress("scheduler", o.metrics_listen, (*server)->metrics_port());
   SchedulerServer* s = server->get();

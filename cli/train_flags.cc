@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cli/flag_types.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 
@@ -24,10 +25,12 @@ ABSL_FLAG(std::string, weights, "auto", "training: mixing weights: auto | unifor
 ABSL_FLAG(std::string, codec, "fp16",
           "training: CHOCO's compressor (any codec spec, e.g. topk:ratio=0.01); for the other "
           "algorithms what x is sent with (none, fp16, bf16)");
-ABSL_FLAG(double, momentum, 0.9, "training: momentum of dmsgd, decentlam, heavy-ball, choco");
-ABSL_FLAG(double, consensus_step, 0.5, "training: CHOCO's consensus step size in (0, 1]");
-ABSL_FLAG(int, local_steps, 4, "training: local-sgd's H");
-ABSL_FLAG(double, lr, 0,
+ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, momentum, 0.9,
+          "training: momentum of dmsgd, decentlam, heavy-ball, choco");
+ABSL_FLAG(tern::Double<tern::AboveUpTo(0, 1)>, consensus_step, 0.5,
+          "training: CHOCO's consensus step size in (0, 1]");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, local_steps, 4, "training: local-sgd's H");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, lr, 0,
           "training: base learning rate; 0 = 0.1 x (1 - momentum) for the momentum algorithms "
           "(dmsgd, decentlam, heavy-ball, choco), 0.1 for dpsgd and local-sgd");
 ABSL_FLAG(std::string, lr_schedule, "constant",
@@ -35,38 +38,41 @@ ABSL_FLAG(std::string, lr_schedule, "constant",
 ABSL_FLAG(bool, overlap, false,
           "training: push round t's message at the end of step t and mix it at the start of step "
           "t+1, so its transfer overlaps the next compute (round algorithms; docs/worker.md)");
-ABSL_FLAG(double, bucket_mb, 0,
+ABSL_FLAG(tern::Double<tern::In(0, 1048576)>, bucket_mb, 0,
           "training: cut the model into buckets of about this many MB of fp32 values (whole "
           "tensors, from the last back), each gossiped as soon as the backward pass finishes it, "
           "with the built-in trainer (round algorithms; same on every worker; docs/worker.md); "
           "0: one message a round");
-ABSL_FLAG(double, norm_guard, 10,
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, norm_guard, 10,
           "training and aggregator: refuse a neighbour's message (a client's update) whose L2 "
           "norm is over this many times the median of recent trusted ones (own messages; "
           "accepted updates); 0 turns the guard off (docs/robustness.md)");
-ABSL_FLAG(double, round_timeout, 10, "training: seconds a round waits for its neighbours");
+ABSL_FLAG(tern::Double<tern::Above(0)>, round_timeout, 10,
+          "training: seconds a round waits for its neighbours");
 ABSL_FLAG(uint64_t, seed, 1, "training: seed of the data split, initial model and codecs");
 ABSL_FLAG(std::string, model, "mlp:hidden=128x64", "training: softmax | mlp[:hidden=H1xH2...]");
 ABSL_FLAG(std::string, data, "",
           "training: Fashion-MNIST directory ('' = /usr/share/datasets/fashion-mnist when "
           "present, else synthetic data)");
 ABSL_FLAG(std::string, partition, "iid", "training: iid | dirichlet:alpha=A | classes:k=K");
-ABSL_FLAG(int, batch, 32, "training: minibatch per worker per step");
-ABSL_FLAG(int, epochs, 5, "training: passes over the training set (all workers together)");
-ABSL_FLAG(int64_t, max_steps, 0, "training: stop each worker after this many steps (0: --epochs)");
-ABSL_FLAG(int, compute_threads, 1,
+ABSL_FLAG(tern::Int<tern::In(1, 1048576)>, batch, 32, "training: minibatch per worker per step");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, epochs, 5,
+          "training: passes over the training set (all workers together)");
+ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, max_steps, 0,
+          "training: stop each worker after this many steps (0: --epochs)");
+ABSL_FLAG(tern::Int<tern::In(1, 256)>, compute_threads, 1,
           "training: threads of the built-in model's matrix products (OpenBLAS) per process; 1 "
           "suits several workers on one machine");
 
 namespace tern {
 
 double EffectiveLr() {
-  const double lr = absl::GetFlag(FLAGS_lr);
+  const double lr = absl::GetFlag(FLAGS_lr).value;
   if (lr > 0) return lr;
   const std::string a = absl::GetFlag(FLAGS_algorithm);
   const bool momentum = a != "dpsgd" && a != "local-sgd" && a != "swarm";
   // Same effective step lr / (1 - beta) either way.
-  return momentum ? 0.1 * (1 - absl::GetFlag(FLAGS_momentum)) : 0.1;
+  return momentum ? 0.1 * (1 - absl::GetFlag(FLAGS_momentum).value) : 0.1;
 }
 
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_t snapshot_every,
@@ -76,22 +82,22 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   o.worker_id = id;
   o.num_workers = workers;
   o.algorithm = absl::GetFlag(FLAGS_algorithm);
-  o.algorithm_options.momentum = absl::GetFlag(FLAGS_momentum);
-  o.algorithm_options.consensus_step = absl::GetFlag(FLAGS_consensus_step);
+  o.algorithm_options.momentum = absl::GetFlag(FLAGS_momentum).value;
+  o.algorithm_options.consensus_step = absl::GetFlag(FLAGS_consensus_step).value;
   o.algorithm_options.codec = absl::GetFlag(FLAGS_codec);
-  o.algorithm_options.local_steps = absl::GetFlag(FLAGS_local_steps);
+  o.algorithm_options.local_steps = absl::GetFlag(FLAGS_local_steps).value;
   o.algorithm_options.seed = absl::GetFlag(FLAGS_seed);
   o.topology = absl::GetFlag(FLAGS_topology);
   TERN_ASSIGN_OR_RETURN(o.weights, ParseWeightRule(absl::GetFlag(FLAGS_weights)));
   TERN_ASSIGN_OR_RETURN(
       o.lr, ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule), EffectiveLr(), total_steps));
-  const double timeout = absl::GetFlag(FLAGS_round_timeout);
+  const double timeout = absl::GetFlag(FLAGS_round_timeout).value;
   if (!(timeout > 0)) return absl::InvalidArgumentError("--round_timeout must be > 0");
   o.round_timeout = absl::Seconds(timeout);
   o.overlap = absl::GetFlag(FLAGS_overlap);
   // Range-checked with the other flags (cli/command_table.cc).
-  o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20) / 4);
-  o.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard);
+  o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
+  o.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard).value;
   o.snapshot_every = snapshot_every;
   o.final_step = total_steps;
   return o;
@@ -102,23 +108,23 @@ BuiltinTrainerOptions TrainerOptionsFromFlags(int id, int workers) {
   o.model = absl::GetFlag(FLAGS_model);
   o.data_dir = absl::GetFlag(FLAGS_data);
   o.partition = absl::GetFlag(FLAGS_partition);
-  o.batch = absl::GetFlag(FLAGS_batch);
-  o.epochs = absl::GetFlag(FLAGS_epochs);
+  o.batch = absl::GetFlag(FLAGS_batch).value;
+  o.epochs = absl::GetFlag(FLAGS_epochs).value;
   o.worker_id = id;
   o.num_workers = workers;
   o.seed = absl::GetFlag(FLAGS_seed);
-  o.max_steps = absl::GetFlag(FLAGS_max_steps);
+  o.max_steps = absl::GetFlag(FLAGS_max_steps).value;
   return o;
 }
 
 std::string ModelFlag() { return absl::GetFlag(FLAGS_model); }
-int BatchFlag() { return absl::GetFlag(FLAGS_batch); }
-int ComputeThreadsFlag() { return absl::GetFlag(FLAGS_compute_threads); }
+int BatchFlag() { return absl::GetFlag(FLAGS_batch).value; }
+int ComputeThreadsFlag() { return absl::GetFlag(FLAGS_compute_threads).value; }
 
-void ApplyComputeThreads() { SetComputeThreads(absl::GetFlag(FLAGS_compute_threads)); }
+void ApplyComputeThreads() { SetComputeThreads(absl::GetFlag(FLAGS_compute_threads).value); }
 
 int64_t CapSteps(int64_t steps) {
-  const int64_t cap = absl::GetFlag(FLAGS_max_steps);
+  const int64_t cap = absl::GetFlag(FLAGS_max_steps).value;
   return cap > 0 ? std::min(steps, cap) : steps;
 }
 
@@ -129,23 +135,23 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--topology=", absl::GetFlag(FLAGS_topology)),
       absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)),
       absl::StrCat("--codec=", absl::GetFlag(FLAGS_codec)),
-      absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum)),
-      absl::StrCat("--consensus_step=", absl::GetFlag(FLAGS_consensus_step)),
-      absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps)),
+      absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum).value),
+      absl::StrCat("--consensus_step=", absl::GetFlag(FLAGS_consensus_step).value),
+      absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps).value),
       absl::StrCat("--lr=", EffectiveLr()),
       absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
-      absl::StrCat("--round_timeout=", absl::GetFlag(FLAGS_round_timeout)),
+      absl::StrCat("--round_timeout=", absl::GetFlag(FLAGS_round_timeout).value),
       absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap) ? "true" : "false"),
-      absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb)),
-      absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard)),
+      absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb).value),
+      absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard).value),
       absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
       absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
       absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
       absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
-      absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)),
-      absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs)),
-      absl::StrCat("--max_steps=", absl::GetFlag(FLAGS_max_steps)),
-      absl::StrCat("--compute_threads=", absl::GetFlag(FLAGS_compute_threads)),
+      absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch).value),
+      absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs).value),
+      absl::StrCat("--max_steps=", absl::GetFlag(FLAGS_max_steps).value),
+      absl::StrCat("--compute_threads=", absl::GetFlag(FLAGS_compute_threads).value),
   };
 }
 

@@ -96,8 +96,8 @@ int WorkerMain() {
   // Signals go to the waiting main thread only; every thread started later inherits the mask.
   sigset_t signals = BlockStopSignals();
 
-  const int id = absl::GetFlag(FLAGS_id);
-  const int workers = absl::GetFlag(FLAGS_workers);
+  const int id = absl::GetFlag(FLAGS_id).value;
+  const int workers = absl::GetFlag(FLAGS_workers).value;
   const std::string trainer_kind = absl::GetFlag(FLAGS_trainer);
   if (absl::Status s = CheckWorkerFlags(); !s.ok()) {
     std::fprintf(stderr, "tern worker: %s\n", s.ToString().c_str());
@@ -160,7 +160,7 @@ int WorkerMain() {
     sched->store(scheduler.get());
   }
   auto peers = ReadPeers(absl::GetFlag(FLAGS_peers), absl::GetFlag(FLAGS_peers_file),
-                         absl::Seconds(absl::GetFlag(FLAGS_peers_timeout)),
+                         absl::Seconds(absl::GetFlag(FLAGS_peers_timeout).value),
                          [&signals] { return StopSignalPending(signals); });
   if (absl::IsCancelled(peers.status())) {
     spdlog::info("worker {}: {}", id, std::string(peers.status().message()));

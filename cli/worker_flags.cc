@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "cli/flag_types.h"
 #include "cli/limit_flags.h"
 #include "cli/service_flags.h"
 #include "cli/train_flags.h"
@@ -15,16 +16,16 @@
 #include "worker/stripe_join.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "worker: address to serve on (port 0: any)");
-ABSL_FLAG(int, id, 0, "worker: this worker's id in [0, workers)");
+ABSL_FLAG(tern::Int<tern::In(0, 255)>, id, 0, "worker: this worker's id in [0, workers)");
 ABSL_FLAG(std::string, peer_names, "",
           "worker: who may gossip into it, comma-separated names its callers authenticate as "
           "(certificate common name or token holder), a trailing * a prefix (worker-*); empty: "
           "anyone with a certificate from --tls_ca or a token in --tokens");
-ABSL_FLAG(int, push_stripes, 2,
+ABSL_FLAG(tern::Int<tern::In(1, 16)>, push_stripes, 2,
           "worker: a gossip message of 8 MiB or more goes to a peer over this many streams at "
           "once, each on a connection of its own (1: one stream); one connection moves bytes "
           "at well under a socket's speed");
-ABSL_FLAG(int, workers, 8, "worker/run: number of workers");
+ABSL_FLAG(tern::Int<tern::In(1, 256)>, workers, 8, "worker/run: number of workers");
 ABSL_FLAG(std::string, peers, "",
           "worker: comma-separated host:port of every worker, in id order (own entry ignored)");
 ABSL_FLAG(std::string, peers_file, "",
@@ -33,21 +34,25 @@ ABSL_FLAG(std::string, port_file, "", "worker: write the bound port here once li
 ABSL_FLAG(std::string, trainer, "builtin",
           "worker: builtin (train the embedded model) | external (wait for a trainer's "
           "Register)");
-ABSL_FLAG(int64_t, snapshot_every, 0, "worker: keep the parameters every N steps (0: step 0)");
-ABSL_FLAG(int64_t, total_steps, 0, "worker: steps of the whole run (cosine schedule)");
+ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, snapshot_every, 0,
+          "worker: keep the parameters every N steps (0: step 0)");
+ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, total_steps, 0,
+          "worker: steps of the whole run (cosine schedule)");
 ABSL_FLAG(bool, exit_after_training, false,
           "worker: exit when the built-in trainer finishes instead of serving until signalled");
 ABSL_FLAG(std::string, final_model, "",
           "worker: with the built-in trainer, write the final parameters here (a "
           "tern.v1.TensorBundle, fp32 tensors by name, written atomically) before the worker "
           "exits or goes on serving");
-ABSL_FLAG(int, max_snapshots, 16, "worker: how many kept snapshots (--snapshot_every) to hold");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, max_snapshots, 16,
+          "worker: how many kept snapshots (--snapshot_every) to hold");
 ABSL_FLAG(std::string, snapshot_dir, "",
           "worker: with the built-in trainer, write every kept snapshot here when training ends "
           "(step-S.f32: raw little-endian fp32 in layout order; layout.json)");
 ABSL_FLAG(std::string, round_log, "",
           "worker: write one JSON line per step (bytes sent and received, time split) here");
-ABSL_FLAG(double, peers_timeout, 60, "worker: seconds to wait for --peers_file");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, peers_timeout, 60,
+          "worker: seconds to wait for --peers_file");
 ABSL_FLAG(std::string, scheduler, "",
           "worker: a `tern scheduler` HOST:PORT: register, heartbeat, and take the gossip graph "
           "over the live workers from it once one dies (else the static --peers config only); "
@@ -59,22 +64,22 @@ ABSL_FLAG(std::string, advertise, "",
 namespace tern {
 
 absl::StatusOr<DaemonOptions> WorkerDaemonOptionsFromFlags() {
-  const int id = absl::GetFlag(FLAGS_id);
-  const int workers = absl::GetFlag(FLAGS_workers);
-  auto engine = EngineOptionsFromFlags(id, workers, absl::GetFlag(FLAGS_snapshot_every),
-                                       absl::GetFlag(FLAGS_total_steps));
+  const int id = absl::GetFlag(FLAGS_id).value;
+  const int workers = absl::GetFlag(FLAGS_workers).value;
+  auto engine = EngineOptionsFromFlags(id, workers, absl::GetFlag(FLAGS_snapshot_every).value,
+                                       absl::GetFlag(FLAGS_total_steps).value);
   if (!engine.ok()) return engine.status();
   DaemonOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.engine = *engine;
   options.round_log = absl::GetFlag(FLAGS_round_log);
   options.limits = StreamLimitsFromFlags(options.limits);
-  options.engine.max_snapshots = std::max(1, absl::GetFlag(FLAGS_max_snapshots));
+  options.engine.max_snapshots = std::max(1, absl::GetFlag(FLAGS_max_snapshots).value);
   options.metrics_listen = MetricsListenFromFlags();
   options.tls = TlsFromFlags();
   options.peer_names = absl::StrSplit(absl::GetFlag(FLAGS_peer_names), ',', absl::SkipEmpty());
   options.striping.stripes =
-      std::clamp(absl::GetFlag(FLAGS_push_stripes), 1, static_cast<int>(kMaxStripes));
+      std::clamp(absl::GetFlag(FLAGS_push_stripes).value, 1, static_cast<int>(kMaxStripes));
   return options;
 }
 

@@ -10,12 +10,13 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cli/flag_types.h"
 #include "worker/daemon.h"
 
 ABSL_DECLARE_FLAG(std::string, listen);
-ABSL_DECLARE_FLAG(int, id);
-ABSL_DECLARE_FLAG(int, workers);
-ABSL_DECLARE_FLAG(int, push_stripes);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 255)>, id);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 256)>, workers);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 16)>, push_stripes);
 ABSL_DECLARE_FLAG(std::string, peers);
 ABSL_DECLARE_FLAG(std::string, peers_file);
 ABSL_DECLARE_FLAG(std::string, port_file);
@@ -23,7 +24,7 @@ ABSL_DECLARE_FLAG(std::string, trainer);
 ABSL_DECLARE_FLAG(std::string, final_model);
 ABSL_DECLARE_FLAG(std::string, snapshot_dir);
 ABSL_DECLARE_FLAG(bool, exit_after_training);
-ABSL_DECLARE_FLAG(double, peers_timeout);
+ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, peers_timeout);
 ABSL_DECLARE_FLAG(std::string, scheduler);
 ABSL_DECLARE_FLAG(std::string, advertise);
 

@@ -20,9 +20,9 @@ import test_support  # noqa: E402
 ROUNDS, LOCAL_STEPS = 4, 15
 
 
-def run_federated(make_model, make_optimizer, data, dtype, flags=(), logs=None):
+def run_federated(make_model, make_optimizer, data, dtype, flags=(), logs=None, run_dirs=None):
     """A federated run of two TorchClients against a real server with extra `flags`; each
-    client's log lines go to logs[rank] when given. Returns ([(rounds, losses, model)] per
+    client's log lines go to logs[rank] when given, its run folder to run_dirs[rank]. Returns ([(rounds, losses, model)] per
     client, the global model, the server's status)."""
     d = tempfile.mkdtemp(prefix="tern-fedtorch-")
     server = subprocess.Popen(
@@ -64,7 +64,8 @@ def run_federated(make_model, make_optimizer, data, dtype, flags=(), logs=None):
         rounds = tern.federated.run(tern.federated.TorchClient(model, train, evaluate),
                                     address, name="c%d" % rank, num_samples=len(x),
                                     timeout=30,
-                                    log=(logs[rank].append if logs else lambda s: None))
+                                    log=(logs[rank].append if logs else lambda s: None),
+                                    run_dir=run_dirs[rank] if run_dirs else None)
         return rounds, losses, model
 
     try:
@@ -97,17 +98,33 @@ def test_a_bf16_cnn_with_batchnorm_and_adam_trains_federated():
     assert final[1].weight.dtype == torch.bfloat16
 
 
-def test_an_fp16_model_trains_federated():
+def test_an_fp16_model_trains_federated_and_each_client_keeps_a_run_folder():
+    import json
+
     data = optim_test.tfm.load("train", optim_test.tfm.DATA)
     data = (data[0][:8192], data[1][:8192])
+    root = tempfile.mkdtemp(prefix="tern-fedtorch-runs-")
+    dirs = [os.path.join(root, "c%d" % rank) for rank in range(2)]
     out, final, _ = run_federated(optim_test.Fp16Mlp,
                                lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9),
-                               data, torch.float32)
+                               data, torch.float32, run_dirs=dirs)
     for rounds, losses, model in out:
         assert rounds == ROUNDS
         assert sum(losses[-10:]) / 10 < 0.75 * sum(losses[:10]) / 10
         assert all(p.dtype == torch.float16 for p in model.parameters())
     assert final.hidden.weight.dtype == torch.float16
+    # Each client's folder: its rounds, the evaluations it made (--eval_every=2), its bytes up
+    # and down so far, and the report tern report renders from them.
+    for d in dirs:
+        config = json.load(open(os.path.join(d, "run.json")))
+        assert config["mode"] == "federated" and config["name"] == os.path.basename(d)
+        rows = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl"))]
+        assert len(rows) == ROUNDS and rows[-1]["updates_accepted"] == ROUNDS, rows
+        assert all(r["train_loss"] > 0 and r["payload_mb_down"] > 0 for r in rows)
+        assert [r["round"] for r in rows if "test_acc" in r] == [2, 4], rows
+        assert all(a["mb_sent_per_worker"] < b["mb_sent_per_worker"]
+                   for a, b in zip(rows, rows[1:]))
+        assert os.path.exists(os.path.join(d, "report.html"))
 
 
 def mnist_flat():

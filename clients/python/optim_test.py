@@ -5,6 +5,7 @@ is not there. Run by ctest (TERN_BIN names the tern binary); skipped without Deb
 grpcio or the dataset."""
 
 import os
+import subprocess
 import tempfile
 import time
 
@@ -119,6 +120,55 @@ def test_an_fp16_model_trains_and_the_replicas_agree(workers, data):
     for (name, a), b in zip(m0.named_parameters(), m1.parameters()):
         assert a.dtype == torch.float16, name
         assert (a.float() - b.float()).abs().max().item() <= 1e-3, name
+
+
+@pytest.mark.worker_flags("--algorithm=dpsgd", "--codec=fp16")
+def test_a_run_folder_gets_a_row_per_evaluation_and_a_report_as_tern_runs_does(workers, data):
+    import json
+
+    root = tempfile.mkdtemp(prefix="tern-optim-run-")
+    x, y = data
+
+    def one(rank):
+        torch.set_num_threads(1)
+        model = cnn()
+        optimizer = DistributedOptimizer(
+            torch.optim.Adam(model.parameters(), lr=2e-3), model, worker=workers[rank],
+            timeout=60, run_dir=os.path.join(root, "worker-%d" % rank),
+            run_config=dict(model="cnn", codec="fp16", batch=32))
+        gen = torch.Generator().manual_seed(rank)
+        for step in range(60):
+            idx = torch.randint(0, 4096, (32,), generator=gen)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
+            optimizer.step(loss=loss.item())
+            if (step + 1) % 20 == 0:
+                with torch.no_grad():
+                    acc = (model(x[4096:5120]).argmax(1) == y[4096:5120]).float().mean().item()
+                optimizer.log(test_acc=acc, epoch=(step + 1) * 32 / 4096)
+        return optimizer.close()
+
+    reports = [None, None]
+    test_support.run_in_threads(lambda r: reports.__setitem__(r, one(r)), 2)
+    for rank in range(2):
+        folder = os.path.join(root, "worker-%d" % rank)
+        assert reports[rank] == os.path.join(folder, "report.html")
+        config = json.load(open(os.path.join(folder, "run.json")))
+        assert config["name"] == "worker-%d" % rank and config["algorithm"] == "dpsgd"
+        assert config["workers"] == 2 and config["optimizer"] == "Adam"
+        rows = [json.loads(l) for l in open(os.path.join(folder, "metrics.jsonl"))]
+        assert [r["step"] for r in rows] == [20, 40, 60]
+        assert all(0 <= r["test_acc"] <= 1 and r["train_loss"] > 0 for r in rows)
+        assert rows[0]["mb_sent_per_worker"] < rows[1]["mb_sent_per_worker"]
+        assert 1.9 < rows[-1]["compression"] < 2.1  # fp16: half the bytes of fp32
+        assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+        assert "test accuracy" in open(reports[rank]).read()
+    # The folders compare with each other (and with tern run's) in one report.
+    both = os.path.join(root, "both.html")
+    subprocess.run([TERN, "report", os.path.join(root, "worker-0"),
+                    os.path.join(root, "worker-1"), "--out=" + both], check=True)
+    assert "worker-1" in open(both).read()
 
 
 @pytest.mark.worker_flags("--algorithm=choco", "--codec=topk:ratio=0.1")

@@ -145,6 +145,33 @@ TEST(Cli, CheckFlagsRefusesWhatTheRunRefuses) {
   EXPECT_THAT(good.out, HasSubstr("the flags are good"));
 }
 
+// A --flagfile's flags meet the same checks as the command line's, before anything starts: a
+// value out of its range, an unknown flag, a flag of another command (in a flagfile it names too).
+TEST(Cli, AFlagfilesValuesAreCheckedAsTheCommandLinesAre) {
+  const std::string dir = MakeTempDir();
+  const auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    WriteText(path, text);
+    return "--flagfile=" + path;
+  };
+  const std::string range = write("range.flags", "# a comment\n--workers=300\n");
+  const std::string typo = write("typo.flags", "--workerz=3\n");
+  const std::string other = write("other.flags", "--rounds=3\n");
+  const std::string nested = write("nested.flags", range + "\n");
+  for (const auto& [flagfile, says] : std::vector<std::pair<std::string, std::string>>{
+           {range, "--workers=300: must be in [1, 256]"},
+           {typo, "unknown flag --workerz; did you mean --workers?"},
+           {other, "--rounds is not a flag of 'tern worker'"},
+           {nested, "--workers=300: must be in [1, 256]"}}) {
+    const Result r = Tern({"worker", flagfile, "--check_flags"});
+    EXPECT_EQ(r.code, 2) << flagfile << ": " << r.out;
+    EXPECT_THAT(r.out, HasSubstr(says)) << flagfile;
+  }
+  const Result good = Tern({"worker", write("good.flags", "--workers=4\n--id=1\n"),
+                            "--peers=a:1,b:2,c:3,d:4", "--check_flags"});
+  EXPECT_EQ(good.code, 0) << good.out;
+}
+
 // A client process whose clients are not the first of the run needs --partitions: the error says
 // which flag (docs/deploy.md's line gives it).
 TEST(Cli, AClientPastTheDefaultPartitionsIsToldToGivePartitions) {

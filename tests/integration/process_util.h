@@ -66,6 +66,11 @@ inline std::string ReadText(const std::string& path) {
   return ss.str();
 }
 
+// Writes `text` to `path` (a test's own file; a failure shows as the file missing).
+inline void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
 // Whether the daemons under test run with AddressSanitizer, whose quarantine and redzones make
 // resident memory meaningless as a bound.
 #if defined(__SANITIZE_ADDRESS__)

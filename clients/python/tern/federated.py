@@ -35,6 +35,7 @@ import grpc
 import numpy as np
 
 from tern import native
+from tern.runlog import RunFolder
 from tern.v1 import server_pb2, server_pb2_grpc, tensor_pb2
 from tern.wire import (as_numpy, assemble, assemble_bytes, chunk_bundle, decode_dense,
                        make_bundle, make_channel)
@@ -381,12 +382,42 @@ class _ModelCopy:
             self.native.encode(task, client_id, num_examples, flat))
 
 
+def _bytes(update):
+    """An update's bytes as it goes up: the encoded bundle's, or fp32's."""
+    if isinstance(update, tensor_pb2.TensorBundle):
+        return update.ByteSize()
+    return sum(np.asarray(v).size * 4 for v in update.values())
+
+
+class _ClientRows:
+    """A client's run folder (tern.runlog): a metrics.jsonl row for each round it trained: its
+    loss, the round's model's evaluation when it made one, and its bytes up and down so far."""
+
+    def __init__(self, run_dir, name, mode, config):
+        self.folder = RunFolder(run_dir, **dict(dict(name=name, mode=mode), **(config or {})))
+        self.up = self.down = 0
+        self.accepted = 0
+
+    def round(self, round_, loss, evaluation, accepted):
+        self.accepted += int(accepted)
+        row = dict(step=round_, round=round_, train_loss=loss, updates_accepted=self.accepted,
+                   payload_mb_up=self.up / 1e6, payload_mb_down=self.down / 1e6,
+                   mb_sent_per_worker=(self.up + self.down) / 1e6)
+        if evaluation is not None:
+            row.update(test_loss=evaluation[0], test_acc=evaluation[1])
+        self.folder.row(**row)
+
+
 def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, timeout=60.0,
-        log=lambda s: None):
-    """Takes part in the run at `address` until it is over; returns the rounds trained."""
+        log=lambda s: None, run_dir=None, run_config=None):
+    """Takes part in the run at `address` until it is over; returns the rounds trained.
+    `run_dir`: a run folder to keep as `tern run` does (tern.runlog), a row per round trained,
+    report.html when the run is over; `run_config`: more of its run.json (RunConfig's
+    fields)."""
     agg = Aggregator(address, tls=tls, timeout=timeout)
     joined = agg.join(run_id, name, num_samples)
     log("joined as client %d (%s)" % (agg.client_id, joined.mode))
+    rows = _ClientRows(run_dir, name, joined.mode, run_config) if run_dir is not None else None
     try:
         initial = client.initial_parameters()
     except NotImplementedError:
@@ -410,9 +441,13 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
             continue
         if task.kind == server_pb2.Task.DONE:
             agg.leave()
+            if rows is not None:
+                rows.folder.close()
             return rounds
         if task.kind != server_pb2.Task.TRAIN:
             continue
+        if rows is not None:
+            rows.down += len(payload or b"")
         params = copy.take(task, payload)
         if params is None:
             continue
@@ -420,6 +455,8 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
         evaluation = _evaluation(client, params, task, log) if task.evaluate else None
         update, examples, loss = _work(client, params, task)
         encoded = copy.encode(task, agg.client_id, num_samples, update)
+        if rows is not None:
+            rows.up += _bytes(encoded)
         try:
             reply = agg.push(run_id, task.round, encoded, float(examples), float(loss),
                              time.time() - t0, evaluation)
@@ -428,7 +465,11 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
             if e.code() not in _UPDATE_NOT_TAKEN:
                 raise
             log("round %d: update not taken: %s" % (task.round, e.details()))
+            if rows is not None:
+                rows.round(task.round, float(loss), evaluation, accepted=False)
             continue
         rounds += 1
+        if rows is not None:
+            rows.round(task.round, float(loss), evaluation, accepted=True)
         log("round %d: loss %.4f, %s" %
             (task.round, loss, server_pb2.UpdateReply.Verdict.Name(reply.verdict)))

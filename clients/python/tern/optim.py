@@ -20,12 +20,19 @@ worker keeps an fp32 copy, so small updates are not lost to rounding); floating 
 The worker must not add momentum of its own (start it with --momentum=0 for dmsgd, decentlam,
 heavy-ball and choco; dpsgd has none): the wrapper refuses one that does. The exchange goes
 through the worker's shared memory (docs/trainer-shm.md), so the worker must run on this host.
+
+With `run_dir`, the optimizer keeps a run folder as `tern run` does (tern.runlog): log(test_acc=,
+test_loss=, epoch=) at each evaluation adds a metrics.jsonl row with this worker's counters
+(training loss since the last row, MB sent, time split), and close() writes report.html. One
+folder per trainer process (runs/NAME/worker-0, ...), which `tern report` puts side by side
+with `tern run`'s.
 """
 
 import time
 
 import torch
 
+from tern.runlog import RunFolder, WorkerMetrics
 from tern.trainer import Segment, TernTrainer
 from tern.v1 import worker_pb2
 
@@ -44,14 +51,17 @@ class DistributedOptimizer:
     GradScaler take the wrapper as they take your optimizer.
 
     `tls`: tern.trainer.make_channel's arguments; `timeout`: seconds a step may take (the
-    neighbours included) before step() raises TimeoutError."""
+    neighbours included) before step() raises TimeoutError. `run_dir`: a run folder to keep
+    (see the module's comment); `run_config`: more of its run.json (tern.v1.RunConfig's
+    fields: model, codec, lr, ...)."""
 
     # GradScaler.step(optimizer) then calls step(grad_scaler=...) even when the gradients
     # overflowed, so the round happens (with no local update) and neighbours are not kept
     # waiting for a step that never comes.
     _step_supports_amp_scaling = True
 
-    def __init__(self, optimizer, model, worker, tls=None, timeout=300.0):
+    def __init__(self, optimizer, model, worker, tls=None, timeout=300.0, run_dir=None,
+                 run_config=None):
         self.optimizer = optimizer
         self.model = model
         self._trainer = TernTrainer(worker, timeout=timeout, tls=tls)
@@ -80,6 +90,13 @@ class DistributedOptimizer:
                              % (off, self._segment.num_params))
         self._load()  # a trainer that reconnects continues from the worker's model
         self.last_result = None
+        self._folder = self._metrics = None
+        if run_dir is not None:
+            config = dict(mode="gossip", algorithm=reply.algorithm, workers=reply.num_workers,
+                          optimizer=type(optimizer).__name__)
+            config.update(run_config or {})
+            self._folder = RunFolder(run_dir, **config)
+            self._metrics = WorkerMetrics()
 
     def __getattr__(self, name):
         # Only for attributes not found on the wrapper: the wrapped optimizer's.
@@ -144,6 +161,21 @@ class DistributedOptimizer:
             for t, x, _ in self._views:
                 t.copy_(x)
 
+    def log(self, **fields):
+        """Adds a row to the run folder (run_dir): this worker's counters from the worker, the
+        step, and `fields` (test_acc in [0, 1], test_loss, epoch, ...: tern.v1.MetricsRow's).
+        Returns the row."""
+        if self._folder is None:
+            raise ValueError("log() needs a run folder: DistributedOptimizer(..., run_dir=...)")
+        row = dict(step=self._step, workers=self.num_workers)
+        row.update(self._metrics.fields(self._trainer.stats()))
+        row.update(fields)
+        return self._folder.row(**row)
+
     def close(self):
+        """Lets go of the worker; with a run folder, writes its report.html (returns its path,
+        or None)."""
+        report = self._folder.close() if self._folder is not None else None
         self._segment.close()
         self._trainer.channel.close()
+        return report
