@@ -40,7 +40,8 @@ Names LimitFlags() {
           "stream_deadline_s"};
 }
 
-// What the aggregator reads (cli/fed_cmd.cc ServerOptionsFromFlags), the run's and the daemon's.
+// What the aggregator reads (cli/aggregator_flags.cc ServerOptionsFromFlags), the run's and the
+// daemon's.
 Names AggregatorFlags() {
   return {"mode",
           "rounds",

@@ -14,8 +14,9 @@ namespace tern {
 int WorkerMain();
 // `tern run`: N workers on 127.0.0.1, progress, metrics and report (run_cmd.cc).
 int RunMain(const std::string& self_exe);
-// `tern server`: the aggregator daemon; `tern client`: built-in clients of an aggregator;
-// `tern run --mode federated|local-sgd|ps`: a server and N clients on 127.0.0.1 (fed_cmd.cc).
+// `tern server`: the aggregator daemon (server_cmd.cc); `tern client`: built-in clients of an
+// aggregator (client_cmd.cc); `tern run --mode federated|local-sgd|ps`: a server and N clients on
+// 127.0.0.1 (fed_run_cmd.cc). Their flags: aggregator_flags.h.
 int ServerMain();
 int ClientMain();
 int SchedulerMain();

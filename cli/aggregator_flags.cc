@@ -1,0 +1,185 @@
+#include "cli/aggregator_flags.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "cli/limit_flags.h"
+#include "cli/service_flags.h"
+#include "common/status_macros.h"
+
+ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, norm_guard);
+ABSL_DECLARE_FLAG(std::string, listen);
+ABSL_DECLARE_FLAG(std::string, run_id);
+ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
+ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, lr);
+ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, local_steps);
+
+ABSL_FLAG(std::string, mode, "gossip",
+          "run: gossip (peer workers) | federated | local-sgd | ps (a server and clients); "
+          "server: federated | local-sgd | ps");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients, 100,
+          "run/client: clients (run: in all; client: in this process)");
+ABSL_FLAG(std::string, attack, "",
+          "client, run: experiments: what malicious clients send instead of their update: "
+          "signflip[:scale=S], scale:factor=F, noise:std=D, nan (docs/robustness.md)");
+ABSL_FLAG(tern::Double<tern::In(0, 1)>, attack_fraction, 0,
+          "client, run: the first round(fraction x clients) clients (by partition) attack");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, rounds, 50, "server/run: rounds of the run");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients_per_round, 10,
+          "server/run: K, clients sampled per federated round");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, min_clients, 0,
+          "server/run: clients that must have joined before round 1 (0: all of --clients in a "
+          "run, 1 for a bare server)");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, min_replies, 0,
+          "server/run: a round may close after this many replies (0: K)");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, grace_s, 1,
+          "server/run: seconds a round stays open after its min replies");
+ABSL_FLAG(tern::Double<tern::Above(0)>, round_deadline_s, 60,
+          "server/run: seconds after which a round closes");
+ABSL_FLAG(tern::Double<tern::In(0, 1)>, staleness_decay, 0,
+          "server/run: late updates keep weight decay^age (0: late updates are dropped)");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, max_staleness, 2,
+          "server/run: oldest round (in rounds) a late update may be for");
+ABSL_FLAG(std::string, sampling, "uniform", "server/run: client sampling: uniform | score");
+ABSL_FLAG(std::string, rule, "fedavg",
+          "server/run: fedavg | median | trimmed-mean:trim=T | krum:f=F | multi-krum:f=F,m=M, "
+          "any with ,clip=C");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, server_lr, 1.0,
+          "server/run: outer learning rate (x += server_lr * m)");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, eval_every, 0,
+          "server/run: federated evaluation: every N rounds (and the last) the clients evaluate "
+          "the model they train from on held-out data; the server logs the examples-weighted "
+          "mean (0: never)");
+ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, server_momentum, 0.0,
+          "server/run: outer momentum (SlowMo's beta; 0: plain FedAvg / local SGD)");
+ABSL_FLAG(std::string, downstream, "model",
+          "server/run: model (send the global model each round) | delta (send each round's "
+          "global update, encoded with --downstream_codec and a server residual; clients that "
+          "missed rounds catch up from the kept updates)");
+ABSL_FLAG(std::string, downstream_codec, "none",
+          "server/run: codec of what goes to clients (the model, or the update with "
+          "--downstream=delta)");
+ABSL_FLAG(std::string, update_codec, "none", "server/run: codec clients encode updates with");
+ABSL_FLAG(bool, error_feedback, false, "server/run: clients keep their update codec's residual");
+ABSL_FLAG(std::string, memory, "",
+          "server/run: clients' memory around the update codec: ef | "
+          "dgc[:ratio=R,momentum=M,clip=C,warmup=E,exact=B] (Deep Gradient Compression; replaces "
+          "--update_codec)");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, local_epochs, 1,
+          "server/run: local epochs per round (0: --local_steps minibatch steps instead)");
+ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, local_momentum, 0.0,
+          "server/run: clients' local SGD momentum");
+ABSL_FLAG(
+    std::string, optimizer, "sgd",
+    "server/run (ps): sgd (with --server_momentum) | adam | lamb | onebit-adam | onebit-lamb");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, warmup_rounds, 100,
+          "server/run: 1-bit Adam/LAMB's dense warm-up rounds, after which the variance freezes");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, adaptive_batch_eta, 0,
+          "server/run: clients' norm test (adaptive batch size for local work): raise the batch "
+          "while Var/b > eta^2 ||g||^2 (0: off)");
+ABSL_FLAG(tern::Double<tern::In(0, 1)>, overlap_anchor, 0,
+          "server/run, mode local-sgd: Overlap-Local-SGD's pull alpha (clients keep their own "
+          "models, run the next local steps while the anchor is averaged, then pull "
+          "x -= alpha (x - anchor)); 0: plain local SGD");
+ABSL_FLAG(tern::Int<tern::In(1, 1048576)>, max_batch, 1024,
+          "server/run: the adaptive batch size's cap");
+ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, beta1, 0.9, "server/run: Adam's first-moment decay");
+ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, beta2, 0.999,
+          "server/run: Adam's second-moment decay");
+ABSL_FLAG(tern::Double<tern::AboveUpTo(0, 1)>, eps, 1e-8, "server/run: Adam's epsilon");
+ABSL_FLAG(tern::Double<tern::Above(0)>, client_timeout_s, 30,
+          "server: a client silent this long is not sampled");
+ABSL_FLAG(std::string, checkpoint, "", "server: checkpoint file (resumed from when present)");
+
+namespace tern {
+
+double FedLr() {
+  const double lr = absl::GetFlag(FLAGS_lr).value;
+  return lr > 0 ? lr : 0.05;
+}
+
+namespace {
+
+// The task's work for `mode` from the flags: a gradient step (ps) or local training. A flag
+// of the other kind of work is an error rather than silently ignored.
+absl::Status SetTaskWork(const std::string& mode, v1::Task* task) {
+  const uint32_t batch = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_batch).value));
+  const std::string& optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (mode == "ps") {
+    if (absl::GetFlag(FLAGS_adaptive_batch_eta).value > 0) {
+      return absl::InvalidArgumentError(
+          "--adaptive_batch_eta is for local work, not --mode=ps (one minibatch a round)");
+    }
+    v1::GradientStep* g = task->mutable_gradient();
+    g->set_batch(batch);
+    g->set_lr(static_cast<float>(FedLr()));
+    g->set_optimizer(optimizer);
+    g->set_warmup_rounds(
+        static_cast<uint64_t>(std::max(0, absl::GetFlag(FLAGS_warmup_rounds).value)));
+    g->set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1).value));
+    g->set_eps(static_cast<float>(absl::GetFlag(FLAGS_eps).value));
+    return absl::OkStatus();
+  }
+  if (!optimizer.empty() && optimizer != "sgd") {
+    return absl::InvalidArgumentError(absl::StrCat("--optimizer=", optimizer, " needs --mode=ps"));
+  }
+  v1::LocalTraining* l = task->mutable_local();
+  l->set_local_epochs(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_epochs).value)));
+  l->set_local_steps(static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_local_steps).value)));
+  l->set_batch(batch);
+  l->set_lr(static_cast<float>(FedLr()));
+  l->set_momentum(static_cast<float>(absl::GetFlag(FLAGS_local_momentum).value));
+  l->set_norm_test_eta(static_cast<float>(absl::GetFlag(FLAGS_adaptive_batch_eta).value));
+  l->set_max_batch(static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_max_batch).value)));
+  l->set_anchor_pull(static_cast<float>(absl::GetFlag(FLAGS_overlap_anchor).value));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
+  ServerOptions so;
+  so.listen = absl::GetFlag(FLAGS_listen);
+  AggregatorOptions& a = so.aggregator;
+  a.run_id = absl::GetFlag(FLAGS_run_id);
+  a.mode = absl::GetFlag(FLAGS_mode) == "gossip" ? "federated" : absl::GetFlag(FLAGS_mode);
+  a.min_clients = std::max(1, absl::GetFlag(FLAGS_min_clients).value);
+  a.total_rounds = absl::GetFlag(FLAGS_rounds).value;
+  a.policy.clients_per_round = absl::GetFlag(FLAGS_clients_per_round).value;
+  a.policy.min_replies = absl::GetFlag(FLAGS_min_replies).value > 0
+                             ? absl::GetFlag(FLAGS_min_replies).value
+                             : a.policy.clients_per_round;
+  a.policy.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s).value);
+  a.policy.deadline = absl::Seconds(absl::GetFlag(FLAGS_round_deadline_s).value);
+  a.policy.staleness_decay = absl::GetFlag(FLAGS_staleness_decay).value;
+  a.policy.max_staleness = absl::GetFlag(FLAGS_max_staleness).value;
+  auto sampling = ParseSampling(absl::GetFlag(FLAGS_sampling));
+  if (!sampling.ok()) return sampling.status();
+  a.policy.sampling = *sampling;
+  a.policy.seed = absl::GetFlag(FLAGS_seed);
+  a.rule = absl::GetFlag(FLAGS_rule);
+  a.server_lr = absl::GetFlag(FLAGS_server_lr).value;
+  a.server_momentum = absl::GetFlag(FLAGS_server_momentum).value;
+  a.eval_every = absl::GetFlag(FLAGS_eval_every).value;
+  a.downstream = absl::GetFlag(FLAGS_downstream);
+  a.downstream_codec = absl::GetFlag(FLAGS_downstream_codec);
+  a.task.set_update_codec(absl::GetFlag(FLAGS_update_codec));
+  a.task.set_error_feedback(absl::GetFlag(FLAGS_error_feedback));
+  a.task.set_memory(absl::GetFlag(FLAGS_memory));
+  a.task.set_seed(absl::GetFlag(FLAGS_seed));
+  TERN_RETURN_IF_ERROR(SetTaskWork(a.mode, &a.task));
+  a.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2).value);
+  a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s).value);
+  a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
+  a.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard).value;
+  so.limits = StreamLimitsFromFlags(so.limits);
+  so.metrics_listen = MetricsListenFromFlags();
+  so.tls = TlsFromFlags();
+  return so;
+}
+
+}  // namespace tern

@@ -1,0 +1,86 @@
+// `tern server`: the aggregator daemon (its flags: cli/aggregator_flags.h).
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cli/aggregator_flags.h"
+#include "cli/commands.h"
+#include "cli/flag_types.h"
+#include "cli/process.h"
+#include "cli/run_health.h"
+#include "cli/service_flags.h"
+#include "common/status_macros.h"
+#include "core/ops/systemd.h"
+#include "kernels/builtin.h"
+#include "server/service.h"
+#include "spdlog/spdlog.h"
+
+ABSL_DECLARE_FLAG(std::string, port_file);
+
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, linger_s, 10,
+          "server: seconds to keep serving after the last round");
+
+namespace tern {
+
+absl::Status CheckServerFlags() {
+  TERN_ASSIGN_OR_RETURN(ServerOptions so, ServerOptionsFromFlags());
+  const ServerRegistries registries = NewBuiltinServerRegistries();
+  TERN_RETURN_IF_ERROR(NormalizeAggregatorOptions(so.aggregator, *registries.codecs).status());
+  return registries.rules->Create(so.aggregator.rule).status();
+}
+
+int ServerMain() {
+  sigset_t signals = BlockStopSignals();
+  if (absl::Status s = CheckServerFlags(); !s.ok()) {
+    std::fprintf(stderr, "tern server: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<ServerOptions> options = ServerOptionsFromFlags();  // good: checked above
+  const ServerRegistries registries = NewBuiltinServerRegistries();
+  auto server = AggregatorServer::Start(*options, &registries);
+  if (!server.ok()) {
+    std::fprintf(stderr, "tern server: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const v1::ServerStatus st = (*server)->aggregator().Status(absl::Now());
+  spdlog::info("server: serving run '{}' ({}, rule {}) on port {}; round {}/{}{}",
+               options->aggregator.run_id, options->aggregator.mode, options->aggregator.rule,
+               (*server)->port(), st.round(), st.total_rounds(),
+               st.restarts() > 0 ? " (resumed from the checkpoint)" : "");
+  WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
+  LogMetricsAddress("server", options->metrics_listen, (*server)->metrics_port());
+  AggregatorServer* s = server->get();
+  SystemdNotifier systemd([s] { return RanRecently(s->last_tick(), absl::Seconds(10)); });
+  systemd.Ready(absl::StrCat("serving run '", options->aggregator.run_id, "' on port ", s->port()));
+  // The last round's close raises SIGUSR1 after the linger (so clients hear DONE and the final
+  // model can be fetched), unless a signal came first.
+  absl::Notification quit;
+  std::thread waiter([&] {
+    (*server)->WaitDone();
+    if (!quit.WaitForNotificationWithTimeout(absl::Seconds(absl::GetFlag(FLAGS_linger_s).value))) {
+      kill(getpid(), SIGUSR1);
+    }
+  });
+  int sig = 0;
+  sigwait(&signals, &sig);
+  quit.Notify();
+  spdlog::info("server: {}, shutting down", sig == SIGUSR1 ? "run finished" : strsignal(sig));
+  systemd.Stopping();
+  const absl::Time t0 = absl::Now();
+  (*server)->Shutdown(absl::Seconds(5));
+  waiter.join();
+  spdlog::info("server: stopped in {:.2f} s", absl::ToDoubleSeconds(absl::Now() - t0));
+  return 0;
+}
+
+}  // namespace tern
