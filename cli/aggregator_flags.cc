@@ -18,16 +18,11 @@ ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
 ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, lr);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, local_steps);
 
+ABSL_DECLARE_FLAG(std::string, checkpoint);  // tern server's (server_cmd.cc)
+
 ABSL_FLAG(std::string, mode, "gossip",
           "run: gossip (peer workers) | federated | local-sgd | ps (a server and clients); "
           "server: federated | local-sgd | ps");
-ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients, 100,
-          "run/client: clients (run: in all; client: in this process)");
-ABSL_FLAG(std::string, attack, "",
-          "client, run: experiments: what malicious clients send instead of their update: "
-          "signflip[:scale=S], scale:factor=F, noise:std=D, nan (docs/robustness.md)");
-ABSL_FLAG(tern::Double<tern::In(0, 1)>, attack_fraction, 0,
-          "client, run: the first round(fraction x clients) clients (by partition) attack");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, rounds, 50, "server/run: rounds of the run");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients_per_round, 10,
           "server/run: K, clients sampled per federated round");
@@ -93,7 +88,6 @@ ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, beta2, 0.999,
 ABSL_FLAG(tern::Double<tern::AboveUpTo(0, 1)>, eps, 1e-8, "server/run: Adam's epsilon");
 ABSL_FLAG(tern::Double<tern::Above(0)>, client_timeout_s, 30,
           "server: a client silent this long is not sampled");
-ABSL_FLAG(std::string, checkpoint, "", "server: checkpoint file (resumed from when present)");
 
 namespace tern {
 

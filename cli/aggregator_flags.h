@@ -1,6 +1,7 @@
 // The flags of an aggregator run, shared by `tern server` and `tern run --mode=federated|
-// local-sgd|ps` (which passes them on to the server it starts), and of its built-in clients
-// (`tern client`, and the launcher's client processes); and what the server makes of them.
+// local-sgd|ps` (which passes them on to the server it starts): every flag defined in
+// aggregator_flags.cc is both commands' (cli/command_table.cc); and what the server makes of
+// them.
 #ifndef TERN_CLI_AGGREGATOR_FLAGS_H_
 #define TERN_CLI_AGGREGATOR_FLAGS_H_
 
@@ -13,9 +14,6 @@
 #include "server/service.h"
 
 ABSL_DECLARE_FLAG(std::string, mode);
-ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, clients);
-ABSL_DECLARE_FLAG(std::string, attack);
-ABSL_DECLARE_FLAG(tern::Double<tern::In(0, 1)>, attack_fraction);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, rounds);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, clients_per_round);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(0)>, min_clients);
@@ -45,7 +43,6 @@ ABSL_DECLARE_FLAG(tern::Double<tern::HalfOpen(0, 1)>, beta1);
 ABSL_DECLARE_FLAG(tern::Double<tern::HalfOpen(0, 1)>, beta2);
 ABSL_DECLARE_FLAG(tern::Double<tern::AboveUpTo(0, 1)>, eps);
 ABSL_DECLARE_FLAG(tern::Double<tern::Above(0)>, client_timeout_s);
-ABSL_DECLARE_FLAG(std::string, checkpoint);
 
 namespace tern {
 

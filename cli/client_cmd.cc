@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "cli/aggregator_flags.h"
+#include "cli/client_flags.h"
 #include "cli/commands.h"
 #include "cli/flag_types.h"
 #include "cli/process.h"
@@ -27,6 +28,13 @@ ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(std::string, partition);
 
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients, 100,
+          "run/client: clients (run: in all; client: in this process)");
+ABSL_FLAG(std::string, attack, "",
+          "client, run: experiments: what malicious clients send instead of their update: "
+          "signflip[:scale=S], scale:factor=F, noise:std=D, nan (docs/robustness.md)");
+ABSL_FLAG(tern::Double<tern::In(0, 1)>, attack_fraction, 0,
+          "client, run: the first round(fraction x clients) clients (by partition) attack");
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, first_client, 0,
           "client: data partition of this process's first client");
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, partitions, 0,

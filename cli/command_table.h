@@ -17,14 +17,30 @@
 
 namespace tern {
 
+// One command: what `tern help` says of it, its flags, what it checks of them and what it runs.
+// Its flags are every flag defined in the files `groups` names (cli/train_flags.cc is every
+// training flag of `tern worker` and `tern run`: a flag added there is theirs, nowhere else to
+// list it), and the flags `flags` names besides (one another command's file defines); never the
+// common ones (--log_level, --flagfile, --check_flags).
 struct CommandInfo {
-  std::string name;     // "run", "bench codecs"; "run --mode=federated|local-sgd|ps" for a variant
-  std::string summary;  // one line
-  std::vector<std::string> flags;  // besides the common ones (--log_level, --flagfile)
+  std::string name = {};  // "run", "bench codecs"; "run --mode=federated|local-sgd|ps": a variant
+  std::string summary = {};              // one line
+  std::vector<std::string> groups = {};  // files of cli/: "train_flags.cc"
+  std::vector<std::string> flags = {};   // single flags by name
+  // What it checks of its flags beyond their names and ranges, before it starts anything (its
+  // run makes the same checks) and for --check_flags; null: nothing more.
+  absl::Status (*check)() = nullptr;
+  // Runs it with `args`, the words after the command (none unless takes_arguments); returns the
+  // exit code. Null only for `help`, which main answers itself.
+  int (*run)(const std::vector<std::string>& args) = nullptr;
+  bool takes_arguments = false;
 };
 
 // Every command and variant, in the order `tern help` lists them.
 std::vector<CommandInfo> CommandTable();
+
+// A command's flags: its groups' and its single ones, sorted.
+std::vector<std::string> FlagsOf(const CommandInfo& command);
 
 // What a command line asks for, read before the flags are parsed.
 struct CommandLine {
@@ -52,9 +68,10 @@ std::string CommandHelp(const CommandInfo& command);
 absl::Status CheckFlagNames(const std::vector<CommandInfo>& table, const CommandInfo* command,
                             const std::vector<std::string>& flag_names);
 
-// The table against the flags the binary defines: every listed flag exists, has help and, when
-// it is a number, a range (or is marked as taking any value); and every flag of tern's own is
-// listed for some command (`tern help` checks this, and a test runs it).
+// The table against the flags the binary defines: every command has something to run (but
+// help), every group names a file that defines flags, every single flag exists; each flag has
+// help and, when it is a number, its range in its type (or is marked as taking any value); and
+// every flag of tern's own belongs to some command. command_table_test.cc runs it.
 absl::Status CheckTable(const std::vector<CommandInfo>& table);
 
 // Before parsing: each --name=value (a --flagfile's too) parses as its flag's type, which for a

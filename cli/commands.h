@@ -12,8 +12,10 @@ namespace tern {
 // `tern worker`: the peer daemon (flags in worker_cmd.cc and train_flags.cc). Returns the exit
 // code.
 int WorkerMain();
-// `tern run`: N workers on 127.0.0.1, progress, metrics and report (run_cmd.cc).
+// `tern run`: N workers on 127.0.0.1, progress, metrics and report (run_cmd.cc); RunCommand
+// finds this executable for RunMain, which starts copies of it.
 int RunMain(const std::string& self_exe);
+int RunCommand(const std::vector<std::string>& args);
 // `tern server`: the aggregator daemon (server_cmd.cc); `tern client`: built-in clients of an
 // aggregator (client_cmd.cc); `tern run --mode federated|local-sgd|ps`: a server and N clients on
 // 127.0.0.1 (fed_run_cmd.cc). Their flags: aggregator_flags.h.
@@ -27,6 +29,14 @@ int ExportMain();
 int RunFederatedMain(const std::string& self_exe);
 // `tern report DIR...`: one HTML report comparing runs (report.cc).
 int ReportMain(const std::vector<std::string>& dirs);
+// `tern codecs`, `tern bench codecs|transport|model` (bench_cmd.cc).
+int CodecsMain(const std::vector<std::string>& args);
+int BenchCodecsMain(const std::vector<std::string>& args);
+int BenchTransportMain(const std::vector<std::string>& args);
+int BenchModelMain(const std::vector<std::string>& args);
+// `tern version` (version.cc): VersionString(), printed.
+std::string VersionString();
+int VersionMain(const std::vector<std::string>& args);
 
 // Each daemon's and run's checks of its flags, the same its Main makes before it starts anything
 // (exit 2 when they fail); `--check_flags` runs them and exits.

@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/aggregator_flags.h"
+#include "cli/client_flags.h"
 #include "cli/commands.h"
 #include "cli/flag_types.h"
 #include "cli/local_cluster.h"

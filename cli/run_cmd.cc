@@ -50,7 +50,6 @@
 #include "tern/v1/records.pb.h"
 #include "tern/v1/worker.grpc.pb.h"
 
-ABSL_DECLARE_FLAG(bool, tls);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 256)>, workers);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, epochs);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
@@ -71,6 +70,9 @@ ABSL_DECLARE_FLAG(std::string, scheduler);
 ABSL_DECLARE_FLAG(std::string, run_id);
 ABSL_DECLARE_FLAG(std::string, weights);
 
+ABSL_FLAG(bool, tls, false,
+          "run: mutual TLS between every process of the run (certificates made for it in the run "
+          "folder, certs/); bench transport: also push through a receiver with mutual TLS");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, evals_per_epoch, 2,
           "run: evaluations of the averaged model per epoch");
 ABSL_FLAG(std::string, name, "", "run: run name (default <algorithm>-<codec>-<topology>)");
@@ -478,6 +480,16 @@ absl::Status CheckRunFlags() {
   if (absl::GetFlag(FLAGS_mode) != "gossip") return CheckFederatedRunFlags();
   GossipRun run;
   return CheckGossipFlags(NewBuiltinWorkerRegistries(), &run);
+}
+
+int RunCommand(const std::vector<std::string>&) {
+  char exe[4096];
+  const ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (len <= 0) {
+    std::fprintf(stderr, "tern run: cannot find the tern executable (/proc/self/exe)\n");
+    return 2;
+  }
+  return RunMain(std::string(exe, static_cast<size_t>(len)));
 }
 
 int RunMain(const std::string& self_exe) {

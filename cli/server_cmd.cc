@@ -27,6 +27,7 @@
 
 ABSL_DECLARE_FLAG(std::string, port_file);
 
+ABSL_FLAG(std::string, checkpoint, "", "server: checkpoint file (resumed from when present)");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, linger_s, 10,
           "server: seconds to keep serving after the last round");
 

@@ -1,0 +1,79 @@
+// The table of commands against the flags the command files define, without starting anything:
+// every command's flags exist, have help and (numbers) a range; every flag of tern's is some
+// command's; and a flag defined in a command's group file is that command's with nothing else to
+// list.
+#include "cli/command_table.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "cli/flag_types.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, table_test_count, 1, "a flag of the test's own command");
+ABSL_FLAG(int, table_test_plain, 1, "a number with no range");
+
+namespace tern {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+int Nothing(const std::vector<std::string>&) { return 0; }
+
+const CommandInfo& Find(const std::vector<CommandInfo>& table, const std::string& name) {
+  return *std::find_if(table.begin(), table.end(),
+                       [&](const CommandInfo& c) { return c.name == name; });
+}
+
+TEST(CommandTable, EveryCommandsFlagsExistHaveHelpAndARangeAndEveryFlagIsACommands) {
+  const absl::Status s = CheckTable(CommandTable());
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(CommandTable, AFlagDefinedInAGroupFileIsThatCommandsWithNothingElseToList) {
+  std::vector<CommandInfo> table = CommandTable();
+  table.push_back(
+      {.name = "test", .summary = "s", .groups = {"command_table_test.cc"}, .run = Nothing});
+  EXPECT_THAT(FlagsOf(table.back()), Contains("table_test_count"));
+  // The real groups: training flags are the worker's and the run's, aggregator flags the
+  // server's, and neither is the other's.
+  EXPECT_THAT(FlagsOf(Find(table, "worker")), Contains("algorithm"));
+  EXPECT_THAT(FlagsOf(Find(table, "run")), Contains("bucket_mb"));
+  EXPECT_THAT(FlagsOf(Find(table, "worker")), Not(Contains("rounds")));
+  EXPECT_THAT(FlagsOf(Find(table, "server")), Contains("rounds"));
+  EXPECT_THAT(FlagsOf(Find(table, "server")), Not(Contains("clients")));
+  EXPECT_THAT(FlagsOf(Find(table, "client")), Contains("clients"));
+}
+
+TEST(CommandTable, APlainNumberAMissingFlagAnEmptyGroupAndNothingToRunAreRefused) {
+  const std::vector<std::pair<CommandInfo, std::string>> bad = {
+      {{.name = "t", .summary = "s", .flags = {"table_test_plain"}, .run = Nothing},
+       "--table_test_plain"},
+      {{.name = "t", .summary = "s", .flags = {"no_such_flag"}, .run = Nothing},
+       "--no_such_flag, which no flag defines"},
+      {{.name = "t", .summary = "s", .groups = {"no_such_file.cc"}, .run = Nothing},
+       "cli/no_such_file.cc, which defines none"},
+      {{.name = "t", .summary = "s", .flags = {"table_test_count"}}, "nothing to run"},
+  };
+  for (const auto& [command, says] : bad) {
+    std::vector<CommandInfo> table = CommandTable();
+    table.push_back(command);
+    const absl::Status s = CheckTable(table);
+    EXPECT_FALSE(s.ok()) << says;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(says));
+  }
+  const absl::Status plain = CheckTable([] {
+    std::vector<CommandInfo> t = CommandTable();
+    t.push_back({.name = "t", .summary = "s", .flags = {"table_test_plain"}, .run = Nothing});
+    return t;
+  }());
+  EXPECT_THAT(std::string(plain.message()), HasSubstr("plain number"));
+}
+
+}  // namespace
+}  // namespace tern
