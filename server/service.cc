@@ -8,6 +8,7 @@
 #include "core/rpc/auth.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/chunk_stream.h"
+#include "core/rpc/chunked_request.h"
 #include "core/rpc/server.h"
 #include "core/rpc/status.h"
 #include "grpcpp/alarm.h"
@@ -79,12 +80,14 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
   }
 
   // InitModel: reassemble, then offer the bundle.
-  class InitModelCall final : public grpc::ServerReadReactor<v1::InitModelRequest> {
+  class InitModelCall final
+      : public ChunkedRequestReader<grpc::ServerReadReactor<v1::InitModelRequest>,
+                                    v1::InitModelRequest> {
    public:
     InitModelCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, v1::InitModelReply* reply)
-        : s_(s),
+        : ChunkedRequestReader(s->options_.max_bundle_bytes, "model"),
+          s_(s),
           reply_(reply),
-          assembler_(s->options_.max_bundle_bytes),
           principal_(PrincipalOf(*ctx)) {
       absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> st = s->limits_->Open(ctx);
       if (!st.ok()) {
@@ -92,29 +95,14 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         return;
       }
       stream_ = *std::move(st);
-      StartRead(&req_);
+      StartReading(stream_.get());
     }
-    void OnReadDone(bool ok) override {
-      if (!ok) {
-        Finish(ToGrpcStatus(absl::InvalidArgumentError("stream ended before the last chunk")));
-        return;
-      }
-      if (first_) {
-        client_ = req_.client_id();
-        if (absl::Status st = s_->Caller(principal_, client_); !st.ok()) {
-          Finish(ToGrpcStatus(st));
-          return;
-        }
-      }
-      first_ = false;
-      std::optional<absl::StatusOr<v1::TensorBundle>> got =
-          FeedCounted(*stream_, assembler_, std::move(*req_.mutable_chunk()));
-      if (!got) {
-        StartRead(&req_);
-        return;
-      }
-      absl::StatusOr<bool> adopted =
-          got->ok() ? s_->aggregator_->InitModel(client_, **got) : got->status();
+    absl::Status OnFirst(const v1::InitModelRequest& first) override {
+      client_ = first.client_id();
+      return s_->Caller(principal_, client_);
+    }
+    void OnBundle(v1::TensorBundle bundle) override {
+      absl::StatusOr<bool> adopted = s_->aggregator_->InitModel(client_, bundle);
       if (adopted.ok()) {
         reply_->set_adopted(*adopted);
         if (*adopted) {
@@ -131,10 +119,7 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     AggregatorServer* const s_;
     v1::InitModelReply* const reply_;
     std::unique_ptr<StreamLimits::Stream> stream_;
-    BundleAssembler assembler_;
     const std::string principal_;
-    v1::InitModelRequest req_;
-    bool first_ = true;
     uint32_t client_ = 0;
   };
 
@@ -234,65 +219,43 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
   };
 
   // Push: reassemble the update, then the aggregator judges and accumulates it.
-  class PushCall final : public grpc::ServerReadReactor<v1::UpdateRequest> {
+  class PushCall final
+      : public ChunkedRequestReader<grpc::ServerReadReactor<v1::UpdateRequest>, v1::UpdateRequest> {
    public:
     PushCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, v1::UpdateReply* reply)
-        : s_(s),
+        // An update cannot be much larger than the model: a client cannot make the server
+        // buffer gigabytes.
+        : ChunkedRequestReader(
+              std::min(s->options_.max_bundle_bytes, s->aggregator_->MaxUpdateBytes()), "update"),
+          s_(s),
           reply_(reply),
-          // An update cannot be much larger than the model: a client cannot make the server
-          // buffer gigabytes.
-          assembler_(std::min(s->options_.max_bundle_bytes, s->aggregator_->MaxUpdateBytes())),
           principal_(PrincipalOf(*ctx)) {
       absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> st = s->limits_->Open(ctx);
       if (!st.ok()) {
-        Refuse(st.status());
+        Fail(st.status());
         return;
       }
       stream_ = *std::move(st);
-      StartRead(&req_);
+      // The bytes count against the budget until judged (Judge releases them).
+      StartReading(stream_.get(), /*release_when_whole=*/false);
     }
-    void OnReadDone(bool ok) override {
-      if (!ok) {
-        Refuse(absl::InvalidArgumentError("stream ended before the update's last chunk"));
-        return;
+    absl::Status OnFirst(const v1::UpdateRequest& first) override {
+      if (!first.has_info()) {
+        return absl::InvalidArgumentError("the first message must carry UpdateInfo");
       }
-      wire_bytes_ += req_.ByteSizeLong() + 5;
-      if (first_) {
-        if (!req_.has_info()) {
-          Refuse(absl::InvalidArgumentError("the first message must carry UpdateInfo"));
-          return;
-        }
-        info_ = req_.info();
-        first_ = false;
-        // Before any of the update is held: nobody pushes in another client's name.
-        if (absl::Status st = s_->Caller(principal_, info_.client_id()); !st.ok()) {
-          Refuse(st);
-          return;
-        }
-      }
-      if (absl::Status h = stream_->Hold(req_.chunk().data().size()); !h.ok()) {
-        Refuse(h);
-        return;
-      }
-      std::optional<absl::StatusOr<v1::TensorBundle>> got =
-          Feed(assembler_, std::move(*req_.mutable_chunk()));
-      if (!got) {
-        StartRead(&req_);
-        return;
-      }
-      if (!got->ok()) {
-        Refuse(got->status());
-        return;
-      }
+      info_ = first.info();
+      // Before any of the update is held: nobody pushes in another client's name.
+      return s_->Caller(principal_, info_.client_id());
+    }
+    void OnBundle(v1::TensorBundle bundle) override {
       // Judged on the server's push pool: a push waits for its log append's sync, and gRPC's
-      // own threads must stay free to move other clients' bytes meanwhile. The bytes count
-      // against the budget until judged.
-      bundle_ = *std::move(*got);
+      // own threads must stay free to move other clients' bytes meanwhile.
+      bundle_ = std::move(bundle);
       s_->push_pool_->Schedule([this] { Judge(); });
     }
     void Judge() {
       absl::StatusOr<v1::UpdateReply> r =
-          s_->aggregator_->Push(info_, bundle_, wire_bytes_, absl::Now());
+          s_->aggregator_->Push(info_, bundle_, wire_bytes(), absl::Now());
       stream_->ReleaseAll();
       if (!r.ok()) {
         spdlog::warn("server: refused an update from client {} for round {}: {}", info_.client_id(),
@@ -311,22 +274,18 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     }
     void OnDone() override { delete this; }
 
-   private:
-    void Refuse(const absl::Status& st) {
+    void Fail(const absl::Status& st) override {
       spdlog::warn("server: refused an update stream: {}", st.ToString());
       Finish(ToGrpcStatus(st));
     }
 
+   private:
     AggregatorServer* const s_;
     v1::UpdateReply* const reply_;
     std::unique_ptr<StreamLimits::Stream> stream_;
-    BundleAssembler assembler_;
     const std::string principal_;
-    v1::UpdateRequest req_;
     v1::UpdateInfo info_;
     v1::TensorBundle bundle_;
-    bool first_ = true;
-    uint64_t wire_bytes_ = 0;
   };
 
   class GetModelCall final : public grpc::ServerWriteReactor<v1::GetModelReply> {

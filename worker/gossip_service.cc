@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/rpc/auth.h"
 #include "core/rpc/chunk_stream.h"
+#include "core/rpc/chunked_request.h"
 #include "core/rpc/raw_chunk.h"
 #include "core/rpc/status.h"
 #include "spdlog/spdlog.h"
@@ -19,10 +20,11 @@ namespace tern {
 
 // SwarmSGD: read the caller's model, answer with ours (RoundEngine::HandleSwap).
 class GossipService::SwapCall final
-    : public grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk> {
+    : public ChunkedRequestReader<grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>,
+                                  v1::BundleChunk> {
  public:
   SwapCall(GossipService* g, grpc::CallbackServerContext* ctx)
-      : g_(g), assembler_(g->options_.max_bundle_bytes) {
+      : ChunkedRequestReader(g->options_.max_bundle_bytes, "bundle"), g_(g) {
     if (absl::Status c = g->Caller(*ctx); !c.ok()) {
       g->engine_->CountRefused(c);
       spdlog::warn("worker {}: refused a swap: {}", g->options_.worker_id, c.ToString());
@@ -35,35 +37,25 @@ class GossipService::SwapCall final
       return;
     }
     stream_ = *std::move(s);
-    StartRead(&chunk_);
+    StartReading(stream_.get());
   }
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Finish(
-          ToGrpcStatus(absl::InvalidArgumentError("stream ended before the bundle's last chunk")));
-      return;
-    }
-    wire_bytes_ += chunk_.ByteSizeLong() + 5;
-    std::optional<absl::StatusOr<v1::TensorBundle>> got =
-        FeedCounted(*stream_, assembler_, std::move(chunk_));
-    if (!got) {
-      StartRead(&chunk_);
-      return;
-    }
+  void OnBundle(v1::TensorBundle bundle) override {
     absl::StatusOr<v1::TensorBundle> reply =
-        got->ok() ? g_->engine_->HandleSwap(**std::move(got), wire_bytes_) : got->status();
+        g_->engine_->HandleSwap(std::move(bundle), wire_bytes());
     absl::StatusOr<std::vector<v1::BundleChunk>> chunks =
         reply.ok() ? ChunkBundle(*reply, reply->round()) : reply.status();
     if (!chunks.ok()) {
-      if (!absl::IsUnavailable(chunks.status())) {
-        spdlog::warn("worker {}: refused a swap: {}", g_->options_.worker_id,
-                     chunks.status().ToString());
-      }
-      Finish(ToGrpcStatus(chunks.status()));
+      Fail(chunks.status());
       return;
     }
     out_ = *std::move(chunks);
     StartWrite(&out_[0]);
+  }
+  void Fail(const absl::Status& why) override {
+    if (!absl::IsUnavailable(why)) {
+      spdlog::warn("worker {}: refused a swap: {}", g_->options_.worker_id, why.ToString());
+    }
+    Finish(ToGrpcStatus(why));
   }
   void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, out_, &next_); }
   void OnDone() override { delete this; }
@@ -71,9 +63,6 @@ class GossipService::SwapCall final
  private:
   GossipService* const g_;
   std::unique_ptr<StreamLimits::Stream> stream_;
-  BundleAssembler assembler_;
-  v1::BundleChunk chunk_;
-  uint64_t wire_bytes_ = 0;
   std::vector<v1::BundleChunk> out_;
   size_t next_ = 0;
 };

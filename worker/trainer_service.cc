@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
 #include "core/rpc/chunk_stream.h"
+#include "core/rpc/chunked_request.h"
 #include "core/rpc/status.h"
 
 namespace tern {
@@ -19,29 +20,16 @@ grpc::Status Unavailable() {
 
 }  // namespace
 
-class TrainerService::RegisterCall final : public grpc::ServerReadReactor<v1::RegisterRequest> {
+class TrainerService::RegisterCall final
+    : public ChunkedRequestReader<grpc::ServerReadReactor<v1::RegisterRequest>,
+                                  v1::RegisterRequest> {
  public:
   RegisterCall(TrainerService* s, v1::RegisterReply* reply)
-      : s_(s), reply_(reply), assembler_(s->options_.max_bundle_bytes) {
-    StartRead(&req_);
+      : ChunkedRequestReader(s->options_.max_bundle_bytes, "model"), s_(s), reply_(reply) {
+    StartReading();
   }
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Finish(
-          ToGrpcStatus(absl::InvalidArgumentError("stream ended before the model's last chunk")));
-      return;
-    }
-    std::optional<absl::StatusOr<v1::TensorBundle>> bundle =
-        Feed(assembler_, std::move(*req_.mutable_chunk()));
-    if (!bundle) {
-      StartRead(&req_);
-      return;
-    }
-    if (!bundle->ok()) {
-      Finish(ToGrpcStatus(bundle->status()));
-      return;
-    }
-    s_->options_.post([this, b = **std::move(bundle)](bool cancelled) {
+  void OnBundle(v1::TensorBundle bundle) override {
+    s_->options_.post([this, b = std::move(bundle)](bool cancelled) {
       if (cancelled) {
         Finish(Unavailable());
         return;
@@ -65,42 +53,25 @@ class TrainerService::RegisterCall final : public grpc::ServerReadReactor<v1::Re
 
   TrainerService* const s_;
   v1::RegisterReply* const reply_;
-  BundleAssembler assembler_;
-  v1::RegisterRequest req_;
 };
 
 class TrainerService::StepCall final
-    : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepReply> {
+    : public ChunkedRequestReader<grpc::ServerBidiReactor<v1::StepRequest, v1::StepReply>,
+                                  v1::StepRequest> {
  public:
-  explicit StepCall(TrainerService* s) : s_(s), assembler_(s->options_.max_bundle_bytes) {
-    StartRead(&req_);
+  explicit StepCall(TrainerService* s)
+      : ChunkedRequestReader(s->options_.max_bundle_bytes, "gradient"), s_(s) {
+    StartReading();
   }
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Finish(ToGrpcStatus(
-          absl::InvalidArgumentError("stream ended before the gradient's last chunk")));
-      return;
+  absl::Status OnFirst(const v1::StepRequest& first) override {
+    if (!first.has_info()) {
+      return absl::InvalidArgumentError("the first StepRequest must carry StepInfo");
     }
-    if (first_) {
-      if (!req_.has_info()) {
-        Finish(
-            ToGrpcStatus(absl::InvalidArgumentError("the first StepRequest must carry StepInfo")));
-        return;
-      }
-      info_ = req_.info();
-      first_ = false;
-    }
-    std::optional<absl::StatusOr<v1::TensorBundle>> bundle =
-        Feed(assembler_, std::move(*req_.mutable_chunk()));
-    if (!bundle) {
-      StartRead(&req_);
-      return;
-    }
-    if (!bundle->ok()) {
-      Finish(ToGrpcStatus(bundle->status()));
-      return;
-    }
-    s_->options_.post([this, b = **std::move(bundle)](bool cancelled) {
+    info_ = first.info();
+    return absl::OkStatus();
+  }
+  void OnBundle(v1::TensorBundle bundle) override {
+    s_->options_.post([this, b = std::move(bundle)](bool cancelled) {
       if (cancelled) {
         Finish(Unavailable());
         return;
@@ -142,10 +113,7 @@ class TrainerService::StepCall final
   }
 
   TrainerService* const s_;
-  BundleAssembler assembler_;
-  v1::StepRequest req_;
   v1::StepInfo info_;
-  bool first_ = true;
   std::vector<v1::StepReply> replies_;
   size_t next_ = 0;
 };
