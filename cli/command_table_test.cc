@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "cli/flag_types.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -28,6 +29,26 @@ int Nothing(const std::vector<std::string>&) { return 0; }
 const CommandInfo& Find(const std::vector<CommandInfo>& table, const std::string& name) {
   return *std::find_if(table.begin(), table.end(),
                        [&](const CommandInfo& c) { return c.name == name; });
+}
+
+TEST(FlagTypes, ARangedFlagParsesOnlyNumbersInItsRangeAndSaysWhichRange) {
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag("table_test_count");
+  ASSERT_NE(flag, nullptr);
+  std::string error;
+  EXPECT_TRUE(flag->ParseFrom("7", &error)) << error;
+  EXPECT_EQ(absl::GetFlag(FLAGS_table_test_count).value, 7);
+  EXPECT_FALSE(flag->ParseFrom("0", &error));
+  EXPECT_THAT(error, HasSubstr("must be >= 1"));
+  EXPECT_FALSE(flag->ParseFrom("2.5", &error));
+  EXPECT_THAT(error, HasSubstr("not a whole number"));
+  EXPECT_EQ(absl::GetFlag(FLAGS_table_test_count).value, 7);  // a refused value changes nothing
+  EXPECT_EQ(In(1, 1 << 20).Says(), "in [1, 1048576]");
+  EXPECT_EQ(HalfOpen(0, 1).Says(), "in [0, 1)");
+  EXPECT_EQ(AboveUpTo(0, 1).Says(), "in (0, 1]");
+  EXPECT_EQ(Above(0).Says(), "> 0");
+  EXPECT_EQ(AtLeast(0.5).Says(), ">= 0.5");
+  EXPECT_TRUE(HalfOpen(0, 1).Holds(0) && !HalfOpen(0, 1).Holds(1));
+  EXPECT_TRUE(AboveUpTo(0, 1).Holds(1) && !AboveUpTo(0, 1).Holds(0));
 }
 
 TEST(CommandTable, EveryCommandsFlagsExistHaveHelpAndARangeAndEveryFlagIsACommands) {

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -33,8 +34,14 @@ struct Range {
     return (min_open ? v > min : v >= min) && (!has_max || (max_open ? v < max : v <= max));
   }
   std::string Says() const {
-    if (!has_max) return absl::StrCat(min_open ? "> " : ">= ", min);
-    return absl::StrCat("in ", min_open ? "(" : "[", min, ", ", max, max_open ? ")" : "]");
+    if (!has_max) return absl::StrCat(min_open ? "> " : ">= ", Number(min));
+    return absl::StrCat("in ", min_open ? "(" : "[", Number(min), ", ", Number(max),
+                        max_open ? ")" : "]");
+  }
+  // A whole bound as digits ("1048576", not StrCat's "1.04858e+06").
+  static std::string Number(double v) {
+    if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
+    return absl::StrCat(v);
   }
 };
 constexpr Range AtLeast(double min) { return {min, 0, false, false, false}; }
