@@ -8,15 +8,12 @@
 #include "absl/time/time.h"
 #include "cli/limit_flags.h"
 #include "cli/service_flags.h"
+#include "cli/train_flags.h"
 #include "common/status_macros.h"
 
-ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, norm_guard);
 ABSL_DECLARE_FLAG(std::string, listen);
 ABSL_DECLARE_FLAG(std::string, run_id);
 ABSL_DECLARE_FLAG(uint64_t, seed);
-ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
-ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, lr);
-ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, local_steps);
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);  // tern server's (server_cmd.cc)
 

@@ -46,14 +46,11 @@
 #include "tern/v1/server.grpc.pb.h"
 
 ABSL_DECLARE_FLAG(bool, tls);
-ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, norm_guard);
 ABSL_DECLARE_FLAG(std::string, run_id);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(std::string, partition);
-ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
-ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, local_steps);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_DECLARE_FLAG(std::string, name);
 

@@ -6,6 +6,10 @@
 //   ABSL_FLAG(tern::Int<tern::AtLeast(1)>, workers, 4, "run: how many workers");
 //   ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, momentum, 0.9, "...");
 //
+// Declare such a flag once, in the header its defining file includes (cli/train_flags.h): the
+// range is part of the type, and only there does the compiler hold a declaration to the
+// definition (a variable's link name does not carry its type).
+//
 // A flag's value converts to its number (`int n = absl::GetFlag(FLAGS_workers).value;`); where a
 // template needs the type itself, take `.value`. Numbers any value of which is good (a seed)
 // stay plain; `tern help` refuses any other plain number (CheckTable).

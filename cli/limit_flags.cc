@@ -20,8 +20,9 @@ ABSL_FLAG(tern::Double<tern::Above(0)>, stream_deadline_s, 1800,
 namespace tern {
 
 StreamLimitOptions StreamLimitsFromFlags(StreamLimitOptions o) {
-  if (absl::GetFlag(FLAGS_max_streams).value > 0)
+  if (absl::GetFlag(FLAGS_max_streams).value > 0) {
     o.max_streams = absl::GetFlag(FLAGS_max_streams).value;
+  }
   if (absl::GetFlag(FLAGS_max_streams_per_peer).value > 0) {
     o.max_streams_per_peer = absl::GetFlag(FLAGS_max_streams_per_peer).value;
   }

@@ -110,8 +110,9 @@ int main(int argc, char** argv) {
     return Fail(std::string(s.message()));
   }
   tern::RouteGrpcLogs();
-  if (command->run == nullptr)
+  if (command->run == nullptr) {
     return Fail(absl::StrCat("'", command->name, "' has nothing to run"));
+  }
   if (absl::GetFlag(FLAGS_check_flags)) {
     if (command->check != nullptr) {
       if (absl::Status s = command->check(); !s.ok()) {

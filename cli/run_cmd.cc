@@ -33,6 +33,7 @@
 #include "cli/report.h"
 #include "cli/run_health.h"
 #include "cli/train_flags.h"
+#include "cli/worker_flags.h"
 #include "clients/cpp/builtin_trainer.h"
 #include "common/file_util.h"
 #include "common/json_lines.h"
@@ -50,9 +51,6 @@
 #include "tern/v1/records.pb.h"
 #include "tern/v1/worker.grpc.pb.h"
 
-ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 256)>, workers);
-ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, epochs);
-ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
 ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, model);
@@ -60,9 +58,7 @@ ABSL_DECLARE_FLAG(std::string, algorithm);
 ABSL_DECLARE_FLAG(std::string, codec);
 ABSL_DECLARE_FLAG(std::string, topology);
 ABSL_DECLARE_FLAG(std::string, partition);
-ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, lr);
 ABSL_DECLARE_FLAG(std::string, lr_schedule);
-ABSL_DECLARE_FLAG(tern::Double<tern::Above(0)>, round_timeout);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(std::string, mode);

@@ -95,7 +95,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   if (!(timeout > 0)) return absl::InvalidArgumentError("--round_timeout must be > 0");
   o.round_timeout = absl::Seconds(timeout);
   o.overlap = absl::GetFlag(FLAGS_overlap);
-  // Range-checked with the other flags (cli/command_table.cc).
+  // In [0, 1048576] by its type (cli/flag_types.h).
   o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
   o.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard).value;
   o.snapshot_every = snapshot_every;

@@ -7,11 +7,22 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+#include "cli/flag_types.h"
 #include "clients/cpp/builtin_trainer.h"
 #include "core/workload/builtin_model.h"
 #include "core/workload/dataset.h"
 #include "worker/engine.h"
+
+// The numbers other commands read too, declared once here: train_flags.cc includes this file, so
+// a declaration whose type (its range) drifts from the definition does not compile.
+ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, lr);
+ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, norm_guard);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
+ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, local_steps);
+ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, epochs);
+ABSL_DECLARE_FLAG(tern::Double<tern::Above(0)>, round_timeout);
 
 namespace tern {
 
