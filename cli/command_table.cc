@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "absl/flags/flag.h"
@@ -226,6 +227,19 @@ std::vector<std::string> FlagfileArgs(const std::string& path) {
   return args;
 }
 
+void ScanFlagfiles(absl::string_view paths, int depth, CommandLine& line);
+
+// Records one flag given on the command line (`depth` 0) or in a flagfile `depth` files deep: its
+// name, its value when it has one, --mode's value, and a --flagfile's own flags in their turn.
+void AddFlag(const std::string& name, const std::optional<std::string>& value, int depth,
+             CommandLine& line) {
+  line.flag_names.push_back(name);
+  if (!value.has_value()) return;
+  line.values.emplace_back(name, *value);
+  if (name == "mode") line.mode = *value;
+  if (name == "flagfile") ScanFlagfiles(*value, depth, line);
+}
+
 // Adds the flags of the --flagfile list `paths` to `line`, so that their names and values are
 // checked before absl's parse (which exits 1 on a bad value) reads them again. Flagfiles they
 // name are read in their turn, a few deep at most (one that names itself stops there).
@@ -233,14 +247,10 @@ void ScanFlagfiles(absl::string_view paths, int depth, CommandLine& line) {
   if (depth >= 8) return;
   for (absl::string_view path : absl::StrSplit(paths, ',', absl::SkipEmpty())) {
     for (const std::string& arg : FlagfileArgs(std::string(path))) {
-      const std::string name = FlagNameOf(arg);
-      line.flag_names.push_back(name);
       const size_t eq = arg.find('=');
-      if (eq == std::string::npos) continue;
-      const std::string value = arg.substr(eq + 1);
-      line.values.emplace_back(name, value);
-      if (name == "mode") line.mode = value;
-      if (name == "flagfile") ScanFlagfiles(value, depth + 1, line);
+      AddFlag(FlagNameOf(arg),
+              eq == std::string::npos ? std::nullopt : std::optional(arg.substr(eq + 1)), depth + 1,
+              line);
     }
   }
 }
@@ -261,22 +271,14 @@ CommandLine ScanCommandLine(int argc, char** argv) {
       } else if (name == "version") {
         line.version = true;
       } else {
-        line.flag_names.push_back(name);
-        std::string value;
-        bool has_value = false;
+        std::optional<std::string> value;
         if (const size_t eq = arg.find('='); eq != absl::string_view::npos) {
           value = std::string(arg.substr(eq + 1));
-          has_value = true;
         } else if (const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
                    f != nullptr && !f->IsOfType<bool>() && i + 1 < argc) {
           value = argv[++i];  // "--name value" (the value may start with '-': "--lr -0.1")
-          has_value = true;
         }
-        if (has_value) {
-          line.values.emplace_back(name, value);
-          if (name == "mode") line.mode = value;
-          if (name == "flagfile") ScanFlagfiles(value, /*depth=*/0, line);
-        }
+        AddFlag(name, value, /*depth=*/0, line);
       }
     } else if (line.command.empty()) {
       line.command = std::string(arg);
@@ -329,6 +331,7 @@ std::string CommandHelp(const CommandInfo& command) {
 
 absl::Status CheckFlagNames(const std::vector<CommandInfo>& table, const CommandInfo* command,
                             const std::vector<std::string>& flag_names) {
+  const Names mine = command != nullptr ? FlagsOf(*command) : Names();
   for (const std::string& given : flag_names) {
     std::string name = given;
     if (absl::FindCommandLineFlag(name) == nullptr && absl::StartsWith(name, "no") &&
@@ -350,7 +353,6 @@ absl::Status CheckFlagNames(const std::vector<CommandInfo>& table, const Command
           near.empty() ? "" : absl::StrCat("; did you mean --", absl::StrJoin(near, ", --"), "?")));
     }
     if (command == nullptr) continue;
-    const Names mine = FlagsOf(*command);
     if (std::binary_search(mine.begin(), mine.end(), name)) continue;
     Names owners;
     for (const CommandInfo& c : table) {
