@@ -51,16 +51,18 @@ inline std::optional<absl::StatusOr<v1::TensorBundle>> Feed(BundleAssembler& a,
 }
 
 // Feed, with the chunk's bytes counted against `stream`'s share of the daemon's buffering budget
-// until the bundle is complete (then it is handed on and counts no more). Over the budget: the
-// RESOURCE_EXHAUSTED that ends the stream.
+// until the bundle is complete (then it is handed on and counts no more), or, with
+// `release_when_whole` false, until the caller releases them (it holds the bundle on; a bad
+// chunk still gives them back). Over the budget: the RESOURCE_EXHAUSTED that ends the stream.
 inline std::optional<absl::StatusOr<v1::TensorBundle>> FeedCounted(StreamLimits::Stream& stream,
                                                                    BundleAssembler& a,
-                                                                   v1::BundleChunk&& chunk) {
+                                                                   v1::BundleChunk&& chunk,
+                                                                   bool release_when_whole = true) {
   if (absl::Status s = stream.Hold(chunk.data().size()); !s.ok()) {
     return absl::StatusOr<v1::TensorBundle>(s);
   }
   std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(a, std::move(chunk));
-  if (got) stream.ReleaseAll();
+  if (got && (release_when_whole || !got->ok())) stream.ReleaseAll();
   return got;
 }
 

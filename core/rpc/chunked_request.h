@@ -72,19 +72,15 @@ class ChunkedRequestReader : public Base {
         return;
       }
     }
-    v1::BundleChunk* chunk = ChunkOf(&req_);
-    if (stream_ != nullptr) {
-      if (absl::Status h = stream_->Hold(chunk->data().size()); !h.ok()) {
-        Fail(h);
-        return;
-      }
-    }
-    std::optional<absl::StatusOr<v1::TensorBundle>> got = Feed(assembler_, std::move(*chunk));
+    v1::BundleChunk& chunk = *ChunkOf(&req_);
+    std::optional<absl::StatusOr<v1::TensorBundle>> got =
+        stream_ != nullptr
+            ? FeedCounted(*stream_, assembler_, std::move(chunk), release_when_whole_)
+            : Feed(assembler_, std::move(chunk));
     if (!got) {
       this->StartRead(&req_);
       return;
     }
-    if (stream_ != nullptr && (release_when_whole_ || !got->ok())) stream_->ReleaseAll();
     if (!got->ok()) {
       Fail(got->status());
       return;
