@@ -12,6 +12,7 @@
 #include "cli/bench_codecs.h"
 #include "cli/bench_model.h"
 #include "cli/bench_transport.h"
+#include "cli/command_table.h"
 #include "cli/commands.h"
 #include "cli/flag_types.h"
 #include "cli/train_flags.h"
@@ -30,11 +31,6 @@ ABSL_FLAG(std::string, json, "", "bench: also write results as JSON lines to thi
 
 namespace tern {
 namespace {
-
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "tern: %s\n", msg.c_str());
-  return 2;
-}
 
 bool ParseSize(absl::string_view s, uint64_t* out) {
   uint64_t mult = 1;
@@ -89,26 +85,26 @@ int CodecsMain(const std::vector<std::string>&) {
 int BenchCodecsMain(const std::vector<std::string>&) {
   BenchCodecsOptions options;
   absl::StatusOr<std::vector<uint64_t>> sizes = SizesFlag();
-  if (!sizes.ok()) return Fail(std::string(sizes.status().message()));
+  if (!sizes.ok()) return UsageError(std::string(sizes.status().message()));
   options.sizes = *std::move(sizes);
   options.specs = SplitSpecs(absl::GetFlag(FLAGS_codecs));
   if (options.specs.empty()) options.specs = DefaultBenchSpecs();
   options.threads = absl::GetFlag(FLAGS_threads).value;
   options.min_seconds = absl::GetFlag(FLAGS_min_time).value;
   options.json_path = absl::GetFlag(FLAGS_json);
-  if (auto s = RunBenchCodecs(options); !s.ok()) return Fail(s.ToString());
+  if (auto s = RunBenchCodecs(options); !s.ok()) return UsageError(s.ToString());
   return 0;
 }
 
 int BenchTransportMain(const std::vector<std::string>&) {
   BenchTransportOptions options;
   absl::StatusOr<std::vector<uint64_t>> sizes = SizesFlag();
-  if (!sizes.ok()) return Fail(std::string(sizes.status().message()));
+  if (!sizes.ok()) return UsageError(std::string(sizes.status().message()));
   options.sizes = *std::move(sizes);
   options.repeats = absl::GetFlag(FLAGS_repeats).value;
   options.tls = absl::GetFlag(FLAGS_tls);
   options.push_stripes = absl::GetFlag(FLAGS_push_stripes).value;
-  if (auto s = RunBenchTransport(options); !s.ok()) return Fail(s.ToString());
+  if (auto s = RunBenchTransport(options); !s.ok()) return UsageError(s.ToString());
   return 0;
 }
 
@@ -117,7 +113,8 @@ int BenchModelMain(const std::vector<std::string>&) {
   options.model = ModelFlag();
   options.batch = BatchFlag();
   options.min_seconds = absl::GetFlag(FLAGS_min_time).value;
-  if (auto s = RunBenchModel(options, ComputeThreadsFlag()); !s.ok()) return Fail(s.ToString());
+  if (auto s = RunBenchModel(options, ComputeThreadsFlag()); !s.ok())
+    return UsageError(s.ToString());
   return 0;
 }
 

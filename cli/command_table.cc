@@ -443,6 +443,11 @@ std::vector<std::string> SpecifiedFlagNames() {
   return names;
 }
 
+int UsageError(const std::string& msg) {
+  std::fprintf(stderr, "tern: %s\n", msg.c_str());
+  return 2;
+}
+
 std::vector<std::string> NearestNames(absl::string_view name, const Names& candidates) {
   std::vector<std::pair<size_t, std::string>> scored;
   std::set<std::string> seen;

@@ -82,6 +82,9 @@ absl::Status CheckValueSyntax(const CommandLine& line);
 // defaults).
 std::vector<std::string> SpecifiedFlagNames();
 
+// Says "tern: <msg>" on stderr and returns 2, the exit code of a command line or flag at fault.
+int UsageError(const std::string& msg);
+
 // The flag names of `candidates` nearest to `name` (edit distance), best first, at most 3.
 std::vector<std::string> NearestNames(absl::string_view name,
                                       const std::vector<std::string>& candidates);

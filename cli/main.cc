@@ -32,11 +32,6 @@ ABSL_DECLARE_FLAG(bool, check_flags);
 
 namespace {
 
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "tern: %s\n", msg.c_str());
-  return 2;
-}
-
 // `tern help [COMMAND]` and `--help`: the commands, or one command's flags. Returns the exit code.
 int Help(const std::vector<tern::CommandInfo>& table, const tern::CommandLine& line) {
   tern::CommandLine target = line;
@@ -57,7 +52,7 @@ int Help(const std::vector<tern::CommandInfo>& table, const tern::CommandLine& l
     return 0;
   }
   const tern::CommandInfo* c = tern::FindCommand(table, target);
-  if (c == nullptr) return Fail(absl::StrCat("unknown command '", target.command, "'"));
+  if (c == nullptr) return tern::UsageError(absl::StrCat("unknown command '", target.command, "'"));
   std::printf("%s", tern::CommandHelp(*c).c_str());
   return 0;
 }
@@ -93,30 +88,31 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(tern::CommandsHelp(table));
   if (line.version) return tern::VersionMain({});
   if (line.help || line.command == "help") return Help(table, line);
-  if (line.command.empty()) return Fail(tern::CommandsHelp(table));
+  if (line.command.empty()) return tern::UsageError(tern::CommandsHelp(table));
   const tern::CommandInfo* command = tern::FindCommand(table, line);
   if (command == nullptr) {
-    return Fail(absl::StrCat("unknown command '", line.command, "'\n", tern::CommandsHelp(table)));
+    return tern::UsageError(
+        absl::StrCat("unknown command '", line.command, "'\n", tern::CommandsHelp(table)));
   }
   if (absl::Status s = CheckCommandLine(table, command, line); !s.ok()) {
-    return Fail(absl::StrCat(command->name, ": ", s.message()));
+    return tern::UsageError(absl::StrCat(command->name, ": ", s.message()));
   }
   (void)absl::ParseCommandLine(argc, argv);  // the words after the command: line.positional
   // A flagfile's flags are checked only now that they are read.
   if (absl::Status s = tern::CheckFlagNames(table, command, tern::SpecifiedFlagNames()); !s.ok()) {
-    return Fail(absl::StrCat(command->name, ": ", s.message()));
+    return tern::UsageError(absl::StrCat(command->name, ": ", s.message()));
   }
   if (auto s = tern::InitLogging(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
-    return Fail(std::string(s.message()));
+    return tern::UsageError(std::string(s.message()));
   }
   tern::RouteGrpcLogs();
   if (command->run == nullptr) {
-    return Fail(absl::StrCat("'", command->name, "' has nothing to run"));
+    return tern::UsageError(absl::StrCat("'", command->name, "' has nothing to run"));
   }
   if (absl::GetFlag(FLAGS_check_flags)) {
     if (command->check != nullptr) {
       if (absl::Status s = command->check(); !s.ok()) {
-        return Fail(absl::StrCat(command->name, ": ", s.message()));
+        return tern::UsageError(absl::StrCat(command->name, ": ", s.message()));
       }
     }
     std::printf("tern %s: the flags are good\n", command->name.c_str());
