@@ -6,14 +6,10 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "cli/limit_flags.h"
-#include "cli/service_flags.h"
-#include "cli/train_flags.h"
+#include "clients/flags/limit_flags.h"
+#include "clients/flags/service_flags.h"
+#include "clients/flags/train_flags.h"
 #include "common/status_macros.h"
-
-ABSL_DECLARE_FLAG(std::string, listen);
-ABSL_DECLARE_FLAG(std::string, run_id);
-ABSL_DECLARE_FLAG(uint64_t, seed);
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);  // tern server's (server_cmd.cc)
 

@@ -10,7 +10,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
-#include "cli/flag_types.h"
+#include "clients/flags/flag_types.h"
 #include "server/service.h"
 
 ABSL_DECLARE_FLAG(std::string, mode);

@@ -14,9 +14,9 @@
 #include "cli/bench_transport.h"
 #include "cli/command_table.h"
 #include "cli/commands.h"
-#include "cli/flag_types.h"
-#include "cli/train_flags.h"
-#include "cli/worker_flags.h"
+#include "clients/flags/flag_types.h"
+#include "clients/flags/train_flags.h"
+#include "clients/flags/worker_flags.h"
 #include "kernels/builtin.h"
 
 ABSL_DECLARE_FLAG(bool, tls);

@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
-#include "cli/flag_types.h"
+#include "clients/flags/flag_types.h"
 #include "core/rpc/auth.h"
 #include "core/rpc/dev_certs.h"
 

@@ -15,18 +15,13 @@
 #include "cli/aggregator_flags.h"
 #include "cli/client_flags.h"
 #include "cli/commands.h"
-#include "cli/flag_types.h"
 #include "cli/process.h"
-#include "cli/service_flags.h"
 #include "clients/cpp/fed_client.h"
+#include "clients/flags/flag_types.h"
+#include "clients/flags/service_flags.h"
+#include "clients/flags/train_flags.h"
 #include "core/rpc/channel.h"
 #include "spdlog/spdlog.h"
-
-ABSL_DECLARE_FLAG(std::string, run_id);
-ABSL_DECLARE_FLAG(uint64_t, seed);
-ABSL_DECLARE_FLAG(std::string, model);
-ABSL_DECLARE_FLAG(std::string, data);
-ABSL_DECLARE_FLAG(std::string, partition);
 
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients, 100,
           "run/client: clients (run: in all; client: in this process)");

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/flags/declare.h"
-#include "cli/flag_types.h"
+#include "clients/flags/flag_types.h"
 
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, clients);
 ABSL_DECLARE_FLAG(std::string, attack);

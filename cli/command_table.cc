@@ -37,11 +37,10 @@ bool IsCommonFlag(absl::string_view name) {
 }
 
 // Whether a flag defined in `file` (absl's Filename(): the path, its leading '/' dropped) is in
-// one of `groups`, files of cli/.
+// one of `groups`, source files named from the repository's root.
 bool InGroups(absl::string_view file, const Names& groups) {
   for (const std::string& g : groups) {
-    const std::string in_cli = absl::StrCat("cli/", g);
-    if (file == in_cli || absl::EndsWith(file, absl::StrCat("/", in_cli))) return true;
+    if (file == g || absl::EndsWith(file, absl::StrCat("/", g))) return true;
   }
   return false;
 }
@@ -98,15 +97,16 @@ int NoArgs(const std::vector<std::string>&) {
   return Main();
 }
 
-// The credentials a daemon serves with and a caller calls with (cli/service_flags.cc, which
-// `tern worker` takes whole: it serves and calls).
-Names Tls() { return {"tls_ca", "tls_cert", "tls_key"}; }
-Names Serving() { return {"listen", "port_file", "metrics_listen", "plaintext", "tokens"}; }
-
-Names Plus(Names a, const Names& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+// The flag files of clients/flags/ that several commands share, each one set of commands' flags.
+constexpr char kRunFlags[] = "clients/flags/run_flags.cc";            // run_id, seed
+constexpr char kTaskFlags[] = "clients/flags/task_flags.cc";          // batch, lr, ...
+constexpr char kDataFlags[] = "clients/flags/data_flags.cc";          // model, data, partition
+constexpr char kTopologyFlags[] = "clients/flags/topology_flags.cc";  // topology, weights
+constexpr char kTrainFlags[] = "clients/flags/train_flags.cc";        // a gossip run's own
+constexpr char kServiceFlags[] = "clients/flags/service_flags.cc";    // listen, metrics, tokens
+constexpr char kTlsFlags[] = "clients/flags/tls_flags.cc";            // tls_cert, key, ca
+constexpr char kCallerFlags[] = "clients/flags/caller_flags.cc";      // token_file
+constexpr char kLimitFlags[] = "clients/flags/limit_flags.cc";        // incoming streams
 
 }  // namespace
 
@@ -115,53 +115,51 @@ std::vector<CommandInfo> CommandTable() {
       {.name = "run",
        .summary = "start N workers on 127.0.0.1 with the built-in trainer (Fashion-MNIST), show "
                   "progress, write a run folder with metrics.jsonl and report.html",
-       .groups = {"run_cmd.cc", "train_flags.cc"},
+       .groups = {"cli/run_cmd.cc", kRunFlags, kTaskFlags, kDataFlags, kTopologyFlags, kTrainFlags},
        .flags = {"mode", "out", "scheduler", "workers"},
        .check = CheckRunFlags,
        .run = RunCommand},
       {.name = "run --mode=federated|local-sgd|ps",
        .summary = "start an aggregator and N built-in clients on 127.0.0.1, with the same run "
                   "folder",
-       .groups = {"fed_run_cmd.cc", "aggregator_flags.cc"},
-       .flags = {"attack", "attack_fraction", "batch", "clients", "data", "local_steps", "lr",
-                 "model", "name", "norm_guard", "out", "partition", "run_id", "seed", "tls"},
+       .groups = {"cli/fed_run_cmd.cc", "cli/aggregator_flags.cc", kRunFlags, kTaskFlags,
+                  kDataFlags},
+       .flags = {"attack", "attack_fraction", "clients", "name", "out", "tls"},
        .check = CheckRunFlags,
        .run = RunCommand},
       {.name = "worker",
        .summary = "the peer daemon: gossip and trainer services (--flagfile=FILE works)",
-       .groups = {"worker_flags.cc", "train_flags.cc", "service_flags.cc", "limit_flags.cc"},
+       .groups = {"clients/flags/worker_flags.cc", kRunFlags, kTaskFlags, kDataFlags,
+                  kTopologyFlags, kTrainFlags, kServiceFlags, kTlsFlags, kCallerFlags, kLimitFlags},
        .check = CheckWorkerFlags,
        .run = NoArgs<WorkerMain>},
       {.name = "server",
        .summary = "the aggregator daemon (federated, local-sgd, ps rounds)",
-       .groups = {"aggregator_flags.cc", "server_cmd.cc", "limit_flags.cc"},
-       .flags = Plus(Plus(Tls(), Serving()),
-                     {"batch", "local_steps", "lr", "norm_guard", "run_id", "seed"}),
+       .groups = {"cli/aggregator_flags.cc", "cli/server_cmd.cc", kRunFlags, kTaskFlags,
+                  kServiceFlags, kTlsFlags, kLimitFlags},
        .check = CheckServerFlags,
        .run = NoArgs<ServerMain>},
       {.name = "client",
        .summary = "built-in clients of an aggregator (--server=HOST:PORT --clients=N)",
-       .groups = {"client_cmd.cc"},
-       .flags = Plus(Tls(), {"data", "model", "partition", "run_id", "seed", "token_file"}),
+       .groups = {"cli/client_cmd.cc", kRunFlags, kDataFlags, kTlsFlags, kCallerFlags},
        .check = CheckClientFlags,
        .run = NoArgs<ClientMain>},
       {.name = "scheduler",
        .summary = "optional membership service: registration, heartbeats, failure detection, "
                   "barriers, gossip neighbours (workers: --scheduler=HOST:PORT)",
-       .groups = {"scheduler_cmd.cc"},
-       .flags = Plus(Plus(Tls(), Serving()), {"run_id", "topology", "weights"}),
+       .groups = {"cli/scheduler_cmd.cc", kTopologyFlags, kServiceFlags, kTlsFlags},
+       .flags = {"run_id"},  // not --seed: a random-matching graph's seed is in --topology's spec
        .check = CheckSchedulerFlags,
        .run = NoArgs<SchedulerMain>},
       {.name = "health",
        .summary = "ask a daemon's gRPC health service (exit 0: SERVING, 1: not, 2: unreachable), "
                   "e.g. as a container health check",
-       .groups = {"health_cmd.cc"},
-       .flags = Plus(Tls(), {"token_file"}),
+       .groups = {"cli/health_cmd.cc", kTlsFlags, kCallerFlags},
        .run = NoArgs<HealthMain>},
       {.name = "certs",
        .summary = "make a development CA and a certificate per holder for TLS (openssl): "
                   "--out=DIR --names=server,worker-0,...",
-       .groups = {"certs_cmd.cc"},
+       .groups = {"cli/certs_cmd.cc"},
        .flags = {"out"},
        .run = NoArgs<CertsMain>},
       {.name = "tokens",
@@ -173,7 +171,7 @@ std::vector<CommandInfo> CommandTable() {
       {.name = "export",
        .summary = "a model as NumPy's .npz or PyTorch's state_dict file: --from=RUN_FOLDER|"
                   "MODEL_FILE|CHECKPOINT|SNAPSHOT_FOLDER --out=FILE.npz|FILE.pt",
-       .groups = {"export_cmd.cc"},
+       .groups = {"cli/export_cmd.cc"},
        .flags = {"out"},
        .run = NoArgs<ExportMain>},
       {.name = "report",
@@ -379,8 +377,8 @@ absl::Status CheckTable(const std::vector<CommandInfo>& table) {
       for (const auto& [name, flag] : absl::GetAllFlags())
         any = any || InGroups(flag->Filename(), {group});
       if (!any) {
-        return absl::InternalError(absl::StrCat("'tern ", c.name, "' takes the flags of cli/",
-                                                group, ", which defines none"));
+        return absl::InternalError(
+            absl::StrCat("'tern ", c.name, "' takes the flags of ", group, ", which defines none"));
       }
     }
     for (const std::string& name : FlagsOf(c)) {
@@ -397,7 +395,8 @@ absl::Status CheckTable(const std::vector<CommandInfo>& table) {
         return absl::InternalError(absl::StrCat(
             "--", name, " (", flag->Filename(),
             ") is a plain number: give it its range in its type (tern::Int<tern::AtLeast(1)>, "
-            "cli/flag_types.h), or list it in kAnyValue (cli/command_table.cc) if any value is "
+            "clients/flags/flag_types.h), or list it in kAnyValue (cli/command_table.cc) if any "
+            "value is "
             "good; else a bad value would start a daemon"));
       }
       listed.insert(name);

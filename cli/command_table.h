@@ -1,7 +1,7 @@
 // Which flags each `tern` command takes, so that `tern help` and `tern <command> --help` list
 // them, a flag meant for another command is an error naming that command, an unknown flag gets
 // the nearest name suggested, and numeric values are range-checked before anything starts (each
-// number's range is in its type, where the flag is defined: cli/flag_types.h).
+// number's range is in its type, where the flag is defined: clients/flags/flag_types.h).
 // The flags themselves stay absl flags, defined beside the code that reads them.
 //
 // Thread-safety: plain functions; call them from main before any other thread starts.
@@ -18,14 +18,15 @@
 namespace tern {
 
 // One command: what `tern help` says of it, its flags, what it checks of them and what it runs.
-// Its flags are every flag defined in the files `groups` names (cli/train_flags.cc is every
-// training flag of `tern worker` and `tern run`: a flag added there is theirs, nowhere else to
-// list it), and the flags `flags` names besides (one another command's file defines); never the
-// common ones (--log_level, --flagfile, --check_flags).
+// Its flags are every flag defined in the files `groups` names (each file of clients/flags/ is
+// the flags of one set of commands: a flag added to clients/flags/tls_flags.cc is every command's
+// that serves or calls, nowhere else to list it), and the flags `flags` names besides (one
+// another command's file defines); never the common ones (--log_level, --flagfile,
+// --check_flags).
 struct CommandInfo {
   std::string name = {};  // "run", "bench codecs"; "run --mode=federated|local-sgd|ps": a variant
   std::string summary = {};              // one line
-  std::vector<std::string> groups = {};  // files of cli/: "train_flags.cc"
+  std::vector<std::string> groups = {};  // files from the root: "cli/run_cmd.cc"
   std::vector<std::string> flags = {};   // single flags by name
   // What it checks of its flags beyond their names and ranges, before it starts anything (its
   // run makes the same checks) and for --check_flags; null: nothing more.
@@ -75,7 +76,7 @@ absl::Status CheckFlagNames(const std::vector<CommandInfo>& table, const Command
 absl::Status CheckTable(const std::vector<CommandInfo>& table);
 
 // Before parsing: each --name=value (a --flagfile's too) parses as its flag's type, which for a
-// number includes its range (cli/flag_types.h); absl's parse would exit 1 on a bad one.
+// number includes its range (clients/flags/flag_types.h); absl's parse would exit 1 on a bad one.
 absl::Status CheckValueSyntax(const CommandLine& line);
 
 // After parsing: the flags set on the command line or in a flagfile (to other than their

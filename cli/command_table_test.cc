@@ -10,7 +10,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
-#include "cli/flag_types.h"
+#include "clients/flags/flag_types.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -59,7 +59,7 @@ TEST(CommandTable, EveryCommandsFlagsExistHaveHelpAndARangeAndEveryFlagIsAComman
 TEST(CommandTable, AFlagDefinedInAGroupFileIsThatCommandsWithNothingElseToList) {
   std::vector<CommandInfo> table = CommandTable();
   table.push_back(
-      {.name = "test", .summary = "s", .groups = {"command_table_test.cc"}, .run = Nothing});
+      {.name = "test", .summary = "s", .groups = {"cli/command_table_test.cc"}, .run = Nothing});
   EXPECT_THAT(FlagsOf(table.back()), Contains("table_test_count"));
   // The real groups: training flags are the worker's and the run's, aggregator flags the
   // server's, and neither is the other's.
@@ -69,6 +69,16 @@ TEST(CommandTable, AFlagDefinedInAGroupFileIsThatCommandsWithNothingElseToList) 
   EXPECT_THAT(FlagsOf(Find(table, "server")), Contains("rounds"));
   EXPECT_THAT(FlagsOf(Find(table, "server")), Not(Contains("clients")));
   EXPECT_THAT(FlagsOf(Find(table, "client")), Contains("clients"));
+  // The shared files of clients/flags/: TLS is every serving or calling command's, a caller's
+  // token not a server's, the task's numbers the server's and not a client's.
+  for (const char* c : {"worker", "server", "client", "scheduler", "health"}) {
+    EXPECT_THAT(FlagsOf(Find(table, c)), Contains("tls_ca")) << c;
+  }
+  EXPECT_THAT(FlagsOf(Find(table, "health")), Contains("token_file"));
+  EXPECT_THAT(FlagsOf(Find(table, "server")), Not(Contains("token_file")));
+  EXPECT_THAT(FlagsOf(Find(table, "server")), Contains("norm_guard"));
+  EXPECT_THAT(FlagsOf(Find(table, "client")), Not(Contains("norm_guard")));
+  EXPECT_THAT(FlagsOf(Find(table, "client")), Contains("partition"));
 }
 
 TEST(CommandTable, APlainNumberAMissingFlagAnEmptyGroupAndNothingToRunAreRefused) {
@@ -77,7 +87,7 @@ TEST(CommandTable, APlainNumberAMissingFlagAnEmptyGroupAndNothingToRunAreRefused
        "--table_test_plain"},
       {{.name = "t", .summary = "s", .flags = {"no_such_flag"}, .run = Nothing},
        "--no_such_flag, which no flag defines"},
-      {{.name = "t", .summary = "s", .groups = {"no_such_file.cc"}, .run = Nothing},
+      {{.name = "t", .summary = "s", .groups = {"cli/no_such_file.cc"}, .run = Nothing},
        "cli/no_such_file.cc, which defines none"},
       {{.name = "t", .summary = "s", .flags = {"table_test_count"}}, "nothing to run"},
   };

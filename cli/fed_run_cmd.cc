@@ -25,13 +25,13 @@
 #include "cli/aggregator_flags.h"
 #include "cli/client_flags.h"
 #include "cli/commands.h"
-#include "cli/flag_types.h"
 #include "cli/local_cluster.h"
 #include "cli/process.h"
 #include "cli/report.h"
 #include "cli/run_health.h"
-#include "cli/train_flags.h"
 #include "clients/cpp/fed_client.h"
+#include "clients/flags/flag_types.h"
+#include "clients/flags/train_flags.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
@@ -46,11 +46,6 @@
 #include "tern/v1/server.grpc.pb.h"
 
 ABSL_DECLARE_FLAG(bool, tls);
-ABSL_DECLARE_FLAG(std::string, run_id);
-ABSL_DECLARE_FLAG(uint64_t, seed);
-ABSL_DECLARE_FLAG(std::string, model);
-ABSL_DECLARE_FLAG(std::string, data);
-ABSL_DECLARE_FLAG(std::string, partition);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_DECLARE_FLAG(std::string, name);
 

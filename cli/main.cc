@@ -21,7 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cli/command_table.h"
 #include "cli/commands.h"
-#include "cli/train_flags.h"
+#include "clients/flags/train_flags.h"
 #include "common/allocator.h"
 #include "common/logging.h"
 #include "core/rpc/grpc_log.h"

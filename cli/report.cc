@@ -14,7 +14,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cli/commands.h"
+#include "common/file_util.h"
 #include "common/json_lines.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
@@ -24,6 +27,20 @@ ABSL_FLAG(std::string, out, "",
           "report.html); certs, tokens: the folder; export: FILE.npz or FILE.pt");
 
 namespace tern {
+
+std::string MakeRunDir(const std::string& name) {
+  std::string dir = absl::GetFlag(FLAGS_out);
+  if (dir.empty()) {
+    dir = absl::StrCat("runs/", name, "-",
+                       absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()));
+    (void)MakeDirectory("runs");  // the next call says what went wrong
+  }
+  if (absl::Status s = MakeDirectory(dir); !s.ok()) {
+    std::fprintf(stderr, "tern run: %s\n", std::string(s.message()).c_str());
+    return "";
+  }
+  return dir;
+}
 
 absl::StatusOr<RunSeries> LoadRun(const std::string& dir) {
   RunSeries run;

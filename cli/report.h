@@ -19,6 +19,10 @@ struct RunSeries {
 };
 absl::StatusOr<RunSeries> LoadRun(const std::string& dir);
 
+// The run folder: --out, or runs/<name>-<time>; created if needed. "" (after printing why) when
+// it cannot be.
+std::string MakeRunDir(const std::string& name);
+
 // The HTML page comparing `runs` (one is fine).
 std::string RenderReport(const std::vector<RunSeries>& runs);
 

@@ -27,14 +27,14 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
-#include "cli/flag_types.h"
 #include "cli/local_cluster.h"
 #include "cli/process.h"
 #include "cli/report.h"
 #include "cli/run_health.h"
-#include "cli/train_flags.h"
-#include "cli/worker_flags.h"
 #include "clients/cpp/builtin_trainer.h"
+#include "clients/flags/flag_types.h"
+#include "clients/flags/train_flags.h"
+#include "clients/flags/worker_flags.h"
 #include "common/file_util.h"
 #include "common/json_lines.h"
 #include "common/status_macros.h"
@@ -51,20 +51,13 @@
 #include "tern/v1/records.pb.h"
 #include "tern/v1/worker.grpc.pb.h"
 
-ABSL_DECLARE_FLAG(std::string, data);
-ABSL_DECLARE_FLAG(uint64_t, seed);
-ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, algorithm);
 ABSL_DECLARE_FLAG(std::string, codec);
-ABSL_DECLARE_FLAG(std::string, topology);
-ABSL_DECLARE_FLAG(std::string, partition);
 ABSL_DECLARE_FLAG(std::string, lr_schedule);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(std::string, mode);
 ABSL_DECLARE_FLAG(std::string, scheduler);
-ABSL_DECLARE_FLAG(std::string, run_id);
-ABSL_DECLARE_FLAG(std::string, weights);
 
 ABSL_FLAG(bool, tls, false,
           "run: mutual TLS between every process of the run (certificates made for it in the run "

@@ -10,9 +10,10 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
-#include "cli/flag_types.h"
 #include "cli/process.h"
-#include "cli/service_flags.h"
+#include "clients/flags/flag_types.h"
+#include "clients/flags/service_flags.h"
+#include "clients/flags/train_flags.h"
 #include "common/status_macros.h"
 #include "core/ops/systemd.h"
 #include "server/membership.h"
@@ -32,12 +33,6 @@ ABSL_FLAG(tern::Int<tern::AtLeast(1)>, max_waiting_calls, 1024,
           "RESOURCE_EXHAUSTED");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, max_waiting_per_worker, 4,
           "scheduler: long polls waiting at once for one worker id; more are refused");
-
-ABSL_DECLARE_FLAG(std::string, listen);
-ABSL_DECLARE_FLAG(std::string, run_id);
-ABSL_DECLARE_FLAG(std::string, topology);
-ABSL_DECLARE_FLAG(std::string, weights);
-ABSL_DECLARE_FLAG(std::string, port_file);
 
 namespace tern {
 

@@ -15,17 +15,15 @@
 #include "absl/time/time.h"
 #include "cli/aggregator_flags.h"
 #include "cli/commands.h"
-#include "cli/flag_types.h"
 #include "cli/process.h"
 #include "cli/run_health.h"
-#include "cli/service_flags.h"
+#include "clients/flags/flag_types.h"
+#include "clients/flags/service_flags.h"
 #include "common/status_macros.h"
 #include "core/ops/systemd.h"
 #include "kernels/builtin.h"
 #include "server/service.h"
 #include "spdlog/spdlog.h"
-
-ABSL_DECLARE_FLAG(std::string, port_file);
 
 ABSL_FLAG(std::string, checkpoint, "", "server: checkpoint file (resumed from when present)");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, linger_s, 10,

@@ -59,7 +59,7 @@ install(TARGETS tern_c LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES clients/c/tern_c.h DESTINATION ${TERN_INSTALL_INCLUDEDIR}/clients/c)
 # A worker inside a trainer's process (tern.embedded loads it beside `tern`, as libtern_c.so).
 install(TARGETS tern_embedded LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(FILES cli/tern_embedded.h DESTINATION ${TERN_INSTALL_INCLUDEDIR}/cli)
+install(FILES clients/embedded/tern_embedded.h DESTINATION ${TERN_INSTALL_INCLUDEDIR}/clients/embedded)
 install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/gen/ DESTINATION ${TERN_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.pb.h" PATTERN "*_mock.grpc.pb.h" EXCLUDE)
 install(EXPORT ternTargets NAMESPACE tern:: DESTINATION ${TERN_INSTALL_CMAKEDIR})

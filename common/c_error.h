@@ -1,6 +1,6 @@
-// The error convention of tern's C interfaces (clients/c/tern_c.h, cli/tern_embedded.h): a
-// function returns 0 on success, else the absl::StatusCode, and writes the status's message,
-// NUL-terminated and cut to fit, into the caller's buffer.
+// The error convention of tern's C interfaces (clients/c/tern_c.h,
+// clients/embedded/tern_embedded.h): a function returns 0 on success, else the absl::StatusCode,
+// and writes the status's message, NUL-terminated and cut to fit, into the caller's buffer.
 //
 // Thread-safety: a free function over the caller's buffer.
 #ifndef TERN_COMMON_C_ERROR_H_

@@ -10,7 +10,8 @@ cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
 for f in bin/tern lib/systemd/system/tern-worker.service lib/sysusers.d/tern.conf \
          share/tern/examples/worker.flags lib/cmake/tern/tern-config.cmake \
          include/tern/kernels/codec.h include/tern/tern/v1/tensor.pb.h lib/libtern_c.so \
-         include/tern/clients/c/tern_c.h lib/libtern_embedded.so include/tern/cli/tern_embedded.h; do
+         include/tern/clients/c/tern_c.h lib/libtern_embedded.so \
+         include/tern/clients/embedded/tern_embedded.h; do
   [ -e "$work/prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 "$work/prefix/bin/tern" version

@@ -1,4 +1,4 @@
-"""A tern worker inside the trainer's own process (libtern_embedded.so, cli/tern_embedded.h).
+"""A tern worker inside the trainer's own process (libtern_embedded.so, clients/embedded/tern_embedded.h).
 
     from tern.embedded import EmbeddedWorker
     worker = EmbeddedWorker(["--id=0", "--workers=4", "--peers=h0:7000,h1:7000,...",
@@ -68,7 +68,8 @@ def library():
     """The loaded library, or None when it is not found (where() says where it was looked)."""
     global _loaded
     if _loaded is None:
-        tried = native.candidates("TERN_EMBEDDED_LIBRARY", "libtern_embedded.so", "cli")
+        tried = native.candidates("TERN_EMBEDDED_LIBRARY", "libtern_embedded.so",
+                                  os.path.join("clients", "embedded"))
         if tried:
             native.exclusive("libtern_embedded.so")
 

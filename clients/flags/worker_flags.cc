@@ -1,4 +1,4 @@
-#include "cli/worker_flags.h"
+#include "clients/flags/worker_flags.h"
 
 #include <algorithm>
 #include <fstream>
@@ -8,14 +8,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "cli/flag_types.h"
-#include "cli/limit_flags.h"
-#include "cli/service_flags.h"
-#include "cli/train_flags.h"
+#include "clients/flags/flag_types.h"
+#include "clients/flags/limit_flags.h"
+#include "clients/flags/service_flags.h"
+#include "clients/flags/train_flags.h"
 #include "spdlog/spdlog.h"
 #include "worker/stripe_join.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "worker: address to serve on (port 0: any)");
 ABSL_FLAG(tern::Int<tern::In(0, 255)>, id, 0, "worker: this worker's id in [0, workers)");
 ABSL_FLAG(std::string, peer_names, "",
           "worker: who may gossip into it, comma-separated names its callers authenticate as "
@@ -30,7 +29,6 @@ ABSL_FLAG(std::string, peers, "",
           "worker: comma-separated host:port of every worker, in id order (own entry ignored)");
 ABSL_FLAG(std::string, peers_file, "",
           "worker: file with one host:port per line in id order; waited for if absent");
-ABSL_FLAG(std::string, port_file, "", "worker: write the bound port here once listening");
 ABSL_FLAG(std::string, trainer, "builtin",
           "worker: builtin (train the embedded model) | external (wait for a trainer's "
           "Register)");

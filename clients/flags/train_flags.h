@@ -1,22 +1,34 @@
-// Flags shared by `tern worker` and `tern run` (which passes them on to its workers), and their
-// translation into the worker's options.
-#ifndef TERN_CLI_TRAIN_FLAGS_H_
-#define TERN_CLI_TRAIN_FLAGS_H_
+// The training flags of `tern worker` and `tern run` (which passes them on to its workers), and
+// their translation into the worker's options.
+#ifndef TERN_CLIENTS_FLAGS_TRAIN_FLAGS_H_
+#define TERN_CLIENTS_FLAGS_TRAIN_FLAGS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
-#include "cli/flag_types.h"
 #include "clients/cpp/builtin_trainer.h"
+#include "clients/flags/flag_types.h"
 #include "core/workload/builtin_model.h"
 #include "core/workload/dataset.h"
 #include "worker/engine.h"
 
-// The numbers other commands read too, declared once here: train_flags.cc includes this file, so
-// a declaration whose type (its range) drifts from the definition does not compile.
+// The flags read outside their defining file, declared once here: every file defining them
+// includes this one, so a declaration whose type (a number's range) drifts from the definition
+// does not compile. Their groups (command_table.cc) are run_flags.cc (run_id, seed),
+// task_flags.cc (batch, local_steps, lr, norm_guard), data_flags.cc (model, data, partition),
+// topology_flags.cc (topology, weights); the rest of train_flags.cc is `tern worker`'s and
+// `tern run`'s alone.
+ABSL_DECLARE_FLAG(std::string, run_id);
+ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, data);
+ABSL_DECLARE_FLAG(std::string, partition);
+ABSL_DECLARE_FLAG(std::string, topology);
+ABSL_DECLARE_FLAG(std::string, weights);
 ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, lr);
 ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, norm_guard);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
@@ -50,13 +62,9 @@ struct EvalSetup {
 // 2: the model spec).
 int LoadEvalSetup(EvalSetup* out);
 
-// The run folder: --out, or runs/<name>-<time>; created if needed. "" (after printing why) when
-// it cannot be.
-std::string MakeRunDir(const std::string& name);
-
 // The shared flags as "--name=value" arguments, to pass on to a child `tern worker`.
 std::vector<std::string> SharedTrainFlagArgs();
 
 }  // namespace tern
 
-#endif  // TERN_CLI_TRAIN_FLAGS_H_
+#endif  // TERN_CLIENTS_FLAGS_TRAIN_FLAGS_H_

@@ -6,8 +6,8 @@
 //   ABSL_FLAG(tern::Int<tern::AtLeast(1)>, workers, 4, "run: how many workers");
 //   ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, momentum, 0.9, "...");
 //
-// Declare such a flag once, in the header its defining file includes (cli/train_flags.h): the
-// range is part of the type, and only there does the compiler hold a declaration to the
+// Declare such a flag once, in the header its defining file includes (clients/flags/train_flags.h):
+// the range is part of the type, and only there does the compiler hold a declaration to the
 // definition (a variable's link name does not carry its type).
 //
 // A flag's value converts to its number (`int n = absl::GetFlag(FLAGS_workers).value;`); where a
@@ -15,8 +15,8 @@
 // stay plain; `tern help` refuses any other plain number (CheckTable).
 //
 // Thread-safety: values; the functions are pure.
-#ifndef TERN_CLI_FLAG_TYPES_H_
-#define TERN_CLI_FLAG_TYPES_H_
+#ifndef TERN_CLIENTS_FLAGS_FLAG_TYPES_H_
+#define TERN_CLIENTS_FLAGS_FLAG_TYPES_H_
 
 #include <cmath>
 #include <cstdint>
@@ -100,4 +100,4 @@ using Double = Ranged<double, R>;
 
 }  // namespace tern
 
-#endif  // TERN_CLI_FLAG_TYPES_H_
+#endif  // TERN_CLIENTS_FLAGS_FLAG_TYPES_H_

@@ -1,7 +1,7 @@
 // The flags that bound what a daemon's incoming streams may hold (`tern worker`, `tern server`):
 // core/rpc/stream_limits.h, docs/robustness.md.
-#ifndef TERN_CLI_LIMIT_FLAGS_H_
-#define TERN_CLI_LIMIT_FLAGS_H_
+#ifndef TERN_CLIENTS_FLAGS_LIMIT_FLAGS_H_
+#define TERN_CLIENTS_FLAGS_LIMIT_FLAGS_H_
 
 #include "core/rpc/stream_limits.h"
 
@@ -12,4 +12,4 @@ StreamLimitOptions StreamLimitsFromFlags(StreamLimitOptions defaults);
 
 }  // namespace tern
 
-#endif  // TERN_CLI_LIMIT_FLAGS_H_
+#endif  // TERN_CLIENTS_FLAGS_LIMIT_FLAGS_H_

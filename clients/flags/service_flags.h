@@ -1,16 +1,28 @@
-// What the daemons (`tern worker`, `tern server`, `tern scheduler`) share for running as a
-// service: the metrics endpoint's flag and the systemd watchdog's liveness rule.
-#ifndef TERN_CLI_SERVICE_FLAGS_H_
-#define TERN_CLI_SERVICE_FLAGS_H_
+// What the daemons (`tern worker`, `tern server`, `tern scheduler`) and the callers of a daemon
+// share: where a daemon serves (service_flags.cc), the certificates it serves and calls with
+// (tls_flags.cc), a caller's token (caller_flags.cc), and the systemd watchdog's liveness rule.
+#ifndef TERN_CLIENTS_FLAGS_SERVICE_FLAGS_H_
+#define TERN_CLIENTS_FLAGS_SERVICE_FLAGS_H_
 
 #include <memory>
 #include <string>
 
+#include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/rpc/security.h"
 #include "grpcpp/grpcpp.h"
+
+// Declared once here; each file defining them includes this one.
+ABSL_DECLARE_FLAG(std::string, listen);
+ABSL_DECLARE_FLAG(std::string, port_file);
+ABSL_DECLARE_FLAG(std::string, tls_cert);
+ABSL_DECLARE_FLAG(std::string, tls_key);
+ABSL_DECLARE_FLAG(std::string, tls_ca);
+ABSL_DECLARE_FLAG(std::string, token_file);
+ABSL_DECLARE_FLAG(std::string, tokens);
+ABSL_DECLARE_FLAG(bool, plaintext);
 
 namespace tern {
 
@@ -35,4 +47,4 @@ inline bool RanRecently(absl::Time last, absl::Duration within) {
 
 }  // namespace tern
 
-#endif  // TERN_CLI_SERVICE_FLAGS_H_
+#endif  // TERN_CLIENTS_FLAGS_SERVICE_FLAGS_H_

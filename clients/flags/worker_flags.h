@@ -1,7 +1,7 @@
 // The flags of `tern worker` and the daemon options they make: shared by the command and by
 // libtern_embedded.so, the worker embedded in a trainer's process (embedded_worker.cc).
-#ifndef TERN_CLI_WORKER_FLAGS_H_
-#define TERN_CLI_WORKER_FLAGS_H_
+#ifndef TERN_CLIENTS_FLAGS_WORKER_FLAGS_H_
+#define TERN_CLIENTS_FLAGS_WORKER_FLAGS_H_
 
 #include <functional>
 #include <string>
@@ -10,16 +10,15 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "cli/flag_types.h"
+#include "clients/flags/flag_types.h"
+#include "clients/flags/service_flags.h"
 #include "worker/daemon.h"
 
-ABSL_DECLARE_FLAG(std::string, listen);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 255)>, id);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 256)>, workers);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 16)>, push_stripes);
 ABSL_DECLARE_FLAG(std::string, peers);
 ABSL_DECLARE_FLAG(std::string, peers_file);
-ABSL_DECLARE_FLAG(std::string, port_file);
 ABSL_DECLARE_FLAG(std::string, trainer);
 ABSL_DECLARE_FLAG(std::string, final_model);
 ABSL_DECLARE_FLAG(std::string, snapshot_dir);
@@ -42,4 +41,4 @@ absl::StatusOr<std::vector<std::string>> ReadPeers(const std::string& list, cons
 
 }  // namespace tern
 
-#endif  // TERN_CLI_WORKER_FLAGS_H_
+#endif  // TERN_CLIENTS_FLAGS_WORKER_FLAGS_H_

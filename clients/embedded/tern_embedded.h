@@ -13,8 +13,8 @@
  *
  * Thread-safety: start and stop from one thread; register and step from one thread at a time.
  */
-#ifndef TERN_CLI_TERN_EMBEDDED_H_
-#define TERN_CLI_TERN_EMBEDDED_H_
+#ifndef TERN_CLIENTS_EMBEDDED_TERN_EMBEDDED_H_
+#define TERN_CLIENTS_EMBEDDED_TERN_EMBEDDED_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -72,4 +72,4 @@ void tern_worker_stop(TernWorker* worker);
 }
 #endif
 
-#endif /* TERN_CLI_TERN_EMBEDDED_H_ */
+#endif /* TERN_CLIENTS_EMBEDDED_TERN_EMBEDDED_H_ */

@@ -1,4 +1,4 @@
-#include "cli/train_flags.h"
+#include "clients/flags/train_flags.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,19 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "cli/flag_types.h"
+#include "clients/flags/flag_types.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 
-ABSL_DECLARE_FLAG(std::string, out);
-
-ABSL_FLAG(std::string, run_id, "tern", "training: run id; workers refuse messages of other runs");
 ABSL_FLAG(std::string, algorithm, "decentlam",
           "training: dpsgd | dmsgd | decentlam | heavy-ball | choco | local-sgd | swarm");
-ABSL_FLAG(std::string, topology, "ring",
-          "training: ring | torus | exponential | one-peer-exponential | random-matching | "
-          "complete");
-ABSL_FLAG(std::string, weights, "auto", "training: mixing weights: auto | uniform | metropolis");
 ABSL_FLAG(std::string, codec, "fp16",
           "training: CHOCO's compressor (any codec spec, e.g. topk:ratio=0.01); for the other "
           "algorithms what x is sent with (none, fp16, bf16)");
@@ -29,10 +22,6 @@ ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, momentum, 0.9,
           "training: momentum of dmsgd, decentlam, heavy-ball, choco");
 ABSL_FLAG(tern::Double<tern::AboveUpTo(0, 1)>, consensus_step, 0.5,
           "training: CHOCO's consensus step size in (0, 1]");
-ABSL_FLAG(tern::Int<tern::AtLeast(1)>, local_steps, 4, "training: local-sgd's H");
-ABSL_FLAG(tern::Double<tern::AtLeast(0)>, lr, 0,
-          "training: base learning rate; 0 = 0.1 x (1 - momentum) for the momentum algorithms "
-          "(dmsgd, decentlam, heavy-ball, choco), 0.1 for dpsgd and local-sgd");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "training: constant | cosine[:min=M] | step:every=N[,gamma=G], each with [,warmup=W]");
 ABSL_FLAG(bool, overlap, false,
@@ -43,19 +32,8 @@ ABSL_FLAG(tern::Double<tern::In(0, 1048576)>, bucket_mb, 0,
           "tensors, from the last back), each gossiped as soon as the backward pass finishes it, "
           "with the built-in trainer (round algorithms; same on every worker; docs/worker.md); "
           "0: one message a round");
-ABSL_FLAG(tern::Double<tern::AtLeast(0)>, norm_guard, 10,
-          "training and aggregator: refuse a neighbour's message (a client's update) whose L2 "
-          "norm is over this many times the median of recent trusted ones (own messages; "
-          "accepted updates); 0 turns the guard off (docs/robustness.md)");
 ABSL_FLAG(tern::Double<tern::Above(0)>, round_timeout, 10,
           "training: seconds a round waits for its neighbours");
-ABSL_FLAG(uint64_t, seed, 1, "training: seed of the data split, initial model and codecs");
-ABSL_FLAG(std::string, model, "mlp:hidden=128x64", "training: softmax | mlp[:hidden=H1xH2...]");
-ABSL_FLAG(std::string, data, "",
-          "training: Fashion-MNIST directory ('' = /usr/share/datasets/fashion-mnist when "
-          "present, else synthetic data)");
-ABSL_FLAG(std::string, partition, "iid", "training: iid | dirichlet:alpha=A | classes:k=K");
-ABSL_FLAG(tern::Int<tern::In(1, 1048576)>, batch, 32, "training: minibatch per worker per step");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, epochs, 5,
           "training: passes over the training set (all workers together)");
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, max_steps, 0,
@@ -95,7 +73,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   if (!(timeout > 0)) return absl::InvalidArgumentError("--round_timeout must be > 0");
   o.round_timeout = absl::Seconds(timeout);
   o.overlap = absl::GetFlag(FLAGS_overlap);
-  // In [0, 1048576] by its type (cli/flag_types.h).
+  // In [0, 1048576] by its type (clients/flags/flag_types.h).
   o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
   o.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard).value;
   o.snapshot_every = snapshot_every;
@@ -169,20 +147,6 @@ int LoadEvalSetup(EvalSetup* out) {
   out->data = *std::move(data);
   out->model = *std::move(model);
   return 0;
-}
-
-std::string MakeRunDir(const std::string& name) {
-  std::string dir = absl::GetFlag(FLAGS_out);
-  if (dir.empty()) {
-    dir = absl::StrCat("runs/", name, "-",
-                       absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::LocalTimeZone()));
-    (void)MakeDirectory("runs");  // the next call says what went wrong
-  }
-  if (absl::Status s = MakeDirectory(dir); !s.ok()) {
-    std::fprintf(stderr, "tern run: %s\n", std::string(s.message()).c_str());
-    return "";
-  }
-  return dir;
 }
 
 }  // namespace tern

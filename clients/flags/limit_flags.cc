@@ -1,7 +1,7 @@
-#include "cli/limit_flags.h"
+#include "clients/flags/limit_flags.h"
 
 #include "absl/flags/flag.h"
-#include "cli/flag_types.h"
+#include "clients/flags/flag_types.h"
 
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, max_streams, 0,
           "daemons: incoming streams open at once, in total (0: the daemon's default, worker "
