@@ -187,28 +187,23 @@ absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> rule,
                         registries->rules->Create(options.rule));
   std::unique_ptr<Aggregator> a(new Aggregator(std::move(options), codecs, std::move(rule)));
-  if (!a->options_.checkpoint_path.empty()) TERN_RETURN_IF_ERROR(a->Resume(now));
+  if (a->store_ != nullptr) TERN_RETURN_IF_ERROR(a->Resume(now));
   return a;
 }
 
 absl::Status Aggregator::Resume(absl::Time now) {
-  const std::string& path = options_.checkpoint_path;
-  absl::StatusOr<std::string> bytes = ReadFile(path);
-  if (absl::IsNotFound(bytes.status())) return absl::OkStatus();  // a new run
-  if (!bytes.ok()) return bytes.status();
-  internal::AggregatorCheckpoint ckpt;
-  if (!ckpt.ParseFromString(*bytes)) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, " does not parse"));
-  }
-  TERN_ASSIGN_OR_RETURN(std::vector<internal::LoggedUpdate> logged,
-                        UpdateLog::Read(path, ckpt.generation()));
+  const std::string& path = store_->path();
+  TERN_ASSIGN_OR_RETURN(std::optional<StateStore::Saved> saved, store_->Read());
+  if (!saved.has_value()) return absl::OkStatus();  // a new run
+  const internal::AggregatorCheckpoint& ckpt = saved->snapshot;
+  const std::vector<internal::LoggedUpdate>& logged = saved->updates;
   std::shared_ptr<internal::AggregatorCheckpoint> fresh;
   uint64_t seq = 0;
   {
     absl::MutexLock lock(&mu_);
     absl::Status s = Restore(ckpt);
     // Clients have a fresh timeout from now; the open round's deadline restarts.
-    for (auto& [id, c] : clients_) c.last_seen = now;
+    clients_.HeardAll(now);
     std::vector<int> sampled(ckpt.sampled().begin(), ckpt.sampled().end());
     std::set<int> replied(ckpt.replied().begin(), ckpt.replied().end());
     for (const internal::LoggedUpdate& u : logged) {
@@ -229,8 +224,7 @@ absl::Status Aggregator::Resume(absl::Time now) {
     seq = state_seq_;
   }
   if (!logged.empty()) {
-    spdlog::info("server: replayed {} accepted updates from {}", logged.size(),
-                 UpdateLog::PathFor(path));
+    spdlog::info("server: replayed {} accepted updates from {}", logged.size(), store_->log_path());
   }
   return WriteCheckpoint(std::move(fresh), seq);
 }
@@ -243,10 +237,13 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
       downstream_(MakeDownstream(options_, codecs)),
       step_(MakeServerStep(options_, downstream_.get())),
       rounds_(options_.policy),
+      clients_(options_.client_timeout),
       norm_guard_(options_.norm_guard),
-      log_(options_.checkpoint_path.empty()
-               ? nullptr
-               : std::make_unique<UpdateLog>(options_.checkpoint_path)) {
+      // A client catches up only from a model the downstream still has every update since.
+      history_(options_.keep_models, options_.keep_deltas + 1),
+      store_(options_.checkpoint_path.empty()
+                 ? nullptr
+                 : std::make_unique<StateStore>(options_.checkpoint_path)) {
   counters_.set_mode(options_.mode);
   counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
 }
@@ -263,13 +260,7 @@ absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
   counters_ = ckpt.counters();
   counters_.set_mode(options_.mode);
   counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
-  for (const internal::CheckpointClient& c : ckpt.clients()) {
-    Client& client = clients_[c.id()];
-    client.name = c.name();
-    client.num_samples = c.num_samples();
-    client.left = c.left();
-    client.principal = c.principal();
-  }
+  clients_.Restore(ckpt);
   if (ckpt.model().tensors_size() == 0) return absl::OkStatus();  // no model yet
   TERN_RETURN_IF_ERROR(AdoptModel(ckpt.model()));
   TERN_RETURN_IF_ERROR(accumulator_->Restore(ckpt.round_state()));
@@ -277,9 +268,8 @@ absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
   TERN_RETURN_IF_ERROR(step_->Restore(ckpt.optimizer(), static_cast<int64_t>(ckpt.round())));
   TERN_RETURN_IF_ERROR(downstream_->Restore(ckpt.downstream()));
   // The model adopted above is the global model after ckpt.round() rounds.
-  models_.clear();
-  PublishModel();
-  models_.back().round = static_cast<int64_t>(ckpt.round());
+  history_.Clear();
+  PublishModel(static_cast<int64_t>(ckpt.round()));
   return absl::OkStatus();
 }
 
@@ -300,24 +290,18 @@ absl::Status Aggregator::AdoptModel(const v1::TensorBundle& bundle) {
   return absl::OkStatus();
 }
 
-void Aggregator::PublishModel() {
+void Aggregator::PublishModel(int64_t round) {
   auto dense = FlatToBundle(layout_, model_);
   auto b = std::make_shared<v1::TensorBundle>(*std::move(dense));
   b->set_run_id(options_.run_id);
-  const int64_t round = static_cast<int64_t>(counters_.round());
   b->set_round(static_cast<uint64_t>(round));
   b->set_sender("server");
-  models_.push_back({round, std::move(b), counters_});
-  model_crc_[round] = Crc32(model_.data(), 4 * model_.size());
-  while (models_.size() > static_cast<size_t>(std::max(1, options_.keep_models))) {
-    models_.pop_front();
-  }
-  fetch_cache_.clear();  // downstream copies are made when clients fetch
+  history_.Publish({round, std::move(b), counters_}, Crc32(model_.data(), 4 * model_.size()));
   ++events_;
 }
 
-v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
-                               absl::Status* status, const std::string& principal) {
+v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now, absl::Status* status,
+                               const std::string& principal) {
   v1::JoinReply reply;
   absl::MutexLock lock(&mu_);
   *status = absl::OkStatus();
@@ -326,30 +310,13 @@ v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
         absl::StrCat("this server runs '", options_.run_id, "', not '", request.run_id(), "'"));
     return reply;
   }
-  uint32_t id;
-  auto old = request.client_id() >= 0 ? clients_.find(static_cast<uint32_t>(request.client_id()))
-                                      : clients_.end();
-  if (old != clients_.end()) {
-    // Taking an id back is for its owner; an id joined without credentials goes to the first
-    // authenticated caller that takes it back (a run that turned authentication on).
-    if (!old->second.principal.empty() && old->second.principal != principal) {
-      *status = absl::PermissionDeniedError(
-          absl::StrCat("client ", old->first, " joined as '", old->second.principal, "'; '",
-                       principal, "' cannot take it back (join with client_id -1 for an id of ",
-                       "its own)"));
-      return reply;
-    }
-    id = old->first;
-  } else {
-    id = clients_.empty() ? 0 : clients_.rbegin()->first + 1;
+  absl::StatusOr<uint32_t> id = clients_.Join(
+      request.client_id(), principal, request.name().substr(0, 128), request.num_samples(), now);
+  if (!id.ok()) {
+    *status = id.status();
+    return reply;
   }
-  Client& c = clients_[id];
-  c.principal = principal;
-  c.name = request.name().substr(0, 128);
-  c.num_samples = request.num_samples();
-  c.last_seen = now;
-  c.left = false;
-  reply.set_client_id(id);
+  reply.set_client_id(*id);
   reply.set_model_needed(!have_model_);
   reply.set_mode(options_.mode);
   counters_.set_clients_joined(static_cast<uint32_t>(clients_.size()));
@@ -358,16 +325,7 @@ v1::JoinReply Aggregator::Join(const v1::JoinRequest& request, absl::Time now,
 
 absl::Status Aggregator::CheckCaller(uint32_t client, const std::string& principal) const {
   absl::MutexLock lock(&mu_);
-  auto it = clients_.find(client);
-  if (it == clients_.end()) {
-    return absl::NotFoundError(absl::StrCat("client ", client, " has not joined"));
-  }
-  if (it->second.principal != principal) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("client ", client, " joined as '", it->second.principal,
-                     "'; this call comes from '", principal, "'"));
-  }
-  return absl::OkStatus();
+  return clients_.CheckCaller(client, principal);
 }
 
 absl::StatusOr<bool> Aggregator::InitModel(uint32_t client, const v1::TensorBundle& bundle) {
@@ -375,7 +333,7 @@ absl::StatusOr<bool> Aggregator::InitModel(uint32_t client, const v1::TensorBund
   uint64_t seq = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (!clients_.count(client)) {
+    if (!clients_.Has(client)) {
       return absl::NotFoundError(absl::StrCat("client ", client, " has not joined"));
     }
     if (have_model_) {
@@ -387,7 +345,7 @@ absl::StatusOr<bool> Aggregator::InitModel(uint32_t client, const v1::TensorBund
       return false;
     }
     TERN_RETURN_IF_ERROR(AdoptModel(bundle));
-    PublishModel();
+    PublishModel(static_cast<int64_t>(counters_.round()));
     ckpt = SnapshotState();
     seq = state_seq_;
   }
@@ -395,34 +353,10 @@ absl::StatusOr<bool> Aggregator::InitModel(uint32_t client, const v1::TensorBund
   return true;
 }
 
-bool Aggregator::IsAvailable(const Client& c, absl::Time now) const {
-  return !c.left && now - c.last_seen <= options_.client_timeout;
-}
-
-int Aggregator::CountAvailable(absl::Time now) const {
-  int n = 0;
-  for (const auto& [id, c] : clients_) {
-    n += IsAvailable(c, now) ? 1 : 0;
-  }
-  return n;
-}
-
-std::set<int> Aggregator::Available(absl::Time now) const {
-  std::set<int> out;
-  for (const auto& [id, c] : clients_) {
-    if (IsAvailable(c, now)) out.insert(static_cast<int>(id));
-  }
-  return out;
-}
-
 absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, int64_t have_round,
                                               uint32_t have_crc32, bool have_state) {
   absl::MutexLock lock(&mu_);
-  auto it = clients_.find(client);
-  if (it == clients_.end()) {
-    return absl::NotFoundError(absl::StrCat("client ", client, " has not joined"));
-  }
-  it->second.last_seen = now;
+  TERN_RETURN_IF_ERROR(clients_.Heard(client, now));
   FetchResult r;
   r.task = options_.task;
   r.task.set_round(rounds_.round());
@@ -435,19 +369,20 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
   const bool mine = rounds_.open() &&
                     std::binary_search(sampled.begin(), sampled.end(), static_cast<int>(client)) &&
                     rounds_.replied_set().count(static_cast<int>(client)) == 0;
-  if (!mine || models_.empty()) {
+  if (!mine || history_.empty()) {
     r.task.set_kind(v1::Task::WAIT);
     return r;
   }
   const int64_t from = CatchUpFrom(have_round, have_crc32, have_state);
-  TERN_ASSIGN_OR_RETURN(Chunked c, DownstreamChunks(from));
+  TERN_ASSIGN_OR_RETURN(ChunkedPayload c, DownstreamChunks(from));
   r.task.set_kind(v1::Task::TRAIN);
   r.task.set_evaluate(Evaluates(rounds_.round()));
   r.task.set_round_clients(static_cast<uint32_t>(sampled.size()));
   r.task.set_payload(from >= 0 ? v1::Task::DELTAS : v1::Task::MODEL);
   r.task.set_delta_from(from);
   // The CRC lets a client check its copy; a lossy model encoding leaves nothing to check.
-  r.task.set_model_crc32(downstream_->exact() ? model_crc_[counters_.round()] : 0);
+  r.task.set_model_crc32(
+      downstream_->exact() ? history_.Crc(static_cast<int64_t>(counters_.round())).value_or(0) : 0);
   r.chunks = c.chunks;
   counters_.set_payload_bytes_down(counters_.payload_bytes_down() + c.payload_bytes);
   counters_.set_wire_bytes_down(counters_.wire_bytes_down() + c.wire_bytes);
@@ -458,29 +393,27 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
 int64_t Aggregator::CatchUpFrom(int64_t have_round, uint32_t have_crc32, bool have_state) const {
   // Only from a model we published, and (1-bit) with the optimizer state that goes with it:
   // the compressed phase's updates are momenta, useless without it.
-  auto crc = model_crc_.find(have_round);
-  if (crc == model_crc_.end() || crc->second != have_crc32) return -1;
+  if (history_.Crc(have_round) != have_crc32) return -1;
   if (step_->UpdatesNeedState(rounds_.round()) && !have_state) return -1;
   return downstream_->CatchUpFrom(have_round, static_cast<int64_t>(counters_.round()));
 }
 
-absl::StatusOr<Aggregator::Chunked> Aggregator::DownstreamChunks(int64_t from) {
-  auto hit = fetch_cache_.find(from);
-  if (hit != fetch_cache_.end()) return hit->second;
+absl::StatusOr<ChunkedPayload> Aggregator::DownstreamChunks(int64_t from) {
+  if (const ChunkedPayload* hit = history_.Chunks(from); hit != nullptr) return *hit;
   const uint64_t round = static_cast<uint64_t>(rounds_.round());
   TERN_ASSIGN_OR_RETURN(v1::TensorBundle b,
-                        downstream_->Payload(from, model_, *models_.back().bundle,
+                        downstream_->Payload(from, model_, *history_.newest().bundle,
                                              options_.task.seed() ^ (round << 20)));
   if (from < 0) TERN_RETURN_IF_ERROR(step_->AppendState(rounds_.round(), &b));
   b.set_run_id(options_.run_id);
   b.set_sender("server");
   b.set_round(round);
-  Chunked c;
+  ChunkedPayload c;
   c.payload_bytes = PayloadBytes(b);
   TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks, ChunkBundle(b, round));
   for (const v1::BundleChunk& ch : chunks) c.wire_bytes += ch.ByteSizeLong() + 5;
   c.chunks = std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks));
-  fetch_cache_[from] = c;
+  history_.KeepChunks(from, c);
   return c;
 }
 
@@ -514,21 +447,17 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
   // The place reserved under the lock keeps the round from closing without this update.
   TERN_RETURN_IF_ERROR(accumulator->AddReserved(info.client_id(), values, record.weight(),
                                                 info.loss(), info.batch()));
-  if (log_ != nullptr) {
+  if (store_ != nullptr) {
     // Durable before the client hears "accepted".
     *record.mutable_update() = update;
-    TERN_RETURN_IF_ERROR(log_->Append(record));
+    TERN_RETURN_IF_ERROR(store_->Append(record));
   }
   return reply;
 }
 
 absl::Status Aggregator::Admit(const v1::UpdateInfo& info, const v1::TensorBundle& update,
                                absl::Time now) {
-  auto it = clients_.find(info.client_id());
-  if (it == clients_.end()) {
-    return absl::NotFoundError(absl::StrCat("client ", info.client_id(), " has not joined"));
-  }
-  it->second.last_seen = now;
+  TERN_RETURN_IF_ERROR(clients_.Heard(info.client_id(), now));
   if (!have_model_) return absl::FailedPreconditionError("no model yet");
   if (update.run_id() != options_.run_id) {
     return absl::InvalidArgumentError(
@@ -656,18 +585,12 @@ std::map<std::string, uint64_t> Aggregator::RefusalsByReason() const {
 }
 
 absl::Time Aggregator::LastCheckpoint() const {
-  const int64_t ns = checkpoint_unix_ns_.load();
-  return ns == INT64_MIN ? absl::InfinitePast() : absl::FromUnixNanos(ns);
+  return store_ == nullptr ? absl::InfinitePast() : store_->LastWrite();
 }
 
 absl::Status Aggregator::Leave(uint32_t client) {
   absl::MutexLock lock(&mu_);
-  auto it = clients_.find(client);
-  if (it == clients_.end()) {
-    return absl::NotFoundError(absl::StrCat("client ", client, " has not joined"));
-  }
-  it->second.left = true;
-  return absl::OkStatus();
+  return clients_.Leave(client);
 }
 
 absl::Status Aggregator::CloseRound(absl::Time now) {
@@ -692,7 +615,7 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
   if (round >= options_.total_rounds) counters_.set_done(true);
   TERN_RETURN_IF_ERROR(
       step_->Close(have_update ? &mean : nullptr, round, &model_, downstream_.get()));
-  PublishModel();
+  PublishModel(round);
   return absl::OkStatus();
 }
 
@@ -710,12 +633,12 @@ absl::Status Aggregator::Tick(absl::Time now) {
     // Only between rounds: the set of available clients is O(N) to build, and Tick runs after
     // every push.
     const int needed = counters_.round() == 0 ? options_.min_clients : 1;
-    if (!rounds_.open() && !counters_.done() && CountAvailable(now) >= needed) {
-      std::set<int> available = Available(now);
+    if (!rounds_.open() && !counters_.done() && clients_.CountAvailable(now) >= needed) {
+      std::set<int> available = clients_.Available(now);
       counters_.set_clients_alive(static_cast<uint32_t>(available.size()));
       rounds_.SetAvailable(std::move(available));
       if (rounds_.Open(now).ok()) {
-        fetch_cache_.clear();
+        history_.ForgetChunks();
         ++events_;
         changed = true;
       }
@@ -730,7 +653,7 @@ absl::Status Aggregator::Tick(absl::Time now) {
 
 std::shared_ptr<internal::AggregatorCheckpoint> Aggregator::SnapshotState() {
   ++state_seq_;
-  if (options_.checkpoint_path.empty()) return nullptr;
+  if (store_ == nullptr) return nullptr;
   auto c = std::make_shared<internal::AggregatorCheckpoint>();
   c->set_format(kCheckpointFormat);
   c->set_generation(state_seq_);
@@ -743,20 +666,13 @@ std::shared_ptr<internal::AggregatorCheckpoint> Aggregator::SnapshotState() {
   }
   c->set_sampling_draws(rounds_.draws());
   if (have_model_) {
-    *c->mutable_model() = *models_.back().bundle;
+    *c->mutable_model() = *history_.newest().bundle;
     accumulator_->Save(c->mutable_round_state());
     *c->mutable_round_eval() = round_eval_;
     step_->Save(c->mutable_optimizer());
     downstream_->Save(c->mutable_downstream());
   }
-  for (const auto& [id, cl] : clients_) {
-    internal::CheckpointClient* p = c->add_clients();
-    p->set_id(id);
-    p->set_name(cl.name);
-    p->set_num_samples(cl.num_samples);
-    p->set_left(cl.left);
-    p->set_principal(cl.principal);
-  }
+  clients_.Save(c.get());
   *c->mutable_counters() = counters_;
   return c;
 }
@@ -764,36 +680,18 @@ std::shared_ptr<internal::AggregatorCheckpoint> Aggregator::SnapshotState() {
 absl::Status Aggregator::WriteCheckpoint(std::shared_ptr<internal::AggregatorCheckpoint> ckpt,
                                          uint64_t seq) {
   if (ckpt == nullptr) return absl::OkStatus();
-  absl::MutexLock lock(&io_mu_);
-  if (seq <= written_seq_) return absl::OkStatus();  // a newer state is already on disk
-  if (absl::Status s = WriteFileAtomically(options_.checkpoint_path, ckpt->SerializeAsString());
-      !s.ok()) {
-    log_->Failed(seq, s);
-    return s;
-  }
-  written_seq_ = seq;
-  checkpoint_unix_ns_ = absl::ToUnixNanos(absl::Now());
-  // The updates accepted from here on go to a fresh log beside this snapshot.
-  return log_->Rotate(seq);
+  return store_->Write(*ckpt, seq);
 }
 
 absl::StatusOr<Aggregator::KeptModel> Aggregator::Model(int64_t round) const {
   absl::MutexLock lock(&mu_);
-  if (models_.empty()) return absl::UnavailableError("no model yet");
-  if (round <= 0) return models_.back();
-  for (const auto& m : models_) {
-    if (m.round == round) return m;
-  }
-  if (round > models_.back().round) {
-    return absl::UnavailableError(absl::StrCat("round ", round, " has not closed yet"));
-  }
-  return absl::NotFoundError(absl::StrCat("the model of round ", round, " is no longer kept"));
+  return history_.Find(round);
 }
 
 v1::ServerStatus Aggregator::Status(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   v1::ServerStatus s = counters_;
-  s.set_clients_alive(static_cast<uint32_t>(CountAvailable(now)));
+  s.set_clients_alive(static_cast<uint32_t>(clients_.CountAvailable(now)));
   s.set_round_open(rounds_.open());
   return s;
 }

@@ -2,7 +2,8 @@
 // tasks, rounds open over the available clients (RoundTracker), updates are checked and decoded
 // into the round's sum as they arrive, and a round's close applies the aggregate to the global
 // model (with optional server learning rate and outer momentum: FedAvg, local SGD, SlowMo).
-// The durable part of the state is a snapshot, written atomically when the model arrives and
+// Its rooms: the clients (client_book.h), the published models (model_history.h), and the
+// durable state (state_store.h): a snapshot, written atomically when the model arrives and
 // whenever a round opens or closes, and an update log (server/update_log.h) that every accepted
 // update is appended to before it is acknowledged, so a restarted server resumes the round it
 // was in without losing an update it acknowledged. server/service.h puts it behind
@@ -14,9 +15,7 @@
 #ifndef TERN_SERVER_AGGREGATOR_H_
 #define TERN_SERVER_AGGREGATOR_H_
 
-#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -32,10 +31,12 @@
 #include "kernels/registry.h"
 #include "server/accumulator.h"
 #include "server/aggregation.h"
+#include "server/client_book.h"
 #include "server/downstream.h"
+#include "server/model_history.h"
 #include "server/round.h"
 #include "server/server_step.h"
-#include "server/update_log.h"
+#include "server/state_store.h"
 #include "tern/internal/checkpoint.pb.h"
 #include "tern/v1/server.pb.h"
 
@@ -131,11 +132,7 @@ class Aggregator {
 
   // The global model after `round` (0 = latest), kept for the last keep_models rounds, with
   // the counters as they were when that round closed.
-  struct KeptModel {
-    int64_t round = 0;
-    std::shared_ptr<const v1::TensorBundle> bundle;
-    v1::ServerStatus status;
-  };
+  using KeptModel = tern::KeptModel;
   absl::StatusOr<KeptModel> Model(int64_t round) const;
   v1::ServerStatus Status(absl::Time now) const;
   // The counters alone (clients_alive as of the last round opened): O(1) in the clients.
@@ -157,28 +154,15 @@ class Aggregator {
   uint64_t MaxUpdateBytes() const;
 
  private:
-  struct Client {
-    std::string name;
-    std::string principal;  // who joined as this client ("" without credentials)
-    uint64_t num_samples = 0;
-    absl::Time last_seen = absl::InfinitePast();
-    bool left = false;
-  };
-  // The open round's downstream payloads, chunked once and shared by every client's call:
-  // keyed by the round the client's copy is from (-1: the model itself).
-  struct Chunked {
-    std::shared_ptr<const std::vector<v1::BundleChunk>> chunks;
-    uint64_t payload_bytes = 0;
-    uint64_t wire_bytes = 0;
-  };
   Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
              std::unique_ptr<AggregationRule> rule);
 
   absl::Status Restore(const internal::AggregatorCheckpoint& ckpt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AdoptModel(const v1::TensorBundle& bundle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PublishModel() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Chunked> DownstreamChunks(int64_t from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publishes model_ as the global model after `round`.
+  void PublishModel(int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<ChunkedPayload> DownstreamChunks(int64_t from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The round a client holding (have_round, have_crc32) catches up from, or -1 for the model.
   int64_t CatchUpFrom(int64_t have_round, uint32_t have_crc32, bool have_state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -206,10 +190,6 @@ class Aggregator {
   void AddEval(const v1::Evaluation& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a refused update; returns `s`.
   absl::Status Refuse(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::set<int> Available(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int CountAvailable(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Not left, and heard from within the client timeout.
-  bool IsAvailable(const Client& c, absl::Time now) const;
   // An update's bytes (as sent, and dense), and its acceptance (Push and the log's replay).
   void CountBytesUp(uint64_t payload_bytes, uint64_t wire_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAccepted(bool stale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -218,40 +198,36 @@ class Aggregator {
   std::shared_ptr<internal::AggregatorCheckpoint> SnapshotState()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteCheckpoint(std::shared_ptr<internal::AggregatorCheckpoint> ckpt, uint64_t seq)
-      ABSL_LOCKS_EXCLUDED(mu_, io_mu_);
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const AggregatorOptions options_;
   const CodecRegistry* const codecs_;
   const std::unique_ptr<AggregationRule> rule_;
+  mutable absl::Mutex mu_;
   // The strategies, chosen once from the options: how the model goes down, what a round's
   // close does with the aggregate (step_ may point into downstream_).
-  mutable absl::Mutex mu_;
   const std::unique_ptr<Downstream> downstream_ ABSL_PT_GUARDED_BY(mu_);
   const std::unique_ptr<ServerStep> step_ ABSL_PT_GUARDED_BY(mu_);
   RoundTracker rounds_ ABSL_GUARDED_BY(mu_);
-  std::map<uint32_t, Client> clients_ ABSL_GUARDED_BY(mu_);
+  ClientBook clients_ ABSL_GUARDED_BY(mu_);
   bool have_model_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);
   std::vector<float> model_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> scratch_ ABSL_GUARDED_BY(mu_);  // one decoded update
   NormGuard norm_guard_ ABSL_GUARDED_BY(mu_);
   // The open round's accepted updates (made with the model). Made once with the model, then
   // thread-safe itself: pushes add to it outside mu_.
   std::unique_ptr<RoundAccumulator> accumulator_ ABSL_GUARDED_BY(mu_);
   // Global models by round (and their CRC-32s), and the open round's downstream chunks.
-  std::deque<KeptModel> models_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, uint32_t> model_crc_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, Chunked> fetch_cache_ ABSL_GUARDED_BY(mu_);
+  ModelHistory history_ ABSL_GUARDED_BY(mu_);
   v1::ServerStatus counters_ ABSL_GUARDED_BY(mu_);
   internal::RoundEval round_eval_ ABSL_GUARDED_BY(mu_);  // the open round's evaluations
   std::map<std::string, uint64_t> refusals_ ABSL_GUARDED_BY(mu_);
   uint64_t state_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t events_ ABSL_GUARDED_BY(mu_) = 0;
 
-  const std::unique_ptr<UpdateLog> log_;  // null without a checkpoint path
-  absl::Mutex io_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  uint64_t written_seq_ ABSL_GUARDED_BY(io_mu_) = 0;
-  std::atomic<int64_t> checkpoint_unix_ns_{INT64_MIN};  // LastCheckpoint()
+  // The snapshot and update log on disk; null without a checkpoint path. Thread-safe itself:
+  // written and appended to outside mu_.
+  const std::unique_ptr<StateStore> store_;
 };
 
 }  // namespace tern
