@@ -11,7 +11,8 @@
 #include "clients/flags/train_flags.h"
 #include "common/status_macros.h"
 
-ABSL_DECLARE_FLAG(std::string, checkpoint);  // tern server's (server_cmd.cc)
+ABSL_DECLARE_FLAG(std::string, checkpoint);       // tern server's (server_cmd.cc)
+ABSL_DECLARE_FLAG(bool, fresh_start_if_damaged);  // tern server's (server_cmd.cc)
 
 ABSL_FLAG(std::string, mode, "gossip",
           "run: gossip (peer workers) | federated | local-sgd | ps (a server and clients); "
@@ -162,6 +163,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2).value);
   a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s).value);
   a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
+  a.fresh_start_if_damaged = absl::GetFlag(FLAGS_fresh_start_if_damaged);
   a.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard).value;
   so.limits = StreamLimitsFromFlags(so.limits);
   so.metrics_listen = MetricsListenFromFlags();

@@ -23,6 +23,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/builtin.h"
+#include "server/state_store.h"
 #include "tern/internal/checkpoint.pb.h"
 
 ABSL_FLAG(std::string, from, "",
@@ -54,9 +55,13 @@ bool FileExists(const std::string& path) {
 absl::StatusOr<std::vector<NamedArray>> FromFile(const std::string& path,
                                                  const CodecRegistry& codecs) {
   TERN_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path));
-  internal::AggregatorCheckpoint ckpt;
-  if (ckpt.ParseFromString(bytes) && ckpt.format() >= 2 && ckpt.model().tensors_size() > 0) {
-    return ArraysFromBundle(ckpt.model(), codecs);
+  bool framed = false;
+  absl::StatusOr<internal::AggregatorCheckpoint> ckpt = StateStore::ParseSnapshot(bytes, &framed);
+  if (ckpt.ok() && ckpt->format() >= 2 && ckpt->model().tensors_size() > 0) {
+    return ArraysFromBundle(ckpt->model(), codecs);
+  }
+  if (framed && !ckpt.ok()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, ": ", ckpt.status().message()));
   }
   v1::TensorBundle bundle;
   if (bundle.ParseFromString(bytes) && bundle.tensors_size() > 0) {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/aggregator_flags.h"
+#include "cli/command_table.h"
 #include "cli/commands.h"
 #include "cli/process.h"
 #include "cli/run_health.h"
@@ -23,9 +25,17 @@
 #include "core/ops/systemd.h"
 #include "kernels/builtin.h"
 #include "server/service.h"
+#include "server/state_store.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "server: checkpoint file (resumed from when present)");
+ABSL_FLAG(bool, fresh_start_if_damaged, false,
+          "server: when the --checkpoint's files are damaged, or one of the snapshot and its log "
+          "is missing, move them aside (FILE.damaged-TIME) and start a new run instead of "
+          "refusing to start");
+ABSL_FLAG(bool, verify_checkpoint, false,
+          "server: read --checkpoint's snapshot and update log, say what they hold or what is "
+          "damaged, and exit (0: good, 1: damaged or missing a part)");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, linger_s, 10,
           "server: seconds to keep serving after the last round");
 
@@ -38,7 +48,30 @@ absl::Status CheckServerFlags() {
   return registries.rules->Create(so.aggregator.rule).status();
 }
 
+namespace {
+
+// --verify_checkpoint: what a restart would read, without starting.
+int VerifyCheckpoint() {
+  const std::string path = absl::GetFlag(FLAGS_checkpoint);
+  if (path.empty()) return UsageError("--verify_checkpoint needs --checkpoint=FILE");
+  StateStore store(path);
+  absl::StatusOr<std::optional<StateStore::Saved>> saved = store.Read();
+  if (!saved.ok()) {
+    std::printf("%s: damaged: %s\n", path.c_str(), std::string(saved.status().message()).c_str());
+    return 1;
+  }
+  if (!saved->has_value()) {
+    std::printf("%s: no checkpoint (a new run would start)\n", path.c_str());
+    return 0;
+  }
+  std::printf("%sgood: a restart resumes from it\n", store.Describe(**saved).c_str());
+  return 0;
+}
+
+}  // namespace
+
 int ServerMain() {
+  if (absl::GetFlag(FLAGS_verify_checkpoint)) return VerifyCheckpoint();
   sigset_t signals = BlockStopSignals();
   if (absl::Status s = CheckServerFlags(); !s.ok()) {
     std::fprintf(stderr, "tern server: %s\n", s.ToString().c_str());

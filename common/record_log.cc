@@ -36,45 +36,102 @@ bool WriteAll(int fd, absl::string_view bytes) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> ParseRecordLog(absl::string_view bytes) {
-  if (bytes.size() < kMagicBytes || bytes.substr(0, kMagicBytes) != kRecordLogMagic) {
-    // A crash while the log was being created leaves it short: nothing was ever appended.
-    if (bytes.size() < kMagicBytes &&
-        absl::string_view(kRecordLogMagic).substr(0, bytes.size()) == bytes) {
-      return std::vector<std::string>();
+namespace {
+
+// The file's first bytes hold no magic: a crash while the log was being created leaves it
+// short (nothing was ever appended), else it is not a log.
+absl::StatusOr<RecordLogContents> NoMagic(absl::string_view bytes) {
+  for (const char* magic : {kRecordLogMagic, kRecordLogMagicV1}) {
+    if (bytes.size() < kMagicBytes && absl::string_view(magic).substr(0, bytes.size()) == bytes) {
+      return RecordLogContents{};
     }
-    return absl::DataLossError("not a tern record log (bad magic)");
   }
-  ByteReader r(reinterpret_cast<const uint8_t*>(bytes.data()) + kMagicBytes,
-               bytes.size() - kMagicBytes);
-  std::vector<std::string> records;
+  return absl::DataLossError("not a tern record log (bad magic)");
+}
+
+bool AllZero(const uint8_t* p, size_t n) {
+  return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
+}
+
+// Format 1: u32 length | u32 CRC-32 of the payload | payload; a last record that fails its CRC
+// or runs past the end is taken for torn.
+absl::StatusOr<RecordLogContents> ParseV1(ByteReader& r) {
+  RecordLogContents out;
   while (r.remaining() > 0) {
+    const size_t left = r.remaining();
     uint32_t length = 0, crc = 0;
     const uint8_t* payload = nullptr;
     if (!r.U32(&length) || !r.U32(&crc) || length > kMaxLogRecordBytes ||
         (payload = r.Take(length)) == nullptr) {
-      break;  // torn at the end: never acknowledged
+      out.torn_bytes = left;
+      break;
     }
     if (Crc32(payload, length) != crc) {
-      if (r.remaining() == 0) break;  // the last record, torn
+      if (r.remaining() == 0) {
+        out.torn_bytes = left;
+        break;
+      }
       return absl::DataLossError(
-          absl::StrCat("record ", records.size(), " of the log fails its CRC"));
+          absl::StrCat("record ", out.records.size(), " of the log fails its CRC"));
     }
-    records.emplace_back(reinterpret_cast<const char*>(payload), length);
+    out.records.emplace_back(reinterpret_cast<const char*>(payload), length);
   }
-  return records;
+  return out;
 }
 
-absl::StatusOr<std::vector<std::string>> ReadRecordLog(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadFile(path);
-  if (absl::IsNotFound(bytes.status())) return std::vector<std::string>();
-  if (!bytes.ok()) return bytes.status();
-  absl::StatusOr<std::vector<std::string>> records = ParseRecordLog(*bytes);
-  if (!records.ok()) {
-    return absl::Status(records.status().code(),
-                        absl::StrCat(path, ": ", records.status().message()));
+}  // namespace
+
+absl::StatusOr<RecordLogContents> ParseRecordLog(absl::string_view bytes) {
+  const absl::string_view magic = bytes.substr(0, std::min(bytes.size(), kMagicBytes));
+  if (magic != kRecordLogMagic && magic != kRecordLogMagicV1) return NoMagic(bytes);
+  const auto* base = reinterpret_cast<const uint8_t*>(bytes.data());
+  ByteReader r(base + kMagicBytes, bytes.size() - kMagicBytes);
+  if (magic == kRecordLogMagicV1) return ParseV1(r);
+  RecordLogContents out;
+  while (r.remaining() > 0) {
+    const size_t offset = bytes.size() - r.remaining();
+    const uint8_t* header = base + offset;
+    // Never-written space: a short header, or zeros the file system extended the file with.
+    if (r.remaining() < kRecordHeaderBytes || AllZero(header, r.remaining())) {
+      out.torn_bytes = r.remaining();
+      break;
+    }
+    uint32_t length = 0, crc = 0, header_crc = 0;
+    r.U32(&length);
+    r.U32(&crc);
+    r.U32(&header_crc);
+    if (Crc32(header, 8) != header_crc || length > kMaxLogRecordBytes) {
+      return absl::DataLossError(absl::StrCat("record ", out.records.size(), " at byte ", offset,
+                                              ": its header fails its CRC"));
+    }
+    const uint8_t* payload = r.Take(length);
+    if (payload == nullptr) {  // the last write, cut short
+      out.torn_bytes = bytes.size() - offset;
+      break;
+    }
+    if (Crc32(payload, length) != crc) {
+      return absl::DataLossError(absl::StrCat("record ", out.records.size(), " at byte ", offset,
+                                              " (", length, " bytes) fails its CRC"));
+    }
+    out.records.emplace_back(reinterpret_cast<const char*>(payload), length);
   }
-  return records;
+  return out;
+}
+
+absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (absl::IsNotFound(bytes.status())) {
+    RecordLogContents none;
+    none.exists = false;
+    return none;
+  }
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<RecordLogContents> contents = ParseRecordLog(*bytes);
+  if (!contents.ok()) {
+    return absl::Status(contents.status().code(),
+                        absl::StrCat(path, ": ", contents.status().message()));
+  }
+  return contents;
 }
 
 absl::StatusOr<std::unique_ptr<RecordLog>> RecordLog::Create(const std::string& path) {
@@ -97,6 +154,7 @@ absl::Status RecordLog::Append(absl::string_view record) {
   ByteWriter w(&frame);
   w.U32(static_cast<uint32_t>(record.size()));
   w.U32(Crc32(record.data(), record.size()));
+  w.U32(Crc32(frame.data(), frame.size()));
   mu_.Lock();
   absl::Status s = AppendLocked(frame, record);
   mu_.Unlock();

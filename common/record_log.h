@@ -3,11 +3,15 @@
 // Concurrent appends share one fdatasync (group commit): the first waiting appender syncs
 // everything written so far, the others wait for it.
 //
-// Format (docs/server.md, "Checkpoint"): the 8-byte magic "TERNRLG1", then records, each
-//   u32 length | u32 CRC-32 of the payload | payload (length bytes), little-endian.
-// A crash mid-append leaves a torn last record (short, or failing its CRC at the end of the
-// file): it was never acknowledged, and the reader drops it. Damage before the last record is
-// DATA_LOSS.
+// Format (docs/server.md, "Checkpoints and restarts"): the 8-byte magic "TERNRLG2", then
+// records, each
+//   u32 length | u32 CRC-32 of the payload | u32 CRC-32 of the 8 bytes before | payload,
+// little-endian. The header's own CRC tells a damaged length from an incomplete write: only an
+// incomplete last write (a short header, a payload cut short by the end of the file, or space
+// the file system extended with zeros) is a torn tail, which was never acknowledged and is
+// dropped. Any other damage, in the last record too, is DATA_LOSS naming the record and its
+// offset. Logs of format 1 ("TERNRLG1", no header CRC) are still read, by their old rule: a
+// last record that fails its CRC is taken for torn.
 //
 // Thread-safety: RecordLog is thread-safe; ReadRecordLog is a function of the file.
 #ifndef TERN_COMMON_RECORD_LOG_H_
@@ -25,13 +29,21 @@
 
 namespace tern {
 
-inline constexpr char kRecordLogMagic[] = "TERNRLG1";
+inline constexpr char kRecordLogMagic[] = "TERNRLG2";
+inline constexpr char kRecordLogMagicV1[] = "TERNRLG1";
 inline constexpr uint32_t kMaxLogRecordBytes = uint32_t{1} << 31;
+inline constexpr size_t kRecordHeaderBytes = 12;
 
-// The whole records of the log in `bytes` (the file's contents), in order.
-absl::StatusOr<std::vector<std::string>> ParseRecordLog(absl::string_view bytes);
-// Reads and parses the log at `path`; a missing file is an empty log.
-absl::StatusOr<std::vector<std::string>> ReadRecordLog(const std::string& path);
+struct RecordLogContents {
+  std::vector<std::string> records;  // the whole records, in order
+  uint64_t torn_bytes = 0;           // an incomplete last write, dropped
+  bool exists = true;                // false: no file (ReadRecordLog), read as empty
+};
+// The records of the log in `bytes` (the file's contents). DATA_LOSS, naming the record and its
+// byte offset, for damage that is not an incomplete last write.
+absl::StatusOr<RecordLogContents> ParseRecordLog(absl::string_view bytes);
+// Reads and parses the log at `path`; a missing file is an empty log (exists = false).
+absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path);
 
 class RecordLog {
  public:

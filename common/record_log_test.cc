@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/crc32.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -41,8 +42,9 @@ TEST(RecordLog, ConcurrentAppendsAllComeBackWholeAndShareSyncs) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ((*log)->appended(), uint64_t{kThreads * kEach});
   EXPECT_LE((*log)->syncs(), (*log)->appended());
-  auto records = ReadRecordLog(path);
-  ASSERT_TRUE(records.ok()) << records.status();
+  auto log_read = ReadRecordLog(path);
+  ASSERT_TRUE(log_read.ok()) << log_read.status();
+  const std::vector<std::string>* records = &log_read->records;
   ASSERT_EQ(records->size(), size_t{kThreads * kEach});
   // Each thread's records appear in its own order.
   std::vector<int> next(kThreads, 0);
@@ -53,63 +55,91 @@ TEST(RecordLog, ConcurrentAppendsAllComeBackWholeAndShareSyncs) {
   }
 }
 
-TEST(RecordLog, ATornLastRecordIsDroppedAtEveryCut) {
-  const std::string path = TempPath("torn");
+// A log of two records: "first" and "second record".
+std::string TwoRecords(const std::string& name) {
+  const std::string path = TempPath(name);
   {
     auto log = RecordLog::Create(path);
-    ASSERT_TRUE(log.ok());
-    ASSERT_TRUE((*log)->Append("first").ok());
-    ASSERT_TRUE((*log)->Append("second record").ok());
+    EXPECT_TRUE(log.ok());
+    EXPECT_TRUE((*log)->Append("first").ok());
+    EXPECT_TRUE((*log)->Append("second record").ok());
   }
-  const std::string bytes = ReadAll(path);
-  const size_t whole_first = 8 + 8 + 5;
-  for (size_t cut = whole_first; cut < bytes.size(); ++cut) {
-    auto records = ParseRecordLog(absl::string_view(bytes).substr(0, cut));
-    ASSERT_TRUE(records.ok()) << cut << ": " << records.status();
-    EXPECT_THAT(*records, ElementsAre("first")) << cut;
-  }
-  // The last record's payload damaged in place: torn, dropped.
-  std::string damaged = bytes;
-  damaged.back() ^= 1;
-  EXPECT_THAT(*ParseRecordLog(damaged), ElementsAre("first"));
-  // A cut inside the magic: a log that was being created, empty.
-  EXPECT_TRUE(ParseRecordLog(bytes.substr(0, 3))->empty());
+  return ReadAll(path);
 }
 
-TEST(RecordLog, DamageBeforeTheLastRecordIsDataLoss) {
-  const std::string path = TempPath("damaged");
-  {
-    auto log = RecordLog::Create(path);
-    ASSERT_TRUE(log.ok());
-    ASSERT_TRUE((*log)->Append("first").ok());
-    ASSERT_TRUE((*log)->Append("second").ok());
+constexpr size_t kWholeFirst = 8 + kRecordHeaderBytes + 5;
+
+TEST(RecordLog, AnIncompleteLastWriteIsATornTailDroppedAtEveryCut) {
+  const std::string bytes = TwoRecords("torn");
+  ASSERT_EQ(bytes.size(), kWholeFirst + kRecordHeaderBytes + 13);
+  for (size_t cut = kWholeFirst; cut < bytes.size(); ++cut) {
+    auto log = ParseRecordLog(absl::string_view(bytes).substr(0, cut));
+    ASSERT_TRUE(log.ok()) << cut << ": " << log.status();
+    EXPECT_THAT(log->records, ElementsAre("first")) << cut;
+    EXPECT_EQ(log->torn_bytes, cut - kWholeFirst);
   }
-  std::string bytes = ReadAll(path);
-  bytes[8 + 8] ^= 0x40;  // the first record's payload
-  EXPECT_EQ(ParseRecordLog(bytes).status().code(), absl::StatusCode::kDataLoss);
+  // Space the file system extended the file with, never written: zeros after the last record.
+  auto zeros = ParseRecordLog(bytes + std::string(40, '\0'));
+  ASSERT_TRUE(zeros.ok()) << zeros.status();
+  EXPECT_THAT(zeros->records, ElementsAre("first", "second record"));
+  EXPECT_EQ(zeros->torn_bytes, 40u);
+  // A cut inside the magic: a log that was being created, empty.
+  EXPECT_TRUE(ParseRecordLog(bytes.substr(0, 3))->records.empty());
+}
+
+TEST(RecordLog, AnyByteDamagedAfterTheMagicIsDataLossNamingTheRecordAndOffset) {
+  const std::string bytes = TwoRecords("damaged");
+  // Every bit of every byte, the last record's too: a complete record is never taken for torn.
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string damaged = bytes;
+      damaged[i] ^= static_cast<char>(1 << bit);
+      auto log = ParseRecordLog(damaged);
+      ASSERT_EQ(log.status().code(), absl::StatusCode::kDataLoss) << "byte " << i << " bit " << bit;
+      const std::string says(log.status().message());
+      if (i >= kWholeFirst) {
+        EXPECT_THAT(says, ::testing::HasSubstr(absl::StrCat("record 1 at byte ", kWholeFirst)));
+      } else if (i >= 8) {
+        EXPECT_THAT(says, ::testing::HasSubstr("record 0 at byte 8"));
+      } else {
+        EXPECT_THAT(says, ::testing::HasSubstr("bad magic"));
+      }
+    }
+  }
   EXPECT_EQ(ParseRecordLog("NOTALOG!xxxxxxxx").status().code(), absl::StatusCode::kDataLoss);
 }
 
-TEST(RecordLog, AnOversizeLengthAtTheEndIsATornTailNotARead) {
-  std::string bytes = kRecordLogMagic;
-  bytes += std::string("\xff\xff\xff\xff\0\0\0\0", 8);  // 4 GiB claimed, nothing there
-  auto records = ParseRecordLog(bytes);
-  ASSERT_TRUE(records.ok());
-  EXPECT_TRUE(records->empty());
+TEST(RecordLog, AFormatOneLogIsReadByItsOldRule) {
+  std::string v1 = kRecordLogMagicV1;
+  const auto add = [&v1](const std::string& payload) {
+    const uint32_t n = static_cast<uint32_t>(payload.size());
+    const uint32_t crc = Crc32(payload.data(), payload.size());
+    v1.append(reinterpret_cast<const char*>(&n), 4);
+    v1.append(reinterpret_cast<const char*>(&crc), 4);
+    v1 += payload;
+  };
+  add("one");
+  add("two");
+  EXPECT_THAT(ParseRecordLog(v1)->records, ElementsAre("one", "two"));
+  std::string torn = v1;
+  torn.back() ^= 1;  // format 1 cannot tell this from a torn write
+  EXPECT_THAT(ParseRecordLog(torn)->records, ElementsAre("one"));
 }
 
 TEST(RecordLog, CreateReplacesTheOldLogAndAMissingFileIsEmpty) {
   const std::string path = TempPath("replace");
-  EXPECT_TRUE(ReadRecordLog(path)->empty());
+  EXPECT_TRUE(ReadRecordLog(path)->records.empty());
+  EXPECT_FALSE(ReadRecordLog(path)->exists);
   {
     auto log = RecordLog::Create(path);
     ASSERT_TRUE((*log)->Append("old").ok());
   }
   auto fresh = RecordLog::Create(path);
   ASSERT_TRUE(fresh.ok());
-  EXPECT_TRUE(ReadRecordLog(path)->empty());
+  EXPECT_TRUE(ReadRecordLog(path)->records.empty());
+  EXPECT_TRUE(ReadRecordLog(path)->exists);
   ASSERT_TRUE((*fresh)->Append("new").ok());
-  EXPECT_THAT(*ReadRecordLog(path), ElementsAre("new"));
+  EXPECT_THAT(ReadRecordLog(path)->records, ElementsAre("new"));
 }
 
 }  // namespace

@@ -42,6 +42,11 @@ void RoundAccumulator::Reserve() {
   ++pending_;
 }
 
+void RoundAccumulator::CancelReserved() {
+  absl::MutexLock lock(&mu_);
+  --pending_;
+}
+
 absl::Status RoundAccumulator::AddReserved(uint32_t client, absl::Span<const float> update,
                                            double weight, double loss, uint32_t batch) {
   absl::Status s = Check(update, weight);

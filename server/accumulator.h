@@ -38,6 +38,8 @@ class RoundAccumulator {
   void Reserve() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status AddReserved(uint32_t client, absl::Span<const float> update, double weight,
                            double loss, uint32_t batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends a reservation without adding (the update could not be logged).
+  void CancelReserved() ABSL_LOCKS_EXCLUDED(mu_);
 
   size_t count() const ABSL_LOCKS_EXCLUDED(mu_);
   double mean_loss() const ABSL_LOCKS_EXCLUDED(mu_);

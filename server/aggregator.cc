@@ -187,7 +187,19 @@ absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> rule,
                         registries->rules->Create(options.rule));
   std::unique_ptr<Aggregator> a(new Aggregator(std::move(options), codecs, std::move(rule)));
-  if (a->store_ != nullptr) TERN_RETURN_IF_ERROR(a->Resume(now));
+  if (a->store_ == nullptr) return a;
+  absl::Status resumed = a->Resume(now);
+  if (absl::IsDataLoss(resumed) && a->options_.fresh_start_if_damaged) {
+    // Only on the operator's word: the damaged files are kept, moved aside.
+    TERN_ASSIGN_OR_RETURN(std::string aside, a->store_->MoveAside());
+    spdlog::warn("server: {}; moved it aside to {}* and starting a new run",
+                 std::string(resumed.message()), aside);
+    AggregatorOptions fresh = a->options_;
+    TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> again,
+                          registries->rules->Create(fresh.rule));
+    return std::unique_ptr<Aggregator>(new Aggregator(std::move(fresh), codecs, std::move(again)));
+  }
+  TERN_RETURN_IF_ERROR(resumed);
   return a;
 }
 
@@ -196,7 +208,7 @@ absl::Status Aggregator::Resume(absl::Time now) {
   TERN_ASSIGN_OR_RETURN(std::optional<StateStore::Saved> saved, store_->Read());
   if (!saved.has_value()) return absl::OkStatus();  // a new run
   const internal::AggregatorCheckpoint& ckpt = saved->snapshot;
-  const std::vector<internal::LoggedUpdate>& logged = saved->updates;
+  const std::vector<internal::LoggedUpdate>& logged = saved->log.updates;
   std::shared_ptr<internal::AggregatorCheckpoint> fresh;
   uint64_t seq = 0;
   {
@@ -444,15 +456,57 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
     NoteExactTensors(update);
     accumulator = accumulator_.get();  // made once with the model; thread-safe
   }
-  // The place reserved under the lock keeps the round from closing without this update.
+  // The place reserved under the lock keeps the round from closing (and a snapshot from being
+  // taken) without this update. It is logged first, so that one the log could not take leaves
+  // no trace in the round: the client hears why and may send it again.
+  if (store_ != nullptr) {
+    *record.mutable_update() = update;
+    if (absl::Status logged = store_->Append(record); !logged.ok()) {
+      accumulator->CancelReserved();
+      return Unlogged(info, record, logged);
+    }
+  }
   TERN_RETURN_IF_ERROR(accumulator->AddReserved(info.client_id(), values, record.weight(),
                                                 info.loss(), info.batch()));
-  if (store_ != nullptr) {
-    // Durable before the client hears "accepted".
-    *record.mutable_update() = update;
-    TERN_RETURN_IF_ERROR(store_->Append(record));
-  }
   return reply;
+}
+
+absl::Status Aggregator::Unlogged(const v1::UpdateInfo& info, const internal::LoggedUpdate& record,
+                                  const absl::Status& why) {
+  std::shared_ptr<internal::AggregatorCheckpoint> ckpt;
+  uint64_t seq = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    rounds_.Unreply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()));
+    if (record.stale()) {
+      counters_.set_updates_stale(counters_.updates_stale() - 1);
+    } else {
+      counters_.set_updates_accepted(counters_.updates_accepted() - 1);
+    }
+    if (!record.stale() && record.has_eval()) {
+      const v1::Evaluation& e = record.eval();
+      round_eval_.set_examples(round_eval_.examples() - e.examples());
+      round_eval_.set_loss_sum(round_eval_.loss_sum() - e.examples() * e.loss());
+      round_eval_.set_accuracy_sum(round_eval_.accuracy_sum() - e.examples() * e.accuracy());
+      round_eval_.set_clients(round_eval_.clients() - 1);
+    }
+    (void)Refuse(why);
+    // A log that failed a write takes no more appends: a snapshot (holding every update that was
+    // logged) starts a fresh one, once per generation, so that a retry is logged when there is
+    // room again.
+    if (state_seq_ == record.generation()) {
+      ckpt = SnapshotState();
+      seq = state_seq_;
+    }
+  }
+  if (absl::Status s = WriteCheckpoint(std::move(ckpt), seq); !s.ok()) {
+    spdlog::warn("server: a snapshot after a failed log append failed too: {}",
+                 std::string(s.message()));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("the update could not be logged, so it was not "
+                   "counted; send it again (",
+                   why.message(), ")"));
 }
 
 absl::Status Aggregator::Admit(const v1::UpdateInfo& info, const v1::TensorBundle& update,

@@ -71,6 +71,9 @@ struct AggregatorOptions {
   v1::Task task;
   absl::Duration client_timeout = absl::Seconds(30);  // no Fetch for this long: not available
   std::string checkpoint_path;                        // "" = no checkpoint
+  // A damaged checkpoint (or one missing its snapshot or its log) is an error at start; with
+  // this, its files are moved aside and a new run starts.
+  bool fresh_start_if_damaged = false;
   uint64_t max_params = uint64_t{1} << 28;
   int keep_models = 8;  // global models kept for GetModel
   // Federated evaluation: every eval_every-th round (and the last) asks its clients to
@@ -177,6 +180,10 @@ class Aggregator {
                                          uint64_t wire_bytes, double norm, absl::Time now,
                                          internal::LoggedUpdate* record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes back what Decide counted of an update the log could not take (`why`), and returns the
+  // error the client hears.
+  absl::Status Unlogged(const v1::UpdateInfo& info, const internal::LoggedUpdate& record,
+                        const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // Accumulates and counts a logged update again (restore).
   // Tells the downstream which tensors `update` sent exactly in a run whose update codec is
   // lossy (see the .cc).

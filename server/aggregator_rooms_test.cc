@@ -156,9 +156,9 @@ TEST(StateStore, ReadsBackTheNewestSnapshotAndTheUpdatesLoggedAfterIt) {
   ASSERT_TRUE(saved.ok()) << saved.status();
   ASSERT_TRUE(saved->has_value());
   EXPECT_EQ((*saved)->snapshot.round(), 1u);
-  ASSERT_EQ((*saved)->updates.size(), 2u);
-  EXPECT_EQ((*saved)->updates[0].client(), 5u);
-  EXPECT_EQ((*saved)->updates[1].client(), 6u);
+  ASSERT_EQ((*saved)->log.updates.size(), 2u);
+  EXPECT_EQ((*saved)->log.updates[0].client(), 5u);
+  EXPECT_EQ((*saved)->log.updates[1].client(), 6u);
 }
 
 TEST(StateStore, ASnapshotThatDoesNotParseIsDataLoss) {

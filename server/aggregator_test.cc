@@ -17,6 +17,8 @@
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
 #include "kernels/wire.h"
+#include "server/aggregator_fixture.h"
+#include "server/state_store.h"
 #include "server/update_log.h"
 #include "tests/testing/status_matchers.h"
 
@@ -28,106 +30,12 @@ using ::tern::testing::StatusIs;
 using ::tern::testing::ValueOrFailure;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-
-const absl::Time kT0 = absl::FromUnixSeconds(1000);
-
-// A two-tensor model: w [2, 3] and b [3].
-std::vector<ParamTensor> Layout() {
-  ParamTensor w{"w", {2, 3}, 0, 6}, b{"b", {3}, 6, 3};
-  return {w, b};
-}
-const std::vector<float> kX0 = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-std::string TempPath(const std::string& name) {
-  std::string t = absl::StrCat(::testing::TempDir(), "/tern-agg-XXXXXX");
-  char* d = mkdtemp(t.data());
-  return absl::StrCat(d, "/", name);
-}
-
-class AggregatorTest : public ::testing::Test {
- protected:
-  AggregatorTest() : registries_(NewBuiltinServerRegistries()), codecs_(registries_.codecs.get()) {
-    options_.run_id = "r";
-    options_.total_rounds = 5;
-    options_.policy.clients_per_round = 3;
-    options_.policy.min_replies = 3;
-    options_.policy.grace = absl::Seconds(1);
-    options_.policy.deadline = absl::Seconds(10);
-    options_.task.mutable_local()->set_local_epochs(1);
-    options_.task.mutable_local()->set_batch(8);
-    options_.task.mutable_local()->set_lr(0.1f);
-    options_.task.set_update_codec("none");
-  }
-
-  // Creates the aggregator, joins `n` clients, gives it kX0 and opens round 1.
-  std::unique_ptr<Aggregator> Start(int n, absl::Time now = kT0) {
-    auto a = Aggregator::Create(options_, &registries_, now);
-    EXPECT_THAT(a, IsOk());
-    if (!a.ok()) return nullptr;
-    for (int i = 0; i < n; ++i) {
-      v1::JoinRequest j;
-      j.set_run_id("r");
-      j.set_name(absl::StrCat("c", i));
-      j.set_num_samples(10);
-      j.set_client_id(-1);
-      absl::Status s;
-      (*a)->Join(j, now, &s);
-      EXPECT_THAT(s, IsOk());
-    }
-    if ((*a)->layout().empty()) {
-      auto b = FlatToBundle(layout_, x0_);
-      EXPECT_THAT(b, IsOk());
-      if (b.ok()) {
-        EXPECT_THAT((*a)->InitModel(0, *b), IsOk());
-      }
-    }
-    EXPECT_THAT((*a)->Tick(now), IsOk());
-    return *std::move(a);
-  }
-
-  v1::TensorBundle Update(const std::vector<float>& delta, int64_t round,
-                          const std::string& codec = "none") {
-    auto c = codecs_->Create(codec);
-    EXPECT_THAT(c, IsOk());
-    if (!c.ok()) return {};
-    auto b = EncodeFlatToBundle(layout_, delta, **c, EncodeOptions(), nullptr);
-    EXPECT_THAT(b, IsOk());
-    if (!b.ok()) return {};
-    b->set_run_id("r");
-    b->set_round(static_cast<uint64_t>(round));
-    return *b;
-  }
-
-  absl::StatusOr<v1::UpdateReply> Push(Aggregator& a, uint32_t client, int64_t round, double weight,
-                                       const std::vector<float>& delta, absl::Time now = kT0) {
-    v1::UpdateInfo info;
-    info.set_client_id(client);
-    info.set_round(static_cast<uint64_t>(round));
-    info.set_weight(weight);
-    info.set_loss(1.0f);
-    return a.Push(info, Update(delta, round), 100, now);
-  }
-
-  std::vector<float> ModelOf(const Aggregator& a, int64_t round = 0) {
-    auto m = a.Model(round);
-    EXPECT_THAT(m, IsOk());
-    std::vector<float> x(x0_.size());
-    if (!m.ok()) return x;
-    EXPECT_THAT(BundleToFlat(*m->bundle, layout_, *codecs_, absl::MakeSpan(x)), IsOk());
-    return x;
-  }
-
-  ServerRegistries registries_;
-  const CodecRegistry* codecs_;
-  AggregatorOptions options_;
-  std::vector<ParamTensor> layout_ = Layout();
-  std::vector<float> x0_ = kX0;
-};
+using testing_fixture::AggregatorTest;
+using testing_fixture::kT0;
+using testing_fixture::kX0;
+using testing_fixture::Layout;
+using testing_fixture::ReadAll;
+using testing_fixture::TempPath;
 
 TEST_F(AggregatorTest, FedAvgRoundAppliesTheSampleWeightedMeanOfTheUpdates) {
   auto a = Start(3);
@@ -362,19 +270,19 @@ TEST_F(AggregatorTest, AcceptedUpdatesAreAppendedToTheLogAndTheSnapshotWaitsForT
   EXPECT_THAT(Push(*a, 1, 1, 1, std::vector<float>(9, 2.0f)), IsOk());
   // One record each, the snapshot untouched: no copy of every client and the model per update.
   EXPECT_EQ(ReadAll(options_.checkpoint_path), snapshot);
-  internal::AggregatorCheckpoint ckpt;
-  ASSERT_TRUE(ckpt.ParseFromString(snapshot));
+  internal::AggregatorCheckpoint ckpt =
+      ValueOrFailure(StateStore::ParseSnapshot(snapshot, nullptr));
   auto logged = UpdateLog::Read(options_.checkpoint_path, ckpt.generation());
   ASSERT_THAT(logged, IsOk());
-  ASSERT_EQ(logged->size(), 2u);
-  EXPECT_EQ((*logged)[1].client(), 1u);
-  EXPECT_EQ((*logged)[1].round(), 1u);
+  ASSERT_EQ(logged->updates.size(), 2u);
+  EXPECT_EQ(logged->updates[1].client(), 1u);
+  EXPECT_EQ(logged->updates[1].round(), 1u);
   // The round's close takes a new snapshot and starts a fresh log.
   EXPECT_THAT(Push(*a, 2, 1, 1, std::vector<float>(9, 3.0f)), IsOk());
   ASSERT_THAT(a->Tick(kT0 + absl::Seconds(2)), IsOk());
-  ASSERT_TRUE(ckpt.ParseFromString(ReadAll(options_.checkpoint_path)));
+  ckpt = ValueOrFailure(StateStore::ParseSnapshot(ReadAll(options_.checkpoint_path), nullptr));
   EXPECT_EQ(ckpt.round(), 1u);
-  EXPECT_TRUE(ReadRecordLog(UpdateLog::PathFor(options_.checkpoint_path))->empty());
+  EXPECT_TRUE(ReadRecordLog(UpdateLog::PathFor(options_.checkpoint_path))->records.empty());
 }
 
 TEST_F(AggregatorTest, LogRecordsOfAnOlderSnapshotAreNotCountedTwice) {

@@ -93,6 +93,16 @@ absl::StatusOr<ReplyDecision> RoundTracker::Reply(int client, int64_t round, abs
                        std::pow(policy_.staleness_decay, static_cast<double>(age))};
 }
 
+void RoundTracker::Unreply(int client, int64_t round) {
+  if (open_ && round == round_) {
+    replied_.erase(client);
+    const int needed = std::min<int>(policy_.min_replies, static_cast<int>(sampled_.size()));
+    if (static_cast<int>(replied_.size()) < needed) min_reached_ = absl::InfiniteFuture();
+    return;
+  }
+  if (auto it = recent_.find(round); it != recent_.end()) it->second.second.erase(client);
+}
+
 absl::Time RoundTracker::CloseTime() const {
   if (!open_) return absl::InfinitePast();
   const absl::Time hard = opened_ + policy_.deadline;

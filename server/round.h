@@ -70,6 +70,9 @@ class RoundTracker {
   // that never existed or is too old (OutOfRange), a client not sampled in it
   // (PermissionDenied), a second reply (AlreadyExists).
   absl::StatusOr<ReplyDecision> Reply(int client, int64_t round, absl::Time now);
+  // Takes back a reply Reply took (its update could not be made durable), so that the client
+  // may send it again; nothing when that round is no longer open or kept.
+  void Unreply(int client, int64_t round);
 
   // When the open round should close given what arrived so far (InfiniteFuture if never before
   // its deadline), and whether it should close at `now`.

@@ -7,15 +7,17 @@
 
 namespace tern {
 
-absl::StatusOr<std::vector<internal::LoggedUpdate>> UpdateLog::Read(
-    const std::string& checkpoint_path, uint64_t generation) {
+absl::StatusOr<UpdateLog::Contents> UpdateLog::Read(const std::string& checkpoint_path,
+                                                    uint64_t generation) {
   const std::string path = PathFor(checkpoint_path);
-  absl::StatusOr<std::vector<std::string>> records = ReadRecordLog(path);
-  if (!records.ok()) return records.status();
-  std::vector<internal::LoggedUpdate> out;
-  for (size_t i = 0; i < records->size(); ++i) {
+  absl::StatusOr<RecordLogContents> log = ReadRecordLog(path);
+  if (!log.ok()) return log.status();
+  Contents out;
+  out.exists = log->exists;
+  out.torn_bytes = log->torn_bytes;
+  for (size_t i = 0; i < log->records.size(); ++i) {
     internal::LoggedUpdate u;
-    if (!u.ParseFromString((*records)[i])) {
+    if (!u.ParseFromString(log->records[i])) {
       return absl::DataLossError(absl::StrCat(path, ": record ", i, " does not parse"));
     }
     if (u.generation() > generation) {
@@ -24,7 +26,11 @@ absl::StatusOr<std::vector<internal::LoggedUpdate>> UpdateLog::Read(
                                               generation));
     }
     // Older records are in the snapshot already (the server stopped before the rotation).
-    if (u.generation() == generation) out.push_back(std::move(u));
+    if (u.generation() == generation) {
+      out.updates.push_back(std::move(u));
+    } else {
+      ++out.older;
+    }
   }
   return out;
 }

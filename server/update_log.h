@@ -32,9 +32,16 @@ class UpdateLog {
   static std::string PathFor(const std::string& checkpoint_path) {
     return checkpoint_path + ".log";
   }
-  // The records of `generation` in the log beside `checkpoint_path`, in order.
-  static absl::StatusOr<std::vector<internal::LoggedUpdate>> Read(
-      const std::string& checkpoint_path, uint64_t generation);
+  // What the log beside a snapshot of `generation` holds.
+  struct Contents {
+    std::vector<internal::LoggedUpdate> updates;  // of `generation`, in order: to replay
+    size_t older = 0;         // of an older generation: in the snapshot already, skipped
+    uint64_t torn_bytes = 0;  // an incomplete last write (never acknowledged), dropped
+    bool exists = true;       // false: there is no log file
+  };
+  // Reads the log beside `checkpoint_path`; DATA_LOSS for damage (common/record_log.h), a record
+  // that does not parse, or one of a newer generation than the snapshot's.
+  static absl::StatusOr<Contents> Read(const std::string& checkpoint_path, uint64_t generation);
 
   // No file is touched until the first Rotate.
   explicit UpdateLog(std::string checkpoint_path) : path_(PathFor(checkpoint_path)) {}
