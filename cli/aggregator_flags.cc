@@ -14,9 +14,9 @@
 ABSL_DECLARE_FLAG(std::string, checkpoint);       // tern server's (server_cmd.cc)
 ABSL_DECLARE_FLAG(bool, fresh_start_if_damaged);  // tern server's (server_cmd.cc)
 
-ABSL_FLAG(std::string, mode, "gossip",
-          "run: gossip (peer workers) | federated | local-sgd | ps (a server and clients); "
-          "server: federated | local-sgd | ps");
+ABSL_FLAG(std::string, mode, "",
+          "run: gossip (peer workers; the default) | federated | local-sgd | ps (a server and "
+          "clients); server: federated (the default) | local-sgd | ps");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, rounds, 50, "server/run: rounds of the run");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients_per_round, 10,
           "server/run: K, clients sampled per federated round");
@@ -134,7 +134,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   so.listen = absl::GetFlag(FLAGS_listen);
   AggregatorOptions& a = so.aggregator;
   a.run_id = absl::GetFlag(FLAGS_run_id);
-  a.mode = absl::GetFlag(FLAGS_mode) == "gossip" ? "federated" : absl::GetFlag(FLAGS_mode);
+  a.mode = absl::GetFlag(FLAGS_mode).empty() ? "federated" : absl::GetFlag(FLAGS_mode);
   a.min_clients = std::max(1, absl::GetFlag(FLAGS_min_clients).value);
   a.total_rounds = absl::GetFlag(FLAGS_rounds).value;
   a.policy.clients_per_round = absl::GetFlag(FLAGS_clients_per_round).value;

@@ -20,6 +20,7 @@
 #include "clients/flags/flag_types.h"
 #include "clients/flags/service_flags.h"
 #include "clients/flags/train_flags.h"
+#include "common/status_macros.h"
 #include "core/rpc/channel.h"
 #include "spdlog/spdlog.h"
 
@@ -65,6 +66,7 @@ absl::Status CheckClientFlags() {
         " here), one a client; give --partitions=K, the run's clients in all (K >= ", first + n,
         ")"));
   }
+  TERN_RETURN_IF_ERROR(CheckDataFlags());
   return ParseAttack(absl::GetFlag(FLAGS_attack)).status();
 }
 

@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -92,6 +93,7 @@ struct FedRun {
 
 absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
   if (absl::Status a = ParseAttack(absl::GetFlag(FLAGS_attack)).status(); !a.ok()) return a;
+  TERN_RETURN_IF_ERROR(CheckDataFlags());
   run->mode = absl::GetFlag(FLAGS_mode);
   run->n = absl::GetFlag(FLAGS_clients).value;
   run->per = std::max(1, absl::GetFlag(FLAGS_clients_per_process).value);
@@ -476,10 +478,16 @@ int RunFederatedMain(const std::string& self_exe) {
                  registries.codecs.get());
   watch.Run();
   const bool interrupted = cluster.interrupted();
+  cluster.Reap();
+  const std::vector<std::string> failed = cluster.Failures();
   cluster.Finish();
   if (interrupted) {
     std::printf("\ninterrupted; partial results in %s\n", dir.c_str());
     return 130;
+  }
+  if (!failed.empty()) {
+    std::printf("run failed: %s; see %s/*.log\n", absl::StrJoin(failed, "; ").c_str(), dir.c_str());
+    return 1;
   }
   if (watch.evaluated() < run.rounds) {
     std::printf("run did not finish (last round %lld); see %s/*.log\n",

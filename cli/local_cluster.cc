@@ -58,10 +58,21 @@ void LocalCluster::Restart(ChildProcess* child, const std::vector<std::string>& 
   child->log += ".restarted";
   child->pid = Spawn(self_exe_, args, child->log);
   child->alive = child->pid > 0;
+  child->killed = false;
+  child->failure.clear();
 }
 
 void LocalCluster::Kill(ChildProcess* child) {
+  child->killed = true;
   if (child->alive) kill(child->pid, SIGKILL);
+}
+
+std::vector<std::string> LocalCluster::Failures() {
+  std::vector<std::string> out;
+  for (ChildProcess* c : All()) {
+    if (!c->failure.empty()) out.push_back(c->failure);
+  }
+  return out;
 }
 
 absl::StatusOr<std::string> LocalCluster::WaitForAddress(ChildProcess* child,

@@ -55,6 +55,8 @@ class LocalCluster {
                                              const std::string& host = "127.0.0.1");
   // Marks children that exited, saying why; returns how many are alive.
   int Reap();
+  // Why each child that ended unbidden failed (not the ones Kill ended), for the run's verdict.
+  std::vector<std::string> Failures();
 
   void WriteConfig(const v1::RunConfig& config);
   // One row of metrics.jsonl, flushed at once (a reader, or a crash, sees every row).

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -63,10 +64,12 @@ int Reap(std::vector<ChildProcess*> children, bool quiet) {
       c->alive = false;
       const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (!quiet && !clean) {
-        std::fprintf(stderr, "\n%s %d exited (%s %d): %s\n  log: %s\n", c->what.c_str(), c->id,
-                     WIFSIGNALED(status) ? "signal" : "status",
-                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-                     FirstErrorLine(c->log).c_str(), c->log.c_str());
+        const std::string why = absl::StrCat(
+            c->what, " ", c->id, " exited (", WIFSIGNALED(status) ? "signal " : "status ",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+            "): ", FirstErrorLine(c->log));
+        std::fprintf(stderr, "\n%s\n  log: %s\n", why.c_str(), c->log.c_str());
+        if (!c->killed) c->failure = why;
       }
     } else {
       ++alive;

@@ -18,6 +18,8 @@ struct ChildProcess {
   pid_t pid = -1;
   bool alive = false;
   std::string log;
+  bool killed = false;  // SIGKILLed on purpose (fault injection): its end is no failure
+  std::string failure;  // why it ended, when it ended unbidden and not cleanly
 };
 
 // fork + execv(exe, args) with stdout and stderr to `log`; -1 on failure.
@@ -27,7 +29,8 @@ std::string Tail(const std::string& path, size_t bytes = 2000);
 // The line of a child's log that says why it failed: its first error (an error-level log line or
 // a "tern ...:" message), else its last line.
 std::string FirstErrorLine(const std::string& path);
-// Marks children that exited (printing why, unless quiet); returns how many are alive.
+// Marks children that exited (printing why and noting it in `failure`, unless quiet or killed on
+// purpose); returns how many are alive.
 int Reap(std::vector<ChildProcess*> children, bool quiet = false);
 // SIGTERM, up to 15 s to exit, then SIGKILL.
 void StopAll(std::vector<ChildProcess*> children);

@@ -23,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -135,10 +136,7 @@ absl::Status CheckGossipFlags(const WorkerRegistries& registries, GossipRun* run
   TERN_ASSIGN_OR_RETURN(EngineOptions eo, EngineOptionsFromFlags(0, run->n, 1, 1));
   TERN_RETURN_IF_ERROR(RoundEngine::Create(eo, &registries, nullptr).status());
   // What the workers' built-in trainers check at their start, checked here instead.
-  if (absl::Status p = ParsePartition(absl::GetFlag(FLAGS_partition)).status(); !p.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition), ": ", p.message()));
-  }
+  TERN_RETURN_IF_ERROR(CheckDataFlags());
   TERN_ASSIGN_OR_RETURN(run->kills,
                         ParseKillList(absl::GetFlag(FLAGS_kill_worker), "kill_worker", run->n, 0));
   return absl::OkStatus();
@@ -424,7 +422,11 @@ v1::MetricsRow Measure(const GossipRun& run, int64_t step, std::vector<Child>& c
 std::string Unhealthy(const v1::MetricsRow& last, double best_acc, int64_t evaluations) {
   const bool finite = !(last.has_train_loss() && !std::isfinite(last.train_loss())) &&
                       !(last.has_consensus() && !std::isfinite(last.consensus()));
-  return UnhealthyRun(finite, last.test_acc(), best_acc, evaluations);
+  if (std::string why = UnhealthyRun(finite, last.test_acc(), best_acc, evaluations);
+      !why.empty()) {
+    return why;
+  }
+  return DivergedRun(last.consensus());
 }
 
 void PrintRow(const GossipRun& run, const v1::MetricsRow& row, bool tty) {
@@ -465,8 +467,14 @@ std::string GossipRunName() {
 
 }  // namespace
 
+// --mode's default (empty) is a gossip run for `tern run` and federated for `tern server`.
+bool IsGossipRun() {
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  return mode.empty() || mode == "gossip";
+}
+
 absl::Status CheckRunFlags() {
-  if (absl::GetFlag(FLAGS_mode) != "gossip") return CheckFederatedRunFlags();
+  if (!IsGossipRun()) return CheckFederatedRunFlags();
   GossipRun run;
   return CheckGossipFlags(NewBuiltinWorkerRegistries(), &run);
 }
@@ -482,7 +490,7 @@ int RunCommand(const std::vector<std::string>&) {
 }
 
 int RunMain(const std::string& self_exe) {
-  if (absl::GetFlag(FLAGS_mode) != "gossip") return RunFederatedMain(self_exe);
+  if (!IsGossipRun()) return RunFederatedMain(self_exe);
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   GossipRun run;
   if (absl::Status s = CheckGossipFlags(registries, &run); !s.ok()) {
@@ -568,10 +576,17 @@ int RunMain(const std::string& self_exe) {
     completed_step = step;
   }
   const bool interrupted = cluster.interrupted();
+  cluster.Reap();
+  const std::vector<std::string> failed = cluster.Failures();
   cluster.Finish();
   if (interrupted) {
     std::printf("\ninterrupted; partial results in %s\n", dir.c_str());
     return 130;
+  }
+  if (!failed.empty()) {
+    std::printf("run failed: %s; see %s/worker-*.log\n", absl::StrJoin(failed, "; ").c_str(),
+                dir.c_str());
+    return 1;
   }
   if (completed_step != run.total) {
     std::printf("run did not finish (last evaluation at step %lld); see %s/worker-*.log\n",

@@ -60,6 +60,7 @@ absl::StatusOr<SchedulerServerOptions> SchedulerOptionsFromFlags() {
 }  // namespace
 
 absl::Status CheckSchedulerFlags() {
+  TERN_RETURN_IF_ERROR(CheckServingFlags());
   TERN_ASSIGN_OR_RETURN(SchedulerServerOptions o, SchedulerOptionsFromFlags());
   return Membership::Create(o.scheduler, *NewBuiltinTopologyRegistry()).status();
 }

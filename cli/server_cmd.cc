@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -42,6 +43,18 @@ ABSL_FLAG(tern::Double<tern::AtLeast(0)>, linger_s, 10,
 namespace tern {
 
 absl::Status CheckServerFlags() {
+  TERN_RETURN_IF_ERROR(CheckServingFlags());
+  if (const std::string path = absl::GetFlag(FLAGS_checkpoint); !path.empty()) {
+    // Its directory must take the snapshot's temporary file and the log: a server that cannot
+    // write them would acknowledge nothing.
+    const size_t slash = path.rfind('/');
+    const std::string dir =
+        slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--checkpoint=", path, ": cannot write in ",
+                                                     dir, " (", std::strerror(errno), ")"));
+    }
+  }
   TERN_ASSIGN_OR_RETURN(ServerOptions so, ServerOptionsFromFlags());
   const ServerRegistries registries = NewBuiltinServerRegistries();
   TERN_RETURN_IF_ERROR(NormalizeAggregatorOptions(so.aggregator, *registries.codecs).status());

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -86,6 +87,22 @@ absl::Status CheckWorkerFlags() {
   }
   if (!absl::GetFlag(FLAGS_final_model).empty() && trainer_kind != "builtin") {
     return absl::InvalidArgumentError("--final_model needs --trainer=builtin");
+  }
+  TERN_RETURN_IF_ERROR(CheckServingFlags());
+  if (trainer_kind == "builtin") TERN_RETURN_IF_ERROR(CheckDataFlags());
+  const int id = absl::GetFlag(FLAGS_id).value, workers = absl::GetFlag(FLAGS_workers).value;
+  if (id >= workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--id=", id, " is not below --workers=", workers, " (ids are 0-based)"));
+  }
+  if (const std::string peers = absl::GetFlag(FLAGS_peers); !peers.empty()) {
+    const std::vector<std::string> list = absl::StrSplit(peers, ',', absl::SkipEmpty());
+    if (static_cast<int>(list.size()) != workers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peers lists ", list.size(), " addresses for --workers=", workers,
+                       ": one per worker, in id order, its own included"));
+    }
+    for (const std::string& p : list) TERN_RETURN_IF_ERROR(CheckHostPort("peers", p));
   }
   TERN_ASSIGN_OR_RETURN(DaemonOptions options, WorkerDaemonOptionsFromFlags());
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();

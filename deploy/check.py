@@ -31,14 +31,35 @@ def fail(what):
     print("FAIL:", what)
 
 
+# The daemons' state directory on a deploy host. `tern server --check_flags` checks that it can
+# write in its --checkpoint's directory, so the checks run with it under a scratch root.
+STATE = "/var/lib/tern"
+
+
+def under_scratch(text, scratch):
+    """`text` with every path under STATE moved under `scratch` (made, with its directories)."""
+    for m in re.finditer(re.escape(STATE) + r"[^\s\"']*", text):
+        os.makedirs(os.path.dirname(scratch + m.group(0)), exist_ok=True)
+    return text.replace(STATE, scratch + STATE)
+
+
 def check_flags(tern, argv, flagfiles_dir=None, where=""):
-    """Runs `tern ARGV --check_flags`; ARGV[0] is the command."""
+    """Runs `tern ARGV --check_flags`; ARGV[0] is the command. Paths under /var/lib/tern (the
+    host's state directory, which the units, compose volumes and manifests provide) are checked
+    under a scratch root."""
+    scratch = tempfile.mkdtemp(prefix="tern-deploy-check-")
     args = []
     for a in argv:
         if flagfiles_dir and a.startswith("--flagfile=/etc/tern/"):
             a = "--flagfile=" + os.path.join(flagfiles_dir, os.path.basename(a.split("=", 1)[1]))
-        args.append(a)
+        if a.startswith("--flagfile="):
+            copy = os.path.join(scratch, os.path.basename(a.split("=", 1)[1]))
+            with open(a.split("=", 1)[1]) as f, open(copy, "w") as out:
+                out.write(under_scratch(f.read(), scratch))
+            a = "--flagfile=" + copy
+        args.append(under_scratch(a, scratch))
     r = subprocess.run([tern] + args + ["--check_flags"], capture_output=True, text=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     if r.returncode != 0:
         fail(f"{where}: tern {' '.join(args)}: {r.stderr.strip() or r.stdout.strip()}")
     else:

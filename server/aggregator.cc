@@ -111,7 +111,11 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
     o.policy.min_replies = kUnlimited;
   } else if (o.mode != "federated") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown mode '", o.mode, "' (federated, local-sgd, ps)"));
+        absl::StrCat("unknown mode '", o.mode, "' (--mode: federated, local-sgd, ps)"));
+  } else if (o.policy.min_replies > o.policy.clients_per_round) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min_replies=", o.policy.min_replies, " is more than --clients_per_round=",
+                     o.policy.clients_per_round, ": a round could never close on its replies"));
   }
   // The work matches the mode: gradients for ps, local training otherwise.
   if (o.mode == "ps") {
@@ -687,6 +691,10 @@ absl::Status Aggregator::Tick(absl::Time now) {
     // Only between rounds: the set of available clients is O(N) to build, and Tick runs after
     // every push.
     const int needed = counters_.round() == 0 ? options_.min_clients : 1;
+    if (!rounds_.open() && !counters_.done()) {
+      clients_.Forget(now, std::max(options_.forget_clients_after, options_.client_timeout), {});
+      counters_.set_clients_joined(static_cast<uint32_t>(clients_.size()));
+    }
     if (!rounds_.open() && !counters_.done() && clients_.CountAvailable(now) >= needed) {
       std::set<int> available = clients_.Available(now);
       counters_.set_clients_alive(static_cast<uint32_t>(available.size()));

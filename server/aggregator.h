@@ -70,6 +70,9 @@ struct AggregatorOptions {
   // mode: task.gradient for ps, task.local for federated and local-sgd.
   v1::Task task;
   absl::Duration client_timeout = absl::Seconds(30);  // no Fetch for this long: not available
+  // A client that left, or has been silent this long, is forgotten when the next round opens
+  // (it joins again as a new client if it comes back).
+  absl::Duration forget_clients_after = absl::Hours(1);
   std::string checkpoint_path;                        // "" = no checkpoint
   // A damaged checkpoint (or one missing its snapshot or its log) is an error at start; with
   // this, its files are moved aside and a new run starts.

@@ -73,6 +73,27 @@ TEST(ClientBook, ASavedBookRestoresWithItsBindingsAndWhoLeft) {
   EXPECT_THAT(back.Available(kT0), ElementsAre(0));
 }
 
+TEST(ClientBook, ClientsThatLeftOrWentSilentAreForgottenAndTheirIdsNeverGivenAgain) {
+  ClientBook book(absl::Seconds(30));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(book.Join(-1, "", "c", 1, kT0).ok());
+  TERN_ASSERT_OK(book.Leave(0));
+  TERN_ASSERT_OK(book.Heard(1, kT0 + absl::Minutes(50)));
+  TERN_ASSERT_OK(book.Leave(3));
+  // At kT0 + 1 h: 0 and 3 left, 2 silent for an hour; 1 was heard 10 minutes ago. 3 is in the
+  // open round: kept until it closes.
+  EXPECT_EQ(book.Forget(kT0 + absl::Minutes(61), absl::Hours(1), {3}), 2u);
+  EXPECT_EQ(book.size(), 2u);
+  EXPECT_TRUE(book.Has(1) && book.Has(3) && !book.Has(0) && !book.Has(2));
+  // The highest id was forgotten too, yet a newcomer gets a new one, also after a restore.
+  EXPECT_EQ(book.Forget(kT0 + absl::Minutes(61), absl::Hours(1), {}), 1u);
+  EXPECT_EQ(*book.Join(-1, "", "new", 1, kT0), 4u);
+  internal::AggregatorCheckpoint ckpt;
+  book.Save(&ckpt);
+  ClientBook back(absl::Seconds(30));
+  back.Restore(ckpt);
+  EXPECT_EQ(*back.Join(2, "", "old", 1, kT0), 5u);  // a forgotten id asked back: a new one
+}
+
 KeptModel ModelOf(int64_t round) {
   KeptModel m;
   m.round = round;

@@ -1,5 +1,6 @@
 #include "server/client_book.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,8 +26,9 @@ absl::StatusOr<uint32_t> ClientBook::Join(int64_t want, const std::string& princ
     }
     id = old->first;
   } else {
-    id = clients_.empty() ? 0 : clients_.rbegin()->first + 1;
+    id = next_id_;
   }
+  next_id_ = std::max(next_id_, id + 1);
   Client& c = clients_[id];
   c.principal = principal;
   c.name = std::move(name);
@@ -79,7 +81,22 @@ std::set<int> ClientBook::Available(absl::Time now) const {
   return out;
 }
 
+size_t ClientBook::Forget(absl::Time now, absl::Duration after, const std::vector<int>& keep) {
+  size_t forgotten = 0;
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    const bool gone = it->second.left || now - it->second.last_seen > after;
+    if (gone && !std::binary_search(keep.begin(), keep.end(), static_cast<int>(it->first))) {
+      it = clients_.erase(it);
+      ++forgotten;
+    } else {
+      ++it;
+    }
+  }
+  return forgotten;
+}
+
 void ClientBook::Save(internal::AggregatorCheckpoint* ckpt) const {
+  ckpt->set_next_client_id(next_id_);
   for (const auto& [id, c] : clients_) {
     internal::CheckpointClient* p = ckpt->add_clients();
     p->set_id(id);
@@ -91,7 +108,9 @@ void ClientBook::Save(internal::AggregatorCheckpoint* ckpt) const {
 }
 
 void ClientBook::Restore(const internal::AggregatorCheckpoint& ckpt) {
+  next_id_ = std::max(next_id_, ckpt.next_client_id());
   for (const internal::CheckpointClient& c : ckpt.clients()) {
+    next_id_ = std::max(next_id_, c.id() + 1);
     Client& client = clients_[c.id()];
     client.name = c.name();
     client.num_samples = c.num_samples();

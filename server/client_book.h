@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,6 +44,11 @@ class ClientBook {
   // Not left, and heard from within the timeout.
   int CountAvailable(absl::Time now) const;
   std::set<int> Available(absl::Time now) const;
+  // Forgets the clients that left or have been silent for `after`, but those in `keep` (the
+  // open round's): a run that sees many clients come and go holds only the ones still around.
+  // Returns how many were forgotten. A forgotten client that comes back joins as a new one;
+  // ids are never given out twice.
+  size_t Forget(absl::Time now, absl::Duration after, const std::vector<int>& keep);
 
   // Into and out of the aggregator's snapshot (its `clients`).
   void Save(internal::AggregatorCheckpoint* ckpt) const;
@@ -62,6 +68,7 @@ class ClientBook {
 
   const absl::Duration timeout_;
   std::map<uint32_t, Client> clients_;
+  uint32_t next_id_ = 0;  // above every id given out, forgotten ones too
 };
 
 }  // namespace tern

@@ -3,7 +3,9 @@
 #include "clients/flags/service_flags.h"
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "daemons: address to serve on (port 0: any)");
@@ -21,6 +23,24 @@ ABSL_FLAG(bool, plaintext, false,
 namespace tern {
 
 std::string MetricsListenFromFlags() { return absl::GetFlag(FLAGS_metrics_listen); }
+
+absl::Status CheckHostPort(absl::string_view flag, absl::string_view value) {
+  const size_t colon = value.rfind(':');
+  int port = -1;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(value.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", value, ": want HOST:PORT with a port in [0, 65535] (0: any)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckServingFlags() {
+  TERN_RETURN_IF_ERROR(CheckHostPort("listen", absl::GetFlag(FLAGS_listen)));
+  const std::string metrics = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics.empty()) TERN_RETURN_IF_ERROR(CheckHostPort("metrics_listen", metrics));
+  return absl::OkStatus();
+}
 
 std::string ListenWithPort(const std::string& listen, int port) {
   return absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);

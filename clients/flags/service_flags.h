@@ -9,6 +9,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/rpc/security.h"
@@ -33,6 +34,12 @@ std::string MetricsListenFromFlags();
 TlsFiles TlsFromFlags();
 // Channel credentials from those flags, or the error that ends the command.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFlags();
+
+// --listen (HOST:PORT) and --metrics_listen (empty or HOST:PORT): a host and a port in
+// [0, 65535], checked before anything binds.
+absl::Status CheckServingFlags();
+// `value` of --`flag` as HOST:PORT ([IPv6]:PORT too).
+absl::Status CheckHostPort(absl::string_view flag, absl::string_view value);
 
 // `listen` ("HOST:PORT") with the port actually bound (port 0 asked for any).
 std::string ListenWithPort(const std::string& listen, int port);

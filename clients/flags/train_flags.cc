@@ -1,5 +1,7 @@
 #include "clients/flags/train_flags.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include "clients/flags/flag_types.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "core/workload/partition.h"
 
 ABSL_FLAG(std::string, algorithm, "decentlam",
           "training: dpsgd | dmsgd | decentlam | heavy-ball | choco | local-sgd | swarm");
@@ -100,6 +103,25 @@ int BatchFlag() { return absl::GetFlag(FLAGS_batch).value; }
 int ComputeThreadsFlag() { return absl::GetFlag(FLAGS_compute_threads).value; }
 
 void ApplyComputeThreads() { SetComputeThreads(absl::GetFlag(FLAGS_compute_threads).value); }
+
+absl::Status CheckDataFlags() {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  // Fashion-MNIST's shape: a spec's validity does not depend on it.
+  if (absl::Status m = CreateModel(model, 784, 10).status(); !m.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--model=", model, ": ", m.message()));
+  }
+  const std::string partition = absl::GetFlag(FLAGS_partition);
+  if (absl::Status p = ParsePartition(partition).status(); !p.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--partition=", partition, ": ", p.message()));
+  }
+  const std::string data = absl::GetFlag(FLAGS_data);
+  struct stat st;
+  if (!data.empty() && (::stat(data.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data=", data, ": no such directory (Fashion-MNIST's .gz files)"));
+  }
+  return absl::OkStatus();
+}
 
 int64_t CapSteps(int64_t steps) {
   const int64_t cap = absl::GetFlag(FLAGS_max_steps).value;

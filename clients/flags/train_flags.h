@@ -50,6 +50,10 @@ int BatchFlag();
 int ComputeThreadsFlag();
 // --compute_threads into the built-in model's BLAS (once, before any training).
 void ApplyComputeThreads();
+// --model, --partition and --data as the built-in trainer reads them, checked before anything
+// binds or starts: a model spec that builds, a partition spec that parses, a data directory that
+// exists.
+absl::Status CheckDataFlags();
 // `steps` capped by --max_steps.
 int64_t CapSteps(int64_t steps);
 

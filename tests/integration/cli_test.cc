@@ -112,6 +112,38 @@ TEST(Cli, BadValuesFailBeforeAnythingStartsWithTheFlagNamed) {
   EXPECT_THAT(unknown.out, HasSubstr("unknown command 'frobnicate'"));
 }
 
+// What a daemon would otherwise find only after it bound its port (or never): a port past 65535,
+// a mode of the other kind of run, more replies than a round has clients, a checkpoint it cannot
+// write, a model, partition or data directory the trainer cannot use, peers that do not match
+// the workers. Each is a usage error, exit 2, before anything binds.
+TEST(Cli, EveryDaemonRefusesWhatItCannotRunWithBeforeBindingWithExitTwo) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"server", "--listen=127.0.0.1:99999"},
+      {"server", "--mode=gossip"},
+      {"server", "--min_replies=50", "--clients_per_round=10"},
+      {"server", "--checkpoint=/nonexistent/dir/ckpt"},
+      {"server", "--metrics_listen=nohost"},
+      {"scheduler", "--max_waiting_calls=-1"},
+      {"scheduler", "--listen=127.0.0.1:99999"},
+      {"worker", "--listen=nonsense"},
+      {"worker", "--model=mlp:hidden=0x"},
+      {"worker", "--partition=dirichlet:alpha=-1"},
+      {"worker", "--data=/nonexistent"},
+      {"worker", "--peers=127.0.0.1:1,127.0.0.1:2", "--workers=3"},
+      {"worker", "--id=3", "--workers=3"},
+      {"client", "--server=127.0.0.1:1", "--model=foo"},
+      {"run", "--data=/nonexistent"},
+      {"run", "--mode=federated", "--model=foo"},
+  };
+  for (const std::vector<std::string>& args : bad) {
+    const Result r = Tern(args);
+    EXPECT_EQ(r.code, 2) << args[1] << ": " << r.out;
+    const std::string flag = args.back().substr(0, args.back().find('='));
+    EXPECT_THAT(r.out, HasSubstr(flag)) << r.out;
+    EXPECT_THAT(r.out, Not(HasSubstr("on port"))) << r.out;  // what a daemon serving says
+  }
+}
+
 // --check_flags says "good" only of flags the command itself would start with: it runs the same
 // checks, so a value the run refuses is refused here with the same message and exit code.
 TEST(Cli, CheckFlagsRefusesWhatTheRunRefuses) {

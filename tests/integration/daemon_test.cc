@@ -57,10 +57,10 @@ TEST(TernRun, ShortRunOfFourWorkerProcessesConverges) {
 // each bucket has its own rounds; the run converges as one without, with the same payload.
 TEST(TernRun, ABucketedRunConvergesAndSendsWhatAWholeModelRunSends) {
   const std::string dir = MakeTempDir();
-  pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
-                     "--algorithm=dpsgd", "--codec=none", "--bucket_mb=0.01", "--log_level=warn",
-                     "--out=" + dir},
-                    dir + "/run.log");
+  pid_t pid = Spawn(
+      {"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1", "--algorithm=dpsgd",
+       "--codec=none", "--bucket_mb=0.01", "--log_level=warn", "--out=" + dir},
+      dir + "/run.log");
   ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
   EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
   const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
@@ -118,6 +118,20 @@ TEST(TernRun, AQuarterOfTheWorkersKilledWithTheSchedulerLeavesOneRingInConsensus
   // Worker 1 ends up mixing with 0 and 3 (2 is gone): the repaired ring.
   const std::string steps = ReadText(dir + "/worker-1.steps.jsonl");
   EXPECT_NE(steps.find("\"mixed_ids\":[0,3]"), std::string::npos);
+}
+
+// The same two kills without the scheduler split the static ring in two halves that drift apart:
+// the run trains on, but it is not done, and its last line says why.
+TEST(TernRun, ARingSplitByTwoKillsWithoutTheSchedulerIsAFailedRunSayingWhy) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn({"run", "--workers=8", "--epochs=3", "--evals_per_epoch=1", "--round_timeout=5",
+                     "--kill_worker=2@60,5@60", "--log_level=warn", "--out=" + dir},
+                    dir + "/run.log");
+  EXPECT_EQ(Wait(pid), 1) << ReadText(dir + "/run.log");
+  const std::string log = ReadText(dir + "/run.log");
+  const std::string last = log.substr(log.rfind("run failed"));
+  EXPECT_THAT(last, HasSubstr("the workers' models disagree at the end")) << log;
+  EXPECT_GT(Last(dir, "consensus"), 0.5);
 }
 
 size_t MetricLines(const std::string& dir) {

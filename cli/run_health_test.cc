@@ -1,0 +1,31 @@
+// What `tern run` calls a failed run: not finite, collapsed, fallen far below its own best, or (a
+// gossip run) workers that do not hold one model at the end.
+#include "cli/run_health.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tern {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+TEST(RunHealth, AHealthyRunAndRoundToRoundNoiseAreDone) {
+  EXPECT_THAT(UnhealthyRun(true, 0.8675, 0.8690, 20), IsEmpty());
+  EXPECT_THAT(UnhealthyRun(true, 0.80, 0.88, 20), IsEmpty());  // 8 points: noise of a non-IID run
+  EXPECT_THAT(UnhealthyRun(true, 0.12, 0.12, 3), IsEmpty());   // early: nothing learned yet
+  EXPECT_THAT(DivergedRun(3.6e-4), IsEmpty());
+}
+
+TEST(RunHealth, NotFiniteCollapsedOrFallenFarBelowItsBestIsAFailureSayingWhich) {
+  EXPECT_THAT(UnhealthyRun(false, 0.5, 0.8, 5), HasSubstr("no longer finite"));
+  EXPECT_THAT(UnhealthyRun(true, 0.10, 0.80, 5), HasSubstr("collapsed"));
+  // One poisoned message into a run that reached 85.75 %: 53.25 % at the end.
+  EXPECT_THAT(UnhealthyRun(true, 0.5325, 0.8575, 20), HasSubstr("fell from its best 85.75%"));
+  // A ring split by two kills.
+  EXPECT_THAT(DivergedRun(3.40), HasSubstr("disagree at the end (consensus 3.4"));
+}
+
+}  // namespace
+}  // namespace tern
