@@ -227,8 +227,13 @@ absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const Gos
         absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
     for (std::string& a : SharedTrainFlagArgs()) args.push_back(std::move(a));
     if (!scheduler.empty()) args.push_back("--scheduler=" + scheduler);
-    // --worker_hosts in namespaces this run made for itself (bench/faults): a private network.
-    if (!IsLoopback(hosts[i] + ":0")) args.push_back("--plaintext");
+    // --worker_hosts in namespaces this run made for itself (bench/faults): a private network,
+    // from which the launcher reads the workers' snapshots and counters (Trainer service) as
+    // itself, or as anyone there when the run has no certificates.
+    if (!IsLoopback(hosts[i] + ":0")) {
+      args.push_back("--plaintext");
+      args.push_back(absl::GetFlag(FLAGS_tls) ? "--trainer_names=launcher" : "--trainer_names=*");
+    }
     for (std::string& a : cluster.TlsArgs(absl::StrCat("worker-", i))) args.push_back(std::move(a));
     ::unlink(absl::StrCat(dir, "/worker-", i, ".port").c_str());
     children[i].proc =

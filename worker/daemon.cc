@@ -92,6 +92,7 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
           TrainerServiceOptions{
               .max_bundle_bytes = options_.max_bundle_bytes,
               .max_params = options_.engine.max_params,
+              .trainer_names = options_.trainer_names,
               .post = [this](std::function<void(bool)> job) { Post(std::move(job)); }},
           trainer_port_.get(), segment_.get(), engine_.get(), codecs_)) {}
 

@@ -65,6 +65,9 @@ struct DaemonOptions {
   // server authenticates. Clients of the run's aggregator hold certificates of the same CA:
   // this keeps them out of the gossip.
   std::vector<std::string> peer_names;
+  // Who may call its Trainer service (Register, Step, Snapshot, Stats, the shared segment's
+  // calls): names as peer_names, "*" anyone; empty: callers on this host alone.
+  std::vector<std::string> trainer_names;
   // How this worker's pushes to its peers spread over connections (--push_stripes).
   PushStriping striping;
 };

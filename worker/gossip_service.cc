@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -17,6 +18,12 @@
 #include "spdlog/spdlog.h"
 
 namespace tern {
+namespace {
+
+// Between a push's host and its caller's name in a stripe join's caller (hosts hold no spaces).
+constexpr char kCallerSeparator[] = " ";
+
+}  // namespace
 
 // SwarmSGD: read the caller's model, answer with ours (RoundEngine::HandleSwap).
 class GossipService::SwapCall final
@@ -24,7 +31,9 @@ class GossipService::SwapCall final
                                   v1::BundleChunk> {
  public:
   SwapCall(GossipService* g, grpc::CallbackServerContext* ctx)
-      : ChunkedRequestReader(g->options_.max_bundle_bytes, "bundle"), g_(g) {
+      : ChunkedRequestReader(g->options_.max_bundle_bytes, "bundle"),
+        g_(g),
+        principal_(PrincipalOf(*ctx)) {
     if (absl::Status c = g->Caller(*ctx); !c.ok()) {
       g->engine_->CountRefused(c);
       spdlog::warn("worker {}: refused a swap: {}", g->options_.worker_id, c.ToString());
@@ -40,6 +49,11 @@ class GossipService::SwapCall final
     StartReading(stream_.get());
   }
   void OnBundle(v1::TensorBundle bundle) override {
+    if (absl::Status who = g_->CheckSender(principal_, bundle); !who.ok()) {
+      g_->engine_->CountRefused(who);
+      Fail(who);
+      return;
+    }
     absl::StatusOr<v1::TensorBundle> reply =
         g_->engine_->HandleSwap(std::move(bundle), wire_bytes());
     absl::StatusOr<std::vector<v1::BundleChunk>> chunks =
@@ -62,6 +76,7 @@ class GossipService::SwapCall final
 
  private:
   GossipService* const g_;
+  const std::string principal_;
   std::unique_ptr<StreamLimits::Stream> stream_;
   std::vector<v1::BundleChunk> out_;
   size_t next_ = 0;
@@ -120,7 +135,7 @@ class GossipService::PushCall final : public grpc::ServerReadReactor<grpc::ByteB
       Refuse(got->status());
       return;
     }
-    Answer(g_->DeliverPushed(*std::move(got), wire_bytes_, &scans_));
+    Answer(g_->DeliverPushed(PrincipalOf(*ctx_), *std::move(got), wire_bytes_, &scans_));
   }
   void JoinDone(const absl::Status& outcome) override { Answer(outcome); }
   // A stream waiting on its join's other stripes has no read to fail: it answers here.
@@ -145,7 +160,7 @@ class GossipService::PushCall final : public grpc::ServerReadReactor<grpc::ByteB
   void Striped(RawChunk chunk) {
     if (join_ == nullptr) {
       absl::StatusOr<std::shared_ptr<StripeJoin>> join = joins_->Attach(
-          absl::StrCat(PeerHost(ctx_->peer()), " ", PrincipalOf(*ctx_)), chunk.header);
+          absl::StrCat(PeerHost(ctx_->peer()), kCallerSeparator, PrincipalOf(*ctx_)), chunk.header);
       if (!join.ok()) {
         Refuse(join.status());
         return;
@@ -221,8 +236,10 @@ GossipService::GossipService(GossipServiceOptions options, RoundEngine* engine,
       limits_(limits),
       codecs_(codecs),
       joins_(codecs, options_.max_bundle_bytes,
-             [this](absl::StatusOr<ReceivedBundle> got, uint64_t wire_bytes, PayloadScans* scans) {
-               return DeliverPushed(std::move(got), wire_bytes, scans);
+             [this](const std::string& caller, absl::StatusOr<ReceivedBundle> got,
+                    uint64_t wire_bytes, PayloadScans* scans) {
+               return DeliverPushed(caller.substr(caller.find(kCallerSeparator) + 1),
+                                    std::move(got), wire_bytes, scans);
              }) {}
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* GossipService::Push(grpc::CallbackServerContext* ctx,
@@ -243,13 +260,35 @@ absl::Status GossipService::Caller(const grpc::ServerContextBase& ctx) const {
                    absl::StrJoin(options_.peer_names, ","), ")"));
 }
 
+absl::Status GossipService::CheckSender(const std::string& principal,
+                                        const v1::TensorBundle& bundle) const {
+  if (options_.peer_names.empty()) return absl::OkStatus();
+  const size_t digits = principal.find_last_not_of("0123456789") + 1;
+  int bound = -1;
+  if (digits == principal.size() || !absl::SimpleAtoi(principal.substr(digits), &bound)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("'", principal, "' binds to no worker id: under --peer_names a caller's name ",
+                     "ends in the id of the worker it is (worker-3)"));
+  }
+  if (bundle.sender() != absl::StrCat(bound)) {
+    return absl::PermissionDeniedError(absl::StrCat("'", principal, "' sent as worker '",
+                                                    bundle.sender(), "'; its name makes it worker ",
+                                                    bound));
+  }
+  return absl::OkStatus();
+}
+
 void GossipService::RefusedStream(const absl::Status& s) {
   engine_->CountRefused(s);
   spdlog::warn("worker {}: refused a gossip stream: {}", options_.worker_id, s.ToString());
 }
 
-absl::Status GossipService::DeliverPushed(absl::StatusOr<ReceivedBundle> got, uint64_t wire_bytes,
+absl::Status GossipService::DeliverPushed(const std::string& principal,
+                                          absl::StatusOr<ReceivedBundle> got, uint64_t wire_bytes,
                                           PayloadScans* scans) {
+  if (got.ok()) {
+    if (absl::Status who = CheckSender(principal, got->bundle); !who.ok()) got = who;
+  }
   if (!got.ok()) {
     RefusedStream(got.status());
     return got.status();

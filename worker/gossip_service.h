@@ -32,7 +32,9 @@ namespace tern {
 struct GossipServiceOptions {
   int worker_id = 0;                                // for the log
   uint64_t max_bundle_bytes = uint64_t{512} << 20;  // largest message accepted, serialized
-  // Who may gossip in (each a name or a prefix ending in '*'); empty: anyone authenticated.
+  // Who may gossip in (each a name or a prefix ending in '*'); empty: anyone authenticated. With
+  // names, each caller's name binds it to one worker id, the number it ends in (worker-3: 3), and
+  // it may send as that worker alone.
   std::vector<std::string> peer_names;
 };
 
@@ -53,12 +55,15 @@ class GossipService final : public v1::Gossip::WithCallbackMethod_Swap<
 
   // OK when the call's caller may gossip into this worker (peer_names); PERMISSION_DENIED else.
   absl::Status Caller(const grpc::ServerContextBase& ctx) const;
+  // What a caller of `principal` may send as: PERMISSION_DENIED when `bundle`'s sender is not
+  // the worker its name binds it to (under peer_names; anything goes without them).
+  absl::Status CheckSender(const std::string& principal, const v1::TensorBundle& bundle) const;
   // Counts and logs a Push refused before its bundle reached the engine.
   void RefusedStream(const absl::Status& s);
   // A pushed bundle (or why there is none) to the engine: what the pusher is answered. A refusal
   // is counted and logged here, once per push however many streams carried it.
-  absl::Status DeliverPushed(absl::StatusOr<ReceivedBundle> got, uint64_t wire_bytes,
-                             PayloadScans* scans);
+  absl::Status DeliverPushed(const std::string& principal, absl::StatusOr<ReceivedBundle> got,
+                             uint64_t wire_bytes, PayloadScans* scans);
 
   const GossipServiceOptions options_;
   RoundEngine* const engine_;

@@ -154,7 +154,7 @@ void StripeJoin::Decide(absl::StatusOr<ReceivedBundle> got) {
   // The scans are read only with a complete bundle, which the feeding thread (this one) decides;
   // a failure may be decided while another thread feeds, so it gets none.
   const absl::Status outcome =
-      owner_->outcome_(std::move(got), wire_bytes, complete ? &scans_ : nullptr);
+      owner_->outcome_(key_.first, std::move(got), wire_bytes, complete ? &scans_ : nullptr);
   std::vector<StripeMember*> waiting;
   {
     absl::MutexLock lock(&mu_);

@@ -53,9 +53,11 @@ class StripeJoin;
 
 class StripeJoins {
  public:
-  // Takes the complete bundle (or why there is none) and returns what the members answer.
-  using Outcome = std::function<absl::Status(absl::StatusOr<ReceivedBundle> bundle,
-                                             uint64_t wire_bytes, PayloadScans* scans)>;
+  // Takes the complete bundle (or why there is none) of `caller`'s push (as Attach had it) and
+  // returns what the members answer.
+  using Outcome =
+      std::function<absl::Status(const std::string& caller, absl::StatusOr<ReceivedBundle> bundle,
+                                 uint64_t wire_bytes, PayloadScans* scans)>;
 
   // `codecs` must outlive this; so must every join (each member ends before the daemon's
   // server, and so before this).

@@ -73,7 +73,8 @@ struct Fixture {
   Fixture()
       : codecs(NewBuiltinCodecRegistry()),
         joins(codecs.get(), uint64_t{1} << 30,
-              [this](absl::StatusOr<ReceivedBundle> got, uint64_t wire, PayloadScans* scans) {
+              [this](const std::string&, absl::StatusOr<ReceivedBundle> got, uint64_t wire,
+                     PayloadScans* scans) {
                 ++outcomes;
                 wire_bytes = wire;
                 had_scans = scans != nullptr;

@@ -4,12 +4,16 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/chunking.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
+#include "core/rpc/auth.h"
 #include "core/rpc/chunk_stream.h"
 #include "core/rpc/chunked_request.h"
 #include "core/rpc/status.h"
+#include "spdlog/spdlog.h"
 
 namespace tern {
 namespace {
@@ -146,25 +150,66 @@ class TrainerService::SnapshotCall final : public grpc::ServerWriteReactor<v1::S
   size_t next_ = 0;
 };
 
-grpc::ServerReadReactor<v1::RegisterRequest>* TrainerService::Register(grpc::CallbackServerContext*,
-                                                                       v1::RegisterReply* reply) {
+namespace {
+
+// A call refused before it started: finishes with `why` and goes.
+template <typename Reactor>
+class RefusedCall final : public Reactor {
+ public:
+  explicit RefusedCall(const absl::Status& why) { this->Finish(ToGrpcStatus(why)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+absl::Status TrainerService::Caller(const grpc::CallbackServerContext& ctx) const {
+  const std::string who = PrincipalOf(ctx);
+  const bool allowed = options_.trainer_names.empty()
+                           ? IsLocalPeer(ctx.peer())
+                           : PrincipalAllowed(options_.trainer_names, who);
+  if (allowed) return absl::OkStatus();
+  const absl::Status refused = absl::PermissionDeniedError(absl::StrCat(
+      "'", who, "' (", ctx.peer(), ") is not this worker's trainer: ",
+      options_.trainer_names.empty()
+          ? std::string("only a caller on its host may be (--trainer_names names others)")
+          : absl::StrCat("--trainer_names=", absl::StrJoin(options_.trainer_names, ","))));
+  engine_->CountRefused(refused);
+  spdlog::warn("trainer service: refused a call: {}", std::string(refused.message()));
+  return refused;
+}
+
+grpc::ServerReadReactor<v1::RegisterRequest>* TrainerService::Register(
+    grpc::CallbackServerContext* ctx, v1::RegisterReply* reply) {
+  if (absl::Status c = Caller(*ctx); !c.ok()) {
+    return new RefusedCall<grpc::ServerReadReactor<v1::RegisterRequest>>(c);
+  }
   return new RegisterCall(this, reply);
 }
 
 grpc::ServerBidiReactor<v1::StepRequest, v1::StepReply>* TrainerService::Step(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* ctx) {
+  if (absl::Status c = Caller(*ctx); !c.ok()) {
+    return new RefusedCall<grpc::ServerBidiReactor<v1::StepRequest, v1::StepReply>>(c);
+  }
   return new StepCall(this);
 }
 
 grpc::ServerWriteReactor<v1::SnapshotReply>* TrainerService::Snapshot(
-    grpc::CallbackServerContext*, const v1::SnapshotRequest* request) {
+    grpc::CallbackServerContext* ctx, const v1::SnapshotRequest* request) {
+  if (absl::Status c = Caller(*ctx); !c.ok()) {
+    return new RefusedCall<grpc::ServerWriteReactor<v1::SnapshotReply>>(c);
+  }
   return new SnapshotCall(engine_, *request);
 }
 
 grpc::ServerUnaryReactor* TrainerService::Stats(grpc::CallbackServerContext* ctx,
                                                 const v1::StatsRequest*, v1::WorkerStats* reply) {
-  *reply = engine_->Stats();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (absl::Status c = Caller(*ctx); !c.ok()) {
+    reactor->Finish(ToGrpcStatus(c));
+    return reactor;
+  }
+  *reply = engine_->Stats();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
@@ -173,6 +218,10 @@ grpc::ServerUnaryReactor* TrainerService::OpenSharedMemory(grpc::CallbackServerC
                                                            const v1::OpenSharedMemoryRequest*,
                                                            v1::SharedMemoryInfo* reply) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (absl::Status c = Caller(*ctx); !c.ok()) {
+    reactor->Finish(ToGrpcStatus(c));
+    return reactor;
+  }
   options_.post([segment = segment_, reactor, reply](bool cancelled) {
     if (cancelled) {
       reactor->Finish(Unavailable());
@@ -189,6 +238,10 @@ grpc::ServerUnaryReactor* TrainerService::StepShared(grpc::CallbackServerContext
                                                      const v1::StepInfo* request,
                                                      v1::StepResult* reply) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (absl::Status c = Caller(*ctx); !c.ok()) {
+    reactor->Finish(ToGrpcStatus(c));
+    return reactor;
+  }
   options_.post([segment = segment_, reactor, request, reply](bool cancelled) {
     if (cancelled) {
       reactor->Finish(Unavailable());

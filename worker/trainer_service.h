@@ -24,6 +24,10 @@ namespace tern {
 struct TrainerServiceOptions {
   uint64_t max_bundle_bytes = uint64_t{512} << 20;  // largest registration or gradient, serialized
   uint64_t max_params = uint64_t{1} << 28;          // largest model a trainer may register
+  // Who may call it (each a name or a prefix ending in '*', "*" anyone); empty: callers on this
+  // host's loopback or a Unix socket alone. A trainer is one process beside its worker: nobody
+  // else steps it, reads its model or its counters.
+  std::vector<std::string> trainer_names;
   // Runs `job(false)` on the round loop under the port's lock, or `job(true)` at once when the
   // worker is shutting down (WorkerDaemon::Post).
   std::function<void(std::function<void(bool cancelled)> job)> post;
@@ -54,6 +58,9 @@ class TrainerService final : public v1::Trainer::CallbackService {
                                        const v1::StepInfo* request, v1::StepResult* reply) override;
 
  private:
+  // OK when the call's caller may use this service (trainer_names); PERMISSION_DENIED else.
+  absl::Status Caller(const grpc::CallbackServerContext& ctx) const;
+
   class RegisterCall;
   class StepCall;
   class SnapshotCall;

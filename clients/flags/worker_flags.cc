@@ -20,6 +20,10 @@ ABSL_FLAG(std::string, peer_names, "",
           "worker: who may gossip into it, comma-separated names its callers authenticate as "
           "(certificate common name or token holder), a trailing * a prefix (worker-*); empty: "
           "anyone with a certificate from --tls_ca or a token in --tokens");
+ABSL_FLAG(std::string, trainer_names, "",
+          "worker: who may call its Trainer service (register and step a model, read its snapshots "
+          "and counters), comma-separated names as --peer_names, '*' anyone; empty: callers on "
+          "this host's loopback or Unix socket alone");
 ABSL_FLAG(tern::Int<tern::In(1, 16)>, push_stripes, 2,
           "worker: a gossip message of 8 MiB or more goes to a peer over this many streams at "
           "once, each on a connection of its own (1: one stream); one connection moves bytes "
@@ -76,6 +80,8 @@ absl::StatusOr<DaemonOptions> WorkerDaemonOptionsFromFlags() {
   options.metrics_listen = MetricsListenFromFlags();
   options.tls = TlsFromFlags();
   options.peer_names = absl::StrSplit(absl::GetFlag(FLAGS_peer_names), ',', absl::SkipEmpty());
+  options.trainer_names =
+      absl::StrSplit(absl::GetFlag(FLAGS_trainer_names), ',', absl::SkipEmpty());
   options.striping.stripes =
       std::clamp(absl::GetFlag(FLAGS_push_stripes).value, 1, static_cast<int>(kMaxStripes));
   return options;

@@ -1,12 +1,12 @@
 #include "core/rpc/auth.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <map>
@@ -76,8 +76,8 @@ absl::Time NotAfter(X509* cert) {
   return absl::FromTimeT(timegm(&t));
 }
 
-absl::StatusOr<absl::flat_hash_map<std::string, std::string>> ParseTokens(
-    const std::string& path, absl::string_view text) {
+absl::StatusOr<absl::flat_hash_map<std::string, std::string>> ParseTokens(const std::string& path,
+                                                                          absl::string_view text) {
   absl::flat_hash_map<std::string, std::string> names;  // digest -> holder
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -124,6 +124,14 @@ std::string PrincipalOf(const grpc::ServerContextBase& context) {
   if (auth == nullptr) return "";
   const std::vector<grpc::string_ref> v = auth->FindPropertyValues(kPrincipalProperty);
   return v.empty() ? std::string() : std::string(v.front().data(), v.front().size());
+}
+
+bool IsLocalPeer(const std::string& peer) {
+  // gRPC's in-process transport (a server's InProcessChannel) names no peer: "unknown".
+  return peer == "unknown" || absl::StartsWith(peer, "inproc") || absl::StartsWith(peer, "unix:") ||
+         absl::StartsWith(peer, "ipv4:127.") || absl::StartsWith(peer, "ipv6:[::1]") ||
+         absl::StartsWith(peer, "ipv6:[::ffff:127.") || absl::StartsWith(peer, "ipv6:%5B::1%5D") ||
+         absl::StartsWith(peer, "ipv6:%5B::ffff:127.");
 }
 
 bool PrincipalAllowed(const std::vector<std::string>& patterns, const std::string& principal) {
@@ -342,9 +350,9 @@ grpc::Status CallAuthenticator::Process(const InputMetadata& auth_metadata,
     const std::vector<grpc::string_ref> v = context->FindPropertyValues(property);
     return v.empty() ? std::string() : std::string(v.front().data(), v.front().size());
   };
-  absl::StatusOr<std::string> holder = Authenticate(
-      authorization, first(GRPC_X509_PEM_CERT_PROPERTY_NAME),
-      first(GRPC_X509_PEM_CERT_CHAIN_PROPERTY_NAME));
+  absl::StatusOr<std::string> holder =
+      Authenticate(authorization, first(GRPC_X509_PEM_CERT_PROPERTY_NAME),
+                   first(GRPC_X509_PEM_CERT_CHAIN_PROPERTY_NAME));
   if (!holder.ok()) {
     spdlog::warn("refused a call: {}", std::string(holder.status().message()));
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(holder.status().message()));

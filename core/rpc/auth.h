@@ -48,6 +48,10 @@ std::string PrincipalOf(const grpc::ServerContextBase& context);
 // No patterns: anyone.
 bool PrincipalAllowed(const std::vector<std::string>& patterns, const std::string& principal);
 
+// Whether a call's peer (grpc's "ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:...") is on this
+// host's loopback, a Unix socket, or in this process (gRPC's in-process transport).
+bool IsLocalPeer(const std::string& peer);
+
 struct AuthOptions {
   std::string ca;      // PEM CA bundle client certificates must chain to; "" takes none
   std::string tokens;  // tokens file; "" takes no tokens

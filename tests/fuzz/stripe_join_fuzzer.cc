@@ -82,19 +82,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto chunks = std::make_shared<std::vector<v1::BundleChunk>>(*ChunkBundle(sent, 5, chunk_bytes));
   int outcomes = 0;
   bool got_sent = false;
-  StripeJoins joins(codecs.get(), 1 << 20,
-                    [&](absl::StatusOr<ReceivedBundle> got, uint64_t, PayloadScans*) {
-                      if (++outcomes > 1) std::abort();  // decided twice
-                      if (!got.ok()) return got.status();
-                      for (size_t i = 0; i < got->in_place.size(); ++i) {
-                        if (got->in_place[i].empty()) continue;
-                        got->bundle.mutable_tensors(static_cast<int>(i))
-                            ->mutable_tensor()
-                            ->set_payload(got->in_place[i].Flatten());
-                      }
-                      got_sent = got->bundle.SerializeAsString() == sent.SerializeAsString();
-                      return absl::OkStatus();
-                    });
+  StripeJoins joins(
+      codecs.get(), 1 << 20,
+      [&](const std::string&, absl::StatusOr<ReceivedBundle> got, uint64_t, PayloadScans*) {
+        if (++outcomes > 1) std::abort();  // decided twice
+        if (!got.ok()) return got.status();
+        for (size_t i = 0; i < got->in_place.size(); ++i) {
+          if (got->in_place[i].empty()) continue;
+          got->bundle.mutable_tensors(static_cast<int>(i))
+              ->mutable_tensor()
+              ->set_payload(got->in_place[i].Flatten());
+        }
+        got_sent = got->bundle.SerializeAsString() == sent.SerializeAsString();
+        return absl::OkStatus();
+      });
   std::vector<Member> m(k);
   std::vector<std::vector<size_t>> mine(k);  // chunk indices of each stripe
   for (size_t i = 0; i < chunks->size(); ++i) mine[i % k].push_back(i);

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/chunking.h"
 #include "core/rpc/channel.h"
 #include "core/rpc/security.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -331,7 +332,9 @@ TEST(Security, EveryWrongCredentialIsRefusedWithItsReasonWhileTheRunGoesOn) {
   const std::string dir = MakeTempDir();
   const std::string certs = dir + "/certs", other = dir + "/other";
   for (const auto& [args, log] : std::vector<std::pair<std::vector<std::string>, std::string>>{
-           {{"certs", "--out=" + certs, "--names=server,client,mallory,worker-0"}, "c1"},
+           {{"certs", "--out=" + certs,
+             "--names=server,client,mallory,worker-0,worker-1,worker-2,trainer-0"},
+            "c1"},
            {{"certs", "--out=" + certs, "--names=expired", "--days=0"}, "c2"},
            {{"certs", "--out=" + other, "--names=client"}, "c3"},
            {{"tokens", "--out=" + certs, "--names=client-t,spy"}, "c4"}}) {
@@ -494,36 +497,105 @@ TEST(Security, EveryWrongCredentialIsRefusedWithItsReasonWhileTheRunGoesOn) {
     EXPECT_NE(metrics->find(line), std::string::npos) << line << "\n" << *metrics;
   }
 
-  // A worker that takes gossip from worker-* only: a client's certificate from the same CA is
-  // refused; a worker's gets past the check (to the message's own checks).
+  // A worker that takes gossip from worker-* only, each as the worker its name says, and trainer
+  // calls from trainer-0 only: a client's certificate from the same CA is refused everywhere; a
+  // worker's gets past the check (to the message's own checks) when it sends as itself.
   daemons.Add(Spawn(With({"worker", "--id=0", "--workers=2", "--listen=127.0.0.1:0",
                           "--port_file=" + dir + "/w0.port", "--peers_file=" + dir + "/none.txt",
-                          "--peer_names=worker-*"},
+                          "--peer_names=worker-*", "--trainer_names=trainer-0"},
                          cert("worker-0")),
                     dir + "/w0.log"));
   const int w0 = WaitForPort(dir + "/w0.port");
   ASSERT_GT(w0, 0) << ReadText(dir + "/w0.log");
-  auto gossip = [&](const std::string& who) {
+  auto channel_as = [&](const std::string& who) {
     auto creds = ChannelCredentialsFor(files(certs, who));
     EXPECT_TRUE(creds.ok()) << creds.status();
-    auto stub = v1::Gossip::NewStub(
-        MakeChannel(absl::StrCat("127.0.0.1:", w0), ChannelKind::kDefault, *creds));
+    return MakeChannel(absl::StrCat("127.0.0.1:", w0), ChannelKind::kDefault, *creds);
+  };
+  // A whole message as worker `sender` (the engine's checks come after the caller's).
+  auto gossip = [&](const std::string& who, const std::string& sender) {
+    auto stub = v1::Gossip::NewStub(channel_as(who));
     grpc::ClientContext c;
     Deadline(&c);
     v1::PushReply reply;
     auto writer = stub->Push(&c, &reply);
-    v1::BundleChunk chunk;
-    chunk.set_total_size(4);
-    chunk.set_data("junk");
-    writer->Write(chunk);
+    v1::TensorBundle b;
+    b.set_run_id("tern");
+    b.set_sender(sender);
+    b.set_round(1);
+    absl::StatusOr<std::vector<v1::BundleChunk>> chunks = ChunkBundle(b, 1);
+    EXPECT_TRUE(chunks.ok()) << chunks.status();
+    for (const v1::BundleChunk& chunk : *chunks) writer->Write(chunk);
     writer->WritesDone();
     return writer->Finish();
   };
-  expect(gossip("client"), StatusCode::PERMISSION_DENIED, "'client' may not gossip",
+  expect(gossip("client", "1"), StatusCode::PERMISSION_DENIED, "'client' may not gossip",
          "a client's certificate gossips");
-  const grpc::Status peer = gossip("worker-0");
+  // worker-2 matches worker-* but may not speak for worker 1.
+  expect(gossip("worker-2", "1"), StatusCode::PERMISSION_DENIED,
+         "'worker-2' sent as worker '1'; its name makes it worker 2", "worker-2 as worker 1");
+  const grpc::Status peer = gossip("worker-1", "1");
   EXPECT_NE(peer.error_code(), StatusCode::PERMISSION_DENIED) << peer.error_message();
   EXPECT_NE(peer.error_code(), StatusCode::UNAUTHENTICATED) << peer.error_message();
+
+  // Every Trainer call: only trainer-0's.
+  auto trainer_calls = [&](const std::string& who) {
+    auto stub = v1::Trainer::NewStub(channel_as(who));
+    std::vector<grpc::Status> out;
+    {
+      grpc::ClientContext c;
+      Deadline(&c);
+      v1::WorkerStats stats;
+      out.push_back(stub->Stats(&c, v1::StatsRequest(), &stats));
+    }
+    {
+      grpc::ClientContext c;
+      Deadline(&c);
+      auto reader = stub->Snapshot(&c, v1::SnapshotRequest());
+      v1::SnapshotReply r;
+      while (reader->Read(&r)) {
+      }
+      out.push_back(reader->Finish());
+    }
+    {
+      grpc::ClientContext c;
+      Deadline(&c);
+      v1::RegisterReply reply;
+      auto writer = stub->Register(&c, &reply);
+      writer->WritesDone();
+      out.push_back(writer->Finish());
+    }
+    {
+      grpc::ClientContext c;
+      Deadline(&c);
+      auto stream = stub->Step(&c);
+      stream->WritesDone();
+      v1::StepReply r;
+      while (stream->Read(&r)) {
+      }
+      out.push_back(stream->Finish());
+    }
+    {
+      grpc::ClientContext c;
+      Deadline(&c);
+      v1::SharedMemoryInfo info;
+      out.push_back(stub->OpenSharedMemory(&c, v1::OpenSharedMemoryRequest(), &info));
+    }
+    {
+      grpc::ClientContext c;
+      Deadline(&c);
+      v1::StepResult r;
+      out.push_back(stub->StepShared(&c, v1::StepInfo(), &r));
+    }
+    return out;
+  };
+  for (const std::string who : {"client", "worker-1"}) {
+    for (const grpc::Status& s : trainer_calls(who)) {
+      expect(s, StatusCode::PERMISSION_DENIED, "is not this worker's trainer", who + " as trainer");
+    }
+  }
+  // The trainer's own calls go through to the worker (Stats answers at once), which serves on.
+  EXPECT_TRUE(trainer_calls("trainer-0")[0].ok());
 }
 
 // `tern run --tls`: certificates made in the run folder, every process of the run on mutual TLS.
