@@ -175,17 +175,20 @@ absl::StatusOr<std::string> SchedulerFor(LocalCluster& cluster) {
   if (flag != "local") return flag;
   const std::string& dir = cluster.dir();
   ::unlink((dir + "/scheduler.port").c_str());
-  ChildProcess* p =
-      cluster.Start("scheduler", 0,
-                    Concat({"scheduler", "--listen=127.0.0.1:0",
-                            absl::StrCat("--port_file=", dir, "/scheduler.port"),
-                            absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-                            absl::StrCat("--topology=", absl::GetFlag(FLAGS_topology)),
-                            absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)),
-                            "--heartbeat_interval_ms=100", "--heartbeat_timeout_ms=1500",
-                            absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
-                           cluster.TlsArgs("scheduler")),
-                    "scheduler.log");
+  ChildProcess* p = cluster.Start(
+      "scheduler", 0,
+      Concat({"scheduler", "--listen=127.0.0.1:0",
+              absl::StrCat("--port_file=", dir, "/scheduler.port"),
+              absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+              absl::StrCat("--topology=", absl::GetFlag(FLAGS_topology)),
+              absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)),
+              "--heartbeat_interval_ms=100", "--heartbeat_timeout_ms=1500",
+              absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
+             // With certificates, each worker registers as the id its name says.
+             Concat(cluster.TlsArgs("scheduler"),
+                    absl::GetFlag(FLAGS_tls) ? std::vector<std::string>{"--member_names=worker-*"}
+                                             : std::vector<std::string>{})),
+      "scheduler.log");
   return cluster.WaitForAddress(p, "scheduler.port", absl::Seconds(60));
 }
 

@@ -9,6 +9,7 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/commands.h"
 #include "cli/process.h"
 #include "clients/flags/flag_types.h"
@@ -20,6 +21,10 @@
 #include "server/scheduler_service.h"
 #include "spdlog/spdlog.h"
 
+ABSL_FLAG(std::string, member_names, "",
+          "scheduler: who may register, comma-separated names as a worker's --peer_names "
+          "(worker-*); each caller's name binds it to the member id it ends in (worker-3: 3); "
+          "needs --tls_ca or --tokens; empty: anyone authenticated, ids first come first served");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, heartbeat_interval_ms, 1000,
           "scheduler: how often workers heartbeat");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, heartbeat_timeout_ms, 5000,
@@ -54,6 +59,12 @@ absl::StatusOr<SchedulerServerOptions> SchedulerOptionsFromFlags() {
   o.tls = TlsFromFlags();
   o.scheduler.topology = absl::GetFlag(FLAGS_topology);
   TERN_ASSIGN_OR_RETURN(o.scheduler.weights, ParseWeightRule(absl::GetFlag(FLAGS_weights)));
+  o.scheduler.member_names =
+      absl::StrSplit(absl::GetFlag(FLAGS_member_names), ',', absl::SkipEmpty());
+  if (!o.scheduler.member_names.empty() && o.tls.ca.empty() && o.tls.tokens.empty()) {
+    return absl::InvalidArgumentError(
+        "--member_names needs --tls_ca or --tokens: without them no caller has a name to check");
+  }
   return o;
 }
 

@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "core/rpc/auth.h"
 
 namespace tern {
 
@@ -64,8 +66,8 @@ absl::Status Membership::CheckCaller(uint32_t id, const std::string& principal) 
   auto it = members_.find(id);
   if (it == members_.end() || it->second.principal == principal) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat("worker ", id, " registered as '",
-                                                  it->second.principal,
-                                                  "'; this call comes from '", principal, "'"));
+                                                  it->second.principal, "'; this call comes from '",
+                                                  principal, "'"));
 }
 
 absl::StatusOr<v1::MemberRegisterReply> Membership::Register(const v1::MemberRegisterRequest& req,
@@ -81,7 +83,22 @@ absl::StatusOr<v1::MemberRegisterReply> Membership::Register(const v1::MemberReg
         absl::StrCat("worker id ", req.worker_id(), " outside [0, ", options_.max_members, ")"));
   }
   uint32_t id = 0;
-  if (req.worker_id() >= 0) {
+  if (!options_.member_names.empty()) {
+    // The caller's name says which member it is.
+    const std::optional<int> bound = WorkerIdOf(principal);
+    if (!PrincipalAllowed(options_.member_names, principal) || !bound.has_value() ||
+        *bound >= options_.max_members) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "'", principal, "' may not register in this run (--member_names=",
+          absl::StrJoin(options_.member_names, ","), "; a name ends in its worker id)"));
+    }
+    if (req.worker_id() >= 0 && req.worker_id() != *bound) {
+      return absl::PermissionDeniedError(absl::StrCat("'", principal, "' registered as worker ",
+                                                      req.worker_id(),
+                                                      "; its name makes it worker ", *bound));
+    }
+    id = static_cast<uint32_t>(*bound);
+  } else if (req.worker_id() >= 0) {
     // A worker that restarted takes its id back (its old incarnation is replaced).
     id = static_cast<uint32_t>(req.worker_id());
   } else {
@@ -92,9 +109,9 @@ absl::StatusOr<v1::MemberRegisterReply> Membership::Register(const v1::MemberReg
         absl::StrCat("the run has its maximum of ", options_.max_members, " members"));
   }
   if (auto it = members_.find(id); it != members_.end() && it->second.principal != principal) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("worker ", id, " registered as '", it->second.principal, "'; '", principal,
-                     "' cannot take its id"));
+    return absl::PermissionDeniedError(absl::StrCat("worker ", id, " registered as '",
+                                                    it->second.principal, "'; '", principal,
+                                                    "' cannot take its id"));
   }
   Worker& w = members_[id];
   w.principal = principal;

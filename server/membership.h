@@ -38,6 +38,9 @@ struct SchedulerOptions {
   // hear of the epoch), so nobody is already past the switch when it learns of it.
   int64_t switch_lag_rounds = 2;
   int keep_failures = 256;
+  // Who may register (each a name or a prefix ending in '*'); empty: anyone authenticated. With
+  // names, each caller's name binds it to the member id it ends in (worker-3: 3).
+  std::vector<std::string> member_names;
 };
 
 class Membership {

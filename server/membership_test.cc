@@ -152,6 +152,28 @@ TEST_F(MembershipTest, AMemberIdBelongsToWhoRegisteredIt) {
       << "a restart takes it back";
 }
 
+TEST_F(MembershipTest, UnderMemberNamesACallersNameIsItsIdAndNoOtherNameMayRegister) {
+  SchedulerOptions o;
+  o.member_names = {"worker-*"};
+  auto named = Membership::Create(o, *topologies_);
+  ASSERT_TRUE(named.ok()) << named.status();
+  v1::MemberRegisterRequest r;
+  r.set_run_id("tern");
+  r.set_worker_id(-1);
+  auto two = (*named)->Register(r, t0_, "worker-2");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->worker_id(), 2u);  // its name's id, not the first free one
+  r.set_worker_id(1);
+  const absl::Status as_one = (*named)->Register(r, t0_, "worker-2").status();
+  EXPECT_EQ(as_one.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(as_one.message().find("its name makes it worker 2"), absl::string_view::npos);
+  EXPECT_EQ((*named)->Register(r, t0_, "client").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ((*named)->Register(r, t0_, "worker-x").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE((*named)->Register(r, t0_, "worker-1").ok());
+}
+
 TEST_F(MembershipTest, RequestsFromStrangersAndBadInputAreRefused) {
   v1::MemberRegisterRequest r;
   r.set_run_id("other");

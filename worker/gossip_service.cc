@@ -263,17 +263,16 @@ absl::Status GossipService::Caller(const grpc::ServerContextBase& ctx) const {
 absl::Status GossipService::CheckSender(const std::string& principal,
                                         const v1::TensorBundle& bundle) const {
   if (options_.peer_names.empty()) return absl::OkStatus();
-  const size_t digits = principal.find_last_not_of("0123456789") + 1;
-  int bound = -1;
-  if (digits == principal.size() || !absl::SimpleAtoi(principal.substr(digits), &bound)) {
+  const std::optional<int> bound = WorkerIdOf(principal);
+  if (!bound.has_value()) {
     return absl::PermissionDeniedError(
         absl::StrCat("'", principal, "' binds to no worker id: under --peer_names a caller's name ",
                      "ends in the id of the worker it is (worker-3)"));
   }
-  if (bundle.sender() != absl::StrCat(bound)) {
+  if (bundle.sender() != absl::StrCat(*bound)) {
     return absl::PermissionDeniedError(absl::StrCat("'", principal, "' sent as worker '",
                                                     bundle.sender(), "'; its name makes it worker ",
-                                                    bound));
+                                                    *bound));
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -124,6 +125,15 @@ std::string PrincipalOf(const grpc::ServerContextBase& context) {
   if (auth == nullptr) return "";
   const std::vector<grpc::string_ref> v = auth->FindPropertyValues(kPrincipalProperty);
   return v.empty() ? std::string() : std::string(v.front().data(), v.front().size());
+}
+
+std::optional<int> WorkerIdOf(const std::string& principal) {
+  const size_t digits = principal.find_last_not_of("0123456789") + 1;
+  int id = -1;
+  if (digits == principal.size() || !absl::SimpleAtoi(principal.substr(digits), &id)) {
+    return std::nullopt;
+  }
+  return id;
 }
 
 bool IsLocalPeer(const std::string& peer) {

@@ -23,6 +23,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,10 @@ std::string PrincipalOf(const grpc::ServerContextBase& context);
 // Whether `principal` matches one of `patterns`: a name, or a prefix ending in '*' ("worker-*").
 // No patterns: anyone.
 bool PrincipalAllowed(const std::vector<std::string>& patterns, const std::string& principal);
+
+// The worker id a caller's name binds it to under --peer_names / --member_names: the number the
+// name ends in ("worker-3": 3); nullopt when it ends in none (or one past 2^31).
+std::optional<int> WorkerIdOf(const std::string& principal);
 
 // Whether a call's peer (grpc's "ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:...") is on this
 // host's loopback, a Unix socket, or in this process (gRPC's in-process transport).
