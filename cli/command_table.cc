@@ -396,8 +396,7 @@ absl::Status CheckTable(const std::vector<CommandInfo>& table) {
             "--", name, " (", flag->Filename(),
             ") is a plain number: give it its range in its type (tern::Int<tern::AtLeast(1)>, "
             "clients/flags/flag_types.h), or list it in kAnyValue (cli/command_table.cc) if any "
-            "value is "
-            "good; else a bad value would start a daemon"));
+            "value is good; else a bad value would start a daemon"));
       }
       listed.insert(name);
     }

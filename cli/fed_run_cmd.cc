@@ -478,7 +478,6 @@ int RunFederatedMain(const std::string& self_exe) {
                  registries.codecs.get());
   watch.Run();
   const bool interrupted = cluster.interrupted();
-  cluster.Reap();
   const std::vector<std::string> failed = cluster.Failures();
   cluster.Finish();
   if (interrupted) {

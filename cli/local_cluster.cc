@@ -68,6 +68,7 @@ void LocalCluster::Kill(ChildProcess* child) {
 }
 
 std::vector<std::string> LocalCluster::Failures() {
+  Reap();  // a child that ended since the last look counts too
   std::vector<std::string> out;
   for (ChildProcess* c : All()) {
     if (!c->failure.empty()) out.push_back(c->failure);

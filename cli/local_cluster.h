@@ -55,7 +55,8 @@ class LocalCluster {
                                              const std::string& host = "127.0.0.1");
   // Marks children that exited, saying why; returns how many are alive.
   int Reap();
-  // Why each child that ended unbidden failed (not the ones Kill ended), for the run's verdict.
+  // Why each child that ended unbidden failed (not the ones Kill ended), for the run's verdict;
+  // reaps first.
   std::vector<std::string> Failures();
 
   void WriteConfig(const v1::RunConfig& config);

@@ -584,7 +584,6 @@ int RunMain(const std::string& self_exe) {
     completed_step = step;
   }
   const bool interrupted = cluster.interrupted();
-  cluster.Reap();
   const std::vector<std::string> failed = cluster.Failures();
   cluster.Finish();
   if (interrupted) {

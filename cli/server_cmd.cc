@@ -22,6 +22,7 @@
 #include "cli/run_health.h"
 #include "clients/flags/flag_types.h"
 #include "clients/flags/service_flags.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "core/ops/systemd.h"
 #include "kernels/builtin.h"
@@ -47,9 +48,7 @@ absl::Status CheckServerFlags() {
   if (const std::string path = absl::GetFlag(FLAGS_checkpoint); !path.empty()) {
     // Its directory must take the snapshot's temporary file and the log: a server that cannot
     // write them would acknowledge nothing.
-    const size_t slash = path.rfind('/');
-    const std::string dir =
-        slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+    const std::string dir = DirectoryOf(path);
     if (::access(dir.c_str(), W_OK | X_OK) != 0) {
       return absl::InvalidArgumentError(absl::StrCat("--checkpoint=", path, ": cannot write in ",
                                                      dir, " (", std::strerror(errno), ")"));

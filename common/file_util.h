@@ -23,6 +23,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // Creates directory `path` (mode 0755) unless it exists. UNAVAILABLE with the errno text.
 absl::Status MakeDirectory(const std::string& path);
 
+// Whether something (a file, a directory, ...) is at `path`; whether it is a directory.
+bool PathExists(const std::string& path);
+bool IsDirectory(const std::string& path);
+
+// The directory holding `path`, with its trailing '/' ("dir/" for "dir/f", "/" for "/f"), or "."
+// when `path` names none.
+std::string DirectoryOf(const std::string& path);
+
 }  // namespace tern
 
 #endif  // TERN_COMMON_FILE_UTIL_H_

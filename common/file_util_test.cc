@@ -36,5 +36,16 @@ TEST(FileUtil, AMissingFileIsNotFoundAndAnUnwritableOneUnavailable) {
   EXPECT_NE(s.message().find("cannot write"), absl::string_view::npos) << s;
 }
 
+TEST(FileUtil, WhatIsAtAPathAndTheDirectoryHoldingIt) {
+  const std::string dir = TempDir();
+  ASSERT_TRUE(WriteFileAtomically(dir + "/f", "x").ok());
+  EXPECT_TRUE(PathExists(dir + "/f") && !IsDirectory(dir + "/f"));
+  EXPECT_TRUE(PathExists(dir) && IsDirectory(dir));
+  EXPECT_FALSE(PathExists(dir + "/none") || IsDirectory(dir + "/none"));
+  EXPECT_EQ(DirectoryOf("a/b/f"), "a/b/");
+  EXPECT_EQ(DirectoryOf("/f"), "/");
+  EXPECT_EQ(DirectoryOf("f"), ".");
+}
+
 }  // namespace
 }  // namespace tern

@@ -482,18 +482,9 @@ absl::Status Aggregator::Unlogged(const v1::UpdateInfo& info, const internal::Lo
   {
     absl::MutexLock lock(&mu_);
     rounds_.Unreply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()));
-    if (record.stale()) {
-      counters_.set_updates_stale(counters_.updates_stale() - 1);
-    } else {
-      counters_.set_updates_accepted(counters_.updates_accepted() - 1);
-    }
-    if (!record.stale() && record.has_eval()) {
-      const v1::Evaluation& e = record.eval();
-      round_eval_.set_examples(round_eval_.examples() - e.examples());
-      round_eval_.set_loss_sum(round_eval_.loss_sum() - e.examples() * e.loss());
-      round_eval_.set_accuracy_sum(round_eval_.accuracy_sum() - e.examples() * e.accuracy());
-      round_eval_.set_clients(round_eval_.clients() - 1);
-    }
+    // What Decide counted of it, taken back.
+    CountAccepted(record.stale(), -1);
+    if (!record.stale() && record.has_eval()) AddEval(record.eval(), -1);
     (void)Refuse(why);
     // A log that failed a write takes no more appends: a snapshot (holding every update that was
     // logged) starts a fresh one, once per generation, so that a retry is logged when there is
@@ -538,11 +529,12 @@ bool Aggregator::Evaluates(int64_t round) const {
   return every > 0 && (round % every == 0 || round == options_.total_rounds);
 }
 
-void Aggregator::AddEval(const v1::Evaluation& e) {
-  round_eval_.set_examples(round_eval_.examples() + e.examples());
-  round_eval_.set_loss_sum(round_eval_.loss_sum() + e.examples() * e.loss());
-  round_eval_.set_accuracy_sum(round_eval_.accuracy_sum() + e.examples() * e.accuracy());
-  round_eval_.set_clients(round_eval_.clients() + 1);
+void Aggregator::AddEval(const v1::Evaluation& e, int times) {
+  const double examples = times * e.examples();
+  round_eval_.set_examples(round_eval_.examples() + examples);
+  round_eval_.set_loss_sum(round_eval_.loss_sum() + examples * e.loss());
+  round_eval_.set_accuracy_sum(round_eval_.accuracy_sum() + examples * e.accuracy());
+  round_eval_.set_clients(round_eval_.clients() + times);
 }
 
 absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
@@ -623,11 +615,13 @@ void Aggregator::CountBytesUp(uint64_t payload_bytes, uint64_t wire_bytes) {
   counters_.set_dense_bytes_up(counters_.dense_bytes_up() + 4 * model_.size());
 }
 
-void Aggregator::CountAccepted(bool stale) {
+void Aggregator::CountAccepted(bool stale, int times) {
+  // Unsigned counters: adding -1 wraps to one less.
+  const uint64_t n = static_cast<uint64_t>(static_cast<int64_t>(times));
   if (stale) {
-    counters_.set_updates_stale(counters_.updates_stale() + 1);
+    counters_.set_updates_stale(counters_.updates_stale() + n);
   } else {
-    counters_.set_updates_accepted(counters_.updates_accepted() + 1);
+    counters_.set_updates_accepted(counters_.updates_accepted() + n);
   }
 }
 
@@ -691,11 +685,10 @@ absl::Status Aggregator::Tick(absl::Time now) {
     // Only between rounds: the set of available clients is O(N) to build, and Tick runs after
     // every push.
     const int needed = counters_.round() == 0 ? options_.min_clients : 1;
-    if (!rounds_.open() && !counters_.done()) {
+    if (!rounds_.open() && !counters_.done() && clients_.CountAvailable(now) >= needed) {
+      // Once a round, as it opens: those gone are not available, so the count above stands.
       clients_.Forget(now, std::max(options_.forget_clients_after, options_.client_timeout), {});
       counters_.set_clients_joined(static_cast<uint32_t>(clients_.size()));
-    }
-    if (!rounds_.open() && !counters_.done() && clients_.CountAvailable(now) >= needed) {
       std::set<int> available = clients_.Available(now);
       counters_.set_clients_alive(static_cast<uint32_t>(available.size()));
       rounds_.SetAvailable(std::move(available));

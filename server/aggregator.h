@@ -73,7 +73,7 @@ struct AggregatorOptions {
   // A client that left, or has been silent this long, is forgotten when the next round opens
   // (it joins again as a new client if it comes back).
   absl::Duration forget_clients_after = absl::Hours(1);
-  std::string checkpoint_path;                        // "" = no checkpoint
+  std::string checkpoint_path;  // "" = no checkpoint
   // A damaged checkpoint (or one missing its snapshot or its log) is an error at start; with
   // this, its files are moved aside and a new run starts.
   bool fresh_start_if_damaged = false;
@@ -197,12 +197,13 @@ class Aggregator {
   // Whether round `round`'s clients are asked to evaluate (options_.eval_every).
   bool Evaluates(int64_t round) const;
   // Adds one client's evaluation to the open round's (round_eval_).
-  void AddEval(const v1::Evaluation& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `times` -1 takes it back (an update the log could not take).
+  void AddEval(const v1::Evaluation& e, int times = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a refused update; returns `s`.
   absl::Status Refuse(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An update's bytes (as sent, and dense), and its acceptance (Push and the log's replay).
   void CountBytesUp(uint64_t payload_bytes, uint64_t wire_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CountAccepted(bool stale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountAccepted(bool stale, int times = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checkpoint as of now, tagged with a sequence number; written by WriteCheckpoint after
   // the lock is released (only if nothing newer was written meanwhile).
   std::shared_ptr<internal::AggregatorCheckpoint> SnapshotState()

@@ -1,10 +1,10 @@
 #include "server/state_store.h"
 
 #include <stdio.h>
-#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,11 +18,6 @@ namespace tern {
 namespace {
 
 constexpr size_t kMagicBytes = sizeof(kSnapshotMagic) - 1;
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
 
 std::string FrameSnapshot(const internal::AggregatorCheckpoint& snapshot) {
   std::string bytes(kSnapshotHeaderBytes, '\0');
@@ -47,6 +42,11 @@ absl::StatusOr<internal::AggregatorCheckpoint> StateStore::ParseSnapshot(absl::s
   internal::AggregatorCheckpoint snapshot;
   const bool framed = bytes.substr(0, kMagicBytes) == kSnapshotMagic;
   if (checksummed != nullptr) *checksummed = framed;
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    // The message's size is an int to protobuf: the cast below would go negative.
+    return absl::DataLossError(
+        absl::StrCat(bytes.size(), " bytes: over the 2 GiB a snapshot message can hold"));
+  }
   if (!framed) {
     if (!snapshot.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
       return absl::DataLossError("does not parse (no TERNCKP1 header, and not a bare snapshot)");
@@ -147,7 +147,7 @@ std::string StateStore::Describe(const Saved& saved) const {
 absl::StatusOr<std::string> StateStore::MoveAside() const {
   const std::string suffix = absl::StrCat(".damaged-", absl::ToUnixSeconds(absl::Now()));
   for (const std::string& p : {path_, log_path()}) {
-    if (Exists(p) && ::rename(p.c_str(), (p + suffix).c_str()) != 0) {
+    if (PathExists(p) && ::rename(p.c_str(), (p + suffix).c_str()) != 0) {
       return absl::UnavailableError(
           absl::StrCat("cannot move ", p, " aside: ", std::strerror(errno)));
     }
@@ -167,7 +167,7 @@ absl::Status StateStore::Write(const internal::AggregatorCheckpoint& snapshot, u
     // between the two never leaves a snapshot without its log. One there already (a restart,
     // its records just read) stays until the rotation below replaces it.
     absl::Status made = absl::OkStatus();
-    if (!Exists(log_path())) made = RecordLog::Create(log_path()).status();
+    if (!PathExists(log_path())) made = RecordLog::Create(log_path()).status();
     if (!made.ok()) {
       log_.Failed(seq, made);
       return made;

@@ -1,7 +1,5 @@
 #include "clients/flags/train_flags.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -115,8 +113,7 @@ absl::Status CheckDataFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--partition=", partition, ": ", p.message()));
   }
   const std::string data = absl::GetFlag(FLAGS_data);
-  struct stat st;
-  if (!data.empty() && (::stat(data.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+  if (!data.empty() && !IsDirectory(data)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--data=", data, ": no such directory (Fashion-MNIST's .gz files)"));
   }
