@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -382,6 +383,7 @@ v1::MetricsRow Measure(const GossipRun& run, int64_t step, std::vector<Child>& c
   double loss_sum = 0, steps_done = 0, payload = 0, wire = 0, dense = 0, recv = 0;
   double compute = 0, encode = 0, wait = 0, transfer = 0, combine = 0, decode = 0, step_s = 0,
          io = 0;
+  int64_t clipped = 0;
   for (int i : have) {
     const v1::WorkerStats& s = stats[i];
     loss_sum += s.loss_sum() - children[i].last.loss_sum();
@@ -398,6 +400,7 @@ v1::MetricsRow Measure(const GossipRun& run, int64_t step, std::vector<Child>& c
     decode += s.decode_seconds();
     step_s += s.step_seconds();
     io += s.trainer_io_seconds();
+    clipped += static_cast<int64_t>(s.contributions_clipped());
     children[i].last = s;
   }
   const double k = static_cast<double>(have.size());
@@ -423,18 +426,20 @@ v1::MetricsRow Measure(const GossipRun& run, int64_t step, std::vector<Child>& c
   row.set_decode_s(decode / k);
   row.set_step_s(step_s / k);
   row.set_trainer_io_s(io / k);
+  row.set_contributions_clipped(clipped);
   return row;
 }
 
 // Why a finished gossip run must not be reported as done ("" when healthy).
-std::string Unhealthy(const v1::MetricsRow& last, double best_acc, int64_t evaluations) {
+std::string Unhealthy(const v1::MetricsRow& last, double best_acc, int64_t evaluations,
+                      double lowest_consensus) {
   const bool finite = !(last.has_train_loss() && !std::isfinite(last.train_loss())) &&
                       !(last.has_consensus() && !std::isfinite(last.consensus()));
   if (std::string why = UnhealthyRun(finite, last.test_acc(), best_acc, evaluations);
       !why.empty()) {
     return why;
   }
-  return DivergedRun(last.consensus());
+  return DivergedRun(last.consensus(), lowest_consensus);
 }
 
 void PrintRow(const GossipRun& run, const v1::MetricsRow& row, bool tty) {
@@ -548,6 +553,9 @@ int RunMain(const std::string& self_exe) {
   int64_t completed_step = -1;
   double best_acc = 0;
   int64_t evaluations = 0;
+  // The lowest consensus at an evaluation past the first quarter of the run, the last one aside
+  // (DivergedRun).
+  double lowest_consensus = std::numeric_limits<double>::infinity();
   v1::MetricsRow last;
   for (int64_t step : children.ok() ? EvalSteps(run) : std::vector<int64_t>()) {
     std::vector<v1::WorkerStats> stats(run.n);
@@ -577,6 +585,9 @@ int RunMain(const std::string& self_exe) {
     p.acc = last.test_acc();
     best_acc = std::max(best_acc, static_cast<double>(last.test_acc()));
     ++evaluations;
+    if (4 * step >= run.total && step != run.total) {
+      lowest_consensus = std::min(lowest_consensus, static_cast<double>(last.consensus()));
+    }
     p.loss = last.train_loss();
     p.consensus = last.consensus();
     p.mb = last.mb_sent_per_worker();
@@ -600,7 +611,7 @@ int RunMain(const std::string& self_exe) {
                 static_cast<long long>(completed_step), dir.c_str());
     return 1;
   }
-  if (std::string why = Unhealthy(last, best_acc, evaluations); !why.empty()) {
+  if (std::string why = Unhealthy(last, best_acc, evaluations, lowest_consensus); !why.empty()) {
     std::printf("run failed: %s; see %s/worker-*.log and docs/robustness.md\n", why.c_str(),
                 dir.c_str());
     return 1;

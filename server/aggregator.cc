@@ -382,9 +382,7 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
     return r;
   }
   const std::vector<int>& sampled = rounds_.sampled();
-  const bool mine = rounds_.open() &&
-                    std::binary_search(sampled.begin(), sampled.end(), static_cast<int>(client)) &&
-                    rounds_.replied_set().count(static_cast<int>(client)) == 0;
+  const bool mine = rounds_.Awaits(static_cast<int>(client));
   if (!mine || history_.empty()) {
     r.task.set_kind(v1::Task::WAIT);
     return r;
@@ -443,8 +441,8 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
     layout = &layout_;  // fixed once there is a model
   }
   // Decoded and checked outside the lock, into this call's own buffer; a malformed update does
-  // not take the client's reply slot. One pass: the norm of finite floats is finite (summed in
-  // double), so a non-finite norm means an Inf or a NaN.
+  // not take the client's reply slot (it spends its turn: RefuseContent). One pass: the norm of
+  // finite floats is finite (summed in double), so a non-finite norm means an Inf or a NaN.
   std::vector<float> values(LayoutNumel(*layout));
   absl::Status s = BundleToFlat(update, *layout, *codecs_, absl::MakeSpan(values));
   const double norm = s.ok() ? L2Norm(values) : 0;
@@ -454,7 +452,7 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
   RoundAccumulator* accumulator = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    if (!s.ok()) return Refuse(s);
+    if (!s.ok()) return RefuseContent(info, s);
     reply = Decide(info, update, wire_bytes, norm, now, &record);
     if (!reply.ok() || reply->verdict() == v1::UpdateReply::DROPPED) return reply;
     NoteExactTensors(update);
@@ -541,7 +539,9 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
                                                    const v1::TensorBundle& update,
                                                    uint64_t wire_bytes, double norm, absl::Time now,
                                                    internal::LoggedUpdate* record) {
-  if (absl::Status g = norm_guard_.Check(norm, "the update"); !g.ok()) return Refuse(g);
+  if (absl::Status g = norm_guard_.Check(norm, "the update"); !g.ok()) {
+    return RefuseContent(info, g);
+  }
   absl::StatusOr<ReplyDecision> d =
       rounds_.Reply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()), now);
   if (!d.ok()) return Refuse(d.status());
@@ -623,6 +623,11 @@ void Aggregator::CountAccepted(bool stale, int times) {
   } else {
     counters_.set_updates_accepted(counters_.updates_accepted() + n);
   }
+}
+
+absl::Status Aggregator::RefuseContent(const v1::UpdateInfo& info, absl::Status s) {
+  rounds_.Spend(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()));
+  return Refuse(std::move(s));
 }
 
 absl::Status Aggregator::Refuse(absl::Status s) {

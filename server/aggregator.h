@@ -201,6 +201,10 @@ class Aggregator {
   void AddEval(const v1::Evaluation& e, int times = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a refused update; returns `s`.
   absl::Status Refuse(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same for an update refused for what it held, which spends its client's turn in the
+  // round (RoundTracker::Spend).
+  absl::Status RefuseContent(const v1::UpdateInfo& info, absl::Status s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An update's bytes (as sent, and dense), and its acceptance (Push and the log's replay).
   void CountBytesUp(uint64_t payload_bytes, uint64_t wire_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAccepted(bool stale, int times = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

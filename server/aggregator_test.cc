@@ -68,7 +68,7 @@ TEST_F(AggregatorTest, FedAvgRoundAppliesTheSampleWeightedMeanOfTheUpdates) {
   EXPECT_THAT(a->Model(1), IsOk());
 }
 
-TEST_F(AggregatorTest, RefusedUpdatesAreNamedAndChangeNothing) {
+TEST_F(AggregatorTest, RefusedUpdatesAreNamedAndOnlyWhatTheyHoldSpendsTheSendersTurn) {
   options_.policy.clients_per_round = 2;
   options_.policy.min_replies = 2;
   auto a = Start(3);
@@ -89,31 +89,37 @@ TEST_F(AggregatorTest, RefusedUpdatesAreNamedAndChangeNothing) {
   EXPECT_THAT(Push(*a, out, 1, 1, d), StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(Push(*a, 7, 1, 1, d), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(Push(*a, in, 1, 0, d), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(Push(*a, in, 1, 1, std::vector<float>(9, NAN)),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NaN")));
   v1::UpdateInfo info;
   info.set_client_id(in);
   info.set_round(1);
   info.set_weight(1);
   v1::TensorBundle bad = Update(d, 1);
+  bad.set_run_id("other");
+  EXPECT_THAT(a->Push(info, bad, 0, kT0), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad = Update(d, 2);  // the bundle and the header disagree
+  EXPECT_THAT(a->Push(info, bad, 0, kT0), StatusIs(absl::StatusCode::kInvalidArgument));
+  // What an update holds: refused, and the sender's turn in the round is spent.
+  EXPECT_THAT(Push(*a, in2, 1, 1, std::vector<float>(9, NAN)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NaN")));
+  info.set_client_id(in2);
+  bad = Update(d, 1);
   bad.mutable_tensors(0)->mutable_tensor()->mutable_payload()->resize(5);  // truncated
   EXPECT_THAT(a->Push(info, bad, 0, kT0), StatusIs(absl::StatusCode::kInvalidArgument));
   bad = Update(d, 1);
   bad.mutable_tensors()->RemoveLast();  // a tensor missing
   EXPECT_THAT(a->Push(info, bad, 0, kT0), StatusIs(absl::StatusCode::kInvalidArgument));
-  bad = Update(d, 1);
-  bad.set_run_id("other");
-  EXPECT_THAT(a->Push(info, bad, 0, kT0), StatusIs(absl::StatusCode::kInvalidArgument));
-  bad = Update(d, 2);  // the bundle and the header disagree
-  EXPECT_THAT(a->Push(info, bad, 0, kT0), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(a->Status(kT0).updates_refused(), 9u);
-  // The refused attempts took no reply slot: both sampled clients still count.
+  // The header's refusals took no reply slot: `in` still counts.
   EXPECT_THAT(Push(*a, in, 1, 1, d), IsOk());
   EXPECT_THAT(Push(*a, in, 1, 1, d), StatusIs(absl::StatusCode::kAlreadyExists));
-  EXPECT_THAT(Push(*a, in2, 1, 1, std::vector<float>(9, 3.0f)), IsOk());
+  // in2 gets no second draw this round: no task, and its good update is refused too.
+  EXPECT_EQ(ValueOrFailure(a->Fetch(in2, kT0)).task.kind(), v1::Task::WAIT);
+  EXPECT_THAT(Push(*a, in2, 1, 1, std::vector<float>(9, 3.0f)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("spent")));
+  // The round does not wait for it: it closes on in's update alone.
   ASSERT_THAT(a->Tick(kT0), IsOk());
   std::vector<float> want = kX0;
-  for (float& v : want) v += 2.0f;
+  for (float& v : want) v += 1.0f;
   EXPECT_THAT(ModelOf(*a), ElementsAreArray(want));
 }
 
@@ -646,8 +652,11 @@ TEST_F(AggregatorTest, AnUpdateFarAboveTheRecentNormsIsRefusedUnlessTheGuardIsOf
   ASSERT_THAT(a->Tick(kT0), IsOk());
   EXPECT_THAT(Push(*a, 0, 2, 1, std::vector<float>(9, 1e30f)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--norm_guard")));
-  EXPECT_THAT(Push(*a, 0, 2, 1, std::vector<float>(9, 2)), IsOk());  // 2x: fine
-  for (uint32_t c = 1; c < 3; ++c) EXPECT_THAT(Push(*a, c, 2, 1, std::vector<float>(9, 1)), IsOk());
+  // Its turn is spent (no second draw); 2x from another client is fine.
+  EXPECT_THAT(Push(*a, 0, 2, 1, std::vector<float>(9, 2)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(Push(*a, 1, 2, 1, std::vector<float>(9, 2)), IsOk());
+  EXPECT_THAT(Push(*a, 2, 2, 1, std::vector<float>(9, 1)), IsOk());
   ASSERT_THAT(a->Tick(kT0), IsOk());
   for (float v : ModelOf(*a)) EXPECT_LT(std::abs(v), 100.0f);
 

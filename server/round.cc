@@ -54,6 +54,7 @@ absl::StatusOr<std::vector<int>> RoundTracker::Open(absl::Time now) {
   min_reached_ = absl::InfiniteFuture();
   sampled_ = chosen;
   replied_.clear();
+  spent_.clear();
   return chosen;
 }
 
@@ -62,6 +63,11 @@ absl::StatusOr<ReplyDecision> RoundTracker::Reply(int client, int64_t round, abs
     if (!std::binary_search(sampled_.begin(), sampled_.end(), client)) {
       return absl::PermissionDeniedError(
           absl::StrCat("client ", client, " was not sampled for round ", round));
+    }
+    if (spent_.count(client) > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("client ", client, "'s update for round ", round,
+                       " was refused; its turn in this round is spent"));
     }
     if (!replied_.insert(client).second) {
       return absl::AlreadyExistsError(
@@ -103,10 +109,23 @@ void RoundTracker::Unreply(int client, int64_t round) {
   if (auto it = recent_.find(round); it != recent_.end()) it->second.second.erase(client);
 }
 
+void RoundTracker::Spend(int client, int64_t round) {
+  if (!open_ || round != round_ || replied_.count(client) > 0 ||
+      !std::binary_search(sampled_.begin(), sampled_.end(), client)) {
+    return;
+  }
+  spent_.insert(client);
+}
+
+bool RoundTracker::Awaits(int client) const {
+  return open_ && std::binary_search(sampled_.begin(), sampled_.end(), client) &&
+         replied_.count(client) == 0 && spent_.count(client) == 0;
+}
+
 absl::Time RoundTracker::CloseTime() const {
   if (!open_) return absl::InfinitePast();
   const absl::Time hard = opened_ + policy_.deadline;
-  if (static_cast<int>(replied_.size()) == static_cast<int>(sampled_.size())) return opened_;
+  if (replied_.size() + spent_.size() == sampled_.size()) return opened_;
   if (min_reached_ == absl::InfiniteFuture()) return hard;
   return std::min(hard, min_reached_ + policy_.grace);
 }
@@ -131,6 +150,7 @@ void RoundTracker::Restore(int64_t round, bool open, std::vector<int> sampled,
   std::sort(sampled.begin(), sampled.end());
   sampled_ = std::move(sampled);
   replied_ = std::move(replied);
+  spent_.clear();
   draws_ = draws;
   recent_.clear();
   const int needed = std::min<int>(policy_.min_replies, static_cast<int>(sampled_.size()));

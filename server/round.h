@@ -73,6 +73,13 @@ class RoundTracker {
   // Takes back a reply Reply took (its update could not be made durable), so that the client
   // may send it again; nothing when that round is no longer open or kept.
   void Unreply(int client, int64_t round);
+  // `client`'s update for the open round `round` was refused for what it held (malformed, not
+  // finite, over the norm guard): its turn is spent. It gets no task again this round and its
+  // replies are refused, so a client cannot draw again and again until one update gets past the
+  // guard; the round no longer waits for it. Nothing for a client not sampled, or another round.
+  void Spend(int client, int64_t round);
+  // Whether `client` is sampled for the open round and has neither replied nor spent its turn.
+  bool Awaits(int client) const;
 
   // When the open round should close given what arrived so far (InfiniteFuture if never before
   // its deadline), and whether it should close at `now`.
@@ -100,6 +107,7 @@ class RoundTracker {
   absl::Time min_reached_ = absl::InfiniteFuture();
   std::vector<int> sampled_;
   std::set<int> replied_;
+  std::set<int> spent_;  // sampled, refused for what they sent (Spend)
   // Closed rounds still taking stale replies: round -> (sampled, replied).
   std::map<int64_t, std::pair<std::set<int>, std::set<int>>> recent_;
   uint64_t draws_ = 0;

@@ -80,6 +80,34 @@ TEST(RoundTracker, RepliesAreCheckedAgainstTheRoundAndTheSample) {
   EXPECT_EQ(t.replies(), 1);
 }
 
+TEST(RoundTracker, ASpentTurnGetsNoSecondReplyAndTheRoundStopsWaitingForIt) {
+  RoundPolicy p;
+  p.clients_per_round = 3;
+  p.min_replies = 3;
+  p.deadline = absl::Seconds(60);
+  RoundTracker t(p);
+  t.SetAvailable(Range(3));
+  auto s = *t.Open(kT0);
+  for (int c : s) EXPECT_TRUE(t.Awaits(c));
+  t.Spend(s[0], 1);
+  t.Spend(s[1], 2);  // another round: nothing
+  EXPECT_FALSE(t.Awaits(s[0]));
+  EXPECT_TRUE(t.Awaits(s[1]));
+  EXPECT_THAT(t.Reply(s[0], 1, kT0), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_THAT(t.Reply(s[1], 1, kT0), IsOk());
+  t.Spend(s[1], 1);  // replied already: its reply stands
+  EXPECT_FALSE(t.Awaits(s[1]));
+  EXPECT_EQ(t.CloseTime(), kT0 + absl::Seconds(60));
+  ASSERT_THAT(t.Reply(s[2], 1, kT0 + absl::Seconds(1)), IsOk());
+  // Everyone replied or spent their turn: it closes now, with the replies.
+  EXPECT_TRUE(t.ShouldClose(kT0 + absl::Seconds(1)));
+  EXPECT_EQ(t.Close().size(), 2u);
+  // The next round gives everyone a turn again.
+  absl::StatusOr<std::vector<int>> next = t.Open(kT0 + absl::Seconds(2));
+  ASSERT_THAT(next, IsOk());
+  for (int c : *next) EXPECT_TRUE(t.Awaits(c));
+}
+
 TEST(RoundTracker, ClosesAtMinRepliesPlusGraceOrAtTheDeadline) {
   RoundPolicy p;
   p.clients_per_round = 4;

@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/registry.h"
+#include "core/model/clip_radius.h"
 #include "core/topology/topology.h"
 #include "kernels/codec.h"
 #include "kernels/registry.h"
@@ -42,6 +43,10 @@ struct AlgorithmOptions {
   std::string codec = "none";
   int local_steps = 4;  // local-sgd and swarm: H
   uint64_t seed = 1;    // stochastic codecs draw from (seed, worker, round)
+  // Self-centred clipping of each neighbour's contribution (core/model/clip_radius.h), per part:
+  // a model-like part's distance from this worker's own, CHOCO's compressed difference itself.
+  // factor 0 turns it off.
+  ClipRadiusOptions clip;
 };
 
 class Algorithm {
@@ -76,6 +81,8 @@ class Algorithm {
   // Seconds spent so far decoding messages (inside Prepare, Combine and Settle), which the engine
   // reports apart from the rest of those calls.
   virtual double decode_seconds() const { return 0; }
+  // Neighbours' contributions scaled down to the clipping radius so far (AlgorithmOptions::clip).
+  virtual uint64_t contributions_clipped() const { return 0; }
   // From now on the model lives in `storage` (as many values; it gets the current ones), where
   // another party reads it in place: params() is then a view of it. An empty span moves it back
   // into the algorithm's own memory. REQUIRES: Init().

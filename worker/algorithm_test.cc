@@ -27,6 +27,10 @@ struct Simulation {
   std::vector<std::vector<float>> targets;
   std::vector<float> optimum;
   size_t bytes_sent = 0;
+  // Optional: (receiver, sender) -> the message the receiver gets instead in round forge_round,
+  // made from the sender's honest one.
+  std::function<GossipMessage(int, int, const GossipMessage&)> forge;
+  int64_t forge_round = -1;
 
   // `customize` may register codecs of the test's own before the workers are made.
   Simulation(const std::string& name, const AlgorithmOptions& o, int n, size_t d,
@@ -91,11 +95,15 @@ struct Simulation {
     const int n = static_cast<int>(workers.size());
     auto rows = MixingWeights(*topo.GraphFor(n, round), WeightRule::kAuto);
     ASSERT_THAT(rows, IsOk());
+    std::map<int, GossipMessage> forged;
     for (int i = 0; i < n; ++i) {
       std::map<int, const GossipMessage*> received;
       for (const auto& [j, w] : (*rows)[i].neighbours) {
         received[j] = &msgs[j];
         bytes_sent += msgs[j].PayloadBytes();
+        if (forge && round == forge_round && i == 0 && j == 1) {
+          received[j] = &(forged[j] = forge(i, j, msgs[j]));
+        }
       }
       ASSERT_THAT(workers[i]->Combine((*rows)[i], received), IsOk());
     }
@@ -366,6 +374,76 @@ TEST(Choco, PowerSgdGossipConvergesTensorByTensor) {
   EXPECT_LT(err, 1e-3);
   EXPECT_LT(consensus, 0.1);
   EXPECT_GT(static_cast<double>(DenseDpsgdBytes(800)) / low_rank.bytes_sent, 4.0);
+}
+
+// What worker 1 sends with part `part` scaled by `scale` (decoded, scaled, re-encoded with
+// `codec`): a faulty or malicious neighbour's message that passes every check on arrival.
+GossipMessage Scaled(const GossipMessage& honest, const std::string& part, const std::string& codec,
+                     float scale, size_t d) {
+  auto codecs = NewBuiltinCodecRegistry();
+  GossipMessage m = honest;
+  for (auto& [name, t] : m.parts) {
+    if (name != part) continue;
+    std::vector<float> v(d, 0.0f);
+    EXPECT_THAT(codecs->DecodeAccumulate(EncodedView::Of(t), scale, absl::MakeSpan(v)), IsOk());
+    EXPECT_THAT((*codecs->Create(codec))->Encode(v, EncodeOptions{}, &t), IsOk());
+  }
+  return m;
+}
+
+// ClippedGossip: one neighbour's message at many times its honest size moves a worker about as
+// far as an honest one would (the radius is a few honest distances), where unclipped it throws
+// the worker off by the message's weight times its excess. Algorithms that mix models then forget
+// it: the run ends at the optimum either way. CHOCO keeps what a q added to its copy of the
+// sender's public model, clipped or not (docs/robustness.md); clipping bounds that.
+TEST(Algorithm, OneOutsizedMessageMovesAWorkerNoFurtherThanTheClippingRadius) {
+  constexpr size_t kD = 64;
+  constexpr int kRound = 60;
+  struct Case {
+    std::string algorithm, part, codec;
+    float scale;
+  };
+  for (const Case& c : std::vector<Case>{{"dpsgd", "x", "none", 9.0f},
+                                         {"decentlam", "x", "fp16", 9.0f},
+                                         {"heavy-ball", "x", "none", 20.0f},
+                                         {"choco", "q", "topk:ratio=0.1", 20.0f}}) {
+    SCOPED_TRACE(c.algorithm);
+    const bool choco = c.algorithm == "choco";
+    double moved[2];  // by the forged message, relative to the model: clipping off, on
+    for (int on = 0; on < 2; ++on) {
+      AlgorithmOptions o = choco ? ChocoWith(c.codec) : AlgorithmOptions{};
+      o.momentum = choco ? 0.0 : 0.5;
+      o.codec = c.codec;
+      o.clip.factor = on ? 4 : 0;
+      Simulation honest(c.algorithm, o, 4, kD), attacked(c.algorithm, o, 4, kD);
+      attacked.forge = [&](int, int, const GossipMessage& m) {
+        return Scaled(m, c.part, c.codec, c.scale, kD);
+      };
+      attacked.forge_round = kRound;
+      honest.Run("ring", kRound + 1, 0.05f);
+      attacked.Run("ring", kRound + 1, 0.05f);
+      double d2 = 0, x2 = 0;
+      for (size_t k = 0; k < kD; ++k) {
+        d2 += std::pow(attacked.workers[0]->params()[k] - honest.workers[0]->params()[k], 2);
+        x2 += std::pow(honest.workers[0]->params()[k], 2);
+      }
+      moved[on] = std::sqrt(d2 / x2);
+      EXPECT_EQ(attacked.workers[0]->contributions_clipped(), on ? 1u : 0u);
+      EXPECT_EQ(honest.workers[0]->contributions_clipped(), 0u) << "honest rounds are not clipped";
+      if (!choco) {
+        attacked.Run("ring", 400, 0.05f);
+        EXPECT_LT(attacked.Errors().first, 1e-3);
+      }
+    }
+    if (choco) {
+      // 20x the q against a radius of 4x the lower median of the recent ones (which here are
+      // larger than this round's: they fall as the workers converge): under half the jump.
+      EXPECT_LT(moved[1], 0.5 * moved[0]);
+    } else {
+      EXPECT_GT(moved[0], 1.0) << "unclipped, the forged message throws the worker off";
+      EXPECT_LT(moved[1], 0.1 * moved[0]);
+    }
+  }
 }
 
 TEST(Algorithm, WithoutNeighboursDpsgdIsPlainSgd) {

@@ -491,6 +491,10 @@ void RoundEngine::CountTime(EngineCounters::Seconds get, EngineCounters::SetSeco
   const double decode = std::clamp(decoded - decode_counted_, 0.0, total);
   decode_counted_ = decoded;
   counters_.AddSeconds(get, set, total - decode, decode);
+  // Mixing is where contributions are clipped: counted after every call that mixes.
+  uint64_t clipped = 0;
+  for (const Lane& lane : lanes_) clipped += lane.algorithm->contributions_clipped();
+  counters_.SetClipped(clipped);
 }
 
 double RoundEngine::DecodeSeconds() const {

@@ -219,7 +219,8 @@ class RoundEngine {
   // Decoding time of every lane's algorithm so far.
   double DecodeSeconds() const;
   // Adds the time since `since` to the counter `get`/`set`, less the decoding the algorithm did
-  // meanwhile, which goes to decode_seconds. Round loop only.
+  // meanwhile, which goes to decode_seconds, and takes the algorithms' count of clipped
+  // contributions. Round loop only.
   void CountTime(EngineCounters::Seconds get, EngineCounters::SetSeconds set, absl::Time since);
   // Whether the parameters after `step` steps are kept (EngineOptions::snapshot_every).
   bool SnapshotDue(int64_t step) const;

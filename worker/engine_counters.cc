@@ -25,6 +25,7 @@ v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
   d.set_loss_sum(a.loss_sum() - b.loss_sum());
   d.set_messages_refused(a.messages_refused() - b.messages_refused());
   d.set_neighbours_dropped(a.neighbours_dropped() - b.neighbours_dropped());
+  d.set_contributions_clipped(a.contributions_clipped() - b.contributions_clipped());
   return d;
 }
 
@@ -76,6 +77,11 @@ void EngineCounters::CountSent(uint64_t payload, uint64_t wire, uint64_t dense) 
 void EngineCounters::CountDropped() {
   absl::MutexLock lock(&mu_);
   stats_.set_neighbours_dropped(stats_.neighbours_dropped() + 1);
+}
+
+void EngineCounters::SetClipped(uint64_t total) {
+  absl::MutexLock lock(&mu_);
+  stats_.set_contributions_clipped(total);
 }
 
 void EngineCounters::CountRefused(const absl::Status& why) {

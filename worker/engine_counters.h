@@ -47,6 +47,8 @@ class EngineCounters {
   // A message sent outside a round (SwarmSGD's swaps and their answers).
   void CountSent(uint64_t payload, uint64_t wire, uint64_t dense) ABSL_LOCKS_EXCLUDED(mu_);
   void CountDropped() ABSL_LOCKS_EXCLUDED(mu_);
+  // The algorithms' count of clipped contributions (Algorithm::contributions_clipped), all lanes.
+  void SetClipped(uint64_t total) ABSL_LOCKS_EXCLUDED(mu_);
   // A refused incoming message, by `why`'s code.
   void CountRefused(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // A step ended: counts it (and its round, when it had one), its loss and the trainer's time,

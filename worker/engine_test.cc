@@ -250,6 +250,9 @@ struct BucketedCluster {
           o.overlap = overlap;
           o.bucket_values = bucket_values;
           o.final_step = 6;
+          // Each bucket has its own clipping radius, so once anything is clipped the cut run
+          // differs from the whole one; these workers start far apart, where it clips.
+          o.algorithm_options.clip.factor = 0;
         },
         ThreeTensors(),
         [](int i) {

@@ -79,6 +79,9 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
   m.Counter("tern_worker_neighbours_dropped_total",
             "(round, neighbour) pairs left out of the mixing (no message by the deadline).",
             s.neighbours_dropped(), base);
+  m.Counter("tern_worker_contributions_clipped_total",
+            "Neighbours' contributions scaled down to the clipping radius (--gossip_clip).",
+            s.contributions_clipped(), base);
   const auto [up, of] = e.counters().PeersUp();
   m.Gauge("tern_worker_peers_up", "Neighbours of the last round believed up.", up, base);
   m.Gauge("tern_worker_peers", "Neighbours in the last round's graph.", of, base);

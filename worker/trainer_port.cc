@@ -161,6 +161,7 @@ void TrainerPort::LogStep(const StepOutcome& out) {
   r.set_transfer_s(d.transfer_seconds());
   r.set_combine_s(d.combine_seconds());
   r.set_decode_s(d.decode_seconds());
+  r.set_clipped(static_cast<int32_t>(d.contributions_clipped()));
   r.set_trainer_io_s(d.trainer_io_seconds());
   for (int id : out.mixed) r.add_mixed_ids(id);
   for (int id : out.dropped) r.add_dropped_ids(id);

@@ -23,6 +23,11 @@ ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, momentum, 0.9,
           "training: momentum of dmsgd, decentlam, heavy-ball, choco");
 ABSL_FLAG(tern::Double<tern::AboveUpTo(0, 1)>, consensus_step, 0.5,
           "training: CHOCO's consensus step size in (0, 1]");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, gossip_clip, 4,
+          "training: clip each neighbour's contribution (its model's distance from this "
+          "worker's; CHOCO's compressed difference) to this many times the lower median of "
+          "recent ones, so that no message moves a worker far (ClippedGossip; "
+          "docs/robustness.md); 0 turns clipping off");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "training: constant | cosine[:min=M] | step:every=N[,gamma=G], each with [,warmup=W]");
 ABSL_FLAG(bool, overlap, false,
@@ -66,6 +71,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   o.algorithm_options.codec = absl::GetFlag(FLAGS_codec);
   o.algorithm_options.local_steps = absl::GetFlag(FLAGS_local_steps).value;
   o.algorithm_options.seed = absl::GetFlag(FLAGS_seed);
+  o.algorithm_options.clip.factor = absl::GetFlag(FLAGS_gossip_clip).value;
   o.topology = absl::GetFlag(FLAGS_topology);
   TERN_ASSIGN_OR_RETURN(o.weights, ParseWeightRule(absl::GetFlag(FLAGS_weights)));
   TERN_ASSIGN_OR_RETURN(
@@ -134,6 +140,7 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--codec=", absl::GetFlag(FLAGS_codec)),
       absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum).value),
       absl::StrCat("--consensus_step=", absl::GetFlag(FLAGS_consensus_step).value),
+      absl::StrCat("--gossip_clip=", absl::GetFlag(FLAGS_gossip_clip).value),
       absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps).value),
       absl::StrCat("--lr=", EffectiveLr()),
       absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),

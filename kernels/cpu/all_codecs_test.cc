@@ -324,6 +324,12 @@ TEST_P(AllCodecs, NormIsTheDecodedTensorsNormWithValidatesVerdict) {
   absl::StatusOr<double> norm = registry_->Norm(EncodedView::Of(enc));
   ASSERT_THAT(norm, IsOk());
   EXPECT_NEAR(*norm, L2Norm(y), 1e-5 * L2Norm(y));
+  // A payload checked already (a receiver's clipping, after the arrival check) has the same norm.
+  EncodedView checked = EncodedView::Of(enc);
+  checked.checked = true;
+  absl::StatusOr<double> checked_norm = registry_->Norm(checked);
+  ASSERT_THAT(checked_norm, IsOk());
+  EXPECT_EQ(*checked_norm, *norm);
   EncodedTensor cut = enc;
   cut.payload.resize(cut.payload.size() / 2);
   EXPECT_THAT(codec_->Norm(EncodedView::Of(cut)).status(),

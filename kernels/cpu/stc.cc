@@ -68,8 +68,16 @@ class StcCodec final : public Codec {
     thread_local std::vector<uint8_t> neg;
     return Parse(in, &pos, &neg);
   }
-  // k values of magnitude mu: sqrt(k) * |mu|.
+  // k values of magnitude mu: sqrt(k) * |mu|. A payload checked on arrival is not parsed again
+  // (a receiver's clipping asks for each neighbour's q norm every round): k from its header.
   absl::StatusOr<double> NormImpl(const EncodedView& in) const override {
+    if (in.checked) {
+      ByteReader r(in.payload.data(), in.payload.size());
+      uint32_t k;
+      if (r.U32(&k) && k <= in.numel && in.scales.size() == 1) {
+        return std::sqrt(static_cast<double>(k)) * std::abs(static_cast<double>(in.scales[0]));
+      }
+    }
     thread_local std::vector<uint32_t> pos;
     thread_local std::vector<uint8_t> neg;
     if (absl::Status s = Parse(in, &pos, &neg); !s.ok()) return s;

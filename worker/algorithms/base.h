@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,10 +24,16 @@
 #include "absl/types/span.h"
 #include "common/rng.h"
 #include "common/status_macros.h"
+#include "core/model/clip_radius.h"
 #include "kernels/select.h"
 #include "worker/algorithm.h"
 
 namespace tern {
+
+// y += w x.
+void Axpy(size_t n, float w, const float* __restrict x, float* __restrict y);
+// |x - y|^2, summed in double.
+double SquaredDistance(size_t n, const float* __restrict x, const float* __restrict y);
 
 // The model's values: in the algorithm's own vector, or in storage bound from outside (a
 // trainer's shared segment, which the trainer then reads in place, with no copy per step).
@@ -180,18 +187,27 @@ class AlgorithmBase : public Algorithm {
     return absl::OkStatus();
   }
 
-  // sum_j w_ij v_j over the neighbours' part `name`, plus w_ii * self.
+  // out = decode(t), a part that passed its codec's checks (FindValid), timed as decoding.
+  absl::Status DecodeChecked(int from, const EncodedTensor& t, absl::string_view name,
+                             absl::Span<float> out);
+
+  // sum_j w_ij v_j over the neighbours' part `name`, plus w_ii * self. With clipping on
+  // (AlgorithmOptions::clip), each neighbour's v_j - self is first scaled down to the part's
+  // radius (ClippedGossip): w_ij (self + min(1, radius / |v_j - self|) (v_j - self)).
   absl::StatusOr<std::vector<float>> Mix(const MixingRow& row,
                                          const std::map<int, const GossipMessage*>& received,
-                                         absl::string_view name, absl::Span<const float> self) {
-    TERN_RETURN_IF_ERROR(CheckReceived(row, received));
-    std::vector<float> acc(self.size());
-    const float ws = static_cast<float>(row.self);
-    for (size_t i = 0; i < acc.size(); ++i) acc[i] = ws * self[i];
-    for (const auto& [j, w] : row.neighbours) {
-      TERN_RETURN_IF_ERROR(Accumulate(j, *received.at(j), name, w, absl::MakeSpan(acc)));
-    }
-    return acc;
+                                         absl::string_view name, absl::Span<const float> self);
+
+  // The clipping radius of part `name`'s contributions.
+  ClipRadius& RadiusOf(absl::string_view name) {
+    auto it = radii_.find(name);
+    if (it == radii_.end()) it = radii_.emplace(std::string(name), ClipRadius(options_.clip)).first;
+    return it->second;
+  }
+  uint64_t contributions_clipped() const override {
+    uint64_t n = 0;
+    for (const auto& [name, r] : radii_) n += r.clipped();
+    return n;
   }
 
   // Combine mixes what Prepare staged; calling it first is a caller bug, reported, not UB.
@@ -223,7 +239,9 @@ class AlgorithmBase : public Algorithm {
   ModelVector x_;
   int worker_ = 0;
   std::vector<TensorBlock> blocks_;
-  double decode_seconds_ = 0;  // see decode_seconds()
+  double decode_seconds_ = 0;                             // see decode_seconds()
+  std::map<std::string, ClipRadius, std::less<>> radii_;  // by part name
+  std::vector<float> neighbour_;                          // Mix's decoded neighbour part
 };
 
 }  // namespace tern

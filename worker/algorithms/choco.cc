@@ -56,11 +56,6 @@ TERN_MULTIVERSION void ChocoMix(size_t n, const float* __restrict s, const float
   for (size_t i = 0; i < n; ++i) x[i] = ChocoMixed(x[i], gc, s[i], ws, hs[i]);
 }
 
-// y += w x.
-TERN_MULTIVERSION void Axpy(size_t n, float w, const float* __restrict x, float* __restrict y) {
-  for (size_t i = 0; i < n; ++i) y[i] += w * x[i];
-}
-
 // CHOCO-SGD: public copies x_hat of itself and each neighbour, updated only by compressed
 // differences, so any codec is safe: q = C(x - x_hat_self) goes out; x_hat_j += D(q_j);
 // x <- x + gamma_c sum_j w_ij (x_hat_j - x_hat_self).
@@ -109,9 +104,17 @@ class Choco final : public AlgorithmBase {
     TERN_RETURN_IF_ERROR(CheckReceived(row, received));
     // Every message is checked before anything changes, so a bad one changes nothing.
     std::vector<const EncodedTensor*> qs;
+    std::vector<double> norms;
     qs.reserve(row.neighbours.size());
     for (const auto& [j, w] : row.neighbours) {
       TERN_ASSIGN_OR_RETURN(qs.emplace_back(), FindValid(j, *received.at(j), "q"));
+      // Clipping scales q itself: x_hat_j moves by at most the radius a round (from the payload:
+      // STC's is sqrt(k) |mu|, a sparse codec's its values).
+      if (options_.clip.enabled()) {
+        EncodedView view = EncodedView::Of(*qs.back());
+        view.checked = true;  // FindValid's
+        TERN_ASSIGN_OR_RETURN(norms.emplace_back(), codecs_->Norm(view));
+      }
     }
     const bool incremental =
         sum_valid_ && SameNeighbours(row, sum_row_) && ++rounds_since_rebuild_ < kRebuildEvery;
@@ -120,8 +123,9 @@ class Choco final : public AlgorithmBase {
       const auto& [j, w] = row.neighbours[k];
       std::vector<float>& hat = hat_[j];
       hat.resize(x_.size(), 0.0f);  // a neighbour not heard before starts at 0, like x_hat_self
-      const WeightedTarget both[2] = {{1.0f, absl::MakeSpan(hat)},
-                                      {static_cast<float>(w), absl::MakeSpan(sum_)}};
+      const double scale = norms.empty() ? 1.0 : RadiusOf("q").Scale(norms[k]);
+      const WeightedTarget both[2] = {{static_cast<float>(scale), absl::MakeSpan(hat)},
+                                      {static_cast<float>(w * scale), absl::MakeSpan(sum_)}};
       TERN_RETURN_IF_ERROR(AccumulateEach(j, *qs[k], "q",
                                           absl::MakeConstSpan(both, incremental ? 2 : 1),
                                           /*checked=*/true));

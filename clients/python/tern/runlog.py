@@ -106,6 +106,7 @@ class WorkerMetrics:
             "decode_s": stats.decode_seconds,
             "step_s": stats.step_seconds,
             "trainer_io_s": stats.trainer_io_seconds,
+            "contributions_clipped": stats.contributions_clipped,
         }
         steps = stats.steps - self._last_steps
         if steps > 0:
