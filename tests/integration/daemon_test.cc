@@ -349,6 +349,32 @@ TEST_F(FourDaemons, NanInfMisshapenAndBlownUpMessagesAreRefusedAndTrainingGoesOn
   EXPECT_TRUE(std::isfinite(s0.loss_sum())) << s0.loss_sum();
 }
 
+// A message the norm guard lets through (its norm is about the model's) that is nowhere near the
+// model (every value 0.05): clipped around worker 0's own model, so it moves it by no more than
+// a neighbour's usual pull, and training goes on (docs/robustness.md, "clipped gossip").
+TEST_F(FourDaemons, AMessageUnderTheGuardButFarFromTheModelIsClippedAndTrainingGoesOn) {
+  const uint64_t at = WaitForSteps(0, 5).steps();
+  ASSERT_GE(at, 5u);
+  constexpr uint64_t kNumel = 109386;  // the default mlp:hidden=128x64
+  const std::vector<float> x(kNumel, 0.05f);
+  v1::TensorBundle b;
+  b.set_run_id("tern");
+  b.set_sender("1");
+  const uint64_t round = Stats(0).steps() + 20;
+  b.set_round(round);
+  v1::NamedTensor* t = b.add_tensors();
+  t->set_name("x");
+  t->mutable_tensor()->set_codec("none.v1");
+  t->mutable_tensor()->set_numel(kNumel);
+  t->mutable_tensor()->set_payload(x.data(), 4 * x.size());
+  const grpc::Status s = Push(0, Chunks(b));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const v1::WorkerStats s0 = WaitForSteps(0, round + 5);
+  EXPECT_GE(s0.steps(), round + 5);
+  EXPECT_GE(s0.contributions_clipped(), 1u);
+  EXPECT_TRUE(std::isfinite(s0.loss_sum())) << s0.loss_sum();
+}
+
 // Stalled Gossip.Push streams, each parked after one 1 MiB chunk of a 64 MiB message: past the
 // 16 MiB budget they are refused with RESOURCE_EXHAUSTED, the worker's memory stays within the
 // budget plus a constant, and the parked ones are cancelled once idle.
