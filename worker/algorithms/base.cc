@@ -31,20 +31,6 @@ TERN_MULTIVERSION double SquaredDistance(size_t n, const float* __restrict x,
   return total;
 }
 
-absl::Status AlgorithmBase::DecodeChecked(int from, const EncodedTensor& t, absl::string_view name,
-                                          absl::Span<float> out) {
-  const auto t0 = std::chrono::steady_clock::now();
-  EncodedView view = EncodedView::Of(t);
-  view.checked = true;
-  absl::Status s = codecs_->Decode(view, out);
-  decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("part '", name, "' from worker ", from, ": ", s.message()));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<float>> AlgorithmBase::Mix(
     const MixingRow& row, const std::map<int, const GossipMessage*>& received,
     absl::string_view name, absl::Span<const float> self) {

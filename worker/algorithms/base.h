@@ -175,10 +175,24 @@ class AlgorithmBase : public Algorithm {
   // decoder then does not repeat.
   absl::Status AccumulateEach(int from, const EncodedTensor& t, absl::string_view name,
                               absl::Span<const WeightedTarget> targets, bool checked) {
+    return TimedDecode(from, t, name, checked, [&](const EncodedView& view) {
+      return codecs_->DecodeAccumulateEach(view, targets);
+    });
+  }
+  // out = decode(t), a part that passed its codec's checks (FindValid).
+  absl::Status DecodeChecked(int from, const EncodedTensor& t, absl::string_view name,
+                             absl::Span<float> out) {
+    return TimedDecode(from, t, name, /*checked=*/true,
+                       [&](const EncodedView& view) { return codecs_->Decode(view, out); });
+  }
+  // `decode`(t's view) timed as decoding (decode_seconds); its error names the part and sender.
+  template <typename Decode>
+  absl::Status TimedDecode(int from, const EncodedTensor& t, absl::string_view name, bool checked,
+                           Decode decode) {
     const auto t0 = std::chrono::steady_clock::now();
     EncodedView view = EncodedView::Of(t);
     view.checked = checked;
-    absl::Status s = codecs_->DecodeAccumulateEach(view, targets);
+    absl::Status s = decode(view);
     decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!s.ok()) {
       return absl::InvalidArgumentError(
@@ -186,10 +200,6 @@ class AlgorithmBase : public Algorithm {
     }
     return absl::OkStatus();
   }
-
-  // out = decode(t), a part that passed its codec's checks (FindValid), timed as decoding.
-  absl::Status DecodeChecked(int from, const EncodedTensor& t, absl::string_view name,
-                             absl::Span<float> out);
 
   // sum_j w_ij v_j over the neighbours' part `name`, plus w_ii * self. With clipping on
   // (AlgorithmOptions::clip), each neighbour's v_j - self is first scaled down to the part's
