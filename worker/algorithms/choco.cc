@@ -57,7 +57,8 @@ TERN_MULTIVERSION void ChocoMix(size_t n, const float* __restrict s, const float
 }
 
 // CHOCO-SGD: public copies x_hat of itself and each neighbour, updated only by compressed
-// differences, so any codec is safe: q = C(x - x_hat_self) goes out; x_hat_j += D(q_j);
+// differences, so any codec is safe: q = C(x - x_hat_self) goes out; x_hat_j += D(q_j) (with
+// clipping on, D(q_j) scaled to the radius first: AlgorithmOptions::clip);
 // x <- x + gamma_c sum_j w_ij (x_hat_j - x_hat_self).
 //
 // Mixing is deferred: in overlap mode the next Prepare follows at once and folds it into its pass
