@@ -118,6 +118,33 @@ absl::StatusOr<RecordLogContents> ParseRecordLog(absl::string_view bytes) {
   return out;
 }
 
+std::string LogLengthPath(const std::string& log_path) { return log_path + ".len"; }
+
+namespace {
+
+std::string LogLengthFile(uint64_t bytes) {
+  std::string out(kLogLengthMagic, kMagicBytes);
+  ByteWriter w(&out);
+  w.U64(bytes);
+  w.U32(Crc32(out.data(), out.size()));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ParseLogLength(absl::string_view f) {
+  ByteReader r(reinterpret_cast<const uint8_t*>(f.data()), f.size());
+  const uint8_t* magic = r.Take(kMagicBytes);
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+  if (f.size() != kLogLengthFileBytes || magic == nullptr ||
+      std::memcmp(magic, kLogLengthMagic, kMagicBytes) != 0 || !r.U64(&bytes) || !r.U32(&crc) ||
+      Crc32(f.data(), 16) != crc) {
+    return absl::DataLossError("damaged (its magic, size or CRC is wrong)");
+  }
+  return bytes;
+}
+
 absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path) {
   absl::StatusOr<std::string> bytes = ReadFile(path);
   if (absl::IsNotFound(bytes.status())) {
@@ -131,18 +158,45 @@ absl::StatusOr<RecordLogContents> ReadRecordLog(const std::string& path) {
     return absl::Status(contents.status().code(),
                         absl::StrCat(path, ": ", contents.status().message()));
   }
+  const std::string length_path = LogLengthPath(path);
+  absl::StatusOr<std::string> length_file = ReadFile(length_path);
+  if (absl::IsNotFound(length_file.status())) return contents;  // a log from before the file
+  if (!length_file.ok()) return length_file.status();
+  absl::StatusOr<uint64_t> acknowledged = ParseLogLength(*length_file);
+  if (!acknowledged.ok()) {
+    return absl::DataLossError(absl::StrCat(length_path, ": ", acknowledged.status().message()));
+  }
+  const uint64_t whole = bytes->size() - contents->torn_bytes;
+  if (*acknowledged > whole) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": its whole records end at byte ", whole, " but ", *acknowledged,
+        " bytes were acknowledged (", length_path, "): the log was cut short or overwritten"));
+  }
+  contents->acknowledged_bytes = *acknowledged;
   return contents;
 }
 
 absl::StatusOr<std::unique_ptr<RecordLog>> RecordLog::Create(const std::string& path) {
+  // The length file first: between the two a crash leaves the old log longer than its length
+  // file says (read whole), never shorter.
+  const std::string length_path = LogLengthPath(path);
+  TERN_RETURN_IF_ERROR(WriteFileAtomically(length_path, LogLengthFile(kMagicBytes)));
   // The magic alone, atomically: a crash leaves either the old log or an empty new one.
   TERN_RETURN_IF_ERROR(WriteFileAtomically(path, absl::string_view(kRecordLogMagic, kMagicBytes)));
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0) return Errno("cannot open", path);
-  return std::unique_ptr<RecordLog>(new RecordLog(path, fd));
+  const int length_fd = ::open(length_path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (length_fd < 0) {
+    ::close(fd);
+    return Errno("cannot open", length_path);
+  }
+  return std::unique_ptr<RecordLog>(new RecordLog(path, fd, length_fd, kMagicBytes));
 }
 
-RecordLog::~RecordLog() { ::close(fd_); }
+RecordLog::~RecordLog() {
+  ::close(fd_);
+  ::close(length_fd_);
+}
 
 bool RecordLog::Synced(uint64_t seq) const { return synced_ >= seq || !broken_.ok(); }
 
@@ -167,6 +221,7 @@ absl::Status RecordLog::AppendLocked(absl::string_view frame, absl::string_view 
     broken_ = Errno("cannot append to", path_);
     return broken_;
   }
+  bytes_ += frame.size() + record.size();
   const uint64_t mine = ++appended_;
   while (!Synced(mine)) {
     if (syncing_) {
@@ -177,15 +232,24 @@ absl::Status RecordLog::AppendLocked(absl::string_view frame, absl::string_view 
     }
     syncing_ = true;
     const uint64_t upto = appended_;
+    const std::string length = LogLengthFile(bytes_);
     mu_.Unlock();  // others append while this one syncs; the next sync takes them all
-    const bool ok = ::fdatasync(fd_) == 0;
+    // The records, then the length that says they are there (one sector, rewritten in place).
+    const char* failed = nullptr;
+    if (::fdatasync(fd_) != 0) {
+      failed = "cannot sync";
+    } else if (::pwrite(length_fd_, length.data(), length.size(), 0) !=
+                   static_cast<ssize_t>(length.size()) ||
+               ::fdatasync(length_fd_) != 0) {
+      failed = "cannot record the length of";
+    }
     const int err = errno;
     mu_.Lock();
     syncing_ = false;
     ++syncs_;
-    if (!ok) {
+    if (failed != nullptr) {
       errno = err;
-      broken_ = Errno("cannot sync", path_);
+      broken_ = Errno(failed, path_);
     } else {
       synced_ = std::max(synced_, upto);
     }

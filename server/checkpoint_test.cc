@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/record_log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/aggregator.h"
@@ -119,13 +120,26 @@ TEST_F(CheckpointTest, ASnapshotCutShortOrExtendedIsDataLoss) {
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("truncated or extended")));
 }
 
-// The limit of what one file can say: a log cut short reads as a crash in the middle of an
-// append. The whole records before the cut come back and the cut one is dropped as torn.
-TEST_F(CheckpointTest, ALogCutShortReplaysTheWholeRecordsBeforeTheCut) {
+// A log cut short anywhere, at a record boundary too, is DATA_LOSS: the length file beside it
+// says how much was acknowledged. Only bytes past that, an append a crash interrupted, are a
+// torn tail; a log without the length file (an older tern's) is read by the old rule.
+TEST_F(CheckpointTest, ALogCutShortAnywhereIsDataLossAndOnlyAnUnacknowledgedTailIsTorn) {
   const auto [snapshot, log] = FiveAcknowledged();
-  WriteAll(options_.checkpoint_path, snapshot);
+  ASSERT_TRUE(Exists(LogLengthPath(log_path_)));
+  for (size_t cut = 0; cut < log.size(); ++cut) {
+    EXPECT_THAT(RestartOn(snapshot, log.substr(0, cut)),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr("acknowledged")))
+        << "cut at " << cut;
+  }
+  TERN_EXPECT_OK(RestartOn(snapshot, log));
+  // A sixth append cut short by a crash: never acknowledged, dropped; the five come back.
+  const std::string sixth = log.substr(8, 30);
+  TERN_EXPECT_OK(RestartOn(snapshot, log + sixth));
+
+  // Without the length file every cut replays the whole records before it.
   const internal::AggregatorCheckpoint ckpt =
       ValueOrFailure(StateStore::ParseSnapshot(snapshot, nullptr));
+  ASSERT_EQ(std::remove(LogLengthPath(log_path_).c_str()), 0);
   size_t last_whole = 0;
   for (size_t cut = 8; cut <= log.size(); ++cut) {
     WriteAll(log_path_, log.substr(0, cut));
@@ -136,7 +150,6 @@ TEST_F(CheckpointTest, ALogCutShortReplaysTheWholeRecordsBeforeTheCut) {
     EXPECT_LT(read->torn_bytes, cut);
   }
   EXPECT_EQ(last_whole, 5u);
-  TERN_EXPECT_OK(RestartOn(snapshot, log));
 }
 
 TEST_F(CheckpointTest, AMissingLogOrSnapshotIsDataLossUnlessToldToStartFresh) {
@@ -169,6 +182,7 @@ TEST_F(CheckpointTest, WhatVerifySaysOfAGoodCheckpoint) {
   const std::string says = store.Describe(**saved);
   EXPECT_THAT(says, HasSubstr("checksum good"));
   EXPECT_THAT(says, HasSubstr("5 updates to replay"));
+  EXPECT_THAT(says, HasSubstr("bytes acknowledged there"));
 }
 
 // Disk full: the process may write no file past the log's current size (RLIMIT_FSIZE).

@@ -135,6 +135,14 @@ std::string StateStore::Describe(const Saved& saved) const {
     absl::StrAppend(&out, "update log ", log_path(), ": ", saved.log.updates.size(),
                     " updates to replay, ", saved.log.older,
                     " of an older generation (in the snapshot already)");
+    if (saved.log.acknowledged_bytes > 0) {
+      absl::StrAppend(&out, ", all ", saved.log.acknowledged_bytes, " bytes acknowledged there (",
+                      LogLengthPath(log_path()), ")");
+    } else {
+      absl::StrAppend(&out,
+                      ", no length file (written by an older tern: a cut at a record "
+                      "boundary would not show)");
+    }
     if (saved.log.torn_bytes > 0) {
       absl::StrAppend(&out, ", a torn last write of ", saved.log.torn_bytes,
                       " bytes (never acknowledged; dropped)");
@@ -146,7 +154,7 @@ std::string StateStore::Describe(const Saved& saved) const {
 
 absl::StatusOr<std::string> StateStore::MoveAside() const {
   const std::string suffix = absl::StrCat(".damaged-", absl::ToUnixSeconds(absl::Now()));
-  for (const std::string& p : {path_, log_path()}) {
+  for (const std::string& p : {path_, log_path(), LogLengthPath(log_path())}) {
     if (PathExists(p) && ::rename(p.c_str(), (p + suffix).c_str()) != 0) {
       return absl::UnavailableError(
           absl::StrCat("cannot move ", p, " aside: ", std::strerror(errno)));

@@ -15,6 +15,7 @@ absl::StatusOr<UpdateLog::Contents> UpdateLog::Read(const std::string& checkpoin
   Contents out;
   out.exists = log->exists;
   out.torn_bytes = log->torn_bytes;
+  out.acknowledged_bytes = log->acknowledged_bytes;
   for (size_t i = 0; i < log->records.size(); ++i) {
     internal::LoggedUpdate u;
     if (!u.ParseFromString(log->records[i])) {

@@ -35,9 +35,10 @@ class UpdateLog {
   // What the log beside a snapshot of `generation` holds.
   struct Contents {
     std::vector<internal::LoggedUpdate> updates;  // of `generation`, in order: to replay
-    size_t older = 0;         // of an older generation: in the snapshot already, skipped
-    uint64_t torn_bytes = 0;  // an incomplete last write (never acknowledged), dropped
-    bool exists = true;       // false: there is no log file
+    size_t older = 0;                 // of an older generation: in the snapshot already, skipped
+    uint64_t torn_bytes = 0;          // an incomplete last write (never acknowledged), dropped
+    uint64_t acknowledged_bytes = 0;  // what the log's length file says (0: none)
+    bool exists = true;               // false: there is no log file
   };
   // Reads the log beside `checkpoint_path`; DATA_LOSS for damage (common/record_log.h), a record
   // that does not parse, or one of a newer generation than the snapshot's.

@@ -1,7 +1,7 @@
 // libFuzzer target for what a restarting aggregator reads from disk: the update log's records
-// (common/record_log.h) and the snapshot's frame (server/state_store.h). Any bytes must give
-// whole records or DATA_LOSS, never a read past the input, and a snapshot that parses must say
-// so consistently.
+// (common/record_log.h), its length file and the snapshot's frame (server/state_store.h). Any bytes
+// must give whole records or DATA_LOSS, never a read past the input, and a snapshot that parses
+// must say so consistently.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -28,6 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else if (log.status().code() != absl::StatusCode::kDataLoss) {
     std::abort();
   }
+  auto length = tern::ParseLogLength(bytes);
+  if (!length.ok() && length.status().code() != absl::StatusCode::kDataLoss) std::abort();
+  if (length.ok() && size != tern::kLogLengthFileBytes) std::abort();
   bool framed = false;
   auto snapshot = tern::StateStore::ParseSnapshot(bytes, &framed);
   if (!snapshot.ok() && snapshot.status().code() != absl::StatusCode::kDataLoss) std::abort();
