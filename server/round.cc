@@ -60,7 +60,7 @@ absl::StatusOr<std::vector<int>> RoundTracker::Open(absl::Time now) {
 
 absl::StatusOr<ReplyDecision> RoundTracker::Reply(int client, int64_t round, absl::Time now) {
   if (open_ && round == round_) {
-    if (!std::binary_search(sampled_.begin(), sampled_.end(), client)) {
+    if (!IsSampled(client)) {
       return absl::PermissionDeniedError(
           absl::StrCat("client ", client, " was not sampled for round ", round));
     }
@@ -110,16 +110,14 @@ void RoundTracker::Unreply(int client, int64_t round) {
 }
 
 void RoundTracker::Spend(int client, int64_t round) {
-  if (!open_ || round != round_ || replied_.count(client) > 0 ||
-      !std::binary_search(sampled_.begin(), sampled_.end(), client)) {
+  if (!open_ || round != round_ || replied_.count(client) > 0 || !IsSampled(client)) {
     return;
   }
   spent_.insert(client);
 }
 
 bool RoundTracker::Awaits(int client) const {
-  return open_ && std::binary_search(sampled_.begin(), sampled_.end(), client) &&
-         replied_.count(client) == 0 && spent_.count(client) == 0;
+  return open_ && IsSampled(client) && replied_.count(client) == 0 && spent_.count(client) == 0;
 }
 
 absl::Time RoundTracker::CloseTime() const {

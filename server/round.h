@@ -8,6 +8,7 @@
 #ifndef TERN_SERVER_ROUND_H_
 #define TERN_SERVER_ROUND_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -98,6 +99,11 @@ class RoundTracker {
                uint64_t draws, absl::Time now);
 
  private:
+  // Whether `client` is in the open (or last) round's sample.
+  bool IsSampled(int client) const {
+    return std::binary_search(sampled_.begin(), sampled_.end(), client);
+  }
+
   RoundPolicy policy_;
   std::set<int> available_;
   std::map<int, double> scores_;

@@ -2,18 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 namespace tern {
 
 double ClipRadius::Radius() const {
   if (!options_.enabled() || recent_.size() < std::max<size_t>(1, options_.min_samples)) return 0;
-  std::vector<double> v(recent_.begin(), recent_.end());
   // The lower median: with half the window outsized (one of two neighbours, every round), the
   // reference is still an honest one.
-  const size_t mid = (v.size() - 1) / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  return options_.factor * v[mid];
+  return options_.factor * recent_.Median(/*lower=*/true);
 }
 
 double ClipRadius::Scale(double norm) {
@@ -25,8 +21,7 @@ double ClipRadius::Scale(double norm) {
     scale = radius / norm;
     ++clipped_;
   }
-  recent_.push_back(norm * scale);
-  while (recent_.size() > std::max<size_t>(1, options_.window)) recent_.pop_front();
+  recent_.Add(norm * scale);
   return scale;
 }
 

@@ -11,9 +11,11 @@
 #ifndef TERN_CORE_MODEL_CLIP_RADIUS_H_
 #define TERN_CORE_MODEL_CLIP_RADIUS_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+
+#include "core/model/recent_norms.h"
 
 namespace tern {
 
@@ -28,7 +30,8 @@ struct ClipRadiusOptions {
 
 class ClipRadius {
  public:
-  explicit ClipRadius(ClipRadiusOptions options) : options_(options) {}
+  explicit ClipRadius(ClipRadiusOptions options)
+      : options_(options), recent_(std::max<size_t>(1, options.window)) {}
 
   // The scale in (0, 1] to mix a contribution of L2 norm `norm` with: 1 within the radius (and
   // while there is none), radius / norm past it. Records the norm as mixed. A non-finite norm
@@ -41,7 +44,7 @@ class ClipRadius {
 
  private:
   ClipRadiusOptions options_;
-  std::deque<double> recent_;
+  RecentNorms recent_;
   uint64_t clipped_ = 0;
 };
 

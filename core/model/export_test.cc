@@ -61,7 +61,9 @@ TEST(TorchPickle, AStateDictOfRebuiltTensorsOverNumberedStorages) {
   EXPECT_EQ(p[p.size() - 2], 'u');  // SETITEMS
   EXPECT_THAT(p, HasSubstr("ctorch._utils\n_rebuild_tensor_v2\n"));
   EXPECT_THAT(p, HasSubstr("ctorch\nFloatStorage\n"));
-  EXPECT_THAT(p, HasSubstr(std::string("X\x01\x00\x00\x00" "1", 6)));  // storage key "1"
+  EXPECT_THAT(p, HasSubstr(std::string("X\x01\x00\x00\x00"
+                                       "1",
+                                       6)));  // storage key "1"
   EXPECT_THAT(p, HasSubstr("J\x70\x11\x01\x00")) << "70000 as BININT";
 }
 

@@ -2,24 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 
 namespace tern {
 
 void NormGuard::Observe(double norm) {
-  if (!std::isfinite(norm) || options_.window == 0) return;
-  recent_.push_back(norm);
-  while (recent_.size() > options_.window) recent_.pop_front();
+  if (std::isfinite(norm)) recent_.Add(norm);
 }
 
-double NormGuard::Reference() const {
-  if (recent_.empty()) return 0;
-  std::vector<double> v(recent_.begin(), recent_.end());
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
+double NormGuard::Reference() const { return recent_.Median(); }
 
 absl::Status NormGuard::Check(double norm, const std::string& what) const {
   if (!std::isfinite(norm)) {

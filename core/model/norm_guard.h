@@ -11,11 +11,11 @@
 #define TERN_CORE_MODEL_NORM_GUARD_H_
 
 #include <cstddef>
-#include <deque>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "core/model/recent_norms.h"
 
 namespace tern {
 
@@ -31,7 +31,8 @@ struct NormGuardOptions {
 
 class NormGuard {
  public:
-  explicit NormGuard(NormGuardOptions options) : options_(std::move(options)) {}
+  explicit NormGuard(NormGuardOptions options)
+      : options_(std::move(options)), recent_(options_.window) {}
 
   // Records a trusted norm (own message, accepted update).
   void Observe(double norm);
@@ -43,7 +44,7 @@ class NormGuard {
 
  private:
   NormGuardOptions options_;
-  std::deque<double> recent_;
+  RecentNorms recent_;
 };
 
 }  // namespace tern
