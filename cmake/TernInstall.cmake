@@ -9,6 +9,9 @@ set(TERN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/tern)
 set(TERN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/tern)
 
 install(TARGETS tern RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET tern_delay_line)  # links with delay (deploy/slow-link.sh)
+  install(TARGETS tern_delay_line RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 
 # Daemons as services. Units go under the prefix (/usr/lib/systemd/system for prefix /usr), their
 # ExecStart naming the tern installed with them: the prefix is read when installing, so

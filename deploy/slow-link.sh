@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # Try tern over a slow link on one machine (root only): N "sites", each a network namespace with
-# one address on a shared bridge, every link shaped with tc tbf in both directions (this is what
-# the project's race and fault benchmarks do; the kernels here have no netem, so no added delay).
+# one address on a shared bridge, every link shaped with tc tbf in both directions and, with a
+# round trip, delayed in between by tern-delay-line (this is what the project's race does; the
+# kernels here have no netem, so the bridge hands what it forwards to NFQUEUE, and the delay line
+# holds each packet RTT/2 in user space).
 #
 #   sudo deploy/slow-link.sh up 4 100mbit          # sites 0..3 at 10.78.0.1 .. 10.78.0.4
+#   sudo deploy/slow-link.sh up 4 100mbit 50       # the same, 50 ms round trip between sites
 #   sudo deploy/slow-link.sh exec 2 tern worker --id=2 --listen=10.78.0.3:7070 ...
 #   sudo deploy/slow-link.sh status                # the sites, their rate, bytes sent
 #   sudo deploy/slow-link.sh down
 #
-# A daemon in site I listens on 10.78.0.(I+1); the host reaches every site at 10.78.0.254.
+# A daemon in site I listens on 10.78.0.(I+1); the host reaches every site at 10.78.0.254 (without
+# the delay: only traffic between sites is held). The delay needs iptables and tern-delay-line
+# ($TERN_DELAY_LINE, else on PATH, else build/bench/ beside this script's checkout).
 set -euo pipefail
 PREFIX=${SLOW_LINK_PREFIX:-tsl}  # names: namespaces tsl-0.., bridge tsl-br (<= 15 characters)
 BR=$PREFIX-br
+STATE=/run/$PREFIX-slow-link  # the delay line's pid and log, the sysctl value to restore
+QUEUE=${SLOW_LINK_QUEUE:-7078}  # the NFQUEUE queue number the delay line binds
 
 die() { echo "slow-link: $*" >&2; exit 1; }
 need_root() { [[ $(id -u) -eq 0 ]] || die "needs root (namespaces, qdiscs): run it with sudo"; }
@@ -23,8 +30,51 @@ shape() {  # DEV RATE [NS]: token bucket at RATE, a burst of 32 KiB and at most 
   "${run[@]}" tc qdisc replace dev "$1" root tbf rate "$2" burst 32kbit latency 50ms
 }
 
+delay_line() {
+  local here
+  here=$(cd "$(dirname "$0")" && pwd)
+  for p in "${TERN_DELAY_LINE:-}" "$(command -v tern-delay-line || true)" \
+           "$here/../build/bench/tern-delay-line"; do
+    [[ -n $p && -x $p ]] && { echo "$p"; return; }
+  done
+  die "no tern-delay-line: build it (apt-get install libnetfilter-queue-dev; cmake --build build)" \
+      "or set TERN_DELAY_LINE"
+}
+
+delay() {  # RTT_MS: every packet the bridge forwards from one site to another waits RTT_MS/2
+  local rtt=$1 bin
+  bin=$(delay_line)
+  command -v iptables >/dev/null || die "the delay needs iptables (apt-get install iptables)"
+  mkdir -p "$STATE"
+  cat /proc/sys/net/bridge/bridge-nf-call-iptables > "$STATE/bridge-nf-call-iptables" 2>/dev/null ||
+    die "no br_netfilter here (modprobe br_netfilter)"
+  sysctl -qw net.bridge.bridge-nf-call-iptables=1
+  setsid "$bin" --queue="$QUEUE" --delay_ms="$(awk "BEGIN{print $rtt / 2}")" > "$STATE/delay-line.log" 2>&1 &
+  echo $! > "$STATE/delay-line.pid"
+  for _ in $(seq 100); do  # bound before anything is sent to the queue, or it is dropped
+    grep -q bound "$STATE/delay-line.log" && break
+    kill -0 "$(cat "$STATE/delay-line.pid")" 2>/dev/null || die "tern-delay-line: $(cat "$STATE/delay-line.log")"
+    sleep 0.05
+  done
+  grep -q bound "$STATE/delay-line.log" || die "tern-delay-line did not start"
+  iptables -I FORWARD -i "$BR" -o "$BR" -j NFQUEUE --queue-num "$QUEUE"
+  echo "$rtt" > "$STATE/rtt_ms"
+}
+
+undelay() {
+  [[ -d $STATE ]] || return 0
+  iptables -D FORWARD -i "$BR" -o "$BR" -j NFQUEUE --queue-num "$QUEUE" 2>/dev/null || true
+  if [[ -f $STATE/delay-line.pid ]]; then
+    kill "$(cat "$STATE/delay-line.pid")" 2>/dev/null || true
+  fi
+  if [[ -f $STATE/bridge-nf-call-iptables ]]; then
+    sysctl -qw net.bridge.bridge-nf-call-iptables="$(cat "$STATE/bridge-nf-call-iptables")" || true
+  fi
+  rm -rf "$STATE"
+}
+
 up() {
-  local n=${1:?usage: up N RATE} rate=${2:?usage: up N RATE}
+  local n=${1:?usage: up N RATE [RTT_MS]} rate=${2:?usage: up N RATE [RTT_MS]} rtt=${3:-0}
   need_root
   [[ -z $(sites) ]] || die "sites exist already (down first)"
   ip link add "$BR" type bridge
@@ -42,11 +92,16 @@ up() {
     shape "$host" "$rate"         # into the site
     shape "$peer" "$rate" "$ns"   # out of the site
   done
-  echo "slow-link: $n sites at $rate: 10.78.0.1 .. 10.78.0.$n (host: 10.78.0.254)"
+  if [[ $rtt != 0 ]]; then
+    delay "$rtt" || { down >/dev/null; exit 1; }
+  fi
+  echo "slow-link: $n sites at $rate, round trip ${rtt} ms between them: 10.78.0.1 .. 10.78.0.$n" \
+       "(host: 10.78.0.254)"
 }
 
 down() {
   need_root
+  undelay
   for ns in $(sites); do
     ip link del "${PREFIX}h${ns##*-}" 2>/dev/null || true
     ip netns del "$ns"
@@ -56,6 +111,9 @@ down() {
 }
 
 status() {
+  [[ -f $STATE/rtt_ms ]] && echo "round trip between sites: $(cat "$STATE/rtt_ms") ms" \
+    "($(kill -0 "$(cat "$STATE/delay-line.pid")" 2>/dev/null && echo "delay line running" ||
+        echo "DELAY LINE GONE: packets between sites are dropped; down, then up"))"
   for ns in $(sites); do
     local i=${ns##*-}
     local qd tx
@@ -75,5 +133,5 @@ case ${1:-} in
     shift
     need_root
     exec ip netns exec "$PREFIX-$i" "$@" ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,/^set -e/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

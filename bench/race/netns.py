@@ -1,21 +1,29 @@
-"""Network namespaces joined by a bridge, every link shaped with tbf: the sites of the race.
+"""Network namespaces joined by a bridge, every link shaped with tbf and, with a round trip,
+delayed in between: the sites of the race.
 
-    with Sites(4, "100mbit") as net:
+    with Sites(4, "100mbit", rtt_ms=20, delay_line="build/bench/tern-delay-line") as net:
         net.popen(0, ["tern", "worker", ...])      # runs inside site 0's namespace
         net.tx_bytes(0)                             # bytes site 0 sent on its link
 
 Site i is namespace `tern-race-i` with address 10.77.0.(i+1)/24 on veth `rv{i}`; the other end,
 `rb{i}`, sits on bridge `br0` in namespace `tern-race-hub`. Both directions of every link are
-shaped to the rate (tbf: one token bucket, no added delay; this kernel has no netem), so a site
-has `rate` up and `rate` down, as a site behind one commodity link does. Needs root
+shaped to the rate (tbf: one token bucket), so a site has `rate` up and `rate` down, as a site
+behind one commodity link does. With `rtt_ms`, every packet the bridge forwards waits rtt_ms / 2
+in tern-delay-line (this kernel has no netem: br_netfilter hands the hub's FORWARD chain to
+NFQUEUE, and the delay line holds each packet in user space), so any two sites are rtt_ms apart.
+The packets are held in between, as a real path holds them, not on the sender's own egress (where
+TCP small queues would count them against the socket and throttle the flow). Needs root
 (CAP_NET_ADMIN). Everything is torn down on exit, on Ctrl-C and on SIGTERM.
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 
 PREFIX = "tern-race"
+QUEUE = 7077  # the NFQUEUE queue of the hub's delay line (its own namespace: no clash)
 
 
 def _run(*cmd, check=True):
@@ -56,14 +64,41 @@ def cleanup_leftovers():
     for line in _run("ip", "netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         if name.startswith(PREFIX):
+            # A namespace outlives nothing it runs: a delay line or worker left by a run killed
+            # with SIGKILL goes with it.
+            for pid in _run("ip", "netns", "pids", name, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
             _run("ip", "netns", "del", name, check=False)
 
 
+def find_delay_line(tern=None):
+    """tern-delay-line beside the tern binary's build (build/bench/), or on PATH; None if neither."""
+    if tern:
+        build = os.path.dirname(os.path.dirname(os.path.abspath(tern)))
+        for p in (os.path.join(build, "bench", "tern-delay-line"),
+                  os.path.join(os.path.dirname(os.path.abspath(tern)), "tern-delay-line")):
+            if os.access(p, os.X_OK):
+                return p
+    return shutil.which("tern-delay-line")
+
+
 class Sites:
-    def __init__(self, n, rate):
-        self.n, self.rate = n, rate
+    def __init__(self, n, rate, rtt_ms=0.0, delay_line=None):
+        self.n, self.rate, self.rtt_ms = n, rate, float(rtt_ms)
+        self.delay_line = delay_line
+        if self.rtt_ms > 0 and not delay_line:
+            raise SystemExit("a round trip needs tern-delay-line (build it: apt-get install "
+                             "libnetfilter-queue-dev, then cmake --build build)")
         self.procs = []
+        self.delay_proc = None
         self._old = {}
+
+    @property
+    def hub(self):
+        return f"{PREFIX}-hub"
 
     def ns(self, i):
         return f"{PREFIX}-{i}"
@@ -95,7 +130,7 @@ class Sites:
         raise SystemExit(f"interrupted (signal {sig}); namespaces removed")
 
     def _up(self):
-        hub = f"{PREFIX}-hub"
+        hub = self.hub
         _run("ip", "netns", "add", hub)
         _run("ip", "-n", hub, "link", "add", "br0", "type", "bridge")
         _run("ip", "-n", hub, "link", "set", "br0", "up")
@@ -114,6 +149,28 @@ class Sites:
                      self.rate, "burst", str(burst), "latency", "100ms")
             _run("ip", "-n", hub, "link", "set", f"rb{i}", "master", "br0")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
+        if self.rtt_ms > 0:
+            self._delay(hub)
+
+    def _delay(self, hub):
+        """Every packet the bridge forwards waits rtt_ms / 2 (it crosses once each way)."""
+        _run("ip", "netns", "exec", hub, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1")
+        log = open(os.path.join("/tmp", f"{PREFIX}-delay-line.log"), "w+")
+        self.delay_proc = subprocess.Popen(
+            ["ip", "netns", "exec", hub, self.delay_line, f"--queue={QUEUE}",
+             f"--delay_ms={self.rtt_ms / 2}"], stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        deadline = time.time() + 10
+        while True:  # the queue must be bound before packets go to it, or they are dropped
+            log.seek(0)
+            if "bound" in log.read():
+                break
+            if self.delay_proc.poll() is not None or time.time() > deadline:
+                log.seek(0)
+                raise RuntimeError(f"tern-delay-line did not start: {log.read().strip()}")
+            time.sleep(0.05)
+        _run("ip", "netns", "exec", hub, "iptables", "-A", "FORWARD", "-j", "NFQUEUE",
+             "--queue-num", str(QUEUE))
 
     def popen(self, i, cmd, log_path, env=None):
         """Starts `cmd` in site i's namespace, output to `log_path`."""
@@ -140,4 +197,16 @@ class Sites:
 
     def down(self):
         self.kill_all()
+        if self.delay_proc is not None:
+            if self.delay_proc.poll() is None:
+                self.delay_proc.terminate()
+                try:
+                    self.delay_proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self.delay_proc.kill()
+                    self.delay_proc.wait()
+            self.delay_proc = None
         cleanup_leftovers()
+
+    def delay_line_alive(self):
+        return self.delay_proc is None or self.delay_proc.poll() is None

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """The race: tern against PyTorch DDP over shaped links (issue 16; docs/benchmarks.md).
 
-    sudo /usr/bin/python3 bench/race/race.py --rates 100mbit,10mbit [--rows ...] [--steps 470]
+    sudo /usr/bin/python3 bench/race/race.py --rates 100mbit,10mbit [--rtts 0,20,100] [--rows ...]
 
-For each rate it builds one network namespace per worker joined by a bridge, every link shaped
-with tbf (bench/race/netns.py), and runs each row there, one after another, on the same model,
+For each rate and round trip it builds one network namespace per worker joined by a bridge, every
+link shaped with tbf and every packet between sites held rtt/2 by tern-delay-line
+(bench/race/netns.py), and runs each row there, one after another, on the same model,
 data (Fashion-MNIST, iid shards), initial parameters, batch, learning-rate schedule and steps,
 every worker with one compute thread on the same cores. It prints wall time, time to 84 % and
 86 % test accuracy, MB each worker sent (counted on its interface), final accuracy, and every
@@ -81,6 +82,8 @@ def parse():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default="100mbit", help="comma-separated tbf rates")
+    p.add_argument("--rtts", default="0", help="comma-separated round trips between sites, ms")
+    p.add_argument("--delay_line", default="", help="tern-delay-line (default: beside --tern)")
     p.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated, of {','.join(ROWS)}")
     p.add_argument("--model", default="mlp:1024x1024", help="mlp:H1xH2 or cnn (torch rows only)")
     p.add_argument("--workers", type=int, default=4)
@@ -387,9 +390,13 @@ def main():
     init = prepare_init(a, out) if a.model.startswith("mlp") else ""
     test = common.load("test", a.data)
     everything = {"args": vars(a), "rates": {}}
-    for rate in a.rates.split(","):
+    delay_line = a.delay_line or netns.find_delay_line(a.tern)
+    links = [(r, float(t)) for r in a.rates.split(",") for t in a.rtts.split(",")]
+    for rate_only, rtt in links:
+        # A link's name: its rate, and its round trip when there is one ("100mbit-rtt20").
+        rate = rate_only + (f"-rtt{rtt:g}" if rtt else "")
         results = {}
-        with netns.Sites(a.workers, rate) as net:
+        with netns.Sites(a.workers, rate_only, rtt_ms=rtt, delay_line=delay_line) as net:
             for name in rows:
                 rdir = os.path.join(out, rate, name)
                 shutil.rmtree(rdir, ignore_errors=True)

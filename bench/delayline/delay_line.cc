@@ -1,0 +1,170 @@
+// tern-delay-line: holds every packet of an NFQUEUE queue for a fixed time, then lets it go.
+//
+// This kernel has no netem, so links with delay are made in user space: iptables sends the
+// packets a router would forward to a queue (`-j NFQUEUE --queue-num N`), and this program holds
+// each one `--delay_ms` before accepting it. Held at a forwarding hop (a bridge with
+// br_netfilter, or a router namespace), a TCP flow sees the delay as a real path's; held on the
+// sending host's own egress, TCP small queues count held packets against the socket and throttle
+// it, so put it in between (bench/race/netns.py, deploy/slow-link.sh). A packet crosses the hop
+// once each way, so a round trip of R takes --delay_ms=R/2.
+//
+//   tern-delay-line --queue=7 --delay_ms=50     # then: iptables -A FORWARD -j NFQUEUE --queue-num
+//   7
+//
+// Packets are never copied to user space (NFQNL_COPY_META) nor segmented (NFQA_CFG_F_GSO): only
+// their ids come up, and one batch verdict releases every due one. SIGINT/SIGTERM release what
+// is held and exit 0; counts go to stderr on exit (and every --stats_s).
+// glibc's <netinet/in.h> first: the kernel's headers step aside for it, not the other way.
+// clang-format off
+#include <netinet/in.h>
+#include <libnetfilter_queue/libnetfilter_queue.h>
+#include <linux/netfilter.h>
+#include <linux/netlink.h>
+// clang-format on
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "bench/delayline/delay_queue.h"
+
+ABSL_FLAG(int, queue, 0, "the NFQUEUE queue number to bind (iptables --queue-num)");
+ABSL_FLAG(double, delay_ms, 0, "how long each packet is held, ms (a round trip of R: R/2)");
+ABSL_FLAG(int, capacity, 200000, "packets held at most; more are dropped, as by a full router");
+ABSL_FLAG(int, stats_s, 0, "print counts every this many seconds (0: only on exit)");
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+struct State {
+  tern::delayline::DelayQueue* queue;
+  nfq_q_handle* qh = nullptr;
+};
+
+int OnPacket(nfq_q_handle* qh, nfgenmsg*, nfq_data* nfa, void* data) {
+  auto* state = static_cast<State*>(data);
+  const nfqnl_msg_packet_hdr* ph = nfq_get_msg_packet_hdr(nfa);
+  if (ph == nullptr) return 0;
+  const uint32_t id = ntohl(ph->packet_id);
+  if (!state->queue->Push(id, NowNs())) nfq_set_verdict(qh, id, NF_DROP, 0, nullptr);
+  return 0;
+}
+
+void PrintStats(const tern::delayline::DelayQueue& q, const char* when) {
+  std::fprintf(stderr,
+               "tern-delay-line: %s: %llu released, %llu dropped (queue full), %zu held now, "
+               "%zu held at most\n",
+               when, static_cast<unsigned long long>(q.released()),
+               static_cast<unsigned long long>(q.dropped()), q.held(), q.max_held());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "tern-delay-line --queue=N --delay_ms=D: holds each packet of NFQUEUE queue N for D ms");
+  absl::ParseCommandLine(argc, argv);
+  const int queue_num = absl::GetFlag(FLAGS_queue);
+  const double delay_ms = absl::GetFlag(FLAGS_delay_ms);
+  const int capacity = absl::GetFlag(FLAGS_capacity);
+  if (queue_num < 0 || queue_num > 65535 || delay_ms < 0 || delay_ms > 10'000 || capacity < 1) {
+    std::fprintf(stderr,
+                 "tern-delay-line: --queue in [0, 65535], --delay_ms in [0, 10000], "
+                 "--capacity >= 1\n");
+    return 2;
+  }
+  tern::delayline::DelayQueue queue(static_cast<int64_t>(delay_ms * 1e6), capacity);
+  State state{&queue};
+
+  nfq_handle* h = nfq_open();
+  if (h == nullptr) {
+    std::fprintf(stderr, "tern-delay-line: nfq_open: %s (needs CAP_NET_ADMIN)\n",
+                 std::strerror(errno));
+    return 1;
+  }
+  // Older kernels need the family bound; newer ones ignore it.
+  nfq_unbind_pf(h, AF_INET);
+  nfq_bind_pf(h, AF_INET);
+  state.qh = nfq_create_queue(h, queue_num, &OnPacket, &state);
+  if (state.qh == nullptr) {
+    std::fprintf(stderr, "tern-delay-line: queue %d: %s (is another program bound to it?)\n",
+                 queue_num, std::strerror(errno));
+    nfq_close(h);
+    return 1;
+  }
+  if (nfq_set_mode(state.qh, NFQNL_COPY_META, 0) < 0 ||
+      nfq_set_queue_maxlen(state.qh, static_cast<uint32_t>(capacity)) < 0) {
+    std::fprintf(stderr, "tern-delay-line: configuring queue %d: %s\n", queue_num,
+                 std::strerror(errno));
+    nfq_destroy_queue(state.qh);
+    nfq_close(h);
+    return 1;
+  }
+  // GSO packets whole (fewer, larger packets to hold); kernels without it segment them.
+  nfq_set_queue_flags(state.qh, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO);
+  const int fd = nfq_fd(h);
+  // A second of 1 Gbit/s in the socket, and a burst beyond it is dropped by the kernel, not
+  // reported as ENOBUFS.
+  nfnl_rcvbufsiz(nfq_nfnlh(h), 128 << 20);
+  int one = 1;
+  setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &one, sizeof(one));
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::printf("tern-delay-line: queue %d bound, holding packets %.3f ms\n", queue_num, delay_ms);
+  std::fflush(stdout);
+
+  const int stats_s = absl::GetFlag(FLAGS_stats_s);
+  int64_t next_stats = stats_s > 0 ? NowNs() + int64_t{stats_s} * 1'000'000'000 : INT64_MAX;
+  std::vector<char> buf(1 << 16);
+  while (!g_stop) {
+    const int64_t now = NowNs();
+    if (auto last = queue.PopDue(now)) nfq_set_verdict_batch(state.qh, *last, NF_ACCEPT);
+    if (now >= next_stats) {
+      PrintStats(queue, "so far");
+      next_stats = now + int64_t{stats_s} * 1'000'000'000;
+    }
+    int64_t wait_ns = 200'000'000;  // wake now and then to see a signal's flag
+    if (auto next = queue.NextRelease())
+      wait_ns = std::min(wait_ns, std::max<int64_t>(0, *next - now));
+    const timespec timeout{static_cast<time_t>(wait_ns / 1'000'000'000),
+                           static_cast<long>(wait_ns % 1'000'000'000)};
+    pollfd pfd{fd, POLLIN, 0};
+    const int ready = ppoll(&pfd, 1, &timeout, nullptr);
+    if (ready < 0 && errno != EINTR) {
+      std::fprintf(stderr, "tern-delay-line: poll: %s\n", std::strerror(errno));
+      break;
+    }
+    if (ready > 0) {
+      for (;;) {
+        const ssize_t n = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+        if (n <= 0) break;
+        nfq_handle_packet(h, buf.data(), static_cast<int>(n));
+      }
+    }
+  }
+  if (auto last = queue.PopAll()) nfq_set_verdict_batch(state.qh, *last, NF_ACCEPT);
+  PrintStats(queue, "exiting");
+  nfq_destroy_queue(state.qh);
+  nfq_close(h);
+  return 0;
+}

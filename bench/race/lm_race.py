@@ -1,0 +1,442 @@
+#!/usr/bin/python3
+"""The language-model race: a byte-level GPT with AdamW over links with rate and delay, tern's
+rows against DDP, PowerSGD, torch's PostLocalSGD and DiLoCo written in PyTorch (issue 39;
+docs/benchmarks.md, "The language-model race").
+
+    sudo /usr/bin/python3 bench/race/lm_race.py --rate 100mbit --rtt 20 [--layout 4shared]
+
+One command runs every row at one rate, round trip and layout: the sites are network namespaces
+joined by a bridge (bench/race/netns.py), every link shaped with tbf and every packet between
+sites held rtt/2 by tern-delay-line. Each row trains examples/lm/gpt.py (0.88 M parameters,
+context 128) from the same initial parameters, each worker on its own random windows of Python's
+documentation (8 windows a step), inner AdamW with warm-up and cosine decay, for --steps steps or
+until --max_seconds. It prints per row: wall time, time to each validation target (bits per
+byte of the shared model: DDP's, DiLoCo's outer model, the average of the workers' models for
+gossip and PostLocalSGD, the aggregator's), MB each worker sent (on its interface), compute
+utilization (the compute-only floor's seconds per step × this row's steps / its wall time), the
+row's wall time as a multiple of the floor's, the final loss and a step's time split; then every
+tern row's ratio to every anchor. Curves against time and bytes: curves-*.png.
+
+Layouts: 4shared (4 workers on the machine's cores, as the MLP race) and 2pinned (2 workers,
+each site's processes pinned to a core of its own, so no row is judged by 4 processes sharing 2
+cores). --grid tunes: every row at each H and learning rate of the grid, the best (earliest to
+the last target reached, then lowest final loss) reported.
+"""
+import argparse
+import datetime
+import itertools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:
+    print(f"bench/race needs Debian's python3-torch (run /usr/bin/python3): {e}", file=sys.stderr)
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "examples", "lm"))
+import gpt  # noqa: E402
+import netns  # noqa: E402
+from race import fmt, no_nans, wait_all  # noqa: E402
+
+PY = "/usr/bin/python3"
+PORT, SERVER_PORT = 7000, 7060
+SLOW_LINK = ["--algorithm=choco", "--codec=stc:ratio=0.015", "--consensus_step=0.1"]
+# name -> kind (lm_rank.py), and for tern rows the worker's or the aggregator's flags.
+ROWS = {
+    "compute": {"kind": "compute"},
+    "ddp": {"kind": "ddp"},
+    "ddp-powersgd": {"kind": "ddp-powersgd"},
+    "postlocalsgd": {"kind": "postlocalsgd", "uses_h": True},
+    "diloco": {"kind": "diloco", "uses_h": True},
+    "diloco-int8": {"kind": "diloco-int8", "uses_h": True},
+    "tern-choco-stc": {"kind": "tern-optim", "worker": SLOW_LINK},
+    # Round t's exchange overlaps step t+1's compute (docs/worker.md).
+    "tern-choco-stc-overlap": {"kind": "tern-optim", "worker": SLOW_LINK + ["--overlap"]},
+    "tern-decentlam-fp16": {"kind": "tern-optim",
+                            "worker": ["--algorithm=decentlam", "--codec=fp16"]},
+    "tern-localsgd": {"kind": "tern-fed", "uses_h": True, "server": ["--mode=local-sgd"]},
+    "tern-slowmo": {"kind": "tern-fed", "uses_h": True,
+                    "server": ["--mode=local-sgd", "--server_momentum=0.9", "--server_lr=0.7"]},
+}
+DEFAULT_ROWS = ",".join(ROWS)
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rate", default="100mbit")
+    p.add_argument("--rtt", type=float, default=0.0, help="round trip between sites, ms")
+    p.add_argument("--layout", default="4shared", choices=["4shared", "2pinned"])
+    p.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated, of {','.join(ROWS)}")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--lr", type=float, default=3e-3, help="inner AdamW's peak learning rate")
+    p.add_argument("--h", type=int, default=50, help="inner steps between synchronizations")
+    p.add_argument("--grid", default="",
+                   help="tune every row over 'h=25,50,100;lr=1e-3,3e-3' (H only where used)")
+    p.add_argument("--targets", default="4.0,3.75,3.6", help="validation bits per byte")
+    p.add_argument("--snapshots", type=int, default=20, help="evaluation points per run")
+    p.add_argument("--max_seconds", type=float, default=300, help="a row's time limit")
+    p.add_argument("--tern", default=os.path.join(ROOT, "build", "cli", "tern"))
+    p.add_argument("--delay_line", default="")
+    p.add_argument("--out", default="")
+    return p.parse_args()
+
+
+def env_for(a):
+    build = os.path.dirname(os.path.dirname(os.path.abspath(a.tern)))
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "clients", "python"),
+                                           os.path.join(build, "clients", "python"), HERE]))
+    return env
+
+
+def pin(a, i, cmd):
+    """2pinned: site i's processes on core i alone."""
+    return ["taskset", "-c", str(i % os.cpu_count())] + cmd if a.layout == "2pinned" else cmd
+
+
+def rank_cmd(a, kind, i, rdir, every, h, lr):
+    return [PY, os.path.join(HERE, "lm_rank.py"), f"--kind={kind}", f"--rank={i}",
+            f"--world={a.workers}", f"--steps={a.steps}", f"--batch={a.batch}", f"--lr={lr}",
+            f"--h={h}", f"--snapshot_every={every}", f"--max_seconds={a.max_seconds}",
+            f"--out={rdir}/rank-{i}", "--master=10.77.0.1:29500",
+            f"--worker=127.0.0.1:{PORT}", f"--server=10.77.0.1:{SERVER_PORT}"]
+
+
+def worker_cmd(a, row, i, rdir):
+    peers = ",".join(f"10.77.0.{j + 1}:{PORT}" for j in range(a.workers))
+    return [a.tern, "worker", f"--id={i}", f"--workers={a.workers}", f"--peers={peers}",
+            f"--listen=0.0.0.0:{PORT}", "--trainer=external", "--momentum=0", "--seed=1",
+            "--compute_threads=1", "--plaintext", "--log_level=warn",
+            f"--round_log={rdir}/rank-{i}.steps.jsonl"] + row["worker"]
+
+
+def server_cmd(a, row, rdir, h):
+    rounds = math.ceil(a.steps / h)
+    return [a.tern, "server", f"--listen=10.77.0.1:{SERVER_PORT}", "--plaintext",
+            f"--min_clients={a.workers}", f"--clients_per_round={a.workers}",
+            f"--rounds={rounds}", "--local_epochs=0", f"--local_steps={h}",
+            "--round_deadline_s=600", "--client_timeout_s=600", "--linger_s=30",
+            "--log_level=warn"] + row["server"]
+
+
+class TxSampler:
+    """Each site's interface byte counter, read every second while a row runs (bytes against
+    time, for the curves against bytes)."""
+
+    def __init__(self, net, n):
+        self.net, self.n, self.samples, self._stop = net, n, [], threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+    def _loop(self):
+        while True:
+            self.samples.append((time.time(), [self.net.tx_bytes(i) for i in range(self.n)]))
+            if self._stop.wait(1.0):
+                self.samples.append((time.time(), [self.net.tx_bytes(i) for i in range(self.n)]))
+                return
+
+    def mb_at(self, t):
+        """Mean MB per site sent by time t (linear between samples)."""
+        s = self.samples
+        base = np.mean(s[0][1])
+        for (t0, b0), (t1, b1) in zip(s, s[1:]):
+            if t <= t1:
+                f = 0 if t1 == t0 else max(0.0, (t - t0) / (t1 - t0))
+                return (np.mean(b0) + f * (np.mean(b1) - np.mean(b0)) - base) / 1e6
+        return (np.mean(s[-1][1]) - base) / 1e6
+
+
+def run_row(a, net, name, row, rdir, h, lr):
+    shutil.rmtree(rdir, ignore_errors=True)
+    os.makedirs(rdir)
+    every = max(1, a.steps // a.snapshots)
+    env = env_for(a)
+    mains, daemons = [], []
+    with TxSampler(net, a.workers) as tx:
+        if row["kind"] == "tern-fed":
+            daemons.append(net.popen(0, pin(a, 0, server_cmd(a, row, rdir, h)),
+                                     f"{rdir}/server.log", env))
+        for i in range(a.workers):
+            env_i = dict(env, GLOO_SOCKET_IFNAME=f"rv{i}")
+            if row["kind"] == "tern-optim":
+                daemons.append(net.popen(i, pin(a, i, worker_cmd(a, row, i, rdir)),
+                                         f"{rdir}/worker-{i}.log", env_i))
+            mains.append(net.popen(i, pin(a, i, rank_cmd(a, row["kind"], i, rdir, every, h, lr)),
+                                   f"{rdir}/rank-{i}.log", env_i))
+        synchronous = row["kind"] in ("ddp", "ddp-powersgd", "diloco", "diloco-int8",
+                                      "postlocalsgd")
+        ok = wait_all(mains, time.time() + a.max_seconds + 180,
+                      leader=mains[0] if synchronous else None)
+        for d in daemons:
+            d.terminate()
+        for d in daemons:
+            try:
+                d.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        net.kill_all()
+    if not net.delay_line_alive():
+        raise SystemExit("tern-delay-line died: the links lost their delay (see its log)")
+    return {"ok": ok, "tx": tx}
+
+
+def ranks_of(row, workers):
+    """Whose snapshots make the row's model: one (the shared one) or every worker's average."""
+    return [0] if row["kind"] in ("compute", "ddp", "ddp-powersgd", "diloco", "diloco-int8",
+                                  "tern-fed") else list(range(workers))
+
+
+def evaluate(a, row, rdir, corpus, windows, tx):
+    model = gpt.GPT(gpt.GPTConfig(context=128))
+    ranks = ranks_of(row, a.workers)
+    summaries = [json.load(open(f"{rdir}/rank-{i}/summary.json"))
+                 for i in range(a.workers) if os.path.exists(f"{rdir}/rank-{i}/summary.json")]
+    t0 = min(s["start_unix_s"] for s in summaries)
+    times = {}
+    for i in ranks:
+        for line in open(f"{rdir}/rank-{i}/times.jsonl"):
+            r = json.loads(line)
+            times.setdefault(r["step"], []).append(r["t"])
+    curve = []
+    for step in sorted(times):
+        if len(times[step]) < len(ranks):
+            continue
+        files = [f"{rdir}/rank-{i}/step-{step}.f32" for i in ranks]
+        x = np.mean([np.fromfile(f, dtype="<f4") for f in files], axis=0).astype(np.float32)
+        off = 0
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.from_numpy(x[off:off + p.numel()]).view_as(p))
+                off += p.numel()
+        t = max(times[step])
+        curve.append({"step": step, "t": t - t0, "mb": tx.mb_at(t),
+                      "bpb": corpus.bits_per_byte(model, windows)})
+        for f in files:
+            os.remove(f)
+    return curve, summaries
+
+
+def time_split(a, rdir, summaries, floor_step):
+    """ms per step: tern rows from the workers' round logs; others from their own clocks."""
+    steps = np.mean([s["steps"] for s in summaries]) or 1
+    wall = np.mean([s["wall_s"] for s in summaries])
+    split = {"step": 1e3 * wall / steps}
+    logs = [f"{rdir}/rank-{i}.steps.jsonl" for i in range(a.workers)]
+    if all(os.path.exists(f) for f in logs):
+        parts = ("encode_s", "decode_s", "combine_s", "transfer_s", "wait_s", "trainer_io_s")
+        sums, n = dict.fromkeys(parts, 0.0), 0
+        for f in logs:
+            for line in open(f):
+                r = json.loads(line)
+                for k in parts:
+                    sums[k] += r.get(k, 0.0)
+                n += 1
+        split.update({k.replace("_s", ""): 1e3 * v / max(1, n) for k, v in sums.items()})
+        split["trainer"] = 1e3 * np.mean([s["compute_s"] for s in summaries]) / steps
+    elif any(s["compute_s"] for s in summaries):
+        split["compute"] = 1e3 * np.mean([s["compute_s"] for s in summaries]) / steps
+        split["communicate"] = 1e3 * np.mean([s["comm_s"] for s in summaries]) / steps
+    elif floor_step:
+        split["compute (floor)"] = 1e3 * floor_step
+        split["communicate (rest)"] = split["step"] - 1e3 * floor_step
+    return split
+
+
+def summarize(a, curve, summaries, tx_mb, floor_step):
+    out = {"wall_s": float(np.mean([s["wall_s"] for s in summaries])),
+           "steps": float(np.mean([s["steps"] for s in summaries])),
+           "final_bpb": curve[-1]["bpb"] if curve else math.nan, "tx_mb": tx_mb}
+    for target in a.target_list:
+        out[f"t{target}"] = next((c["t"] for c in curve if c["bpb"] <= target), math.nan)
+        out[f"mb{target}"] = next((c["mb"] for c in curve if c["bpb"] <= target), math.nan)
+    if floor_step:
+        cu = [floor_step * s["steps"] / s["wall_s"] for s in summaries if s["wall_s"] > 0]
+        out["cu"] = float(np.mean(cu)) if cu else math.nan
+    return out
+
+
+def better(r, best, targets):
+    """Earlier to the last target reached; then the lower final loss."""
+    if best is None or not best.get("ok"):
+        return True
+    if not r.get("ok"):
+        return False
+    for target in reversed(targets):
+        tr, tb = r.get(f"t{target}", math.nan), best.get(f"t{target}", math.nan)
+        if not (math.isnan(tr) and math.isnan(tb)):
+            if math.isnan(tb):
+                return True
+            if math.isnan(tr):
+                return False
+            return tr < tb
+    return r.get("final_bpb", math.inf) < best.get("final_bpb", math.inf)
+
+
+def print_table(a, results, floor):
+    tg = a.target_list
+    print(f"\n== {a.rate}, RTT {a.rtt:g} ms, {a.layout} ({a.workers} workers) ==")
+    print(f"{'row':<22} {'H':>4} {'lr':>6} {'wall s':>7} " +
+          " ".join(f"{'to ' + str(t):>7}" for t in tg) +
+          f" {'MB/worker':>9} {'CU':>5} {'×floor':>6} {'final bpb':>9}")
+    for name, r in results.items():
+        if not r.get("ok"):
+            print(f"{name:<22} failed (see its logs)")
+            continue
+        print(f"{name:<22} {r.get('h', '') or '':>4} {r['lr']:>6g} {fmt(r['wall_s']):>7} " +
+              " ".join(f"{fmt(r[f't{t}']):>7}" for t in tg) +
+              f" {fmt(r['tx_mb']):>9} {fmt(100 * r.get('cu', math.nan), '.0f'):>4}%"
+              f" {fmt(r['wall_s'] / floor if floor else math.nan, '.2f'):>6}"
+              f" {fmt(r['final_bpb'], '.3f'):>9}")
+    for name, r in results.items():
+        if r.get("ok"):
+            print(f"  {name}: ms per step " + ", ".join(f"{k} {v:.0f}" for k, v in
+                                                      r["ms_per_step"].items()))
+    anchors = [n for n in results if not n.startswith("tern") and n != "compute"
+               and results[n].get("ok")]
+    for name, r in results.items():
+        if not name.startswith("tern") or not r.get("ok"):
+            continue
+        for an in anchors:
+            ar, parts = results[an], []
+            for t in tg:
+                ratio = ar[f"t{t}"] / r[f"t{t}"] if r[f"t{t}"] > 0 else math.nan
+                parts.append(f"to {t} " + ("—" if math.isnan(ratio) else f"{ratio:.2f}x"))
+            print(f"  {name} vs {an}: " + ", ".join(parts) + " sooner")
+
+
+def plot(a, results, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no matplotlib: apt-get install python3-matplotlib for the curves)")
+        return
+    tag = f"{a.rate}-rtt{a.rtt:g}-{a.layout}"
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    for name, r in results.items():
+        if r.get("curve") and name != "compute":
+            c = r["curve"]
+            axes[0].plot([p["t"] for p in c], [p["bpb"] for p in c], label=name, lw=1.5)
+            axes[1].plot([max(p["mb"], 1e-3) for p in c], [p["bpb"] for p in c], label=name,
+                         lw=1.5)
+    for ax, xl in zip(axes, ("seconds since the first step", "MB each worker sent (log)")):
+        for t in a.target_list:
+            ax.axhline(t, color="grey", lw=0.6, ls=":")
+        ax.set_xlabel(xl)
+        ax.set_ylabel("validation bits per byte")
+        low = min((p["bpb"] for r in results.values() for p in r.get("curve") or []), default=2)
+        ax.set_ylim(max(0.0, low - 0.1), 5.0)
+        ax.grid(alpha=0.3)
+    axes[1].set_xscale("log")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"byte-level GPT, AdamW: {a.rate} per link, RTT {a.rtt:g} ms, {a.layout}")
+    fig.tight_layout()
+    for ext in ("png", "svg"):
+        fig.savefig(os.path.join(out, f"curves-{tag}.{ext}"))
+    plt.close(fig)
+
+
+def settings(a, row):
+    """(H, lr) pairs to run: the grid's, or the single --h/--lr."""
+    grid = dict(kv.split("=") for kv in a.grid.split(";") if kv) if a.grid else {}
+    hs = [int(x) for x in grid.get("h", str(a.h)).split(",")] if row.get("uses_h") else [0]
+    lrs = [float(x) for x in grid.get("lr", str(a.lr)).split(",")]
+    if row["kind"] == "compute":  # the floor's time does not depend on the learning rate
+        lrs = [a.lr]
+    return list(itertools.product(hs, lrs))
+
+
+def main():
+    a = parse()
+    netns.require_root()
+    if not os.path.isdir(gpt.SOURCES):
+        print(f"the language model's text is not here ({gpt.SOURCES}): apt-get install "
+              "python3.11-doc", file=sys.stderr)
+        return netns.CANNOT_RUN
+    delay_line = a.delay_line or netns.find_delay_line(a.tern)
+    if a.rtt > 0 and not delay_line:
+        print("a round trip needs tern-delay-line: apt-get install libnetfilter-queue-dev, then "
+              "cmake --build build (it is build/bench/tern-delay-line)", file=sys.stderr)
+        return netns.CANNOT_RUN
+    a.workers = 2 if a.layout == "2pinned" else 4
+    a.target_list = [float(t) for t in a.targets.split(",")]
+    rows = a.rows.split(",")
+    for r in rows:
+        if r not in ROWS:
+            raise SystemExit(f"unknown row {r!r}; rows: {', '.join(ROWS)}")
+    if "compute" in rows:  # the floor first: every other row's CU and multiple need it
+        rows = ["compute"] + [r for r in rows if r != "compute"]
+    out = a.out or os.path.join("runs", "lm-race-" +
+                                datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out, exist_ok=True)
+    torch.set_num_threads(os.cpu_count())
+    corpus = gpt.Corpus()
+    windows = corpus.validation_windows(128)
+    results, floor_wall, floor_step = {}, None, None
+    tag = f"{a.rate}-rtt{a.rtt:g}-{a.layout}"
+    with netns.Sites(a.workers, a.rate, rtt_ms=a.rtt, delay_line=delay_line) as net:
+        for name in rows:
+            row = ROWS[name]
+            best = None
+            for h, lr in settings(a, row):
+                label = name + (f" H={h}" if h else "") + f" lr={lr:g}"
+                print(f"[{tag}] {label} ...", flush=True)
+                rdir = os.path.join(out, tag, name, f"h{h}-lr{lr:g}")
+                before = [net.tx_bytes(i) for i in range(a.workers)]
+                run = run_row(a, net, name, row, rdir, h or a.h, lr)
+                after = [net.tx_bytes(i) for i in range(a.workers)]
+                r = {"ok": run["ok"], "h": h, "lr": lr,
+                     "tx_mb": float(np.mean([(x - y) / 1e6 for x, y in zip(after, before)]))}
+                if r["ok"]:
+                    curve, summaries = evaluate(a, row, rdir, corpus, windows, run["tx"])
+                    if name == "compute":
+                        floor_wall = float(np.mean([s["wall_s"] for s in summaries]))
+                        floor_step = floor_wall / max(1, np.mean([s["steps"] for s in summaries]))
+                    r["curve"] = curve
+                    r.update(summarize(a, curve, summaries, r["tx_mb"], floor_step))
+                    r["ms_per_step"] = time_split(a, rdir, summaries, floor_step)
+                    print(f"[{tag}] {label}: wall {fmt(r['wall_s'])} s, final "
+                          f"{fmt(r['final_bpb'], '.3f')} bpb, {fmt(r['tx_mb'])} MB/worker",
+                          flush=True)
+                else:
+                    print(f"[{tag}] {label}: FAILED (logs in {rdir})", flush=True)
+                r["grid"] = (best or {}).get("grid", []) + [
+                    {k: r.get(k) for k in ("h", "lr", "ok", "final_bpb", "wall_s")}]
+                if better(r, best, a.target_list):
+                    r["grid"], best = r["grid"], r
+                else:
+                    best["grid"] = r["grid"]
+            results[name] = best
+    print_table(a, results, floor_wall)
+    plot(a, results, out)
+    with open(os.path.join(out, f"results-{tag}.json"), "w") as f:
+        json.dump(no_nans({"args": {k: v for k, v in vars(a).items()}, "rows": results}), f,
+                  indent=1)
+    print(f"\nresults: {out}/results-{tag}.json, curves: {out}/curves-{tag}.png")
+    return 1 if any(not r["ok"] for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
