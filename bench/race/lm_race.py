@@ -47,7 +47,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "lm"))
 import gpt  # noqa: E402
 import netns  # noqa: E402
-from race import fmt, no_nans, wait_all  # noqa: E402
+from race import fmt, no_nans, pyplot, speedups, wait_all  # noqa: E402
 
 PY = "/usr/bin/python3"
 PORT, SERVER_PORT = 7000, 7060
@@ -318,20 +318,13 @@ def print_table(a, results, floor):
         if not name.startswith("tern") or not r.get("ok"):
             continue
         for an in anchors:
-            ar, parts = results[an], []
-            for t in tg:
-                ratio = ar[f"t{t}"] / r[f"t{t}"] if r[f"t{t}"] > 0 else math.nan
-                parts.append(f"to {t} " + ("—" if math.isnan(ratio) else f"{ratio:.2f}x"))
-            print(f"  {name} vs {an}: " + ", ".join(parts) + " sooner")
+            print(f"  {name} vs {an}: " + speedups(r, results[an],
+                                                   [(f"t{t}", f"to {t}") for t in tg]))
 
 
 def plot(a, results, out):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(no matplotlib: apt-get install python3-matplotlib for the curves)")
+    plt = pyplot()
+    if plt is None:
         return
     tag = f"{a.rate}-rtt{a.rtt:g}-{a.layout}"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))

@@ -108,6 +108,14 @@ class Run:
         self.losses.append(loss.item())
         return loss
 
+    def inner_step(self, step, opt):
+        """One step of this rank's own (no communication), timed as compute."""
+        t0 = time.time()
+        self.forward_backward(self.model, step, opt)
+        opt.step()
+        self.compute_s += time.time() - t0
+        self.steps_done = step + 1
+
     def snapshot(self, step, params=None, force=False):
         if step % self.a.snapshot_every and not force:
             return
@@ -151,11 +159,7 @@ def run_compute(a, r):
     for step in range(a.steps):
         if r.expired():
             break
-        t0 = time.time()
-        r.forward_backward(r.model, step, opt)
-        opt.step()
-        r.compute_s += time.time() - t0
-        r.steps_done = step + 1
+        r.inner_step(step, opt)
         r.snapshot(step + 1, force=step + 1 == a.steps)
     r.finish()
 
@@ -266,11 +270,7 @@ def run_diloco(a, r):
     for step in range(a.steps):
         if r.expired():
             break
-        t0 = time.time()
-        r.forward_backward(r.model, step, inner)
-        inner.step()
-        r.compute_s += time.time() - t0
-        r.steps_done = step + 1
+        r.inner_step(step, inner)
         if (step + 1) % a.h and step + 1 != a.steps:
             continue
         t0 = time.time()
@@ -330,17 +330,13 @@ def run_tern_fed(a, r):
     step = [0]
 
     def train(steps):
-        t0 = time.time()
         n = 0
         for _ in range(steps):
             if step[0] >= a.steps:
                 break
-            r.forward_backward(r.model, step[0], inner)
-            inner.step()
+            r.inner_step(step[0], inner)
             step[0] += 1
             n += 1
-        r.steps_done = step[0]
-        r.compute_s += time.time() - t0
         return n * a.batch, float(np.mean(r.losses[-max(1, n):]))
 
     class Client(tern.federated.TorchClient):

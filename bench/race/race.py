@@ -336,21 +336,35 @@ def print_table(rate, results):
         if not name.startswith("tern") or not r.get("ok"):
             continue
         for an in anchors:
-            ar = results[an]
-            parts = []
-            for key, label in (("t84_s", "to 84 %"), ("t86_s", "to 86 %"), ("wall_s", "wall")):
-                ratio = ar[key] / r[key] if r[key] > 0 else math.nan
-                parts.append(f"{label} " + ("—" if math.isnan(ratio) else f"{ratio:.2f}x"))
-            print(f"  {name} vs {an}: " + ", ".join(parts) + " sooner")
+            print(f"  {name} vs {an}: " + speedups(
+                r, results[an], (("t84_s", "to 84 %"), ("t86_s", "to 86 %"), ("wall_s", "wall"))))
 
 
-def plot(rate, results, out):
+def speedups(mine, anchor, keys):
+    """'to 84 % 1.52x, ...': how many times sooner `mine` got to each (key, label) than
+    `anchor` (— where either never did)."""
+    parts = []
+    for key, label in keys:
+        ratio = anchor[key] / mine[key] if mine[key] > 0 else math.nan
+        parts.append(f"{label} " + ("—" if math.isnan(ratio) else f"{ratio:.2f}x"))
+    return ", ".join(parts) + " sooner"
+
+
+def pyplot():
+    """matplotlib's pyplot drawing to files, or None (and why) without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        return plt
     except ImportError:
         print("(no matplotlib: apt-get install python3-matplotlib for the curves)")
+        return None
+
+
+def plot(rate, results, out):
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, r in results.items():
