@@ -349,8 +349,7 @@ def run_tern_fed(a, r):
     r.begin()
     tern.federated.run(Client(r.model, train), a.server, name=f"site{a.rank}", num_samples=1)
     if a.rank == 0:
-        final = tern.federated.load_global_model(r.model, a.server)
-        del final
+        tern.federated.load_global_model(r.model, a.server)  # the run's last model
         r.snapshot(step[0], force=True)
     r.comm_s = time.time() - r.start - r.compute_s
     r.finish()
