@@ -23,16 +23,16 @@
 namespace tern {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // Median seconds of fn() over repetitions lasting at least `min_seconds` in all (>= 3 runs).
 double TimeMedian(double min_seconds, const std::function<absl::Status()>& fn, absl::Status* err) {
   std::vector<double> runs;
   double total = 0;
   while (runs.size() < 3 || (total < min_seconds && runs.size() < 200)) {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     absl::Status s = fn();
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double dt = std::chrono::duration<double>(SteadyClock::now() - t0).count();
     if (!s.ok()) {
       *err = s;
       return 0;

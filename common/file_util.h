@@ -23,6 +23,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // Creates directory `path` (mode 0755) unless it exists. UNAVAILABLE with the errno text.
 absl::Status MakeDirectory(const std::string& path);
 
+// UNAVAILABLE "<what> <path>: <strerror(errno)>": a failed system call on a file, read from errno
+// at the call.
+absl::Status ErrnoError(absl::string_view what, const std::string& path);
+
 // Whether something (a file, a directory, ...) is at `path`; whether it is a directory.
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);

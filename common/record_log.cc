@@ -20,10 +20,6 @@ namespace {
 
 constexpr size_t kMagicBytes = sizeof(kRecordLogMagic) - 1;
 
-absl::Status Errno(absl::string_view what, const std::string& path) {
-  return absl::UnavailableError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
 bool WriteAll(int fd, absl::string_view bytes) {
   while (!bytes.empty()) {
     const ssize_t n = ::write(fd, bytes.data(), bytes.size());
@@ -184,11 +180,11 @@ absl::StatusOr<std::unique_ptr<RecordLog>> RecordLog::Create(const std::string& 
   // The magic alone, atomically: a crash leaves either the old log or an empty new one.
   TERN_RETURN_IF_ERROR(WriteFileAtomically(path, absl::string_view(kRecordLogMagic, kMagicBytes)));
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (fd < 0) return Errno("cannot open", path);
+  if (fd < 0) return ErrnoError("cannot open", path);
   const int length_fd = ::open(length_path.c_str(), O_WRONLY | O_CLOEXEC);
   if (length_fd < 0) {
     ::close(fd);
-    return Errno("cannot open", length_path);
+    return ErrnoError("cannot open", length_path);
   }
   return std::unique_ptr<RecordLog>(new RecordLog(path, fd, length_fd, kMagicBytes));
 }
@@ -218,7 +214,7 @@ absl::Status RecordLog::Append(absl::string_view record) {
 absl::Status RecordLog::AppendLocked(absl::string_view frame, absl::string_view record) {
   if (!broken_.ok()) return broken_;
   if (!WriteAll(fd_, frame) || !WriteAll(fd_, record)) {
-    broken_ = Errno("cannot append to", path_);
+    broken_ = ErrnoError("cannot append to", path_);
     return broken_;
   }
   bytes_ += frame.size() + record.size();
@@ -249,7 +245,7 @@ absl::Status RecordLog::AppendLocked(absl::string_view frame, absl::string_view 
     ++syncs_;
     if (failed != nullptr) {
       errno = err;
-      broken_ = Errno(failed, path_);
+      broken_ = ErrnoError(failed, path_);
     } else {
       synced_ = std::max(synced_, upto);
     }

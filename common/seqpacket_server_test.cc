@@ -18,7 +18,7 @@ namespace {
 
 using ::tern::testing::IsOk;
 
-std::string TempPath(const std::string& name) {
+std::string SocketPath(const std::string& name) {
   return absl::StrCat("/tmp/tern-seqpacket-", getpid(), "-", name, ".sock");
 }
 
@@ -47,7 +47,7 @@ SeqpacketServer::Handler Echo() {
 }
 
 TEST(SeqpacketServer, AnswersEachMessageWithItsOwnReplyAndOneClientAfterAnother) {
-  auto s = SeqpacketServer::Start(TempPath("echo"), Echo());
+  auto s = SeqpacketServer::Start(SocketPath("echo"), Echo());
   ASSERT_THAT(s, IsOk());
   struct stat st;
   ASSERT_EQ(stat((*s)->path().c_str(), &st), 0);
@@ -65,7 +65,7 @@ TEST(SeqpacketServer, AnswersEachMessageWithItsOwnReplyAndOneClientAfterAnother)
 }
 
 TEST(SeqpacketServer, AnOversizeMessageDropsThatClientAndTheServerGoesOn) {
-  auto s = SeqpacketServer::Start(TempPath("oversize"), Echo());
+  auto s = SeqpacketServer::Start(SocketPath("oversize"), Echo());
   ASSERT_THAT(s, IsOk());
   const int fd = Connect((*s)->path());
   ASSERT_GE(fd, 0);
@@ -80,7 +80,7 @@ TEST(SeqpacketServer, AnOversizeMessageDropsThatClientAndTheServerGoesOn) {
 }
 
 TEST(SeqpacketServer, StopReturnsWhileAClientIsConnectedAndIdle) {
-  auto s = SeqpacketServer::Start(TempPath("stop"), Echo());
+  auto s = SeqpacketServer::Start(SocketPath("stop"), Echo());
   ASSERT_THAT(s, IsOk());
   const int fd = Connect((*s)->path());
   ASSERT_GE(fd, 0);
@@ -93,7 +93,7 @@ TEST(SeqpacketServer, StopReturnsWhileAClientIsConnectedAndIdle) {
 }
 
 TEST(SeqpacketServer, AnExistingPathIsRefused) {
-  auto s = SeqpacketServer::Start(TempPath("twice"), Echo());
+  auto s = SeqpacketServer::Start(SocketPath("twice"), Echo());
   ASSERT_THAT(s, IsOk());
   EXPECT_FALSE(SeqpacketServer::Start((*s)->path(), Echo()).ok());
 }

@@ -1,13 +1,12 @@
 // The aggregator's rooms alone: its clients (ClientBook), its published models (ModelHistory)
 // and its durable state (StateStore).
-#include <stdlib.h>
 
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/aggregator_fixture.h"
 #include "server/client_book.h"
 #include "server/model_history.h"
 #include "server/state_store.h"
@@ -19,8 +18,8 @@ namespace {
 using ::tern::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-const absl::Time kT0 = absl::FromUnixSeconds(1000);
+using testing_fixture::kT0;
+using testing_fixture::TempPath;
 
 TEST(ClientBook, AnIdIsBoundToWhoJoinedAndOnlyTheyTakeItBackOrActInItsName) {
   ClientBook book(absl::Seconds(30));
@@ -132,12 +131,6 @@ TEST(ModelHistory, ChunkedPayloadsLastUntilTheNextModelOrRound) {
   h.KeepChunks(0, {.payload_bytes = 9});
   h.Publish(ModelOf(2), 2);
   EXPECT_EQ(h.Chunks(0), nullptr);
-}
-
-std::string TempPath(const std::string& name) {
-  std::string t = absl::StrCat(::testing::TempDir(), "/tern-store-XXXXXX");
-  char* d = mkdtemp(t.data());
-  return absl::StrCat(d, "/", name);
 }
 
 internal::AggregatorCheckpoint SnapshotOf(uint64_t generation, uint64_t round) {

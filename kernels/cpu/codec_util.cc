@@ -10,7 +10,7 @@
 namespace tern::internal {
 namespace {
 
-constexpr size_t kBlock = 4096;
+constexpr size_t kMomentBlock = 4096;
 
 TERN_MULTIVERSION float BlockSumSquares(const float* x, size_t n) {
   float acc[16] = {};
@@ -189,9 +189,9 @@ void AddScaled(const float* v, size_t n, float w, float* out) { AddScaledLoop(v,
 
 Moments ComputeMoments(absl::Span<const float> x) {
   Moments m;
-  for (size_t i = 0; i < x.size(); i += kBlock) {
+  for (size_t i = 0; i < x.size(); i += kMomentBlock) {
     float s, q, a;
-    BlockMoments(x.data() + i, std::min(kBlock, x.size() - i), &s, &q, &a);
+    BlockMoments(x.data() + i, std::min(kMomentBlock, x.size() - i), &s, &q, &a);
     m.sum += s;
     m.sum_squares += q;
     m.max_abs = std::max(m.max_abs, a);
@@ -208,16 +208,16 @@ void PackSignBits(const float* x, size_t n, uint8_t* out) {
 
 double SumSquares(absl::Span<const float> x) {
   double s = 0;
-  for (size_t i = 0; i < x.size(); i += kBlock) {
-    s += BlockSumSquares(x.data() + i, std::min(kBlock, x.size() - i));
+  for (size_t i = 0; i < x.size(); i += kMomentBlock) {
+    s += BlockSumSquares(x.data() + i, std::min(kMomentBlock, x.size() - i));
   }
   return s;
 }
 
 double SumAbs(absl::Span<const float> x) {
   double s = 0;
-  for (size_t i = 0; i < x.size(); i += kBlock) {
-    s += BlockSumAbs(x.data() + i, std::min(kBlock, x.size() - i));
+  for (size_t i = 0; i < x.size(); i += kMomentBlock) {
+    s += BlockSumAbs(x.data() + i, std::min(kMomentBlock, x.size() - i));
   }
   return s;
 }
@@ -235,8 +235,8 @@ absl::Status CheckSelection(const Codec& codec, const TopKSelection& selection) 
   int64_t prev = -1;
   for (uint32_t i : selection.indices) {
     if (static_cast<int64_t>(i) <= prev || i >= selection.numel) {
-      return absl::InvalidArgumentError(absl::StrCat(codec.Name(), ": selected index ", i,
-                                                     " is out of order or out of range"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(codec.Name(), ": selected index ", i, " is out of order or out of range"));
     }
     prev = i;
   }

@@ -7,16 +7,16 @@
 
 #include "common/rng.h"
 #include "common/simd.h"
+#include "common/simd_rng.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec_util.h"
-#include "common/simd_rng.h"
 #include "kernels/format/natural.h"
 
 namespace tern {
 namespace {
 
-constexpr size_t kBlock = 4096;  // multiple of 8: a block owns whole sign bytes
+constexpr size_t kNaturalBlock = 4096;  // multiple of 8: a block owns whole sign bytes
 
 // The exponent code is the float's biased exponent E, plus one with probability mantissa / 2^23
 // (which is (|x| - 2^e) / 2^e). Subnormals (E = 0) round between 0 and 2^-126 by the same rule.
@@ -62,8 +62,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,bmi2"))) bool EncodeBl
 }
 #endif
 
-// Decodes one block (n <= kBlock) into `v`: the code is the float's exponent field and the sign
-// bit its sign, so each value is assembled from bits in one pass.
+// Decodes one block (n <= kNaturalBlock) into `v`: the code is the float's exponent field and the
+// sign bit its sign, so each value is assembled from bits in one pass.
 TERN_MULTIVERSION void DecodeBlock(const uint8_t* codes, const uint8_t* signs, size_t n, float* v) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -129,11 +129,11 @@ class NaturalCodec final : public Codec {
     uint8_t* p = internal::ResizePayload(&out->payload, x.size() + (x.size() + 7) / 8);
     uint8_t* signs = p + x.size();
     const RngKey key = MakeRngKey(options.seed);
-    const size_t nb = (x.size() + kBlock - 1) / kBlock;
+    const size_t nb = (x.size() + kNaturalBlock - 1) / kNaturalBlock;
     std::atomic<bool> finite{true};
     ParallelFor(options.pool, nb, 16, 1, [&](size_t b0, size_t b1) {
       for (size_t b = b0; b < b1; ++b) {
-        const size_t begin = b * kBlock, n = std::min(kBlock, x.size() - begin);
+        const size_t begin = b * kNaturalBlock, n = std::min(kNaturalBlock, x.size() - begin);
 #if defined(TERN_X86_DISPATCH)
         if (n % 16 == 0 && CpuHasAvx512()) {
           if (!EncodeBlockAvx512(x.data() + begin, static_cast<uint32_t>(n),
@@ -165,14 +165,14 @@ class NaturalCodec final : public Codec {
       return internal::PayloadError(Name(), "exponent code 255 at ",
                                     static_cast<const uint8_t*>(bad) - codes);
     }
-    const size_t nb = (in.numel + kBlock - 1) / kBlock;
+    const size_t nb = (in.numel + kNaturalBlock - 1) / kNaturalBlock;
 #if defined(TERN_X86_DISPATCH)
     const bool avx512 = !accumulate && CpuHasAvx512();
     const bool stream = in.numel * sizeof(float) >= internal::kStreamingStoreBytes;
 #endif
     ParallelFor(pool, nb, 16, 1, [&](size_t b0, size_t b1) {
       for (size_t b = b0; b < b1; ++b) {
-        const size_t begin = b * kBlock, n = std::min(kBlock, in.numel - begin);
+        const size_t begin = b * kNaturalBlock, n = std::min(kNaturalBlock, in.numel - begin);
 #if defined(TERN_X86_DISPATCH)
         if (avx512) {
           DecodeBlockAvx512(codes + begin, signs + begin / 8, n, out.data() + begin, stream);
@@ -180,7 +180,7 @@ class NaturalCodec final : public Codec {
         }
 #endif
         if (accumulate) {
-          alignas(64) float tmp[kBlock];
+          alignas(64) float tmp[kNaturalBlock];
           DecodeBlock(codes + begin, signs + begin / 8, n, tmp);
           internal::AddScaled(tmp, n, weight, out.data() + begin);
         } else {

@@ -14,7 +14,7 @@
 namespace tern {
 namespace {
 
-constexpr uint32_t kMaxLevels = 30;
+constexpr uint32_t kDitherMaxLevels = 30;
 
 class NaturalDitherCodec final : public Codec {
  public:
@@ -60,8 +60,8 @@ class NaturalDitherCodec final : public Codec {
                           absl::Span<float> out, ThreadPool*) const override {
     if (in.payload.empty()) return internal::PayloadError(Name(), "truncated header");
     const uint32_t s = in.payload[0];
-    if (s == 0 || s > kMaxLevels) {
-      return internal::PayloadError(Name(), "levels ", s, " outside [1, ", kMaxLevels, "]");
+    if (s == 0 || s > kDitherMaxLevels) {
+      return internal::PayloadError(Name(), "levels ", s, " outside [1, ", kDitherMaxLevels, "]");
     }
     TERN_RETURN_IF_ERROR(internal::CheckScales(Name(), in, 1));
     const int width = std::bit_width(s);
@@ -108,7 +108,7 @@ class NaturalDitherCodec final : public Codec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Codec>> NewNaturalDitherCodec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(int64_t levels, params.Int("levels", 8, 1, kMaxLevels));
+  TERN_ASSIGN_OR_RETURN(int64_t levels, params.Int("levels", 8, 1, kDitherMaxLevels));
   return std::make_unique<NaturalDitherCodec>(static_cast<uint32_t>(levels));
 }
 

@@ -10,15 +10,15 @@
 #include "common/byte_io.h"
 #include "common/rng.h"
 #include "common/simd.h"
+#include "common/simd_rng.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/codec_util.h"
-#include "common/simd_rng.h"
 
 namespace tern {
 namespace {
 
-constexpr uint32_t kMaxLevels = 1u << 24;
-constexpr size_t kBlock = 4096;
+constexpr uint32_t kQsgdMaxLevels = 1u << 24;
+constexpr size_t kQsgdBlock = 4096;
 
 // Stochastic levels of one block: l = floor(r) + (u < r - floor(r)), r = |x| * scale, l <= s.
 // Returns whether any level is non-zero.
@@ -84,8 +84,8 @@ class QsgdCodec final : public Codec {
       BitWriter bits(&out->payload);
       const RngKey key = MakeRngKey(options.seed);
       const float scale = static_cast<float>(levels_) / norm;
-      uint32_t lv[kBlock];
-      uint16_t nonzero[kBlock / 16];
+      uint32_t lv[kQsgdBlock];
+      uint16_t nonzero[kQsgdBlock / 16];
       int64_t prev = -1;
       auto emit = [&](size_t idx, uint32_t level) {
         bits.WriteGamma(static_cast<uint64_t>(static_cast<int64_t>(idx) - prev));  // gap + 1
@@ -95,8 +95,8 @@ class QsgdCodec final : public Codec {
         ++nnz;
       };
       const bool avx512 = CpuHasAvx512();
-      for (size_t b = 0; b < x.size(); b += kBlock) {
-        const size_t n = std::min(kBlock, x.size() - b);
+      for (size_t b = 0; b < x.size(); b += kQsgdBlock) {
+        const size_t n = std::min(kQsgdBlock, x.size() - b);
 #if defined(TERN_X86_DISPATCH)
         if (avx512 && n % 16 == 0) {
           if (!LevelsAvx512(x.data() + b, static_cast<uint32_t>(n), static_cast<uint32_t>(b), key,
@@ -140,7 +140,7 @@ class QsgdCodec final : public Codec {
     ByteReader r(in.payload.data(), in.payload.size());
     uint32_t s, nnz;
     if (!r.U32(&s) || !r.U32(&nnz)) return internal::PayloadError(Name(), "truncated header");
-    if (s == 0 || s > kMaxLevels) {
+    if (s == 0 || s > kQsgdMaxLevels) {
       return internal::PayloadError(Name(), "levels ", s, " outside [1, 2^24]");
     }
     if (nnz > in.numel) return internal::PayloadError(Name(), "nnz ", nnz, " > numel ", in.numel);
@@ -187,7 +187,7 @@ class QsgdCodec final : public Codec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Codec>> NewQsgdCodec(SpecParams& params) {
-  TERN_ASSIGN_OR_RETURN(int64_t levels, params.Int("levels", 16, 1, kMaxLevels));
+  TERN_ASSIGN_OR_RETURN(int64_t levels, params.Int("levels", 16, 1, kQsgdMaxLevels));
   return std::make_unique<QsgdCodec>(static_cast<uint32_t>(levels));
 }
 

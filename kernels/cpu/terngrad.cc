@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/rng.h"
 #include "common/simd.h"
+#include "common/simd_rng.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/codec_util.h"
-#include "common/simd_rng.h"
 #include "kernels/format/terngrad.h"
 
 namespace tern {
@@ -18,8 +18,8 @@ namespace {
 
 constexpr uint8_t k2Bit = format::kTernGrad2Bit;
 constexpr uint8_t kBase3 = format::kTernGradBase3;
-constexpr size_t kBlock = 4000;  // values per work item: a multiple of 32 and of 5, so packed
-                                 // blocks start on byte boundaries in both packings
+constexpr size_t kTernGradBlock = 4000;  // values per work item: a multiple of 32 and of 5, so
+                                         // packed blocks start on byte boundaries in both packings
 
 // Ternary digit of x: 0 (zero), 1 (+s) or 2 (-s).
 TERN_MULTIVERSION void Ternarize(const float* x, uint32_t n, uint32_t first, RngKey key,
@@ -298,11 +298,11 @@ class TernGradCodec final : public Codec {
     p[0] = format_.pack;
     const RngKey key = MakeRngKey(options.seed);
     const float inv = s > 0 ? 1.0f / s : 0.0f;
-    const size_t nblocks = (x.size() + kBlock - 1) / kBlock;
+    const size_t nblocks = (x.size() + kTernGradBlock - 1) / kTernGradBlock;
     ParallelFor(options.pool, nblocks, 16, 1, [&](size_t b0, size_t b1) {
-      uint8_t t[kBlock];
+      uint8_t t[kTernGradBlock];
       for (size_t b = b0; b < b1; ++b) {
-        const size_t begin = b * kBlock, n = std::min(kBlock, x.size() - begin);
+        const size_t begin = b * kTernGradBlock, n = std::min(kTernGradBlock, x.size() - begin);
 #if defined(TERN_X86_DISPATCH)
         if (format_.pack == k2Bit && n % 32 == 0 && CpuHasAvx512()) {
           TernarizePack2BitAvx512(x.data() + begin, static_cast<uint32_t>(n),
@@ -370,14 +370,14 @@ class TernGradCodec final : public Codec {
     const float s = in.scales[0];
     const auto t2 = pack == k2Bit ? Make2BitTable(s) : ByteTable<4>{};
     const auto t3 = pack == kBase3 ? MakeBase3Table(s) : ByteTable<5>{};
-    const size_t nblocks = (in.numel + kBlock - 1) / kBlock;
+    const size_t nblocks = (in.numel + kTernGradBlock - 1) / kTernGradBlock;
 #if defined(TERN_X86_DISPATCH)
     const bool avx512 = pack == k2Bit && !accumulate && CpuHasAvx512();
     const bool stream = in.numel * sizeof(float) >= internal::kStreamingStoreBytes;
 #endif
     ParallelFor(pool, nblocks, 16, 1, [&](size_t b0, size_t b1) {
       for (size_t b = b0; b < b1; ++b) {
-        const size_t begin = b * kBlock, n = std::min(kBlock, in.numel - begin);
+        const size_t begin = b * kTernGradBlock, n = std::min(kTernGradBlock, in.numel - begin);
         float* o = out.data() + begin;
 #if defined(TERN_X86_DISPATCH)
         if (avx512) {

@@ -230,13 +230,13 @@ TEST(SchedulerLimits, LongPollsPastTheLimitsAreRefusedAndTheSlotsComeBack) {
   Call* w0c = barrier(0);
   ASSERT_TRUE(w0c->done.WaitForNotificationWithTimeout(absl::Seconds(1)));
   EXPECT_EQ(w0c->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(w0c->status.error_message(), testing::HasSubstr("--max_waiting_per_worker=2"));
+  EXPECT_THAT(w0c->status.error_message(), ::testing::HasSubstr("--max_waiting_per_worker=2"));
   barrier(1);
   absl::SleepFor(absl::Milliseconds(200));
   Call* w2 = barrier(2);
   ASSERT_TRUE(w2->done.WaitForNotificationWithTimeout(absl::Seconds(1)));
   EXPECT_EQ(w2->status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(w2->status.error_message(), testing::HasSubstr("--max_waiting_calls=3"));
+  EXPECT_THAT(w2->status.error_message(), ::testing::HasSubstr("--max_waiting_calls=3"));
   // The parked ones answer at the end of their 2 s wait, not released (worker 2 never came).
   for (Call* c : {w0a, w0b}) {
     ASSERT_TRUE(c->done.WaitForNotificationWithTimeout(absl::Seconds(5)));
