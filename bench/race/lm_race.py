@@ -14,8 +14,9 @@ until --max_seconds. It prints per row: wall time, time to each validation targe
 byte of the shared model: DDP's, DiLoCo's outer model, the average of the workers' models for
 gossip and PostLocalSGD, the aggregator's), MB each worker sent (on its interface), compute
 utilization (the compute-only floor's seconds per step × this row's steps / its wall time), the
-row's wall time as a multiple of the floor's, the final loss and a step's time split; then every
-tern row's ratio to every anchor. Curves against time and bytes: curves-*.png.
+row's wall time as a multiple of the floor's, the final loss, the loss at equal time (bpb@T: each
+row's last snapshot by the time the first row to finish took its last) and a step's time split;
+then every tern row's ratio to every anchor. Curves against time and bytes: curves-*.png.
 
 Layouts: 4shared (4 workers on the machine's cores, as the MLP race) and 2pinned (2 workers,
 each site's processes pinned to a core of its own, so no row is judged by 4 processes sharing 2
@@ -293,12 +294,22 @@ def better(r, best, targets):
     return r.get("final_bpb", math.inf) < best.get("final_bpb", math.inf)
 
 
+def bpb_at(curve, t):
+    """The row's loss at time t: its last snapshot at or before t."""
+    seen = [c["bpb"] for c in curve if c["t"] <= t]
+    return seen[-1] if seen else math.nan
+
+
 def print_table(a, results, floor):
     tg = a.target_list
+    # Equal time: every row's loss when the first row to finish its steps had finished.
+    ends = [r["curve"][-1]["t"] for n, r in results.items()
+            if r.get("ok") and r.get("curve") and n != "compute"]
+    t_eq = min(ends) if ends else math.nan
     print(f"\n== {a.rate}, RTT {a.rtt:g} ms, {a.layout} ({a.workers} workers) ==")
     print(f"{'row':<22} {'H':>4} {'lr':>6} {'wall s':>7} " +
           " ".join(f"{'to ' + str(t):>7}" for t in tg) +
-          f" {'MB/worker':>9} {'CU':>5} {'×floor':>6} {'final bpb':>9}")
+          f" {'MB/worker':>9} {'CU':>5} {'×floor':>6} {'final bpb':>9} {'bpb@' + fmt(t_eq, '.0f'):>8}")
     for name, r in results.items():
         if not r.get("ok"):
             print(f"{name:<22} failed (see its logs)")
@@ -307,11 +318,18 @@ def print_table(a, results, floor):
               " ".join(f"{fmt(r[f't{t}']):>7}" for t in tg) +
               f" {fmt(r['tx_mb']):>9} {fmt(100 * r.get('cu', math.nan), '.0f'):>4}%"
               f" {fmt(r['wall_s'] / floor if floor else math.nan, '.2f'):>6}"
-              f" {fmt(r['final_bpb'], '.3f'):>9}")
+              f" {fmt(r['final_bpb'], '.3f'):>9} {fmt(bpb_at(r['curve'], t_eq), '.3f'):>8}")
     for name, r in results.items():
         if r.get("ok"):
             print(f"  {name}: ms per step " + ", ".join(f"{k} {v:.0f}" for k, v in
                                                       r["ms_per_step"].items()))
+    for name, r in results.items():
+        if len(r.get("grid", [])) > 1:  # what tuning tried: each setting's times and final loss
+            print(f"  {name} grid: " + "; ".join(
+                f"H {g['h'] or '-'} lr {g['lr']:g}: " + (
+                    "/".join(fmt(g.get(f"t{t}", math.nan)) for t in tg) +
+                    f" s, {fmt(g.get('final_bpb', math.nan), '.3f')}" if g.get("ok") else "failed")
+                for g in r["grid"]))
     anchors = [n for n in results if not n.startswith("tern") and n != "compute"
                and results[n].get("ok")]
     for name, r in results.items():
@@ -415,8 +433,8 @@ def main():
                           flush=True)
                 else:
                     print(f"[{tag}] {label}: FAILED (logs in {rdir})", flush=True)
-                r["grid"] = (best or {}).get("grid", []) + [
-                    {k: r.get(k) for k in ("h", "lr", "ok", "final_bpb", "wall_s")}]
+                keys = ["h", "lr", "ok", "final_bpb", "wall_s"] + [f"t{t}" for t in a.target_list]
+                r["grid"] = (best or {}).get("grid", []) + [{k: r.get(k) for k in keys}]
                 if better(r, best, a.target_list):
                     r["grid"], best = r["grid"], r
                 else:

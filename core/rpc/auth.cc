@@ -25,6 +25,16 @@
 
 namespace tern {
 
+namespace auth_internal {
+
+// Outside the anonymous namespace: CallAuthenticator::Files, which has external linkage, holds one.
+struct StoreDeleter {
+  void operator()(X509_STORE* s) const { X509_STORE_free(s); }
+};
+using StorePtr = std::unique_ptr<X509_STORE, StoreDeleter>;
+
+}  // namespace auth_internal
+
 namespace {
 
 constexpr char kDigestPrefix[] = "sha256:";
@@ -33,9 +43,6 @@ constexpr size_t kMaxCachedCertificates = 4096;
 struct X509Deleter {
   void operator()(X509* x) const { X509_free(x); }
 };
-struct StoreDeleter {
-  void operator()(X509_STORE* s) const { X509_STORE_free(s); }
-};
 struct StoreCtxDeleter {
   void operator()(X509_STORE_CTX* c) const { X509_STORE_CTX_free(c); }
 };
@@ -43,7 +50,6 @@ struct StackDeleter {
   void operator()(STACK_OF(X509) * s) const { sk_X509_pop_free(s, X509_free); }
 };
 using X509Ptr = std::unique_ptr<X509, X509Deleter>;
-using StorePtr = std::unique_ptr<X509_STORE, StoreDeleter>;
 using StackPtr = std::unique_ptr<STACK_OF(X509), StackDeleter>;
 
 std::string Sha256Hex(absl::string_view bytes) {
@@ -108,6 +114,8 @@ absl::Status WriteSecret(const std::string& path, const std::string& text) {
 }
 
 }  // namespace
+
+using auth_internal::StorePtr;
 
 struct CallAuthenticator::Files {
   std::string ca_text;
