@@ -1,5 +1,6 @@
 #include "common/file_util.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
@@ -34,6 +35,13 @@ TEST(FileUtil, AMissingFileIsNotFoundAndAnUnwritableOneUnavailable) {
   const absl::Status s = WriteFileAtomically(dir + "/no/such/dir/f", "x");
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("cannot write"), absl::string_view::npos) << s;
+}
+
+TEST(FileUtil, AnErrnoErrorSaysWhatFailedWhereAndWhy) {
+  errno = ENOENT;
+  const absl::Status s = ErrnoError("cannot open", "/no/such");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "cannot open /no/such: No such file or directory");
 }
 
 TEST(FileUtil, WhatIsAtAPathAndTheDirectoryHoldingIt) {
