@@ -5,7 +5,7 @@
 set -uo pipefail
 build=${1:-build-fuzz}
 seconds=${2:-20}
-jobs=${3:-$(nproc)}
+parallel=${3:-$(nproc)}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -25,7 +25,7 @@ run_one() {
 }
 
 for bin in "$build"/tests/fuzz/fuzz_*; do
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
+  while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do sleep 0.2; done
   run_one "$bin" &
 done
 wait
