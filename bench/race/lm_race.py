@@ -92,6 +92,9 @@ def parse():
     p.add_argument("--tern", default=os.path.join(ROOT, "build", "cli", "tern"))
     p.add_argument("--delay_line", default="")
     p.add_argument("--out", default="")
+    p.add_argument("--table", default="", metavar="RESULTS_JSON",
+                   help="print a finished run's table again from its results-*.json (no root)")
+    p.add_argument("--markdown", action="store_true", help="the table's rows in Markdown")
     return p.parse_args()
 
 
@@ -300,25 +303,33 @@ def bpb_at(curve, t):
     return seen[-1] if seen else math.nan
 
 
-def print_table(a, results, floor):
+def print_table(a, results, floor, markdown=False):
     tg = a.target_list
     # Equal time: every row's loss when the first row to finish its steps had finished.
     ends = [r["curve"][-1]["t"] for n, r in results.items()
             if r.get("ok") and r.get("curve") and n != "compute"]
     t_eq = min(ends) if ends else math.nan
     print(f"\n== {a.rate}, RTT {a.rtt:g} ms, {a.layout} ({a.workers} workers) ==")
-    print(f"{'row':<22} {'H':>4} {'lr':>6} {'wall s':>7} " +
-          " ".join(f"{'to ' + str(t):>7}" for t in tg) +
-          f" {'MB/worker':>9} {'CU':>5} {'×floor':>6} {'final bpb':>9} {'bpb@' + fmt(t_eq, '.0f'):>8}")
+    head = (["row", "H", "lr", "wall s"] + [f"to {t:g}" for t in tg] +
+            ["MB/worker", "CU", "×floor", "final bpb", "bpb@" + fmt(t_eq, ".0f")])
+    body = []
     for name, r in results.items():
         if not r.get("ok"):
-            print(f"{name:<22} failed (see its logs)")
+            body.append([name, "failed (see its logs)"])
             continue
-        print(f"{name:<22} {r.get('h', '') or '':>4} {r['lr']:>6g} {fmt(r['wall_s']):>7} " +
-              " ".join(f"{fmt(r[f't{t}']):>7}" for t in tg) +
-              f" {fmt(r['tx_mb']):>9} {fmt(100 * r.get('cu', math.nan), '.0f'):>4}%"
-              f" {fmt(r['wall_s'] / floor if floor else math.nan, '.2f'):>6}"
-              f" {fmt(r['final_bpb'], '.3f'):>9} {fmt(bpb_at(r['curve'], t_eq), '.3f'):>8}")
+        body.append([name, str(r.get("h", "") or ""), f"{r['lr']:g}", fmt(r["wall_s"])] +
+                    [fmt(r[f"t{t}"]) for t in tg] +
+                    [fmt(r["tx_mb"]), fmt(100 * r.get("cu", math.nan), ".0f") + "%",
+                     fmt(r["wall_s"] / floor if floor else math.nan, ".2f"),
+                     fmt(r["final_bpb"], ".3f"), fmt(bpb_at(r["curve"], t_eq), ".3f")])
+    if markdown:
+        for cells in [head, ["---"] * len(head)] + body:
+            print("| " + " | ".join(cells) + " |")
+    else:
+        widths = [22, 4, 6, 7] + [7] * len(tg) + [9, 5, 6, 9, 8]
+        for cells in [head] + body:
+            print(" ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                           for i, (c, w) in enumerate(zip(cells, widths))))
     for name, r in results.items():
         if r.get("ok"):
             print(f"  {name}: ms per step " + ", ".join(f"{k} {v:.0f}" for k, v in
@@ -379,8 +390,23 @@ def settings(a, row):
     return list(itertools.product(hs, lrs))
 
 
+def reprint(a):
+    """--table: a finished run's table from its results file, as the run printed it."""
+    with open(a.table) as f:
+        saved = json.load(f)
+    nan = lambda v: (math.nan if v is None else {k: nan(x) for k, x in v.items()}
+                     if isinstance(v, dict) else [nan(x) for x in v] if isinstance(v, list) else v)
+    results = nan(saved["rows"])
+    run = argparse.Namespace(**saved["args"])
+    floor = results.get("compute", {}).get("wall_s") if results.get("compute", {}).get("ok") else None
+    print_table(run, results, floor, a.markdown)
+    return 0
+
+
 def main():
     a = parse()
+    if a.table:
+        return reprint(a)
     netns.require_root()
     if not os.path.isdir(gpt.SOURCES):
         print(f"the language model's text is not here ({gpt.SOURCES}): apt-get install "
@@ -440,7 +466,7 @@ def main():
                 else:
                     best["grid"] = r["grid"]
             results[name] = best
-    print_table(a, results, floor_wall)
+    print_table(a, results, floor_wall, a.markdown)
     plot(a, results, out)
     with open(os.path.join(out, f"results-{tag}.json"), "w") as f:
         json.dump(no_nans({"args": {k: v for k, v in vars(a).items()}, "rows": results}), f,
