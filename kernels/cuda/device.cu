@@ -38,13 +38,14 @@ absl::Status FillAndCheck(size_t n, float value) {
   std::vector<float> host(n);
   if (s.ok()) {
     FillKernel<<<256, 256, 0, stream>>>(d, n, value);
-    s = FromCuda(cudaGetLastError(), "FillKernel launch");
+    // Update, not `s = ...`: nvcc warns of a discarded [[nodiscard]] Status& from operator=.
+    s.Update(FromCuda(cudaGetLastError(), "FillKernel launch"));
     if (s.ok()) {
-      s = FromCuda(
+      s.Update(FromCuda(
           cudaMemcpyAsync(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, stream),
-          "cudaMemcpyAsync");
+          "cudaMemcpyAsync"));
     }
-    if (s.ok()) s = FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (s.ok()) s.Update(FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
     cudaStreamDestroy(stream);
   }
   cudaFree(d);
