@@ -339,18 +339,27 @@ def run_tern_fed(a, r):
             n += 1
         return n * a.batch, float(np.mean(r.losses[-max(1, n):]))
 
+    class Cut(Exception):
+        """--max_seconds passed: the row stops here, as every other row's ranks do."""
+
     class Client(tern.federated.TorchClient):
         def fit(self, parameters, task):
             if a.rank == 0:  # the round's global model, as the aggregator published it
                 r.snapshot(step[0], [torch.from_numpy(np.asarray(parameters[n], dtype=np.float32))
                                      for n, _ in r.model.named_parameters()], force=True)
+            if r.expired():  # that model is the row's last; the harness stops the server
+                raise Cut()
             return super().fit(parameters, task)
 
     r.begin()
-    tern.federated.run(Client(r.model, train), a.server, name=f"site{a.rank}", num_samples=1)
-    if a.rank == 0:
-        tern.federated.load_global_model(r.model, a.server)  # the run's last model
-        r.snapshot(step[0], force=True)
+    try:
+        tern.federated.run(Client(r.model, train), a.server, name=f"site{a.rank}",
+                           num_samples=1)
+        if a.rank == 0:
+            tern.federated.load_global_model(r.model, a.server)  # the run's last model
+            r.snapshot(step[0], force=True)
+    except Cut:
+        pass
     r.comm_s = time.time() - r.start - r.compute_s
     r.finish()
 
