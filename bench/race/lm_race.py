@@ -390,16 +390,25 @@ def settings(a, row):
     return list(itertools.product(hs, lrs))
 
 
+def nans(v):
+    """JSON null (a target never reached) as NaN again: no_nans undone."""
+    if v is None:
+        return math.nan
+    if isinstance(v, dict):
+        return {k: nans(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [nans(x) for x in v]
+    return v
+
+
 def reprint(a):
     """--table: a finished run's table from its results file, as the run printed it."""
     with open(a.table) as f:
         saved = json.load(f)
-    nan = lambda v: (math.nan if v is None else {k: nan(x) for k, x in v.items()}
-                     if isinstance(v, dict) else [nan(x) for x in v] if isinstance(v, list) else v)
-    results = nan(saved["rows"])
-    run = argparse.Namespace(**saved["args"])
-    floor = results.get("compute", {}).get("wall_s") if results.get("compute", {}).get("ok") else None
-    print_table(run, results, floor, a.markdown)
+    results = nans(saved["rows"])
+    compute = results.get("compute", {})
+    floor = compute.get("wall_s") if compute.get("ok") else None
+    print_table(argparse.Namespace(**saved["args"]), results, floor, a.markdown)
     return 0
 
 
