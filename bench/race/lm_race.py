@@ -48,7 +48,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples", "lm"))
 import gpt  # noqa: E402
 import netns  # noqa: E402
-from race import fmt, no_nans, pyplot, speedups, wait_all  # noqa: E402
+from race import fmt, nans, no_nans, pyplot, speedups, wait_all  # noqa: E402
 
 PY = "/usr/bin/python3"
 PORT, SERVER_PORT = 7000, 7060
@@ -388,17 +388,6 @@ def settings(a, row):
     if row["kind"] == "compute":  # the floor's time does not depend on the learning rate
         lrs = [a.lr]
     return list(itertools.product(hs, lrs))
-
-
-def nans(v):
-    """JSON null (a target never reached) as NaN again: no_nans undone."""
-    if v is None:
-        return math.nan
-    if isinstance(v, dict):
-        return {k: nans(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [nans(x) for x in v]
-    return v
 
 
 def reprint(a):

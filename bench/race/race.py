@@ -308,6 +308,17 @@ def no_nans(v):
     return v
 
 
+def nans(v):
+    """JSON null (a target never reached) as NaN again: no_nans undone."""
+    if v is None:
+        return math.nan
+    if isinstance(v, dict):
+        return {k: nans(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [nans(x) for x in v]
+    return v
+
+
 def fmt(v, spec=".1f"):
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
