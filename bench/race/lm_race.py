@@ -94,6 +94,9 @@ def parse():
     p.add_argument("--out", default="")
     p.add_argument("--table", default="", metavar="RESULTS_JSON",
                    help="print a finished run's table again from its results-*.json (no root)")
+    p.add_argument("--summary", nargs="+", default=[], metavar="RESULTS_JSON",
+                   help="one line per finished run: tern's first row to each target against "
+                        "the first anchor's, and the lowest loss at equal time (no root)")
     p.add_argument("--markdown", action="store_true", help="the table's rows in Markdown")
     return p.parse_args()
 
@@ -303,12 +306,16 @@ def bpb_at(curve, t):
     return seen[-1] if seen else math.nan
 
 
-def print_table(a, results, floor, markdown=False):
-    tg = a.target_list
-    # Equal time: every row's loss when the first row to finish its steps had finished.
+def equal_time(results):
+    """When the first row (the floor aside) finished its steps: where bpb@T is read."""
     ends = [r["curve"][-1]["t"] for n, r in results.items()
             if r.get("ok") and r.get("curve") and n != "compute"]
-    t_eq = min(ends) if ends else math.nan
+    return min(ends) if ends else math.nan
+
+
+def print_table(a, results, floor, markdown=False):
+    tg = a.target_list
+    t_eq = equal_time(results)
     print(f"\n== {a.rate}, RTT {a.rtt:g} ms, {a.layout} ({a.workers} workers) ==")
     head = (["row", "H", "lr", "wall s"] + [f"to {t:g}" for t in tg] +
             ["MB/worker", "CU", "×floor", "final bpb", "bpb@" + fmt(t_eq, ".0f")])
@@ -401,10 +408,69 @@ def reprint(a):
     return 0
 
 
+def first_to(results, target, tern):
+    """(row, seconds) of the earliest tern row (tern=True) or anchor to `target`, or None; each
+    row at its grid's quickest setting for this target, so every side is tuned per target."""
+    times = [(g[f"t{target}"], n) for n, r in results.items()
+             if r.get("ok") and n != "compute" and n.startswith("tern") == tern
+             for g in [r] + (r.get("grid") or [])
+             if g.get("ok") and not math.isnan(g.get(f"t{target}", math.nan))]
+    return min(times)[::-1] if times else None
+
+
+def summary_cell(results, target):
+    """Who got to `target` first, tern's best row or the best anchor, and by how much."""
+    mine, theirs = first_to(results, target, True), first_to(results, target, False)
+    if mine is None and theirs is None:
+        return "nobody reaches it"
+    if theirs is None:
+        return f"{mine[0]} {mine[1]:.1f} s; no anchor"
+    if mine is None:
+        return f"loses: only {theirs[0]} reaches it ({theirs[1]:.1f} s)"
+    ratio = theirs[1] / mine[1]
+    verdict = "wins" if ratio > 1.05 else "loses" if ratio < 0.95 else "ties"
+    return f"{verdict} {ratio:.2f}×: {mine[0]} {mine[1]:.1f} s, {theirs[0]} {theirs[1]:.1f} s"
+
+
+def summarize_runs(a):
+    """--summary: per finished run, tern's first row to each target against the first anchor's,
+    and the row lowest at equal time (what docs/benchmarks.md's summary table prints)."""
+    runs = []
+    for path in a.summary:
+        with open(path) as f:
+            saved = json.load(f)
+        runs.append((saved["args"], nans(saved["rows"])))
+    targets = runs[0][0]["target_list"] if runs else []
+    head = (["link", "layout", "H, lr tuned"] + [f"to {t} bpb" for t in targets] +
+            ["lowest at equal time"])
+    rows = []
+    for args, results in runs:
+        t_eq = equal_time(results)
+        at = [(bpb_at(r["curve"], t_eq), n) for n, r in results.items()
+              if r.get("ok") and r.get("curve") and n != "compute"]
+        low = min(at) if at else (math.nan, "none")
+        # A failed anchor is said: "no anchor" must not read as a win over one that crashed.
+        failed = [n for n, r in results.items() if not r.get("ok")]
+        failed = f" (failed: {', '.join(failed)})" if failed else ""
+        rows.append([f"{args['rate']}, {args['rtt']:g} ms", args["layout"], args["grid"] or "no"] +
+                    [summary_cell(results, t) for t in args["target_list"]] +
+                    [f"{low[1]} {low[0]:.3f} at {t_eq:.0f} s" + failed])
+    if a.markdown:
+        for cells in [head, ["---"] * len(head)] + rows:
+            print("| " + " | ".join(cells) + " |")
+    else:
+        for cells in rows:
+            print("\n".join([" · ".join(cells[:3])] +
+                            [f"  {h}: {c}" for h, c in zip(head[3:], cells[3:])]))
+    return 0
+
+
 def main():
     a = parse()
     if a.table:
         return reprint(a)
+    if a.summary:
+        return summarize_runs(a)
     netns.require_root()
     if not os.path.isdir(gpt.SOURCES):
         print(f"the language model's text is not here ({gpt.SOURCES}): apt-get install "

@@ -109,8 +109,10 @@ def env_for_ranks(a):
     env = dict(os.environ)
     # Every row on the OpenBLAS kernels the tern binary runs (bench/blas_kernels.py).
     env.update(a.blas_env)
+    embedded = (os.environ.get("TERN_EMBEDDED_LIBRARY") or
+                os.path.join(build, "clients", "embedded", "libtern_embedded.so"))
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               TERN_EMBEDDED_LIBRARY=os.path.join(build, "cli", "libtern_embedded.so"),
+               TERN_EMBEDDED_LIBRARY=embedded,
                PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "clients", "python"),
                                            os.path.join(build, "clients", "python"), HERE]))
     return env

@@ -1,0 +1,89 @@
+"""Tests of lm_race.py's reading of finished runs (--table, --summary): no root, no network."""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import types
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lm_race  # noqa: E402
+
+
+def row(times, final=3.7, h=0, grid=None, ok=True, end=120.0):
+    """A results row: t<target> for each target (None: never reached), one curve to `end`."""
+    r = {"ok": ok, "h": h, "lr": 3e-3, "final_bpb": final, "wall_s": end, "tx_mb": 1.0,
+         "cu": 0.9, "ms_per_step": {"step": 400},
+         "curve": [{"t": 0.0, "mb": 0, "bpb": 8.0}, {"t": end / 2, "mb": 0, "bpb": final + 0.2},
+                   {"t": end, "mb": 0, "bpb": final}]}
+    for target, t in times.items():
+        r[f"t{target}"] = t
+    r["grid"] = grid if grid is not None else [dict(r)]
+    return r
+
+
+def run(rows, rate="10mbit", rtt=100.0, grid="h=10,50"):
+    return {"args": {"rate": rate, "rtt": rtt, "layout": "4shared", "grid": grid,
+                     "target_list": [4.0, 3.75]}, "rows": rows}
+
+
+def summary(*runs, markdown=False):
+    with tempfile.TemporaryDirectory() as d:
+        paths = []
+        for i, r in enumerate(runs):
+            paths.append(os.path.join(d, f"results-{i}.json"))
+            with open(paths[-1], "w") as f:
+                json.dump(r, f)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = lm_race.summarize_runs(types.SimpleNamespace(summary=paths, markdown=markdown))
+        assert rc == 0
+        return out.getvalue()
+
+
+class SummaryTest(unittest.TestCase):
+    def test_an_anchor_counts_at_its_quickest_setting_for_each_target(self):
+        # DiLoCo's best by the last target is H 50, but H 10 got to 4.0 sooner: that one counts.
+        h10 = {"ok": True, "h": 10, "lr": 3e-3, "t4.0": 50.0, "t3.75": 140.0, "final_bpb": 3.72}
+        h50 = {"ok": True, "h": 50, "lr": 3e-3, "t4.0": 60.0, "t3.75": 100.0, "final_bpb": 3.73}
+        out = summary(run({
+            "compute": row({4.0: 50.0, 3.75: None}),
+            "diloco": row({4.0: 60.0, 3.75: 100.0}, h=50, grid=[h10, h50]),
+            "tern-choco-stc": row({4.0: 25.0, 3.75: 80.0}),
+        }))
+        self.assertIn("to 4.0 bpb: wins 2.00×: tern-choco-stc 25.0 s, diloco 50.0 s", out)
+        self.assertIn("to 3.75 bpb: wins 1.25×: tern-choco-stc 80.0 s, diloco 100.0 s", out)
+
+    def test_a_target_only_an_anchor_reaches_is_a_loss_and_close_times_a_tie(self):
+        out = summary(run({
+            "ddp": row({4.0: 40.0, 3.75: 90.0}, final=3.3, end=170.0),
+            "tern-localsgd": row({4.0: 39.0, 3.75: None}, final=3.76),
+        }))
+        self.assertIn("to 4.0 bpb: ties 1.03×", out)
+        self.assertIn("to 3.75 bpb: loses: only ddp reaches it (90.0 s)", out)
+
+    def test_lowest_at_equal_time_reads_every_row_when_the_first_finished(self):
+        # tern finishes first (120 s) at 3.70; DDP's loss at 120 s is its 85 s snapshot, 3.50.
+        out = summary(run({
+            "ddp": row({4.0: 40.0, 3.75: 90.0}, final=3.3, end=170.0),
+            "tern-localsgd": row({4.0: 30.0, 3.75: 80.0}, final=3.7, end=120.0),
+        }))
+        self.assertIn("lowest at equal time: ddp 3.500 at 120 s", out)
+
+    def test_failed_rows_and_unreached_targets_are_said_not_dropped(self):
+        out = summary(run({
+            "ddp": row({4.0: None, 3.75: None}, ok=False),
+            "tern-choco-stc": row({4.0: 30.0, 3.75: None}),
+        }), markdown=True)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "| link | layout | H, lr tuned | to 4.0 bpb | to 3.75 bpb | "
+                                   "lowest at equal time |")
+        self.assertEqual(lines[2], "| 10mbit, 100 ms | 4shared | h=10,50 | tern-choco-stc 30.0 s; "
+                                   "no anchor | nobody reaches it | tern-choco-stc 3.700 at 120 s "
+                                   "(failed: ddp) |")
+
+
+if __name__ == "__main__":
+    unittest.main()
