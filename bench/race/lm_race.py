@@ -440,7 +440,7 @@ def summarize_runs(a):
         with open(path) as f:
             saved = json.load(f)
         runs.append((saved["args"], nans(saved["rows"])))
-    targets = runs[0][0]["target_list"] if runs else []
+    targets = runs[0][0]["target_list"]  # --summary takes one file or more
     head = (["link", "layout", "H, lr tuned"] + [f"to {t} bpb" for t in targets] +
             ["lowest at equal time"])
     rows = []

@@ -1,4 +1,4 @@
-"""Tests of lm_race.py's reading of finished runs (--table, --summary): no root, no network."""
+"""Tests of lm_race.py's --summary, which reads finished runs: no root, no network."""
 import contextlib
 import io
 import json
