@@ -69,6 +69,20 @@ ROWS = {
     "tern-localsgd": {"kind": "tern-fed", "uses_h": True, "server": ["--mode=local-sgd"]},
     "tern-slowmo": {"kind": "tern-fed", "uses_h": True,
                     "server": ["--mode=local-sgd", "--server_momentum=0.9", "--server_lr=0.7"]},
+    # DiLoCo through the aggregator: the anchor's outer step (docs/server.md, --outer).
+    "tern-diloco": {"kind": "tern-fed", "uses_h": True,
+                    "server": ["--mode=local-sgd", "--outer=nesterov:lr=0.7,momentum=0.9"]},
+    # The same with 4-bit outer gradients (E3M0, Streaming DiLoCo's) both ways: the clients' with
+    # error feedback, the server's downstream delta with its residual.
+    "tern-diloco-fp4": {"kind": "tern-fed", "uses_h": True,
+                        "server": ["--mode=local-sgd", "--outer=nesterov:lr=0.7,momentum=0.9",
+                                   "--update_codec=fp4", "--error_feedback",
+                                   "--downstream=delta", "--downstream_codec=fp4"]},
+    # SparseLoCo: 64 of every 4,096 values in 2 bits, the clients' error feedback decaying by 0.95
+    # as the momentum.
+    "tern-sparseloco": {"kind": "tern-fed", "uses_h": True,
+                        "server": ["--mode=local-sgd", "--outer=sparseloco:lr=1,beta=0.95",
+                                   "--update_codec=chunk-topk:chunk=4096,k=64,bits=2"]},
 }
 DEFAULT_ROWS = ",".join(ROWS)
 
@@ -107,6 +121,11 @@ def env_for(a):
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "clients", "python"),
                                            os.path.join(build, "clients", "python"), HERE]))
+    # The aggregator rows' clients encode their updates (and catch up from deltas) through the C
+    # API; without it they would send fp32 whatever the row's --update_codec.
+    lib = os.path.join(build, "clients", "c", "libtern_c.so")
+    if "TERN_LIBRARY" not in env and os.path.exists(lib):
+        env["TERN_LIBRARY"] = lib
     return env
 
 
@@ -191,10 +210,12 @@ def run_row(a, net, name, row, rdir, h, lr):
                                          f"{rdir}/worker-{i}.log", env_i))
             mains.append(net.popen(i, pin(a, i, rank_cmd(a, row["kind"], i, rdir, every, h, lr)),
                                    f"{rdir}/rank-{i}.log", env_i))
-        synchronous = row["kind"] in ("ddp", "ddp-powersgd", "diloco", "diloco-int8",
-                                      "postlocalsgd")
+        # Rank 0's exit ends these rows: synchronous training (its snapshots are the model), and
+        # the aggregator rows, whose site 0 decides the time cut.
+        led = row["kind"] in ("ddp", "ddp-powersgd", "diloco", "diloco-int8", "postlocalsgd",
+                              "tern-fed")
         ok = wait_all(mains, time.time() + a.max_seconds + 180,
-                      leader=mains[0] if synchronous else None)
+                      leader=mains[0] if led else None)
         for d in daemons:
             d.terminate()
         for d in daemons:

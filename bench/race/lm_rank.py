@@ -145,6 +145,29 @@ def init_gloo(a):
     return dist
 
 
+def run_synchronous(a, r, dist, step_fn):
+    """step_fn(step) for each step until the steps or the row's time are up, for the rows whose
+    ranks meet in collectives. Each rank decides the time cut on its own clock, so at the cut one
+    rank may be a collective ahead of the others: it sees them leave (a gloo error) and stops
+    there too, and a rank that stopped at the cut leaves without waiting for the others (a
+    barrier there met the other rank's all-reduce and hung until the harness gave up)."""
+    cut = False
+    try:
+        for step in range(a.steps):
+            if r.expired():
+                cut = True
+                break
+            step_fn(step)
+    except RuntimeError:
+        if time.time() - r.start < 0.9 * a.max_seconds:  # not the cut: a real failure
+            raise
+        cut = True
+    r.finish()
+    if not cut:
+        dist.barrier()
+    leave()
+
+
 def leave():
     # Tearing gloo down can spin forever in one rank once the others have gone (race.py saw it
     # in CI): this rank is done and has written, so leave without it.
@@ -194,18 +217,16 @@ def run_ddp(a, r):
     dist.barrier()
     r.begin()
     r.snapshot(0)
-    for step in range(a.steps):
-        if r.expired():
-            break
+
+    def step_fn(step):
         r.forward_backward(ddp, step, opt.optim if averager else opt)
         opt.step()
         r.steps_done = step + 1
         # DDP: one model, rank 0's; PostLocalSGD: the workers' average, each rank's.
         if a.rank == 0 or a.kind == "postlocalsgd":
             r.snapshot(step + 1, force=step + 1 == a.steps)
-    r.finish()
-    dist.barrier()
-    leave()
+
+    run_synchronous(a, r, dist, step_fn)
 
 
 QUANT_BLOCK = 1024  # values per int8 scale: 0.4 % more bytes, and an outlier costs one block
@@ -267,12 +288,11 @@ def run_diloco(a, r):
     dist.barrier()
     r.begin()
     r.snapshot(0, outer)
-    for step in range(a.steps):
-        if r.expired():
-            break
+
+    def step_fn(step):
         r.inner_step(step, inner)
         if (step + 1) % a.h and step + 1 != a.steps:
-            continue
+            return
         t0 = time.time()
         with torch.no_grad():
             delta = torch.cat([(o - p).reshape(-1) for o, p in zip(outer, params)])
@@ -291,9 +311,8 @@ def run_diloco(a, r):
         r.comm_s += time.time() - t0
         if a.rank == 0:
             r.snapshot(step + 1, outer, force=True)
-    r.finish()
-    dist.barrier()
-    leave()
+
+    run_synchronous(a, r, dist, step_fn)
 
 
 def run_tern_optim(a, r):
@@ -347,14 +366,17 @@ def run_tern_fed(a, r):
             if a.rank == 0:  # the round's global model, as the aggregator published it
                 r.snapshot(step[0], [torch.from_numpy(np.asarray(parameters[n], dtype=np.float32))
                                      for n, _ in r.model.named_parameters()], force=True)
-            if r.expired():  # that model is the row's last; the harness stops the server
+            # Site 0 alone decides the cut, so no round waits for a site that stopped on its own
+            # clock (the round then waited for its deadline and the row ran past the harness's):
+            # that model is the row's last, and the harness stops the others when site 0 exits.
+            if a.rank == 0 and r.expired():
                 raise Cut()
             return super().fit(parameters, task)
 
     r.begin()
     try:
         tern.federated.run(Client(r.model, train), a.server, name=f"site{a.rank}",
-                           num_samples=1)
+                           num_samples=1, log=lambda s: print(f"site{a.rank}: {s}", flush=True))
         if a.rank == 0:
             tern.federated.load_global_model(r.model, a.server)  # the run's last model
             r.snapshot(step[0], force=True)
