@@ -149,6 +149,7 @@ v1::RunConfig FedConfig(const std::string& name, const FedRun& run, const TrainT
   c.set_lr(FedLr());
   c.set_server_lr(absl::GetFlag(FLAGS_server_lr).value);
   c.set_server_momentum(absl::GetFlag(FLAGS_server_momentum).value);
+  if (!absl::GetFlag(FLAGS_outer).empty()) c.set_outer(absl::GetFlag(FLAGS_outer));
   c.set_downstream(absl::GetFlag(FLAGS_downstream));
   c.set_downstream_codec(absl::GetFlag(FLAGS_downstream_codec));
   c.set_seed(static_cast<double>(absl::GetFlag(FLAGS_seed)));
@@ -180,6 +181,7 @@ std::vector<std::string> ServerArgs(const FedRun& run, const std::string& dir, i
           absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard).value),
           absl::StrCat("--server_lr=", absl::GetFlag(FLAGS_server_lr).value),
           absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum).value),
+          absl::StrCat("--outer=", absl::GetFlag(FLAGS_outer)),
           absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every).value),
           absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),
           absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),

@@ -4,8 +4,10 @@
 
 #include "common/status_macros.h"
 #include "kernels/cpu/bf16.h"
+#include "kernels/cpu/chunk_topk.h"
 #include "kernels/cpu/dgc.h"
 #include "kernels/cpu/fp16.h"
+#include "kernels/cpu/fp4.h"
 #include "kernels/cpu/int8.h"
 #include "kernels/cpu/natural.h"
 #include "kernels/cpu/natural_dither.h"
@@ -27,7 +29,9 @@ absl::Status RegisterBuiltinCodecs(CodecRegistry* registry) {
   TERN_RETURN_IF_ERROR(registry->Register("fp16", NewFp16Codec));
   TERN_RETURN_IF_ERROR(registry->Register("bf16", NewBf16Codec));
   TERN_RETURN_IF_ERROR(registry->Register("int8", NewInt8Codec));
+  TERN_RETURN_IF_ERROR(registry->Register("fp4", NewFp4Codec));
   TERN_RETURN_IF_ERROR(registry->Register("topk", NewTopKCodec));
+  TERN_RETURN_IF_ERROR(registry->Register("chunk-topk", NewChunkTopKCodec));
   TERN_RETURN_IF_ERROR(registry->Register("dgc", NewDgcCodec));
   TERN_RETURN_IF_ERROR(registry->Register("randomk", NewRandomKCodec));
   TERN_RETURN_IF_ERROR(registry->Register("threshold", NewThresholdCodec));

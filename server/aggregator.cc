@@ -40,7 +40,8 @@ std::unique_ptr<Downstream> MakeDownstream(const AggregatorOptions& o,
   return std::make_unique<ModelDownstream>(codecs, o.downstream_codec);
 }
 
-std::unique_ptr<ServerStep> MakeServerStep(const AggregatorOptions& o, Downstream* downstream) {
+std::unique_ptr<ServerStep> MakeServerStep(const AggregatorOptions& o, Downstream* downstream,
+                                           std::unique_ptr<OuterOptimizer> outer) {
   const v1::GradientStep& g = o.task.gradient();
   const std::string& opt = g.optimizer();
   if (IsAdamOptimizer(opt)) {
@@ -57,9 +58,33 @@ std::unique_ptr<ServerStep> MakeServerStep(const AggregatorOptions& o, Downstrea
     }
     return std::make_unique<AdamServerStep>(as, 0, nullptr);
   }
-  // ps: the updates are gradients, so the server takes the SGD step itself.
-  const float lr = o.mode == "ps" ? -g.lr() : static_cast<float>(o.server_lr);
-  return std::make_unique<SgdServerStep>(lr, static_cast<float>(o.server_momentum));
+  return std::make_unique<OuterServerStep>(std::move(outer));
+}
+
+// The outer optimizer of a run that is not Adam's (null for those), and what it asks of the
+// clients: SparseLoCo's decaying residual needs their error feedback.
+absl::StatusOr<std::unique_ptr<OuterOptimizer>> MakeOuter(AggregatorOptions* o,
+                                                          const OuterOptimizerRegistry& registry) {
+  const v1::GradientStep& g = o->task.gradient();
+  if (IsAdamOptimizer(g.optimizer())) return std::unique_ptr<OuterOptimizer>();
+  if (o->outer.empty()) {
+    // ps: the updates are gradients, so the server takes the SGD step itself.
+    const float lr = o->mode == "ps" ? -g.lr() : static_cast<float>(o->server_lr);
+    return NewHeavyBallOuterOptimizer(lr, static_cast<float>(o->server_momentum));
+  }
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<OuterOptimizer> outer, registry.Create(o->outer));
+  if (const float decay = outer->residual_decay(); decay != 1.0f) {
+    if (!o->task.memory().empty() && o->task.memory() != "ef") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--outer=", o->outer,
+                       " keeps its momentum in the clients' error feedback: "
+                       "no other --memory (got ",
+                       o->task.memory(), ")"));
+    }
+    o->task.set_error_feedback(true);
+    o->task.set_residual_decay(decay);
+  }
+  return outer;
 }
 
 }  // namespace
@@ -145,6 +170,17 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   if (!(o.server_lr > 0) || !(o.server_momentum >= 0 && o.server_momentum < 1)) {
     return absl::InvalidArgumentError("need server_lr > 0 and 0 <= server_momentum < 1");
   }
+  if (!o.outer.empty()) {
+    if (o.mode == "ps") {
+      return absl::InvalidArgumentError(
+          "--outer is for federated and local-sgd runs (ps steps with --optimizer)");
+    }
+    if (o.server_lr != 1.0 || o.server_momentum != 0.0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--outer=", o.outer,
+                       " sets the outer step: leave --server_lr and --server_momentum out"));
+    }
+  }
   if (o.downstream != "model" && o.downstream != "delta") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown downstream '", o.downstream, "' (model, delta)"));
@@ -180,17 +216,26 @@ ServerRegistries NewBuiltinServerRegistries() {
   ServerRegistries r;
   r.codecs = NewBuiltinCodecRegistry();
   r.rules = NewBuiltinAggregationRuleRegistry();
+  r.outer = NewBuiltinOuterOptimizerRegistry();
   return r;
+}
+
+absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Build(AggregatorOptions options,
+                                                              const ServerRegistries& registries) {
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> rule,
+                        registries.rules->Create(options.rule));
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<OuterOptimizer> outer,
+                        MakeOuter(&options, *registries.outer));
+  return std::unique_ptr<Aggregator>(new Aggregator(std::move(options), registries.codecs.get(),
+                                                    std::move(rule), std::move(outer)));
 }
 
 absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions options,
                                                                const ServerRegistries* registries,
                                                                absl::Time now) {
-  const CodecRegistry* codecs = registries->codecs.get();
-  TERN_ASSIGN_OR_RETURN(options, NormalizeAggregatorOptions(std::move(options), *codecs));
-  TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> rule,
-                        registries->rules->Create(options.rule));
-  std::unique_ptr<Aggregator> a(new Aggregator(std::move(options), codecs, std::move(rule)));
+  TERN_ASSIGN_OR_RETURN(options,
+                        NormalizeAggregatorOptions(std::move(options), *registries->codecs));
+  TERN_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> a, Build(std::move(options), *registries));
   if (a->store_ == nullptr) return a;
   absl::Status resumed = a->Resume(now);
   if (absl::IsDataLoss(resumed) && a->options_.fresh_start_if_damaged) {
@@ -198,10 +243,7 @@ absl::StatusOr<std::unique_ptr<Aggregator>> Aggregator::Create(AggregatorOptions
     TERN_ASSIGN_OR_RETURN(std::string aside, a->store_->MoveAside());
     spdlog::warn("server: {}; moved it aside to {}* and starting a new run",
                  std::string(resumed.message()), aside);
-    AggregatorOptions fresh = a->options_;
-    TERN_ASSIGN_OR_RETURN(std::unique_ptr<AggregationRule> again,
-                          registries->rules->Create(fresh.rule));
-    return std::unique_ptr<Aggregator>(new Aggregator(std::move(fresh), codecs, std::move(again)));
+    return Build(a->options_, *registries);
   }
   TERN_RETURN_IF_ERROR(resumed);
   return a;
@@ -246,12 +288,12 @@ absl::Status Aggregator::Resume(absl::Time now) {
 }
 
 Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
-                       std::unique_ptr<AggregationRule> rule)
+                       std::unique_ptr<AggregationRule> rule, std::unique_ptr<OuterOptimizer> outer)
     : options_(std::move(options)),
       codecs_(codecs),
       rule_(std::move(rule)),
       downstream_(MakeDownstream(options_, codecs)),
-      step_(MakeServerStep(options_, downstream_.get())),
+      step_(MakeServerStep(options_, downstream_.get(), std::move(outer))),
       rounds_(options_.policy),
       clients_(options_.client_timeout),
       norm_guard_(options_.norm_guard),

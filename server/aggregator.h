@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "core/model/layout.h"
 #include "core/model/norm_guard.h"
+#include "core/model/outer.h"
 #include "kernels/registry.h"
 #include "server/accumulator.h"
 #include "server/aggregation.h"
@@ -54,6 +55,11 @@ struct AggregatorOptions {
   std::string rule = "fedavg";   // aggregation rule spec (server/aggregation.h)
   double server_lr = 1.0;        // x += server_lr * m
   double server_momentum = 0.0;  // m = momentum * m + mean update (0: plain averaging)
+  // The outer optimizer's spec (core/model/outer.h: average, heavy-ball, nesterov, sparseloco)
+  // for federated and local-sgd runs; "" is heavy-ball with server_lr and server_momentum, which
+  // must then be left at their defaults. One whose senders decay their residual (sparseloco)
+  // turns the clients' error feedback on (Task.residual_decay).
+  std::string outer;
   // Downstream: "model" sends the global model (encoded with downstream_codec) each round;
   // "delta" (STC federated) sends each round's global update encoded with downstream_codec and
   // a server residual, and a client that missed rounds catches up from the kept updates, or gets
@@ -98,11 +104,12 @@ struct FetchResult {
   std::shared_ptr<const std::vector<v1::BundleChunk>> chunks;
 };
 
-// The registries an aggregator builds its codecs and aggregation rule from, created once by the
-// caller (tern server, tests) and passed in.
+// The registries an aggregator builds its codecs, aggregation rule and outer optimizer from,
+// created once by the caller (tern server, tests) and passed in.
 struct ServerRegistries {
   std::unique_ptr<CodecRegistry> codecs;
   std::unique_ptr<AggregationRuleRegistry> rules;
+  std::unique_ptr<OuterOptimizerRegistry> outer;
 };
 ServerRegistries NewBuiltinServerRegistries();
 
@@ -160,8 +167,12 @@ class Aggregator {
   uint64_t MaxUpdateBytes() const;
 
  private:
+  // `outer`: null in runs whose server step is Adam's.
   Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
-             std::unique_ptr<AggregationRule> rule);
+             std::unique_ptr<AggregationRule> rule, std::unique_ptr<OuterOptimizer> outer);
+  // The aggregator `options` (normalized) describe, before any checkpoint is read.
+  static absl::StatusOr<std::unique_ptr<Aggregator>> Build(AggregatorOptions options,
+                                                           const ServerRegistries& registries);
 
   absl::Status Restore(const internal::AggregatorCheckpoint& ckpt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

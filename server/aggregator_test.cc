@@ -381,6 +381,75 @@ TEST_F(AggregatorTest, LocalSgdSamplesEveryClientAndServerMomentumAccumulates) {
   EXPECT_THAT(ModelOf(*a), ElementsAreArray(want));
 }
 
+TEST_F(AggregatorTest, DiLoCosNesterovOuterStepMovesTheModelAsTorchsSgdWould) {
+  options_.mode = "local-sgd";
+  options_.outer = "nesterov:lr=0.7,momentum=0.9";
+  auto a = Start(2);
+  ASSERT_NE(a, nullptr);
+  for (int round = 1; round <= 2; ++round) {
+    for (uint32_t c = 0; c < 2; ++c) {
+      ASSERT_EQ(ValueOrFailure(a->Fetch(c, kT0)).task.kind(), v1::Task::TRAIN) << round;
+      ASSERT_THAT(Push(*a, c, round, 1, std::vector<float>(9, 1.0f)), IsOk());
+    }
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+  }
+  // m1 = 1, x += 0.7 (1 + 0.9); m2 = 1.9, x += 0.7 (1 + 0.9 * 1.9).
+  const std::vector<float> x = ModelOf(*a);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_FLOAT_EQ(x[i], kX0[i] + 1.33f + 1.897f) << i;
+}
+
+TEST_F(AggregatorTest, TheOuterMomentumSurvivesARestart) {
+  options_.mode = "local-sgd";
+  options_.outer = "nesterov";
+  options_.checkpoint_path = TempPath("ckpt");
+  {
+    auto a = Start(2);
+    ASSERT_NE(a, nullptr);
+    for (uint32_t c = 0; c < 2; ++c)
+      ASSERT_THAT(Push(*a, c, 1, 1, std::vector<float>(9, 1.0f)), IsOk());
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+  }
+  auto b = ValueOrFailure(Aggregator::Create(options_, &registries_, kT0 + absl::Minutes(1)));
+  ASSERT_THAT(b->Tick(kT0 + absl::Minutes(1)), IsOk());
+  for (uint32_t c = 0; c < 2; ++c) {
+    ASSERT_THAT(Push(*b, c, 2, 1, std::vector<float>(9, 1.0f), kT0 + absl::Minutes(1)), IsOk());
+  }
+  ASSERT_THAT(b->Tick(kT0 + absl::Minutes(1)), IsOk());
+  EXPECT_FLOAT_EQ(ModelOf(*b)[0], kX0[0] + 1.33f + 1.897f) << "the momentum was lost";
+}
+
+TEST_F(AggregatorTest, SparseLoCoTellsClientsToDecayTheirErrorFeedback) {
+  options_.mode = "local-sgd";
+  options_.outer = "sparseloco:beta=0.9";
+  options_.task.set_update_codec("topk:ratio=0.5");
+  auto a = Start(2);
+  ASSERT_NE(a, nullptr);
+  const v1::Task task = ValueOrFailure(a->Fetch(0, kT0)).task;
+  EXPECT_TRUE(task.error_feedback());
+  EXPECT_FLOAT_EQ(task.residual_decay(), 0.9f);
+  options_.task.set_memory("dgc");
+  EXPECT_THAT(Aggregator::Create(options_, &registries_, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--memory")));
+}
+
+TEST_F(AggregatorTest, AnOuterOptimizerIsRefusedWhereItCannotApply) {
+  options_.mode = "local-sgd";
+  options_.outer = "adam";
+  EXPECT_THAT(Aggregator::Create(options_, &registries_, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nesterov")));
+  options_.outer = "nesterov";
+  options_.server_momentum = 0.5;
+  EXPECT_THAT(Aggregator::Create(options_, &registries_, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--server_momentum")));
+  options_.server_momentum = 0;
+  options_.mode = "ps";
+  options_.task.mutable_gradient()->set_batch(8);
+  options_.task.mutable_gradient()->set_lr(0.1f);
+  options_.task.mutable_gradient()->set_optimizer("sgd");
+  EXPECT_THAT(Aggregator::Create(options_, &registries_, kT0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ps")));
+}
+
 TEST_F(AggregatorTest, TheRunEndsAfterItsRoundsAndClientsAreToldSo) {
   options_.total_rounds = 1;
   auto a = Start(3);

@@ -18,39 +18,32 @@ void WarnSkipped(int64_t round) {
 
 }  // namespace
 
-void SgdServerStep::Reset(const std::vector<ParamTensor>& layout) {
-  m_.assign(LayoutNumel(layout), 0.0f);
+void OuterServerStep::Reset(const std::vector<ParamTensor>& layout) {
+  numel_ = LayoutNumel(layout);
+  outer_->Reset(numel_);
 }
 
-absl::Status SgdServerStep::Close(const std::vector<float>* mean, int64_t round,
-                                  std::vector<float>* model, Downstream* downstream) {
-  // No update: a zero step, which still flushes a delta downstream's residual.
-  std::vector<float> step(m_.size(), 0.0f);
-  if (mean != nullptr) {
-    for (size_t i = 0; i < m_.size(); ++i) {
-      m_[i] = momentum_ * m_[i] + (*mean)[i];
-      step[i] = lr_ * m_[i];
-    }
-  }
+absl::Status OuterServerStep::Close(const std::vector<float>* mean, int64_t round,
+                                    std::vector<float>* model, Downstream* downstream) {
+  // No update: a zero step, which still flushes a delta downstream's residual; the momentum
+  // waits for the next update.
+  std::vector<float> step(numel_, 0.0f);
+  if (mean != nullptr) outer_->Step(*mean, absl::MakeSpan(step));
   TERN_ASSIGN_OR_RETURN(bool applied, downstream->Apply(step, round, model));
   if (!applied) {
     WarnSkipped(round);
-    std::fill(m_.begin(), m_.end(), 0.0f);
+    outer_->Forget();
   }
   return absl::OkStatus();
 }
 
-void SgdServerStep::Save(internal::ServerOptimizerState* state) const {
-  state->mutable_momentum()->Add(m_.begin(), m_.end());
+void OuterServerStep::Save(internal::ServerOptimizerState* state) const {
+  absl::Span<const float> m = outer_->momentum();
+  state->mutable_momentum()->Add(m.begin(), m.end());
 }
 
-absl::Status SgdServerStep::Restore(const internal::ServerOptimizerState& state, int64_t) {
-  if (state.momentum_size() == 0) return absl::OkStatus();
-  if (static_cast<size_t>(state.momentum_size()) != m_.size()) {
-    return absl::DataLossError("the momentum does not match the model");
-  }
-  m_.assign(state.momentum().begin(), state.momentum().end());
-  return absl::OkStatus();
+absl::Status OuterServerStep::Restore(const internal::ServerOptimizerState& state, int64_t) {
+  return outer_->Restore(absl::MakeConstSpan(state.momentum().data(), state.momentum_size()));
 }
 
 AdamServerStep::AdamServerStep(AdamSettings settings, int64_t warmup_rounds, DeltaDownstream* delta)

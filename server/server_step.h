@@ -1,6 +1,7 @@
 // What the server does with a round's aggregate at its close, chosen once per run:
-//   - SgdServerStep: x += lr * m with m = momentum * m + mean (FedAvg and local SGD with
-//     server_lr and outer momentum, SlowMo; ps mode, where the mean is a gradient, lr = -task.lr);
+//   - OuterServerStep: the run's outer optimizer (core/model/outer.h) on the mean update: FedAvg
+//     and local SGD with server_lr and outer momentum (heavy-ball: SlowMo), DiLoCo's Nesterov,
+//     SparseLoCo's plain step; ps mode, whose mean is a gradient: heavy-ball with lr = -task.lr;
 //   - AdamServerStep: Adam / LAMB from the clients' mean gradient, and the 1-bit ones: dense for
 //     the warm-up rounds, then the variance frozen and the clients' mean momentum re-encoded
 //     through the delta downstream with the server's error feedback (ALGORITHMS.md §4).
@@ -12,11 +13,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/model/adam.h"
 #include "core/model/layout.h"
+#include "core/model/outer.h"
 #include "server/downstream.h"
 #include "tern/internal/checkpoint.pb.h"
 #include "tern/v1/server.pb.h"
@@ -47,9 +50,9 @@ class ServerStep {
                                int64_t rounds_closed) = 0;
 };
 
-class SgdServerStep final : public ServerStep {
+class OuterServerStep final : public ServerStep {
  public:
-  SgdServerStep(float lr, float momentum) : lr_(lr), momentum_(momentum) {}
+  explicit OuterServerStep(std::unique_ptr<OuterOptimizer> outer) : outer_(std::move(outer)) {}
 
   void Reset(const std::vector<ParamTensor>& layout) override;
   absl::Status Close(const std::vector<float>* mean, int64_t round, std::vector<float>* model,
@@ -58,9 +61,8 @@ class SgdServerStep final : public ServerStep {
   absl::Status Restore(const internal::ServerOptimizerState& state, int64_t) override;
 
  private:
-  const float lr_;
-  const float momentum_;
-  std::vector<float> m_;
+  const std::unique_ptr<OuterOptimizer> outer_;
+  size_t numel_ = 0;
 };
 
 class AdamServerStep final : public ServerStep {

@@ -166,6 +166,26 @@ TEST(CApi, ErrorFeedbackDeliversWhatTopKLeftOutInLaterRounds) {
   EXPECT_EQ(sum, u);
 }
 
+// SparseLoCo (--outer=sparseloco): the residual decays by the task's factor before the next
+// update joins it, so what top-k left out comes back halved at 0.5.
+TEST(CApi, AResidualDecayScalesWhatErrorFeedbackSendsLater) {
+  Model m(kInitial);
+  v1::Task task = Train(1, v1::Task::MODEL);
+  task.set_update_codec("topk:ratio=0.25");
+  task.set_error_feedback(true);
+  task.set_residual_decay(0.5f);
+  const std::vector<float> u = {8, -7, 6, -5, 4, -3, 2, -1};
+  EXPECT_EQ(m.EncodeDecoded(task, u), (std::vector<float>{8, -7, 0, 0, 0, 0, 2, 0}));
+  task.set_round(2);
+  // w's residual (0, 0, 6, -5, 4, -3) and b's (0, -1), halved; top-2 of w, top-1 of b.
+  EXPECT_EQ(m.EncodeDecoded(task, std::vector<float>(8, 0)),
+            (std::vector<float>{0, 0, 3, -2.5f, 0, 0, 0, -0.5f}));
+  task.set_residual_decay(1.5f);
+  std::string error;
+  EXPECT_TRUE(m.EncodeDecoded(task, u, &error).empty());
+  EXPECT_THAT(error, HasSubstr("residual decay is 1.5"));
+}
+
 // A tensor marked exact (BatchNorm's running statistics) goes whole as fp32 every round, and
 // error feedback keeps nothing of it; the others stay in the task's codec.
 TEST(CApi, ExactTensorsGoWholeOutsideErrorFeedback) {

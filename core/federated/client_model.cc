@@ -96,6 +96,13 @@ absl::StatusOr<v1::TensorBundle> ClientModel::EncodeUpdate(const v1::Task& task,
   }
   const bool ef = task.error_feedback() || mem == "ef";
   if (ef && residual_.size() != update.size()) residual_.assign(update.size(), 0.0f);
+  if (const float decay = task.residual_decay(); !(decay >= 0 && decay <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the task's residual decay is ", decay, "; it must be in [0, 1]"));
+  } else if (ef && decay != 0 && decay != 1) {
+    // SparseLoCo's e = beta e + update: the residual is its outer momentum.
+    for (float& e : residual_) e *= decay;
+  }
   TERN_RETURN_IF_ERROR(tensor_codecs_.Use(task.update_codec(), layout_.size()));
   return EncodeFlatToBundle(layout_, update, tensor_codecs_, eo, ef ? &residual_ : nullptr, exact_);
 }

@@ -1,6 +1,7 @@
 """pytest: the language-model example (examples/lm) trains as a user would start it: alone, and
 as two sites through two tern workers on 127.0.0.1 (the slow-link configuration). A few dozen
-steps: it finishes and the validation loss falls well below a random model's 8 bits per byte.
+steps: it finishes and the validation loss falls well below a random model's 8 bits per byte;
+and as two DiLoCo sites through a tern aggregator (tern.optim.OuterOptimizer).
 Run by ctest (TERN_BIN names the tern binary)."""
 
 import json
@@ -67,6 +68,29 @@ def test_two_sites_train_it_through_tern_workers(tmp_path):
             w.terminate()
         for w in workers:
             w.wait(timeout=60)
+    for r, out in zip(ranks, outs):
+        assert r.returncode == 0, out[-3000:]
+        res = result(out)
+        assert res["bpb"] < 5.5, res
+        assert res["last_loss"] < 0.8 * res["first_loss"], res
+
+
+def test_two_sites_train_it_as_diloco_through_an_aggregator(tmp_path):
+    server = subprocess.Popen(
+        [TERN, "server", "--listen=127.0.0.1:0", f"--port_file={tmp_path}/server.port",
+         "--mode=local-sgd", "--local_epochs=0", "--local_steps=10", "--rounds=4",
+         "--min_clients=2", "--outer=nesterov:lr=0.7,momentum=0.9", "--linger_s=60"],
+        stdout=open(f"{tmp_path}/server.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        port = wait_for_port(f"{tmp_path}/server.port", server)
+        ranks = [subprocess.Popen([sys.executable, os.path.join(HERE, "train.py"),
+                                   f"--server=127.0.0.1:{port}", f"--rank={i}"] + STEPS,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for i in range(2)]
+        outs = [r.communicate(timeout=300)[0] for r in ranks]
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
     for r, out in zip(ranks, outs):
         assert r.returncode == 0, out[-3000:]
         res = result(out)

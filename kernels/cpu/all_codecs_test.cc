@@ -37,7 +37,11 @@ std::vector<Case> AllCases() {
       {"bf16", 5e-3},
       {"int8", 2e-2},
       {"int8:mode=minmax,round=stochastic,block=100", 3e-2},
+      {"fp4", 0.3},
+      {"fp4:element=e2m1,round=stochastic,block=33", 0.3},
       {"topk:ratio=0.1", 0.9},
+      {"chunk-topk:chunk=100,ratio=0.1", 0.9},
+      {"chunk-topk:chunk=33,k=5,bits=1", 0.9},
       {"dgc:ratio=0.1", 0.9},
       // Biased random-k keeps 10 % unchanged: sqrt(1 - 0.1) = 0.949 expected.
       {"randomk:ratio=0.1", 0.96},

@@ -1,4 +1,6 @@
-"""Decentralized training with your own optimizer: `DistributedOptimizer` wraps it.
+"""Training with your own optimizer: `DistributedOptimizer` wraps it for decentralized training
+(gossip through a tern worker), `OuterOptimizer` for outer-step training (DiLoCo, SlowMo,
+SparseLoCo, local SGD) through a tern aggregator (at the end of this file).
 
     model = Net()                                   # the same initial values on every worker
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -44,21 +46,63 @@ def _named_state(model):
     return named
 
 
-class DistributedOptimizer:
+class _Wrapper:
+    """What both wrappers share: everything not found on the wrapper is the wrapped optimizer's
+    (param_groups, state, zero_grad, state_dict, ...), so LR schedulers and GradScaler take the
+    wrapper as they take your optimizer."""
+
+    # GradScaler.step(optimizer) then calls step(grad_scaler=...) even when the gradients
+    # overflowed, so the exchange happens (with no local update) and nobody is kept waiting for
+    # a step that never comes.
+    _step_supports_amp_scaling = True
+
+    def __getattr__(self, name):
+        # Only for attributes not found on the wrapper: the wrapped optimizer's.
+        if "optimizer" not in self.__dict__:
+            raise AttributeError(name)
+        return getattr(self.__dict__["optimizer"], name)
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    def zero_grad(self, set_to_none=False):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+
+    def _inner_step(self, closure, grad_scaler):
+        """Your optimizer's step, unless the GradScaler found the gradients overflowed."""
+        if grad_scaler is not None and self._overflowed(grad_scaler):
+            return None
+        return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+
+    def _overflowed(self, scaler):
+        """Unscales (unless the caller did) and says whether the gradients overflowed."""
+        from torch.cuda.amp.grad_scaler import OptState
+        state = scaler._per_optimizer_states[id(self)]
+        if state["stage"] is OptState.READY:
+            scaler.unscale_(self)
+        return sum(v.item() for v in state["found_inf_per_device"].values()) > 0
+
+
+class DistributedOptimizer(_Wrapper):
     """Your `optimizer`, whose step() also mixes `model` with the neighbours' through the tern
     worker at `worker`. Not thread-safe (one training loop). Other attributes (param_groups,
-    state, zero_grad, state_dict, ...) are the wrapped optimizer's, so LR schedulers and
-    GradScaler take the wrapper as they take your optimizer.
+    state, zero_grad, state_dict, ...) are the wrapped optimizer's (_Wrapper).
 
     `tls`: tern.trainer.make_channel's arguments; `timeout`: seconds a step may take (the
     neighbours included) before step() raises TimeoutError. `run_dir`: a run folder to keep
     (see the module's comment); `run_config`: more of its run.json (tern.v1.RunConfig's
     fields: model, codec, lr, ...)."""
-
-    # GradScaler.step(optimizer) then calls step(grad_scaler=...) even when the gradients
-    # overflowed, so the round happens (with no local update) and neighbours are not kept
-    # waiting for a step that never comes.
-    _step_supports_amp_scaling = True
 
     def __init__(self, optimizer, model, worker, tls=None, timeout=300.0, run_dir=None,
                  run_config=None):
@@ -98,41 +142,16 @@ class DistributedOptimizer:
             self._folder = RunFolder(run_dir, **config)
             self._metrics = WorkerMetrics()
 
-    def __getattr__(self, name):
-        # Only for attributes not found on the wrapper: the wrapped optimizer's.
-        if "optimizer" not in self.__dict__:
-            raise AttributeError(name)
-        return getattr(self.__dict__["optimizer"], name)
-
-    @property
-    def param_groups(self):
-        return self.optimizer.param_groups
-
-    @property
-    def state(self):
-        return self.optimizer.state
-
     @property
     def step_count(self):
         """Steps the worker has done (the next step's number)."""
         return self._step
 
-    def zero_grad(self, set_to_none=False):
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def state_dict(self):
-        return self.optimizer.state_dict()
-
-    def load_state_dict(self, state_dict):
-        self.optimizer.load_state_dict(state_dict)
-
     def step(self, closure=None, loss=None, grad_scaler=None):
         """Your optimizer's step, then one tern round; returns the closure's loss, if any.
         `loss` (a float or tensor) is only reported to the worker's metrics."""
         t0 = time.time()
-        result = None
-        if grad_scaler is None or not self._overflowed(grad_scaler):
-            result = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+        result = self._inner_step(closure, grad_scaler)
         if loss is None and result is not None:
             loss = result
         with torch.no_grad():
@@ -147,14 +166,6 @@ class DistributedOptimizer:
         self._load()
         self.step_seconds = time.time() - t0
         return result
-
-    def _overflowed(self, scaler):
-        """Unscales (unless the caller did) and says whether the gradients overflowed."""
-        from torch.cuda.amp.grad_scaler import OptState
-        state = scaler._per_optimizer_states[id(self)]
-        if state["stage"] is OptState.READY:
-            scaler.unscale_(self)
-        return sum(v.item() for v in state["found_inf_per_device"].values()) > 0
 
     def _load(self):
         with torch.no_grad():
@@ -179,3 +190,137 @@ class DistributedOptimizer:
         self._segment.close()
         self._trainer.channel.close()
         return report
+
+
+class OuterOptimizer(_Wrapper):
+    """Your `optimizer` as the inner optimizer of an outer-step run (DiLoCo, SlowMo, SparseLoCo,
+    local SGD) through the tern aggregator at `server`:
+
+        optimizer = torch.optim.AdamW(model.parameters(), lr=4e-4)
+        optimizer = tern.optim.OuterOptimizer(optimizer, model, server="host:7060")
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss_fn(model(x), y).backward()
+            optimizer.step()           # your step; every H-th one, the outer step
+            if optimizer.done:
+                break
+
+    The server says what the outer step is and how often (`tern server --mode=local-sgd
+    --local_epochs=0 --local_steps=H --outer=nesterov`, docs/server.md): every H steps the change
+    your steps made since the last global model goes to it (in the run's --update_codec, with
+    its error feedback, through libtern_c.so as tern.federated's clients do), the server steps
+    the global model with every site's, and the model continues from the new one. Your
+    optimizer's state carries across rounds, as DiLoCo's inner AdamW's does; LR schedulers,
+    gradient clipping and AMP (a GradScaler too) stay yours. Parameters and floating buffers
+    travel (as fp32; a bf16 or fp16 model's change is taken in fp32 against the fp32 global
+    model); buffers go exactly, outside the codec. Construction joins the run (the first site
+    to join gives its model as the run's initial one) and loads the round's global model into
+    `model`. `done`: the run is over, and `model` holds the run's final global model (step()
+    then only steps your optimizer). Not thread-safe (one training loop)."""
+
+    def __init__(self, optimizer, model, server, name="python", run_id="tern", num_samples=1,
+                 tls=None, timeout=60.0, log=lambda s: None):
+        from tern import federated
+        self._fed = federated
+        self.optimizer = optimizer
+        self.model = model
+        self._log = log
+        self._name = name
+        self._run_id = run_id
+        self._num_samples = num_samples
+        self._named = _named_state(model)
+        self._agg = federated.Aggregator(server, tls=tls, timeout=timeout)
+        joined = self._agg.join(run_id, name, num_samples)
+        if joined.mode != "local-sgd":
+            raise ValueError("an outer-step run is tern server --mode=local-sgd; %s runs %r"
+                             % (server, joined.mode))
+        initial = {n: t.detach().to("cpu", torch.float32).numpy().copy() for n, t in self._named}
+        if joined.model_needed:
+            self._agg.init_model(initial)
+        buffers = {n for n, _ in model.named_buffers()}
+        self._copy = federated._ModelCopy(initial, {n for n, _ in self._named if n in buffers},
+                                          log)
+        self.done = False
+        self.rounds = 0  # outer steps this site took part in
+        self._task = self._global = None
+        self._steps = 0
+        self._t0 = time.time()
+        self._next_round()
+
+    @property
+    def round(self):
+        """The round the local steps are for (0 once the run is over)."""
+        return 0 if self.done else self._task.round
+
+    def step(self, closure=None, loss=None, grad_scaler=None):
+        """Your optimizer's step, and every H-th one the outer step; returns the closure's loss,
+        if any. `loss` is reported to the server with the round's update."""
+        result = self._inner_step(closure, grad_scaler)
+        if loss is None and result is not None:
+            loss = result
+        if self.done:
+            return result
+        self._steps += 1
+        self._loss = float(loss) if loss is not None else 0.0
+        if self._steps >= max(1, self._task.local.local_steps):
+            self._exchange()
+        return result
+
+    def _exchange(self):
+        """Sends the change since the round's global model and moves to the next round's."""
+        fed, task = self._fed, self._task
+        update = {n: t.detach().to("cpu", torch.float32).numpy() - self._global[n]
+                  for n, t in self._named}
+        encoded = self._copy.encode(task, self._agg.client_id, self._num_samples, update)
+        try:
+            self._agg.push(self._run_id, task.round, encoded, float(self._num_samples),
+                           self._loss, time.time() - self._t0)
+            self.rounds += 1
+        except fed.grpc.RpcError as e:
+            if e.code() not in fed._UPDATE_NOT_TAKEN:
+                raise
+            self._log("round %d: update not taken: %s" % (task.round, e.details()))
+        self._next_round()
+
+    def _next_round(self):
+        """Waits for the next TRAIN task and loads its global model into the model."""
+        fed = self._fed
+        while True:
+            try:
+                task, payload = self._copy.fetch(self._agg)
+            except fed.grpc.RpcError as e:
+                if e.code() != fed.grpc.StatusCode.NOT_FOUND:
+                    raise
+                self._log("the server does not know client %d (restarted?): joining again"
+                          % self._agg.client_id)
+                self._agg.join(self._run_id, self._name, self._num_samples)
+                continue
+            if task.kind == fed.server_pb2.Task.DONE:
+                # The run's last outer step is in the server's model: the site ends with it.
+                self._load(self._agg.global_model())
+                self.done = True
+                self._agg.leave()
+                return
+            if task.kind != fed.server_pb2.Task.TRAIN:
+                continue
+            params = self._copy.take(task, payload)
+            if params is None:
+                continue
+            break
+        self._task, self._global, self._steps = task, params, 0
+        self._t0 = time.time()
+        self._load(params)
+
+    def _load(self, params):
+        with torch.no_grad():
+            for n, t in self._named:
+                t.copy_(torch.from_numpy(params[n]).reshape(t.shape).to(t.device, t.dtype))
+
+    def close(self):
+        """Leaves the run (if it is not over) and closes the channel."""
+        if not self.done:
+            try:
+                self._agg.leave()
+            except self._fed.grpc.RpcError:
+                pass
+        self._agg.channel.close()
