@@ -8,7 +8,7 @@
 namespace tern {
 namespace {
 
-std::unique_ptr<OuterOptimizer> Make(const std::string& spec, size_t numel) {
+std::unique_ptr<OuterOptimizer> NewOuter(const std::string& spec, size_t numel) {
   auto made = NewBuiltinOuterOptimizerRegistry()->Create(spec);
   EXPECT_TRUE(made.ok()) << made.status();
   if (!made.ok()) return nullptr;
@@ -16,16 +16,16 @@ std::unique_ptr<OuterOptimizer> Make(const std::string& spec, size_t numel) {
   return *std::move(made);
 }
 
-std::vector<float> StepOf(OuterOptimizer& o, const std::vector<float>& mean) {
+std::vector<float> OuterStepOf(OuterOptimizer& o, const std::vector<float>& mean) {
   std::vector<float> step(mean.size());
   o.Step(mean, absl::MakeSpan(step));
   return step;
 }
 
 TEST(OuterOptimizerTest, AverageMovesTheModelToTheWorkersMean) {
-  auto o = Make("average", 3);
-  EXPECT_THAT(StepOf(*o, {0.5f, -1.0f, 2.0f}), testing::ElementsAre(0.5f, -1.0f, 2.0f));
-  EXPECT_THAT(StepOf(*o, {1.0f, 0.0f, 0.0f}), testing::ElementsAre(1.0f, 0.0f, 0.0f));
+  auto o = NewOuter("average", 3);
+  EXPECT_THAT(OuterStepOf(*o, {0.5f, -1.0f, 2.0f}), testing::ElementsAre(0.5f, -1.0f, 2.0f));
+  EXPECT_THAT(OuterStepOf(*o, {1.0f, 0.0f, 0.0f}), testing::ElementsAre(1.0f, 0.0f, 0.0f));
   EXPECT_TRUE(o->momentum().empty());
   EXPECT_EQ(o->residual_decay(), 1.0f);
 }
@@ -34,9 +34,9 @@ TEST(OuterOptimizerTest, NesterovMatchesAHandComputationOfTorchsSgd) {
   // torch.optim.SGD(lr=0.7, momentum=0.9, nesterov=True) on the pseudo-gradient Δ = −ū:
   // v = μ v + Δ; θ −= lr (Δ + μ v). Round 1, ū = 1: v = −1, θ += 0.7 (1 + 0.9) = 1.33.
   // Round 2, ū = 0.5: v = −0.9 − 0.5 = −1.4, θ += 0.7 (0.5 + 0.9 · 1.4) = 1.232.
-  auto o = Make("nesterov", 1);
-  EXPECT_FLOAT_EQ(StepOf(*o, {1.0f})[0], 1.33f);
-  EXPECT_FLOAT_EQ(StepOf(*o, {0.5f})[0], 1.232f);
+  auto o = NewOuter("nesterov", 1);
+  EXPECT_FLOAT_EQ(OuterStepOf(*o, {1.0f})[0], 1.33f);
+  EXPECT_FLOAT_EQ(OuterStepOf(*o, {0.5f})[0], 1.232f);
   EXPECT_FLOAT_EQ(o->momentum()[0], 1.4f);
   EXPECT_EQ(o->Spec(), "nesterov:lr=0.7,momentum=0.9");
 }
@@ -44,7 +44,7 @@ TEST(OuterOptimizerTest, NesterovMatchesAHandComputationOfTorchsSgd) {
 TEST(OuterOptimizerTest, HeavyBallIsSlowMoBitForBit) {
   // The loop the aggregator ran before outer optimizers were a kind: m = β m + ū; x += lr m.
   const float lr = 0.7f, beta = 0.9f;
-  auto o = Make("heavy-ball:lr=0.7,momentum=0.9", 4);
+  auto o = NewOuter("heavy-ball:lr=0.7,momentum=0.9", 4);
   std::vector<float> m(4, 0.0f);
   for (int round = 0; round < 20; ++round) {
     std::vector<float> mean(4);
@@ -55,43 +55,43 @@ TEST(OuterOptimizerTest, HeavyBallIsSlowMoBitForBit) {
       m[i] = beta * m[i] + mean[i];
       want[i] = lr * m[i];
     }
-    EXPECT_EQ(StepOf(*o, mean), want) << "round " << round;
+    EXPECT_EQ(OuterStepOf(*o, mean), want) << "round " << round;
   }
 }
 
 TEST(OuterOptimizerTest, ZeroMomentumUnitLrIsPlainAveragingForEveryMomentumKind) {
   for (const char* spec :
        {"heavy-ball:lr=1,momentum=0", "nesterov:lr=1,momentum=0", "sparseloco:lr=1,beta=0"}) {
-    auto o = Make(spec, 2);
-    EXPECT_THAT(StepOf(*o, {0.25f, -3.0f}), testing::ElementsAre(0.25f, -3.0f)) << spec;
-    EXPECT_THAT(StepOf(*o, {1.0f, 2.0f}), testing::ElementsAre(1.0f, 2.0f)) << spec;
+    auto o = NewOuter(spec, 2);
+    EXPECT_THAT(OuterStepOf(*o, {0.25f, -3.0f}), testing::ElementsAre(0.25f, -3.0f)) << spec;
+    EXPECT_THAT(OuterStepOf(*o, {1.0f, 2.0f}), testing::ElementsAre(1.0f, 2.0f)) << spec;
   }
 }
 
 TEST(OuterOptimizerTest, SparseLoCoKeepsNoOuterMomentumAndDecaysTheSendersResidual) {
-  auto o = Make("sparseloco", 2);
+  auto o = NewOuter("sparseloco", 2);
   EXPECT_EQ(o->Spec(), "sparseloco:lr=1,beta=0.95");
   EXPECT_FLOAT_EQ(o->residual_decay(), 0.95f);
   EXPECT_TRUE(o->momentum().empty());
-  EXPECT_THAT(StepOf(*o, {2.0f, 0.0f}), testing::ElementsAre(2.0f, 0.0f));
-  EXPECT_THAT(StepOf(*o, {0.0f, 0.0f}), testing::ElementsAre(0.0f, 0.0f));
+  EXPECT_THAT(OuterStepOf(*o, {2.0f, 0.0f}), testing::ElementsAre(2.0f, 0.0f));
+  EXPECT_THAT(OuterStepOf(*o, {0.0f, 0.0f}), testing::ElementsAre(0.0f, 0.0f));
 }
 
 TEST(OuterOptimizerTest, ForgetDropsTheMomentumOfAStepNotTaken) {
-  auto o = Make("heavy-ball:lr=1,momentum=0.5", 1);
-  StepOf(*o, {4.0f});
+  auto o = NewOuter("heavy-ball:lr=1,momentum=0.5", 1);
+  OuterStepOf(*o, {4.0f});
   o->Forget();
-  EXPECT_THAT(StepOf(*o, {1.0f}), testing::ElementsAre(1.0f));
+  EXPECT_THAT(OuterStepOf(*o, {1.0f}), testing::ElementsAre(1.0f));
 }
 
 TEST(OuterOptimizerTest, RestoreTakesBackTheMomentumAndRefusesAnotherModels) {
-  auto a = Make("nesterov", 3);
-  StepOf(*a, {1.0f, 2.0f, 3.0f});
+  auto a = NewOuter("nesterov", 3);
+  OuterStepOf(*a, {1.0f, 2.0f, 3.0f});
   std::vector<float> saved(a->momentum().begin(), a->momentum().end());
-  auto b = Make("nesterov", 3);
+  auto b = NewOuter("nesterov", 3);
   ASSERT_TRUE(b->Restore(saved).ok());
-  EXPECT_EQ(StepOf(*a, {0.5f, 0.5f, 0.5f}), StepOf(*b, {0.5f, 0.5f, 0.5f}));
-  auto c = Make("nesterov", 2);
+  EXPECT_EQ(OuterStepOf(*a, {0.5f, 0.5f, 0.5f}), OuterStepOf(*b, {0.5f, 0.5f, 0.5f}));
+  auto c = NewOuter("nesterov", 2);
   EXPECT_EQ(c->Restore(saved).code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(c->Restore({}).ok());
 }
@@ -112,14 +112,15 @@ TEST(OuterOptimizerTest, BadSpecsSayWhatIsAllowed) {
 TEST(OuterOptimizerTest, EveryOuterOptimizerStepsTowardsTheWorkersAndRestoresExactly) {
   auto r = NewBuiltinOuterOptimizerRegistry();
   for (const std::string& name : r->Names()) {
-    auto a = Make(name, 3);
-    const std::vector<float> first = StepOf(*a, {1.0f, -2.0f, 0.5f});
+    auto a = NewOuter(name, 3);
+    const std::vector<float> first = OuterStepOf(*a, {1.0f, -2.0f, 0.5f});
     EXPECT_GT(first[0], 0) << name;
     EXPECT_LT(first[1], 0) << name;
-    auto b = Make(name, 3);
+    auto b = NewOuter(name, 3);
     std::vector<float> saved(a->momentum().begin(), a->momentum().end());
     ASSERT_TRUE(b->Restore(saved).ok()) << name;
-    EXPECT_EQ(StepOf(*a, {0.25f, 0.25f, -1.0f}), StepOf(*b, {0.25f, 0.25f, -1.0f})) << name;
+    EXPECT_EQ(OuterStepOf(*a, {0.25f, 0.25f, -1.0f}), OuterStepOf(*b, {0.25f, 0.25f, -1.0f}))
+        << name;
     EXPECT_EQ(r->Create(a->Spec()).status().code(), absl::StatusCode::kOk) << a->Spec();
   }
 }
@@ -127,7 +128,7 @@ TEST(OuterOptimizerTest, EveryOuterOptimizerStepsTowardsTheWorkersAndRestoresExa
 TEST(OuterOptimizerTest, HeavyBallTakesANegativeLrForAGradient) {
   auto o = NewHeavyBallOuterOptimizer(-0.1f, 0.0f);
   o->Reset(1);
-  EXPECT_THAT(StepOf(*o, {2.0f}), testing::ElementsAre(-0.1f * 2.0f));
+  EXPECT_THAT(OuterStepOf(*o, {2.0f}), testing::ElementsAre(-0.1f * 2.0f));
 }
 
 }  // namespace

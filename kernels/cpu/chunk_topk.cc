@@ -16,12 +16,12 @@ namespace tern {
 namespace {
 
 // Appends `bits` bits of `code` at bit `*at` of `out` (LSB first; `out` zeroed beforehand).
-inline void PutBits(uint32_t code, uint32_t bits, size_t* at, uint8_t* out) {
+inline void PutCodeBits(uint32_t code, uint32_t bits, size_t* at, uint8_t* out) {
   for (uint32_t b = 0; b < bits; ++b, ++*at) {
     if ((code >> b) & 1) out[*at / 8] |= static_cast<uint8_t>(1u << (*at % 8));
   }
 }
-inline uint32_t GetBits(const uint8_t* in, uint32_t bits, size_t* at) {
+inline uint32_t GetCodeBits(const uint8_t* in, uint32_t bits, size_t* at) {
   uint32_t code = 0;
   for (uint32_t b = 0; b < bits; ++b, ++*at) code |= ((in[*at / 8] >> (*at % 8)) & 1u) << b;
   return code;
@@ -86,7 +86,7 @@ class ChunkTopKCodec final : public Codec {
         const uint16_t local = static_cast<uint16_t>(idx[j]);
         std::memcpy(indices + 2 * at, &local, 2);
         const uint32_t sign = std::signbit(val[j]) && level[level_of[j]] != 0 ? 1u : 0u;
-        PutBits(level_of[j] | (sign << (p.bits - 1)), p.bits, &bit, codes);
+        PutCodeBits(level_of[j] | (sign << (p.bits - 1)), p.bits, &bit, codes);
       }
     }
     return absl::OkStatus();
@@ -107,7 +107,7 @@ class ChunkTopKCodec final : public Codec {
       for (size_t j = 0; j < kc; ++j, ++at) {
         uint16_t local;
         std::memcpy(&local, h.indices + 2 * at, 2);
-        const uint32_t code = GetBits(h.codes, p.bits, &bit);
+        const uint32_t code = GetCodeBits(h.codes, p.bits, &bit);
         const float v = (code >> (p.bits - 1)) & 1 ? -level[code & mask] : level[code & mask];
         internal::Store<true>(out.data(), begin + local, v, accumulate ? weight : 1.0f);
       }

@@ -16,13 +16,14 @@ using ::tern::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::unique_ptr<Codec> Make(const std::string& spec) {
+std::unique_ptr<Codec> MakeChunkTopK(const std::string& spec) {
   auto codec = NewBuiltinCodecRegistry()->Create(spec);
   EXPECT_THAT(codec, IsOk());
   return codec.ok() ? *std::move(codec) : nullptr;
 }
 
-std::vector<float> RoundTrip(Codec& codec, const std::vector<float>& x, EncodedTensor* enc) {
+std::vector<float> ChunkTopKRoundTrip(Codec& codec, const std::vector<float>& x,
+                                      EncodedTensor* enc) {
   EXPECT_THAT(codec.Encode(x, {}, enc), IsOk());
   std::vector<float> y(x.size(), 99.0f);  // Decode overwrites every value
   EXPECT_THAT(codec.Decode(EncodedView::Of(*enc), absl::MakeSpan(y)), IsOk());
@@ -30,11 +31,11 @@ std::vector<float> RoundTrip(Codec& codec, const std::vector<float>& x, EncodedT
 }
 
 TEST(ChunkTopKCodec, EachChunkKeepsItsLargestWithTwoLevelsOfMagnitude) {
-  auto codec = Make("chunk-topk:chunk=4,k=2,bits=2");
+  auto codec = MakeChunkTopK("chunk-topk:chunk=4,k=2,bits=2");
   EncodedTensor enc;
   // Chunks [1 -4 3 .5] [10 0 -2 8] [7]: two levels each, the lower group's mean and the upper's;
   // the last chunk's one value goes in the upper group, the empty lower one repeats 0.
-  const auto y = RoundTrip(*codec, {1, -4, 3, 0.5f, 10, 0, -2, 8, 7}, &enc);
+  const auto y = ChunkTopKRoundTrip(*codec, {1, -4, 3, 0.5f, 10, 0, -2, 8, 7}, &enc);
   EXPECT_THAT(y, ElementsAre(0, -4, 3, 0, 10, 0, 0, 8, 7));
   EXPECT_THAT(enc.scales, ElementsAre(3, 4, 8, 10, 0, 7));
   EXPECT_EQ(enc.codec, "chunk-topk.v1");
@@ -43,13 +44,13 @@ TEST(ChunkTopKCodec, EachChunkKeepsItsLargestWithTwoLevelsOfMagnitude) {
 }
 
 TEST(ChunkTopKCodec, OneBitSendsTheSignsAndTheMeanKeptMagnitude) {
-  auto codec = Make("chunk-topk:chunk=4,k=2,bits=1");
+  auto codec = MakeChunkTopK("chunk-topk:chunk=4,k=2,bits=1");
   EncodedTensor enc;
-  EXPECT_THAT(RoundTrip(*codec, {1, -4, 3, 0.5f}, &enc), ElementsAre(0, -3.5f, 3.5f, 0));
+  EXPECT_THAT(ChunkTopKRoundTrip(*codec, {1, -4, 3, 0.5f}, &enc), ElementsAre(0, -3.5f, 3.5f, 0));
 }
 
 TEST(ChunkTopKCodec, TwoBitsAtTwoPercentCostUnderHalfABitAValue) {
-  auto codec = Make("chunk-topk:ratio=0.015625");  // k = 64 of 4096
+  auto codec = MakeChunkTopK("chunk-topk:ratio=0.015625");  // k = 64 of 4096
   std::vector<float> x(10000);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000) - 500.0f;
   EncodedTensor enc;
@@ -61,7 +62,7 @@ TEST(ChunkTopKCodec, TwoBitsAtTwoPercentCostUnderHalfABitAValue) {
 }
 
 TEST(ChunkTopKCodec, AccumulateAddsOnlyTheKeptValues) {
-  auto codec = Make("chunk-topk:chunk=4,k=1,bits=1");
+  auto codec = MakeChunkTopK("chunk-topk:chunk=4,k=1,bits=1");
   EncodedTensor enc;
   ASSERT_THAT(codec->Encode(std::vector<float>{1, -4, 3, 0.5f}, {}, &enc), IsOk());
   std::vector<float> out = {1, 1, 1, 1};
@@ -70,7 +71,7 @@ TEST(ChunkTopKCodec, AccumulateAddsOnlyTheKeptValues) {
 }
 
 TEST(ChunkTopKCodec, MalformedPayloadsAreRefusedWithTheReason) {
-  auto codec = Make("chunk-topk:chunk=4,k=2,bits=3");
+  auto codec = MakeChunkTopK("chunk-topk:chunk=4,k=2,bits=3");
   EncodedTensor good;
   ASSERT_THAT(codec->Encode(std::vector<float>{1, -4, 3, 0.5f, 2}, {}, &good), IsOk());
   std::vector<float> out(5);
@@ -120,7 +121,7 @@ TEST(ChunkTopKCodec, BadSpecsSayWhatIsAllowed) {
 }
 
 TEST(ChunkTopKCodec, ANonFiniteValueIsAnEncodeError) {
-  auto codec = Make("chunk-topk:chunk=4,k=1");
+  auto codec = MakeChunkTopK("chunk-topk:chunk=4,k=1");
   EncodedTensor enc;
   EXPECT_THAT(codec->Encode(std::vector<float>{1, NAN, 0, 0}, {}, &enc),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("non-finite")));

@@ -15,14 +15,14 @@ namespace tern {
 namespace {
 
 // Rounding thresholds of one element format: nearest rounds up at a midpoint.
-struct Grid {
+struct Fp4Grid {
   format::Fp4Table m;
   std::array<float, 7> mid;  // (m[j] + m[j + 1]) / 2
   std::array<float, 7> gap;  // m[j + 1] - m[j]
 };
 
-Grid MakeGrid(uint8_t element) {
-  Grid g;
+Fp4Grid MakeFp4Grid(uint8_t element) {
+  Fp4Grid g;
   g.m = format::Fp4Magnitudes(element);
   for (int j = 0; j < 7; ++j) {
     g.mid[j] = 0.5f * (g.m[j] + g.m[j + 1]);
@@ -33,7 +33,7 @@ Grid MakeGrid(uint8_t element) {
 
 // The magnitude index of r = |x| / scale in [0, 1]: the nearest, or with `u` (a uniform draw)
 // the lower or upper neighbour with the probabilities that make it unbiased. NaN gives 0.
-inline uint8_t MagnitudeIndex(const Grid& g, float r, const float* u) {
+inline uint8_t Fp4MagnitudeIndex(const Fp4Grid& g, float r, const float* u) {
   uint8_t m = 0;
   if (u == nullptr) {
     for (int j = 0; j < 7; ++j) m += r >= g.mid[j];
@@ -45,14 +45,14 @@ inline uint8_t MagnitudeIndex(const Grid& g, float r, const float* u) {
   return static_cast<uint8_t>(m + (*u < p));
 }
 
-void EncodeBlock(const Grid& g, const float* x, size_t n, size_t first, const float* u,
-                 uint8_t* codes, float* scale) {
+void Fp4EncodeBlock(const Fp4Grid& g, const float* x, size_t n, size_t first, const float* u,
+                    uint8_t* codes, float* scale) {
   const float s = internal::MaxAbs(absl::MakeConstSpan(x, n));
   *scale = s;
   const float inv = s > 0 ? 1.0f / s : 0.0f;
   for (size_t i = 0; i < n; ++i) {
     const float r = std::min(1.0f, std::fabs(x[i]) * inv);
-    uint8_t c = MagnitudeIndex(g, r, u == nullptr ? nullptr : u + i);
+    uint8_t c = Fp4MagnitudeIndex(g, r, u == nullptr ? nullptr : u + i);
     if (c != 0 && std::signbit(x[i])) c |= 8;
     const size_t at = first + i;
     // Blocks may start on an odd element: each value writes its own nibble.
@@ -63,8 +63,8 @@ void EncodeBlock(const Grid& g, const float* x, size_t n, size_t first, const fl
 }
 
 template <bool kAccumulate>
-void DecodeBlockT(const uint8_t* codes, size_t first, size_t n, const float* lut, float w,
-                  float* out) {
+void Fp4DecodeBlock(const uint8_t* codes, size_t first, size_t n, const float* lut, float w,
+                    float* out) {
   for (size_t i = 0; i < n; ++i) {
     const size_t at = first + i;
     const uint8_t c = (codes[at / 2] >> (4 * (at % 2))) & 0x0f;
@@ -75,7 +75,7 @@ void DecodeBlockT(const uint8_t* codes, size_t first, size_t n, const float* lut
 class Fp4Codec final : public Codec {
  public:
   explicit Fp4Codec(const format::Fp4Params& p)
-      : format_(p), params_(p.Canonical()), grid_(MakeGrid(p.element)) {}
+      : format_(p), params_(p.Canonical()), grid_(MakeFp4Grid(p.element)) {}
   absl::string_view Name() const override { return format::kFp4Name; }
   std::string Spec() const override { return format_.Spec(); }
 
@@ -104,8 +104,8 @@ class Fp4Codec final : public Codec {
               internal::FillUniform01(key, static_cast<uint32_t>(begin), static_cast<uint32_t>(n),
                                       u.data());
             }
-            EncodeBlock(grid_, x.data() + begin, n, begin, format_.stochastic ? u.data() : nullptr,
-                        codes, scales + b);
+            Fp4EncodeBlock(grid_, x.data() + begin, n, begin,
+                           format_.stochastic ? u.data() : nullptr, codes, scales + b);
           }
         });
     return absl::OkStatus();
@@ -127,8 +127,8 @@ class Fp4Codec final : public Codec {
                       lut[c + 8] = -lut[c];
                     }
                     accumulate
-                        ? DecodeBlockT<true>(h.codes, begin, n, lut, weight, out.data() + begin)
-                        : DecodeBlockT<false>(h.codes, begin, n, lut, weight, out.data() + begin);
+                        ? Fp4DecodeBlock<true>(h.codes, begin, n, lut, weight, out.data() + begin)
+                        : Fp4DecodeBlock<false>(h.codes, begin, n, lut, weight, out.data() + begin);
                   }
                 });
     return absl::OkStatus();
@@ -137,7 +137,7 @@ class Fp4Codec final : public Codec {
  private:
   const format::Fp4Params format_;
   const std::string params_;
-  const Grid grid_;
+  const Fp4Grid grid_;
 };
 
 }  // namespace

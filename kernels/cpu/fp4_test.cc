@@ -14,14 +14,14 @@ using ::tern::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::unique_ptr<Codec> Make(const std::string& spec) {
+std::unique_ptr<Codec> MakeFp4(const std::string& spec) {
   auto codec = NewBuiltinCodecRegistry()->Create(spec);
   EXPECT_THAT(codec, IsOk());
   return codec.ok() ? *std::move(codec) : nullptr;
 }
 
-std::vector<float> RoundTrip(Codec& codec, const std::vector<float>& x, EncodedTensor* enc,
-                             uint64_t seed = 1) {
+std::vector<float> Fp4RoundTrip(Codec& codec, const std::vector<float>& x, EncodedTensor* enc,
+                                uint64_t seed = 1) {
   EncodeOptions o;
   o.seed = seed;
   EXPECT_THAT(codec.Encode(x, o, enc), IsOk());
@@ -31,11 +31,11 @@ std::vector<float> RoundTrip(Codec& codec, const std::vector<float>& x, EncodedT
 }
 
 TEST(Fp4Codec, E3M0RoundsToTheNearestPowerOfTwoOfTheBlocksMax) {
-  auto codec = Make("fp4");
+  auto codec = MakeFp4("fp4");
   EncodedTensor enc;
   // Max 8: magnitudes 8 · {0, 2^-6, ..., 1/2, 1}; 3 sits on the midpoint of 2 and 4 and rounds
   // up, 0.06 is under half of 8/64 and goes to zero, with no sign.
-  const auto y = RoundTrip(*codec, {8, 4, 3, 2.9f, 0.1f, -0.06f, 0, -8}, &enc);
+  const auto y = Fp4RoundTrip(*codec, {8, 4, 3, 2.9f, 0.1f, -0.06f, 0, -8}, &enc);
   EXPECT_THAT(y, ElementsAre(8, 4, 4, 2, 0.125f, 0, 0, -8));
   EXPECT_THAT(enc.scales, ElementsAre(8));
   EXPECT_EQ(enc.codec, "fp4.v1");
@@ -44,29 +44,29 @@ TEST(Fp4Codec, E3M0RoundsToTheNearestPowerOfTwoOfTheBlocksMax) {
 }
 
 TEST(Fp4Codec, E2M1HasTheMicroscalingElementsValues) {
-  auto codec = Make("fp4:element=e2m1");
+  auto codec = MakeFp4("fp4:element=e2m1");
   EncodedTensor enc;
   // Max 6: magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
-  EXPECT_THAT(RoundTrip(*codec, {6, 4.9f, 1.2f, -0.3f, 2.6f}, &enc),
+  EXPECT_THAT(Fp4RoundTrip(*codec, {6, 4.9f, 1.2f, -0.3f, 2.6f}, &enc),
               ElementsAre(6, 4, 1, -0.5f, 3));
 }
 
 TEST(Fp4Codec, EachBlockHasItsOwnScaleAndOddBlocksShareBytes) {
-  auto codec = Make("fp4:block=3");
+  auto codec = MakeFp4("fp4:block=3");
   EncodedTensor enc;
-  const auto y = RoundTrip(*codec, {1, 0.5f, -0.25f, 64, -32, 16, 0.001f}, &enc);
+  const auto y = Fp4RoundTrip(*codec, {1, 0.5f, -0.25f, 64, -32, 16, 0.001f}, &enc);
   EXPECT_THAT(enc.scales, ElementsAre(1, 64, 0.001f));
   EXPECT_THAT(y, ElementsAre(1, 0.5f, -0.25f, 64, -32, 16, 0.001f));
   EXPECT_EQ(enc.payload.size(), 5u + 4u);  // 7 codes, the last byte's high nibble zero
 }
 
 TEST(Fp4Codec, StochasticRoundingIsUnbiased) {
-  auto codec = Make("fp4:round=stochastic,block=100000");
+  auto codec = MakeFp4("fp4:round=stochastic,block=100000");
   // 0.3 of the max lies between 0.25 and 0.5: up with probability 0.2.
   std::vector<float> x(20001, 0.3f);
   x[0] = 1;
   EncodedTensor enc;
-  const auto y = RoundTrip(*codec, x, &enc, 7);
+  const auto y = Fp4RoundTrip(*codec, x, &enc, 7);
   double mean = 0;
   int up = 0;
   for (size_t i = 1; i < y.size(); ++i) {
@@ -79,7 +79,7 @@ TEST(Fp4Codec, StochasticRoundingIsUnbiased) {
 }
 
 TEST(Fp4Codec, AccumulateAddsTheWeightedValues) {
-  auto codec = Make("fp4");
+  auto codec = MakeFp4("fp4");
   EncodedTensor enc;
   ASSERT_THAT(codec->Encode(std::vector<float>{4, -2, 1}, {}, &enc), IsOk());
   std::vector<float> out = {1, 1, 1};
@@ -88,7 +88,7 @@ TEST(Fp4Codec, AccumulateAddsTheWeightedValues) {
 }
 
 TEST(Fp4Codec, MalformedPayloadsAreRefusedWithTheReason) {
-  auto codec = Make("fp4:block=4");
+  auto codec = MakeFp4("fp4:block=4");
   EncodedTensor good;
   ASSERT_THAT(codec->Encode(std::vector<float>{1, -1, 0.5f, 0.25f, 2}, {}, &good), IsOk());
   std::vector<float> out(5);
