@@ -51,7 +51,8 @@ void Fp4EncodeBlock(const Fp4Grid& g, const float* x, size_t n, size_t first, co
   *scale = s;
   const float inv = s > 0 ? 1.0f / s : 0.0f;
   for (size_t i = 0; i < n; ++i) {
-    const float r = std::min(1.0f, std::fabs(x[i]) * inv);
+    float r = std::fabs(x[i]) * inv;
+    r = r > 1.0f ? 1.0f : r;  // not std::min, which turns a NaN into 1: a NaN encodes as 0
     uint8_t c = Fp4MagnitudeIndex(g, r, u == nullptr ? nullptr : u + i);
     if (c != 0 && std::signbit(x[i])) c |= 8;
     const size_t at = first + i;

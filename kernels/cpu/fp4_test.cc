@@ -1,3 +1,4 @@
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,13 @@ TEST(Fp4Codec, StochasticRoundingIsUnbiased) {
   }
   EXPECT_NEAR(mean, 0.3, 0.003);
   EXPECT_NEAR(up / 20000.0, 0.2, 0.015);
+}
+
+TEST(Fp4Codec, ANanEncodesAsZeroAndTheBlockKeepsItsScale) {
+  auto codec = MakeFp4("fp4");
+  EncodedTensor enc;
+  EXPECT_THAT(Fp4RoundTrip(*codec, {2, NAN, -1}, &enc), ElementsAre(2, 0, -1));
+  EXPECT_THAT(enc.scales, ElementsAre(2));
 }
 
 TEST(Fp4Codec, AccumulateAddsTheWeightedValues) {
