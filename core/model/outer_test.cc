@@ -24,8 +24,8 @@ std::vector<float> OuterStepOf(OuterOptimizer& o, const std::vector<float>& mean
 
 TEST(OuterOptimizerTest, AverageMovesTheModelToTheWorkersMean) {
   auto o = NewOuter("average", 3);
-  EXPECT_THAT(OuterStepOf(*o, {0.5f, -1.0f, 2.0f}), testing::ElementsAre(0.5f, -1.0f, 2.0f));
-  EXPECT_THAT(OuterStepOf(*o, {1.0f, 0.0f, 0.0f}), testing::ElementsAre(1.0f, 0.0f, 0.0f));
+  EXPECT_THAT(OuterStepOf(*o, {0.5f, -1.0f, 2.0f}), ::testing::ElementsAre(0.5f, -1.0f, 2.0f));
+  EXPECT_THAT(OuterStepOf(*o, {1.0f, 0.0f, 0.0f}), ::testing::ElementsAre(1.0f, 0.0f, 0.0f));
   EXPECT_TRUE(o->momentum().empty());
   EXPECT_EQ(o->residual_decay(), 1.0f);
 }
@@ -63,8 +63,8 @@ TEST(OuterOptimizerTest, ZeroMomentumUnitLrIsPlainAveragingForEveryMomentumKind)
   for (const char* spec :
        {"heavy-ball:lr=1,momentum=0", "nesterov:lr=1,momentum=0", "sparseloco:lr=1,beta=0"}) {
     auto o = NewOuter(spec, 2);
-    EXPECT_THAT(OuterStepOf(*o, {0.25f, -3.0f}), testing::ElementsAre(0.25f, -3.0f)) << spec;
-    EXPECT_THAT(OuterStepOf(*o, {1.0f, 2.0f}), testing::ElementsAre(1.0f, 2.0f)) << spec;
+    EXPECT_THAT(OuterStepOf(*o, {0.25f, -3.0f}), ::testing::ElementsAre(0.25f, -3.0f)) << spec;
+    EXPECT_THAT(OuterStepOf(*o, {1.0f, 2.0f}), ::testing::ElementsAre(1.0f, 2.0f)) << spec;
   }
 }
 
@@ -73,15 +73,15 @@ TEST(OuterOptimizerTest, SparseLoCoKeepsNoOuterMomentumAndDecaysTheSendersResidu
   EXPECT_EQ(o->Spec(), "sparseloco:lr=1,beta=0.95");
   EXPECT_FLOAT_EQ(o->residual_decay(), 0.95f);
   EXPECT_TRUE(o->momentum().empty());
-  EXPECT_THAT(OuterStepOf(*o, {2.0f, 0.0f}), testing::ElementsAre(2.0f, 0.0f));
-  EXPECT_THAT(OuterStepOf(*o, {0.0f, 0.0f}), testing::ElementsAre(0.0f, 0.0f));
+  EXPECT_THAT(OuterStepOf(*o, {2.0f, 0.0f}), ::testing::ElementsAre(2.0f, 0.0f));
+  EXPECT_THAT(OuterStepOf(*o, {0.0f, 0.0f}), ::testing::ElementsAre(0.0f, 0.0f));
 }
 
 TEST(OuterOptimizerTest, ForgetDropsTheMomentumOfAStepNotTaken) {
   auto o = NewOuter("heavy-ball:lr=1,momentum=0.5", 1);
   OuterStepOf(*o, {4.0f});
   o->Forget();
-  EXPECT_THAT(OuterStepOf(*o, {1.0f}), testing::ElementsAre(1.0f));
+  EXPECT_THAT(OuterStepOf(*o, {1.0f}), ::testing::ElementsAre(1.0f));
 }
 
 TEST(OuterOptimizerTest, RestoreTakesBackTheMomentumAndRefusesAnotherModels) {
@@ -128,7 +128,7 @@ TEST(OuterOptimizerTest, EveryOuterOptimizerStepsTowardsTheWorkersAndRestoresExa
 TEST(OuterOptimizerTest, HeavyBallTakesANegativeLrForAGradient) {
   auto o = NewHeavyBallOuterOptimizer(-0.1f, 0.0f);
   o->Reset(1);
-  EXPECT_THAT(OuterStepOf(*o, {2.0f}), testing::ElementsAre(-0.1f * 2.0f));
+  EXPECT_THAT(OuterStepOf(*o, {2.0f}), ::testing::ElementsAre(-0.1f * 2.0f));
 }
 
 }  // namespace
