@@ -32,6 +32,7 @@ with `tern run`'s.
 
 import time
 
+import numpy as np
 import torch
 
 from tern.runlog import RunFolder, WorkerMetrics
@@ -269,8 +270,10 @@ class OuterOptimizer(_Wrapper):
     def _exchange(self):
         """Sends the change since the round's global model and moves to the next round's."""
         fed, task = self._fed, self._task
-        update = {n: t.detach().to("cpu", torch.float32).numpy() - self._global[n]
-                  for n, t in self._named}
+        local = {n: t.detach().to("cpu", torch.float32).numpy() for n, t in self._named}
+        # In the order (and shapes) of the server's model: without libtern_c.so the dict goes as
+        # it is, and the server checks each tensor's name in its layout's order.
+        update = {n: local[n].reshape(np.shape(g)) - g for n, g in self._global.items()}
         encoded = self._copy.encode(task, self._agg.client_id, self._num_samples, update)
         try:
             self._agg.push(self._run_id, task.round, encoded, float(self._num_samples),
