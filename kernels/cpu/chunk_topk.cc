@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bit_io.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/codec_util.h"
 #include "kernels/format/chunk_topk.h"
@@ -14,18 +16,6 @@
 
 namespace tern {
 namespace {
-
-// Appends `bits` bits of `code` at bit `*at` of `out` (LSB first; `out` zeroed beforehand).
-inline void PutCodeBits(uint32_t code, uint32_t bits, size_t* at, uint8_t* out) {
-  for (uint32_t b = 0; b < bits; ++b, ++*at) {
-    if ((code >> b) & 1) out[*at / 8] |= static_cast<uint8_t>(1u << (*at % 8));
-  }
-}
-inline uint32_t GetCodeBits(const uint8_t* in, uint32_t bits, size_t* at) {
-  uint32_t code = 0;
-  for (uint32_t b = 0; b < bits; ++b, ++*at) code |= ((in[*at / 8] >> (*at % 8)) & 1u) << b;
-  return code;
-}
 
 class ChunkTopKCodec final : public Codec {
  public:
@@ -41,18 +31,18 @@ class ChunkTopKCodec final : public Codec {
     const uint32_t levels = p.levels();
     internal::SetHeader(*this, params_, x.size(), out);
     out->scales.assign(nc * levels, 0.0f);
-    const size_t code_bytes = (kept * p.bits + 7) / 8;
-    uint8_t* payload = internal::ResizePayload(
-        &out->payload, format::kChunkTopKHeaderBytes + 2 * kept + code_bytes);
+    // The indices in place; the codes (LSB first, common/bit_io.h's order) appended after them.
+    uint8_t* payload =
+        internal::ResizePayload(&out->payload, format::kChunkTopKHeaderBytes + 2 * kept);
     format::WriteChunkTopKHeader(p, payload);
     uint8_t* indices = payload + format::kChunkTopKHeaderBytes;
-    uint8_t* codes = indices + 2 * kept;
-    std::fill(codes, codes + code_bytes, uint8_t{0});
+    std::string codes;
+    BitWriter code_bits(&codes);
     std::vector<uint32_t> idx;
     std::vector<float> val;
     std::vector<uint32_t> rank;
     std::vector<uint32_t> level_of;
-    size_t at = 0, bit = 0;
+    size_t at = 0;
     for (size_t c = 0; c < nc; ++c) {
       const size_t begin = c * p.chunk;
       const size_t len = std::min<size_t>(p.chunk, x.size() - begin);
@@ -86,9 +76,11 @@ class ChunkTopKCodec final : public Codec {
         const uint16_t local = static_cast<uint16_t>(idx[j]);
         std::memcpy(indices + 2 * at, &local, 2);
         const uint32_t sign = std::signbit(val[j]) && level[level_of[j]] != 0 ? 1u : 0u;
-        PutCodeBits(level_of[j] | (sign << (p.bits - 1)), p.bits, &bit, codes);
+        code_bits.Write(level_of[j] | (sign << (p.bits - 1)), static_cast<int>(p.bits));
       }
     }
+    code_bits.Finish();  // zero padding to the byte
+    out->payload.append(codes);
     return absl::OkStatus();
   }
 
@@ -99,7 +91,9 @@ class ChunkTopKCodec final : public Codec {
     const format::ChunkTopKParams& p = h.params;
     const uint32_t levels = p.levels(), mask = levels - 1;
     if (!accumulate) std::fill(out.begin(), out.end(), 0.0f);
-    size_t at = 0, bit = 0;
+    // ReadChunkTopKHeader checked the sizes: every Read below has its bits.
+    BitReader code_bits(h.codes, (h.kept * p.bits + 7) / 8);
+    size_t at = 0;
     for (size_t c = 0; c < h.chunks; ++c) {
       const size_t begin = c * p.chunk;
       const size_t kc = std::min<size_t>(p.k, std::min<size_t>(p.chunk, in.numel - begin));
@@ -107,7 +101,8 @@ class ChunkTopKCodec final : public Codec {
       for (size_t j = 0; j < kc; ++j, ++at) {
         uint16_t local;
         std::memcpy(&local, h.indices + 2 * at, 2);
-        const uint32_t code = GetCodeBits(h.codes, p.bits, &bit);
+        uint64_t code = 0;
+        code_bits.Read(static_cast<int>(p.bits), &code);
         const float v = (code >> (p.bits - 1)) & 1 ? -level[code & mask] : level[code & mask];
         internal::Store<true>(out.data(), begin + local, v, accumulate ? weight : 1.0f);
       }

@@ -216,8 +216,9 @@ class OuterOptimizer(_Wrapper):
     travel (as fp32; a bf16 or fp16 model's change is taken in fp32 against the fp32 global
     model); buffers go exactly, outside the codec. Construction joins the run (the first site
     to join gives its model as the run's initial one), waits for its first round (the server's
-    --min_clients sites) and loads that round's global model into `model`. `done`: the run is over, and `model` holds the run's final global model (step()
-    then only steps your optimizer). Not thread-safe (one training loop)."""
+    --min_clients sites) and loads that round's global model into `model`. `done`: the run is
+    over, and `model` holds the run's final global model (step() then only steps your
+    optimizer). Not thread-safe (one training loop)."""
 
     def __init__(self, optimizer, model, server, name="python", run_id="tern", num_samples=1,
                  tls=None, timeout=60.0, log=lambda s: None):
