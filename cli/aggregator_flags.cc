@@ -45,11 +45,6 @@ ABSL_FLAG(tern::Int<tern::AtLeast(0)>, eval_every, 0,
           "mean (0: never)");
 ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, server_momentum, 0.0,
           "server/run: outer momentum (SlowMo's beta; 0: plain FedAvg / local SGD)");
-ABSL_FLAG(std::string, outer, "",
-          "server/run, federated and local-sgd: the outer optimizer on the clients' mean update: "
-          "average | heavy-ball[:lr=1,momentum=0.5] (SlowMo) | nesterov[:lr=0.7,momentum=0.9] "
-          "(DiLoCo) | sparseloco[:lr=1,beta=0.95] (no outer momentum; the clients' error "
-          "feedback decays by beta); empty: heavy-ball with --server_lr and --server_momentum");
 ABSL_FLAG(std::string, downstream, "model",
           "server/run: model (send the global model each round) | delta (send each round's "
           "global update, encoded with --downstream_codec and a server residual; clients that "

@@ -27,7 +27,6 @@ ABSL_DECLARE_FLAG(std::string, rule);
 ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, server_lr);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(0)>, eval_every);
 ABSL_DECLARE_FLAG(tern::Double<tern::HalfOpen(0, 1)>, server_momentum);
-ABSL_DECLARE_FLAG(std::string, outer);
 ABSL_DECLARE_FLAG(std::string, downstream);
 ABSL_DECLARE_FLAG(std::string, downstream_codec);
 ABSL_DECLARE_FLAG(std::string, update_codec);

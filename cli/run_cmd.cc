@@ -150,7 +150,7 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
   c.set_mode("gossip");
   c.set_algorithm(absl::GetFlag(FLAGS_algorithm));
   c.set_codec(absl::GetFlag(FLAGS_codec));
-  c.set_topology(absl::GetFlag(FLAGS_topology));
+  c.set_topology(EffectiveTopology());
   c.set_model(absl::GetFlag(FLAGS_model));
   c.set_partition(absl::GetFlag(FLAGS_partition));
   c.set_lr_schedule(absl::GetFlag(FLAGS_lr_schedule));
@@ -164,6 +164,12 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
   c.set_total_steps(static_cast<int32_t>(run.total));
   c.set_train_examples(static_cast<int32_t>(train_size));
   c.set_synthetic(data.synthetic);
+  if (absl::GetFlag(FLAGS_algorithm) == "diloco") {
+    EngineOptions defaults;
+    const std::string outer = absl::GetFlag(FLAGS_outer);
+    c.set_outer(outer.empty() ? defaults.algorithm_options.outer : outer);
+    c.set_local_steps(absl::GetFlag(FLAGS_local_steps).value);
+  }
   return c;
 }
 
@@ -181,7 +187,7 @@ absl::StatusOr<std::string> SchedulerFor(LocalCluster& cluster) {
       Concat({"scheduler", "--listen=127.0.0.1:0",
               absl::StrCat("--port_file=", dir, "/scheduler.port"),
               absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-              absl::StrCat("--topology=", absl::GetFlag(FLAGS_topology)),
+              absl::StrCat("--topology=", EffectiveTopology()),
               absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)),
               "--heartbeat_interval_ms=100", "--heartbeat_timeout_ms=1500",
               absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
@@ -475,7 +481,7 @@ std::string GossipRunName() {
   if (!name.empty()) return name;
   return absl::StrCat(absl::GetFlag(FLAGS_algorithm), "-",
                       absl::StrReplaceAll(absl::GetFlag(FLAGS_codec), {{":", "-"}, {",", "-"}}),
-                      "-", absl::GetFlag(FLAGS_topology));
+                      "-", EffectiveTopology());
 }
 
 }  // namespace
@@ -535,7 +541,7 @@ int RunMain(const std::string& self_exe) {
   }
   cluster.WriteConfig(GossipConfig(name, run, data, train_size));
   std::printf("tern run: %d workers, %s, %s, codec %s, %s on %s%s; %lld steps (%lld/epoch)\n",
-              run.n, absl::GetFlag(FLAGS_algorithm).c_str(), absl::GetFlag(FLAGS_topology).c_str(),
+              run.n, absl::GetFlag(FLAGS_algorithm).c_str(), EffectiveTopology().c_str(),
               absl::GetFlag(FLAGS_codec).c_str(), absl::GetFlag(FLAGS_model).c_str(),
               data.test.source.c_str(), data.synthetic ? " (synthetic)" : "",
               static_cast<long long>(run.total), static_cast<long long>(run.steps_per_epoch));

@@ -44,7 +44,9 @@ absl::Status CheckOptions(const AlgorithmOptions& o) {
 absl::Status CheckCodecFor(absl::string_view algorithm, const AlgorithmOptions& o,
                            const CodecRegistry* codecs) {
   TERN_RETURN_IF_ERROR(codecs->Create(o.codec).status());
-  if (algorithm == "choco") return absl::OkStatus();
+  // CHOCO's copies absorb a compressor's error; diloco's error feedback carries it to the next
+  // round.
+  if (algorithm == "choco" || algorithm == "diloco") return absl::OkStatus();
   const std::string name = o.codec.substr(0, o.codec.find(':'));
   for (const char* exact : {"none", "fp16", "bf16", "int8"}) {
     if (name == exact) return absl::OkStatus();
@@ -74,7 +76,24 @@ AlgorithmRegistry::Factory Make(const char* name,
 }  // namespace
 
 std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry() {
+  return NewBuiltinAlgorithmRegistry(NewBuiltinOuterOptimizerRegistry());
+}
+
+std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry(
+    std::shared_ptr<const OuterOptimizerRegistry> outers) {
   auto r = std::make_unique<AlgorithmRegistry>("algorithm");
+  AlgorithmRegistry::Factory diloco =
+      [outers](SpecParams&, const AlgorithmOptions& o,
+               const CodecRegistry* codecs) -> absl::StatusOr<std::unique_ptr<Algorithm>> {
+    TERN_RETURN_IF_ERROR(CheckOptions(o));
+    TERN_RETURN_IF_ERROR(CheckCodecFor("diloco", o, codecs));
+    absl::StatusOr<std::unique_ptr<OuterOptimizer>> outer = outers->Create(o.outer);
+    if (!outer.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("diloco's outer optimizer '", o.outer, "': ", outer.status().message()));
+    }
+    return NewDiloco(o, codecs, std::move(*outer));
+  };
   const std::pair<const char*, AlgorithmRegistry::Factory> all[] = {
       {"dpsgd", Make("dpsgd", NewDpsgd)},
       {"dmsgd", Make("dmsgd", NewDmsgd)},
@@ -83,6 +102,7 @@ std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry() {
       {"choco", Make("choco", NewChoco)},
       {"local-sgd", Make("local-sgd", NewLocalSgd)},
       {"swarm", Make("swarm", NewSwarm)},
+      {"diloco", std::move(diloco)},
   };
   // Distinct names by construction: Register cannot fail here.
   for (const auto& [name, factory] : all) (void)r->Register(name, factory);

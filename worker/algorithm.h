@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "common/registry.h"
 #include "core/model/clip_radius.h"
+#include "core/model/outer.h"
 #include "core/topology/topology.h"
 #include "kernels/codec.h"
 #include "kernels/registry.h"
@@ -41,8 +42,14 @@ struct AlgorithmOptions {
   // CHOCO's compressor (any registry spec); what the others send x (and m) with, where only
   // near-exact codecs (none, fp16, bf16, int8) are accepted.
   std::string codec = "none";
-  int local_steps = 4;  // local-sgd and swarm: H
-  uint64_t seed = 1;    // stochastic codecs draw from (seed, worker, round)
+  int local_steps = 4;  // local-sgd, swarm and diloco: H
+  // diloco's outer optimizer (core/model/outer.h's registry spec).
+  std::string outer = "nesterov";
+  // This algorithm's lane among the engine's (buckets, or diloco's fragments) and how many there
+  // are: diloco exchanges lane k's fragment H·k/lanes steps before lane 0's.
+  int lane = 0;
+  int lanes = 1;
+  uint64_t seed = 1;  // stochastic codecs draw from (seed, worker, round)
   // Self-centred clipping of each neighbour's contribution (core/model/clip_radius.h), per part:
   // a model-like part's distance from this worker's own, CHOCO's compressed difference itself.
   // factor 0 turns it off.
@@ -96,11 +103,17 @@ class Algorithm {
   }
   // Names of the parts every message of this algorithm carries (what a receiver checks for).
   virtual std::vector<std::string> MessageParts() const = 0;
+  // True for algorithms whose state is shared by the whole group (diloco's outer step): every
+  // worker must hear every other each round, so the engine refuses any graph but the complete one.
+  virtual bool AllToAll() const { return false; }
 };
 
-// Algorithms by name (dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd, swarm), built for
-// the given options and codecs (which must outlive the algorithm).
+// Algorithms by name (dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd, swarm, diloco),
+// built for the given options and codecs (which must outlive the algorithm). diloco's outer
+// optimizers come from `outers` (the built-in ones when not given), which the registry keeps.
 using AlgorithmRegistry = Registry<Algorithm, const AlgorithmOptions&, const CodecRegistry*>;
+std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry(
+    std::shared_ptr<const OuterOptimizerRegistry> outers);
 std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry();
 
 }  // namespace tern

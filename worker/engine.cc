@@ -87,9 +87,29 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   TERN_ASSIGN_OR_RETURN(
       std::unique_ptr<Algorithm> algorithm,
       registries->algorithms->Create(options.algorithm, options.algorithm_options, codecs));
+  if (algorithm->AllToAll()) {
+    for (const std::vector<int>& nbrs : g.neighbours) {
+      if (nbrs.size() + 1 != g.neighbours.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            options.algorithm,
+            " keeps one outer state for the whole group, so every worker must hear every other "
+            "each round: --topology=complete (not ",
+            options.topology, ")"));
+      }
+    }
+  }
   if (options.overlap && algorithm->Asynchronous()) {
     return absl::InvalidArgumentError(absl::StrCat(
         options.algorithm, " has no rounds to overlap; --overlap is for the round algorithms"));
+  }
+  if (options.fragments > 1 && !algorithm->AllToAll()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fragments staggers diloco's exchanges; ", options.algorithm,
+                     " exchanges every bucket each round (--bucket_mb)"));
+  }
+  if (options.fragments > 1 && options.bucket_values > 0) {
+    return absl::InvalidArgumentError(
+        "--fragments and --bucket_mb both cut the model: one of them");
   }
   if (options.bucket_values > 0 && algorithm->Asynchronous()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -152,7 +172,12 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
 absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
                                     absl::Span<const float> x0) {
   const std::vector<TensorBlock> blocks = BlocksOf(layout, x0.size());
-  const std::vector<size_t> starts = BucketStarts(blocks, options_.bucket_values);
+  uint64_t target = options_.bucket_values;
+  if (options_.fragments > 1) {
+    const uint64_t p = static_cast<uint64_t>(options_.fragments);
+    target = (x0.size() + p - 1) / p;
+  }
+  const std::vector<size_t> starts = BucketStarts(blocks, target);
   std::vector<Lane> lanes(starts.size());
   uint64_t offset = 0;
   for (size_t k = 0; k < lanes.size(); ++k) {
@@ -174,6 +199,8 @@ absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
       // Stochastic codecs draw apart in each bucket.
       AlgorithmOptions o = options_.algorithm_options;
       o.seed = Mix64(o.seed ^ (0x9e3779b97f4a7c15ULL * k));
+      o.lane = static_cast<int>(k);
+      o.lanes = static_cast<int>(starts.size());
       TERN_ASSIGN_OR_RETURN(lane.algorithm, registries_->algorithms->Create(
                                                 options_.algorithm, o, registries_->codecs.get()));
       algorithm = lane.algorithm.get();
@@ -327,15 +354,17 @@ absl::Status RoundEngine::StartLane(size_t k) {
   }
   const absl::Time t0 = absl::Now();
   TERN_ASSIGN_OR_RETURN(GossipMessage msg, lane.algorithm->Prepare(grad, open.out.lr, step));
-  open.communicates = lane.algorithm->Communicates(step);
+  // Lanes may take turns (diloco's fragments): the step communicates when any lane does.
+  const bool communicates = lane.algorithm->Communicates(step);
+  open.communicates = open.communicates || communicates;
   const int bucket = static_cast<int>(k);
-  if (open.communicates) arrival_.ObserveOwn(bucket, msg);  // the norm guard's reference: encoding
+  if (communicates) arrival_.ObserveOwn(bucket, msg);  // the norm guard's reference: encoding
   CountTime(&v1::WorkerStats::encode_seconds, &v1::WorkerStats::set_encode_seconds, t0);
   if (asynchronous_) {
-    if (open.communicates) TERN_RETURN_IF_ERROR(RunSwap(step, std::move(msg), &open.out));
+    if (communicates) TERN_RETURN_IF_ERROR(RunSwap(step, std::move(msg), &open.out));
     return Publish(step + 1);
   }
-  if (!open.communicates) {
+  if (!communicates) {
     lane.inbox->Skip(step + 1);
     return absl::OkStatus();
   }

@@ -81,6 +81,11 @@ struct EngineOptions {
   // backward pass's order); 0: one message a round with the whole model. Every worker of a run
   // must use the same value. Not for asynchronous algorithms.
   uint64_t bucket_values = 0;
+  // Streaming DiLoCo's fragments (diloco only): the model is cut as buckets are, into about this
+  // many runs of whole tensors of about equal size, and fragment k is exchanged H·k/fragments
+  // steps before fragment 0 each period, so an exchange carries a fragment, not the model. 0 or
+  // 1: one. Every worker of a run must use the same value; not with bucket_values.
+  int fragments = 0;
   // Refuses a neighbour's part whose norm is over factor × the median of this worker's own
   // recent messages of that part (trusted: we made them); factor 0 turns it off.
   NormGuardOptions norm_guard{.factor = 10, .window = 16, .min_samples = 1, .flag = "--norm_guard"};

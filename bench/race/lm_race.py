@@ -83,6 +83,18 @@ ROWS = {
     "tern-sparseloco": {"kind": "tern-fed", "uses_h": True,
                         "server": ["--mode=local-sgd", "--outer=sparseloco:lr=1,beta=0.95",
                                    "--update_codec=chunk-topk:chunk=4096,k=64,bits=2"]},
+    # The same two without a server: the workers send their updates to each other (a complete
+    # graph) and take the same outer step (docs/worker.md, --algorithm=diloco). A round may wait
+    # for a slow link's exchange: a dropped neighbour would split the shared state.
+    "tern-diloco-gossip-fp4": {"kind": "tern-optim", "uses_h": True,
+                               "worker": ["--algorithm=diloco", "--topology=complete",
+                                          "--outer=nesterov:lr=0.7,momentum=0.9", "--codec=fp4",
+                                          "--round_timeout=600"]},
+    "tern-sparseloco-gossip": {"kind": "tern-optim", "uses_h": True,
+                               "worker": ["--algorithm=diloco", "--topology=complete",
+                                          "--outer=sparseloco:lr=1,beta=0.95",
+                                          "--codec=chunk-topk:chunk=4096,k=64,bits=2",
+                                          "--round_timeout=600"]},
 }
 DEFAULT_ROWS = ",".join(ROWS)
 
@@ -142,12 +154,13 @@ def rank_cmd(a, kind, i, rdir, every, h, lr):
             f"--worker=127.0.0.1:{PORT}", f"--server=10.77.0.1:{SERVER_PORT}"]
 
 
-def worker_cmd(a, row, i, rdir):
+def worker_cmd(a, row, i, rdir, h):
     peers = ",".join(f"10.77.0.{j + 1}:{PORT}" for j in range(a.workers))
+    local = [f"--local_steps={h}"] if row.get("uses_h") else []
     return [a.tern, "worker", f"--id={i}", f"--workers={a.workers}", f"--peers={peers}",
             f"--listen=0.0.0.0:{PORT}", "--trainer=external", "--momentum=0", "--seed=1",
             "--compute_threads=1", "--plaintext", "--log_level=warn",
-            f"--round_log={rdir}/rank-{i}.steps.jsonl"] + row["worker"]
+            f"--round_log={rdir}/rank-{i}.steps.jsonl"] + local + row["worker"]
 
 
 def server_cmd(a, row, rdir, h):
@@ -206,7 +219,7 @@ def run_row(a, net, name, row, rdir, h, lr):
         for i in range(a.workers):
             env_i = dict(env, GLOO_SOCKET_IFNAME=f"rv{i}")
             if row["kind"] == "tern-optim":
-                daemons.append(net.popen(i, pin(a, i, worker_cmd(a, row, i, rdir)),
+                daemons.append(net.popen(i, pin(a, i, worker_cmd(a, row, i, rdir, h)),
                                          f"{rdir}/worker-{i}.log", env_i))
             mains.append(net.popen(i, pin(a, i, rank_cmd(a, row["kind"], i, rdir, every, h, lr)),
                                    f"{rdir}/rank-{i}.log", env_i))

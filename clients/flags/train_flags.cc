@@ -6,6 +6,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -15,10 +16,12 @@
 #include "core/workload/partition.h"
 
 ABSL_FLAG(std::string, algorithm, "decentlam",
-          "training: dpsgd | dmsgd | decentlam | heavy-ball | choco | local-sgd | swarm");
+          "training: dpsgd | dmsgd | decentlam | heavy-ball | choco | local-sgd | swarm | diloco "
+          "(DiLoCo's outer step among the workers, no server: the complete graph, --outer, "
+          "--local_steps, --fragments; --codec on the updates, with error feedback)");
 ABSL_FLAG(std::string, codec, "fp16",
-          "training: CHOCO's compressor (any codec spec, e.g. topk:ratio=0.01); for the other "
-          "algorithms what x is sent with (none, fp16, bf16)");
+          "training: CHOCO's and diloco's compressor (any codec spec, e.g. topk:ratio=0.01); for "
+          "the other algorithms what x is sent with (none, fp16, bf16)");
 ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, momentum, 0.9,
           "training: momentum of dmsgd, decentlam, heavy-ball, choco");
 ABSL_FLAG(tern::Double<tern::AboveUpTo(0, 1)>, consensus_step, 0.5,
@@ -38,6 +41,11 @@ ABSL_FLAG(tern::Double<tern::In(0, 1048576)>, bucket_mb, 0,
           "tensors, from the last back), each gossiped as soon as the backward pass finishes it, "
           "with the built-in trainer (round algorithms; same on every worker; docs/worker.md); "
           "0: one message a round");
+ABSL_FLAG(tern::Int<tern::In(0, 1024)>, fragments, 0,
+          "training, diloco: cut the model into about this many fragments (runs of whole tensors "
+          "of about equal size), each exchanged at its own step, --local_steps / fragments apart "
+          "(Streaming DiLoCo: each exchange carries one fragment); the same on every worker; 0 "
+          "or 1: the whole model at once");
 ABSL_FLAG(tern::Double<tern::Above(0)>, round_timeout, 10,
           "training: seconds a round waits for its neighbours");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, epochs, 5,
@@ -54,9 +62,20 @@ double EffectiveLr() {
   const double lr = absl::GetFlag(FLAGS_lr).value;
   if (lr > 0) return lr;
   const std::string a = absl::GetFlag(FLAGS_algorithm);
-  const bool momentum = a != "dpsgd" && a != "local-sgd" && a != "swarm";
+  const bool momentum = a != "dpsgd" && a != "local-sgd" && a != "swarm" && a != "diloco";
   // Same effective step lr / (1 - beta) either way.
   return momentum ? 0.1 * (1 - absl::GetFlag(FLAGS_momentum).value) : 0.1;
+}
+
+std::string EffectiveTopology() {
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag("topology");
+  // diloco needs every worker to hear every other: at its default, --topology means the complete
+  // graph for it (any other graph is refused).
+  if (absl::GetFlag(FLAGS_algorithm) == "diloco" && flag != nullptr &&
+      flag->CurrentValue() == flag->DefaultValue()) {
+    return "complete";
+  }
+  return absl::GetFlag(FLAGS_topology);
 }
 
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_t snapshot_every,
@@ -70,9 +89,12 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   o.algorithm_options.consensus_step = absl::GetFlag(FLAGS_consensus_step).value;
   o.algorithm_options.codec = absl::GetFlag(FLAGS_codec);
   o.algorithm_options.local_steps = absl::GetFlag(FLAGS_local_steps).value;
+  if (const std::string outer = absl::GetFlag(FLAGS_outer); !outer.empty()) {
+    o.algorithm_options.outer = outer;
+  }
   o.algorithm_options.seed = absl::GetFlag(FLAGS_seed);
   o.algorithm_options.clip.factor = absl::GetFlag(FLAGS_gossip_clip).value;
-  o.topology = absl::GetFlag(FLAGS_topology);
+  o.topology = EffectiveTopology();
   TERN_ASSIGN_OR_RETURN(o.weights, ParseWeightRule(absl::GetFlag(FLAGS_weights)));
   TERN_ASSIGN_OR_RETURN(
       o.lr, ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule), EffectiveLr(), total_steps));
@@ -82,6 +104,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   o.overlap = absl::GetFlag(FLAGS_overlap);
   // In [0, 1048576] by its type (clients/flags/flag_types.h).
   o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
+  o.fragments = absl::GetFlag(FLAGS_fragments).value;
   o.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard).value;
   o.snapshot_every = snapshot_every;
   o.final_step = total_steps;
@@ -135,18 +158,20 @@ std::vector<std::string> SharedTrainFlagArgs() {
   return {
       absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
       absl::StrCat("--algorithm=", absl::GetFlag(FLAGS_algorithm)),
-      absl::StrCat("--topology=", absl::GetFlag(FLAGS_topology)),
+      absl::StrCat("--topology=", EffectiveTopology()),
       absl::StrCat("--weights=", absl::GetFlag(FLAGS_weights)),
       absl::StrCat("--codec=", absl::GetFlag(FLAGS_codec)),
       absl::StrCat("--momentum=", absl::GetFlag(FLAGS_momentum).value),
       absl::StrCat("--consensus_step=", absl::GetFlag(FLAGS_consensus_step).value),
       absl::StrCat("--gossip_clip=", absl::GetFlag(FLAGS_gossip_clip).value),
       absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps).value),
+      absl::StrCat("--outer=", absl::GetFlag(FLAGS_outer)),
       absl::StrCat("--lr=", EffectiveLr()),
       absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
       absl::StrCat("--round_timeout=", absl::GetFlag(FLAGS_round_timeout).value),
       absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap) ? "true" : "false"),
       absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb).value),
+      absl::StrCat("--fragments=", absl::GetFlag(FLAGS_fragments).value),
       absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard).value),
       absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
       absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),

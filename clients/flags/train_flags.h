@@ -19,9 +19,9 @@
 // The flags read outside their defining file, declared once here: every file defining them
 // includes this one, so a declaration whose type (a number's range) drifts from the definition
 // does not compile. Their groups (command_table.cc) are run_flags.cc (run_id, seed),
-// task_flags.cc (batch, local_steps, lr, norm_guard), data_flags.cc (model, data, partition),
-// topology_flags.cc (topology, weights); the rest of train_flags.cc is `tern worker`'s and
-// `tern run`'s alone.
+// task_flags.cc (batch, local_steps, outer, lr, norm_guard), data_flags.cc (model, data,
+// partition), topology_flags.cc (topology, weights); the rest of train_flags.cc is `tern worker`'s
+// and `tern run`'s alone.
 ABSL_DECLARE_FLAG(std::string, run_id);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, model);
@@ -33,6 +33,7 @@ ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, lr);
 ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, norm_guard);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1048576)>, batch);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, local_steps);
+ABSL_DECLARE_FLAG(std::string, outer);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, epochs);
 ABSL_DECLARE_FLAG(tern::Double<tern::Above(0)>, round_timeout);
 
@@ -45,6 +46,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
 BuiltinTrainerOptions TrainerOptionsFromFlags(int id, int workers);
 // --lr, or its default for the algorithm when 0.
 double EffectiveLr();
+// --topology, or `complete` for --algorithm=diloco when --topology is at its default.
+std::string EffectiveTopology();
 std::string ModelFlag();
 int BatchFlag();
 int ComputeThreadsFlag();

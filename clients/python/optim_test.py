@@ -1,5 +1,6 @@
 """pytest: tern.optim.DistributedOptimizer against real `tern worker` daemons on 127.0.0.1: your
-own model (a CNN with BatchNorm) and optimizer (Adam) in fp32, bf16 and fp16, and the clear
+own model (a CNN with BatchNorm) and optimizer (Adam) in fp32, bf16 and fp16, DiLoCo among the
+workers (--algorithm=diloco), and the clear
 errors a user gets for a worker that adds momentum, a model that does not match, a worker that
 is not there. Run by ctest (TERN_BIN names the tern binary); skipped without Debian's torch,
 grpcio or the dataset."""
@@ -64,15 +65,19 @@ class Fp16Mlp(torch.nn.Module):
         return f.linear(h, self.out.weight.float(), self.out.bias.float())
 
 
-def train(address, rank, data, dtype, steps, out):
+def make_model(dtype):
+    # fp16 weights, fp32 arithmetic: torch 1.13 has no CPU fp16 convolution (nor Adam).
+    return Fp16Mlp() if dtype == torch.float16 else cnn(dtype)
+
+
+def train(address, rank, data, dtype, steps, out, model):
     torch.set_num_threads(1)
     x, y = data
     x, y = x[rank::2], y[rank::2]
     if dtype == torch.float16:  # and plain SGD: torch 1.13's Adam has no CPU fp16 either
-        model, dtype = Fp16Mlp(), torch.float32
+        dtype = torch.float32
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     else:
-        model = cnn(dtype)
         optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     optimizer = DistributedOptimizer(optimizer, model, worker=address, timeout=60)
     gen = torch.Generator().manual_seed(rank)
@@ -89,8 +94,12 @@ def train(address, rank, data, dtype, steps, out):
 
 
 def train_both(addresses, data, dtype, steps):
+    # The models are made here, one after the other: torch's seed is global, so two threads
+    # seeding and drawing at once would start the sites from different values.
+    models = [make_model(dtype) for _ in range(2)]
     out = [None, None]
-    test_support.run_in_threads(lambda r: train(addresses[r], r, data, dtype, steps, out), 2)
+    test_support.run_in_threads(
+        lambda r: train(addresses[r], r, data, dtype, steps, out, models[r]), 2)
     return out
 
 
@@ -110,6 +119,21 @@ def test_your_cnn_and_adam_train_and_the_replicas_agree(workers, data, dtype):
     # ... the model keeps its dtype, and integer buffers stay each trainer's own.
     assert all(p.dtype == dtype for p in m0.parameters())
     assert s0["1.num_batches_tracked"].item() == 80
+
+
+@pytest.mark.worker_flags("--algorithm=diloco", "--topology=complete", "--local_steps=5",
+                          "--outer=nesterov:lr=0.7,momentum=0.9", "--codec=fp4")
+def test_diloco_without_a_server_trains_and_every_site_holds_the_same_outer_model(workers, data):
+    # Your Adam as DiLoCo's inner optimizer; the workers take the outer step among themselves.
+    (l0, m0), (l1, m1) = train_both(workers, data, torch.float32, steps=80)
+    first, last = sum(l0[:15]) / 15, sum(l0[-15:]) / 15
+    assert last < 0.75 * first, (first, last)
+    # Step 80 ended an exchange: both sites hold the group's outer model, bit for bit (their
+    # own Adam states and integer buffers aside).
+    s0, s1 = m0.state_dict(), m1.state_dict()
+    for name in s0:
+        if torch.is_floating_point(s0[name]):
+            assert torch.equal(s0[name], s1[name]), name
 
 
 @pytest.mark.worker_flags("--algorithm=dpsgd", "--codec=fp16")

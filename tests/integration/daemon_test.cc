@@ -14,11 +14,13 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/chunking.h"
 #include "common/crc32.h"
@@ -67,6 +69,37 @@ TEST(TernRun, ABucketedRunConvergesAndSendsWhatAWholeModelRunSends) {
   EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 235);
   EXPECT_NE(steps.find("\"payload_bytes_sent\":875088,"), std::string::npos);  // two buckets
   EXPECT_NE(steps.find("\"mixed\":2,"), std::string::npos);
+}
+
+// --algorithm=diloco with --fragments=2 (the complete graph its default): the outer step among
+// the workers, in 4-bit updates, converges; each fragment is exchanged once per H = 10 steps, at
+// its own step (the back one 5 steps before the front one), each exchange carrying one fragment.
+TEST(TernRun, DilocoInTwoFragmentsConvergesAndExchangesOneFragmentAtATime) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
+                     "--algorithm=diloco", "--local_steps=10", "--codec=fp4", "--fragments=2",
+                     "--model=mlp:hidden=32x256x256", "--log_level=warn", "--out=" + dir},
+                    dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
+  EXPECT_GT(Last(dir, "compression"), 7.0);  // 4.25 bits a value
+  const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 235);
+  std::vector<std::string> lines = absl::StrSplit(steps, '\n', absl::SkipEmpty());
+  std::map<int, std::set<std::string>> sent_by_phase;  // step mod 10 -> payload bytes sent
+  for (size_t t = 0; t < lines.size(); ++t) {
+    const size_t at = lines[t].find("\"payload_bytes_sent\":");
+    ASSERT_NE(at, std::string::npos) << lines[t];
+    const std::string bytes = lines[t].substr(at, lines[t].find(',', at) - at);
+    if (bytes != "\"payload_bytes_sent\":0") sent_by_phase[static_cast<int>(t % 10)].insert(bytes);
+  }
+  ASSERT_EQ(sent_by_phase.size(), 2u) << steps.substr(0, 2000);
+  EXPECT_EQ(sent_by_phase.begin()->first, 4);   // the back fragment, early
+  EXPECT_EQ(sent_by_phase.rbegin()->first, 9);  // the front one, every 10th step
+  EXPECT_EQ(sent_by_phase[4].size(), 1u);
+  EXPECT_EQ(sent_by_phase[9].size(), 1u);
+  EXPECT_NE(*sent_by_phase[4].begin(), *sent_by_phase[9].begin());
+  EXPECT_NE(ReadText(dir + "/run.json").find("nesterov"), std::string::npos);
 }
 
 TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "core/model/outer.h"
 #include "kernels/registry.h"
 #include "worker/algorithm.h"
 
@@ -24,6 +25,10 @@ std::unique_ptr<Algorithm> NewChoco(const AlgorithmOptions& options, const Codec
 // Local SGD: local_sgd.cc.
 std::unique_ptr<Algorithm> NewLocalSgd(const AlgorithmOptions& options,
                                        const CodecRegistry* codecs);
+// DiLoCo's outer step within the group, without a server: diloco.cc. `outer` is its outer
+// optimizer, made from options.outer.
+std::unique_ptr<Algorithm> NewDiloco(const AlgorithmOptions& options, const CodecRegistry* codecs,
+                                     std::unique_ptr<OuterOptimizer> outer);
 // SwarmSGD: swarm.cc.
 std::unique_ptr<Algorithm> NewSwarm(const AlgorithmOptions& options, const CodecRegistry* codecs);
 

@@ -1,0 +1,122 @@
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/algorithms/algorithms.h"
+#include "worker/algorithms/base.h"
+
+namespace tern {
+namespace {
+
+// DiLoCo's outer loop without a server. Between exchanges the worker takes the trainer's own
+// steps on its model x (the built-in trainer's are plain SGD; a PyTorch trainer's are its AdamW).
+// Every H steps (local_steps) each worker sends its update over those steps, u_i = x_i − θ (the
+// negative of DiLoCo's pseudo-gradient), compressed with the codec (any: dense_ here) and error
+// feedback — the
+// residual first decays by the outer optimizer's residual_decay(), SparseLoCo's momentum — and
+// every worker sums the group's decoded updates ū = Σ_j w_j D(C(u_j)), its own among them, takes
+// the outer step θ += Outer(ū) and starts again from x = θ.
+//
+// Every worker hears every other (AllToAll: the engine refuses any graph but the complete one)
+// and sums the same decoded messages with the same weights in the same order (by worker id), so
+// θ and the outer momentum are the same bytes on every worker: the state an aggregator would
+// otherwise hold. For that reason no clipping either (a worker's ū must not depend on who
+// computes it); the engine's norm guard still refuses outsized messages.
+class Diloco final : public AlgorithmBase {
+ public:
+  Diloco(const AlgorithmOptions& options, const CodecRegistry* codecs,
+         std::unique_ptr<OuterOptimizer> outer)
+      : AlgorithmBase(options, codecs), outer_(std::move(outer)) {}
+
+  std::string Name() const override { return "diloco"; }
+  std::vector<std::string> MessageParts() const override { return {"u"}; }
+  bool AllToAll() const override { return true; }
+  // Every H steps; a fragment (lane k of P) H·k/P steps early, so fragments take turns.
+  bool Communicates(int64_t step) const override {
+    const int64_t h = std::max(1, options_.local_steps);
+    const int64_t early = h * options_.lane / std::max(1, options_.lanes);
+    return (step + 1 + early) % h == 0;
+  }
+
+  absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
+                                        int64_t step) override {
+    const size_t n = x_.size();
+    for (size_t i = 0; i < n; ++i) x_[i] -= lr * g[i];
+    GossipMessage msg;
+    if (!Communicates(step)) return msg;
+    const float decay = outer_->residual_decay();
+    scratch_.resize(n);
+    for (size_t i = 0; i < n; ++i) scratch_[i] = decay * residual_[i] + (x_[i] - anchor_[i]);
+    TERN_RETURN_IF_ERROR(AddPart(&msg, "u", scratch_, /*codec=*/nullptr, step));
+    // The residual keeps what the others will not decode of it.
+    own_ = msg.parts.back().second;
+    mean_.resize(n);
+    TERN_RETURN_IF_ERROR(DecodeChecked(worker_, own_, "u", absl::MakeSpan(mean_)));
+    for (size_t i = 0; i < n; ++i) residual_[i] = scratch_[i] - mean_[i];
+    return msg;
+  }
+
+  absl::Status Combine(const MixingRow& row,
+                       const std::map<int, const GossipMessage*>& received) override {
+    const size_t n = x_.size();
+    if (own_.numel != n) {
+      return absl::FailedPreconditionError("diloco: Combine before a communicating Prepare");
+    }
+    TERN_RETURN_IF_ERROR(CheckReceived(row, received));
+    // Every part checked before any is summed, and the sum in worker-id order, own included.
+    std::map<int, std::pair<const EncodedTensor*, float>> by_id;
+    by_id[worker_] = {&own_, static_cast<float>(row.self)};
+    for (const auto& [j, w] : row.neighbours) {
+      TERN_ASSIGN_OR_RETURN(const EncodedTensor* t, FindValid(j, *received.at(j), "u"));
+      by_id[j] = {t, static_cast<float>(w)};
+    }
+    mean_.assign(n, 0.0f);
+    for (const auto& [j, part] : by_id) {
+      const WeightedTarget one[1] = {{part.second, absl::MakeSpan(mean_)}};
+      TERN_RETURN_IF_ERROR(AccumulateEach(j, *part.first, "u", one, /*checked=*/true));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(mean_[i])) {
+        return absl::InvalidArgumentError(
+            "diloco: the group's mean update is not finite; the outer step is not taken");
+      }
+    }
+    scratch_.resize(n);
+    outer_->Step(mean_, absl::MakeSpan(scratch_));
+    for (size_t i = 0; i < n; ++i) anchor_[i] += scratch_[i];
+    x_ = anchor_;
+    own_ = EncodedTensor();
+    return absl::OkStatus();
+  }
+
+ protected:
+  absl::Status InitState() override {
+    const absl::Span<const float> x0 = params();
+    anchor_.assign(x0.begin(), x0.end());
+    residual_.assign(x_.size(), 0.0f);
+    outer_->Reset(x_.size());
+    own_ = EncodedTensor();
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::unique_ptr<OuterOptimizer> outer_;
+  std::vector<float> anchor_;    // θ, the same on every worker
+  std::vector<float> residual_;  // error feedback: what earlier messages did not deliver
+  EncodedTensor own_;            // this round's message, summed with the others'
+  std::vector<float> mean_;      // ū (and, in Prepare, the own message decoded)
+  std::vector<float> scratch_;   // u + decayed residual; then the outer step
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> NewDiloco(const AlgorithmOptions& options, const CodecRegistry* codecs,
+                                     std::unique_ptr<OuterOptimizer> outer) {
+  return std::make_unique<Diloco>(options, codecs, std::move(outer));
+}
+
+}  // namespace tern
