@@ -49,6 +49,9 @@ struct AlgorithmOptions {
   // are: diloco exchanges lane k's fragment H·k/lanes steps before lane 0's.
   int lane = 0;
   int lanes = 1;
+  // The run's number of steps when known (0: not): diloco also exchanges at its last step, so a
+  // run ends on the group's outer model whatever H divides.
+  int64_t final_step = 0;
   uint64_t seed = 1;  // stochastic codecs draw from (seed, worker, round)
   // Self-centred clipping of each neighbour's contribution (core/model/clip_radius.h), per part:
   // a model-like part's distance from this worker's own, CHOCO's compressed difference itself.

@@ -84,6 +84,7 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   if (options.members) {
     topology = std::make_unique<MemberTopology>(std::move(topology), options.members);
   }
+  options.algorithm_options.final_step = options.final_step;
   TERN_ASSIGN_OR_RETURN(
       std::unique_ptr<Algorithm> algorithm,
       registries->algorithms->Create(options.algorithm, options.algorithm_options, codecs));

@@ -73,7 +73,8 @@ TEST(TernRun, ABucketedRunConvergesAndSendsWhatAWholeModelRunSends) {
 
 // --algorithm=diloco with --fragments=2 (the complete graph its default): the outer step among
 // the workers, in 4-bit updates, converges; each fragment is exchanged once per H = 10 steps, at
-// its own step (the back one 5 steps before the front one), each exchange carrying one fragment.
+// its own step (the back one 5 steps before the front one), each exchange carrying one fragment,
+// and both at the run's last step, which ends on the group's model.
 TEST(TernRun, DilocoInTwoFragmentsConvergesAndExchangesOneFragmentAtATime) {
   const std::string dir = MakeTempDir();
   pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
@@ -83,22 +84,29 @@ TEST(TernRun, DilocoInTwoFragmentsConvergesAndExchangesOneFragmentAtATime) {
   ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
   EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
   EXPECT_GT(Last(dir, "compression"), 7.0);  // 4.25 bits a value
+  EXPECT_EQ(Last(dir, "consensus"), 0.0);     // every worker holds the outer model
   const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
-  EXPECT_EQ(std::count(steps.begin(), steps.end(), '\n'), 235);
   std::vector<std::string> lines = absl::StrSplit(steps, '\n', absl::SkipEmpty());
-  std::map<int, std::set<std::string>> sent_by_phase;  // step mod 10 -> payload bytes sent
-  for (size_t t = 0; t < lines.size(); ++t) {
-    const size_t at = lines[t].find("\"payload_bytes_sent\":");
-    ASSERT_NE(at, std::string::npos) << lines[t];
-    const std::string bytes = lines[t].substr(at, lines[t].find(',', at) - at);
-    if (bytes != "\"payload_bytes_sent\":0") sent_by_phase[static_cast<int>(t % 10)].insert(bytes);
+  ASSERT_EQ(lines.size(), 235u);
+  std::vector<int64_t> sent;
+  for (const std::string& line : lines) {
+    const std::string key = "\"payload_bytes_sent\":";
+    const size_t at = line.find(key);
+    ASSERT_NE(at, std::string::npos) << line;
+    sent.push_back(std::atoll(line.c_str() + at + key.size()));
+  }
+  std::map<int, std::set<int64_t>> sent_by_phase;  // step mod 10 -> payload bytes sent
+  for (size_t t = 0; t + 1 < sent.size(); ++t) {
+    if (sent[t] > 0) sent_by_phase[static_cast<int>(t % 10)].insert(sent[t]);
   }
   ASSERT_EQ(sent_by_phase.size(), 2u) << steps.substr(0, 2000);
   EXPECT_EQ(sent_by_phase.begin()->first, 4);   // the back fragment, early
   EXPECT_EQ(sent_by_phase.rbegin()->first, 9);  // the front one, every 10th step
-  EXPECT_EQ(sent_by_phase[4].size(), 1u);
-  EXPECT_EQ(sent_by_phase[9].size(), 1u);
-  EXPECT_NE(*sent_by_phase[4].begin(), *sent_by_phase[9].begin());
+  ASSERT_EQ(sent_by_phase[4].size(), 1u);
+  ASSERT_EQ(sent_by_phase[9].size(), 1u);
+  const int64_t back = *sent_by_phase[4].begin(), front = *sent_by_phase[9].begin();
+  EXPECT_NE(back, front);
+  EXPECT_EQ(sent.back(), back + front);  // step 234: both
   EXPECT_NE(ReadText(dir + "/run.json").find("nesterov"), std::string::npos);
 }
 
