@@ -338,7 +338,13 @@ def run_tern_optim(a, r):
         opt.step(loss=loss.item())  # AdamW's step, then the round with the neighbours
         r.comm_s += time.time() - t1
         r.steps_done = step + 1
-        r.snapshot(step + 1, force=step + 1 == a.steps)
+        if a.h > 0:
+            # An outer-step row (--algorithm=diloco): the workers hold the group's model only
+            # after an exchange, so only those are evaluated, as DiLoCo's outer model is.
+            if (step + 1) % a.h == 0 or step + 1 == a.steps:
+                r.snapshot(step + 1, force=True)
+        else:
+            r.snapshot(step + 1, force=step + 1 == a.steps)
     r.finish()
     opt.close()
 
