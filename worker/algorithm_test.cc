@@ -582,13 +582,19 @@ TEST(Algorithm, LossyCodecsOnlyWhereTheirErrorIsCompensated) {
   }
 }
 
+// diloco's options: H, the outer optimizer and the codec.
+AlgorithmOptions DilocoOptions(int h, const std::string& outer, const std::string& codec) {
+  AlgorithmOptions o;
+  o.local_steps = h;
+  o.outer = outer;
+  o.codec = codec;
+  return o;
+}
+
 // diloco over one step with the plain average, fp32 and one worker per slot of a complete graph:
 // synchronous averaging of the models after each worker's SGD step.
 TEST(Diloco, OneStepWithThePlainAverageIsSynchronousAveraging) {
-  AlgorithmOptions o;
-  o.local_steps = 1;
-  o.outer = "average";
-  o.codec = "none";
+  const AlgorithmOptions o = DilocoOptions(1, "average", "none");
   constexpr int kWorkers = 4;
   constexpr size_t kDim = 32;
   Simulation sim("diloco", o, kWorkers, kDim);
@@ -634,59 +640,66 @@ TEST(Diloco, EveryWorkerHoldsTheSameModelBitForBit) {
   EXPECT_LT(err, 0.1);
 }
 
+// One diloco worker alone (its row: itself), started from zeros.
+struct LoneDiloco {
+  std::unique_ptr<CodecRegistry> codecs = NewBuiltinCodecRegistry();
+  std::unique_ptr<Algorithm> a;
+
+  LoneDiloco(const AlgorithmOptions& o, size_t dim) {
+    auto made = NewBuiltinAlgorithmRegistry()->Create("diloco", o, codecs.get());
+    EXPECT_THAT(made, IsOk());
+    if (!made.ok()) return;
+    a = std::move(*made);
+    EXPECT_THAT(a->Init(std::vector<float>(dim, 0.0f), 0, {}), IsOk());
+  }
+};
+
 // Error feedback: what top-k leaves out of one exchange goes in later ones, so once the
 // gradients stop, the model reaches where fp32 would have taken it.
 TEST(Diloco, ErrorFeedbackDeliversTheWholeUpdateOverRounds) {
-  AlgorithmOptions o;
-  o.local_steps = 2;
-  o.outer = "average";
-  o.codec = "topk:ratio=0.1";
-  auto codecs = NewBuiltinCodecRegistry();
-  auto a = NewBuiltinAlgorithmRegistry()->Create("diloco", o, codecs.get());
-  ASSERT_THAT(a, IsOk());
+  const AlgorithmOptions o = DilocoOptions(2, "average", "topk:ratio=0.1");
   constexpr size_t kDim = 100;
-  ASSERT_THAT((*a)->Init(std::vector<float>(kDim, 0.0f), 0, {}), IsOk());
+  LoneDiloco lone(o, kDim);
+  ASSERT_NE(lone.a, nullptr);
+  Algorithm& a = *lone.a;
   std::vector<float> sgd(kDim, 0.0f);  // where plain SGD goes with the same gradients
   int64_t step = 0;
   const auto run = [&](bool zero) {
     const std::vector<float> g =
         zero ? std::vector<float>(kDim, 0.0f) : testing::Gaussian(kDim, 50 + step);
     for (size_t k = 0; k < kDim; ++k) sgd[k] -= 0.1f * g[k];
-    auto msg = (*a)->Prepare(g, 0.1f, step);
+    auto msg = a.Prepare(g, 0.1f, step);
     ASSERT_THAT(msg, IsOk());
-    if ((*a)->Communicates(step)) {
-      ASSERT_THAT((*a)->Combine(MixingRow{}, {}), IsOk());
+    if (a.Communicates(step)) {
+      ASSERT_THAT(a.Combine(MixingRow{}, {}), IsOk());
     }
     ++step;
   };
   for (int t = 0; t < 20; ++t) run(false);
   double apart = 0;
-  for (size_t k = 0; k < kDim; ++k)
-    apart = std::max<double>(apart, std::abs((*a)->params()[k] - sgd[k]));
+  for (size_t k = 0; k < kDim; ++k) {
+    apart = std::max<double>(apart, std::abs(a.params()[k] - sgd[k]));
+  }
   EXPECT_GT(apart, 0.01) << "top-k 10 % delivers part of each update";
   // Ten exchanges of zero updates empty a residual of 100 values, 10 a round.
   for (int t = 0; t < 20; ++t) run(true);
-  for (size_t k = 0; k < kDim; ++k) EXPECT_NEAR((*a)->params()[k], sgd[k], 1e-5) << k;
+  for (size_t k = 0; k < kDim; ++k) EXPECT_NEAR(a.params()[k], sgd[k], 1e-5) << k;
 }
 
 // SparseLoCo: the residual decays by beta before each update joins it, so what top-k left out
 // is partly forgotten (by hand: u = (4, 3, 2, 1), k = 1, beta = 0.5).
 TEST(Diloco, SparseLocoDecaysTheResidual) {
-  AlgorithmOptions o;
-  o.local_steps = 1;
-  o.outer = "sparseloco:lr=1,beta=0.5";
-  o.codec = "topk:ratio=0.25";
-  auto codecs = NewBuiltinCodecRegistry();
-  auto a = NewBuiltinAlgorithmRegistry()->Create("diloco", o, codecs.get());
-  ASSERT_THAT(a, IsOk());
-  ASSERT_THAT((*a)->Init(std::vector<float>(4, 0.0f), 0, {}), IsOk());
-  ASSERT_THAT((*a)->Prepare({-4.0f, -3.0f, -2.0f, -1.0f}, 1.0f, 0), IsOk());
-  ASSERT_THAT((*a)->Combine(MixingRow{}, {}), IsOk());
-  EXPECT_THAT((*a)->params(), ::testing::ElementsAre(4.0f, 0.0f, 0.0f, 0.0f));
+  const AlgorithmOptions o = DilocoOptions(1, "sparseloco:lr=1,beta=0.5", "topk:ratio=0.25");
+  LoneDiloco lone(o, 4);
+  ASSERT_NE(lone.a, nullptr);
+  Algorithm& a = *lone.a;
+  ASSERT_THAT(a.Prepare({-4.0f, -3.0f, -2.0f, -1.0f}, 1.0f, 0), IsOk());
+  ASSERT_THAT(a.Combine(MixingRow{}, {}), IsOk());
+  EXPECT_THAT(a.params(), ::testing::ElementsAre(4.0f, 0.0f, 0.0f, 0.0f));
   // Residual (0, 3, 2, 1) decays to (0, 1.5, 1, 0.5); the largest goes.
-  ASSERT_THAT((*a)->Prepare({0.0f, 0.0f, 0.0f, 0.0f}, 1.0f, 1), IsOk());
-  ASSERT_THAT((*a)->Combine(MixingRow{}, {}), IsOk());
-  EXPECT_THAT((*a)->params(), ::testing::ElementsAre(4.0f, 1.5f, 0.0f, 0.0f));
+  ASSERT_THAT(a.Prepare({0.0f, 0.0f, 0.0f, 0.0f}, 1.0f, 1), IsOk());
+  ASSERT_THAT(a.Combine(MixingRow{}, {}), IsOk());
+  EXPECT_THAT(a.params(), ::testing::ElementsAre(4.0f, 1.5f, 0.0f, 0.0f));
 }
 
 // A neighbour's bad message (malformed, of another size, missing, not finite) fails the

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
 #include "core/model/bundle.h"
+#include "core/model/layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
@@ -541,31 +542,39 @@ TEST(RoundEngine, StepsMustComeInOrderAfterRegistration) {
   for (float v : (*e)->params()) EXPECT_EQ(v, 1.0f);  // zero gradient: the refused steps left none
 }
 
-// diloco through real engines and threads: every worker ends each exchange on the group's mean
-// model, having sent its update to the three others; a graph other than the complete one is
-// refused at creation.
-TEST(RoundEngine, DilocoEndsEveryExchangeOnTheGroupsMean) {
+// Four diloco workers on threads (the complete graph, fp32, the plain average, H = 2), all
+// starting from 0, over `layout`, the model cut into `fragments`.
+struct DilocoGroup {
+  static constexpr int kWorkers = 4;
   WorkerRegistries registries = NewBuiltinWorkerRegistries();
   MemoryTransport transport;
-  constexpr int kWorkers = 4;
-  constexpr size_t kDim = 8;
-  const auto configure = [](EngineOptions& o) {
+  std::vector<std::unique_ptr<RoundEngine>> engines;
+
+  static void Configure(EngineOptions& o, int fragments) {
     o.algorithm = "diloco";
     o.topology = "complete";
     o.algorithm_options.codec = "none";
     o.algorithm_options.outer = "average";
     o.algorithm_options.local_steps = 2;
+    o.fragments = fragments;
     o.round_timeout = absl::Seconds(10);
-  };
-  auto engines = MakeEngines(kWorkers, registries, transport, configure, Layout(kDim),
-                             [](int) { return std::vector<float>(kDim, 0.0f); });
-  ASSERT_EQ(engines.size(), static_cast<size_t>(kWorkers));
-  for (int64_t step = 0; step < 2; ++step) {
+  }
+
+  DilocoGroup(const std::vector<ParamTensor>& layout, int fragments) {
+    const size_t dim = LayoutNumel(layout);
+    engines = MakeEngines(
+        kWorkers, registries, transport, [fragments](EngineOptions& o) { Configure(o, fragments); },
+        layout, [dim](int) { return std::vector<float>(dim, 0.0f); });
+  }
+
+  // One step on every worker, worker i with gradient -(i + 1) everywhere (so lr 0.1 moves it
+  // 0.1 (i + 1)); each one's payload bytes sent.
+  std::vector<uint64_t> Step(int64_t step) {
     std::vector<absl::StatusOr<StepOutcome>> out(kWorkers, absl::UnknownError("not run"));
     std::vector<std::thread> ts;
     for (int i = 0; i < kWorkers; ++i) {
       ts.emplace_back([&, i] {
-        const std::vector<float> grad(kDim, -static_cast<float>(i + 1));
+        const std::vector<float> grad(engines[i]->params().size(), -static_cast<float>(i + 1));
         StepInput in;
         in.step = step;
         in.lr = 0.1f;
@@ -575,83 +584,64 @@ TEST(RoundEngine, DilocoEndsEveryExchangeOnTheGroupsMean) {
     }
     for (auto& t : ts) t.join();
     transport.Join();
+    std::vector<uint64_t> sent;
     for (int i = 0; i < kWorkers; ++i) {
-      ASSERT_THAT(out[i], IsOk());
-      // Step 0 is local; step 1 exchanges with all three others.
-      EXPECT_EQ(out[i]->delta.payload_bytes_sent(), step == 0 ? 0u : 3u * kDim * 4) << i;
+      EXPECT_THAT(out[i], IsOk()) << "step " << step << ", worker " << i;
+      sent.push_back(out[i].ok() ? out[i]->delta.payload_bytes_sent() : 0);
     }
+    return sent;
   }
+};
+
+// diloco through real engines and threads: every worker ends each exchange on the group's mean
+// model, having sent its update to the three others; a graph other than the complete one is
+// refused at creation.
+TEST(RoundEngine, DilocoEndsEveryExchangeOnTheGroupsMean) {
+  constexpr size_t kDim = 8;
+  DilocoGroup g(Layout(kDim), /*fragments=*/0);
+  ASSERT_EQ(g.engines.size(), static_cast<size_t>(DilocoGroup::kWorkers));
+  // Step 0 is local; step 1 exchanges with all three others.
+  EXPECT_THAT(g.Step(0), ::testing::Each(0u));
+  EXPECT_THAT(g.Step(1), ::testing::Each(3u * kDim * 4));
   // Worker i moved 0.2 (i + 1); the mean of 0.2, 0.4, 0.6, 0.8.
-  for (int i = 0; i < kWorkers; ++i) {
-    for (float v : engines[i]->params()) EXPECT_FLOAT_EQ(v, 0.5f) << i;
+  for (const auto& e : g.engines) {
+    for (float v : e->params()) EXPECT_FLOAT_EQ(v, 0.5f);
   }
   EngineOptions ring;
-  configure(ring);
+  DilocoGroup::Configure(ring, 0);
   ring.topology = "ring";
-  ring.num_workers = kWorkers;
-  EXPECT_THAT(RoundEngine::Create(ring, &registries, nullptr).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("complete")));
+  ring.num_workers = DilocoGroup::kWorkers;
+  EXPECT_THAT(RoundEngine::Create(ring, &g.registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("complete")));
 }
 
 // Streaming: with two fragments and H = 2 each step exchanges one of them (the last tensor's
 // first), so every fragment is exchanged once per H steps and an exchange carries half the model.
 TEST(RoundEngine, DilocoFragmentsTakeTurns) {
-  WorkerRegistries registries = NewBuiltinWorkerRegistries();
-  MemoryTransport transport;
-  constexpr int kWorkers = 4;
   constexpr size_t kHalf = 8;
-  const auto configure = [](EngineOptions& o) {
-    o.algorithm = "diloco";
-    o.topology = "complete";
-    o.algorithm_options.codec = "none";
-    o.algorithm_options.outer = "average";
-    o.algorithm_options.local_steps = 2;
-    o.fragments = 2;
-    o.round_timeout = absl::Seconds(10);
-  };
   std::vector<ParamTensor> layout(2);
   layout[0] = {.name = "a", .shape = {kHalf}, .offset = 0, .numel = kHalf};
   layout[1] = {.name = "b", .shape = {kHalf}, .offset = kHalf, .numel = kHalf};
-  auto engines = MakeEngines(kWorkers, registries, transport, configure, layout,
-                             [](int) { return std::vector<float>(2 * kHalf, 0.0f); });
-  ASSERT_EQ(engines.size(), static_cast<size_t>(kWorkers));
-  // Worker i moves 0.1 (i + 1) a step; the group's mean move is 0.25.
-  const auto step_all = [&](int64_t step) {
-    std::vector<absl::StatusOr<StepOutcome>> out(kWorkers, absl::UnknownError("not run"));
-    std::vector<std::thread> ts;
-    for (int i = 0; i < kWorkers; ++i) {
-      ts.emplace_back([&, i] {
-        const std::vector<float> grad(2 * kHalf, -static_cast<float>(i + 1));
-        StepInput in;
-        in.step = step;
-        in.lr = 0.1f;
-        in.grad = grad;
-        out[i] = engines[i]->Step(in);
-      });
-    }
-    for (auto& t : ts) t.join();
-    transport.Join();
-    for (int i = 0; i < kWorkers; ++i) {
-      ASSERT_THAT(out[i], IsOk());
-      EXPECT_EQ(out[i]->delta.payload_bytes_sent(), 3u * kHalf * 4) << "step " << step;
-    }
-  };
-  step_all(0);  // b exchanged, a local
-  for (int i = 0; i < kWorkers; ++i) {
+  DilocoGroup g(layout, /*fragments=*/2);
+  ASSERT_EQ(g.engines.size(), static_cast<size_t>(DilocoGroup::kWorkers));
+  const auto& engines = g.engines;
+  // The group's mean move is 0.25 a step.
+  EXPECT_THAT(g.Step(0), ::testing::Each(3u * kHalf * 4));  // b exchanged, a local
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
     EXPECT_FLOAT_EQ(engines[i]->params()[0], 0.1f * (i + 1));
     EXPECT_FLOAT_EQ(engines[i]->params()[kHalf], 0.25f);
   }
-  step_all(1);  // a exchanged, b local
-  for (int i = 0; i < kWorkers; ++i) {
+  EXPECT_THAT(g.Step(1), ::testing::Each(3u * kHalf * 4));  // a exchanged, b local
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
     EXPECT_FLOAT_EQ(engines[i]->params()[0], 0.5f);
     EXPECT_FLOAT_EQ(engines[i]->params()[kHalf], 0.25f + 0.1f * (i + 1));
   }
-  step_all(2);  // b again: its two steps since its last exchange
-  for (int i = 0; i < kWorkers; ++i) EXPECT_FLOAT_EQ(engines[i]->params()[kHalf], 0.75f);
+  g.Step(2);  // b again: its two steps since its last exchange
+  for (const auto& e : engines) EXPECT_FLOAT_EQ(e->params()[kHalf], 0.75f);
   EngineOptions dpsgd;
-  dpsgd.num_workers = kWorkers;
+  dpsgd.num_workers = DilocoGroup::kWorkers;
   dpsgd.fragments = 2;
-  EXPECT_THAT(RoundEngine::Create(dpsgd, &registries, nullptr).status(),
+  EXPECT_THAT(RoundEngine::Create(dpsgd, &g.registries, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("diloco")));
 }
 
