@@ -16,10 +16,9 @@ namespace {
 // steps on its model x (the built-in trainer's are plain SGD; a PyTorch trainer's are its AdamW).
 // Every H steps (local_steps) each worker sends its update over those steps, u_i = x_i − θ (the
 // negative of DiLoCo's pseudo-gradient), compressed with the codec (any: dense_ here) and error
-// feedback — the
-// residual first decays by the outer optimizer's residual_decay(), SparseLoCo's momentum — and
-// every worker sums the group's decoded updates ū = Σ_j w_j D(C(u_j)), its own among them, takes
-// the outer step θ += Outer(ū) and starts again from x = θ.
+// feedback — the residual first decays by the outer optimizer's residual_decay(), SparseLoCo's
+// momentum — and every worker sums the group's decoded updates ū = Σ_j w_j D(C(u_j)), its own
+// among them, takes the outer step θ += Outer(ū) and starts again from x = θ.
 //
 // Every worker hears every other (AllToAll: the engine refuses any graph but the complete one)
 // and sums the same decoded messages with the same weights in the same order (by worker id), so
