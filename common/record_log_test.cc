@@ -1,6 +1,6 @@
 #include "common/record_log.h"
 
-#include <unistd.h>
+#include <stdlib.h>
 
 #include <fstream>
 #include <string>
@@ -17,8 +17,12 @@ namespace {
 
 using ::testing::ElementsAre;
 
+// A path in a fresh directory: a log left by an earlier run (whose process had the same pid, as
+// a container's often do) must not be read back as this one's.
 std::string TempPath(const std::string& name) {
-  return absl::StrCat(::testing::TempDir(), "/record_log_", getpid(), "_", name);
+  std::string dir = absl::StrCat(::testing::TempDir(), "/record_log_XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << dir;
+  return absl::StrCat(dir, "/", name);
 }
 
 std::string ReadAll(const std::string& path) {
