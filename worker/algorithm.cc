@@ -34,6 +34,10 @@ absl::Status CheckOptions(const AlgorithmOptions& o) {
         absl::StrCat("consensus step must be in (0, 1], got ", o.consensus_step));
   }
   if (o.local_steps < 1) return absl::InvalidArgumentError("local_steps must be >= 1");
+  if (!(o.merge_alpha >= 0 && o.merge_alpha < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("merge alpha must be in [0, 1), got ", o.merge_alpha));
+  }
   return absl::OkStatus();
 }
 

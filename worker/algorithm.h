@@ -45,6 +45,10 @@ struct AlgorithmOptions {
   int local_steps = 4;  // local-sgd, swarm and diloco: H
   // diloco's outer optimizer (core/model/outer.h's registry spec).
   std::string outer = "nesterov";
+  // diloco: after an exchange the model becomes merge_alpha × the local model + (1 −
+  // merge_alpha) × the group's outer model (Streaming DiLoCo's α; 0: the outer model alone). In
+  // [0, 1).
+  double merge_alpha = 0;
   // This algorithm's lane among the engine's (buckets, or diloco's fragments) and how many there
   // are: diloco exchanges lane k's fragment H·k/lanes steps before lane 0's.
   int lane = 0;
@@ -73,6 +77,10 @@ class Algorithm {
                             std::vector<TensorBlock> blocks) = 0;
   // Whether step `step` ends with a gossip round (local SGD talks every H steps only).
   virtual bool Communicates(int64_t step) const { return true; }
+  // Steps from one round to the next (local SGD's and diloco's H): rounds are numbered by step,
+  // so how far ahead a neighbour may be, and how far past a round one that went on without this
+  // worker is, count in these.
+  virtual int64_t StepsPerRound() const { return 1; }
   // Applies the local part of step `step` with gradient `grad` and learning rate `lr`, and
   // returns what to send (empty parts when Communicates(step) is false).
   virtual absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> grad, float lr,

@@ -99,6 +99,15 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
       }
     }
   }
+  if (options.overlap_steps < 1 ||
+      (options.overlap_steps > 1 &&
+       (!options.overlap || options.overlap_steps >= algorithm->StepsPerRound()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--overlap_steps=", options.overlap_steps,
+        ": a round mixed that many steps after its push needs --overlap and fewer steps than "
+        "from one of ",
+        options.algorithm, "'s rounds to the next (", algorithm->StepsPerRound(), ")"));
+  }
   if (options.overlap && algorithm->Asynchronous()) {
     return absl::InvalidArgumentError(absl::StrCat(
         options.algorithm, " has no rounds to overlap; --overlap is for the round algorithms"));
@@ -208,7 +217,8 @@ absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
     }
     TERN_RETURN_IF_ERROR(
         algorithm->Init(x0.subspan(lane.offset, lane.size), options_.worker_id, std::move(mine)));
-    lane.inbox = std::make_shared<GossipInbox>(options_.max_rounds_ahead);
+    lane.inbox =
+        std::make_shared<GossipInbox>(options_.max_rounds_ahead, algorithm->StepsPerRound());
     lane.last_push.resize(static_cast<size_t>(options_.num_workers));
   }
   lanes[0].algorithm = std::move(first_algorithm_);
@@ -346,17 +356,18 @@ absl::Status RoundEngine::StartLane(size_t k) {
                                                    "NaN in bucket ", k, "; the step failed"));
   }
   lane.started = true;
-  if (lane.round.has_value()) {
-    // Overlap: the previous round's messages had this step's compute to arrive. Mixing them
-    // before this step's local update keeps the algorithm's order of calls.
+  // Lanes may take turns (diloco's fragments): the step communicates when any lane does.
+  const bool communicates = lane.algorithm->Communicates(step);
+  if (lane.round.has_value() &&
+      (communicates || step - lane.round->step >= options_.overlap_steps)) {
+    // Overlap: the previous round's messages had this step's compute (overlap_steps' worth) to
+    // arrive. Mixing them before this step's local update keeps the algorithm's order of calls.
     InFlight previous = *std::move(lane.round);
     lane.round.reset();
     TERN_RETURN_IF_ERROR(FinishRound(lane, std::move(previous), &open.out));
   }
   const absl::Time t0 = absl::Now();
   TERN_ASSIGN_OR_RETURN(GossipMessage msg, lane.algorithm->Prepare(grad, open.out.lr, step));
-  // Lanes may take turns (diloco's fragments): the step communicates when any lane does.
-  const bool communicates = lane.algorithm->Communicates(step);
   open.communicates = open.communicates || communicates;
   const int bucket = static_cast<int>(k);
   if (communicates) arrival_.ObserveOwn(bucket, msg);  // the norm guard's reference: encoding
@@ -366,7 +377,9 @@ absl::Status RoundEngine::StartLane(size_t k) {
     return Publish(step + 1);
   }
   if (!communicates) {
-    lane.inbox->Skip(step + 1);
+    // A round still in flight (overlap_steps > 1) stays open; the steps after it are closed when
+    // it is taken.
+    if (!lane.round.has_value()) lane.inbox->Skip(step + 1);
     return absl::OkStatus();
   }
   const absl::Time t_pack = absl::Now();

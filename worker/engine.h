@@ -77,6 +77,12 @@ struct EngineOptions {
   // the same calls in the same order; only the gradient of step t+1 is taken before round t's
   // mixing. Not for asynchronous algorithms (SwarmSGD has no rounds).
   bool overlap = false;
+  // With overlap, a round pushed at the end of step t is mixed at the start of step t +
+  // overlap_steps (Streaming DiLoCo's τ), so its transfer has that many steps' compute; the steps
+  // between take their local updates only. More than 1 only for algorithms whose rounds are
+  // further apart (diloco, local-sgd: below their H). A step that starts the lane's next round
+  // mixes the previous one first whatever this says.
+  int overlap_steps = 1;
   // Buckets of about this many values, cut at tensor boundaries from the last tensor back (the
   // backward pass's order); 0: one message a round with the whole model. Every worker of a run
   // must use the same value. Not for asynchronous algorithms.

@@ -543,7 +543,8 @@ TEST(RoundEngine, StepsMustComeInOrderAfterRegistration) {
 }
 
 // Four diloco workers on threads (the complete graph, fp32, the plain average, H = 2), all
-// starting from 0, over `layout`, the model cut into `fragments`.
+// starting from 0, over `layout`, the model cut into `fragments`; `more` changes the options
+// after that.
 struct DilocoGroup {
   static constexpr int kWorkers = 4;
   WorkerRegistries registries = NewBuiltinWorkerRegistries();
@@ -560,19 +561,25 @@ struct DilocoGroup {
     o.round_timeout = absl::Seconds(10);
   }
 
-  DilocoGroup(const std::vector<ParamTensor>& layout, int fragments) {
+  DilocoGroup(const std::vector<ParamTensor>& layout, int fragments,
+              const std::function<void(EngineOptions&)>& more = nullptr) {
     const size_t dim = LayoutNumel(layout);
     engines = MakeEngines(
-        kWorkers, registries, transport, [fragments](EngineOptions& o) { Configure(o, fragments); },
+        kWorkers, registries, transport,
+        [&](EngineOptions& o) {
+          Configure(o, fragments);
+          if (more) more(o);
+        },
         layout, [dim](int) { return std::vector<float>(dim, 0.0f); });
   }
 
-  // One step on every worker, worker i with gradient -(i + 1) everywhere (so lr 0.1 moves it
-  // 0.1 (i + 1)); each one's payload bytes sent.
-  std::vector<uint64_t> Step(int64_t step) {
-    std::vector<absl::StatusOr<StepOutcome>> out(kWorkers, absl::UnknownError("not run"));
+  // One step on every worker (of those `live`, when given), worker i with gradient -(i + 1)
+  // everywhere (so lr 0.1 moves it 0.1 (i + 1)); each one's payload bytes sent.
+  std::vector<uint64_t> Step(int64_t step, const std::vector<bool>& live = {}) {
+    std::vector<absl::StatusOr<StepOutcome>> out(kWorkers, StepOutcome());
     std::vector<std::thread> ts;
     for (int i = 0; i < kWorkers; ++i) {
+      if (!live.empty() && !live[static_cast<size_t>(i)]) continue;
       ts.emplace_back([&, i] {
         const std::vector<float> grad(engines[i]->params().size(), -static_cast<float>(i + 1));
         StepInput in;
@@ -643,6 +650,67 @@ TEST(RoundEngine, DilocoFragmentsTakeTurns) {
   dpsgd.fragments = 2;
   EXPECT_THAT(RoundEngine::Create(dpsgd, &g.registries, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("diloco")));
+}
+
+// Streaming DiLoCo's overlap and merge: with overlap_steps = 2 the exchange pushed at step 3
+// (H = 4) is mixed at the start of step 5, step 4 taking its local update only; the model then
+// becomes α × the local one + (1 − α) × the group's.
+TEST(RoundEngine, DilocoMixesAnExchangeOverlapStepsLaterAndMergesWithAlpha) {
+  constexpr size_t kDim = 4;
+  for (const double alpha : {0.0, 0.5}) {
+    SCOPED_TRACE(alpha);
+    DilocoGroup g(Layout(kDim), /*fragments=*/0, [alpha](EngineOptions& o) {
+      o.algorithm_options.local_steps = 4;
+      o.overlap = true;
+      o.overlap_steps = 2;
+      o.algorithm_options.merge_alpha = alpha;
+    });
+    // A round's bytes are counted when it is mixed.
+    for (int64_t s = 0; s < 5; ++s) EXPECT_THAT(g.Step(s), ::testing::Each(0u));
+    for (int i = 0; i < DilocoGroup::kWorkers; ++i) {  // still local: 5 steps of 0.1 (i + 1)
+      EXPECT_FLOAT_EQ(g.engines[i]->params()[0], 0.5f * (i + 1));
+    }
+    EXPECT_THAT(g.Step(5), ::testing::Each(3u * kDim * 4));
+    // The group's outer model is the mean of 0.4 (i + 1): 1.0.
+    for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+      const double merged = alpha * 0.5 * (i + 1) + (1 - alpha) * 1.0;
+      EXPECT_NEAR(g.engines[i]->params()[0], merged + 0.1 * (i + 1), 1e-5) << i;
+    }
+  }
+  EngineOptions o;
+  DilocoGroup::Configure(o, 0);
+  o.num_workers = DilocoGroup::kWorkers;
+  o.overlap_steps = 2;  // without --overlap
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--overlap")));
+  o.overlap = true;  // H = 2: the next round would start first
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(2)")));
+  o.algorithm = "dpsgd";
+  o.topology = "ring";
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(1)")));
+}
+
+// With H = 40, three workers run a whole period ahead of the fourth (overlap lets them go on
+// after pushing): their messages for the round 40 steps on must be kept for it, not refused as
+// too far ahead (32 rounds of one step), or its outer model would leave them out and split
+// from theirs.
+TEST(RoundEngine, DilocoKeepsMessagesFromNeighboursAPeriodAhead) {
+  constexpr int64_t kH = 40;
+  DilocoGroup g(Layout(2), /*fragments=*/0, [](EngineOptions& o) {
+    o.algorithm_options.local_steps = kH;
+    o.overlap = true;
+  });
+  for (int64_t s = 0; s < kH; ++s) g.Step(s);
+  for (int64_t s = kH; s < 2 * kH; ++s) g.Step(s, {true, true, true, false});
+  for (int64_t s = kH; s < 2 * kH; ++s) g.Step(s, {false, false, false, true});
+  g.Step(2 * kH);
+  // Two exchanges of 40 steps of the mean move, 0.25: 20; then step 80's own 0.1 (i + 1).
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+    EXPECT_NEAR(g.engines[i]->params()[0], 20 + 0.1 * (i + 1), 1e-3) << i;
+  }
 }
 
 TEST(RoundEngine, CreateRejectsBadConfiguration) {

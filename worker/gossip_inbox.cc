@@ -62,7 +62,7 @@ bool GossipInbox::HasAll(int64_t round, const std::vector<int>& senders) const {
   for (int s : senders) {
     if (messages_.count({round, s}) != 0 || given_up_.count({round, s}) != 0) continue;
     auto seen = latest_.find(s);
-    if (seen != latest_.end() && seen->second >= round + kPassedBy) continue;
+    if (seen != latest_.end() && seen->second >= round + passed_by_) continue;
     return false;
   }
   return true;

@@ -10,6 +10,7 @@
 #ifndef TERN_WORKER_GOSSIP_INBOX_H_
 #define TERN_WORKER_GOSSIP_INBOX_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -26,8 +27,13 @@ namespace tern {
 
 class GossipInbox {
  public:
-  // Rounds in [floor, floor + max_rounds_ahead) are accepted; floor starts at 0.
-  explicit GossipInbox(int64_t max_rounds_ahead) : max_ahead_(max_rounds_ahead) {}
+  // Rounds in [floor, floor + max_rounds_ahead × steps_per_round) are accepted; floor starts at
+  // 0. Rounds are numbered by step: an algorithm that talks every H steps (local SGD, diloco)
+  // has its window, and kPassedBy, H times as many steps wide, or a neighbour one long period
+  // ahead would have its message refused (and diloco's shared state split).
+  explicit GossipInbox(int64_t max_rounds_ahead, int64_t steps_per_round = 1)
+      : max_ahead_(max_rounds_ahead * std::max<int64_t>(1, steps_per_round)),
+        passed_by_(kPassedBy * std::max<int64_t>(1, steps_per_round)) {}
 
   // Stores `msg` from `sender` for `round`. OutOfRange for a closed or too-distant round,
   // AlreadyExists for a duplicate, Cancelled after Close(). Either way `round` tells how far
@@ -43,7 +49,8 @@ class GossipInbox {
   void Note(int64_t round, int sender);
 
   // A neighbour is at most one round ahead while both mix (it needs this worker's message to
-  // finish its round), so one seen this many rounds past `round` went on without this worker
+  // finish its round), so one seen this many rounds (× steps_per_round steps) past `round` went
+  // on without this worker
   // (its deadline dropped us, or it was cut off in a split graph): the message it sent for
   // `round`, if any, is not coming (it was refused as too far ahead). Waiting for it would cost
   // a round deadline every round, and two groups that drifted further apart than the window
@@ -84,7 +91,8 @@ class GossipInbox {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropBelow(int64_t round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const int64_t max_ahead_;
+  const int64_t max_ahead_;  // in steps
+  const int64_t passed_by_;  // kPassedBy rounds, in steps
   mutable absl::Mutex mu_;
   int64_t floor_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

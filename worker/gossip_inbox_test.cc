@@ -102,6 +102,23 @@ TEST(GossipInbox, AMessageRefusedAsTooFarAheadIsNotWaitedForWhenItsRoundComes) {
   EXPECT_EQ(inbox.Take(42, {1}, {1}, t0 + absl::Seconds(30)).size(), 1u);
 }
 
+// Rounds H steps apart (local SGD, diloco): a neighbour one or two periods (H = 50 steps)
+// ahead is neither refused nor taken for one that went on without this worker; three periods
+// ahead, it is.
+TEST(GossipInbox, ItsWindowAndPatienceCountInRoundsOfSeveralSteps) {
+  GossipInbox inbox(/*max_rounds_ahead=*/4, /*steps_per_round=*/50);
+  EXPECT_THAT(inbox.Put(149, 1, GossipMessage{}), IsOk());
+  EXPECT_THAT(inbox.Put(199, 1, GossipMessage{}), IsOk());
+  EXPECT_THAT(inbox.Put(200, 1, GossipMessage{}), StatusIs(absl::StatusCode::kOutOfRange));
+  const absl::Time t0 = absl::Now();
+  EXPECT_TRUE(inbox.Take(49, {1}, {1}, t0 + absl::Seconds(30)).empty());  // 150 steps behind
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  const absl::Time t1 = absl::Now();
+  EXPECT_TRUE(inbox.Take(99, {1}, {1}, t1 + absl::Milliseconds(100)).empty());  // 100 behind
+  EXPECT_GE(absl::Now() - t1, absl::Milliseconds(90));
+  EXPECT_EQ(inbox.Take(149, {1}, {1}, absl::Now() + absl::Seconds(5)).size(), 1u);
+}
+
 TEST(GossipInbox, WindowDuplicatesSkipAndClose) {
   GossipInbox inbox(3);
   EXPECT_THAT(inbox.Put(2, 1, GossipMessage{}), IsOk());

@@ -36,6 +36,14 @@ ABSL_FLAG(std::string, lr_schedule, "constant",
 ABSL_FLAG(bool, overlap, false,
           "training: push round t's message at the end of step t and mix it at the start of step "
           "t+1, so its transfer overlaps the next compute (round algorithms; docs/worker.md)");
+ABSL_FLAG(tern::Int<tern::In(1, 1024)>, overlap_steps, 1,
+          "training, with --overlap: mix a round this many steps after its push, so its transfer "
+          "has that many steps' compute (Streaming DiLoCo's tau); above 1 only for diloco and "
+          "local-sgd, below --local_steps");
+ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, merge_alpha, 0,
+          "training, diloco: after an exchange the model becomes alpha x the local model + (1 - "
+          "alpha) x the group's outer model (Streaming DiLoCo's merge, e.g. 0.5 with "
+          "--overlap_steps); 0: the outer model");
 ABSL_FLAG(tern::Double<tern::In(0, 1048576)>, bucket_mb, 0,
           "training: cut the model into buckets of about this many MB of fp32 values (whole "
           "tensors, from the last back), each gossiped as soon as the backward pass finishes it, "
@@ -102,6 +110,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   if (!(timeout > 0)) return absl::InvalidArgumentError("--round_timeout must be > 0");
   o.round_timeout = absl::Seconds(timeout);
   o.overlap = absl::GetFlag(FLAGS_overlap);
+  o.overlap_steps = absl::GetFlag(FLAGS_overlap_steps).value;
+  o.algorithm_options.merge_alpha = absl::GetFlag(FLAGS_merge_alpha).value;
   // In [0, 1048576] by its type (clients/flags/flag_types.h).
   o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
   o.fragments = absl::GetFlag(FLAGS_fragments).value;
@@ -170,6 +180,8 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
       absl::StrCat("--round_timeout=", absl::GetFlag(FLAGS_round_timeout).value),
       absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap) ? "true" : "false"),
+      absl::StrCat("--overlap_steps=", absl::GetFlag(FLAGS_overlap_steps).value),
+      absl::StrCat("--merge_alpha=", absl::GetFlag(FLAGS_merge_alpha).value),
       absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb).value),
       absl::StrCat("--fragments=", absl::GetFlag(FLAGS_fragments).value),
       absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard).value),

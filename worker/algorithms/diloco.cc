@@ -18,7 +18,9 @@ namespace {
 // negative of DiLoCo's pseudo-gradient), compressed with the codec (any: dense_ here) and error
 // feedback — the residual first decays by the outer optimizer's residual_decay(), SparseLoCo's
 // momentum — and every worker sums the group's decoded updates ū = Σ_j w_j D(C(u_j)), its own
-// among them, takes the outer step θ += Outer(ū) and starts again from x = θ.
+// among them, takes the outer step θ += Outer(ū) and starts again from x = θ (or, with
+// merge_alpha α, from α x + (1 − α) θ: Streaming DiLoCo's merge of the steps taken while an
+// overlapped exchange ran).
 //
 // Every worker hears every other (AllToAll: the engine refuses any graph but the complete one)
 // and sums the same decoded messages with the same weights in the same order (by worker id), so
@@ -41,6 +43,7 @@ class Diloco final : public AlgorithmBase {
     const int64_t early = h * options_.lane / std::max(1, options_.lanes);
     return (step + 1 + early) % h == 0 || step + 1 == options_.final_step;
   }
+  int64_t StepsPerRound() const override { return std::max(1, options_.local_steps); }
 
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
@@ -88,7 +91,13 @@ class Diloco final : public AlgorithmBase {
     scratch_.resize(n);
     outer_->Step(mean_, absl::MakeSpan(scratch_));
     for (size_t i = 0; i < n; ++i) anchor_[i] += scratch_[i];
-    x_ = anchor_;
+    // Streaming DiLoCo's merge: with overlap, x holds the steps taken while the exchange ran.
+    const float alpha = static_cast<float>(options_.merge_alpha);
+    if (alpha == 0) {
+      x_ = anchor_;
+    } else {
+      for (size_t i = 0; i < n; ++i) x_[i] = alpha * x_[i] + (1 - alpha) * anchor_[i];
+    }
     own_ = EncodedTensor();
     return absl::OkStatus();
   }

@@ -19,6 +19,7 @@ class LocalSgd final : public AlgorithmBase {
   bool Communicates(int64_t step) const override {
     return (step + 1) % std::max(1, options_.local_steps) == 0;
   }
+  int64_t StepsPerRound() const override { return std::max(1, options_.local_steps); }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
     for (size_t i = 0; i < x_.size(); ++i) x_[i] -= lr * g[i];
