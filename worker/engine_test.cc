@@ -693,6 +693,22 @@ TEST(RoundEngine, DilocoMixesAnExchangeOverlapStepsLaterAndMergesWithAlpha) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(1)")));
 }
 
+// The run's last exchange is not merged: with α = 0.5 the workers differ after each exchange but
+// end on one model, the group's.
+TEST(RoundEngine, DilocoEndsTheRunOnTheGroupsModelWhateverAlpha) {
+  DilocoGroup g(Layout(2), /*fragments=*/0, [](EngineOptions& o) {
+    o.algorithm_options.local_steps = 4;
+    o.overlap = true;
+    o.overlap_steps = 2;
+    o.algorithm_options.merge_alpha = 0.5;
+    o.final_step = 7;
+  });
+  for (int64_t s = 0; s < 6; ++s) g.Step(s);
+  EXPECT_NE(g.engines[0]->params()[0], g.engines[3]->params()[0]);  // merged at step 5
+  g.Step(6);  // the last: exchanged and mixed at once
+  for (const auto& e : g.engines) EXPECT_EQ(e->params()[0], g.engines[0]->params()[0]);
+}
+
 // With H = 40, three workers run a whole period ahead of the fourth (overlap lets them go on
 // after pushing): their messages for the round 40 steps on must be kept for it, not refused as
 // too far ahead (32 rounds of one step), or its outer model would leave them out and split

@@ -12,7 +12,7 @@ context 128) from the same initial parameters, each worker on its own random win
 documentation (8 windows a step), inner AdamW with warm-up and cosine decay, for --steps steps or
 until --max_seconds. It prints per row: wall time, time to each validation target (bits per
 byte of the shared model: DDP's, DiLoCo's outer model, the average of the workers' models for
-gossip and PostLocalSGD, the aggregator's), MB each worker sent (on its interface), compute
+gossip and PostLocalSGD, worker 0's for --algorithm=diloco, the aggregator's), MB each worker sent (on its interface), compute
 utilization (the compute-only floor's seconds per step × this row's steps / its wall time), the
 row's wall time as a multiple of the floor's, the final loss, the loss at equal time (bpb@T: each
 row's last snapshot by the time the first row to finish took its last) and a step's time split;
@@ -90,6 +90,21 @@ ROWS = {
                                "worker": ["--algorithm=diloco", "--topology=complete",
                                           "--outer=nesterov:lr=0.7,momentum=0.9", "--codec=fp4",
                                           "--round_timeout=600"]},
+    # Streaming DiLoCo among the workers: four fragments (a transformer block each) take turns
+    # through the period, each exchange overlapping the next step (docs/worker.md "Fragments").
+    "tern-streaming-diloco-fp4": {"kind": "tern-optim", "uses_h": True,
+                                  "worker": ["--algorithm=diloco", "--topology=complete",
+                                             "--outer=nesterov:lr=0.7,momentum=0.9",
+                                             "--codec=fp4", "--fragments=4", "--overlap",
+                                             "--round_timeout=600"]},
+    # The same with the paper's longer overlap and merge: each exchange has two steps' compute,
+    # and the fragment becomes half the local model, half the group's (τ = 2, α = 0.5).
+    "tern-streaming-diloco-fp4-tau2": {"kind": "tern-optim", "uses_h": True,
+                                       "worker": ["--algorithm=diloco", "--topology=complete",
+                                                  "--outer=nesterov:lr=0.7,momentum=0.9",
+                                                  "--codec=fp4", "--fragments=4", "--overlap",
+                                                  "--overlap_steps=2", "--merge_alpha=0.5",
+                                                  "--round_timeout=600"]},
     "tern-sparseloco-gossip": {"kind": "tern-optim", "uses_h": True,
                                "worker": ["--algorithm=diloco", "--topology=complete",
                                           "--outer=sparseloco:lr=1,beta=0.95",
@@ -243,9 +258,16 @@ def run_row(a, net, name, row, rdir, h, lr):
 
 
 def ranks_of(row, workers):
-    """Whose snapshots make the row's model: one (the shared one) or every worker's average."""
-    return [0] if row["kind"] in ("compute", "ddp", "ddp-powersgd", "diloco", "diloco-int8",
-                                  "tern-fed") else list(range(workers))
+    """Whose snapshots make the row's model: one (the shared one, or what worker 0 holds) or
+    every worker's average."""
+    if row["kind"] in ("compute", "ddp", "ddp-powersgd", "diloco", "diloco-int8", "tern-fed"):
+        return [0]
+    # --algorithm=diloco: at an exchange every worker holds the outer model, but with fragments
+    # (the others' mid-period) or a merge (α > 0) the workers differ, and their average is a
+    # model nobody holds (it would be a free extra all-reduce): worker 0's.
+    if "--algorithm=diloco" in row.get("worker", []):
+        return [0]
+    return list(range(workers))
 
 
 def evaluate(a, row, rdir, corpus, windows, tx):

@@ -60,6 +60,7 @@ class Diloco final : public AlgorithmBase {
     mean_.resize(n);
     TERN_RETURN_IF_ERROR(DecodeChecked(worker_, own_, "u", absl::MakeSpan(mean_)));
     for (size_t i = 0; i < n; ++i) residual_[i] = scratch_[i] - mean_[i];
+    last_round_ = step + 1 == options_.final_step;
     return msg;
   }
 
@@ -92,7 +93,9 @@ class Diloco final : public AlgorithmBase {
     outer_->Step(mean_, absl::MakeSpan(scratch_));
     for (size_t i = 0; i < n; ++i) anchor_[i] += scratch_[i];
     // Streaming DiLoCo's merge: with overlap, x holds the steps taken while the exchange ran.
-    const float alpha = static_cast<float>(options_.merge_alpha);
+    // The run's last exchange is not merged: the run ends on the group's model, the same on
+    // every worker.
+    const float alpha = last_round_ ? 0.0f : static_cast<float>(options_.merge_alpha);
     if (alpha == 0) {
       x_ = anchor_;
     } else {
@@ -117,6 +120,7 @@ class Diloco final : public AlgorithmBase {
   std::vector<float> anchor_;    // θ, the same on every worker
   std::vector<float> residual_;  // error feedback: what earlier messages did not deliver
   EncodedTensor own_;            // this round's message, summed with the others'
+  bool last_round_ = false;      // own_ is the run's last exchange (final_step)
   std::vector<float> mean_;      // ū (and, in Prepare, the own message decoded)
   std::vector<float> scratch_;   // u + decayed residual; then the outer step
 };
