@@ -50,11 +50,11 @@ class GossipInbox {
 
   // A neighbour is at most one round ahead while both mix (it needs this worker's message to
   // finish its round), so one seen this many rounds (× steps_per_round steps) past `round` went
-  // on without this worker
-  // (its deadline dropped us, or it was cut off in a split graph): the message it sent for
-  // `round`, if any, is not coming (it was refused as too far ahead). Waiting for it would cost
-  // a round deadline every round, and two groups that drifted further apart than the window
-  // would never meet again; not waiting lets this worker catch up at full speed.
+  // on without this worker (its deadline dropped us, or it was cut off in a split graph): the
+  // message it sent for `round`, if any, is not coming (it was refused as too far ahead).
+  // Waiting for it would cost a round deadline every round, and two groups that drifted further
+  // apart than the window would never meet again; not waiting lets this worker catch up at full
+  // speed.
   static constexpr int64_t kPassedBy = 3;
   // The most (round, sender) pairs given up ahead of time (messages refused as too far ahead
   // from a flood of rounds are not all remembered; kPassedBy still covers their senders).
