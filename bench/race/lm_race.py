@@ -12,11 +12,12 @@ context 128) from the same initial parameters, each worker on its own random win
 documentation (8 windows a step), inner AdamW with warm-up and cosine decay, for --steps steps or
 until --max_seconds. It prints per row: wall time, time to each validation target (bits per
 byte of the shared model: DDP's, DiLoCo's outer model, the average of the workers' models for
-gossip and PostLocalSGD, worker 0's for --algorithm=diloco, the aggregator's), MB each worker sent (on its interface), compute
-utilization (the compute-only floor's seconds per step × this row's steps / its wall time), the
-row's wall time as a multiple of the floor's, the final loss, the loss at equal time (bpb@T: each
-row's last snapshot by the time the first row to finish took its last) and a step's time split;
-then every tern row's ratio to every anchor. Curves against time and bytes: curves-*.png.
+gossip and PostLocalSGD, worker 0's for --algorithm=diloco, the aggregator's), MB each worker
+sent (on its interface), compute utilization (the compute-only floor's seconds per step × this
+row's steps / its wall time), the row's wall time as a multiple of the floor's, the final loss,
+the loss at equal time (bpb@T: each row's last snapshot by the time the first row to finish took
+its last) and a step's time split; then every tern row's ratio to every anchor. Curves against
+time and bytes: curves-*.png.
 
 Layouts: 4shared (4 workers on the machine's cores, as the MLP race) and 2pinned (2 workers,
 each site's processes pinned to a core of its own, so no row is judged by 4 processes sharing 2
@@ -260,14 +261,11 @@ def run_row(a, net, name, row, rdir, h, lr):
 def ranks_of(row, workers):
     """Whose snapshots make the row's model: one (the shared one, or what worker 0 holds) or
     every worker's average."""
-    if row["kind"] in ("compute", "ddp", "ddp-powersgd", "diloco", "diloco-int8", "tern-fed"):
-        return [0]
     # --algorithm=diloco: at an exchange every worker holds the outer model, but with fragments
     # (the others' mid-period) or a merge (α > 0) the workers differ, and their average is a
     # model nobody holds (it would be a free extra all-reduce): worker 0's.
-    if "--algorithm=diloco" in row.get("worker", []):
-        return [0]
-    return list(range(workers))
+    shared = row["kind"] in ("compute", "ddp", "ddp-powersgd", "diloco", "diloco-int8", "tern-fed")
+    return [0] if shared or "--algorithm=diloco" in row.get("worker", []) else list(range(workers))
 
 
 def evaluate(a, row, rdir, corpus, windows, tx):

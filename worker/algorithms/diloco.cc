@@ -39,7 +39,7 @@ class Diloco final : public AlgorithmBase {
   // Every H steps, a fragment (lane k of P) H·k/P steps early so fragments take turns, and at
   // the run's last step.
   bool Communicates(int64_t step) const override {
-    const int64_t h = std::max(1, options_.local_steps);
+    const int64_t h = StepsPerRound();
     const int64_t early = h * options_.lane / std::max(1, options_.lanes);
     return (step + 1 + early) % h == 0 || step + 1 == options_.final_step;
   }

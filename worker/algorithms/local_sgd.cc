@@ -16,9 +16,7 @@ class LocalSgd final : public AlgorithmBase {
   using AlgorithmBase::AlgorithmBase;
   std::string Name() const override { return "local-sgd"; }
   std::vector<std::string> MessageParts() const override { return {"x"}; }
-  bool Communicates(int64_t step) const override {
-    return (step + 1) % std::max(1, options_.local_steps) == 0;
-  }
+  bool Communicates(int64_t step) const override { return (step + 1) % StepsPerRound() == 0; }
   int64_t StepsPerRound() const override { return std::max(1, options_.local_steps); }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
