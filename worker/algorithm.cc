@@ -23,6 +23,26 @@ const EncodedTensor* GossipMessage::Find(absl::string_view name) const {
   return nullptr;
 }
 
+absl::StatusOr<OuterDelay> ParseOuterDelay(absl::string_view name) {
+  for (OuterDelay d : {OuterDelay::kNone, OuterDelay::kDelayed, OuterDelay::kEager}) {
+    if (name == OuterDelayName(d)) return d;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("outer delay '", name, "': expected none, delayed or eager"));
+}
+
+absl::string_view OuterDelayName(OuterDelay delay) {
+  switch (delay) {
+    case OuterDelay::kDelayed:
+      return "delayed";
+    case OuterDelay::kEager:
+      return "eager";
+    case OuterDelay::kNone:
+      break;
+  }
+  return "none";
+}
+
 namespace {
 
 absl::Status CheckOptions(const AlgorithmOptions& o) {
@@ -38,6 +58,7 @@ absl::Status CheckOptions(const AlgorithmOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("merge alpha must be in [0, 1), got ", o.merge_alpha));
   }
+  if (o.workers < 1) return absl::InvalidArgumentError("workers must be >= 1");
   return absl::OkStatus();
 }
 
@@ -73,6 +94,11 @@ AlgorithmRegistry::Factory Make(const char* name,
                       const CodecRegistry* codecs) -> absl::StatusOr<std::unique_ptr<Algorithm>> {
     TERN_RETURN_IF_ERROR(CheckOptions(o));
     TERN_RETURN_IF_ERROR(CheckCodecFor(name, o, codecs));
+    if (o.outer_delay != OuterDelay::kNone) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--outer_delay=", OuterDelayName(o.outer_delay), " delays diloco's outer ",
+                       "step; ", name, " takes none"));
+    }
     return make(o, codecs);
   };
 }
@@ -91,6 +117,12 @@ std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry(
                const CodecRegistry* codecs) -> absl::StatusOr<std::unique_ptr<Algorithm>> {
     TERN_RETURN_IF_ERROR(CheckOptions(o));
     TERN_RETURN_IF_ERROR(CheckCodecFor("diloco", o, codecs));
+    if (o.outer_delay != OuterDelay::kNone && o.merge_alpha != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--outer_delay=", OuterDelayName(o.outer_delay),
+          " starts every round from the outer model, so there is no local model to merge: drop "
+          "--merge_alpha"));
+    }
     absl::StatusOr<std::unique_ptr<OuterOptimizer>> outer = outers->Create(o.outer);
     if (!outer.ok()) {
       return absl::InvalidArgumentError(

@@ -36,6 +36,20 @@ struct GossipMessage {
   const EncodedTensor* Find(absl::string_view name) const;
 };
 
+// When diloco takes an exchange's outer step (ALGORITHMS.md §5, docs/worker.md "Delayed and eager
+// outer steps").
+enum class OuterDelay {
+  kNone,     // before the next inner step (with --overlap, overlap_steps later)
+  kDelayed,  // round r's exchange runs during round r + 1's inner steps; its outer step is taken
+             // at round r + 1's end, and every round starts from the group's outer model
+  kEager,    // as kDelayed, but a round starts from the group's outer model stepped with this
+             // worker's fresh update weighed as its share of the mean: a stand-in for the
+             // group's until that arrives (Kale, Douillard & Donchev 2025, "eager updates")
+};
+// "none", "delayed", "eager".
+absl::StatusOr<OuterDelay> ParseOuterDelay(absl::string_view name);
+absl::string_view OuterDelayName(OuterDelay delay);
+
 struct AlgorithmOptions {
   double momentum = 0.9;        // beta of DmSGD, DecentLaM, heavy-ball, and CHOCO's local step
   double consensus_step = 0.5;  // CHOCO's gamma_c in (0, 1]
@@ -49,6 +63,12 @@ struct AlgorithmOptions {
   // merge_alpha) × the group's outer model (Streaming DiLoCo's α; 0: the outer model alone). In
   // [0, 1).
   double merge_alpha = 0;
+  // diloco: when an exchange's outer step is taken (above). Delayed and eager need the engine's
+  // overlap, which then mixes each round at the lane's next exchange.
+  OuterDelay outer_delay = OuterDelay::kNone;
+  // The group's size (the engine sets it): eager weighs its own update by 1/workers until a
+  // round's mixing row gives the weight.
+  int workers = 1;
   // This algorithm's lane among the engine's (buckets, or diloco's fragments) and how many there
   // are: diloco exchanges lane k's fragment H·k/lanes steps before lane 0's.
   int lane = 0;

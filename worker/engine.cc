@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
     topology = std::make_unique<MemberTopology>(std::move(topology), options.members);
   }
   options.algorithm_options.final_step = options.final_step;
+  options.algorithm_options.workers = options.num_workers;
   TERN_ASSIGN_OR_RETURN(
       std::unique_ptr<Algorithm> algorithm,
       registries->algorithms->Create(options.algorithm, options.algorithm_options, codecs));
@@ -99,9 +100,18 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
       }
     }
   }
-  if (options.overlap_steps < 1 ||
-      (options.overlap_steps > 1 &&
-       (!options.overlap || options.overlap_steps >= algorithm->StepsPerRound()))) {
+  if (const OuterDelay delay = options.algorithm_options.outer_delay; delay != OuterDelay::kNone) {
+    if (!options.overlap || options.overlap_steps != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--outer_delay=", OuterDelayName(delay),
+          " runs each exchange during the next round's inner steps: it needs --overlap, and "
+          "mixes each round at the next exchange (no --overlap_steps)"));
+    }
+    // Mixed at the lane's next exchange, which comes first.
+    options.overlap_steps = static_cast<int>(algorithm->StepsPerRound());
+  } else if (options.overlap_steps < 1 ||
+             (options.overlap_steps > 1 &&
+              (!options.overlap || options.overlap_steps >= algorithm->StepsPerRound()))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--overlap_steps=", options.overlap_steps,
         ": a round mixed that many steps after its push needs --overlap and fewer steps than "

@@ -729,6 +729,82 @@ TEST(RoundEngine, DilocoKeepsMessagesFromNeighboursAPeriodAhead) {
   }
 }
 
+// One-step-delayed outer steps (H = 2, the plain average, every worker's round moving it
+// 0.2 (i + 1): a mean of 0.5): round r's exchange is mixed at the end of round r + 1. Delayed, a
+// round starts from θ, one outer step behind; eager, from θ stepped with the worker's own update
+// weighed 1/4. The last exchange ends the run on the group's model either way.
+TEST(RoundEngine, DilocoDelayedAndEagerTakeEachOuterStepARoundLate) {
+  for (const OuterDelay delay : {OuterDelay::kDelayed, OuterDelay::kEager}) {
+    SCOPED_TRACE(OuterDelayName(delay));
+    DilocoGroup g(Layout(2), /*fragments=*/0, [delay](EngineOptions& o) {
+      o.overlap = true;
+      o.algorithm_options.outer_delay = delay;
+      o.final_step = 6;
+    });
+    const float eager = delay == OuterDelay::kEager ? 1.0f : 0.0f;
+    g.Step(0);
+    EXPECT_THAT(g.Step(1), ::testing::Each(0u));  // pushed; its bytes count when it is mixed
+    for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+      EXPECT_NEAR(g.engines[i]->params()[0], eager * 0.05 * (i + 1), 1e-6) << i;
+    }
+    g.Step(2);
+    EXPECT_THAT(g.Step(3), ::testing::Each(3u * 2 * 4));  // round 1 mixed: θ = 0.5
+    for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+      EXPECT_NEAR(g.engines[i]->params()[0], 0.5 + eager * 0.05 * (i + 1), 1e-6) << i;
+    }
+    g.Step(4);
+    g.Step(5);  // the last: round 3 mixed, round 5 exchanged and mixed at once
+    for (const auto& e : g.engines) EXPECT_NEAR(e->params()[0], 1.5, 1e-6);
+  }
+}
+
+// Eager's stand-in step leaves the outer optimizer's momentum as it was: with Nesterov's
+// momentum and every round's update the same whichever round it starts from (constant
+// gradients), the run ends on the model the undelayed run ends on.
+TEST(RoundEngine, DilocoEagerEndsOnTheUndelayedRunsModel) {
+  std::vector<float> ends;
+  for (const OuterDelay delay : {OuterDelay::kNone, OuterDelay::kDelayed, OuterDelay::kEager}) {
+    DilocoGroup g(Layout(2), /*fragments=*/0, [delay](EngineOptions& o) {
+      o.overlap = true;
+      o.algorithm_options.outer = "nesterov";
+      o.algorithm_options.outer_delay = delay;
+      o.final_step = 8;
+    });
+    for (int64_t s = 0; s < 8; ++s) g.Step(s);
+    for (const auto& e : g.engines) EXPECT_EQ(e->params()[0], g.engines[0]->params()[0]);
+    ends.push_back(g.engines[0]->params()[0]);
+  }
+  EXPECT_NEAR(ends[1], ends[0], 1e-5);
+  EXPECT_NEAR(ends[2], ends[0], 1e-5);
+}
+
+TEST(RoundEngine, DilocoOuterDelayNeedsOverlapAndNoMerge) {
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  EngineOptions o;
+  DilocoGroup::Configure(o, 0);
+  o.num_workers = DilocoGroup::kWorkers;
+  o.algorithm_options.outer_delay = OuterDelay::kEager;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--overlap")));
+  o.overlap = true;
+  o.overlap_steps = 2;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--overlap_steps")));
+  o.overlap_steps = 1;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr), IsOk());
+  o.algorithm_options.merge_alpha = 0.5;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--merge_alpha")));
+  o.algorithm_options.merge_alpha = 0;
+  o.algorithm = "local-sgd";
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("diloco")));
+  ASSERT_THAT(ParseOuterDelay("eager"), IsOk());
+  EXPECT_EQ(*ParseOuterDelay("eager"), OuterDelay::kEager);
+  EXPECT_THAT(ParseOuterDelay("late").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("none, delayed or eager")));
+}
+
 TEST(RoundEngine, CreateRejectsBadConfiguration) {
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   EngineOptions o;

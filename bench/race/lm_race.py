@@ -106,6 +106,22 @@ ROWS = {
                                                   "--codec=fp4", "--fragments=4", "--overlap",
                                                   "--overlap_steps=2", "--merge_alpha=0.5",
                                                   "--round_timeout=600"]},
+    # One-step-delayed outer steps with eager updates: each exchange runs through the next
+    # period's H steps, which start from the outer model stepped with the worker's own update as
+    # a stand-in for the group's (docs/worker.md "Delayed and eager outer steps"); whole-model,
+    # and in four fragments. A round's delay shrinks the outer step that stays stable: DiLoCo's
+    # (lr 0.7, μ 0.9, a sum of 7) diverged here (4.97 bpb at H 10, 6.08 at H 25), so momentum 0.3
+    # (a sum of 1).
+    "tern-diloco-eager-fp4": {"kind": "tern-optim", "uses_h": True,
+                              "worker": ["--algorithm=diloco", "--topology=complete",
+                                         "--outer=nesterov:lr=0.7,momentum=0.3", "--codec=fp4",
+                                         "--overlap", "--outer_delay=eager",
+                                         "--round_timeout=600"]},
+    "tern-streaming-diloco-fp4-eager": {"kind": "tern-optim", "uses_h": True,
+                                        "worker": ["--algorithm=diloco", "--topology=complete",
+                                                   "--outer=nesterov:lr=0.7,momentum=0.3",
+                                                   "--codec=fp4", "--fragments=4", "--overlap",
+                                                   "--outer_delay=eager", "--round_timeout=600"]},
     "tern-sparseloco-gossip": {"kind": "tern-optim", "uses_h": True,
                                "worker": ["--algorithm=diloco", "--topology=complete",
                                           "--outer=sparseloco:lr=1,beta=0.95",

@@ -44,6 +44,11 @@ ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, merge_alpha, 0,
           "training, diloco: after an exchange the model becomes alpha x the local model + (1 - "
           "alpha) x the group's outer model (Streaming DiLoCo's merge, e.g. 0.5 with "
           "--overlap_steps); 0: the outer model");
+ABSL_FLAG(std::string, outer_delay, "none",
+          "training, diloco, with --overlap: none | delayed (each exchange runs during the next "
+          "round's inner steps, its outer step taken a round late; every round starts from the "
+          "outer model) | eager (the same, each round started from the outer model stepped with "
+          "this worker's own fresh update as a stand-in for the group's; docs/worker.md)");
 ABSL_FLAG(tern::Double<tern::In(0, 1048576)>, bucket_mb, 0,
           "training: cut the model into buckets of about this many MB of fp32 values (whole "
           "tensors, from the last back), each gossiped as soon as the backward pass finishes it, "
@@ -112,6 +117,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   o.overlap = absl::GetFlag(FLAGS_overlap);
   o.overlap_steps = absl::GetFlag(FLAGS_overlap_steps).value;
   o.algorithm_options.merge_alpha = absl::GetFlag(FLAGS_merge_alpha).value;
+  TERN_ASSIGN_OR_RETURN(o.algorithm_options.outer_delay,
+                        ParseOuterDelay(absl::GetFlag(FLAGS_outer_delay)));
   // In [0, 1048576] by its type (clients/flags/flag_types.h).
   o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
   o.fragments = absl::GetFlag(FLAGS_fragments).value;
@@ -182,6 +189,7 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap) ? "true" : "false"),
       absl::StrCat("--overlap_steps=", absl::GetFlag(FLAGS_overlap_steps).value),
       absl::StrCat("--merge_alpha=", absl::GetFlag(FLAGS_merge_alpha).value),
+      absl::StrCat("--outer_delay=", absl::GetFlag(FLAGS_outer_delay)),
       absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb).value),
       absl::StrCat("--fragments=", absl::GetFlag(FLAGS_fragments).value),
       absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard).value),

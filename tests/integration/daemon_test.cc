@@ -84,7 +84,7 @@ TEST(TernRun, DilocoInTwoFragmentsConvergesAndExchangesOneFragmentAtATime) {
   ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
   EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
   EXPECT_GT(Last(dir, "compression"), 7.0);  // 4.25 bits a value
-  EXPECT_EQ(Last(dir, "consensus"), 0.0);     // every worker holds the outer model
+  EXPECT_EQ(Last(dir, "consensus"), 0.0);    // every worker holds the outer model
   const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
   std::vector<std::string> lines = absl::StrSplit(steps, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 235u);
@@ -108,6 +108,31 @@ TEST(TernRun, DilocoInTwoFragmentsConvergesAndExchangesOneFragmentAtATime) {
   EXPECT_NE(back, front);
   EXPECT_EQ(sent.back(), back + front);  // step 234: both
   EXPECT_NE(ReadText(dir + "/run.json").find("nesterov"), std::string::npos);
+}
+
+// --outer_delay=eager through `tern run`: each exchange (pushed at steps 9, 19, …) is mixed at
+// the next one, ten steps later (a round's bytes count when it is mixed), both the last two at
+// the run's last step; the run converges and ends with every worker on the group's model.
+TEST(TernRun, DilocoWithEagerOuterStepsConvergesAndEndsOnOneModel) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
+                     "--algorithm=diloco", "--local_steps=10", "--codec=fp4", "--outer=average",
+                     "--overlap", "--outer_delay=eager", "--log_level=warn", "--out=" + dir},
+                    dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
+  EXPECT_EQ(Last(dir, "consensus"), 0.0);
+  const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
+  std::vector<std::string> lines = absl::StrSplit(steps, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 235u);
+  std::vector<int64_t> mixed_at;
+  for (size_t t = 0; t < lines.size(); ++t) {
+    if (lines[t].find("\"payload_bytes_sent\":0,") == std::string::npos) mixed_at.push_back(t);
+  }
+  ASSERT_EQ(mixed_at.size(), 23u) << steps.substr(0, 2000);
+  EXPECT_EQ(mixed_at.front(), 19);
+  for (size_t k = 0; k + 1 < mixed_at.size(); ++k) EXPECT_EQ(mixed_at[k], 19 + 10 * k);
+  EXPECT_EQ(mixed_at.back(), 234);
 }
 
 TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {

@@ -22,6 +22,14 @@ namespace {
 // merge_alpha α, from α x + (1 − α) θ: Streaming DiLoCo's merge of the steps taken while an
 // overlapped exchange ran).
 //
+// With a delayed outer step (outer_delay, the engine's overlap mixing each round at the next
+// exchange) a round's exchange runs during the next round's inner steps: at the end of round r
+// the worker sends u_r measured from where round r started, takes round r − 1's outer step (the
+// group's mean, heard meanwhile) and starts round r + 1 at once from θ (delayed) or from θ
+// stepped with its own u_r weighed as its share of the mean (eager: a stand-in that the group's
+// mean replaces a round later, so every update is in θ exactly once and θ stays the same on
+// every worker).
+//
 // Every worker hears every other (AllToAll: the engine refuses any graph but the complete one)
 // and sums the same decoded messages with the same weights in the same order (by worker id), so
 // θ and the outer momentum are the same bytes on every worker: the state an aggregator would
@@ -52,8 +60,10 @@ class Diloco final : public AlgorithmBase {
     GossipMessage msg;
     if (!Communicates(step)) return msg;
     const float decay = outer_->residual_decay();
+    // Delayed, x moved from start_, which θ has since passed by a round's outer step.
+    const std::vector<float>& from = delayed() ? start_ : anchor_;
     scratch_.resize(n);
-    for (size_t i = 0; i < n; ++i) scratch_[i] = decay * residual_[i] + (x_[i] - anchor_[i]);
+    for (size_t i = 0; i < n; ++i) scratch_[i] = decay * residual_[i] + (x_[i] - from[i]);
     TERN_RETURN_IF_ERROR(AddPart(&msg, "u", scratch_, /*codec=*/nullptr, step));
     // The residual keeps what the others will not decode of it.
     own_ = msg.parts.back().second;
@@ -61,6 +71,7 @@ class Diloco final : public AlgorithmBase {
     TERN_RETURN_IF_ERROR(DecodeChecked(worker_, own_, "u", absl::MakeSpan(mean_)));
     for (size_t i = 0; i < n; ++i) residual_[i] = scratch_[i] - mean_[i];
     last_round_ = step + 1 == options_.final_step;
+    if (delayed() && !last_round_) StartNextRound();
     return msg;
   }
 
@@ -92,6 +103,13 @@ class Diloco final : public AlgorithmBase {
     scratch_.resize(n);
     outer_->Step(mean_, absl::MakeSpan(scratch_));
     for (size_t i = 0; i < n; ++i) anchor_[i] += scratch_[i];
+    self_weight_ = static_cast<float>(row.self);
+    // Delayed, x is the next round's, begun when this exchange was sent; the run's last exchange
+    // ends it on θ all the same.
+    if (delayed() && !last_round_) {
+      own_ = EncodedTensor();
+      return absl::OkStatus();
+    }
     // Streaming DiLoCo's merge: with overlap, x holds the steps taken while the exchange ran.
     // The run's last exchange is not merged: the run ends on the group's model, the same on
     // every worker.
@@ -112,10 +130,33 @@ class Diloco final : public AlgorithmBase {
     residual_.assign(x_.size(), 0.0f);
     outer_->Reset(x_.size());
     own_ = EncodedTensor();
+    if (delayed()) start_ = anchor_;
+    self_weight_ = 1.0f / static_cast<float>(options_.workers);
     return absl::OkStatus();
   }
 
  private:
+  bool delayed() const { return options_.outer_delay != OuterDelay::kNone; }
+
+  // The next round starts now, before this one's exchange is heard: from θ, which holds the
+  // outer steps of every round before this one, or (eager) from θ stepped with this worker's own
+  // update (mean_, as the others decode it) weighed as its share of the mean, the outer
+  // optimizer's state left as it was: the group's mean replaces that step when it comes.
+  void StartNextRound() {
+    const size_t n = x_.size();
+    start_ = anchor_;
+    if (options_.outer_delay == OuterDelay::kEager) {
+      const absl::Span<const float> m = outer_->momentum();
+      saved_momentum_.assign(m.begin(), m.end());
+      for (size_t i = 0; i < n; ++i) scratch_[i] = self_weight_ * mean_[i];
+      outer_->Step(scratch_, absl::MakeSpan(mean_));
+      // Restore cannot fail on the optimizer's own momentum (same size).
+      (void)outer_->Restore(saved_momentum_);
+      for (size_t i = 0; i < n; ++i) start_[i] += mean_[i];
+    }
+    x_ = start_;
+  }
+
   const std::unique_ptr<OuterOptimizer> outer_;
   std::vector<float> anchor_;    // θ, the same on every worker
   std::vector<float> residual_;  // error feedback: what earlier messages did not deliver
@@ -123,6 +164,10 @@ class Diloco final : public AlgorithmBase {
   bool last_round_ = false;      // own_ is the run's last exchange (final_step)
   std::vector<float> mean_;      // ū (and, in Prepare, the own message decoded)
   std::vector<float> scratch_;   // u + decayed residual; then the outer step
+  // Delayed or eager: where this round's inner steps started (u is measured from it).
+  std::vector<float> start_;
+  float self_weight_ = 1;              // this worker's weight in the last round's mean
+  std::vector<float> saved_momentum_;  // eager: the outer momentum before its stand-in step
 };
 
 }  // namespace
