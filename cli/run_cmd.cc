@@ -164,11 +164,24 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
   c.set_total_steps(static_cast<int32_t>(run.total));
   c.set_train_examples(static_cast<int32_t>(train_size));
   c.set_synthetic(data.synthetic);
+  if (absl::GetFlag(FLAGS_overlap)) {
+    c.set_overlap(true);
+    c.set_overlap_steps(absl::GetFlag(FLAGS_overlap_steps).value);
+  }
+  if (absl::GetFlag(FLAGS_bucket_mb).value > 0) {
+    c.set_bucket_mb(static_cast<float>(absl::GetFlag(FLAGS_bucket_mb).value));
+  }
   if (absl::GetFlag(FLAGS_algorithm) == "diloco") {
     EngineOptions defaults;
     const std::string outer = absl::GetFlag(FLAGS_outer);
     c.set_outer(outer.empty() ? defaults.algorithm_options.outer : outer);
     c.set_local_steps(absl::GetFlag(FLAGS_local_steps).value);
+    c.set_merge_alpha(static_cast<float>(absl::GetFlag(FLAGS_merge_alpha).value));
+    c.set_outer_delay(absl::GetFlag(FLAGS_outer_delay));
+    if (absl::GetFlag(FLAGS_fragments).value > 1) {
+      c.set_fragments(absl::GetFlag(FLAGS_fragments).value);
+      c.set_fragment_cut(absl::GetFlag(FLAGS_fragment_cut));
+    }
   }
   return c;
 }

@@ -127,6 +127,11 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
         absl::StrCat("--fragments staggers diloco's exchanges; ", options.algorithm,
                      " exchanges every bucket each round (--bucket_mb)"));
   }
+  if (options.fragment_cut != FragmentCut::kContiguous && options.fragments <= 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fragment_cut=", FragmentCutName(options.fragment_cut),
+                     " cuts fragments: give --fragments"));
+  }
   if (options.fragments > 1 && options.bucket_values > 0) {
     return absl::InvalidArgumentError(
         "--fragments and --bucket_mb both cut the model: one of them");
@@ -192,26 +197,42 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
 absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
                                     absl::Span<const float> x0) {
   const std::vector<TensorBlock> blocks = BlocksOf(layout, x0.size());
-  uint64_t target = options_.bucket_values;
-  if (options_.fragments > 1) {
-    const uint64_t p = static_cast<uint64_t>(options_.fragments);
-    target = (x0.size() + p - 1) / p;
+  // Each lane's blocks (indices, ascending).
+  std::vector<std::vector<size_t>> plan;
+  if (options_.fragments > 1 && options_.fragment_cut == FragmentCut::kStrided && !blocks.empty()) {
+    plan = StridedFragments(layout, options_.fragments);
+  } else {
+    uint64_t target = options_.bucket_values;
+    if (options_.fragments > 1) {
+      const uint64_t p = static_cast<uint64_t>(options_.fragments);
+      target = (x0.size() + p - 1) / p;
+    }
+    const std::vector<size_t> starts = BucketStarts(blocks, target);
+    for (size_t k = 0; k < starts.size(); ++k) {
+      const size_t end = k + 1 < starts.size() ? starts[k + 1] : blocks.size();
+      plan.emplace_back();
+      for (size_t b = starts[k]; b < end; ++b) plan.back().push_back(b);
+    }
   }
-  const std::vector<size_t> starts = BucketStarts(blocks, target);
-  std::vector<Lane> lanes(starts.size());
-  uint64_t offset = 0;
+  std::vector<uint64_t> block_offset(blocks.size() + 1, 0);
+  for (size_t b = 0; b < blocks.size(); ++b)
+    block_offset[b + 1] = block_offset[b] + blocks[b].numel;
+  std::vector<Lane> lanes(plan.size());
   for (size_t k = 0; k < lanes.size(); ++k) {
     Lane& lane = lanes[k];
-    const size_t end = k + 1 < starts.size() ? starts[k + 1] : blocks.size();
-    std::vector<TensorBlock> mine(blocks.begin() + static_cast<ptrdiff_t>(starts[k]),
-                                  blocks.begin() + static_cast<ptrdiff_t>(end));
-    lane.offset = offset;
-    lane.size = x0.size() - offset;
-    if (k + 1 < lanes.size()) {
-      lane.size = 0;
-      for (const TensorBlock& b : mine) lane.size += b.numel;
+    std::vector<TensorBlock> mine;
+    for (size_t b : plan[k]) {
+      mine.push_back(blocks[b]);
+      if (!lane.pieces.empty() &&
+          lane.pieces.back().offset + lane.pieces.back().size == block_offset[b]) {
+        lane.pieces.back().size += blocks[b].numel;
+      } else {
+        lane.pieces.push_back({block_offset[b], blocks[b].numel});
+      }
     }
-    offset += lane.size;
+    if (blocks.empty()) lane.pieces.push_back({0, x0.size()});  // no layout: one flat tensor
+    lane.offset = lane.pieces.front().offset;
+    for (const Piece& p : lane.pieces) lane.size += p.size;
     // Lane 0 runs the algorithm made by Create, which stays ours until every lane is made (a
     // failed Init may be tried again).
     Algorithm* algorithm = first_algorithm_.get();
@@ -220,13 +241,13 @@ absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
       AlgorithmOptions o = options_.algorithm_options;
       o.seed = Mix64(o.seed ^ (0x9e3779b97f4a7c15ULL * k));
       o.lane = static_cast<int>(k);
-      o.lanes = static_cast<int>(starts.size());
+      o.lanes = static_cast<int>(plan.size());
       TERN_ASSIGN_OR_RETURN(lane.algorithm, registries_->algorithms->Create(
                                                 options_.algorithm, o, registries_->codecs.get()));
       algorithm = lane.algorithm.get();
     }
     TERN_RETURN_IF_ERROR(
-        algorithm->Init(x0.subspan(lane.offset, lane.size), options_.worker_id, std::move(mine)));
+        algorithm->Init(lane.Gather(x0, &lane.grad), options_.worker_id, std::move(mine)));
     lane.inbox =
         std::make_shared<GossipInbox>(options_.max_rounds_ahead, algorithm->StepsPerRound());
     lane.last_push.resize(static_cast<size_t>(options_.num_workers));
@@ -283,7 +304,12 @@ absl::Status RoundEngine::BindParams(absl::Span<float> storage) {
                                                    " values; the model has ", own_params_.size()));
   }
   for (Lane& lane : lanes_) {
-    TERN_RETURN_IF_ERROR(lane.algorithm->BindParams(storage.subspan(lane.offset, lane.size)));
+    // A gathered lane's algorithm keeps its own vector, copied into the model as it changes.
+    if (lane.gathered()) {
+      lane.Scatter(storage);
+    } else {
+      TERN_RETURN_IF_ERROR(lane.algorithm->BindParams(storage.subspan(lane.offset, lane.size)));
+    }
   }
   params_ = storage;
   return absl::OkStatus();
@@ -360,7 +386,7 @@ absl::Status RoundEngine::StartLane(size_t k) {
   Lane& lane = lanes_[k];
   OpenStep& open = *open_;
   const int64_t step = open.in.step;
-  const absl::Span<const float> grad = open.in.grad.subspan(lane.offset, lane.size);
+  const absl::Span<const float> grad = lane.Gather(open.in.grad, &lane.grad);
   if (!open.grad_checked && !AllFinite(grad)) {
     return absl::InvalidArgumentError(absl::StrCat("the gradient of step ", step, " holds Inf or ",
                                                    "NaN in bucket ", k, "; the step failed"));
@@ -428,7 +454,11 @@ absl::StatusOr<StepOutcome> RoundEngine::FinishStep(const StepInput& in) {
     }
   }
   const absl::Time t_settle = absl::Now();
-  for (Lane& lane : lanes_) lane.algorithm->Settle();  // mixing Combine deferred (combining)
+  for (Lane& lane : lanes_) {
+    lane.algorithm->Settle();  // mixing Combine deferred (combining)
+    // A gathered lane's values go back into the model once a step, when the trainer reads it.
+    if (lane.gathered()) lane.Scatter(params_);
+  }
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t_settle);
   out.delta = counters_.EndStep(open.communicates, in.loss, in.compute_seconds, in.io_seconds);
   {

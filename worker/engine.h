@@ -51,6 +51,7 @@
 #include "worker/algorithm.h"
 #include "worker/arrival_check.h"
 #include "worker/engine_counters.h"
+#include "worker/fragments.h"
 #include "worker/gossip_inbox.h"
 #include "worker/lane.h"
 #include "worker/lr_schedule.h"
@@ -92,6 +93,9 @@ struct EngineOptions {
   // steps before fragment 0 each period, so an exchange carries a fragment, not the model. 0 or
   // 1: one. Every worker of a run must use the same value; not with bucket_values.
   int fragments = 0;
+  // How fragments cut the model (worker/fragments.h): runs of tensors, or the layers dealt out in
+  // turn (layer l in fragment l mod fragments). The same on every worker.
+  FragmentCut fragment_cut = FragmentCut::kContiguous;
   // Refuses a neighbour's part whose norm is over factor × the median of this worker's own
   // recent messages of that part (trusted: we made them); factor 0 turns it off.
   NormGuardOptions norm_guard{.factor = 10, .window = 16, .min_samples = 1, .flag = "--norm_guard"};

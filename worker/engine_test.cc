@@ -652,6 +652,49 @@ TEST(RoundEngine, DilocoFragmentsTakeTurns) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("diloco")));
 }
 
+// Strided fragments: four layers in two fragments, layers 0 and 2 in one, 1 and 3 in the other,
+// each exchanged once per H = 2 steps (the second first), an exchange carrying half the model;
+// their values gathered and put back in place, in the engine's buffer and in one bound later.
+TEST(RoundEngine, DilocoStridedFragmentsExchangeEveryOtherLayerTogether) {
+  constexpr size_t kLayer = 4;
+  std::vector<ParamTensor> layout;
+  for (size_t l = 0; l < 4; ++l) {
+    layout.push_back({.name = absl::StrCat("blocks.", l, ".w"),
+                      .shape = {kLayer},
+                      .offset = l * kLayer,
+                      .numel = kLayer});
+  }
+  DilocoGroup g(layout, /*fragments=*/2,
+                [](EngineOptions& o) { o.fragment_cut = FragmentCut::kStrided; });
+  ASSERT_EQ(g.engines.size(), static_cast<size_t>(DilocoGroup::kWorkers));
+  EXPECT_EQ(g.engines[0]->BucketOffsets(), (std::vector<uint64_t>{0, kLayer}));
+  // The value of layer l on worker i.
+  auto at = [&](int i, size_t l) { return g.engines[i]->params()[l * kLayer + 1]; };
+  EXPECT_THAT(g.Step(0), ::testing::Each(3u * 2 * kLayer * 4));  // layers 1, 3 exchanged
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+    for (size_t l : {0, 2}) EXPECT_FLOAT_EQ(at(i, l), 0.1f * (i + 1)) << l;
+    for (size_t l : {1, 3}) EXPECT_FLOAT_EQ(at(i, l), 0.25f) << l;
+  }
+  // A trainer's buffer bound between steps gets the model, and the steps go on in it.
+  std::vector<float> bound(4 * kLayer, -1.0f);
+  ASSERT_THAT(g.engines[3]->BindParams(absl::MakeSpan(bound)), IsOk());
+  EXPECT_FLOAT_EQ(bound[1], 0.4f);
+  EXPECT_FLOAT_EQ(bound[kLayer + 1], 0.25f);
+  EXPECT_THAT(g.Step(1), ::testing::Each(3u * 2 * kLayer * 4));  // layers 0, 2
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+    for (size_t l : {0, 2}) EXPECT_FLOAT_EQ(at(i, l), 0.5f) << l;
+    for (size_t l : {1, 3}) EXPECT_FLOAT_EQ(at(i, l), 0.25f + 0.1f * (i + 1)) << l;
+  }
+  EXPECT_FLOAT_EQ(bound[2 * kLayer], 0.5f);
+  EXPECT_FLOAT_EQ(bound[3 * kLayer], 0.25f + 0.4f);
+  EngineOptions unfragmented;
+  DilocoGroup::Configure(unfragmented, /*fragments=*/0);
+  unfragmented.num_workers = DilocoGroup::kWorkers;
+  unfragmented.fragment_cut = FragmentCut::kStrided;
+  EXPECT_THAT(RoundEngine::Create(unfragmented, &g.registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--fragments")));
+}
+
 // Streaming DiLoCo's overlap and merge: with overlap_steps = 2 the exchange pushed at step 3
 // (H = 4) is mixed at the start of step 5, step 4 taking its local update only; the model then
 // becomes α × the local one + (1 − α) × the group's.

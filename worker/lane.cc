@@ -16,6 +16,25 @@ bool PeerUnreachable(const absl::Status& s) {
          s.code() == absl::StatusCode::kCancelled;
 }
 
+absl::Span<const float> Lane::Gather(absl::Span<const float> whole,
+                                     std::vector<float>* into) const {
+  if (!gathered()) return whole.subspan(offset, size);
+  into->resize(size);
+  float* out = into->data();
+  for (const Piece& p : pieces) out = std::copy_n(whole.data() + p.offset, p.size, out);
+  return *into;
+}
+
+void Lane::Scatter(absl::Span<float> whole) const {
+  const absl::Span<const float> mine = algorithm->params();
+  if (mine.data() == whole.data() + offset) return;  // bound in place
+  const float* in = mine.data();
+  for (const Piece& p : pieces) {
+    std::copy_n(in, p.size, whole.data() + p.offset);
+    in += p.size;
+  }
+}
+
 void PeerHealth::Judge(int me, int64_t step, const std::vector<int>& nbrs,
                        const std::map<int, absl::Status>& results,
                        const std::map<int, GossipMessage>& received, uint64_t* sent_to,

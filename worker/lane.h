@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "core/topology/topology.h"
 #include "worker/algorithm.h"
 #include "worker/gossip_inbox.h"
@@ -93,6 +94,11 @@ struct RoundReport {
   absl::Time combine_started;           // the mixing's start (its time, less decoding, counts)
 };
 
+// A run of the model's values: [offset, offset + size).
+struct Piece {
+  uint64_t offset = 0, size = 0;
+};
+
 struct Lane {
   // Pushes round `r`'s message (`chunks`) to its neighbours at once, waiting (in Finish) for
   // those `health` says are up. A push that fails for transport reasons stops the wait for that
@@ -105,9 +111,22 @@ struct Lane {
   // on arrival) keeps the local model and drops every neighbour.
   absl::StatusOr<RoundReport> Finish(InFlight r, int me, PeerHealth& health);
 
+  // Whether the lane's values are several runs of the model (strided fragments): its algorithm
+  // then holds them gathered in a vector of its own, which Scatter copies back into the model.
+  bool gathered() const { return pieces.size() > 1; }
+  // The lane's values of `whole` (the model, or a gradient over it): a view when it is one run,
+  // else gathered into `*into`.
+  absl::Span<const float> Gather(absl::Span<const float> whole, std::vector<float>* into) const;
+  // The algorithm's values into their places in `whole` (the model).
+  void Scatter(absl::Span<float> whole) const;
+
   std::unique_ptr<Algorithm> algorithm;
   std::shared_ptr<GossipInbox> inbox;  // shared with push callbacks
-  uint64_t offset = 0, size = 0;       // its range of the parameter vector
+  // Its runs of the parameter vector (ascending); `offset` is the first one's start, `size` all
+  // of their values.
+  std::vector<Piece> pieces;
+  uint64_t offset = 0, size = 0;
+  std::vector<float> grad;  // gathered: this step's gradient of its values
   // Each neighbour's latest push's round: a neighbour that is down gets one push at a time (a
   // probe; behind a partition each would hang to its deadline).
   std::vector<std::shared_ptr<RoundPushes>> last_push;

@@ -59,6 +59,11 @@ ABSL_FLAG(tern::Int<tern::In(0, 1024)>, fragments, 0,
           "of about equal size), each exchanged at its own step, --local_steps / fragments apart "
           "(Streaming DiLoCo: each exchange carries one fragment); the same on every worker; 0 "
           "or 1: the whole model at once");
+ABSL_FLAG(std::string, fragment_cut, "contiguous",
+          "training, diloco, with --fragments: contiguous (runs of whole tensors from the last "
+          "back) | strided (the layers dealt out in turn, layer l to fragment l mod fragments, "
+          "so each fragment spans the depth: Streaming DiLoCo's cut; layers are named by the "
+          "first number in a tensor's name, e.g. blocks.3.; docs/worker.md)");
 ABSL_FLAG(tern::Double<tern::Above(0)>, round_timeout, 10,
           "training: seconds a round waits for its neighbours");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, epochs, 5,
@@ -122,6 +127,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   // In [0, 1048576] by its type (clients/flags/flag_types.h).
   o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
   o.fragments = absl::GetFlag(FLAGS_fragments).value;
+  TERN_ASSIGN_OR_RETURN(o.fragment_cut, ParseFragmentCut(absl::GetFlag(FLAGS_fragment_cut)));
   o.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard).value;
   o.snapshot_every = snapshot_every;
   o.final_step = total_steps;
@@ -192,6 +198,7 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--outer_delay=", absl::GetFlag(FLAGS_outer_delay)),
       absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb).value),
       absl::StrCat("--fragments=", absl::GetFlag(FLAGS_fragments).value),
+      absl::StrCat("--fragment_cut=", absl::GetFlag(FLAGS_fragment_cut)),
       absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard).value),
       absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
       absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),

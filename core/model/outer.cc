@@ -34,6 +34,13 @@ class MomentumOuterOptimizer final : public OuterOptimizer {
     }
   }
 
+  void Preview(absl::Span<const float> mean, absl::Span<float> step) const override {
+    for (size_t i = 0; i < numel_; ++i) {
+      const float m = mu_ == 0 ? mean[i] : mu_ * m_[i] + mean[i];
+      step[i] = mu_ == 0 ? lr_ * mean[i] : nesterov_ ? lr_ * (mean[i] + mu_ * m) : lr_ * m;
+    }
+  }
+
   void Forget() override { std::fill(m_.begin(), m_.end(), 0.0f); }
   float residual_decay() const override { return decay_; }
   absl::Span<const float> momentum() const override { return m_; }

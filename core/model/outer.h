@@ -39,6 +39,9 @@ class OuterOptimizer {
   // Writes θ's move for the mean update `mean` into `step` (both of Reset's size) and advances
   // the momentum.
   virtual void Step(absl::Span<const float> mean, absl::Span<float> step) = 0;
+  // The move Step would write for `mean`, leaving the momentum as it is (diloco's eager outer
+  // step: a stand-in step the group's mean replaces later).
+  virtual void Preview(absl::Span<const float> mean, absl::Span<float> step) const = 0;
   // Zeroes the momentum: the step it gave was not taken (it would have overflowed the model).
   virtual void Forget() = 0;
   // What each sender multiplies its error feedback's residual by before adding its next update

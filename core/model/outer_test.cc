@@ -125,6 +125,23 @@ TEST(OuterOptimizerTest, EveryOuterOptimizerStepsTowardsTheWorkersAndRestoresExa
   }
 }
 
+// Preview gives the step Step would give and leaves the momentum alone: after previews, the next
+// Step is the one an optimizer that never previewed takes.
+TEST(OuterOptimizerTest, PreviewIsTheNextStepWithoutTakingIt) {
+  auto r = NewBuiltinOuterOptimizerRegistry();
+  for (const std::string& name : r->Names()) {
+    auto a = NewOuter(name, 2);
+    auto b = NewOuter(name, 2);
+    OuterStepOf(*a, {1.0f, -0.5f});
+    OuterStepOf(*b, {1.0f, -0.5f});
+    std::vector<float> preview(2);
+    a->Preview({3.0f, 3.0f}, absl::MakeSpan(preview));
+    a->Preview({0.25f, 2.0f}, absl::MakeSpan(preview));
+    EXPECT_EQ(preview, OuterStepOf(*b, {0.25f, 2.0f})) << name;
+    EXPECT_EQ(OuterStepOf(*a, {0.25f, 2.0f}), preview) << name;
+  }
+}
+
 TEST(OuterOptimizerTest, HeavyBallTakesANegativeLrForAGradient) {
   auto o = NewHeavyBallOuterOptimizer(-0.1f, 0.0f);
   o->Reset(1);

@@ -110,6 +110,47 @@ TEST(TernRun, DilocoInTwoFragmentsConvergesAndExchangesOneFragmentAtATime) {
   EXPECT_NE(ReadText(dir + "/run.json").find("nesterov"), std::string::npos);
 }
 
+// --fragment_cut=strided: the MLP's layers (fc1 … fc4, no numbered blocks) dealt out in turn,
+// fc1 and fc3 in one fragment, fc2 and fc4 in the other, each exchanged at its own step as
+// contiguous fragments are; the run converges and ends on the group's model.
+TEST(TernRun, DilocoInStridedFragmentsExchangesEveryOtherLayerTogether) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
+                     "--algorithm=diloco", "--local_steps=10", "--codec=none", "--fragments=2",
+                     "--fragment_cut=strided", "--model=mlp:hidden=32x256x256", "--log_level=warn",
+                     "--out=" + dir},
+                    dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
+  EXPECT_EQ(Last(dir, "consensus"), 0.0);
+  const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
+  std::vector<std::string> lines = absl::StrSplit(steps, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 235u);
+  std::map<int64_t, std::set<int>> phases_by_bytes;  // payload bytes sent -> steps mod 10
+  int64_t last = 0;
+  for (size_t t = 0; t < lines.size(); ++t) {
+    const std::string key = "\"payload_bytes_sent\":";
+    const size_t at = lines[t].find(key);
+    ASSERT_NE(at, std::string::npos) << lines[t];
+    const int64_t sent = std::atoll(lines[t].c_str() + at + key.size());
+    if (t + 1 == lines.size()) {
+      last = sent;
+    } else if (sent > 0) {
+      phases_by_bytes[sent].insert(static_cast<int>(t % 10));
+    }
+  }
+  // fp32 to three others: fc2 + fc4 (32·256 + 256 + 256·10 + 10 values) at step 4 of each
+  // period, fc1 + fc3 (784·32 + 32 + 256·256 + 256) at step 9, both at the last step.
+  constexpr int64_t kBack = 3 * 4 * (32 * 256 + 256 + 256 * 10 + 10);
+  constexpr int64_t kFront = 3 * 4 * (784 * 32 + 32 + 256 * 256 + 256);
+  EXPECT_THAT(phases_by_bytes, ::testing::ElementsAre(::testing::Pair(kBack, std::set<int>{4}),
+                                                      ::testing::Pair(kFront, std::set<int>{9})));
+  EXPECT_EQ(last, kBack + kFront);
+  const std::string config = ReadText(dir + "/run.json");
+  EXPECT_THAT(config, HasSubstr("\"fragments\":2"));
+  EXPECT_THAT(config, HasSubstr("\"fragment_cut\":\"strided\""));
+}
+
 // --outer_delay=eager through `tern run`: each exchange (pushed at steps 9, 19, …) is mixed at
 // the next one, ten steps later (a round's bytes count when it is mixed), both the last two at
 // the run's last step; the run converges and ends with every worker on the group's model.

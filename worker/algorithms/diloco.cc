@@ -104,20 +104,18 @@ class Diloco final : public AlgorithmBase {
     outer_->Step(mean_, absl::MakeSpan(scratch_));
     for (size_t i = 0; i < n; ++i) anchor_[i] += scratch_[i];
     self_weight_ = static_cast<float>(row.self);
-    // Delayed, x is the next round's, begun when this exchange was sent; the run's last exchange
-    // ends it on θ all the same.
-    if (delayed() && !last_round_) {
-      own_ = EncodedTensor();
-      return absl::OkStatus();
-    }
-    // Streaming DiLoCo's merge: with overlap, x holds the steps taken while the exchange ran.
-    // The run's last exchange is not merged: the run ends on the group's model, the same on
-    // every worker.
-    const float alpha = last_round_ ? 0.0f : static_cast<float>(options_.merge_alpha);
-    if (alpha == 0) {
-      x_ = anchor_;
-    } else {
-      for (size_t i = 0; i < n; ++i) x_[i] = alpha * x_[i] + (1 - alpha) * anchor_[i];
+    // Delayed, x is the next round's, begun when this exchange was sent: it stays. Otherwise,
+    // and at the run's last exchange (which ends the run on θ all the same), x takes θ, merged
+    // as Streaming DiLoCo merges when the exchange overlapped steps: x ← α x + (1 − α) θ. The
+    // run's last exchange is not merged: the run ends on the group's model, the same on every
+    // worker.
+    if (!delayed() || last_round_) {
+      const float alpha = last_round_ ? 0.0f : static_cast<float>(options_.merge_alpha);
+      if (alpha == 0) {
+        x_ = anchor_;
+      } else {
+        for (size_t i = 0; i < n; ++i) x_[i] = alpha * x_[i] + (1 - alpha) * anchor_[i];
+      }
     }
     own_ = EncodedTensor();
     return absl::OkStatus();
@@ -139,19 +137,15 @@ class Diloco final : public AlgorithmBase {
   bool delayed() const { return options_.outer_delay != OuterDelay::kNone; }
 
   // The next round starts now, before this one's exchange is heard: from θ, which holds the
-  // outer steps of every round before this one, or (eager) from θ stepped with this worker's own
-  // update (mean_, as the others decode it) weighed as its share of the mean, the outer
-  // optimizer's state left as it was: the group's mean replaces that step when it comes.
+  // outer steps of every round before this one, or (eager) from θ moved as the outer optimizer
+  // would move it for this worker's own update (mean_, as the others decode it) weighed as its
+  // share of the mean, its state untouched: the group's mean replaces that step when it comes.
   void StartNextRound() {
     const size_t n = x_.size();
     start_ = anchor_;
     if (options_.outer_delay == OuterDelay::kEager) {
-      const absl::Span<const float> m = outer_->momentum();
-      saved_momentum_.assign(m.begin(), m.end());
       for (size_t i = 0; i < n; ++i) scratch_[i] = self_weight_ * mean_[i];
-      outer_->Step(scratch_, absl::MakeSpan(mean_));
-      // Restore cannot fail on the optimizer's own momentum (same size).
-      (void)outer_->Restore(saved_momentum_);
+      outer_->Preview(scratch_, absl::MakeSpan(mean_));
       for (size_t i = 0; i < n; ++i) start_[i] += mean_[i];
     }
     x_ = start_;
@@ -166,8 +160,7 @@ class Diloco final : public AlgorithmBase {
   std::vector<float> scratch_;   // u + decayed residual; then the outer step
   // Delayed or eager: where this round's inner steps started (u is measured from it).
   std::vector<float> start_;
-  float self_weight_ = 1;              // this worker's weight in the last round's mean
-  std::vector<float> saved_momentum_;  // eager: the outer momentum before its stand-in step
+  float self_weight_ = 1;  // this worker's weight in the last round's mean
 };
 
 }  // namespace
