@@ -184,6 +184,7 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
     absl::MutexLock lock(&mu_);
     registered_.layout = layout;
     registered_.num_params = x0.size();
+    registered_.cut = cut_;
     for (const Lane& lane : lanes_) {
       registered_.lanes.push_back({lane.inbox, lane.size});
       if (shut_down_) lane.inbox->Close();
@@ -254,6 +255,9 @@ absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
   }
   lanes[0].algorithm = std::move(first_algorithm_);
   lanes_ = std::move(lanes);
+  std::vector<std::vector<Piece>> cut;
+  for (const Lane& lane : lanes_) cut.push_back(lane.pieces);
+  cut_ = CutFingerprint(cut);
   if (lanes_.size() > 1) {
     own_params_.assign(x0.begin(), x0.end());
     TERN_RETURN_IF_ERROR(BindParams(absl::MakeSpan(own_params_)));
@@ -481,6 +485,7 @@ absl::StatusOr<RoundEngine::Outgoing> RoundEngine::Pack(int64_t step, int bucket
   if (lanes_.size() > 1) {
     bundle.set_bucket(static_cast<uint32_t>(bucket));
     bundle.set_buckets(static_cast<uint32_t>(lanes_.size()));
+    bundle.set_cut(cut_);
   }
   TERN_ASSIGN_OR_RETURN(
       std::vector<v1::BundleChunk> chunks,
@@ -522,13 +527,14 @@ absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) 
 absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
                                   PayloadScans* scans) {
   const v1::TensorBundle& bundle = received.bundle;
-  uint64_t num_params, size = 0, buckets;
+  uint64_t num_params, size = 0, buckets, cut;
   std::shared_ptr<GossipInbox> inbox;
   const int bucket = static_cast<int>(std::min<uint32_t>(bundle.bucket(), 1u << 30));
   {
     absl::MutexLock lock(&mu_);
     num_params = registered_.num_params;
     buckets = registered_.lanes.size();
+    cut = registered_.cut;
     if (static_cast<size_t>(bucket) < buckets) {
       inbox = registered_.lanes[static_cast<size_t>(bucket)].inbox;
       size = registered_.lanes[static_cast<size_t>(bucket)].size;
@@ -541,9 +547,16 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
           absl::StrCat(options_.algorithm, " has no rounds; use Gossip.Swap"));
     }
     if (std::max<uint32_t>(bundle.buckets(), 1) != buckets || inbox == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("message for bucket ", bundle.bucket(), " of ",
+                                                     std::max<uint32_t>(bundle.buckets(), 1),
+                                                     "; this worker cuts its model into ", buckets,
+                                                     " (--bucket_mb, or --fragments, must match)"));
+    }
+    if (buckets > 1 && bundle.cut() != 0 && bundle.cut() != cut) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "message for bucket ", bundle.bucket(), " of ", std::max<uint32_t>(bundle.buckets(), 1),
-          "; this worker cuts its model into ", buckets, " (--bucket_mb must match)"));
+          "message for bucket ", bundle.bucket(), " of a model cut another way (fingerprint ",
+          absl::Hex(bundle.cut()), "; this worker's ", absl::Hex(cut),
+          "): --bucket_mb, --fragments and --fragment_cut must match, and the model"));
     }
     // Checked again by Put under the inbox's lock; this early answer saves the decoding of a
     // message for a closed round. One too far ahead is still checked: if genuine, it tells how

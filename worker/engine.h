@@ -252,6 +252,7 @@ class RoundEngine {
 
   // Round-loop state.
   std::vector<Lane> lanes_;                     // made by Init
+  uint64_t cut_ = 0;                            // CutFingerprint of the lanes, made by Init
   std::unique_ptr<Algorithm> first_algorithm_;  // lane 0's, until Init succeeds
   std::vector<float> own_params_;               // with buckets: the model, unless bound elsewhere
   absl::Span<float> params_;      // with buckets: the model, where the lanes are bound
@@ -269,6 +270,7 @@ class RoundEngine {
       uint64_t size = 0;  // the bucket's values
     };
     std::vector<Route> lanes;
+    uint64_t cut = 0;  // CutFingerprint of the lanes
   };
   mutable absl::Mutex mu_;
   Registered registered_ ABSL_GUARDED_BY(mu_);

@@ -622,6 +622,23 @@ TEST(RoundEngine, DilocoEndsEveryExchangeOnTheGroupsMean) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("complete")));
 }
 
+// A worker that dies leaves the others on one model: each survivor averages the three updates it
+// heard (a third each), where the gossip rule (the dead one's weight to the receiver's own
+// update) would give each survivor another mean, and θ would split.
+TEST(RoundEngine, DilocoSurvivorsOfADeadWorkerStayOnOneModel) {
+  DilocoGroup g(Layout(4), /*fragments=*/0);
+  g.transport.dead[3] = true;  // its pushes refused at once, as a dead host's connection is
+  const std::vector<bool> live = {true, true, true, false};
+  g.Step(0, live);
+  g.Step(1, live);  // the exchange: workers 0-2 moved 0.2, 0.4 and 0.6
+  for (int i = 0; i < 3; ++i) {
+    for (float v : g.engines[i]->params()) EXPECT_FLOAT_EQ(v, 0.4f) << i;
+    EXPECT_TRUE(std::equal(g.engines[i]->params().begin(), g.engines[i]->params().end(),
+                           g.engines[0]->params().begin()))
+        << i;
+  }
+}
+
 // Streaming: with two fragments and H = 2 each step exchanges one of them (the last tensor's
 // first), so every fragment is exchanged once per H steps and an exchange carries half the model.
 TEST(RoundEngine, DilocoFragmentsTakeTurns) {
@@ -693,6 +710,33 @@ TEST(RoundEngine, DilocoStridedFragmentsExchangeEveryOtherLayerTogether) {
   unfragmented.fragment_cut = FragmentCut::kStrided;
   EXPECT_THAT(RoundEngine::Create(unfragmented, &g.registries, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--fragments")));
+}
+
+// A message of fragments cut another way (here contiguous: blocks 0-1 and 2-3, the same sizes as
+// the strided 0, 2 and 1, 3) is refused before it is parsed, where it would be mixed into the
+// wrong layers; the same message with the receiver's cut is taken.
+TEST(RoundEngine, DilocoRefusesAMessageOfFragmentsCutAnotherWay) {
+  std::vector<ParamTensor> layout;
+  for (size_t l = 0; l < 4; ++l) {
+    layout.push_back(
+        {.name = absl::StrCat("blocks.", l, ".w"), .shape = {4}, .offset = l * 4, .numel = 4});
+  }
+  DilocoGroup g(layout, /*fragments=*/2,
+                [](EngineOptions& o) { o.fragment_cut = FragmentCut::kStrided; });
+  ASSERT_EQ(g.engines.size(), static_cast<size_t>(DilocoGroup::kWorkers));
+  GossipMessage m;
+  EncodedTensor t;
+  const std::vector<float> u(8, 0.5f);
+  ASSERT_THAT((*g.registries.codecs->Create("none"))->Encode(u, {}, &t), IsOk());
+  m.parts.emplace_back("u", std::move(t));
+  v1::TensorBundle b = GossipToBundle(std::move(m), "tern", /*step=*/0, /*sender=*/1);
+  b.set_bucket(1);
+  b.set_buckets(2);
+  b.set_cut(CutFingerprint({{{0, 8}}, {{8, 8}}}));
+  EXPECT_THAT(g.engines[0]->Deliver(b, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--fragment_cut")));
+  b.set_cut(CutFingerprint({{{0, 4}, {8, 4}}, {{4, 4}, {12, 4}}}));
+  EXPECT_THAT(g.engines[0]->Deliver(b, 0), IsOk());
 }
 
 // Streaming DiLoCo's overlap and merge: with overlap_steps = 2 the exchange pushed at step 3

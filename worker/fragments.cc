@@ -7,8 +7,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/rng.h"
 
 namespace tern {
+
+uint64_t CutFingerprint(const std::vector<std::vector<Piece>>& lanes) {
+  uint64_t h = Mix64(lanes.size());
+  for (const std::vector<Piece>& lane : lanes) {
+    h = Mix64(h ^ (0x9e3779b97f4a7c15ULL + lane.size()));
+    for (const Piece& p : lane) {
+      h = Mix64(h ^ p.offset);
+      h = Mix64(h ^ p.size);
+    }
+  }
+  return h == 0 ? 1 : h;
+}
 
 absl::StatusOr<FragmentCut> ParseFragmentCut(absl::string_view name) {
   for (FragmentCut c : {FragmentCut::kContiguous, FragmentCut::kStrided}) {

@@ -17,6 +17,17 @@
 
 namespace tern {
 
+// A run of the model's values: [offset, offset + size).
+struct Piece {
+  uint64_t offset = 0, size = 0;
+};
+
+// A fingerprint of a model cut into lanes (each lane's runs, in order): every message of a cut
+// model carries its sender's, and a receiver that cuts another way refuses it, where lanes of
+// equal sizes would otherwise be mixed value for wrong value. Never 0 (0: a sender that does
+// not say).
+uint64_t CutFingerprint(const std::vector<std::vector<Piece>>& lanes);
+
 enum class FragmentCut {
   kContiguous,  // runs of whole tensors of about equal size
   kStrided,     // layer l in fragment l mod P

@@ -74,6 +74,16 @@ TEST(StridedFragments, LeaveEmptyFragmentsOutAndDealModulesWithoutNumbers) {
   EXPECT_THAT(StridedFragments(mlp, 2), ElementsAre(ElementsAre(0, 1, 4), ElementsAre(2, 3)));
 }
 
+// Two cuts with lanes of the same sizes differ; the same cut gives the same fingerprint; never 0.
+TEST(CutFingerprint, TellsCutsOfEqualSizesApart) {
+  const std::vector<std::vector<Piece>> contiguous = {{{0, 8}}, {{8, 8}}};
+  const std::vector<std::vector<Piece>> strided = {{{0, 4}, {8, 4}}, {{4, 4}, {12, 4}}};
+  EXPECT_NE(CutFingerprint(contiguous), CutFingerprint(strided));
+  EXPECT_EQ(CutFingerprint(strided), CutFingerprint({{{0, 4}, {8, 4}}, {{4, 4}, {12, 4}}}));
+  EXPECT_NE(CutFingerprint(contiguous), CutFingerprint({{{0, 8}, {8, 8}}}));  // one lane of both
+  EXPECT_NE(CutFingerprint({}), 0u);
+}
+
 TEST(FragmentCut, ParsesItsNamesAndRefusesOthers) {
   for (FragmentCut c : {FragmentCut::kContiguous, FragmentCut::kStrided}) {
     const absl::StatusOr<FragmentCut> parsed = ParseFragmentCut(FragmentCutName(c));

@@ -25,6 +25,7 @@
 #include "absl/types/span.h"
 #include "core/topology/topology.h"
 #include "worker/algorithm.h"
+#include "worker/fragments.h"
 #include "worker/gossip_inbox.h"
 #include "worker/peer_transport.h"
 
@@ -92,11 +93,6 @@ struct RoundReport {
   double wait_seconds = 0;              // for the neighbours' messages
   double transfer_seconds = 0;          // for our pushes, after the messages
   absl::Time combine_started;           // the mixing's start (its time, less decoding, counts)
-};
-
-// A run of the model's values: [offset, offset + size).
-struct Piece {
-  uint64_t offset = 0, size = 0;
 };
 
 struct Lane {

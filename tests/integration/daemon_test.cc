@@ -198,6 +198,23 @@ TEST(TernRun, KillingOneWorkerMidRunLetsTheRestFinish) {
   }
 }
 
+// diloco with a worker SIGKILLed between exchanges (H = 20: after the one at step 59, before the
+// one at 79): the other three notice at the next exchange (its pushes refused), average the three
+// updates they heard, and finish the run on one model.
+TEST(TernRun, DilocoSurvivorsOfAKilledWorkerFinishOnOneModel) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
+                     "--algorithm=diloco", "--local_steps=20", "--codec=fp4", "--round_timeout=5",
+                     "--kill_worker=2@65", "--log_level=warn", "--out=" + dir},
+                    dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  const std::string log = ReadText(dir + "/run.log");
+  EXPECT_NE(log.find("killed worker 2"), std::string::npos) << log;
+  EXPECT_EQ(Last(dir, "workers"), 3);
+  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.7);
+  EXPECT_EQ(Last(dir, "consensus"), 0.0);
+}
+
 // A quarter of the workers SIGKILLed at once: with the scheduler the survivors are re-linked
 // into one ring (static, it would split in two halves that drift apart: consensus ~3), and the
 // two halves of the split, which ran apart while the failures were being noticed, catch up with

@@ -17,10 +17,10 @@ namespace {
 // Every H steps (local_steps) each worker sends its update over those steps, u_i = x_i − θ (the
 // negative of DiLoCo's pseudo-gradient), compressed with the codec (any: dense_ here) and error
 // feedback — the residual first decays by the outer optimizer's residual_decay(), SparseLoCo's
-// momentum — and every worker sums the group's decoded updates ū = Σ_j w_j D(C(u_j)), its own
-// among them, takes the outer step θ += Outer(ū) and starts again from x = θ (or, with
-// merge_alpha α, from α x + (1 − α) θ: Streaming DiLoCo's merge of the steps taken while an
-// overlapped exchange ran).
+// momentum — and every worker averages the group's decoded updates ū = (1/k) Σ_j D(C(u_j)) over
+// the k it heard, its own among them, takes the outer step θ += Outer(ū) and starts again from x =
+// θ (or, with merge_alpha α, from α x + (1 − α) θ: Streaming DiLoCo's merge of the steps taken
+// while an overlapped exchange ran).
 //
 // With a delayed outer step (outer_delay, the engine's overlap mixing each round at the next
 // exchange) a round's exchange runs during the next round's inner steps: at the end of round r
@@ -33,8 +33,10 @@ namespace {
 // Every worker hears every other (AllToAll: the engine refuses any graph but the complete one)
 // and sums the same decoded messages with the same weights in the same order (by worker id), so
 // θ and the outer momentum are the same bytes on every worker: the state an aggregator would
-// otherwise hold. For that reason no clipping either (a worker's ū must not depend on who
-// computes it); the engine's norm guard still refuses outsized messages.
+// otherwise hold. A worker that dies drops out of every survivor's mean in the same round (its
+// messages stop), and the survivors go on with one θ. For that reason no clipping either (a
+// worker's ū must not depend on who computes it); the engine's norm guard still refuses outsized
+// messages.
 class Diloco final : public AlgorithmBase {
  public:
   Diloco(const AlgorithmOptions& options, const CodecRegistry* codecs,
@@ -82,17 +84,20 @@ class Diloco final : public AlgorithmBase {
       return absl::FailedPreconditionError("diloco: Combine before a communicating Prepare");
     }
     TERN_RETURN_IF_ERROR(CheckReceived(row, received));
-    // Every part checked before any is summed, and the sum in worker-id order, own included.
-    std::map<int, std::pair<const EncodedTensor*, float>> by_id;
-    by_id[worker_] = {&own_, static_cast<float>(row.self)};
-    for (const auto& [j, w] : row.neighbours) {
-      TERN_ASSIGN_OR_RETURN(const EncodedTensor* t, FindValid(j, *received.at(j), "u"));
-      by_id[j] = {t, static_cast<float>(w)};
+    // The plain mean of the updates heard, own included, whatever the row's weights: a worker
+    // that was dropped leaves its share to all the others (the gossip rule gives it to the
+    // receiver alone, which here would split θ), so workers that heard the same ones stay on one
+    // model. Every part checked before any is summed, and the sum in worker-id order.
+    const float w = 1.0f / static_cast<float>(1 + row.neighbours.size());
+    std::map<int, const EncodedTensor*> by_id;
+    by_id[worker_] = &own_;
+    for (const auto& [j, unused] : row.neighbours) {
+      TERN_ASSIGN_OR_RETURN(by_id[j], FindValid(j, *received.at(j), "u"));
     }
     mean_.assign(n, 0.0f);
     for (const auto& [j, part] : by_id) {
-      const WeightedTarget one[1] = {{part.second, absl::MakeSpan(mean_)}};
-      TERN_RETURN_IF_ERROR(AccumulateEach(j, *part.first, "u", one, /*checked=*/true));
+      const WeightedTarget one[1] = {{w, absl::MakeSpan(mean_)}};
+      TERN_RETURN_IF_ERROR(AccumulateEach(j, *part, "u", one, /*checked=*/true));
     }
     for (size_t i = 0; i < n; ++i) {
       if (!std::isfinite(mean_[i])) {
@@ -103,7 +108,7 @@ class Diloco final : public AlgorithmBase {
     scratch_.resize(n);
     outer_->Step(mean_, absl::MakeSpan(scratch_));
     for (size_t i = 0; i < n; ++i) anchor_[i] += scratch_[i];
-    self_weight_ = static_cast<float>(row.self);
+    self_weight_ = w;
     // Delayed, x is the next round's, begun when this exchange was sent: it stays. Otherwise,
     // and at the run's last exchange (which ends the run on θ all the same), x takes θ, merged
     // as Streaming DiLoCo merges when the exchange overlapped steps: x ← α x + (1 − α) θ. The
@@ -160,7 +165,7 @@ class Diloco final : public AlgorithmBase {
   std::vector<float> scratch_;   // u + decayed residual; then the outer step
   // Delayed or eager: where this round's inner steps started (u is measured from it).
   std::vector<float> start_;
-  float self_weight_ = 1;  // this worker's weight in the last round's mean
+  float self_weight_ = 1;  // this worker's weight in the last round's mean (1 / workers heard)
 };
 
 }  // namespace
