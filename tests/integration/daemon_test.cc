@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "common/chunking.h"
 #include "common/crc32.h"
@@ -71,35 +72,53 @@ TEST(TernRun, ABucketedRunConvergesAndSendsWhatAWholeModelRunSends) {
   EXPECT_NE(steps.find("\"mixed\":2,"), std::string::npos);
 }
 
+// A one-epoch run of 4 diloco workers (`tern run` with `flags` after the common ones) into `dir`,
+// checked to have converged and ended with every worker on the group's model; each of worker 0's
+// 235 steps' payload bytes sent (a round's bytes count when it is mixed), or none if it failed.
+std::vector<int64_t> DilocoRunBytesSent(const std::string& dir,
+                                        const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {"run",
+                                   "--workers=4",
+                                   "--epochs=1",
+                                   "--batch=64",
+                                   "--evals_per_epoch=1",
+                                   "--algorithm=diloco",
+                                   "--log_level=warn",
+                                   "--out=" + dir};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const int status = Wait(Spawn(args, dir + "/run.log"));
+  EXPECT_EQ(status, 0) << ReadText(dir + "/run.log");
+  if (status != 0) return {};
+  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
+  EXPECT_EQ(Last(dir, "consensus"), 0.0);  // every worker holds the outer model
+  const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
+  std::vector<int64_t> sent;
+  for (absl::string_view line : absl::StrSplit(steps, '\n', absl::SkipEmpty())) {
+    const absl::string_view key = "\"payload_bytes_sent\":";
+    const size_t at = line.find(key);
+    EXPECT_NE(at, absl::string_view::npos) << line;
+    if (at == absl::string_view::npos) return {};
+    sent.push_back(std::atoll(std::string(line.substr(at + key.size())).c_str()));
+  }
+  EXPECT_EQ(sent.size(), 235u) << steps.substr(0, 2000);
+  return sent;
+}
+
 // --algorithm=diloco with --fragments=2 (the complete graph its default): the outer step among
 // the workers, in 4-bit updates, converges; each fragment is exchanged once per H = 10 steps, at
 // its own step (the back one 5 steps before the front one), each exchange carrying one fragment,
 // and both at the run's last step, which ends on the group's model.
 TEST(TernRun, DilocoInTwoFragmentsConvergesAndExchangesOneFragmentAtATime) {
   const std::string dir = MakeTempDir();
-  pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
-                     "--algorithm=diloco", "--local_steps=10", "--codec=fp4", "--fragments=2",
-                     "--model=mlp:hidden=32x256x256", "--log_level=warn", "--out=" + dir},
-                    dir + "/run.log");
-  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
-  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
-  EXPECT_GT(Last(dir, "compression"), 7.0);  // 4.25 bits a value
-  EXPECT_EQ(Last(dir, "consensus"), 0.0);    // every worker holds the outer model
-  const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
-  std::vector<std::string> lines = absl::StrSplit(steps, '\n', absl::SkipEmpty());
-  ASSERT_EQ(lines.size(), 235u);
-  std::vector<int64_t> sent;
-  for (const std::string& line : lines) {
-    const std::string key = "\"payload_bytes_sent\":";
-    const size_t at = line.find(key);
-    ASSERT_NE(at, std::string::npos) << line;
-    sent.push_back(std::atoll(line.c_str() + at + key.size()));
-  }
+  const std::vector<int64_t> sent = DilocoRunBytesSent(
+      dir, {"--local_steps=10", "--codec=fp4", "--fragments=2", "--model=mlp:hidden=32x256x256"});
+  ASSERT_EQ(sent.size(), 235u);
+  EXPECT_GT(Last(dir, "compression"), 7.0);        // 4.25 bits a value
   std::map<int, std::set<int64_t>> sent_by_phase;  // step mod 10 -> payload bytes sent
   for (size_t t = 0; t + 1 < sent.size(); ++t) {
     if (sent[t] > 0) sent_by_phase[static_cast<int>(t % 10)].insert(sent[t]);
   }
-  ASSERT_EQ(sent_by_phase.size(), 2u) << steps.substr(0, 2000);
+  ASSERT_EQ(sent_by_phase.size(), 2u);
   EXPECT_EQ(sent_by_phase.begin()->first, 4);   // the back fragment, early
   EXPECT_EQ(sent_by_phase.rbegin()->first, 9);  // the front one, every 10th step
   ASSERT_EQ(sent_by_phase[4].size(), 1u);
@@ -115,29 +134,13 @@ TEST(TernRun, DilocoInTwoFragmentsConvergesAndExchangesOneFragmentAtATime) {
 // contiguous fragments are; the run converges and ends on the group's model.
 TEST(TernRun, DilocoInStridedFragmentsExchangesEveryOtherLayerTogether) {
   const std::string dir = MakeTempDir();
-  pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
-                     "--algorithm=diloco", "--local_steps=10", "--codec=none", "--fragments=2",
-                     "--fragment_cut=strided", "--model=mlp:hidden=32x256x256", "--log_level=warn",
-                     "--out=" + dir},
-                    dir + "/run.log");
-  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
-  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
-  EXPECT_EQ(Last(dir, "consensus"), 0.0);
-  const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
-  std::vector<std::string> lines = absl::StrSplit(steps, '\n', absl::SkipEmpty());
-  ASSERT_EQ(lines.size(), 235u);
+  const std::vector<int64_t> sent =
+      DilocoRunBytesSent(dir, {"--local_steps=10", "--codec=none", "--fragments=2",
+                               "--fragment_cut=strided", "--model=mlp:hidden=32x256x256"});
+  ASSERT_EQ(sent.size(), 235u);
   std::map<int64_t, std::set<int>> phases_by_bytes;  // payload bytes sent -> steps mod 10
-  int64_t last = 0;
-  for (size_t t = 0; t < lines.size(); ++t) {
-    const std::string key = "\"payload_bytes_sent\":";
-    const size_t at = lines[t].find(key);
-    ASSERT_NE(at, std::string::npos) << lines[t];
-    const int64_t sent = std::atoll(lines[t].c_str() + at + key.size());
-    if (t + 1 == lines.size()) {
-      last = sent;
-    } else if (sent > 0) {
-      phases_by_bytes[sent].insert(static_cast<int>(t % 10));
-    }
+  for (size_t t = 0; t + 1 < sent.size(); ++t) {
+    if (sent[t] > 0) phases_by_bytes[sent[t]].insert(static_cast<int>(t % 10));
   }
   // fp32 to three others: fc2 + fc4 (32·256 + 256 + 256·10 + 10 values) at step 4 of each
   // period, fc1 + fc3 (784·32 + 32 + 256·256 + 256) at step 9, both at the last step.
@@ -145,7 +148,7 @@ TEST(TernRun, DilocoInStridedFragmentsExchangesEveryOtherLayerTogether) {
   constexpr int64_t kFront = 3 * 4 * (784 * 32 + 32 + 256 * 256 + 256);
   EXPECT_THAT(phases_by_bytes, ::testing::ElementsAre(::testing::Pair(kBack, std::set<int>{4}),
                                                       ::testing::Pair(kFront, std::set<int>{9})));
-  EXPECT_EQ(last, kBack + kFront);
+  EXPECT_EQ(sent.back(), kBack + kFront);
   const std::string config = ReadText(dir + "/run.json");
   EXPECT_THAT(config, HasSubstr("\"fragments\":2"));
   EXPECT_THAT(config, HasSubstr("\"fragment_cut\":\"strided\""));
@@ -156,21 +159,15 @@ TEST(TernRun, DilocoInStridedFragmentsExchangesEveryOtherLayerTogether) {
 // the run's last step; the run converges and ends with every worker on the group's model.
 TEST(TernRun, DilocoWithEagerOuterStepsConvergesAndEndsOnOneModel) {
   const std::string dir = MakeTempDir();
-  pid_t pid = Spawn({"run", "--workers=4", "--epochs=1", "--batch=64", "--evals_per_epoch=1",
-                     "--algorithm=diloco", "--local_steps=10", "--codec=fp4", "--outer=average",
-                     "--overlap", "--outer_delay=eager", "--log_level=warn", "--out=" + dir},
-                    dir + "/run.log");
-  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
-  EXPECT_GT(Last(dir, "test_acc"), Synthetic(dir) ? 0.5 : 0.75);
-  EXPECT_EQ(Last(dir, "consensus"), 0.0);
-  const std::string steps = ReadText(dir + "/worker-0.steps.jsonl");
-  std::vector<std::string> lines = absl::StrSplit(steps, '\n', absl::SkipEmpty());
-  ASSERT_EQ(lines.size(), 235u);
+  const std::vector<int64_t> sent = DilocoRunBytesSent(
+      dir,
+      {"--local_steps=10", "--codec=fp4", "--outer=average", "--overlap", "--outer_delay=eager"});
+  ASSERT_EQ(sent.size(), 235u);
   std::vector<int64_t> mixed_at;
-  for (size_t t = 0; t < lines.size(); ++t) {
-    if (lines[t].find("\"payload_bytes_sent\":0,") == std::string::npos) mixed_at.push_back(t);
+  for (size_t t = 0; t < sent.size(); ++t) {
+    if (sent[t] > 0) mixed_at.push_back(static_cast<int64_t>(t));
   }
-  ASSERT_EQ(mixed_at.size(), 23u) << steps.substr(0, 2000);
+  ASSERT_EQ(mixed_at.size(), 23u);
   EXPECT_EQ(mixed_at.front(), 19);
   for (size_t k = 0; k + 1 < mixed_at.size(); ++k) EXPECT_EQ(mixed_at[k], 19 + 10 * k);
   EXPECT_EQ(mixed_at.back(), 234);
