@@ -24,21 +24,19 @@ class MomentumOuterOptimizer final : public OuterOptimizer {
   }
 
   void Step(absl::Span<const float> mean, absl::Span<float> step) override {
-    if (mu_ == 0) {
-      for (size_t i = 0; i < numel_; ++i) step[i] = lr_ * mean[i];
-      return;
-    }
+    if (mu_ == 0) return Preview(mean, step);
     for (size_t i = 0; i < numel_; ++i) {
       m_[i] = mu_ * m_[i] + mean[i];
-      step[i] = nesterov_ ? lr_ * (mean[i] + mu_ * m_[i]) : lr_ * m_[i];
+      step[i] = Move(mean[i], m_[i]);
     }
   }
 
   void Preview(absl::Span<const float> mean, absl::Span<float> step) const override {
-    for (size_t i = 0; i < numel_; ++i) {
-      const float m = mu_ == 0 ? mean[i] : mu_ * m_[i] + mean[i];
-      step[i] = mu_ == 0 ? lr_ * mean[i] : nesterov_ ? lr_ * (mean[i] + mu_ * m) : lr_ * m;
+    if (mu_ == 0) {
+      for (size_t i = 0; i < numel_; ++i) step[i] = lr_ * mean[i];
+      return;
     }
+    for (size_t i = 0; i < numel_; ++i) step[i] = Move(mean[i], mu_ * m_[i] + mean[i]);
   }
 
   void Forget() override { std::fill(m_.begin(), m_.end(), 0.0f); }
@@ -59,6 +57,9 @@ class MomentumOuterOptimizer final : public OuterOptimizer {
   }
 
  private:
+  // The step for one value given its momentum m after this round's mean was added.
+  float Move(float mean, float m) const { return nesterov_ ? lr_ * (mean + mu_ * m) : lr_ * m; }
+
   const std::string spec_;
   const float lr_;
   const float mu_;
