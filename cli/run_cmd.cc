@@ -178,6 +178,9 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
     c.set_local_steps(absl::GetFlag(FLAGS_local_steps).value);
     c.set_merge_alpha(static_cast<float>(absl::GetFlag(FLAGS_merge_alpha).value));
     c.set_outer_delay(absl::GetFlag(FLAGS_outer_delay));
+    if (absl::GetFlag(FLAGS_sync_steps).value > 0) {
+      c.set_sync_steps(absl::GetFlag(FLAGS_sync_steps).value);
+    }
     if (absl::GetFlag(FLAGS_fragments).value > 1) {
       c.set_fragments(absl::GetFlag(FLAGS_fragments).value);
       c.set_fragment_cut(absl::GetFlag(FLAGS_fragment_cut));

@@ -66,6 +66,10 @@ struct AlgorithmOptions {
   // diloco: when an exchange's outer step is taken (above). Delayed and eager need the engine's
   // overlap, which then mixes each round at the lane's next exchange.
   OuterDelay outer_delay = OuterDelay::kNone;
+  // diloco: the run's first sync_steps steps exchange every step, and each ends on the group's
+  // plain mean, the outer optimizer untouched: synchronous data parallelism while the model moves
+  // fastest, as PostLocalSGD runs DDP for its warm-up; then the outer loop. Not with outer_delay.
+  int64_t sync_steps = 0;
   // The group's size (the engine sets it): eager weighs its own update by 1/workers until a
   // round's mixing row gives the weight.
   int workers = 1;

@@ -52,14 +52,16 @@ struct Simulation {
   }
 
   // With `overlap`, as the engine's overlap mode orders things: step t's gradient is taken
-  // before round t-1's messages are mixed in (they are mixed just before step t's Prepare).
-  void Run(const std::string& topology, int steps, float lr, bool overlap = false) {
+  // before round t-1's messages are mixed in (they are mixed just before step t's Prepare). Steps
+  // are numbered from `first`.
+  void Run(const std::string& topology, int steps, float lr, bool overlap = false,
+           int64_t first = 0) {
     auto topo = NewBuiltinTopologyRegistry()->Create(topology);
     ASSERT_THAT(topo, IsOk());
     const int n = static_cast<int>(workers.size());
     std::vector<GossipMessage> pending;
     int64_t pending_round = -1;
-    for (int64_t t = 0; t < steps; ++t) {
+    for (int64_t t = first; t < first + steps; ++t) {
       std::vector<std::vector<float>> grads(n);
       for (int i = 0; i < n; ++i) {
         auto x = workers[i]->params();
@@ -83,7 +85,7 @@ struct Simulation {
         continue;
       }
       // The engine mixes the last round without waiting for a next step.
-      if (overlap && t + 1 < steps) {
+      if (overlap && t + 1 < first + steps) {
         pending = std::move(msgs);
         pending_round = t;
       } else {
@@ -592,9 +594,9 @@ AlgorithmOptions DilocoOptions(int h, const std::string& outer, const std::strin
 }
 
 // diloco over one step with the plain average, fp32 and one worker per slot of a complete graph:
-// synchronous averaging of the models after each worker's SGD step.
-TEST(Diloco, OneStepWithThePlainAverageIsSynchronousAveraging) {
-  const AlgorithmOptions o = DilocoOptions(1, "average", "none");
+// synchronous averaging of the models after each worker's SGD step. So are the warm-up's steps
+// (sync_steps) whatever H and the outer optimizer.
+void ExpectSynchronousAveraging(const AlgorithmOptions& o) {
   constexpr int kWorkers = 4;
   constexpr size_t kDim = 32;
   Simulation sim("diloco", o, kWorkers, kDim);
@@ -608,13 +610,23 @@ TEST(Diloco, OneStepWithThePlainAverageIsSynchronousAveraging) {
       }
     }
     expect = next;
-    sim.Run("complete", 1, 0.1f);
+    sim.Run("complete", 1, 0.1f, /*overlap=*/false, /*first=*/t);
     for (int i = 0; i < kWorkers; ++i) {
       for (size_t k = 0; k < kDim; ++k) {
         ASSERT_NEAR(sim.workers[i]->params()[k], expect[k], 1e-5) << "step " << t << ", " << i;
       }
     }
   }
+}
+
+TEST(Diloco, OneStepWithThePlainAverageIsSynchronousAveraging) {
+  ExpectSynchronousAveraging(DilocoOptions(1, "average", "none"));
+}
+
+TEST(Diloco, SyncStepsAreSynchronousAveragingWhateverHAndTheOuterOptimizer) {
+  AlgorithmOptions o = DilocoOptions(10, "nesterov:lr=0.7,momentum=0.9", "none");
+  o.sync_steps = 5;
+  ExpectSynchronousAveraging(o);
 }
 
 // The outer step is the group's: with a lossy codec and Nesterov momentum every worker still

@@ -100,6 +100,18 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
       }
     }
   }
+  if (const int64_t sync = options.algorithm_options.sync_steps; sync > 0) {
+    if (!algorithm->AllToAll()) {
+      return absl::InvalidArgumentError(absl::StrCat("--sync_steps is diloco's warm-up; ",
+                                                     options.algorithm, " has no outer loop"));
+    }
+    if (options.algorithm_options.outer_delay != OuterDelay::kNone) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sync_steps=", sync,
+          " ends each warm-up step on the group's mean, which --outer_delay=",
+          OuterDelayName(options.algorithm_options.outer_delay), " would take a round late"));
+    }
+  }
   if (const OuterDelay delay = options.algorithm_options.outer_delay; delay != OuterDelay::kNone) {
     if (!options.overlap || options.overlap_steps != 1) {
       return absl::InvalidArgumentError(absl::StrCat(

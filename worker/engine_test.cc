@@ -865,6 +865,52 @@ TEST(RoundEngine, DilocoEagerEndsOnTheUndelayedRunsModel) {
   EXPECT_NEAR(ends[2], ends[0], 1e-5);
 }
 
+// The warm-up (--sync_steps 2, H = 4, τ = 2, Nesterov): steps 0 and 1 exchange and each is
+// mixed at the next step on the plain mean (0.25 a step) with the steps taken since kept; the
+// period's exchange at step 3 mixes round 1, whose step 2 stays in x, and the first outer step
+// (step 5) is a fresh Nesterov's, its momentum untouched by the warm-up. Refused with an outer
+// delay and for an algorithm without an outer loop.
+TEST(RoundEngine, DilocoSyncStepsAverageEveryStepThenRunTheOuterLoop) {
+  DilocoGroup g(Layout(2), /*fragments=*/0, [](EngineOptions& o) {
+    o.algorithm_options.local_steps = 4;
+    o.algorithm_options.outer = "nesterov:lr=0.7,momentum=0.9";
+    o.algorithm_options.sync_steps = 2;
+    o.overlap = true;
+    o.overlap_steps = 2;
+  });
+  const auto expect = [&g](int64_t step, double theta, double own_steps) {
+    for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+      EXPECT_NEAR(g.engines[i]->params()[0], theta + own_steps * 0.1 * (i + 1), 1e-5)
+          << "step " << step << ", worker " << i;
+    }
+  };
+  EXPECT_THAT(g.Step(0), ::testing::Each(0u));  // pushed; counted when mixed
+  expect(0, 0, 1);
+  EXPECT_THAT(g.Step(1), ::testing::Each(3u * 2 * 4));  // round 0 mixed: θ = 0.25
+  expect(1, 0.25, 1);
+  EXPECT_THAT(g.Step(2), ::testing::Each(0u));  // round 1 still in flight
+  expect(2, 0.25, 2);
+  g.Step(3);  // round 1 mixed (θ = 0.5, step 2 kept), then the period's exchange
+  expect(3, 0.5, 2);
+  g.Step(4);
+  g.Step(5);  // mixed: u = 0.2 (i + 1), a mean of 0.5; Nesterov's first step 0.7 (0.5 + 0.45)
+  expect(5, 0.5 + 0.665, 1);
+
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  EngineOptions o;
+  DilocoGroup::Configure(o, 0);
+  o.num_workers = DilocoGroup::kWorkers;
+  o.algorithm_options.sync_steps = 2;
+  o.overlap = true;
+  o.algorithm_options.outer_delay = OuterDelay::kEager;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--outer_delay=eager")));
+  o.algorithm_options.outer_delay = OuterDelay::kNone;
+  o.algorithm = "local-sgd";
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--sync_steps")));
+}
+
 TEST(RoundEngine, DilocoOuterDelayNeedsOverlapAndNoMerge) {
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   EngineOptions o;

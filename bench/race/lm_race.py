@@ -106,6 +106,15 @@ ROWS = {
                                                   "--codec=fp4", "--fragments=4", "--overlap",
                                                   "--overlap_steps=2", "--merge_alpha=0.5",
                                                   "--round_timeout=600"]},
+    # The same after a synchronous warm-up as PostLocalSGD's: the first 10 % of the steps
+    # exchange every step and end on the plain mean (--sync_steps, docs/worker.md).
+    "tern-streaming-diloco-fp4-tau2-sync": {"kind": "tern-optim", "uses_h": True, "sync": True,
+                                            "worker": ["--algorithm=diloco", "--topology=complete",
+                                                       "--outer=nesterov:lr=0.7,momentum=0.9",
+                                                       "--codec=fp4", "--fragments=4",
+                                                       "--overlap", "--overlap_steps=2",
+                                                       "--merge_alpha=0.5",
+                                                       "--round_timeout=600"]},
     # The same cut as the paper cuts it: the transformer's blocks dealt out in turn (block l in
     # fragment l mod 4; the embeddings and head to the lightest), each fragment spanning the
     # depth (docs/worker.md "Fragments").
@@ -198,6 +207,8 @@ def rank_cmd(a, kind, i, rdir, every, h, lr):
 def worker_cmd(a, row, i, rdir, h):
     peers = ",".join(f"10.77.0.{j + 1}:{PORT}" for j in range(a.workers))
     local = [f"--local_steps={h}"] if row.get("uses_h") else []
+    if row.get("sync"):  # as long as lm_rank.py's PostLocalSGD runs DDP
+        local.append(f"--sync_steps={max(1, int(0.1 * a.steps))}")
     return [a.tern, "worker", f"--id={i}", f"--workers={a.workers}", f"--peers={peers}",
             f"--listen=0.0.0.0:{PORT}", "--trainer=external", "--momentum=0", "--seed=1",
             "--compute_threads=1", "--plaintext", "--log_level=warn",

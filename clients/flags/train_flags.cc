@@ -49,6 +49,10 @@ ABSL_FLAG(std::string, outer_delay, "none",
           "round's inner steps, its outer step taken a round late; every round starts from the "
           "outer model) | eager (the same, each round started from the outer model stepped with "
           "this worker's own fresh update as a stand-in for the group's; docs/worker.md)");
+ABSL_FLAG(tern::Int<tern::In(0, 1 << 30)>, sync_steps, 0,
+          "training, diloco: the first this many steps exchange every step and end on the "
+          "group's plain mean, the outer optimizer untouched (synchronous data parallelism for a "
+          "warm-up, as PostLocalSGD's; docs/worker.md); 0: the outer loop from the first step");
 ABSL_FLAG(tern::Double<tern::In(0, 1048576)>, bucket_mb, 0,
           "training: cut the model into buckets of about this many MB of fp32 values (whole "
           "tensors, from the last back), each gossiped as soon as the backward pass finishes it, "
@@ -124,6 +128,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   o.algorithm_options.merge_alpha = absl::GetFlag(FLAGS_merge_alpha).value;
   TERN_ASSIGN_OR_RETURN(o.algorithm_options.outer_delay,
                         ParseOuterDelay(absl::GetFlag(FLAGS_outer_delay)));
+  o.algorithm_options.sync_steps = absl::GetFlag(FLAGS_sync_steps).value;
   // In [0, 1048576] by its type (clients/flags/flag_types.h).
   o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
   o.fragments = absl::GetFlag(FLAGS_fragments).value;
@@ -196,6 +201,7 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--overlap_steps=", absl::GetFlag(FLAGS_overlap_steps).value),
       absl::StrCat("--merge_alpha=", absl::GetFlag(FLAGS_merge_alpha).value),
       absl::StrCat("--outer_delay=", absl::GetFlag(FLAGS_outer_delay)),
+      absl::StrCat("--sync_steps=", absl::GetFlag(FLAGS_sync_steps).value),
       absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb).value),
       absl::StrCat("--fragments=", absl::GetFlag(FLAGS_fragments).value),
       absl::StrCat("--fragment_cut=", absl::GetFlag(FLAGS_fragment_cut)),

@@ -22,6 +22,12 @@ namespace {
 // θ (or, with merge_alpha α, from α x + (1 − α) θ: Streaming DiLoCo's merge of the steps taken
 // while an overlapped exchange ran).
 //
+// The run's first sync_steps steps are synchronous data parallelism (PostLocalSGD's warm-up): every
+// step exchanges, θ takes the plain mean ū without the outer optimizer (its momentum starts at the
+// first outer step), and x ← θ plus whatever steps x took since it sent (overlap_steps − 1 of them
+// at the last, when the next exchange is a period away), so no local step is lost or counted
+// twice.
+//
 // With a delayed outer step (outer_delay, the engine's overlap mixing each round at the next
 // exchange) a round's exchange runs during the next round's inner steps: at the end of round r
 // the worker sends u_r measured from where round r started, takes round r − 1's outer step (the
@@ -51,7 +57,8 @@ class Diloco final : public AlgorithmBase {
   bool Communicates(int64_t step) const override {
     const int64_t h = StepsPerRound();
     const int64_t early = h * options_.lane / std::max(1, options_.lanes);
-    return (step + 1 + early) % h == 0 || step + 1 == options_.final_step;
+    return step < options_.sync_steps || (step + 1 + early) % h == 0 ||
+           step + 1 == options_.final_step;
   }
   int64_t StepsPerRound() const override { return std::max(1, options_.local_steps); }
 
@@ -73,6 +80,13 @@ class Diloco final : public AlgorithmBase {
     TERN_RETURN_IF_ERROR(DecodeChecked(worker_, own_, "u", absl::MakeSpan(mean_)));
     for (size_t i = 0; i < n; ++i) residual_[i] = scratch_[i] - mean_[i];
     last_round_ = step + 1 == options_.final_step;
+    sync_round_ = step < options_.sync_steps;
+    if (sync_round_) {
+      const absl::Span<const float> x = x_;
+      sent_.assign(x.begin(), x.end());
+    } else if (!sent_.empty()) {
+      sent_ = std::vector<float>();  // the warm-up is over
+    }
     if (delayed() && !last_round_) StartNextRound();
     return msg;
   }
@@ -105,10 +119,18 @@ class Diloco final : public AlgorithmBase {
             "diloco: the group's mean update is not finite; the outer step is not taken");
       }
     }
+    self_weight_ = w;
+    if (sync_round_) {
+      for (size_t i = 0; i < n; ++i) {
+        anchor_[i] += mean_[i];
+        x_[i] += anchor_[i] - sent_[i];
+      }
+      own_ = EncodedTensor();
+      return absl::OkStatus();
+    }
     scratch_.resize(n);
     outer_->Step(mean_, absl::MakeSpan(scratch_));
     for (size_t i = 0; i < n; ++i) anchor_[i] += scratch_[i];
-    self_weight_ = w;
     // Delayed, x is the next round's, begun when this exchange was sent: it stays. Otherwise,
     // and at the run's last exchange (which ends the run on θ all the same), x takes θ, merged
     // as Streaming DiLoCo merges when the exchange overlapped steps: x ← α x + (1 − α) θ. The
@@ -161,6 +183,8 @@ class Diloco final : public AlgorithmBase {
   std::vector<float> residual_;  // error feedback: what earlier messages did not deliver
   EncodedTensor own_;            // this round's message, summed with the others'
   bool last_round_ = false;      // own_ is the run's last exchange (final_step)
+  bool sync_round_ = false;      // own_ is a warm-up exchange (sync_steps)
+  std::vector<float> sent_;      // a warm-up exchange's x as it was sent
   std::vector<float> mean_;      // ū (and, in Prepare, the own message decoded)
   std::vector<float> scratch_;   // u + decayed residual; then the outer step
   // Delayed or eager: where this round's inner steps started (u is measured from it).
