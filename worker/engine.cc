@@ -298,6 +298,17 @@ int64_t RoundEngine::next_step() const {
   return next_step_;
 }
 
+StepInput StepInputOf(const v1::StepInfo& info) {
+  StepInput in;
+  in.step = static_cast<int64_t>(info.step());
+  in.lr = info.lr();
+  in.loss = info.loss();
+  in.compute_seconds = info.compute_seconds();
+  in.io_seconds = info.io_seconds();
+  in.mix_now = info.mix_now();
+  return in;
+}
+
 double RoundEngine::momentum() const {
   // Every lane's algorithm has the same; lane 0's is still first_algorithm_ until Init.
   return (lanes_.empty() ? *first_algorithm_ : *lanes_[0].algorithm).Momentum();
@@ -453,8 +464,9 @@ absl::StatusOr<StepOutcome> RoundEngine::FinishStep(const StepInput& in) {
   open_.reset();
   StepOutcome& out = open.out;
   // Without overlap every round is mixed now, the first pushed first; the last step mixes its
-  // own round either way (the final model includes it).
-  if (!options_.overlap || in.step + 1 == options_.final_step) {
+  // own round either way (the final model includes it), and so does a step the trainer reads
+  // the result of before its next (mix_now).
+  if (!options_.overlap || in.mix_now || in.step + 1 == options_.final_step) {
     for (size_t k = lanes_.size(); k-- > 0;) {
       Lane& lane = lanes_[k];
       if (!lane.round.has_value()) continue;

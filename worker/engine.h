@@ -116,8 +116,12 @@ struct StepInput {
   float loss = 0;
   double compute_seconds = 0;
   double io_seconds = 0;  // the trainer's I/O for its previous call (StepInfo.io_seconds)
+  // The step's round is mixed before Step returns, even with overlap (StepInfo.mix_now).
+  bool mix_now = false;
   absl::Span<const float> grad;
 };
+// What a trainer's StepInfo says of its step (the gradient is the caller's to set).
+StepInput StepInputOf(const v1::StepInfo& info);
 
 struct StepOutcome {
   int64_t step = 0;
@@ -152,6 +156,8 @@ class RoundEngine {
   // The momentum the algorithm applies to a trainer's gradients (Algorithm::Momentum). REQUIRES:
   // Init(); from the thread that calls Step().
   double momentum() const;
+  // diloco's warm-up steps (AlgorithmOptions::sync_steps; 0 for other algorithms).
+  int64_t sync_steps() const { return options_.algorithm_options.sync_steps; }
 
   // One training step; see the file comment. REQUIRES: Init().
   absl::StatusOr<StepOutcome> Step(const StepInput& in);

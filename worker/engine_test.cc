@@ -575,7 +575,8 @@ struct DilocoGroup {
 
   // One step on every worker (of those `live`, when given), worker i with gradient -(i + 1)
   // everywhere (so lr 0.1 moves it 0.1 (i + 1)); each one's payload bytes sent.
-  std::vector<uint64_t> Step(int64_t step, const std::vector<bool>& live = {}) {
+  std::vector<uint64_t> Step(int64_t step, const std::vector<bool>& live = {},
+                             bool mix_now = false) {
     std::vector<absl::StatusOr<StepOutcome>> out(kWorkers, StepOutcome());
     std::vector<std::thread> ts;
     for (int i = 0; i < kWorkers; ++i) {
@@ -586,6 +587,7 @@ struct DilocoGroup {
         in.step = step;
         in.lr = 0.1f;
         in.grad = grad;
+        in.mix_now = mix_now;
         out[i] = engines[i]->Step(in);
       });
     }
@@ -909,6 +911,26 @@ TEST(RoundEngine, DilocoSyncStepsAverageEveryStepThenRunTheOuterLoop) {
   o.algorithm = "local-sgd";
   EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--sync_steps")));
+}
+
+// A trainer that averages its gradients through the worker (tern.optim's DDP warm-up) reads the
+// group's mean in the step's reply: mix_now mixes the round at once, --overlap or not; the steps
+// after it overlap as before.
+TEST(RoundEngine, DilocoMixesAStepAtOnceWhenTheTrainerAsks) {
+  DilocoGroup g(Layout(2), /*fragments=*/0, [](EngineOptions& o) {
+    o.algorithm_options.local_steps = 4;
+    o.algorithm_options.sync_steps = 3;
+    o.overlap = true;
+  });
+  EXPECT_THAT(g.Step(0, {}, /*mix_now=*/true), ::testing::Each(3u * 2 * 4));
+  for (const auto& e : g.engines) EXPECT_FLOAT_EQ(e->params()[0], 0.25f);
+  EXPECT_THAT(g.Step(1, {}, /*mix_now=*/true), ::testing::Each(3u * 2 * 4));
+  for (const auto& e : g.engines) EXPECT_FLOAT_EQ(e->params()[0], 0.5f);
+  EXPECT_THAT(g.Step(2), ::testing::Each(0u));  // pushed, mixed at step 3
+  EXPECT_THAT(g.Step(3), ::testing::Each(3u * 2 * 4));
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {  // θ 0.75, and step 3's own move
+    EXPECT_NEAR(g.engines[i]->params()[0], 0.75 + 0.1 * (i + 1), 1e-6) << i;
+  }
 }
 
 TEST(RoundEngine, DilocoOuterDelayNeedsOverlapAndNoMerge) {

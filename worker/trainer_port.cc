@@ -62,6 +62,7 @@ absl::StatusOr<v1::RegisterReply> TrainerPort::RegisterLocked(
   reply.set_num_workers(static_cast<uint32_t>(options_.num_workers));
   reply.set_algorithm(options_.algorithm);
   reply.set_momentum(engine_->momentum());
+  reply.set_sync_steps(static_cast<uint64_t>(engine_->sync_steps()));
   reply.set_step(static_cast<uint64_t>(engine_->next_step()));
   last_step_end_ = absl::Now();
   spdlog::info("worker {}: model registered ({} tensors, {} parameters)", options_.worker_id,

@@ -72,12 +72,7 @@ absl::StatusOr<v1::StepResult> TrainerSegment::Step(const v1::StepInfo& info) {
   if (segment_ == nullptr) return absl::FailedPreconditionError("call OpenSharedMemory first");
   const size_t n = engine_->params().size();
   // The offsets are ours, never read back from the shared bytes (the trainer writes there).
-  StepInput in;
-  in.step = static_cast<int64_t>(info.step());
-  in.lr = info.lr();
-  in.loss = info.loss();
-  in.compute_seconds = info.compute_seconds();
-  in.io_seconds = info.io_seconds();
+  StepInput in = StepInputOf(info);
   in.grad = absl::MakeConstSpan(reinterpret_cast<const float*>(segment_->data() + grad_at_), n);
   TERN_ASSIGN_OR_RETURN(StepOutcome out, port_->StepLocked(in));
   // The parameters are already in the segment (bound there by Open).

@@ -100,12 +100,7 @@ class TrainerService::StepCall final
     std::vector<ParamTensor> layout = e->layout();
     std::vector<float> grad(LayoutNumel(layout));
     TERN_RETURN_IF_ERROR(BundleToFlat(b, layout, *s_->codecs_, absl::MakeSpan(grad)));
-    StepInput in;
-    in.step = static_cast<int64_t>(info_.step());
-    in.lr = info_.lr();
-    in.loss = info_.loss();
-    in.compute_seconds = info_.compute_seconds();
-    in.io_seconds = info_.io_seconds();
+    StepInput in = StepInputOf(info_);
     in.grad = grad;
     TERN_ASSIGN_OR_RETURN(StepOutcome out, s_->port_->StepLocked(in));
     const v1::StepResult result = StepResultOf(out);

@@ -54,7 +54,12 @@ from race import fmt, nans, no_nans, pyplot, speedups, wait_all  # noqa: E402
 PY = "/usr/bin/python3"
 PORT, SERVER_PORT = 7000, 7060
 SLOW_LINK = ["--algorithm=choco", "--codec=stc:ratio=0.015", "--consensus_step=0.1"]
-# name -> kind (lm_rank.py), and for tern rows the worker's or the aggregator's flags.
+# Streaming DiLoCo's flags with the paper's overlap and merge (τ = 2, α = 0.5).
+STREAMING_TAU2 = ["--algorithm=diloco", "--topology=complete",
+                  "--outer=nesterov:lr=0.7,momentum=0.9", "--codec=fp4", "--fragments=4",
+                  "--overlap", "--overlap_steps=2", "--merge_alpha=0.5", "--round_timeout=600"]
+# name -> kind (lm_rank.py), and for tern rows the worker's or the aggregator's flags (and
+# "rank": lm_rank.py's).
 ROWS = {
     "compute": {"kind": "compute"},
     "ddp": {"kind": "ddp"},
@@ -101,20 +106,15 @@ ROWS = {
     # The same with the paper's longer overlap and merge: each exchange has two steps' compute,
     # and the fragment becomes half the local model, half the group's (τ = 2, α = 0.5).
     "tern-streaming-diloco-fp4-tau2": {"kind": "tern-optim", "uses_h": True,
-                                       "worker": ["--algorithm=diloco", "--topology=complete",
-                                                  "--outer=nesterov:lr=0.7,momentum=0.9",
-                                                  "--codec=fp4", "--fragments=4", "--overlap",
-                                                  "--overlap_steps=2", "--merge_alpha=0.5",
-                                                  "--round_timeout=600"]},
-    # The same after a synchronous warm-up as PostLocalSGD's: the first 10 % of the steps
-    # exchange every step and end on the plain mean (--sync_steps, docs/worker.md).
+                                       "worker": STREAMING_TAU2},
+    # The same after a synchronous warm-up as long as PostLocalSGD's (10 % of the steps;
+    # --sync_steps, docs/worker.md): each step's models averaged after it; "-ddp": the sites'
+    # gradients averaged before each AdamW step, as DDP (tern.optim's warm_up="gradients").
     "tern-streaming-diloco-fp4-tau2-sync": {"kind": "tern-optim", "uses_h": True, "sync": True,
-                                            "worker": ["--algorithm=diloco", "--topology=complete",
-                                                       "--outer=nesterov:lr=0.7,momentum=0.9",
-                                                       "--codec=fp4", "--fragments=4",
-                                                       "--overlap", "--overlap_steps=2",
-                                                       "--merge_alpha=0.5",
-                                                       "--round_timeout=600"]},
+                                            "worker": STREAMING_TAU2},
+    "tern-streaming-diloco-fp4-tau2-sync-ddp": {"kind": "tern-optim", "uses_h": True,
+                                                "sync": True, "worker": STREAMING_TAU2,
+                                                "rank": ["--warm_up=gradients"]},
     # The same cut as the paper cuts it: the transformer's blocks dealt out in turn (block l in
     # fragment l mod 4; the embeddings and head to the lightest), each fragment spanning the
     # depth (docs/worker.md "Fragments").
@@ -196,12 +196,13 @@ def pin(a, i, cmd):
     return ["taskset", "-c", str(i % os.cpu_count())] + cmd if a.layout == "2pinned" else cmd
 
 
-def rank_cmd(a, kind, i, rdir, every, h, lr):
-    return [PY, os.path.join(HERE, "lm_rank.py"), f"--kind={kind}", f"--rank={i}",
+def rank_cmd(a, row, i, rdir, every, h, lr):
+    return [PY, os.path.join(HERE, "lm_rank.py"), f"--kind={row['kind']}", f"--rank={i}",
             f"--world={a.workers}", f"--steps={a.steps}", f"--batch={a.batch}", f"--lr={lr}",
             f"--h={h}", f"--snapshot_every={every}", f"--max_seconds={a.max_seconds}",
             f"--out={rdir}/rank-{i}", "--master=10.77.0.1:29500",
-            f"--worker=127.0.0.1:{PORT}", f"--server=10.77.0.1:{SERVER_PORT}"]
+            f"--worker=127.0.0.1:{PORT}",
+            f"--server=10.77.0.1:{SERVER_PORT}"] + row.get("rank", [])
 
 
 def worker_cmd(a, row, i, rdir, h):
@@ -273,7 +274,7 @@ def run_row(a, net, name, row, rdir, h, lr):
             if row["kind"] == "tern-optim":
                 daemons.append(net.popen(i, pin(a, i, worker_cmd(a, row, i, rdir, h)),
                                          f"{rdir}/worker-{i}.log", env_i))
-            mains.append(net.popen(i, pin(a, i, rank_cmd(a, row["kind"], i, rdir, every, h, lr)),
+            mains.append(net.popen(i, pin(a, i, rank_cmd(a, row, i, rdir, every, h, lr)),
                                    f"{rdir}/rank-{i}.log", env_i))
         # Rank 0's exit ends these rows: synchronous training (its snapshots are the model), and
         # the aggregator rows, whose site 0 decides the time cut.

@@ -61,6 +61,8 @@ def parse():
     p.add_argument("--snapshot_every", type=int, default=15)
     p.add_argument("--max_seconds", type=float, default=1e9,
                    help="stop training after this long (the row's time limit)")
+    p.add_argument("--warm_up", default="models",
+                   help="tern-optim: how a diloco worker's --sync_steps go (tern.optim)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", required=True)
     p.add_argument("--sources", default=gpt.SOURCES)
@@ -320,7 +322,8 @@ def run_tern_optim(a, r):
     opt = gpt.adamw(r.model, a.lr)
     for _ in range(600):  # the worker may still be starting
         try:
-            opt = tern.optim.DistributedOptimizer(opt, r.model, worker=a.worker)
+            opt = tern.optim.DistributedOptimizer(opt, r.model, worker=a.worker,
+                                                  warm_up=a.warm_up)
             break
         except Exception:  # noqa: BLE001 - grpc.RpcError while it starts
             time.sleep(0.1)

@@ -123,7 +123,8 @@ class Diloco final : public AlgorithmBase {
     if (sync_round_) {
       for (size_t i = 0; i < n; ++i) {
         anchor_[i] += mean_[i];
-        x_[i] += anchor_[i] - sent_[i];
+        // θ exactly where no step was taken since the send: the same bytes on every worker.
+        x_[i] = anchor_[i] + (x_[i] - sent_[i]);
       }
       own_ = EncodedTensor();
       return absl::OkStatus();

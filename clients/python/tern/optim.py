@@ -19,6 +19,12 @@ step. Every floating dtype trains (fp32, fp16, bf16: the
 worker keeps an fp32 copy, so small updates are not lost to rounding); floating buffers
 (BatchNorm's running statistics) are mixed with the parameters; integer buffers stay local.
 
+With a diloco worker's synchronous warm-up (`--sync_steps=N`), every warm-up step averages the
+sites' models after your optimizer's step; with warm_up="gradients" the steps before the N-th
+average the sites' gradients before it instead, as DDP does (the worker mixes each of them at
+once, --overlap or not), so every site takes the same step from the same state, and the N-th
+averages the models, which starts the outer loop from the group's model.
+
 The worker must not add momentum of its own (start it with --momentum=0 for dmsgd, decentlam,
 heavy-ball and choco; dpsgd has none): the wrapper refuses one that does. The exchange goes
 through the worker's shared memory (docs/trainer-shm.md), so the worker must run on this host.
@@ -101,12 +107,18 @@ class DistributedOptimizer(_Wrapper):
     state, zero_grad, state_dict, ...) are the wrapped optimizer's (_Wrapper).
 
     `tls`: tern.trainer.make_channel's arguments; `timeout`: seconds a step may take (the
-    neighbours included) before step() raises TimeoutError. `run_dir`: a run folder to keep
+    neighbours included) before step() raises TimeoutError. `warm_up`: how the steps of a diloco
+    worker's --sync_steps go: "models" (your step, then the sites' models averaged) or
+    "gradients" (the sites' gradients averaged before your step, as DDP; docs/worker.md says
+    which was quicker where). `run_dir`: a run folder to keep
     (see the module's comment); `run_config`: more of its run.json (tern.v1.RunConfig's
     fields: model, codec, lr, ...)."""
 
     def __init__(self, optimizer, model, worker, tls=None, timeout=300.0, run_dir=None,
-                 run_config=None):
+                 run_config=None, warm_up="models"):
+        if warm_up not in ("gradients", "models"):
+            raise ValueError("warm_up is 'gradients' or 'models', not %r" % (warm_up,))
+        self._warm_up = warm_up
         self.optimizer = optimizer
         self.model = model
         self._trainer = TernTrainer(worker, timeout=timeout, tls=tls)
@@ -118,6 +130,7 @@ class DistributedOptimizer(_Wrapper):
                 "optimizer's: start it with --momentum=0" % (reply.algorithm, reply.momentum))
         self.worker_id, self.num_workers = reply.worker_id, reply.num_workers
         self._step = reply.step
+        self._sync_steps = reply.sync_steps
         info = self._trainer.stub.OpenSharedMemory(worker_pb2.OpenSharedMemoryRequest(),
                                                    timeout=timeout)
         self._segment = Segment(self._trainer, info)
@@ -152,21 +165,56 @@ class DistributedOptimizer(_Wrapper):
         """Your optimizer's step, then one tern round; returns the closure's loss, if any.
         `loss` (a float or tensor) is only reported to the worker's metrics."""
         t0 = time.time()
-        result = self._inner_step(closure, grad_scaler)
-        if loss is None and result is not None:
-            loss = result
-        with torch.no_grad():
-            for t, x, d in self._views:
-                # The worker's model minus yours: your update, in fp32 (a GPU tensor is copied
-                # to the host, the worker's memory).
-                torch.sub(x, t.detach().to("cpu"), out=d)
-        self.last_result = self._segment.step(
-            self._step, lr=1.0, loss=float(loss) if loss is not None else 0.0,
-            compute_seconds=0.0)
-        self._step += 1
-        self._load()
+        if self._warm_up == "gradients" and self._step + 1 < self._sync_steps:
+            result = self._averaged_step(closure, grad_scaler, loss)
+        else:
+            result = self._inner_step(closure, grad_scaler)
+            with torch.no_grad():
+                for t, x, d in self._views:
+                    # The worker's model minus yours: your update, in fp32 (a GPU tensor is
+                    # copied to the host, the worker's memory).
+                    torch.sub(x, t.detach().to("cpu"), out=d)
+            self._send(loss if loss is not None else result)
+            self._load()
         self.step_seconds = time.time() - t0
         return result
+
+    def _averaged_step(self, closure, grad_scaler, loss):
+        """A step of diloco's warm-up (the worker's --sync_steps) as DDP takes it: the group's
+        mean gradient, then your optimizer's step with it, so every site takes the same step.
+        The worker's model becomes yours minus your gradient, the group's mean of those is
+        the mean model minus the mean gradient, and yours minus that is the mean gradient
+        (the sites' models are the same). Parameters that are not trained and floating buffers
+        take the group's mean. With a GradScaler that found an overflow, this site adds no
+        gradient and still steps with the others' mean."""
+        result = None
+        if closure is not None:
+            with torch.enable_grad():
+                result = closure()
+        overflowed = grad_scaler is not None and self._overflowed(grad_scaler)
+        with torch.no_grad():
+            for t, x, d in self._views:
+                torch.sub(x, t.detach().to("cpu"), out=d)
+                if t.grad is not None and not overflowed:
+                    d.add_(t.grad.detach().to("cpu", torch.float32))
+        self._send(loss if loss is not None else result, mix_now=True)
+        with torch.no_grad():
+            for t, x, _ in self._views:
+                if t.requires_grad:
+                    mean = t.detach().to("cpu", torch.float32) - x
+                    if t.grad is None:
+                        t.grad = torch.zeros_like(t)
+                    t.grad.copy_(mean)
+                else:
+                    t.copy_(x)
+        self.optimizer.step()
+        return result
+
+    def _send(self, loss, mix_now=False):
+        self.last_result = self._segment.step(
+            self._step, lr=1.0, loss=float(loss) if loss is not None else 0.0,
+            compute_seconds=0.0, mix_now=mix_now)
+        self._step += 1
 
     def _load(self):
         with torch.no_grad():

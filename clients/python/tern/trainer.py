@@ -124,10 +124,11 @@ class Segment:
             self._bell.connect(info.doorbell_path)
         self._io_seconds = 0.0
 
-    def step(self, step, loss=0.0, lr=0.0, compute_seconds=0.0):
-        """Runs step `step` with the gradient region as written; returns the StepResult."""
+    def step(self, step, loss=0.0, lr=0.0, compute_seconds=0.0, mix_now=False):
+        """Runs step `step` with the gradient region as written; returns the StepResult.
+        `mix_now`: the step's exchange is mixed before the reply, even with --overlap."""
         info = worker_pb2.StepInfo(step=step, lr=lr, loss=loss, compute_seconds=compute_seconds,
-                                   io_seconds=self._io_seconds)
+                                   io_seconds=self._io_seconds, mix_now=mix_now)
         t0 = time.time()
         while True:
             try:
