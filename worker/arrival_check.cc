@@ -55,18 +55,19 @@ absl::StatusOr<std::pair<int, GossipMessage>> ArrivalCheck::Check(ReceivedBundle
       return absl::InvalidArgumentError(absl::StrCat("message lacks part '", name, "'"));
     }
     const size_t index = static_cast<size_t>(part - msg.parts.begin());
-    TERN_RETURN_IF_ERROR(CheckPart(name, bucket, sender, part->second,
+    TERN_RETURN_IF_ERROR(CheckPart(name, bucket, round, sender, part->second,
                                    scans == nullptr ? nullptr : scans->For(index, part->second)));
   }
   msg.checked = true;
   return std::make_pair(sender, std::move(msg));
 }
 
-std::string ArrivalCheck::GuardKey(const std::string& part, int bucket) {
-  return bucket == 0 ? part : absl::StrCat(part, "#", bucket);
+std::string ArrivalCheck::GuardKey(const std::string& part, int bucket, int64_t round) const {
+  return absl::StrCat(part, bucket == 0 ? "" : absl::StrCat("#", bucket),
+                      round < options_.sync_steps ? "@warm-up" : "");
 }
 
-absl::Status ArrivalCheck::CheckPart(const std::string& name, int bucket, int sender,
+absl::Status ArrivalCheck::CheckPart(const std::string& name, int bucket, int64_t round, int sender,
                                      const EncodedTensor& t, PayloadScan* scan) const {
   const EncodedView view = EncodedView::Of(t);
   if (!options_.norm_guard.enabled()) {
@@ -80,17 +81,17 @@ absl::Status ArrivalCheck::CheckPart(const std::string& name, int bucket, int se
     return absl::InvalidArgumentError(absl::StrCat("part '", name, "': ", norm.status().message()));
   }
   absl::MutexLock lock(&mu_);
-  auto it = guards_.find(GuardKey(name, bucket));
+  auto it = guards_.find(GuardKey(name, bucket, round));
   if (it == guards_.end()) return absl::OkStatus();  // nothing of ours to compare with yet
   return it->second.Check(*norm, absl::StrCat("part '", name, "' from worker ", sender));
 }
 
-void ArrivalCheck::ObserveOwn(int bucket, const GossipMessage& msg) {
+void ArrivalCheck::ObserveOwn(int bucket, int64_t round, const GossipMessage& msg) {
   if (!options_.norm_guard.enabled()) return;
   std::vector<std::pair<std::string, double>> norms;
   for (const auto& [name, t] : msg.parts) {
     absl::StatusOr<double> norm = codecs_->Norm(EncodedView::Of(t));
-    if (norm.ok()) norms.emplace_back(GuardKey(name, bucket), *norm);
+    if (norm.ok()) norms.emplace_back(GuardKey(name, bucket, round), *norm);
   }
   absl::MutexLock lock(&mu_);
   for (const auto& [key, norm] : norms) {

@@ -4,6 +4,9 @@
 // algorithm sends, each of which its codec would decode (checked without decoding, or by the scan
 // made as it arrived); and, with the norm guard on, each part's norm within the guard's factor of
 // what this worker's own messages of that part measured. The round window is the inbox's.
+// diloco's warm-up exchanges (rounds before sync_steps) move the model by one step, its outer
+// rounds by H steps: the guard keeps a reference for each, so the first outer round is not judged
+// by the warm-up's norms (it is judged once this worker's own outer rounds give a reference).
 //
 // Thread-safety: thread-safe. Check is called from gRPC's threads and the round loop at once;
 // ObserveOwn from the round loop. The norm guards are under their own lock; the topology and
@@ -35,6 +38,7 @@ struct ArrivalCheckOptions {
   int worker_id = 0;
   int num_workers = 1;
   NormGuardOptions norm_guard;
+  int64_t sync_steps = 0;  // diloco's warm-up rounds (AlgorithmOptions::sync_steps)
 };
 
 class ArrivalCheck {
@@ -55,16 +59,17 @@ class ArrivalCheck {
                                                       uint64_t num_params,
                                                       PayloadScans* scans = nullptr) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Records the norms of this worker's own message's parts: the guard's reference.
-  void ObserveOwn(int bucket, const GossipMessage& msg) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records the norms of this worker's own message of round `round`'s parts: the guard's
+  // reference.
+  void ObserveOwn(int bucket, int64_t round, const GossipMessage& msg) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Validates part `name` of a peer's message and, with the guard on, checks its norm; by
   // `scan` (may be null), the part's check made as it arrived, where there is one.
-  absl::Status CheckPart(const std::string& name, int bucket, int sender, const EncodedTensor& t,
-                         PayloadScan* scan) const ABSL_LOCKS_EXCLUDED(mu_);
-  // The norm guard of a part of a bucket's messages.
-  static std::string GuardKey(const std::string& part, int bucket);
+  absl::Status CheckPart(const std::string& name, int bucket, int64_t round, int sender,
+                         const EncodedTensor& t, PayloadScan* scan) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The norm guard of a part of a bucket's messages of round `round`'s kind.
+  std::string GuardKey(const std::string& part, int bucket, int64_t round) const;
 
   const ArrivalCheckOptions options_;
   const Topology* const topology_;

@@ -22,13 +22,14 @@ constexpr uint64_t kNumel = 64;
 
 // Worker 0 of 4 on a ring (neighbours 1 and 3), messages of one part "x" in fp32.
 struct Fixture {
-  explicit Fixture(double guard_factor = 0)
+  explicit Fixture(double guard_factor = 0, int64_t sync_steps = 0)
       : codecs(NewBuiltinCodecRegistry()),
         topology(*NewBuiltinTopologyRegistry()->Create("ring")),
         check(ArrivalCheckOptions{.run_id = "run",
                                   .worker_id = 0,
                                   .num_workers = 4,
-                                  .norm_guard = {.factor = guard_factor, .min_samples = 1}},
+                                  .norm_guard = {.factor = guard_factor, .min_samples = 1},
+                                  .sync_steps = sync_steps},
               topology.get(), codecs.get(), {"x"}) {}
 
   GossipMessage Message(float value, const std::string& part = "x") const {
@@ -40,8 +41,8 @@ struct Fixture {
     return msg;
   }
   ReceivedBundle From(int sender, float value, const std::string& run = "run",
-                      const std::string& part = "x") const {
-    return ReceivedBundle{GossipToBundle(Message(value, part), run, /*round=*/3, sender), {}};
+                      const std::string& part = "x", int64_t round = 3) const {
+    return ReceivedBundle{GossipToBundle(Message(value, part), run, round, sender), {}};
   }
 
   std::unique_ptr<CodecRegistry> codecs;
@@ -75,12 +76,26 @@ TEST(ArrivalCheck, TheNormGuardComparesEachBucketsPartsWithThisWorkersOwn) {
   Fixture f(/*guard_factor=*/10);
   // Nothing of ours observed yet: nothing to compare with.
   EXPECT_THAT(f.check.Check(f.From(1, 100.0f), 0, kNumel).status(), IsOk());
-  f.check.ObserveOwn(0, f.Message(1.0f));
+  f.check.ObserveOwn(0, 3, f.Message(1.0f));
   EXPECT_THAT(f.check.Check(f.From(1, 5.0f), 0, kNumel).status(), IsOk());
   EXPECT_THAT(f.check.Check(f.From(1, 30.0f), 0, kNumel),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--norm_guard")));
   // Bucket 1 has its own reference, none yet.
   EXPECT_THAT(f.check.Check(f.From(1, 30.0f), 1, kNumel).status(), IsOk());
+}
+
+// diloco's warm-up (rounds 0-9 here) exchanges one step's move; its outer rounds H steps'. An
+// outer round 20x a warm-up exchange is not refused for it, and each kind keeps its own bound.
+TEST(ArrivalCheck, TheWarmUpsRoundsAndTheOuterRoundsAreJudgedApart) {
+  Fixture f(/*guard_factor=*/10, /*sync_steps=*/10);
+  for (int64_t r = 0; r < 10; ++r) f.check.ObserveOwn(0, r, f.Message(0.1f));
+  EXPECT_THAT(f.check.Check(f.From(1, 5.0f, "run", "x", /*round=*/9), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--norm_guard")));
+  EXPECT_THAT(f.check.Check(f.From(1, 2.0f, "run", "x", /*round=*/10), 0, kNumel).status(), IsOk());
+  f.check.ObserveOwn(0, 10, f.Message(2.0f));
+  EXPECT_THAT(f.check.Check(f.From(1, 2.5f, "run", "x", /*round=*/20), 0, kNumel).status(), IsOk());
+  EXPECT_THAT(f.check.Check(f.From(1, 30.0f, "run", "x", /*round=*/20), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--norm_guard")));
 }
 
 }  // namespace

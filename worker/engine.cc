@@ -169,7 +169,8 @@ RoundEngine::RoundEngine(EngineOptions options, const WorkerRegistries* registri
       arrival_(ArrivalCheckOptions{.run_id = options_.run_id,
                                    .worker_id = options_.worker_id,
                                    .num_workers = options_.num_workers,
-                                   .norm_guard = options_.norm_guard},
+                                   .norm_guard = options_.norm_guard,
+                                   .sync_steps = options_.algorithm_options.sync_steps},
                graph_.topology(), registries->codecs.get(), std::move(parts)),
       counters_(options_.worker_id),
       snapshots_(options_.max_snapshots),
@@ -433,7 +434,7 @@ absl::Status RoundEngine::StartLane(size_t k) {
   TERN_ASSIGN_OR_RETURN(GossipMessage msg, lane.algorithm->Prepare(grad, open.out.lr, step));
   open.communicates = open.communicates || communicates;
   const int bucket = static_cast<int>(k);
-  if (communicates) arrival_.ObserveOwn(bucket, msg);  // the norm guard's reference: encoding
+  if (communicates) arrival_.ObserveOwn(bucket, step, msg);  // the norm guard's reference: encoding
   CountTime(&v1::WorkerStats::encode_seconds, &v1::WorkerStats::set_encode_seconds, t0);
   if (asynchronous_) {
     if (communicates) TERN_RETURN_IF_ERROR(RunSwap(step, std::move(msg), &open.out));

@@ -913,6 +913,24 @@ TEST(RoundEngine, DilocoSyncStepsAverageEveryStepThenRunTheOuterLoop) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--sync_steps")));
 }
 
+// The norm guard (on, factor 10) judges the outer rounds apart from the warm-up: the first outer
+// round moves the model by 5 steps, 20x a warm-up exchange's move for worker 3 against worker 0's
+// warm-up, and is still taken by everyone.
+TEST(RoundEngine, DilocoTheNormGuardTakesTheFirstOuterRoundAfterTheWarmUp) {
+  DilocoGroup g(Layout(2), /*fragments=*/0, [](EngineOptions& o) {
+    o.algorithm_options.local_steps = 8;
+    o.algorithm_options.sync_steps = 3;
+    o.round_timeout = absl::Seconds(2);
+  });
+  for (int64_t s = 0; s < 8; ++s) g.Step(s);
+  // θ: 3 warm-up steps and one outer round of 5, each a mean move of 0.25.
+  for (const auto& e : g.engines) {
+    EXPECT_NEAR(e->params()[0], 8 * 0.25, 1e-5);
+    EXPECT_EQ(e->Stats().messages_refused(), 0u);
+    EXPECT_EQ(e->Stats().neighbours_dropped(), 0u);
+  }
+}
+
 // A trainer that averages its gradients through the worker (tern.optim's DDP warm-up) reads the
 // group's mean in the step's reply: mix_now mixes the round at once, --overlap or not; the steps
 // after it overlap as before.

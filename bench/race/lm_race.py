@@ -120,10 +120,7 @@ ROWS = {
     # depth (docs/worker.md "Fragments").
     "tern-streaming-diloco-fp4-tau2-strided": {
         "kind": "tern-optim", "uses_h": True,
-        "worker": ["--algorithm=diloco", "--topology=complete",
-                   "--outer=nesterov:lr=0.7,momentum=0.9", "--codec=fp4", "--fragments=4",
-                   "--fragment_cut=strided", "--overlap", "--overlap_steps=2",
-                   "--merge_alpha=0.5", "--round_timeout=600"]},
+        "worker": STREAMING_TAU2 + ["--fragment_cut=strided"]},
     # One-step-delayed outer steps with eager updates: each exchange runs through the next
     # period's H steps, which start from the outer model stepped with the worker's own update as
     # a stand-in for the group's (docs/worker.md "Delayed and eager outer steps"); whole-model,

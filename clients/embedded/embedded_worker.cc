@@ -24,6 +24,7 @@
 #include "tern/v1/tensor.pb.h"
 #include "tern/v1/worker.pb.h"
 #include "worker/daemon.h"
+#include "worker/engine.h"
 
 struct TernWorker {
   tern::WorkerRegistries registries;
@@ -143,12 +144,7 @@ absl::StatusOr<std::string> Step(TernWorker* w, const void* info, size_t info_si
       !si.ParseFromArray(info, static_cast<int>(info_size))) {
     return absl::InvalidArgumentError("info: not a serialized tern.v1.StepInfo");
   }
-  StepInput in;
-  in.step = static_cast<int64_t>(si.step());
-  in.lr = si.lr();
-  in.loss = si.loss();
-  in.compute_seconds = si.compute_seconds();
-  in.io_seconds = si.io_seconds();
+  StepInput in = StepInputOf(si);
   in.grad = absl::MakeConstSpan(grad, num_params);
   StepOutcome out;
   TERN_RETURN_IF_ERROR(w->daemon->trainer().Step(in, &out).status());

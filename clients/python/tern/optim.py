@@ -169,11 +169,7 @@ class DistributedOptimizer(_Wrapper):
             result = self._averaged_step(closure, grad_scaler, loss)
         else:
             result = self._inner_step(closure, grad_scaler)
-            with torch.no_grad():
-                for t, x, d in self._views:
-                    # The worker's model minus yours: your update, in fp32 (a GPU tensor is
-                    # copied to the host, the worker's memory).
-                    torch.sub(x, t.detach().to("cpu"), out=d)
+            self._write_update()
             self._send(loss if loss is not None else result)
             self._load()
         self.step_seconds = time.time() - t0
@@ -192,11 +188,7 @@ class DistributedOptimizer(_Wrapper):
             with torch.enable_grad():
                 result = closure()
         overflowed = grad_scaler is not None and self._overflowed(grad_scaler)
-        with torch.no_grad():
-            for t, x, d in self._views:
-                torch.sub(x, t.detach().to("cpu"), out=d)
-                if t.grad is not None and not overflowed:
-                    d.add_(t.grad.detach().to("cpu", torch.float32))
+        self._write_update(with_gradients=not overflowed)
         self._send(loss if loss is not None else result, mix_now=True)
         with torch.no_grad():
             for t, x, _ in self._views:
@@ -209,6 +201,15 @@ class DistributedOptimizer(_Wrapper):
                     t.copy_(x)
         self.optimizer.step()
         return result
+
+    def _write_update(self, with_gradients=False):
+        """Writes the worker's model minus yours, your update, into the worker's memory in fp32
+        (a GPU tensor is copied to the host); with_gradients adds your gradients to it."""
+        with torch.no_grad():
+            for t, x, d in self._views:
+                torch.sub(x, t.detach().to("cpu"), out=d)
+                if with_gradients and t.grad is not None:
+                    d.add_(t.grad.detach().to("cpu", torch.float32))
 
     def _send(self, loss, mix_now=False):
         self.last_result = self._segment.step(
