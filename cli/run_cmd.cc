@@ -181,6 +181,10 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
     if (absl::GetFlag(FLAGS_sync_steps).value > 0) {
       c.set_sync_steps(absl::GetFlag(FLAGS_sync_steps).value);
     }
+    if (const std::string ladder = absl::GetFlag(FLAGS_codec_ladder); !ladder.empty()) {
+      c.set_codec_ladder(ladder);
+      c.set_cu_target(static_cast<float>(absl::GetFlag(FLAGS_cu_target).value));
+    }
     if (absl::GetFlag(FLAGS_fragments).value > 1) {
       c.set_fragments(absl::GetFlag(FLAGS_fragments).value);
       c.set_fragment_cut(absl::GetFlag(FLAGS_fragment_cut));

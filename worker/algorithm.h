@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/registry.h"
@@ -138,6 +139,11 @@ class Algorithm {
   }
   // Names of the parts every message of this algorithm carries (what a receiver checks for).
   virtual std::vector<std::string> MessageParts() const = 0;
+  // Encodes its messages with codec `spec` from the next one on (diloco: receivers decode each
+  // message by the codec it names, so workers may differ). Unimplemented for the others.
+  virtual absl::Status SetCodec(const std::string& spec) {
+    return absl::UnimplementedError(absl::StrCat(Name(), " keeps one codec for the run"));
+  }
   // True for algorithms whose state is shared by the whole group (diloco's outer step): every
   // worker must hear every other each round, so the engine refuses any graph but the complete one.
   virtual bool AllToAll() const { return false; }

@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
 #include "kernels/builtin.h"
+#include "spdlog/spdlog.h"
 #include "worker/gossip_bundle.h"
 
 namespace tern {
@@ -152,10 +153,28 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
     return absl::InvalidArgumentError(absl::StrCat(
         options.algorithm, " exchanges whole models; --bucket_mb is for the round algorithms"));
   }
+  std::unique_ptr<LinkTuner> tuner;
+  if (!options.codec_ladder.empty()) {
+    if (!algorithm->AllToAll()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--codec_ladder moves diloco's updates between codecs; ", options.algorithm,
+                       " keeps one codec for the run"));
+    }
+    // A decision every three periods: each fragment exchanged three times.
+    TERN_ASSIGN_OR_RETURN(
+        tuner, LinkTuner::Create({.codecs = options.codec_ladder,
+                                  .start = options.algorithm_options.codec,
+                                  .cu_target = options.cu_target,
+                                  .exchanges_per_window = 3 * std::max(1, options.fragments),
+                                  .overlap_steps = options.overlap ? options.overlap_steps : 0},
+                                 *registries->codecs));
+  }
   std::vector<std::string> parts = algorithm->MessageParts();
-  return absl::WrapUnique(new RoundEngine(std::move(options), registries, transport,
-                                          std::move(topology), std::move(algorithm),
-                                          std::move(parts)));
+  auto engine = absl::WrapUnique(new RoundEngine(std::move(options), registries, transport,
+                                                 std::move(topology), std::move(algorithm),
+                                                 std::move(parts)));
+  engine->tuner_ = std::move(tuner);
+  return engine;
 }
 
 RoundEngine::RoundEngine(EngineOptions options, const WorkerRegistries* registries,
@@ -454,6 +473,17 @@ absl::Status RoundEngine::StartLane(size_t k) {
   return absl::OkStatus();
 }
 
+absl::Status RoundEngine::TuneCodec(int64_t step, const v1::WorkerStats& delta) {
+  if (tuner_ == nullptr || step < sync_steps()) return absl::OkStatus();
+  tuner_->ObserveStep(delta.step_seconds(), delta.wait_seconds() + delta.transfer_seconds());
+  const std::optional<LinkTuner::Change> change = tuner_->Decide();
+  if (!change.has_value()) return absl::OkStatus();
+  for (Lane& lane : lanes_) TERN_RETURN_IF_ERROR(lane.algorithm->SetCodec(change->codec));
+  spdlog::info("worker {}: step {}: updates in {} from now on: {}", options_.worker_id, step,
+               change->codec, change->why);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepOutcome> RoundEngine::FinishStep(const StepInput& in) {
   if (!open_.has_value() || open_->in.step != in.step) {
     return absl::FailedPreconditionError(absl::StrCat("step ", in.step, " was not begun"));
@@ -490,6 +520,7 @@ absl::StatusOr<StepOutcome> RoundEngine::FinishStep(const StepInput& in) {
   }
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t_settle);
   out.delta = counters_.EndStep(open.communicates, in.loss, in.compute_seconds, in.io_seconds);
+  TERN_RETURN_IF_ERROR(TuneCodec(in.step, out.delta));
   {
     absl::MutexLock lock(&mu_);
     next_step_ = in.step + 1;
@@ -539,6 +570,9 @@ absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t
 
 absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) {
   TERN_ASSIGN_OR_RETURN(RoundReport report, lane.Finish(r, options_.worker_id, health_));
+  if (tuner_ != nullptr && r.step >= sync_steps()) {
+    tuner_->ObserveExchange(r.payload, report.push_seconds);
+  }
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds,
             report.combine_started);
   out->mixed.insert(out->mixed.end(), report.mixed.begin(), report.mixed.end());

@@ -54,6 +54,7 @@
 #include "worker/fragments.h"
 #include "worker/gossip_inbox.h"
 #include "worker/lane.h"
+#include "worker/link_tuner.h"
 #include "worker/lr_schedule.h"
 #include "worker/peer_transport.h"
 #include "worker/round_graph.h"
@@ -105,6 +106,11 @@ struct EngineOptions {
   int64_t final_step = 0;  // also keep the parameters after this many steps (0: no)
   int max_snapshots = 16;
   uint64_t max_params = uint64_t{1} << 28;
+  // diloco: codecs for the updates, widest first; each worker moves along them as its link
+  // measures, to keep its compute utilization at cu_target (worker/link_tuner.h). Empty: the
+  // algorithm's codec always, which must otherwise be one of them (the first used).
+  std::vector<std::string> codec_ladder;
+  double cu_target = 0.9;
   // With a scheduler: the workers that are members in a round (worker/scheduler_client.h), the
   // topology then being built over them (MemberTopology). Unset: every worker, always.
   MemberTopology::MembersFn members;
@@ -158,6 +164,9 @@ class RoundEngine {
   double momentum() const;
   // diloco's warm-up steps (AlgorithmOptions::sync_steps; 0 for other algorithms).
   int64_t sync_steps() const { return options_.algorithm_options.sync_steps; }
+  // The codec's choice from the link (EngineOptions::codec_ladder); null without a ladder. Any
+  // thread.
+  const LinkTuner* link_tuner() const { return tuner_.get(); }
 
   // One training step; see the file comment. REQUIRES: Init().
   absl::StatusOr<StepOutcome> Step(const StepInput& in);
@@ -243,6 +252,9 @@ class RoundEngine {
   // meanwhile, which goes to decode_seconds, and takes the algorithms' count of clipped
   // contributions. Round loop only.
   void CountTime(EngineCounters::Seconds get, EngineCounters::SetSeconds set, absl::Time since);
+  // Feeds the link tuner step `step`'s counters (`delta`) after the warm-up, and moves every
+  // lane to the codec it chooses. Round loop only.
+  absl::Status TuneCodec(int64_t step, const v1::WorkerStats& delta);
   // Whether the parameters after `step` steps are kept (EngineOptions::snapshot_every).
   bool SnapshotDue(int64_t step) const;
 
@@ -257,8 +269,9 @@ class RoundEngine {
   SwarmMailbox swarm_;
 
   // Round-loop state.
-  std::vector<Lane> lanes_;                     // made by Init
-  uint64_t cut_ = 0;                            // CutFingerprint of the lanes, made by Init
+  std::unique_ptr<LinkTuner> tuner_;  // set by Create (codec_ladder), fed by the round loop
+  std::vector<Lane> lanes_;           // made by Init
+  uint64_t cut_ = 0;                  // CutFingerprint of the lanes, made by Init
   std::unique_ptr<Algorithm> first_algorithm_;  // lane 0's, until Init succeeds
   std::vector<float> own_params_;               // with buckets: the model, unless bound elsewhere
   absl::Span<float> params_;      // with buckets: the model, where the lanes are bound

@@ -23,8 +23,9 @@ using ::tern::testing::IsOk;
 using ::tern::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// Delivers pushes straight into the receiving engine, on a fresh thread like gRPC would; peers
-// marked dead answer Unavailable, pushes to peers behind a partition (cut) hang to their deadline.
+// Delivers pushes straight into the receiving engine, on a fresh thread like gRPC would, after
+// `latency`; peers marked dead answer Unavailable, pushes to peers behind a partition (cut) hang
+// to their deadline.
 class MemoryTransport final : public PeerTransport {
  public:
   std::vector<RoundEngine*> engines;
@@ -33,6 +34,7 @@ class MemoryTransport final : public PeerTransport {
   absl::Mutex mu;
   std::vector<std::thread> threads ABSL_GUARDED_BY(mu);
   std::map<int, int> sends ABSL_GUARDED_BY(mu);
+  absl::Duration latency;
   ~MemoryTransport() override { Join(); }
   void Join() {
     std::vector<std::thread> ts;
@@ -47,6 +49,7 @@ class MemoryTransport final : public PeerTransport {
     absl::MutexLock lock(&mu);  // engines send from their own threads
     ++sends[to];
     threads.emplace_back([this, to, chunks, deadline, done = std::move(done)] {
+      absl::SleepFor(latency);
       if (!cut.empty() && cut[to]) {
         absl::SleepFor(deadline - absl::Now());
         done(absl::DeadlineExceededError("deadline exceeded"));
@@ -929,6 +932,50 @@ TEST(RoundEngine, DilocoTheNormGuardTakesTheFirstOuterRoundAfterTheWarmUp) {
     EXPECT_EQ(e->Stats().messages_refused(), 0u);
     EXPECT_EQ(e->Stats().neighbours_dropped(), 0u);
   }
+}
+
+// --codec_ladder: over a link whose pushes take 20 ms, against steps of no compute, each worker
+// moves its updates one rung narrower every three exchanges (none, int8, fp4), its messages
+// shrinking with it, and the group stays on one model (receivers decode each message by the codec
+// it names). Refused for an algorithm without an outer loop and for a --codec off the ladder.
+TEST(RoundEngine, DilocoNarrowsItsUpdatesWhenTheLinkCannotKeepUp) {
+  const auto ladder = [](EngineOptions& o) {
+    o.algorithm_options.codec = "none";
+    o.codec_ladder = {"none", "int8", "fp4"};
+  };
+  DilocoGroup g(Layout(4096), /*fragments=*/0, ladder);
+  g.transport.latency = absl::Milliseconds(20);
+  std::vector<uint64_t> sent;  // worker 0's bytes at each exchange (odd steps: H = 2)
+  for (int64_t s = 0; s < 14; ++s) {
+    const std::vector<uint64_t> step = g.Step(s);
+    if (s % 2 == 1) sent.push_back(step[0]);
+  }
+  ASSERT_EQ(sent.size(), 7u);
+  EXPECT_EQ(sent[0], 3u * 4096 * 4) << "none, to three peers";
+  EXPECT_EQ(sent[2], sent[0]) << "the first window: three exchanges";
+  EXPECT_LT(sent[3], sent[0] / 3) << "int8";
+  EXPECT_EQ(sent[5], sent[3]);
+  EXPECT_LT(sent[6], sent[3] * 2 / 3) << "fp4";
+  for (const auto& e : g.engines) {
+    const LinkState link = e->link_tuner()->Snapshot();
+    EXPECT_EQ(link.codec, "fp4");
+    EXPECT_EQ(link.changes, 2u);
+    EXPECT_LT(link.cu, 0.9);
+    EXPECT_GE(link.push_seconds, 0.02);
+    for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(e->params()[i], g.engines[0]->params()[i]) << i;
+  }
+
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  EngineOptions o;
+  DilocoGroup::Configure(o, 0);
+  o.num_workers = DilocoGroup::kWorkers;
+  ladder(o);
+  o.algorithm_options.codec = "bf16";
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not on --codec_ladder")));
+  o.algorithm = "local-sgd";
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("keeps one codec")));
 }
 
 // A trainer that averages its gradients through the worker (tern.optim's DDP warm-up) reads the

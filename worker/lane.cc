@@ -81,6 +81,7 @@ void PeerHealth::Judge(int me, int64_t step, const std::vector<int>& nbrs,
 void Lane::Push(InFlight& r, const PeerTransport::Chunks& chunks, const PeerHealth& health,
                 PeerTransport* transport) {
   r.pushes = std::make_shared<RoundPushes>();
+  r.pushes->sent = absl::Now();
   {
     absl::MutexLock lock(&r.pushes->mu);
     for (int j : r.nbrs) {
@@ -99,6 +100,7 @@ void Lane::Push(InFlight& r, const PeerTransport::Chunks& chunks, const PeerHeal
                       if (PeerUnreachable(s)) box->GiveUp(step, j);
                       absl::MutexLock lock(&pushes->mu);
                       pushes->results[j] = std::move(s);
+                      pushes->ended[j] = absl::Now();
                     });
   }
 }
@@ -125,6 +127,14 @@ absl::StatusOr<RoundReport> Lane::Finish(InFlight r, int me, PeerHealth& health)
     r.pushes->mu.AwaitWithDeadline(absl::Condition(r.pushes.get(), &RoundPushes::Done),
                                    r.deadline + absl::Seconds(1));
     report.results = r.pushes->results;
+    absl::Time last = r.pushes->sent;
+    bool all = !r.pushes->awaited.empty();
+    for (int j : r.pushes->awaited) {
+      const auto it = report.results.find(j);
+      all = all && it != report.results.end() && it->second.ok();
+      if (all) last = std::max(last, r.pushes->ended[j]);
+    }
+    if (all) report.push_seconds = absl::ToDoubleSeconds(last - r.pushes->sent);
   }
   report.wait_seconds = absl::ToDoubleSeconds(t_recv - t_wait);
   report.transfer_seconds = absl::ToDoubleSeconds(absl::Now() - t_recv);

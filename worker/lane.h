@@ -63,6 +63,9 @@ struct RoundPushes {
   // may hang to its deadline (a partition) and is not waited for.
   std::set<int> awaited ABSL_GUARDED_BY(mu);
   std::map<int, absl::Status> results ABSL_GUARDED_BY(mu);
+  // When the pushes went out and when each ended: the link as this worker's messages see it.
+  absl::Time sent;
+  std::map<int, absl::Time> ended ABSL_GUARDED_BY(mu);
   bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     for (int j : awaited) {
       if (!results.count(j)) return false;
@@ -92,7 +95,9 @@ struct RoundReport {
   uint64_t sent_to = 0;                 // pushes accepted
   double wait_seconds = 0;              // for the neighbours' messages
   double transfer_seconds = 0;          // for our pushes, after the messages
-  absl::Time combine_started;           // the mixing's start (its time, less decoding, counts)
+  // From the pushes' start to the last one's end, when every push awaited got through (else 0).
+  double push_seconds = 0;
+  absl::Time combine_started;  // the mixing's start (its time, less decoding, counts)
 };
 
 struct Lane {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "worker/link_tuner.h"
 
 namespace tern {
 
@@ -75,6 +76,25 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
     l.emplace_back("reason", reason);
     m.Counter("tern_worker_messages_refused_total", "Incoming gossip messages refused, by reason.",
               n, l);
+  }
+  if (const LinkTuner* tuner = e.link_tuner(); tuner != nullptr) {
+    const LinkState link = tuner->Snapshot();
+    MetricLabels l = base;
+    l.emplace_back("codec", link.codec);
+    m.Gauge("tern_worker_link_codec",
+            "1 for the codec this worker's updates go out in now (--codec_ladder).", 1, l);
+    m.Counter("tern_worker_link_codec_changes_total",
+              "Times the link's measure moved the updates to another codec.",
+              static_cast<double>(link.changes), base);
+    m.Gauge("tern_worker_link_compute_utilization",
+            "The last window's share of step time not spent waiting (--cu_target's measure).",
+            link.cu, base);
+    m.Gauge("tern_worker_link_push_seconds",
+            "The last window's mean time to push one update to every peer.", link.push_seconds,
+            base);
+    m.Gauge("tern_worker_link_megabytes_per_second",
+            "One update's bytes over its push time, the last window's.", link.megabytes_per_second,
+            base);
   }
   m.Counter("tern_worker_neighbours_dropped_total",
             "(round, neighbour) pairs left out of the mixing (no message by the deadline).",

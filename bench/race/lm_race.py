@@ -115,6 +115,17 @@ ROWS = {
     "tern-streaming-diloco-fp4-tau2-sync-ddp": {"kind": "tern-optim", "uses_h": True,
                                                 "sync": True, "worker": STREAMING_TAU2,
                                                 "rank": ["--warm_up=gradients"]},
+    # The warmed row with its updates' codec chosen from the link (--codec_ladder, from fp4 up to
+    # int8 and fp32 where the measured link keeps compute utilization at 90 %; docs/worker.md).
+    "tern-streaming-diloco-tau2-sync-ladder": {
+        "kind": "tern-optim", "uses_h": True, "sync": True,
+        "worker": STREAMING_TAU2 + ["--codec_ladder=none,int8,fp4", "--cu_target=0.9",
+                                    "--log_level=info"]},
+    # Unwarmed, from fp32 down the same ladder: a user who starts too wide for the link.
+    "tern-streaming-diloco-tau2-ladder-from-fp32": {
+        "kind": "tern-optim", "uses_h": True,
+        "worker": STREAMING_TAU2 + ["--codec=none", "--codec_ladder=none,int8,fp4",
+                                    "--cu_target=0.9", "--log_level=info"]},
     # The same cut as the paper cuts it: the transformer's blocks dealt out in turn (block l in
     # fragment l mod 4; the embeddings and head to the lightest), each fragment spanning the
     # depth (docs/worker.md "Fragments").

@@ -53,6 +53,7 @@ constexpr Range Above(double min) { return {min, 0, true, false, false}; }
 constexpr Range In(double min, double max) { return {min, max}; }
 constexpr Range HalfOpen(double min, double max) { return {min, max, false, true}; }   // [min, max)
 constexpr Range AboveUpTo(double min, double max) { return {min, max, true, false}; }  // (min, max]
+constexpr Range Open(double min, double max) { return {min, max, true, true}; }        // (min, max)
 
 template <typename T, Range R>
 struct Ranged {

@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "clients/flags/flag_types.h"
@@ -53,6 +54,13 @@ ABSL_FLAG(tern::Int<tern::In(0, 1 << 30)>, sync_steps, 0,
           "training, diloco: the first this many steps exchange every step and end on the "
           "group's plain mean, the outer optimizer untouched (synchronous data parallelism for a "
           "warm-up, as PostLocalSGD's; docs/worker.md); 0: the outer loop from the first step");
+ABSL_FLAG(std::string, codec_ladder, "",
+          "training, diloco: codecs for the updates, widest first (e.g. none,int8,fp4; --codec "
+          "among them, the first used): each worker moves along them as its link measures, to "
+          "keep its compute utilization at --cu_target (docs/worker.md); empty: --codec always");
+ABSL_FLAG(tern::Double<tern::Open(0, 1)>, cu_target, 0.9,
+          "training, with --codec_ladder: the share of each step's time not spent waiting that "
+          "the codec's choice aims for");
 ABSL_FLAG(tern::Double<tern::In(0, 1048576)>, bucket_mb, 0,
           "training: cut the model into buckets of about this many MB of fp32 values (whole "
           "tensors, from the last back), each gossiped as soon as the backward pass finishes it, "
@@ -129,6 +137,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   TERN_ASSIGN_OR_RETURN(o.algorithm_options.outer_delay,
                         ParseOuterDelay(absl::GetFlag(FLAGS_outer_delay)));
   o.algorithm_options.sync_steps = absl::GetFlag(FLAGS_sync_steps).value;
+  o.codec_ladder = absl::StrSplit(absl::GetFlag(FLAGS_codec_ladder), ',', absl::SkipEmpty());
+  o.cu_target = absl::GetFlag(FLAGS_cu_target).value;
   // In [0, 1048576] by its type (clients/flags/flag_types.h).
   o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
   o.fragments = absl::GetFlag(FLAGS_fragments).value;
@@ -202,6 +212,8 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--merge_alpha=", absl::GetFlag(FLAGS_merge_alpha).value),
       absl::StrCat("--outer_delay=", absl::GetFlag(FLAGS_outer_delay)),
       absl::StrCat("--sync_steps=", absl::GetFlag(FLAGS_sync_steps).value),
+      absl::StrCat("--codec_ladder=", absl::GetFlag(FLAGS_codec_ladder)),
+      absl::StrCat("--cu_target=", absl::GetFlag(FLAGS_cu_target).value),
       absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb).value),
       absl::StrCat("--fragments=", absl::GetFlag(FLAGS_fragments).value),
       absl::StrCat("--fragment_cut=", absl::GetFlag(FLAGS_fragment_cut)),

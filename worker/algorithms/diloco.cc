@@ -61,6 +61,12 @@ class Diloco final : public AlgorithmBase {
            step + 1 == options_.final_step;
   }
   int64_t StepsPerRound() const override { return std::max(1, options_.local_steps); }
+  // The residual carries over: it is what the others have not decoded of the updates yet,
+  // whichever codec sent them.
+  absl::Status SetCodec(const std::string& spec) override {
+    TERN_ASSIGN_OR_RETURN(dense_, codecs_->Create(spec));
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
