@@ -107,8 +107,8 @@ struct EngineOptions {
   int max_snapshots = 16;
   uint64_t max_params = uint64_t{1} << 28;
   // diloco: codecs for the updates, widest first; each worker moves along them as its link
-  // measures, to keep its compute utilization at cu_target (worker/link_tuner.h). Empty: the
-  // algorithm's codec always, which must otherwise be one of them (the first used).
+  // measures, to keep its compute utilization at cu_target (worker/link_tuner.h), starting
+  // from the algorithm's codec, which must be one of them. Empty: that codec always.
   std::vector<std::string> codec_ladder;
   double cu_target = 0.9;
   // With a scheduler: the workers that are members in a round (worker/scheduler_client.h), the

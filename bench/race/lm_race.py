@@ -115,6 +115,29 @@ ROWS = {
     "tern-streaming-diloco-fp4-tau2-sync-ddp": {"kind": "tern-optim", "uses_h": True,
                                                 "sync": True, "worker": STREAMING_TAU2,
                                                 "rank": ["--warm_up=gradients"]},
+    # The whole model every H steps after the same warm-up (no fragments, the exchange
+    # overlapping one step, no merge): where the link carries it, the fewest steps.
+    "tern-diloco-gossip-fp4-sync": {"kind": "tern-optim", "uses_h": True, "sync": True,
+                                    "worker": ["--algorithm=diloco", "--topology=complete",
+                                               "--outer=nesterov:lr=0.7,momentum=0.9",
+                                               "--codec=fp4", "--overlap",
+                                               "--round_timeout=600"]},
+    # The same warmed by DDP's steps (the gradients averaged), with Nesterov's outer step or
+    # with plain averaging (PostLocalSGD's, but in fp4 with error feedback).
+    "tern-diloco-gossip-fp4-sync-ddp": {"kind": "tern-optim", "uses_h": True, "sync": True,
+                                        "rank": ["--warm_up=gradients"],
+                                        "worker": ["--algorithm=diloco", "--topology=complete",
+                                                   "--outer=nesterov:lr=0.7,momentum=0.9",
+                                                   "--codec=fp4", "--overlap",
+                                                   "--round_timeout=600"]},
+    "tern-diloco-gossip-fp4-sync-ddp-average": {
+        "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
+        "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average", "--codec=fp4",
+                   "--overlap", "--round_timeout=600"]},
+    # The warmed row with plain averaging for its outer step (local SGD after the warm-up, as
+    # PostLocalSGD, but streamed in fp4 fragments with the exchange overlapped).
+    "tern-streaming-average-tau2-sync": {"kind": "tern-optim", "uses_h": True, "sync": True,
+                                         "worker": STREAMING_TAU2 + ["--outer=average"]},
     # The warmed row with its updates' codec chosen from the link (--codec_ladder, from fp4 up to
     # int8 and fp32 where the measured link keeps compute utilization at 90 %; docs/worker.md).
     "tern-streaming-diloco-tau2-sync-ladder": {

@@ -224,8 +224,14 @@ def run_ddp(a, r):
         r.forward_backward(ddp, step, opt.optim if averager else opt)
         opt.step()
         r.steps_done = step + 1
-        # DDP: one model, rank 0's; PostLocalSGD: the workers' average, each rank's.
-        if a.rank == 0 or a.kind == "postlocalsgd":
+        # DDP: one model, rank 0's. PostLocalSGD: each rank's, averaged by the evaluation; after
+        # the warm-up the sites hold one model only right after an average (torch's averager
+        # averages after loop steps warmup, warmup + H, ...), so only those are evaluated, as
+        # DiLoCo's outer model is; and the last (the sites' average: one all-reduce at the end).
+        if a.kind == "postlocalsgd" and step >= warmup:
+            if (step - warmup) % a.h == 0 or step + 1 == a.steps:
+                r.snapshot(step + 1, force=True)
+        elif a.rank == 0 or a.kind == "postlocalsgd":
             r.snapshot(step + 1, force=step + 1 == a.steps)
 
     run_synchronous(a, r, dist, step_fn)

@@ -55,9 +55,10 @@ ABSL_FLAG(tern::Int<tern::In(0, 1 << 30)>, sync_steps, 0,
           "group's plain mean, the outer optimizer untouched (synchronous data parallelism for a "
           "warm-up, as PostLocalSGD's; docs/worker.md); 0: the outer loop from the first step");
 ABSL_FLAG(std::string, codec_ladder, "",
-          "training, diloco: codecs for the updates, widest first (e.g. none,int8,fp4; --codec "
-          "among them, the first used): each worker moves along them as its link measures, to "
-          "keep its compute utilization at --cu_target (docs/worker.md); empty: --codec always");
+          "training, diloco: codecs for the updates, widest first (e.g. none,int8,fp4; --codec, "
+          "where each worker starts, among them): each worker moves along them as its link "
+          "measures, to keep its compute utilization at --cu_target (docs/worker.md); empty: "
+          "--codec always");
 ABSL_FLAG(tern::Double<tern::Open(0, 1)>, cu_target, 0.9,
           "training, with --codec_ladder: the share of each step's time not spent waiting that "
           "the codec's choice aims for");
