@@ -46,10 +46,7 @@ absl::StatusOr<std::unique_ptr<LinkTuner>> LinkTuner::Create(LinkTunerOptions op
     }
   }
   const size_t rung = static_cast<size_t>(start - options.codecs.begin());
-  auto tuner =
-      absl::WrapUnique(new LinkTuner(std::move(options), std::move(bytes_per_value), rung));
-  tuner->state_.codec = tuner->options_.codecs[rung];
-  return tuner;
+  return absl::WrapUnique(new LinkTuner(std::move(options), std::move(bytes_per_value), rung));
 }
 
 void LinkTuner::ObserveStep(double step_seconds, double wait_seconds) {

@@ -77,7 +77,9 @@ class LinkTuner {
         window_(std::max(1, options_.exchanges_per_window)),
         held_(options_.codecs.size(), 0),
         holds_(options_.codecs.size(), 0),
-        rung_(rung) {}
+        rung_(rung) {
+    state_.codec = options_.codecs[rung];
+  }
 
   const LinkTunerOptions options_;
   const std::vector<double> bytes_per_value_;  // each rung's, measured on a probe at Create
