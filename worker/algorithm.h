@@ -147,6 +147,26 @@ class Algorithm {
   // True for algorithms whose state is shared by the whole group (diloco's outer step): every
   // worker must hear every other each round, so the engine refuses any graph but the complete one.
   virtual bool AllToAll() const { return false; }
+  // That shared state, for a worker that rejoins a running group (AllToAll algorithms): the
+  // group's model and the outer optimizer's momentum (empty when it keeps none), as they stand
+  // between exchanges. FailedPrecondition while an exchange is sent and not yet mixed.
+  struct SharedState {
+    std::vector<float> model, momentum;
+  };
+  virtual absl::StatusOr<SharedState> ExportShared() const {
+    return absl::UnimplementedError(absl::StrCat(Name(), " keeps no state shared by the group"));
+  }
+  // Takes the group's state over: the model becomes `model` (and the local model with it), the
+  // momentum `momentum`, and what was this worker's own (error feedback's residual) starts again
+  // from zero. A state that does not fit leaves everything as it was.
+  virtual absl::Status AdoptShared(absl::Span<const float> model,
+                                   absl::Span<const float> momentum) {
+    return absl::UnimplementedError(absl::StrCat(Name(), " keeps no state shared by the group"));
+  }
+  // The message the last Prepare made was not sent (a rejoined worker sitting a round out): the
+  // next Combine leaves it out of the mean, as every other worker does, and keeps it to send
+  // later (error feedback). AllToAll algorithms.
+  virtual void WithdrawOwn() {}
 };
 
 // Algorithms by name (dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd, swarm, diloco),

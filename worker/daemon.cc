@@ -85,6 +85,7 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
                                                 trainer_port_.get())),
       gossip_(std::make_unique<GossipService>(
           GossipServiceOptions{.worker_id = options_.engine.worker_id,
+                               .run_id = options_.engine.run_id,
                                .max_bundle_bytes = options_.max_bundle_bytes,
                                .peer_names = options_.peer_names},
           engine_.get(), limits_.get(), codecs_)),

@@ -194,6 +194,7 @@ RoundEngine::RoundEngine(EngineOptions options, const WorkerRegistries* registri
       counters_(options_.worker_id),
       snapshots_(options_.max_snapshots),
       swarm_(2 * static_cast<size_t>(options_.num_workers)),
+      shares_state_(algorithm->AllToAll()),
       first_algorithm_(std::move(algorithm)),
       health_(options_.num_workers) {}
 
@@ -205,7 +206,7 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
         return absl::FailedPreconditionError(
             "a different model is already registered with this worker");
       }
-      return absl::OkStatus();
+      return broken_;  // OK, or why this worker cannot go on (a failed rejoin)
     }
   }
   if (x0.empty() || x0.size() > options_.max_params) {
@@ -222,7 +223,15 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
       if (shut_down_) lane.inbox->Close();
     }
   }
-  snapshots_.Keep(0, x0);
+  if (options_.rejoin && shares_state_ && options_.num_workers > 1 && transport_ != nullptr) {
+    if (absl::Status s = Rejoin(); !s.ok()) {
+      // Registered, but with no state to go on from: the trainer's Register fails, and the
+      // worker must be restarted.
+      broken_ = s;
+      return s;
+    }
+  }
+  snapshots_.Keep(next_step(), params());
   if (asynchronous_) TERN_RETURN_IF_ERROR(Publish(0));
   return absl::OkStatus();
 }
@@ -527,6 +536,7 @@ absl::StatusOr<StepOutcome> RoundEngine::FinishStep(const StepInput& in) {
   }
   // After next_step_ moves on (GetSnapshot relies on that order).
   if (SnapshotDue(in.step + 1)) snapshots_.Keep(in.step + 1, params());
+  if (share_.Wanted(in.step)) PublishState(in.step);
   out.seconds = open.engine_seconds + Seconds(t_finish);
   return out;
 }
@@ -554,22 +564,55 @@ absl::StatusOr<RoundEngine::Outgoing> RoundEngine::Pack(int64_t step, int bucket
 
 absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t step,
                                                  GossipMessage msg) {
+  std::vector<int> back;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = peers_back_.begin(); it != peers_back_.end();) {
+      if (it->second > step) {
+        ++it;
+        continue;
+      }
+      back.push_back(it->first);
+      it = peers_back_.erase(it);
+    }
+  }
+  for (int j : back) {
+    if (!health_.up(j)) {
+      spdlog::info("worker {}: round {}: worker {} is back", options_.worker_id, step, j);
+    }
+    health_.MarkUp(j);
+  }
   InFlight r;
   r.step = step;
   TERN_ASSIGN_OR_RETURN(RoundGraph::Round round, graph_.At(step));
   r.nbrs = std::move(round.neighbours);
   r.row = std::move(round.row);
+  r.deadline = absl::Now() + options_.round_timeout;
+  bool sit_out;
+  {
+    absl::MutexLock lock(&mu_);
+    sit_out = step < sit_out_below_;
+  }
+  if (sit_out) {
+    // A rejoined worker before its peers wait for it: a message might reach some in time and
+    // not others, so it sends none, and its update waits for a later round.
+    r.sat_out = true;
+    r.pushes = std::make_shared<RoundPushes>();
+    r.pushes->sent = absl::Now();
+    lane.algorithm->WithdrawOwn();
+    return r;
+  }
   TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, bucket, std::move(msg)));
   r.payload = o.payload;
   r.dense = o.dense;
   r.wire = o.wire;
-  r.deadline = absl::Now() + options_.round_timeout;
   lane.Push(r, o.chunks, health_, transport_);
   return r;
 }
 
 absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) {
   TERN_ASSIGN_OR_RETURN(RoundReport report, lane.Finish(r, options_.worker_id, health_));
+  rounds_mixed_.fetch_add(1, std::memory_order_relaxed);
   if (tuner_ != nullptr && r.step >= sync_steps()) {
     tuner_->ObserveExchange(r.payload, report.push_seconds);
   }
@@ -587,6 +630,7 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
                                   PayloadScans* scans) {
   const v1::TensorBundle& bundle = received.bundle;
   uint64_t num_params, size = 0, buckets, cut;
+  int64_t sit_out;
   std::shared_ptr<GossipInbox> inbox;
   const int bucket = static_cast<int>(std::min<uint32_t>(bundle.bucket(), 1u << 30));
   {
@@ -594,6 +638,7 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
     num_params = registered_.num_params;
     buckets = registered_.lanes.size();
     cut = registered_.cut;
+    sit_out = sit_out_below_;
     if (static_cast<size_t>(bucket) < buckets) {
       inbox = registered_.lanes[static_cast<size_t>(bucket)].inbox;
       size = registered_.lanes[static_cast<size_t>(bucket)].size;
@@ -633,6 +678,11 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
     const int sender = checked.first;
     TERN_RETURN_IF_ERROR(inbox->Put(round, sender, std::move(checked.second)));
     counters_.CountReceived(sender, payload, wire_bytes);
+    if (round < sit_out) {
+      // Kept and mixed, but its sender is not to wait for this worker's message in that round.
+      return absl::UnavailableError(absl::StrCat(
+          "worker ", options_.worker_id, " is rejoining the run and sits round ", round, " out"));
+    }
     return absl::OkStatus();
   }();
   if (!s.ok() && !absl::IsUnavailable(s)) CountRefused(s);

@@ -20,13 +20,15 @@
 //
 // Its parts are rooms of their own: a bucket's round (lane.h), whom a round mixes with
 // (round_graph.h), the checks on arrival (arrival_check.h), the counters (engine_counters.h), the
-// kept snapshots (snapshot_store.h); SwarmSGD's swaps are in engine_swarm.cc (swarm_mailbox.h).
+// kept snapshots (snapshot_store.h), the state handed to a rejoining peer (state_share.h; the
+// engine's side in engine_rejoin.cc); SwarmSGD's swaps are in engine_swarm.cc (swarm_mailbox.h).
 //
 // Thread-safety: thread-safe. Init(), Step() and the bucketed step's calls are made by one thread
 // at a time (the daemon's round loop); Deliver(), GetSnapshot() and Stats() from any thread.
 #ifndef TERN_WORKER_ENGINE_H_
 #define TERN_WORKER_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -59,6 +61,7 @@
 #include "worker/peer_transport.h"
 #include "worker/round_graph.h"
 #include "worker/snapshot_store.h"
+#include "worker/state_share.h"
 #include "worker/swarm_mailbox.h"
 
 namespace tern {
@@ -111,6 +114,11 @@ struct EngineOptions {
   // from the algorithm's codec, which must be one of them. Empty: that codec always.
   std::vector<std::string> codec_ladder;
   double cu_target = 0.9;
+  // diloco: a worker whose peers are past step 0 when its trainer registers joins them where
+  // they are (a restarted worker): it takes the group's state (θ, outer momentum) from the
+  // furthest peer instead of starting from x0. rejoin_timeout bounds the wait for that state.
+  bool rejoin = true;
+  absl::Duration rejoin_timeout = absl::Minutes(5);
   // With a scheduler: the workers that are members in a round (worker/scheduler_client.h), the
   // topology then being built over them (MemberTopology). Unset: every worker, always.
   MemberTopology::MembersFn members;
@@ -159,6 +167,8 @@ class RoundEngine {
   bool initialized() const;
   std::vector<ParamTensor> layout() const;
   int64_t next_step() const;
+  // Exchanges mixed so far, every lane's. Any thread.
+  int64_t rounds_mixed() const { return rounds_mixed_.load(std::memory_order_relaxed); }
   // The momentum the algorithm applies to a trainer's gradients (Algorithm::Momentum). REQUIRES:
   // Init(); from the thread that calls Step().
   double momentum() const;
@@ -207,6 +217,17 @@ class RoundEngine {
   // Steps, bytes and seconds; each peer's traffic; refusals by reason; the neighbours up.
   const EngineCounters& counters() const { return counters_; }
   v1::WorkerStats Stats() const { return counters_.Stats(); }
+
+  // The state the group shares (diloco's θ and outer momentum, GroupStateToBundle) after a
+  // step at or past `min_step` that ended with no exchange in flight, for a rejoining peer:
+  // Unavailable until this worker has come to such a step (the round loop then publishes one),
+  // FailedPrecondition for an algorithm without one. Any thread.
+  absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> SharedState(int64_t min_step);
+
+  // Worker `j` holds the group's state again and sends its updates from round `from` on (a
+  // rejoined worker's Gossip.Position): from that round on it is waited for, as a neighbour that
+  // is up. FailedPrecondition when this worker may have started that round. Any thread.
+  absl::Status PeerBack(int j, int64_t from) ABSL_LOCKS_EXCLUDED(mu_);
 
   // SwarmSGD: a neighbour's model; answers with ours and averages theirs in at our next step.
   absl::StatusOr<v1::TensorBundle> HandleSwap(v1::TensorBundle bundle, uint64_t wire_bytes);
@@ -257,6 +278,15 @@ class RoundEngine {
   absl::Status TuneCodec(int64_t step, const v1::WorkerStats& delta);
   // Whether the parameters after `step` steps are kept (EngineOptions::snapshot_every).
   bool SnapshotDue(int64_t step) const;
+  // EngineOptions::rejoin, from Init: when the peers are past step 0, takes the group's state
+  // from the furthest one and moves this worker's next step to just after it. Round loop only.
+  absl::Status Rejoin();
+  // Tells every peer that this worker sends its updates again from a round none of them has
+  // started (at least two periods past the furthest, and past `next`), and returns that round.
+  absl::StatusOr<int64_t> AnnounceBack(int64_t next, absl::Time deadline);
+  // The group's state after `step` into share_, when a peer asked for it and no exchange is in
+  // flight. Round loop only.
+  void PublishState(int64_t step);
 
   const EngineOptions options_;
   const WorkerRegistries* const registries_;
@@ -267,6 +297,8 @@ class RoundEngine {
   EngineCounters counters_;
   SnapshotStore snapshots_;
   SwarmMailbox swarm_;
+  const bool shares_state_;  // the algorithm keeps a state shared by the group (AllToAll)
+  StateShare share_;         // that state, published when a rejoining peer asks
 
   // Round-loop state.
   std::unique_ptr<LinkTuner> tuner_;  // set by Create (codec_ladder), fed by the round loop
@@ -294,6 +326,11 @@ class RoundEngine {
   mutable absl::Mutex mu_;
   Registered registered_ ABSL_GUARDED_BY(mu_);
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int, int64_t> peers_back_ ABSL_GUARDED_BY(mu_);  // PeerBack's: worker -> from round
+  // A rejoined worker sends nothing in rounds before this, and answers the messages of those
+  // rounds as one that is not there (kept all the same), so no peer waits for it (Rejoin).
+  int64_t sit_out_below_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> rounds_mixed_{0};  // PeerBack's, for the round loop's health_
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -70,6 +70,28 @@ class MemoryTransport final : public PeerTransport {
       done(engines[to]->Deliver(*std::move(b), wire));
     });
   }
+  // A rejoining worker's questions; `asker` is the worker asking (one rejoins at a time here).
+  int asker = -1;
+  absl::StatusOr<Position> AskPosition(int to, const std::string&, int64_t back_from,
+                                       absl::Time) override {
+    // Engines made one after another: the later ones are not listening yet.
+    if (static_cast<size_t>(to) >= engines.size() || dead[to]) {
+      return absl::UnavailableError("connection refused");
+    }
+    if (back_from > 0) {
+      if (absl::Status s = engines[to]->PeerBack(asker, back_from); !s.ok()) return s;
+    }
+    return Position{.next_step = engines[to]->next_step(),
+                    .rounds_mixed = engines[to]->rounds_mixed()};
+  }
+  absl::StatusOr<v1::TensorBundle> FetchState(int to, const std::string&, int64_t min_step,
+                                              absl::Time) override {
+    if (dead[to]) return absl::UnavailableError("connection refused");
+    absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> state =
+        engines[to]->SharedState(min_step);
+    if (!state.ok()) return state.status();
+    return **state;
+  }
   absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time) override {
     if (dead[to]) return absl::UnavailableError("connection refused");
     BundleAssembler a(uint64_t{1} << 30);
@@ -642,6 +664,75 @@ TEST(RoundEngine, DilocoSurvivorsOfADeadWorkerStayOnOneModel) {
                            g.engines[0]->params().begin()))
         << i;
   }
+}
+
+// A worker killed and started again takes the group's state from a live peer: it asks where the
+// group is (step 6), takes θ and the outer momentum as they stand after step 6 (the first step
+// its source ends with no exchange in flight) and goes on from step 7. It sits the exchanges out
+// (sends nothing, mixes the others' updates) until round 11, two periods past the furthest peer,
+// from which they wait for it; after every exchange it holds the others' model bit for bit: the
+// Nesterov momentum came over too.
+TEST(RoundEngine, DilocoARestartedWorkerRejoinsWithTheGroupsState) {
+  const auto nesterov = [](EngineOptions& o) { o.algorithm_options.outer = "nesterov"; };
+  DilocoGroup g(Layout(8), /*fragments=*/0, nesterov);
+  for (int64_t step = 0; step < 4; ++step) g.Step(step);
+  g.transport.dead[3] = true;  // killed
+  const std::vector<bool> live = {true, true, true, false};
+  g.Step(4, live);
+  g.Step(5, live);  // an exchange of three
+  // Started again, from its own (stale) start.
+  EngineOptions o;
+  DilocoGroup::Configure(o, 0);
+  nesterov(o);
+  o.worker_id = 3;
+  o.num_workers = DilocoGroup::kWorkers;
+  auto restarted = RoundEngine::Create(o, &g.registries, &g.transport);
+  ASSERT_THAT(restarted, IsOk());
+  g.transport.Join();
+  g.transport.engines[3] = restarted->get();
+  g.transport.dead[3] = false;
+  g.transport.asker = 3;
+  absl::Status init;
+  std::thread joiner([&] { init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)); });
+  // Once it knows where the group is, the others go on; its source hands over the state after
+  // the step it ends next.
+  while ((*restarted)->next_step() != 6) absl::SleepFor(absl::Milliseconds(1));
+  g.Step(6, live);
+  joiner.join();
+  ASSERT_THAT(init, IsOk());
+  EXPECT_EQ((*restarted)->next_step(), 7);
+  g.engines[3] = *std::move(restarted);
+  for (int64_t step = 7; step < 14; ++step) {
+    const std::vector<uint64_t> sent = g.Step(step);
+    if (step % 2 == 0) continue;
+    // Sat out at 7 and 9; an update like everyone's from 11 on.
+    EXPECT_EQ(sent[3], step < 11 ? 0u : sent[0]) << step;
+    for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+      EXPECT_TRUE(std::equal(g.engines[i]->params().begin(), g.engines[i]->params().end(),
+                             g.engines[0]->params().begin()))
+          << "worker " << i << ", step " << step;
+    }
+  }
+  EXPECT_EQ(g.engines[1]->Stats().messages_refused(), 0u);
+}
+
+// Without a peer past step 0 (a run starting) a worker starts from its own x0; a state is only
+// handed over by an algorithm that keeps one.
+TEST(RoundEngine, SharedStateIsDilocosOnly) {
+  DilocoGroup g(Layout(4), /*fragments=*/0);
+  for (const auto& e : g.engines) EXPECT_EQ(e->next_step(), 0);
+  EXPECT_THAT(g.engines[0]->SharedState(0).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("ask again")));
+  g.Step(0);  // asked for: published at this step's end
+  auto state = g.engines[0]->SharedState(0);
+  ASSERT_THAT(state, IsOk());
+  EXPECT_EQ((*state)->round(), 0u);
+  WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  EngineOptions dpsgd;
+  dpsgd.num_workers = 2;
+  auto e = RoundEngine::Create(dpsgd, &registries, nullptr);
+  ASSERT_THAT(e, IsOk());
+  EXPECT_THAT((*e)->SharedState(0).status(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 // Streaming: with two fragments and H = 2 each step exchanges one of them (the last tensor's

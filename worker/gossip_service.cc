@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/chunking.h"
+#include "common/status_macros.h"
 #include "core/rpc/auth.h"
 #include "core/rpc/chunk_stream.h"
 #include "core/rpc/chunked_request.h"
@@ -78,6 +80,41 @@ class GossipService::SwapCall final
   GossipService* const g_;
   const std::string principal_;
   std::unique_ptr<StreamLimits::Stream> stream_;
+  std::vector<v1::BundleChunk> out_;
+  size_t next_ = 0;
+};
+
+// Gossip.State: the published state's chunks, or why there is none yet.
+class GossipService::StateCall final : public grpc::ServerWriteReactor<v1::BundleChunk> {
+ public:
+  StateCall(GossipService* g, grpc::CallbackServerContext* ctx, const v1::StateRequest& request) {
+    absl::Status s = Prepare(g, *ctx, request);
+    if (!s.ok()) {
+      if (!absl::IsUnavailable(s)) {
+        spdlog::warn("worker {}: refused a state request: {}", g->options_.worker_id, s.ToString());
+      }
+      Finish(ToGrpcStatus(s));
+    } else {
+      StartWrite(&out_[0]);
+    }
+  }
+  void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, out_, &next_); }
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Prepare(GossipService* g, const grpc::ServerContextBase& ctx,
+                       const v1::StateRequest& request) {
+    TERN_RETURN_IF_ERROR(g->CheckQuestion(ctx, request.run_id()));
+    const int64_t min_step =
+        static_cast<int64_t>(std::min<uint64_t>(request.min_step(), uint64_t{1} << 62));
+    TERN_ASSIGN_OR_RETURN(std::shared_ptr<const v1::TensorBundle> state,
+                          g->engine_->SharedState(min_step));
+    TERN_ASSIGN_OR_RETURN(out_, ChunkBundle(*state, state->round()));
+    spdlog::info("worker {}: sending the group's state after step {} to '{}'",
+                 g->options_.worker_id, state->round(), PrincipalOf(ctx));
+    return absl::OkStatus();
+  }
+
   std::vector<v1::BundleChunk> out_;
   size_t next_ = 0;
 };
@@ -250,6 +287,45 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* GossipService::Push(grpc::CallbackSer
 grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* GossipService::Swap(
     grpc::CallbackServerContext* ctx) {
   return new SwapCall(this, ctx);
+}
+
+grpc::ServerUnaryReactor* GossipService::Position(grpc::CallbackServerContext* ctx,
+                                                  const v1::PositionRequest* request,
+                                                  v1::PositionReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::Status s = CheckQuestion(*ctx, request->run_id());
+  if (s.ok() && request->back_from() > 0) {
+    // Under --peer_names only the worker the caller's name binds it to can say it is back.
+    const int sender = static_cast<int>(std::min<uint32_t>(request->sender(), 1u << 30));
+    if (!options_.peer_names.empty() && WorkerIdOf(PrincipalOf(*ctx)) != sender) {
+      s = absl::PermissionDeniedError(
+          absl::StrCat("'", PrincipalOf(*ctx), "' may not say that worker ", sender, " is back"));
+    } else {
+      s = engine_->PeerBack(sender, static_cast<int64_t>(std::min<uint64_t>(request->back_from(),
+                                                                            uint64_t{1} << 62)));
+    }
+  }
+  if (s.ok()) {
+    reply->set_next_step(static_cast<uint64_t>(engine_->next_step()));
+    reply->set_rounds_mixed(static_cast<uint64_t>(engine_->rounds_mixed()));
+  }
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::BundleChunk>* GossipService::State(grpc::CallbackServerContext* ctx,
+                                                                const v1::StateRequest* request) {
+  return new StateCall(this, ctx, *request);
+}
+
+absl::Status GossipService::CheckQuestion(const grpc::ServerContextBase& ctx,
+                                          const std::string& run_id) const {
+  TERN_RETURN_IF_ERROR(Caller(ctx));
+  if (run_id != options_.run_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("asked about run '", run_id, "'; this worker is in '", options_.run_id, "'"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status GossipService::Caller(const grpc::ServerContextBase& ctx) const {

@@ -1,6 +1,7 @@
 // The Gossip service of a worker: Gossip.Push (a neighbour's message for a round, whole or one
 // stripe of a striped push) reassembled and handed to RoundEngine::Deliver, and Gossip.Swap
-// (SwarmSGD's model exchange, RoundEngine::HandleSwap). Each call is a callback reactor that reads
+// (SwarmSGD's model exchange, RoundEngine::HandleSwap), and a rejoining worker's Gossip.Position
+// and Gossip.State (RoundEngine::SharedState). Each call is a callback reactor that reads
 // its chunks as they come, counted against the worker's StreamLimits; a refusal is a gRPC status
 // with its reason, counted once in the engine's stats and logged.
 //
@@ -31,6 +32,7 @@ namespace tern {
 
 struct GossipServiceOptions {
   int worker_id = 0;                                // for the log
+  std::string run_id = "tern";                      // what a rejoining worker must ask for
   uint64_t max_bundle_bytes = uint64_t{512} << 20;  // largest message accepted, serialized
   // Who may gossip in (each a name or a prefix ending in '*'); empty: anyone authenticated. With
   // names, each caller's name binds it to one worker id, the number it ends in (worker-3: 3), and
@@ -38,8 +40,10 @@ struct GossipServiceOptions {
   std::vector<std::string> peer_names;
 };
 
-class GossipService final : public v1::Gossip::WithCallbackMethod_Swap<
-                                v1::Gossip::WithRawCallbackMethod_Push<v1::Gossip::Service>> {
+class GossipService final
+    : public v1::Gossip::WithCallbackMethod_Position<
+          v1::Gossip::WithCallbackMethod_State<v1::Gossip::WithCallbackMethod_Swap<
+              v1::Gossip::WithRawCallbackMethod_Push<v1::Gossip::Service>>>> {
  public:
   GossipService(GossipServiceOptions options, RoundEngine* engine, StreamLimits* limits,
                 const CodecRegistry* codecs);
@@ -48,10 +52,21 @@ class GossipService final : public v1::Gossip::WithCallbackMethod_Swap<
                                                   grpc::ByteBuffer* reply) override;
   grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* Swap(
       grpc::CallbackServerContext* ctx) override;
+  // A rejoining worker's questions: this worker's next step, and the state its group shares
+  // (RoundEngine::SharedState).
+  grpc::ServerUnaryReactor* Position(grpc::CallbackServerContext* ctx,
+                                     const v1::PositionRequest* request,
+                                     v1::PositionReply* reply) override;
+  grpc::ServerWriteReactor<v1::BundleChunk>* State(grpc::CallbackServerContext* ctx,
+                                                   const v1::StateRequest* request) override;
 
  private:
   class PushCall;
   class SwapCall;
+  class StateCall;
+
+  // Caller() and the run id: what a rejoining worker's question must pass.
+  absl::Status CheckQuestion(const grpc::ServerContextBase& ctx, const std::string& run_id) const;
 
   // OK when the call's caller may gossip into this worker (peer_names); PERMISSION_DENIED else.
   absl::Status Caller(const grpc::ServerContextBase& ctx) const;

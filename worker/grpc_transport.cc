@@ -269,15 +269,48 @@ uint64_t GrpcTransport::NewStreamId() {
   return stream_ids_();
 }
 
-absl::StatusOr<v1::TensorBundle> GrpcTransport::Swap(int to, Chunks chunks, absl::Time deadline) {
-  v1::Gossip::Stub* stub = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    if (to >= 0 && static_cast<size_t>(to) < peers_.size()) stub = peers_[to].stub.get();
-  }
-  if (stub == nullptr) {
+absl::StatusOr<v1::Gossip::Stub*> GrpcTransport::StubOf(int to) const {
+  absl::MutexLock lock(&mu_);
+  if (to < 0 || static_cast<size_t>(to) >= peers_.size() || peers_[to].stub == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("no address for worker ", to));
   }
+  return peers_[to].stub.get();
+}
+
+absl::StatusOr<PeerTransport::Position> GrpcTransport::AskPosition(int to,
+                                                                   const std::string& run_id,
+                                                                   int64_t back_from,
+                                                                   absl::Time deadline) {
+  TERN_ASSIGN_OR_RETURN(v1::Gossip::Stub * stub, StubOf(to));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  v1::PositionRequest req;
+  req.set_run_id(run_id);
+  req.set_sender(static_cast<uint32_t>(self_));
+  req.set_back_from(static_cast<uint64_t>(std::max<int64_t>(back_from, 0)));
+  v1::PositionReply reply;
+  TERN_RETURN_IF_ERROR(FromGrpcStatus(stub->Position(&ctx, req, &reply)));
+  constexpr uint64_t kMost = uint64_t{1} << 62;
+  return Position{.next_step = static_cast<int64_t>(std::min(reply.next_step(), kMost)),
+                  .rounds_mixed = static_cast<int64_t>(std::min(reply.rounds_mixed(), kMost))};
+}
+
+absl::StatusOr<v1::TensorBundle> GrpcTransport::FetchState(int to, const std::string& run_id,
+                                                           int64_t min_step, absl::Time deadline) {
+  TERN_ASSIGN_OR_RETURN(v1::Gossip::Stub * stub, StubOf(to));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  v1::StateRequest req;
+  req.set_run_id(run_id);
+  req.set_min_step(static_cast<uint64_t>(std::max<int64_t>(min_step, 0)));
+  auto stream = stub->State(&ctx, req);
+  absl::StatusOr<v1::TensorBundle> state = ReadChunkedBundle<v1::BundleChunk>(stream.get());
+  TERN_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));  // the peer's refusal, if any
+  return state;
+}
+
+absl::StatusOr<v1::TensorBundle> GrpcTransport::Swap(int to, Chunks chunks, absl::Time deadline) {
+  TERN_ASSIGN_OR_RETURN(v1::Gossip::Stub * stub, StubOf(to));
   // The round loop is the caller and has nothing else to do meanwhile: a blocking call.
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));

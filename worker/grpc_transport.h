@@ -48,6 +48,10 @@ class GrpcTransport final : public PeerTransport {
             std::function<void(absl::Status)> done) override;
 
   absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time deadline) override;
+  absl::StatusOr<Position> AskPosition(int to, const std::string& run_id, int64_t back_from,
+                                       absl::Time deadline) override;
+  absl::StatusOr<v1::TensorBundle> FetchState(int to, const std::string& run_id, int64_t min_step,
+                                              absl::Time deadline) override;
 
   // Blocks until no push is in flight.
   void Drain();
@@ -57,6 +61,8 @@ class GrpcTransport final : public PeerTransport {
   class PushCall;
   void Finished();
   uint64_t NewStreamId();
+  // Peer `to`'s Gossip stub, or FailedPrecondition when its address is not known.
+  absl::StatusOr<v1::Gossip::Stub*> StubOf(int to) const;
 
   const int self_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;

@@ -28,6 +28,10 @@ absl::Span<const float> Lane::Gather(absl::Span<const float> whole,
 void Lane::Scatter(absl::Span<float> whole) const {
   const absl::Span<const float> mine = algorithm->params();
   if (mine.data() == whole.data() + offset) return;  // bound in place
+  Place(mine, whole);
+}
+
+void Lane::Place(absl::Span<const float> mine, absl::Span<float> whole) const {
   const float* in = mine.data();
   for (const Piece& p : pieces) {
     std::copy_n(in, p.size, whole.data() + p.offset);
@@ -38,14 +42,16 @@ void Lane::Scatter(absl::Span<float> whole) const {
 void PeerHealth::Judge(int me, int64_t step, const std::vector<int>& nbrs,
                        const std::map<int, absl::Status>& results,
                        const std::map<int, GossipMessage>& received, uint64_t* sent_to,
-                       std::vector<int>* mixed, std::vector<int>* dropped) {
+                       std::vector<int>* mixed, std::vector<int>* dropped, bool pushed) {
   for (int j : nbrs) {
     const size_t at = static_cast<size_t>(j);
     const bool was_up = up_[at];
     auto it = results.find(j);
     const absl::Status s =
         it == results.end() ? absl::DeadlineExceededError("push still running") : it->second;
-    if (s.ok()) {
+    if (!pushed) {
+      // No verdict on the peer from pushes never made.
+    } else if (s.ok()) {
       ++*sent_to;
       up_[at] = true;  // reachable and in step with us: worth waiting for
     } else if (PeerUnreachable(s)) {
@@ -139,7 +145,7 @@ absl::StatusOr<RoundReport> Lane::Finish(InFlight r, int me, PeerHealth& health)
   report.wait_seconds = absl::ToDoubleSeconds(t_recv - t_wait);
   report.transfer_seconds = absl::ToDoubleSeconds(absl::Now() - t_recv);
   health.Judge(me, r.step, r.nbrs, report.results, received, &report.sent_to, &report.mixed,
-               &report.dropped);
+               &report.dropped, /*pushed=*/!r.sat_out);
 
   report.combine_started = absl::Now();
   MixingRow row = DropNeighbours(r.row, report.dropped);

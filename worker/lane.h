@@ -41,14 +41,17 @@ class PeerHealth {
   explicit PeerHealth(int num_workers) : up_(num_workers, true), heard_(num_workers, false) {}
 
   bool up(int j) const { return up_[static_cast<size_t>(j)]; }
+  // `j` said it is alive (a rejoining worker): waited for again, as after a push that got through.
+  void MarkUp(int j) { up_[static_cast<size_t>(j)] = true; }
   bool heard(int j) const { return heard_[static_cast<size_t>(j)]; }
   // Marks each of `nbrs` up or down from its push's verdict (`results`; none: still running) and
   // whether its message came (`received`); appends it to `mixed` or `dropped` and counts the
-  // pushes accepted in `sent_to`. Logs each change, as worker `me` in round `step`.
+  // pushes accepted in `sent_to`. Logs each change, as worker `me` in round `step`. Without
+  // `pushed` (a round this worker sat out: no pushes) only the messages count.
   void Judge(int me, int64_t step, const std::vector<int>& nbrs,
              const std::map<int, absl::Status>& results,
              const std::map<int, GossipMessage>& received, uint64_t* sent_to,
-             std::vector<int>* mixed, std::vector<int>* dropped);
+             std::vector<int>* mixed, std::vector<int>* dropped, bool pushed = true);
 
  private:
   std::vector<bool> up_;
@@ -86,6 +89,9 @@ struct InFlight {
   std::shared_ptr<RoundPushes> pushes;
   uint64_t payload = 0, dense = 0, wire = 0;  // one message's bytes
   absl::Time deadline;
+  // This worker sent nothing and mixes the others' messages alone (a rejoined worker, until its
+  // peers wait for it: RoundEngine::Rejoin).
+  bool sat_out = false;
 };
 
 // What a finished round did, for the engine's counters.
@@ -120,6 +126,8 @@ struct Lane {
   absl::Span<const float> Gather(absl::Span<const float> whole, std::vector<float>* into) const;
   // The algorithm's values into their places in `whole` (the model).
   void Scatter(absl::Span<float> whole) const;
+  // `mine` (the lane's values in its order: size of them) into their places in `whole`.
+  void Place(absl::Span<const float> mine, absl::Span<float> whole) const;
 
   std::unique_ptr<Algorithm> algorithm;
   std::shared_ptr<GossipInbox> inbox;  // shared with push callbacks

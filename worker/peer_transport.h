@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,6 +29,22 @@ class PeerTransport {
   // SwarmSGD: sends our model to `to` and returns its model (blocking, until `deadline`).
   virtual absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time deadline) {
     return absl::UnimplementedError("this transport cannot swap");
+  }
+  // For a worker rejoining a running run (blocking, until `deadline`): worker `to`'s next step
+  // (Gossip.Position; with `back_from` > 0, telling `to` to wait for the asker's messages from
+  // that round on), and the state its group shares after a step at or past `min_step`
+  // (Gossip.State; Unavailable until it has one).
+  struct Position {
+    int64_t next_step = 0;
+    int64_t rounds_mixed = 0;  // exchanges mixed so far
+  };
+  virtual absl::StatusOr<Position> AskPosition(int to, const std::string& run_id, int64_t back_from,
+                                               absl::Time deadline) {
+    return absl::UnimplementedError("this transport cannot ask a peer's position");
+  }
+  virtual absl::StatusOr<v1::TensorBundle> FetchState(int to, const std::string& run_id,
+                                                      int64_t min_step, absl::Time deadline) {
+    return absl::UnimplementedError("this transport cannot fetch a peer's state");
   }
 };
 

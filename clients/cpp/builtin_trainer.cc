@@ -53,8 +53,15 @@ absl::Status RunBuiltinTrainer(TrainerLink& link, const BuiltinTrainerOptions& o
   model->Init(o.seed, absl::MakeSpan(x0));
   TERN_ASSIGN_OR_RETURN(const int64_t at, link.Register(model->Layout(), x0));
   if (at != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("worker is at step ", at, "; the built-in trainer only starts fresh runs"));
+    // The worker rejoined a running run (diloco): training goes on from the group's model.
+    absl::StatusOr<std::vector<float>> joined = link.Params();
+    if (!joined.ok() || joined->size() != x0.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "worker is at step ", at, " and its parameters cannot be read through this link (",
+          joined.status().ToString(), "); the built-in trainer then only starts fresh runs"));
+    }
+    x0 = *std::move(joined);
+    spdlog::info("worker {}: going on from step {} with the worker's model", o.worker_id, at);
   }
   absl::Span<const float> params(x0);  // then the worker's, as each step returns them
 
@@ -68,7 +75,7 @@ absl::Status RunBuiltinTrainer(TrainerLink& link, const BuiltinTrainerOptions& o
   size_t pos = order.size();
   std::vector<float> x(static_cast<size_t>(o.batch) * shard.dim);
   std::vector<uint8_t> y(static_cast<size_t>(o.batch));
-  for (int64_t step = 0; step < steps && !stop.load(); ++step) {
+  for (int64_t step = at; step < steps && !stop.load(); ++step) {
     const absl::Time t0 = absl::Now();
     for (int b = 0; b < o.batch; ++b) {
       if (pos == order.size()) {

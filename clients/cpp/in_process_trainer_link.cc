@@ -19,6 +19,16 @@ class InProcessTrainerLink final : public TrainerLink {
     return static_cast<int64_t>(reply.step());
   }
 
+  absl::StatusOr<std::vector<float>> Params() override {
+    std::vector<float> x;
+    // The engine's parameters are read on the trainer's side of the port, as a step would.
+    daemon_->trainer().RunExclusive([&] {
+      const absl::Span<const float> p = daemon_->engine()->params();
+      x.assign(p.begin(), p.end());
+    });
+    return x;
+  }
+
   void BeginStep(const TrainerStep& s) override {
     const absl::Time t0 = absl::Now();
     StepInput in;

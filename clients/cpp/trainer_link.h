@@ -39,6 +39,12 @@ class TrainerLink {
   // (the buffer the backward pass writes), then GradReadyFrom(from) each time grad[from, end) is
   // final, then Step as usual. A link that cannot do better does nothing until Step; an error is
   // kept and returned by Step.
+  // The worker's parameters as they are now: after a Register that answered a step past 0 (a
+  // worker that rejoined a running run), where training goes on from. Unimplemented where the
+  // link cannot read them.
+  virtual absl::StatusOr<std::vector<float>> Params() {
+    return absl::UnimplementedError("this link cannot read the worker's parameters");
+  }
   virtual void BeginStep(const TrainerStep& s) {}
   virtual void GradReadyFrom(size_t from) {}
 };

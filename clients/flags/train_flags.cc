@@ -79,6 +79,12 @@ ABSL_FLAG(std::string, fragment_cut, "contiguous",
           "first number in a tensor's name, e.g. blocks.3.; docs/worker.md)");
 ABSL_FLAG(tern::Double<tern::Above(0)>, round_timeout, 10,
           "training: seconds a round waits for its neighbours");
+ABSL_FLAG(bool, rejoin, true,
+          "training, diloco: a worker whose peers are past their first exchange when its trainer "
+          "registers (a restarted one) takes the group's state from them and goes on where they "
+          "are (docs/worker.md, \"A worker that rejoins\"); false: it starts from its own start");
+ABSL_FLAG(tern::Double<tern::Above(0)>, rejoin_timeout, 300,
+          "training, diloco: seconds a rejoining worker waits for the group's state");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, epochs, 5,
           "training: passes over the training set (all workers together)");
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, max_steps, 0,
@@ -132,6 +138,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   const double timeout = absl::GetFlag(FLAGS_round_timeout).value;
   if (!(timeout > 0)) return absl::InvalidArgumentError("--round_timeout must be > 0");
   o.round_timeout = absl::Seconds(timeout);
+  o.rejoin = absl::GetFlag(FLAGS_rejoin);
+  o.rejoin_timeout = absl::Seconds(absl::GetFlag(FLAGS_rejoin_timeout).value);
   o.overlap = absl::GetFlag(FLAGS_overlap);
   o.overlap_steps = absl::GetFlag(FLAGS_overlap_steps).value;
   o.algorithm_options.merge_alpha = absl::GetFlag(FLAGS_merge_alpha).value;
@@ -208,6 +216,8 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--lr=", EffectiveLr()),
       absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
       absl::StrCat("--round_timeout=", absl::GetFlag(FLAGS_round_timeout).value),
+      absl::StrCat("--rejoin=", absl::GetFlag(FLAGS_rejoin) ? "true" : "false"),
+      absl::StrCat("--rejoin_timeout=", absl::GetFlag(FLAGS_rejoin_timeout).value),
       absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap) ? "true" : "false"),
       absl::StrCat("--overlap_steps=", absl::GetFlag(FLAGS_overlap_steps).value),
       absl::StrCat("--merge_alpha=", absl::GetFlag(FLAGS_merge_alpha).value),

@@ -1,6 +1,7 @@
 // libFuzzer target for what a worker does with a peer's or a trainer's bundle: the bytes parse
 // as a TensorBundle (or not), then go through RoundEngine::Deliver (a gossip message) and
-// BundleToFlat / LayoutFromBundle (a gradient or a registration). Any input must give OK or an
+// BundleToFlat / LayoutFromBundle (a gradient or a registration), and GroupStateFromBundle (the
+// group's state a rejoining worker takes from a peer). Any input must give OK or an
 // error; an accepted gossip message must have passed every check.
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "core/model/bundle.h"
 #include "kernels/builtin.h"
 #include "worker/engine.h"
+#include "worker/state_share.h"
 
 namespace {
 
@@ -39,6 +41,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)f->engine->Deliver(bundle, size);
   std::vector<float> out(64);
   (void)tern::BundleToFlat(bundle, f->layout, *f->registries.codecs, absl::MakeSpan(out));
+  auto state = tern::GroupStateFromBundle(bundle, "tern", 64, *f->registries.codecs);
+  if (state.ok() &&
+      (state->theta.size() != 64 || (!state->momentum.empty() && state->momentum.size() != 64))) {
+    std::abort();
+  }
   auto layout = tern::LayoutFromBundle(bundle, 1 << 20);
   if (layout.ok()) {
     uint64_t total = 0;

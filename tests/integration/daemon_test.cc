@@ -212,6 +212,70 @@ TEST(TernRun, DilocoSurvivorsOfAKilledWorkerFinishOnOneModel) {
   EXPECT_EQ(Last(dir, "consensus"), 0.0);
 }
 
+// diloco with a worker SIGKILLed mid-run and started again with the same command (as systemd
+// restarts one, on the same port): it takes the group's state from a live peer, sits the
+// exchanges out until its peers wait for it, and the four end the run on one model, byte for
+// byte.
+TEST(TernWorker, ARestartedDilocoWorkerRejoinsAndTheRunEndsOnOneModel) {
+  const std::string dir = MakeTempDir();
+  constexpr int kWorkers = 4;
+  const auto args = [&](int i, const std::string& listen, const std::string& tag) {
+    return std::vector<std::string>{"worker",
+                                    absl::StrCat("--id=", i),
+                                    absl::StrCat("--workers=", kWorkers),
+                                    "--listen=" + listen,
+                                    absl::StrCat("--port_file=", dir, "/", i, ".port"),
+                                    "--peers_file=" + dir + "/peers.txt",
+                                    "--algorithm=diloco",
+                                    "--local_steps=20",
+                                    "--codec=fp4",
+                                    "--round_timeout=5",
+                                    "--epochs=40",
+                                    "--batch=64",
+                                    "--max_steps=2400",
+                                    "--total_steps=2400",
+                                    absl::StrCat("--round_log=", dir, "/", i, tag, ".steps.jsonl"),
+                                    absl::StrCat("--final_model=", dir, "/final-", i, ".bin"),
+                                    "--exit_after_training",
+                                    "--log_level=info"};
+  };
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kWorkers; ++i) {
+    pids.push_back(Spawn(args(i, "127.0.0.1:0", ""), absl::StrCat(dir, "/", i, ".log")));
+  }
+  std::string peers;
+  std::vector<int> ports;
+  for (int i = 0; i < kWorkers; ++i) {
+    ports.push_back(WaitForPort(absl::StrCat(dir, "/", i, ".port")));
+    ASSERT_GT(ports.back(), 0) << "worker " << i << " did not start";
+    absl::StrAppend(&peers, "127.0.0.1:", ports.back(), "\n");
+  }
+  WriteText(dir + "/peers.tmp", peers);
+  std::rename((dir + "/peers.tmp").c_str(), (dir + "/peers.txt").c_str());
+  // Worker 2 killed after 240 of its steps, between two exchanges or in one.
+  for (int t = 0; t < 12000 && Lines(dir + "/2.steps.jsonl").size() < 240; ++t) {
+    usleep(10 * 1000);
+  }
+  if (Lines(dir + "/2.steps.jsonl").size() < 240) {
+    for (pid_t p : pids) kill(p, SIGKILL);
+    FAIL() << "worker 2 did not get to step 240: " << ReadText(dir + "/2.log");
+  }
+  kill(pids[2], SIGKILL);
+  EXPECT_EQ(Wait(pids[2]), 128 + SIGKILL);
+  pids[2] = Spawn(args(2, absl::StrCat("127.0.0.1:", ports[2]), "-again"), dir + "/2-again.log");
+  for (int i = 0; i < kWorkers; ++i) {
+    EXPECT_EQ(Wait(pids[i]), 0) << ReadText(absl::StrCat(dir, "/", i, ".log"));
+  }
+  const std::string again = ReadText(dir + "/2-again.log");
+  EXPECT_THAT(again, HasSubstr("rejoined at step")) << again;
+  EXPECT_THAT(ReadText(dir + "/0.log"), HasSubstr("worker 2 is back"));
+  const std::string model = ReadText(dir + "/final-0.bin");
+  EXPECT_GT(model.size(), 100000u);
+  for (int i = 1; i < kWorkers; ++i) {
+    EXPECT_TRUE(ReadText(absl::StrCat(dir, "/final-", i, ".bin")) == model) << "worker " << i;
+  }
+}
+
 // A quarter of the workers SIGKILLed at once: with the scheduler the survivors are re-linked
 // into one ring (static, it would split in two halves that drift apart: consensus ~3), and the
 // two halves of the split, which ran apart while the failures were being noticed, catch up with

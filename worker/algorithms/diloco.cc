@@ -68,6 +68,42 @@ class Diloco final : public AlgorithmBase {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<SharedState> ExportShared() const override {
+    if (own_.numel != 0) {
+      return absl::FailedPreconditionError("diloco: an exchange is sent and not yet mixed");
+    }
+    if (delayed()) {
+      // θ then lags a round behind the updates sent: a newcomer would need the round in flight.
+      return absl::FailedPreconditionError(
+          absl::StrCat("diloco with --outer_delay=", OuterDelayName(options_.outer_delay),
+                       " always has an exchange in flight: a worker cannot rejoin it"));
+    }
+    const absl::Span<const float> momentum = outer_->momentum();
+    return SharedState{.model = anchor_,
+                       .momentum = std::vector<float>(momentum.begin(), momentum.end())};
+  }
+
+  absl::Status AdoptShared(absl::Span<const float> model,
+                           absl::Span<const float> momentum) override {
+    const size_t n = x_.size();
+    if (model.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("diloco: a shared model of ", model.size(), " values for ", n));
+    }
+    if (delayed()) return ExportShared().status();
+    // Restore checks the size before it changes anything.
+    TERN_RETURN_IF_ERROR(outer_->Restore(momentum));
+    anchor_.assign(model.begin(), model.end());
+    x_ = anchor_;
+    residual_.assign(n, 0.0f);
+    own_ = EncodedTensor();
+    withdrawn_ = false;
+    sent_ = std::vector<float>();
+    return absl::OkStatus();
+  }
+
+  void WithdrawOwn() override { withdrawn_ = true; }
+
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
     const size_t n = x_.size();
@@ -107,13 +143,26 @@ class Diloco final : public AlgorithmBase {
     // The plain mean of the updates heard, own included, whatever the row's weights: a worker
     // that was dropped leaves its share to all the others (the gossip rule gives it to the
     // receiver alone, which here would split θ), so workers that heard the same ones stay on one
-    // model. Every part checked before any is summed, and the sum in worker-id order.
-    const float w = 1.0f / static_cast<float>(1 + row.neighbours.size());
+    // model. Every part checked before any is summed, and the sum in worker-id order. An update
+    // withdrawn (not sent) is in no one's mean: it goes back into the residual, sent later.
+    const bool own = !withdrawn_;
     std::map<int, const EncodedTensor*> by_id;
-    by_id[worker_] = &own_;
+    if (own) by_id[worker_] = &own_;
     for (const auto& [j, unused] : row.neighbours) {
       TERN_ASSIGN_OR_RETURN(by_id[j], FindValid(j, *received.at(j), "u"));
     }
+    if (!own) {
+      mean_.resize(n);
+      TERN_RETURN_IF_ERROR(DecodeChecked(worker_, own_, "u", absl::MakeSpan(mean_)));
+      for (size_t i = 0; i < n; ++i) residual_[i] += mean_[i];
+      withdrawn_ = false;
+      if (by_id.empty()) {  // no update anywhere: θ stays, and x starts again from it
+        x_ = anchor_;
+        own_ = EncodedTensor();
+        return absl::OkStatus();
+      }
+    }
+    const float w = 1.0f / static_cast<float>(by_id.size());
     mean_.assign(n, 0.0f);
     for (const auto& [j, part] : by_id) {
       const WeightedTarget one[1] = {{w, absl::MakeSpan(mean_)}};
@@ -196,7 +245,8 @@ class Diloco final : public AlgorithmBase {
   std::vector<float> scratch_;   // u + decayed residual; then the outer step
   // Delayed or eager: where this round's inner steps started (u is measured from it).
   std::vector<float> start_;
-  float self_weight_ = 1;  // this worker's weight in the last round's mean (1 / workers heard)
+  float self_weight_ = 1;   // this worker's weight in the last round's mean (1 / workers heard)
+  bool withdrawn_ = false;  // the next Combine leaves own_ out (WithdrawOwn)
 };
 
 }  // namespace

@@ -1,0 +1,200 @@
+// RoundEngine's side of a worker rejoining a running diloco group (worker/state_share.h): asking
+// (Rejoin) and answering (SharedState, PublishState).
+#include <algorithm>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/engine.h"
+
+namespace tern {
+namespace {
+
+// How long a peer may take to say where it is; one that does not answer is left out.
+constexpr absl::Duration kPositionTimeout = absl::Seconds(2);
+// How often a peer is asked again for a state it has not reached yet.
+constexpr absl::Duration kStatePoll = absl::Milliseconds(50);
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> RoundEngine::SharedState(int64_t min_step) {
+  if (!shares_state_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options_.algorithm, " keeps no state shared by the group to hand over"));
+  }
+  if (const OuterDelay delay = options_.algorithm_options.outer_delay; delay != OuterDelay::kNone) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--outer_delay=", OuterDelayName(delay),
+                     " always has an exchange in flight: no worker can rejoin this run"));
+  }
+  if (!initialized()) return absl::UnavailableError("this worker has no model registered yet");
+  return share_.Get(min_step);
+}
+
+absl::Status RoundEngine::PeerBack(int j, int64_t from) {
+  if (j < 0 || j >= options_.num_workers || j == options_.worker_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", j, " is not a peer of worker ", options_.worker_id));
+  }
+  absl::MutexLock lock(&mu_);
+  // Round r is pushed during step r: one not begun yet has not been started.
+  if (next_step_ >= from) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", options_.worker_id, " is at step ", next_step_, ": round ", from,
+                     " may be under way already; ask with a later one"));
+  }
+  peers_back_[j] = from;
+  return absl::OkStatus();
+}
+
+void RoundEngine::PublishState(int64_t step) {
+  // Between exchanges only: a round pushed and not yet mixed would be missing from the state,
+  // and its messages went out before the newcomer was there to get them.
+  for (const Lane& lane : lanes_) {
+    if (lane.round.has_value()) return;
+  }
+  const absl::Span<const float> model = params();
+  GroupState state;
+  state.step = step;
+  state.theta.resize(model.size());
+  for (const Lane& lane : lanes_) {
+    absl::StatusOr<Algorithm::SharedState> mine = lane.algorithm->ExportShared();
+    if (!mine.ok()) {
+      spdlog::warn("worker {}: step {}: no state to hand over: {}", options_.worker_id, step,
+                   mine.status().ToString());
+      return;
+    }
+    lane.Place(mine->model, absl::MakeSpan(state.theta));
+    if (!mine->momentum.empty()) {
+      state.momentum.resize(model.size());
+      lane.Place(mine->momentum, absl::MakeSpan(state.momentum));
+    }
+  }
+  absl::StatusOr<v1::TensorBundle> bundle =
+      GroupStateToBundle(state, options_.run_id, options_.worker_id);
+  if (!bundle.ok()) {
+    spdlog::warn("worker {}: step {}: {}", options_.worker_id, step, bundle.status().ToString());
+    return;
+  }
+  share_.Publish(std::make_shared<const v1::TensorBundle>(*std::move(bundle)));
+}
+
+absl::Status RoundEngine::Rejoin() {
+  const absl::Time t0 = absl::Now();
+  const int me = options_.worker_id;
+  // The furthest peer's next step, among those that mixed an exchange (until one has, the
+  // group's state is everyone's start, and a peer ahead is only quicker to start). Every message
+  // still to come is for a round at or past it: a round's messages go out at the end of its
+  // step, before its sender's next step begins.
+  int64_t furthest = 0;
+  int source = -1;
+  for (int j = 0; j < options_.num_workers; ++j) {
+    if (j == me) continue;
+    absl::StatusOr<PeerTransport::Position> at =
+        transport_->AskPosition(j, options_.run_id, /*back_from=*/0, t0 + kPositionTimeout);
+    if (at.ok() && at->rounds_mixed > 0 && at->next_step > furthest) {
+      furthest = at->next_step;
+      source = j;
+    }
+  }
+  if (source < 0) return absl::OkStatus();  // a run starting (or nobody there): from x0
+  spdlog::info("worker {}: the group is at step {}: rejoining with worker {}'s state", me, furthest,
+               source);
+  // Take those messages from now on (the inbox keeps them until this worker gets there), with
+  // no peer waiting for this worker's own until it says from when (AnnounceBack)...
+  for (Lane& lane : lanes_) lane.inbox->Skip(furthest);
+  {
+    absl::MutexLock lock(&mu_);
+    next_step_ = furthest;
+    sit_out_below_ = std::numeric_limits<int64_t>::max();
+  }
+  // ... and the state after a step that mixed every round before them.
+  const absl::Time deadline = t0 + options_.rejoin_timeout;
+  absl::StatusOr<v1::TensorBundle> got;
+  for (;;) {
+    got = transport_->FetchState(source, options_.run_id, furthest - 1, deadline);
+    if (!absl::IsUnavailable(got.status()) || absl::Now() + kStatePoll >= deadline) break;
+    absl::SleepFor(kStatePoll);
+  }
+  absl::StatusOr<GroupState> state =
+      got.ok() ? GroupStateFromBundle(*got, options_.run_id, params().size(), *registries_->codecs)
+               : got.status();
+  if (state.ok() && state->step + 1 < furthest) {
+    state = absl::InvalidArgumentError(absl::StrCat(
+        "a state after step ", state->step, ", before the step asked for (", furthest - 1, ")"));
+  }
+  if (!state.ok()) {
+    return absl::Status(state.status().code(),
+                        absl::StrCat("rejoining the run at step ", furthest, ": worker ", source,
+                                     "'s state: ", state.status().message(),
+                                     "; this worker cannot go on from its own start: restart it"));
+  }
+  std::vector<float> theta, momentum;
+  for (Lane& lane : lanes_) {
+    const absl::Span<const float> t = lane.Gather(state->theta, &theta);
+    absl::Span<const float> m;
+    if (!state->momentum.empty()) m = lane.Gather(state->momentum, &momentum);
+    TERN_RETURN_IF_ERROR(lane.algorithm->AdoptShared(t, m));
+    if (lane.gathered()) lane.Scatter(params_);
+    lane.inbox->Skip(state->step + 1);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    next_step_ = state->step + 1;
+  }
+  const double mb = static_cast<double>(got->ByteSizeLong()) / 1e6;
+  const double took = absl::ToDoubleSeconds(absl::Now() - t0);
+  // The peers went on meanwhile and may be in, or past, this worker's next exchanges: it sits
+  // them out (sends nothing, mixes the others' updates) until a round none of its peers has
+  // started, from which they wait for it. Without that a late message could be mixed by some
+  // peers and not others, and θ would split.
+  absl::StatusOr<int64_t> from = AnnounceBack(state->step + 1, deadline);
+  if (!from.ok()) return from.status();
+  {
+    absl::MutexLock lock(&mu_);
+    sit_out_below_ = *from;
+  }
+  spdlog::info(
+      "worker {}: rejoined at step {} with worker {}'s state ({:.1f} MB in {:.2f} s); sends its "
+      "updates from round {} on",
+      me, state->step + 1, source, mb, took, *from);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> RoundEngine::AnnounceBack(int64_t next, absl::Time deadline) {
+  const int me = options_.worker_id;
+  // Two periods past the furthest peer: time enough for the question to reach them all.
+  const int64_t margin = 2 * lanes_[0].algorithm->StepsPerRound();
+  absl::Status last;
+  while (absl::Now() < deadline) {
+    int64_t furthest = next;
+    for (int j = 0; j < options_.num_workers; ++j) {
+      if (j == me) continue;
+      absl::StatusOr<PeerTransport::Position> at = transport_->AskPosition(
+          j, options_.run_id, /*back_from=*/0, absl::Now() + kPositionTimeout);
+      if (at.ok()) furthest = std::max(furthest, at->next_step);
+    }
+    const int64_t from = furthest + margin;
+    bool all = true;
+    for (int j = 0; j < options_.num_workers; ++j) {
+      if (j == me) continue;
+      absl::StatusOr<PeerTransport::Position> at =
+          transport_->AskPosition(j, options_.run_id, from, absl::Now() + kPositionTimeout);
+      // One that went past `from` meanwhile: ask everyone again, later. One that does not
+      // answer is gone (or partitioned): it waits for nobody, as for any dead peer.
+      if (absl::IsFailedPrecondition(at.status())) {
+        all = false;
+        last = at.status();
+      }
+    }
+    if (all) return from;
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "worker ", me, ": no round every peer had still to start before the rejoin's deadline (",
+      last.ToString(), ")"));
+}
+
+}  // namespace tern
