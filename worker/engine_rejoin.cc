@@ -101,6 +101,11 @@ absl::Status RoundEngine::Rejoin() {
     }
   }
   if (source < 0) return absl::OkStatus();  // a run starting (or nobody there): from x0
+  if (const OuterDelay delay = options_.algorithm_options.outer_delay; delay != OuterDelay::kNone) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the group is at step ", furthest, ", and a run with --outer_delay=", OuterDelayName(delay),
+        " always has an exchange in flight: a worker cannot rejoin it; start the run again"));
+  }
   spdlog::info("worker {}: the group is at step {}: rejoining with worker {}'s state", me, furthest,
                source);
   // Take those messages from now on (the inbox keeps them until this worker gets there), with

@@ -137,6 +137,72 @@ def test_diloco_without_a_server_trains_and_every_site_holds_the_same_outer_mode
             assert torch.equal(s0[name], s1[name]), name
 
 
+def test_a_restarted_diloco_site_goes_on_from_the_groups_model(data):
+    # Site 1's worker is SIGKILLed after 20 steps and started again on its port, and its script
+    # starts again too, with a fresh model: the worker takes the group's state from site 0, the
+    # optimizer loads it and says the step to go on from, and the run ends with both sites on
+    # one model. Site 0 steps slowly until site 1 is back, so that the run is still going.
+    import signal
+    import threading
+    steps = 300
+    flags = ["--algorithm=diloco", "--topology=complete", "--local_steps=5", "--codec=fp4",
+             "--outer=nesterov:lr=0.7,momentum=0.9", "--total_steps=%d" % steps]
+    d = tempfile.mkdtemp(prefix="tern-optim-rejoin-")
+    addresses, procs = test_support.start_workers(TERN, d, 2, flags)
+    x, y = data
+    back = threading.Event()
+    out = [None, None]
+
+    def site(rank):
+        torch.set_num_threads(1)
+        xs, ys = x[rank::2], y[rank::2]
+        gen = torch.Generator().manual_seed(rank)
+        model = models[rank]
+        optimizer = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=2e-3), model,
+                                         worker=addresses[rank], timeout=60)
+        while optimizer.step_count < steps:
+            if rank == 1 and optimizer.step_count == 20 and not back.is_set():
+                optimizer.close()
+                procs[1].send_signal(signal.SIGKILL)
+                procs[1].wait()
+                port = addresses[1].split(":")[1]
+                procs[1] = subprocess.Popen(
+                    [TERN, "worker", "--trainer=external", "--id=1", "--workers=2",
+                     "--round_timeout=60", "--listen=127.0.0.1:" + port,
+                     "--peers_file=%s/peers.txt" % d] + flags,
+                    stdout=open("%s/worker-1-again.log" % d, "w"), stderr=subprocess.STDOUT)
+                test_support.wait_for_port_open(addresses[1])
+                model = cnn()  # the script started again: its own start, not the group's
+                optimizer = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=2e-3),
+                                                 model, worker=addresses[1], timeout=60)
+                out[1] = optimizer.step_count
+                back.set()
+                continue
+            if rank == 0 and optimizer.step_count > 20 and not back.is_set():
+                time.sleep(0.02)
+            idx = torch.randint(0, len(xs), (32,), generator=gen)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(xs[idx]), ys[idx])
+            loss.backward()
+            optimizer.step(loss=loss.item())
+        optimizer.close()
+        return model
+
+    models = [cnn() for _ in range(2)]
+    try:
+        m0, m1 = test_support.run_in_threads(site, 2)
+    finally:
+        codes = test_support.stop_workers(procs)
+    log = open("%s/worker-1-again.log" % d).read()
+    assert "rejoined at step" in log, log
+    assert out[1] > 20, out[1]  # it went on where the group was
+    assert codes == [0, 0]
+    s0, s1 = m0.state_dict(), m1.state_dict()
+    for name in s0:
+        if torch.is_floating_point(s0[name]):
+            assert torch.equal(s0[name], s1[name]), name
+
+
 @pytest.mark.worker_flags("--algorithm=diloco", "--topology=complete", "--local_steps=5",
                           "--outer=nesterov:lr=0.7,momentum=0.9", "--codec=none",
                           "--sync_steps=6", "--overlap")

@@ -31,6 +31,19 @@ def wait_for_port(path, seconds=30):
     raise TimeoutError("no port in %s after %ss" % (path, seconds))
 
 
+def wait_for_port_open(address, seconds=30):
+    """Waits until something listens on `address` ("host:port")."""
+    import socket
+    host, port = address.rsplit(":", 1)
+    for _ in range(int(seconds / 0.05)):
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError("nothing listens on %s after %ss" % (address, seconds))
+
+
 def start_workers(tern, workdir, n, flags):
     """Starts `n` `tern worker --trainer=external` daemons on 127.0.0.1 (port 0) that gossip with
     each other, with extra `flags`; returns (addresses, processes). stop_workers ends them."""
