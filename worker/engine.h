@@ -114,9 +114,9 @@ struct EngineOptions {
   // from the algorithm's codec, which must be one of them. Empty: that codec always.
   std::vector<std::string> codec_ladder;
   double cu_target = 0.9;
-  // diloco: a worker whose peers are past step 0 when its trainer registers joins them where
-  // they are (a restarted worker): it takes the group's state (θ, outer momentum) from the
-  // furthest peer instead of starting from x0. rejoin_timeout bounds the wait for that state.
+  // diloco: a worker with a peer that has mixed an exchange when its trainer registers joins
+  // the group where it is (a restarted worker): it takes the group's state (θ, outer momentum) from
+  // the furthest peer instead of starting from x0. rejoin_timeout bounds the wait for that state.
   bool rejoin = true;
   absl::Duration rejoin_timeout = absl::Minutes(5);
   // With a scheduler: the workers that are members in a round (worker/scheduler_client.h), the
@@ -278,7 +278,7 @@ class RoundEngine {
   absl::Status TuneCodec(int64_t step, const v1::WorkerStats& delta);
   // Whether the parameters after `step` steps are kept (EngineOptions::snapshot_every).
   bool SnapshotDue(int64_t step) const;
-  // EngineOptions::rejoin, from Init: when the peers are past step 0, takes the group's state
+  // EngineOptions::rejoin, from Init: when a peer has mixed an exchange, takes the group's state
   // from the furthest one and moves this worker's next step to just after it. Round loop only.
   absl::Status Rejoin();
   // Tells every peer that this worker sends its updates again from a round none of them has
@@ -330,7 +330,7 @@ class RoundEngine {
   // A rejoined worker sends nothing in rounds before this, and answers the messages of those
   // rounds as one that is not there (kept all the same), so no peer waits for it (Rejoin).
   int64_t sit_out_below_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<int64_t> rounds_mixed_{0};  // PeerBack's, for the round loop's health_
+  std::atomic<int64_t> rounds_mixed_{0};  // exchanges mixed: Position's answer
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

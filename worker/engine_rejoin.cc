@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -17,6 +19,26 @@ namespace {
 constexpr absl::Duration kPositionTimeout = absl::Seconds(2);
 // How often a peer is asked again for a state it has not reached yet.
 constexpr absl::Duration kStatePoll = absl::Milliseconds(50);
+
+// Every peer's position (entry `me`: none), asked all at once, so a peer behind a black hole
+// costs one kPositionTimeout, not one each.
+std::vector<absl::StatusOr<PeerTransport::Position>> AskEveryPeer(PeerTransport& transport,
+                                                                  int num_workers, int me,
+                                                                  const std::string& run_id,
+                                                                  int64_t back_from) {
+  std::vector<absl::StatusOr<PeerTransport::Position>> at(static_cast<size_t>(num_workers),
+                                                          absl::NotFoundError("this worker"));
+  const absl::Time deadline = absl::Now() + kPositionTimeout;
+  std::vector<std::thread> asks;
+  for (int j = 0; j < num_workers; ++j) {
+    if (j == me) continue;
+    asks.emplace_back([&, j] {
+      at[static_cast<size_t>(j)] = transport.AskPosition(j, run_id, back_from, deadline);
+    });
+  }
+  for (std::thread& t : asks) t.join();
+  return at;
+}
 
 }  // namespace
 
@@ -91,10 +113,10 @@ absl::Status RoundEngine::Rejoin() {
   // step, before its sender's next step begins.
   int64_t furthest = 0;
   int source = -1;
+  const std::vector<absl::StatusOr<PeerTransport::Position>> positions =
+      AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0);
   for (int j = 0; j < options_.num_workers; ++j) {
-    if (j == me) continue;
-    absl::StatusOr<PeerTransport::Position> at =
-        transport_->AskPosition(j, options_.run_id, /*back_from=*/0, t0 + kPositionTimeout);
+    const absl::StatusOr<PeerTransport::Position>& at = positions[static_cast<size_t>(j)];
     if (at.ok() && at->rounds_mixed > 0 && at->next_step > furthest) {
       furthest = at->next_step;
       source = j;
@@ -176,18 +198,14 @@ absl::StatusOr<int64_t> RoundEngine::AnnounceBack(int64_t next, absl::Time deadl
   absl::Status last;
   while (absl::Now() < deadline) {
     int64_t furthest = next;
-    for (int j = 0; j < options_.num_workers; ++j) {
-      if (j == me) continue;
-      absl::StatusOr<PeerTransport::Position> at = transport_->AskPosition(
-          j, options_.run_id, /*back_from=*/0, absl::Now() + kPositionTimeout);
+    for (const absl::StatusOr<PeerTransport::Position>& at :
+         AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0)) {
       if (at.ok()) furthest = std::max(furthest, at->next_step);
     }
     const int64_t from = furthest + margin;
     bool all = true;
-    for (int j = 0; j < options_.num_workers; ++j) {
-      if (j == me) continue;
-      absl::StatusOr<PeerTransport::Position> at =
-          transport_->AskPosition(j, options_.run_id, from, absl::Now() + kPositionTimeout);
+    for (const absl::StatusOr<PeerTransport::Position>& at :
+         AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, from)) {
       // One that went past `from` meanwhile: ask everyone again, later. One that does not
       // answer is gone (or partitioned): it waits for nobody, as for any dead peer.
       if (absl::IsFailedPrecondition(at.status())) {

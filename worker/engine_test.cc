@@ -716,8 +716,8 @@ TEST(RoundEngine, DilocoARestartedWorkerRejoinsWithTheGroupsState) {
   EXPECT_EQ(g.engines[1]->Stats().messages_refused(), 0u);
 }
 
-// Without a peer past step 0 (a run starting) a worker starts from its own x0; a state is only
-// handed over by an algorithm that keeps one.
+// Without a peer that has mixed an exchange (a run starting) a worker starts from its own x0; a
+// state is only handed over by an algorithm that keeps one.
 TEST(RoundEngine, SharedStateIsDilocosOnly) {
   DilocoGroup g(Layout(4), /*fragments=*/0);
   for (const auto& e : g.engines) EXPECT_EQ(e->next_step(), 0);

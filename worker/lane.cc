@@ -105,8 +105,7 @@ void Lane::Push(InFlight& r, const PeerTransport::Chunks& chunks, const PeerHeal
                     [pushes = r.pushes, box = inbox, j, step = r.step](absl::Status s) {
                       if (PeerUnreachable(s)) box->GiveUp(step, j);
                       absl::MutexLock lock(&pushes->mu);
-                      pushes->results[j] = std::move(s);
-                      pushes->ended[j] = absl::Now();
+                      pushes->ended[j] = {std::move(s), absl::Now()};
                     });
   }
 }
@@ -132,13 +131,13 @@ absl::StatusOr<RoundReport> Lane::Finish(InFlight r, int me, PeerHealth& health)
     absl::MutexLock lock(&r.pushes->mu);
     r.pushes->mu.AwaitWithDeadline(absl::Condition(r.pushes.get(), &RoundPushes::Done),
                                    r.deadline + absl::Seconds(1));
-    report.results = r.pushes->results;
+    for (const auto& [j, e] : r.pushes->ended) report.results[j] = e.status;
     absl::Time last = r.pushes->sent;
     bool all = !r.pushes->awaited.empty();
     for (int j : r.pushes->awaited) {
-      const auto it = report.results.find(j);
-      all = all && it != report.results.end() && it->second.ok();
-      if (all) last = std::max(last, r.pushes->ended[j]);
+      const auto it = r.pushes->ended.find(j);
+      all = all && it != r.pushes->ended.end() && it->second.status.ok();
+      if (all) last = std::max(last, it->second.at);
     }
     if (all) report.push_seconds = absl::ToDoubleSeconds(last - r.pushes->sent);
   }

@@ -65,19 +65,22 @@ struct RoundPushes {
   // The round waits for the pushes to neighbours that were up; one to a neighbour that is down
   // may hang to its deadline (a partition) and is not waited for.
   std::set<int> awaited ABSL_GUARDED_BY(mu);
-  std::map<int, absl::Status> results ABSL_GUARDED_BY(mu);
-  // When the pushes went out and when each ended: the link as this worker's messages see it.
-  absl::Time sent;
-  std::map<int, absl::Time> ended ABSL_GUARDED_BY(mu);
+  // Each push's verdict and when it came: with `sent`, the link as this worker's messages see it.
+  struct Ended {
+    absl::Status status;
+    absl::Time at;
+  };
+  std::map<int, Ended> ended ABSL_GUARDED_BY(mu);
+  absl::Time sent;  // when the pushes went out
   bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     for (int j : awaited) {
-      if (!results.count(j)) return false;
+      if (!ended.count(j)) return false;
     }
     return true;
   }
   bool Finished(int j) {
     absl::MutexLock lock(&mu);
-    return results.count(j) != 0;
+    return ended.count(j) != 0;
   }
 };
 

@@ -31,9 +31,14 @@ absl::StatusOr<v1::TensorBundle> GroupStateToBundle(const GroupState& state,
     return absl::InternalError(
         absl::StrCat("a momentum of ", state.momentum.size(), " values for a model of ", n));
   }
-  std::vector<float> flat(state.theta);
-  flat.insert(flat.end(), state.momentum.begin(), state.momentum.end());
-  TERN_ASSIGN_OR_RETURN(v1::TensorBundle bundle, FlatToBundle(StateLayout(n, momentum), flat));
+  // Each part straight from its own vector (offset 0 in it): a state can be two copies of a
+  // large model, so it is copied once, into the message.
+  v1::TensorBundle bundle;
+  for (ParamTensor part : StateLayout(n, momentum)) {
+    const std::vector<float>& values = part.name == kTheta ? state.theta : state.momentum;
+    part.offset = 0;
+    TERN_RETURN_IF_ERROR(ExactTensor(part, values, bundle.add_tensors()));
+  }
   bundle.set_run_id(run_id);
   bundle.set_round(static_cast<uint64_t>(state.step));
   bundle.set_sender(absl::StrCat(sender));

@@ -34,17 +34,17 @@ class TrainerLink {
   // One step with `s.grad`; returns the parameters to compute the next gradient at, a view valid
   // until the next call.
   virtual absl::StatusOr<absl::Span<const float>> Step(const TrainerStep& s) = 0;
-  // A step whose gradient is handed over as the backward pass makes it (a worker cutting the
-  // model into buckets sends each as soon as it is final): BeginStep with `s.step` and `s.grad`
-  // (the buffer the backward pass writes), then GradReadyFrom(from) each time grad[from, end) is
-  // final, then Step as usual. A link that cannot do better does nothing until Step; an error is
-  // kept and returned by Step.
   // The worker's parameters as they are now: after a Register that answered a step past 0 (a
   // worker that rejoined a running run), where training goes on from. Unimplemented where the
   // link cannot read them.
   virtual absl::StatusOr<std::vector<float>> Params() {
     return absl::UnimplementedError("this link cannot read the worker's parameters");
   }
+  // A step whose gradient is handed over as the backward pass makes it (a worker cutting the
+  // model into buckets sends each as soon as it is final): BeginStep with `s.step` and `s.grad`
+  // (the buffer the backward pass writes), then GradReadyFrom(from) each time grad[from, end) is
+  // final, then Step as usual. A link that cannot do better does nothing until Step; an error is
+  // kept and returned by Step.
   virtual void BeginStep(const TrainerStep& s) {}
   virtual void GradReadyFrom(size_t from) {}
 };

@@ -90,7 +90,11 @@ class Diloco final : public AlgorithmBase {
       return absl::InvalidArgumentError(
           absl::StrCat("diloco: a shared model of ", model.size(), " values for ", n));
     }
-    if (delayed()) return ExportShared().status();
+    if (delayed()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("diloco with --outer_delay=", OuterDelayName(options_.outer_delay),
+                       " cannot take a shared state: a worker cannot rejoin it"));
+    }
     // Restore checks the size before it changes anything.
     TERN_RETURN_IF_ERROR(outer_->Restore(momentum));
     anchor_.assign(model.begin(), model.end());
