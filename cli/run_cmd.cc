@@ -177,6 +177,7 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
     c.set_outer(outer.empty() ? defaults.algorithm_options.outer : outer);
     c.set_local_steps(absl::GetFlag(FLAGS_local_steps).value);
     c.set_merge_alpha(static_cast<float>(absl::GetFlag(FLAGS_merge_alpha).value));
+    if (absl::GetFlag(FLAGS_keep_overlap)) c.set_keep_overlap(true);
     c.set_outer_delay(absl::GetFlag(FLAGS_outer_delay));
     if (absl::GetFlag(FLAGS_sync_steps).value > 0) {
       c.set_sync_steps(absl::GetFlag(FLAGS_sync_steps).value);

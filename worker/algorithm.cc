@@ -117,6 +117,11 @@ std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry(
                const CodecRegistry* codecs) -> absl::StatusOr<std::unique_ptr<Algorithm>> {
     TERN_RETURN_IF_ERROR(CheckOptions(o));
     TERN_RETURN_IF_ERROR(CheckCodecFor("diloco", o, codecs));
+    if (o.keep_overlap && (o.merge_alpha != 0 || o.outer_delay != OuterDelay::kNone)) {
+      return absl::InvalidArgumentError(
+          "--keep_overlap puts the steps since the send back on the outer model: it replaces "
+          "--merge_alpha and has no local model to keep with --outer_delay");
+    }
     if (o.outer_delay != OuterDelay::kNone && o.merge_alpha != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--outer_delay=", OuterDelayName(o.outer_delay),

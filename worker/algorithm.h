@@ -64,6 +64,10 @@ struct AlgorithmOptions {
   // merge_alpha) × the group's outer model (Streaming DiLoCo's α; 0: the outer model alone). In
   // [0, 1).
   double merge_alpha = 0;
+  // diloco: after an exchange the model becomes the group's outer model plus the steps this
+  // worker took since it sent its update (x ← θ + (x − x as sent)), in place of merge_alpha:
+  // with --overlap no step is lost, and a whole-model average becomes PostLocalSGD's.
+  bool keep_overlap = false;
   // diloco: when an exchange's outer step is taken (above). Delayed and eager need the engine's
   // overlap, which then mixes each round at the lane's next exchange.
   OuterDelay outer_delay = OuterDelay::kNone;
@@ -163,6 +167,9 @@ class Algorithm {
                                    absl::Span<const float> momentum) {
     return absl::UnimplementedError(absl::StrCat(Name(), " keeps no state shared by the group"));
   }
+  // The group's model as it stands (diloco's θ: the same bytes on every worker, the model the run
+  // ends on), for snapshots; empty for algorithms without one. Round loop only.
+  virtual absl::Span<const float> GroupModel() const { return {}; }
   // The message the last Prepare made was not sent (a rejoined worker sitting a round out): the
   // next Combine leaves it out of the mean, as every other worker does, and keeps it to send
   // later (error feedback). AllToAll algorithms.

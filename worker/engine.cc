@@ -101,6 +101,11 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
       }
     }
   }
+  if (options.snapshot_group && !algorithm->AllToAll()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--snapshot_model=group keeps diloco's outer model; ", options.algorithm,
+                     " has no model shared by the group: --snapshot_model=own"));
+  }
   if (const int64_t sync = options.algorithm_options.sync_steps; sync > 0) {
     if (!algorithm->AllToAll()) {
       return absl::InvalidArgumentError(absl::StrCat("--sync_steps is diloco's warm-up; ",
@@ -231,7 +236,7 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
       return s;
     }
   }
-  snapshots_.Keep(next_step(), params());
+  KeepSnapshot(next_step());
   if (asynchronous_) TERN_RETURN_IF_ERROR(Publish(0));
   return absl::OkStatus();
 }
@@ -535,7 +540,7 @@ absl::StatusOr<StepOutcome> RoundEngine::FinishStep(const StepInput& in) {
     next_step_ = in.step + 1;
   }
   // After next_step_ moves on (GetSnapshot relies on that order).
-  if (SnapshotDue(in.step + 1)) snapshots_.Keep(in.step + 1, params());
+  if (SnapshotDue(in.step + 1)) KeepSnapshot(in.step + 1);
   if (share_.Wanted(in.step)) PublishState(in.step);
   out.seconds = open.engine_seconds + Seconds(t_finish);
   return out;
@@ -711,6 +716,16 @@ double RoundEngine::DecodeSeconds() const {
 bool RoundEngine::SnapshotDue(int64_t step) const {
   return (options_.snapshot_every > 0 && step % options_.snapshot_every == 0) ||
          step == options_.final_step;
+}
+
+void RoundEngine::KeepSnapshot(int64_t step) {
+  if (!options_.snapshot_group) {
+    snapshots_.Keep(step, params());
+    return;
+  }
+  std::vector<float> group(params().size());
+  for (const Lane& lane : lanes_) lane.Place(lane.algorithm->GroupModel(), absl::MakeSpan(group));
+  snapshots_.Keep(step, group);
 }
 
 absl::StatusOr<std::vector<float>> RoundEngine::GetSnapshot(int64_t step) const {

@@ -106,6 +106,9 @@ struct EngineOptions {
   // Keep the parameters after every `snapshot_every` steps (0: only after step 0), the newest
   // `max_snapshots` of them.
   int64_t snapshot_every = 0;
+  // Snapshots keep the group's model (diloco's θ, the same on every worker: what its outer
+  // steps made, the one to evaluate) instead of this worker's parameters.
+  bool snapshot_group = false;
   int64_t final_step = 0;  // also keep the parameters after this many steps (0: no)
   int max_snapshots = 16;
   uint64_t max_params = uint64_t{1} << 28;
@@ -209,8 +212,8 @@ class RoundEngine {
     return Deliver(ReceivedBundle{std::move(bundle), {}}, wire_bytes, scans);
   }
 
-  // Parameters after `step` steps: NotFound when never kept or evicted, Unavailable when the
-  // worker has not got there yet.
+  // Parameters (or the group's model: EngineOptions::snapshot_group) after `step` steps: NotFound
+  // when never kept or evicted, Unavailable when the worker has not got there yet.
   absl::StatusOr<std::vector<float>> GetSnapshot(int64_t step) const;
   // The steps whose parameters are kept now, oldest first.
   std::vector<int64_t> SnapshotSteps() const { return snapshots_.Steps(); }
@@ -278,6 +281,9 @@ class RoundEngine {
   absl::Status TuneCodec(int64_t step, const v1::WorkerStats& delta);
   // Whether the parameters after `step` steps are kept (EngineOptions::snapshot_every).
   bool SnapshotDue(int64_t step) const;
+  // Keeps the snapshot after `step` steps: the parameters, or the group's model
+  // (EngineOptions::snapshot_group). Round loop only.
+  void KeepSnapshot(int64_t step);
   // EngineOptions::rejoin, from Init: when a peer has mixed an exchange, takes the group's state
   // from the furthest one and moves this worker's next step to just after it. Round loop only.
   absl::Status Rejoin();

@@ -649,6 +649,36 @@ TEST(RoundEngine, DilocoEndsEveryExchangeOnTheGroupsMean) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("complete")));
 }
 
+// With snapshot_group a snapshot keeps the group's model θ: mid-period, each worker's parameters
+// are its own (θ moved by its own step), its snapshot the same θ on every worker; a snapshot
+// of the group's model is refused where there is none.
+TEST(RoundEngine, DilocoSnapshotsOfTheGroupsModelAreTheSameOnEveryWorker) {
+  constexpr size_t kDim = 8;
+  DilocoGroup g(Layout(kDim), /*fragments=*/0, [](EngineOptions& o) {
+    o.snapshot_every = 1;
+    o.snapshot_group = true;
+  });
+  g.Step(0);
+  g.Step(1);  // the exchange: θ = 0.5
+  g.Step(2);  // worker i's own step: 0.5 + 0.1 (i + 1)
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+    const RoundEngine& e = *g.engines[static_cast<size_t>(i)];
+    EXPECT_FLOAT_EQ(e.params()[0], 0.5f + 0.1f * static_cast<float>(i + 1)) << i;
+    absl::StatusOr<std::vector<float>> before = e.GetSnapshot(1);
+    absl::StatusOr<std::vector<float>> after = e.GetSnapshot(3);
+    ASSERT_THAT(before, IsOk());
+    ASSERT_THAT(after, IsOk());
+    EXPECT_THAT(*before, ::testing::Each(0.0f)) << i;  // θ before the exchange: x0
+    EXPECT_THAT(*after, ::testing::Each(0.5f)) << i;
+  }
+  EngineOptions gossip;
+  gossip.algorithm = "dpsgd";
+  gossip.num_workers = 2;
+  gossip.snapshot_group = true;
+  EXPECT_THAT(RoundEngine::Create(gossip, &g.registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--snapshot_model=own")));
+}
+
 // A worker that dies leaves the others on one model: each survivor averages the three updates it
 // heard (a third each), where the gossip rule (the dead one's weight to the receiver's own
 // update) would give each survivor another mean, and θ would split.
@@ -890,6 +920,34 @@ TEST(RoundEngine, DilocoEndsTheRunOnTheGroupsModelWhateverAlpha) {
   EXPECT_NE(g.engines[0]->params()[0], g.engines[3]->params()[0]);  // merged at step 5
   g.Step(6);  // the last: exchanged and mixed at once
   for (const auto& e : g.engines) EXPECT_EQ(e->params()[0], g.engines[0]->params()[0]);
+}
+
+// keep_overlap: an exchange overlapped by a step ends on θ plus that step (H = 2, the plain
+// average: worker i sent 0.2 (i + 1) after step 1 and moved 0.1 (i + 1) more in step 2, while
+// it ran), where α = 0 would drop the step; it replaces α, which it is refused beside.
+TEST(RoundEngine, DilocoKeepOverlapPutsTheOverlappedStepsOnTheGroupsModel) {
+  DilocoGroup g(Layout(2), /*fragments=*/0, [](EngineOptions& o) {
+    o.overlap = true;
+    o.algorithm_options.keep_overlap = true;
+  });
+  for (int64_t s = 0; s < 3; ++s) g.Step(s);
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+    EXPECT_NEAR(g.engines[i]->params()[0], 0.5 + 0.1 * (i + 1), 1e-6) << i;
+  }
+  // The next update is measured from θ = 0.5, the kept step in it: 0.2 (i + 1) again, a mean of
+  // 0.5; mixed after step 4, which is kept in turn.
+  g.Step(3);
+  g.Step(4);
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+    EXPECT_NEAR(g.engines[i]->params()[0], 1.0 + 0.1 * (i + 1), 1e-6) << i;
+  }
+  EngineOptions o;
+  DilocoGroup::Configure(o, 0);
+  o.num_workers = DilocoGroup::kWorkers;
+  o.algorithm_options.keep_overlap = true;
+  o.algorithm_options.merge_alpha = 0.5;
+  EXPECT_THAT(RoundEngine::Create(o, &g.registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--merge_alpha")));
 }
 
 // With H = 40, three workers run a whole period ahead of the fourth (overlap lets them go on

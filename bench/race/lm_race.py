@@ -12,7 +12,8 @@ context 128) from the same initial parameters, each worker on its own random win
 documentation (8 windows a step), inner AdamW with warm-up and cosine decay, for --steps steps or
 until --max_seconds. It prints per row: wall time, time to each validation target (bits per
 byte of the shared model: DDP's, DiLoCo's outer model, the average of the workers' models for
-gossip and PostLocalSGD, worker 0's for --algorithm=diloco, the aggregator's), MB each worker
+gossip and PostLocalSGD, the group's outer model θ for --algorithm=diloco (worker 0's
+snapshots, --snapshot_model=group), the aggregator's), MB each worker
 sent (on its interface), compute utilization (the compute-only floor's seconds per step × this
 row's steps / its wall time), the row's wall time as a multiple of the floor's, the final loss,
 the loss at equal time (bpb@T: each row's last snapshot by the time the first row to finish took
@@ -117,7 +118,7 @@ ROWS = {
                                                 "rank": ["--warm_up=gradients"]},
     # The whole model every H steps after the same warm-up (no fragments, the exchange
     # overlapping one step, no merge): where the link carries it, the fewest steps.
-    "tern-diloco-gossip-fp4-sync": {"kind": "tern-optim", "uses_h": True, "sync": True,
+    "tern-diloco-gossip-fp4-sync": {"variant": True, "kind": "tern-optim", "uses_h": True, "sync": True,
                                     "worker": ["--algorithm=diloco", "--topology=complete",
                                                "--outer=nesterov:lr=0.7,momentum=0.9",
                                                "--codec=fp4", "--overlap",
@@ -130,13 +131,31 @@ ROWS = {
                                                    "--outer=nesterov:lr=0.7,momentum=0.9",
                                                    "--codec=fp4", "--overlap",
                                                    "--round_timeout=600"]},
-    "tern-diloco-gossip-fp4-sync-ddp-average": {
+    # PostLocalSGD's recipe among the workers: DDP's steps for the warm-up, then the whole
+    # model's plain average every H steps, in int8 with error feedback (a quarter of its bytes).
+    # "-keep": the exchange overlaps the next step, which is kept on the new average
+    # (--keep_overlap). "-nesterov": an outer Nesterov step (lr 1, momentum 0.5), gentler
+    # than DiLoCo's 0.7 / 0.9 at this H.
+    "tern-average-int8-sync-ddp": {"variant": True, 
+        "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
+        "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
+                   "--codec=int8", "--round_timeout=600"]},
+    "tern-average-int8-sync-ddp-keep": {
+        "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
+        "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
+                   "--codec=int8", "--overlap", "--keep_overlap", "--round_timeout=600"]},
+    "tern-nesterov-int8-sync-ddp-keep": {"variant": True, 
+        "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
+        "worker": ["--algorithm=diloco", "--topology=complete",
+                   "--outer=nesterov:lr=1,momentum=0.5", "--codec=int8", "--overlap",
+                   "--keep_overlap", "--round_timeout=600"]},
+    "tern-diloco-gossip-fp4-sync-ddp-average": {"variant": True, 
         "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
         "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average", "--codec=fp4",
                    "--overlap", "--round_timeout=600"]},
     # The warmed row with plain averaging for its outer step (local SGD after the warm-up, as
     # PostLocalSGD, but streamed in fp4 fragments with the exchange overlapped).
-    "tern-streaming-average-tau2-sync": {"kind": "tern-optim", "uses_h": True, "sync": True,
+    "tern-streaming-average-tau2-sync": {"variant": True, "kind": "tern-optim", "uses_h": True, "sync": True,
                                          "worker": STREAMING_TAU2 + ["--outer=average"]},
     # The warmed row with its updates' codec chosen from the link (--codec_ladder, from fp4 up to
     # int8 and fp32 where the measured link keeps compute utilization at 90 %; docs/worker.md).
@@ -187,6 +206,9 @@ def parse():
     p.add_argument("--rtt", type=float, default=0.0, help="round trip between sites, ms")
     p.add_argument("--layout", default="4shared", choices=["4shared", "2pinned"])
     p.add_argument("--rows", default=DEFAULT_ROWS, help=f"comma-separated, of {','.join(ROWS)}")
+    p.add_argument("--skip_variants", action="store_true",
+                   help="leave out the rows that only change another row's settings (their "
+                        "\"variant\"), as the smoke test does")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lr", type=float, default=3e-3, help="inner AdamW's peak learning rate")
@@ -227,13 +249,30 @@ def pin(a, i, cmd):
     return ["taskset", "-c", str(i % os.cpu_count())] + cmd if a.layout == "2pinned" else cmd
 
 
+def overlap_of(row):
+    """Steps a diloco row's exchange overlaps (the worker's --overlap, --overlap_steps)."""
+    flags = row.get("worker", [])
+    if "--overlap" not in flags:
+        return 0
+    steps = [f.split("=", 1)[1] for f in flags if f.startswith("--overlap_steps=")]
+    return int(steps[-1]) if steps else 1
+
+
+def group_model_rows(row):
+    """diloco among the workers: evaluated on the group's outer model θ, as DiLoCo's rows are
+    (lm_rank.py fetches the worker's snapshots of it, --snapshot_model=group)."""
+    return "--algorithm=diloco" in row.get("worker", [])
+
+
 def rank_cmd(a, row, i, rdir, every, h, lr):
+    group = (["--group_snapshots", f"--eval_offset={overlap_of(row)}"]
+             if group_model_rows(row) else [])
     return [PY, os.path.join(HERE, "lm_rank.py"), f"--kind={row['kind']}", f"--rank={i}",
             f"--world={a.workers}", f"--steps={a.steps}", f"--batch={a.batch}", f"--lr={lr}",
             f"--h={h}", f"--snapshot_every={every}", f"--max_seconds={a.max_seconds}",
             f"--out={rdir}/rank-{i}", "--master=10.77.0.1:29500",
             f"--worker=127.0.0.1:{PORT}",
-            f"--server=10.77.0.1:{SERVER_PORT}"] + row.get("rank", [])
+            f"--server=10.77.0.1:{SERVER_PORT}"] + group + row.get("rank", [])
 
 
 def worker_cmd(a, row, i, rdir, h):
@@ -241,6 +280,9 @@ def worker_cmd(a, row, i, rdir, h):
     local = [f"--local_steps={h}"] if row.get("uses_h") else []
     if row.get("sync"):  # as long as lm_rank.py's PostLocalSGD runs DDP
         local.append(f"--sync_steps={max(1, int(0.1 * a.steps))}")
+    if group_model_rows(row):
+        # Every step's θ kept (a copy of the model a step), fetched by lm_rank.py as it goes.
+        local += ["--snapshot_every=1", "--snapshot_model=group", "--max_snapshots=64"]
     return [a.tern, "worker", f"--id={i}", f"--workers={a.workers}", f"--peers={peers}",
             f"--listen=0.0.0.0:{PORT}", "--trainer=external", "--momentum=0", "--seed=1",
             "--compute_threads=1", "--plaintext", "--log_level=warn",
@@ -329,9 +371,9 @@ def run_row(a, net, name, row, rdir, h, lr):
 def ranks_of(row, workers):
     """Whose snapshots make the row's model: one (the shared one, or what worker 0 holds) or
     every worker's average."""
-    # --algorithm=diloco: at an exchange every worker holds the outer model, but with fragments
-    # (the others' mid-period) or a merge (α > 0) the workers differ, and their average is a
-    # model nobody holds (it would be a free extra all-reduce): worker 0's.
+    # --algorithm=diloco: worker 0's snapshots of the group's outer model θ, the same on every
+    # worker (the workers' own models differ mid-period, and their average is a model nobody
+    # holds: it would be a free extra all-reduce).
     shared = row["kind"] in ("compute", "ddp", "ddp-powersgd", "diloco", "diloco-int8", "tern-fed")
     return [0] if shared or "--algorithm=diloco" in row.get("worker", []) else list(range(workers))
 
@@ -609,6 +651,8 @@ def main():
     for r in rows:
         if r not in ROWS:
             raise SystemExit(f"unknown row {r!r}; rows: {', '.join(ROWS)}")
+    if a.skip_variants:
+        rows = [r for r in rows if not ROWS[r].get("variant")]
     if "compute" in rows:  # the floor first: every other row's CU and multiple need it
         rows = ["compute"] + [r for r in rows if r != "compute"]
     out = a.out or os.path.join("runs", "lm-race-" +

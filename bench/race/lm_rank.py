@@ -59,6 +59,12 @@ def parse():
     p.add_argument("--outer_momentum", type=float, default=0.9)
     p.add_argument("--rank_approx", type=int, default=4, help="PowerSGD's rank")
     p.add_argument("--snapshot_every", type=int, default=15)
+    p.add_argument("--eval_offset", type=int, default=0,
+                   help="tern-optim with h: evaluate after steps k*h + this (the steps an "
+                        "exchange overlaps: the first step whose θ holds round k*h's outer step)")
+    p.add_argument("--group_snapshots", action="store_true",
+                   help="tern-optim, diloco: evaluate the group's outer model θ (the worker's "
+                        "--snapshot_model=group) rather than this site's own")
     p.add_argument("--max_seconds", type=float, default=1e9,
                    help="stop training after this long (the row's time limit)")
     p.add_argument("--warm_up", default="models",
@@ -348,10 +354,19 @@ def run_tern_optim(a, r):
         r.comm_s += time.time() - t1
         r.steps_done = step + 1
         if a.h > 0:
-            # An outer-step row (--algorithm=diloco): the workers hold the group's model only
-            # after an exchange, so only those are evaluated, as DiLoCo's outer model is.
-            if (step + 1) % a.h == 0 or step + 1 == a.steps:
+            # An outer-step row (--algorithm=diloco): evaluated after each exchange is mixed, on
+            # the group's outer model θ (--group_snapshots), as DiLoCo's rows are; the last step
+            # on worker 0's own model.
+            if step + 1 == a.steps:
                 r.snapshot(step + 1, force=True)
+            elif (step + 1) % a.h == a.eval_offset:
+                params = None
+                # θ, but in a warm-up of averaged gradients, where the worker's model carries
+                # the gradients and every site holds the model DDP would.
+                if a.group_snapshots and step + 1 > opt.warm_up_steps:
+                    theta = opt.snapshot(step + 1)
+                    params = [torch.from_numpy(theta[n]) for n, _ in r.model.named_parameters()]
+                r.snapshot(step + 1, params=params, force=True)
         else:
             r.snapshot(step + 1, force=step + 1 == a.steps)
     r.finish()

@@ -45,6 +45,10 @@ ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, merge_alpha, 0,
           "training, diloco: after an exchange the model becomes alpha x the local model + (1 - "
           "alpha) x the group's outer model (Streaming DiLoCo's merge, e.g. 0.5 with "
           "--overlap_steps); 0: the outer model");
+ABSL_FLAG(bool, keep_overlap, false,
+          "training, diloco: after an exchange the model becomes the group's outer model plus the "
+          "steps taken since the update was sent (with --overlap none is lost; in place of "
+          "--merge_alpha; docs/worker.md)");
 ABSL_FLAG(std::string, outer_delay, "none",
           "training, diloco, with --overlap: none | delayed (each exchange runs during the next "
           "round's inner steps, its outer step taken a round late; every round starts from the "
@@ -143,6 +147,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   o.overlap = absl::GetFlag(FLAGS_overlap);
   o.overlap_steps = absl::GetFlag(FLAGS_overlap_steps).value;
   o.algorithm_options.merge_alpha = absl::GetFlag(FLAGS_merge_alpha).value;
+  o.algorithm_options.keep_overlap = absl::GetFlag(FLAGS_keep_overlap);
   TERN_ASSIGN_OR_RETURN(o.algorithm_options.outer_delay,
                         ParseOuterDelay(absl::GetFlag(FLAGS_outer_delay)));
   o.algorithm_options.sync_steps = absl::GetFlag(FLAGS_sync_steps).value;
@@ -221,6 +226,7 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap) ? "true" : "false"),
       absl::StrCat("--overlap_steps=", absl::GetFlag(FLAGS_overlap_steps).value),
       absl::StrCat("--merge_alpha=", absl::GetFlag(FLAGS_merge_alpha).value),
+      absl::StrCat("--keep_overlap=", absl::GetFlag(FLAGS_keep_overlap) ? "true" : "false"),
       absl::StrCat("--outer_delay=", absl::GetFlag(FLAGS_outer_delay)),
       absl::StrCat("--sync_steps=", absl::GetFlag(FLAGS_sync_steps).value),
       absl::StrCat("--codec_ladder=", absl::GetFlag(FLAGS_codec_ladder)),

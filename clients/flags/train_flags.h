@@ -39,6 +39,7 @@ ABSL_DECLARE_FLAG(tern::Double<tern::Above(0)>, round_timeout);
 ABSL_DECLARE_FLAG(bool, overlap);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1024)>, overlap_steps);
 ABSL_DECLARE_FLAG(tern::Double<tern::HalfOpen(0, 1)>, merge_alpha);
+ABSL_DECLARE_FLAG(bool, keep_overlap);
 ABSL_DECLARE_FLAG(std::string, outer_delay);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 1 << 30)>, sync_steps);
 ABSL_DECLARE_FLAG(std::string, codec_ladder);

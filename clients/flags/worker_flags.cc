@@ -38,6 +38,9 @@ ABSL_FLAG(std::string, trainer, "builtin",
           "Register)");
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, snapshot_every, 0,
           "worker: keep the parameters every N steps (0: step 0)");
+ABSL_FLAG(std::string, snapshot_model, "own",
+          "worker: what a snapshot keeps: own (this worker's parameters) | group (diloco: the "
+          "group's outer model θ, the same on every worker, the one to evaluate; docs/worker.md)");
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, total_steps, 0,
           "worker: steps of the whole run (cosine schedule)");
 ABSL_FLAG(bool, exit_after_training, false,
@@ -77,6 +80,12 @@ absl::StatusOr<DaemonOptions> WorkerDaemonOptionsFromFlags() {
   options.round_log = absl::GetFlag(FLAGS_round_log);
   options.limits = StreamLimitsFromFlags(options.limits);
   options.engine.max_snapshots = std::max(1, absl::GetFlag(FLAGS_max_snapshots).value);
+  if (const std::string kept = absl::GetFlag(FLAGS_snapshot_model); kept == "group") {
+    options.engine.snapshot_group = true;
+  } else if (kept != "own") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--snapshot_model is own or group, not '", kept, "'"));
+  }
   options.metrics_listen = MetricsListenFromFlags();
   options.tls = TlsFromFlags();
   options.peer_names = absl::StrSplit(absl::GetFlag(FLAGS_peer_names), ',', absl::SkipEmpty());

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -135,6 +136,40 @@ def test_diloco_without_a_server_trains_and_every_site_holds_the_same_outer_mode
     for name in s0:
         if torch.is_floating_point(s0[name]):
             assert torch.equal(s0[name], s1[name]), name
+
+
+@pytest.mark.worker_flags("--algorithm=diloco", "--topology=complete", "--local_steps=5",
+                          "--outer=nesterov:lr=0.7,momentum=0.9", "--codec=fp4", "--overlap",
+                          "--merge_alpha=0.5", "--snapshot_every=1", "--snapshot_model=group")
+def test_snapshots_of_the_groups_model_are_the_same_on_every_site(workers, data):
+    # Mid-period, with Streaming DiLoCo's merge, each site holds its own model; the snapshot of
+    # the group's model (what the outer steps made: the one to evaluate) is one model on both.
+    models = [make_model(torch.float32) for _ in range(2)]
+    got = [None, None]
+
+    def site(rank):
+        torch.set_num_threads(1)
+        x, y = data[0][rank::2], data[1][rank::2]
+        model = models[rank]
+        opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=2e-3), model,
+                                   worker=workers[rank], timeout=60)
+        gen = torch.Generator().manual_seed(rank)
+        for _ in range(13):
+            idx = torch.randint(0, len(x), (32,), generator=gen)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            opt.step()
+        own = {n: p.detach().clone() for n, p in model.named_parameters()}
+        got[rank] = (own, opt.snapshot(12), opt.snapshot(13))
+        opt.close()
+
+    test_support.run_in_threads(site, 2)
+    (own0, a0, b0), (own1, a1, b1) = got
+    assert {n for n, _ in models[0].named_parameters()} <= set(a0)  # and floating buffers
+    for name in a0:
+        assert np.array_equal(a0[name], a1[name]), name
+        assert np.array_equal(b0[name], b1[name]), name
+    assert any(not np.array_equal(own0[n].numpy().reshape(-1), b0[n].reshape(-1)) for n in b0)
 
 
 def test_a_restarted_diloco_site_goes_on_from_the_groups_model(data):

@@ -20,7 +20,8 @@ namespace {
 // momentum — and every worker averages the group's decoded updates ū = (1/k) Σ_j D(C(u_j)) over
 // the k it heard, its own among them, takes the outer step θ += Outer(ū) and starts again from x =
 // θ (or, with merge_alpha α, from α x + (1 − α) θ: Streaming DiLoCo's merge of the steps taken
-// while an overlapped exchange ran).
+// while an overlapped exchange ran; or, keep_overlap, from θ plus those steps, as the warm-up
+// below does).
 //
 // The run's first sync_steps steps are synchronous data parallelism (PostLocalSGD's warm-up): every
 // step exchanges, θ takes the plain mean ū without the outer optimizer (its momentum starts at the
@@ -108,6 +109,8 @@ class Diloco final : public AlgorithmBase {
 
   void WithdrawOwn() override { withdrawn_ = true; }
 
+  absl::Span<const float> GroupModel() const override { return anchor_; }
+
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
     const size_t n = x_.size();
@@ -127,7 +130,7 @@ class Diloco final : public AlgorithmBase {
     for (size_t i = 0; i < n; ++i) residual_[i] = scratch_[i] - mean_[i];
     last_round_ = step + 1 == options_.final_step;
     sync_round_ = step < options_.sync_steps;
-    if (sync_round_) {
+    if (sync_round_ || options_.keep_overlap) {
       const absl::Span<const float> x = x_;
       sent_.assign(x.begin(), x.end());
     } else if (!sent_.empty()) {
@@ -198,7 +201,9 @@ class Diloco final : public AlgorithmBase {
     // worker.
     if (!delayed() || last_round_) {
       const float alpha = last_round_ ? 0.0f : static_cast<float>(options_.merge_alpha);
-      if (alpha == 0) {
+      if (options_.keep_overlap && !last_round_) {
+        for (size_t i = 0; i < n; ++i) x_[i] = anchor_[i] + (x_[i] - sent_[i]);
+      } else if (alpha == 0) {
         x_ = anchor_;
       } else {
         for (size_t i = 0; i < n; ++i) x_[i] = alpha * x_[i] + (1 - alpha) * anchor_[i];

@@ -157,6 +157,11 @@ class DistributedOptimizer(_Wrapper):
             self._metrics = WorkerMetrics()
 
     @property
+    def warm_up_steps(self):
+        """The worker's --sync_steps: diloco's synchronous warm-up (0: none)."""
+        return self._sync_steps
+
+    @property
     def step_count(self):
         """Steps the worker has done (the next step's number)."""
         return self._step
@@ -221,6 +226,13 @@ class DistributedOptimizer(_Wrapper):
         with torch.no_grad():
             for t, x, _ in self._views:
                 t.copy_(x)
+
+    def snapshot(self, step, timeout=None):
+        """The model the worker kept after `step` steps ({name: numpy array}): start it with
+        --snapshot_every (and, diloco, --snapshot_model=group for the group's outer model θ, the
+        same on every worker: the model to evaluate, as DiLoCo evaluates its outer model).
+        Waits for the worker to get there (TernTrainer.snapshot)."""
+        return self._trainer.snapshot(step, timeout=timeout)
 
     def log(self, **fields):
         """Adds a row to the run folder (run_dir): this worker's counters from the worker, the

@@ -74,6 +74,24 @@ class TernTrainer:
     def stats(self):
         return self.stub.Stats(worker_pb2.StatsRequest(), timeout=self.timeout)
 
+    def snapshot(self, step, timeout=None):
+        """The model the worker kept after `step` steps (its --snapshot_every; with
+        --snapshot_model=group, diloco's outer model): {name: numpy params}. Waits while the
+        worker has not got there (UNAVAILABLE) up to `timeout` (default: the client's); a
+        snapshot never kept or evicted raises grpc.RpcError (NOT_FOUND)."""
+        deadline = time.time() + (self.timeout if timeout is None else timeout)
+        while True:
+            try:
+                chunks = [r.chunk for r in self.stub.Snapshot(
+                    worker_pb2.SnapshotRequest(round=step),
+                    timeout=max(0.1, deadline - time.time()))]
+                break
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or time.time() >= deadline:
+                    raise
+                time.sleep(0.005)
+        return {nt.name: decode_dense(nt.tensor) for nt in assemble(chunks).tensors}
+
     def share(self, model):
         """Same host only, after register(): ties `model`'s parameters and their .grad to views
         of a shared-memory segment the worker made (docs/trainer-shm.md), so a step moves no
