@@ -176,10 +176,11 @@ absl::StatusOr<std::pair<double, double>> PushOnce(Receiver& to, GrpcTransport& 
   absl::Status status;
   const double c0 = CpuSeconds();
   const absl::Time t0 = absl::Now();
-  via.Send(0, shared, absl::Now() + absl::Minutes(1), false, [&](absl::Status s) {
-    status = s;
-    done.Notify();
-  });
+  via.Send(0, shared, absl::Now() + absl::Minutes(1), PeerTransport::Reach::kOnce,
+           [&](absl::Status s) {
+             status = s;
+             done.Notify();
+           });
   done.WaitForNotification();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
   const double cpu = CpuSeconds() - c0;

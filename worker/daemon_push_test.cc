@@ -85,7 +85,7 @@ absl::Status Send(GrpcTransport& t, std::vector<v1::BundleChunk> chunks) {
   absl::Notification done;
   absl::Status status;
   t.Send(0, std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks)),
-         absl::Now() + absl::Seconds(30), false, [&](absl::Status s) {
+         absl::Now() + absl::Seconds(30), PeerTransport::Reach::kOnce, [&](absl::Status s) {
            status = s;
            done.Notify();
          });
@@ -245,7 +245,7 @@ TEST(GrpcTransportShutdown, ATransportFreedAsItsLastPushEndsLeavesGrpcsThreadsSo
     chunks[0].set_data("x");
     std::atomic<bool> done{false};
     t->Send(0, std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks)),
-            absl::Now() + absl::Seconds(10), /*retry_unavailable=*/false, [&](absl::Status s) {
+            absl::Now() + absl::Seconds(10), PeerTransport::Reach::kOnce, [&](absl::Status s) {
               EXPECT_FALSE(s.ok());
               done = true;
             });

@@ -570,8 +570,10 @@ absl::StatusOr<RoundEngine::Outgoing> RoundEngine::Pack(int64_t step, int bucket
 absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t step,
                                                  GossipMessage msg) {
   std::vector<int> back;
+  std::set<int> listening;
   {
     absl::MutexLock lock(&mu_);
+    listening.swap(peers_listening_);
     for (auto it = peers_back_.begin(); it != peers_back_.end();) {
       if (it->second > step) {
         ++it;
@@ -581,6 +583,7 @@ absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t
       it = peers_back_.erase(it);
     }
   }
+  for (int j : listening) health_.Returning(j);
   for (int j : back) {
     if (!health_.up(j)) {
       spdlog::info("worker {}: round {}: worker {} is back", options_.worker_id, step, j);

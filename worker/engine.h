@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -231,6 +232,11 @@ class RoundEngine {
   // rejoined worker's Gossip.Position): from that round on it is waited for, as a neighbour that
   // is up. FailedPrecondition when this worker may have started that round. Any thread.
   absl::Status PeerBack(int j, int64_t from) ABSL_LOCKS_EXCLUDED(mu_);
+  // Worker `j` asked where the group is (Gossip.Position): it listens. If it was heard from
+  // before (a restarted worker), our pushes to it may have failed while it was down and left the
+  // connection backing off: that is reset now, and from the next round on pushes to it wait for
+  // a connection until its first message comes. Ignores a `j` that is not a peer. Any thread.
+  void PeerListening(int j) ABSL_LOCKS_EXCLUDED(mu_);
 
   // SwarmSGD: a neighbour's model; answers with ours and averages theirs in at our next step.
   absl::StatusOr<v1::TensorBundle> HandleSwap(v1::TensorBundle bundle, uint64_t wire_bytes);
@@ -333,6 +339,7 @@ class RoundEngine {
   Registered registered_ ABSL_GUARDED_BY(mu_);
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int, int64_t> peers_back_ ABSL_GUARDED_BY(mu_);  // PeerBack's: worker -> from round
+  std::set<int> peers_listening_ ABSL_GUARDED_BY(mu_);      // PeerListening's, until a round
   // A rejoined worker sends nothing in rounds before this, and answers the messages of those
   // rounds as one that is not there (kept all the same), so no peer waits for it (Rejoin).
   int64_t sit_out_below_ ABSL_GUARDED_BY(mu_) = 0;

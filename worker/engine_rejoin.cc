@@ -72,6 +72,17 @@ absl::Status RoundEngine::PeerBack(int j, int64_t from) {
   return absl::OkStatus();
 }
 
+void RoundEngine::PeerListening(int j) {
+  if (j < 0 || j >= options_.num_workers || j == options_.worker_id) return;
+  {
+    absl::MutexLock lock(&mu_);
+    peers_listening_.insert(j);
+  }
+  // The rounds it sits out come next, and it must mix them: a push made once on a connection
+  // still backing off from its death (up to 2 s) would fail, and it would wait a round_timeout.
+  if (transport_ != nullptr) transport_->Reconnect(j);
+}
+
 void RoundEngine::PublishState(int64_t step) {
   // Between exchanges only: a round pushed and not yet mixed would be missing from the state,
   // and its messages went out before the newcomer was there to get them.

@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -25,7 +26,10 @@ using ::testing::HasSubstr;
 
 // Delivers pushes straight into the receiving engine, on a fresh thread like gRPC would, after
 // `latency`; peers marked dead answer Unavailable, pushes to peers behind a partition (cut) hang
-// to their deadline.
+// to their deadline. As gRPC's channels do, it backs off reconnecting to a peer found dead: until
+// Reconnect, a push made once (kOnce) is refused Unavailable even after the peer is back, while
+// one that retries or waits for a connection gets through once the backoff runs out. A retried
+// push is made again while the receiver answers Unavailable, as GrpcTransport's is.
 class MemoryTransport final : public PeerTransport {
  public:
   std::vector<RoundEngine*> engines;
@@ -34,6 +38,11 @@ class MemoryTransport final : public PeerTransport {
   absl::Mutex mu;
   std::vector<std::thread> threads ABSL_GUARDED_BY(mu);
   std::map<int, int> sends ABSL_GUARDED_BY(mu);
+  std::set<int> backing_off ABSL_GUARDED_BY(mu);
+  void Reconnect(int to) override {
+    absl::MutexLock lock(&mu);
+    backing_off.erase(to);
+  }
   absl::Duration latency;
   ~MemoryTransport() override { Join(); }
   void Join() {
@@ -44,30 +53,42 @@ class MemoryTransport final : public PeerTransport {
     }
     for (auto& t : ts) t.join();
   }
-  void Send(int to, Chunks chunks, absl::Time deadline, bool,
+  void Send(int to, Chunks chunks, absl::Time deadline, Reach reach,
             std::function<void(absl::Status)> done) override {
     absl::MutexLock lock(&mu);  // engines send from their own threads
     ++sends[to];
-    threads.emplace_back([this, to, chunks, deadline, done = std::move(done)] {
+    threads.emplace_back([this, to, chunks, deadline, reach, done = std::move(done)] {
       absl::SleepFor(latency);
       if (!cut.empty() && cut[to]) {
         absl::SleepFor(deadline - absl::Now());
         done(absl::DeadlineExceededError("deadline exceeded"));
         return;
       }
-      if (dead[to]) {
+      bool refused = dead[to];
+      {
+        absl::MutexLock held(&mu);
+        if (refused) backing_off.insert(to);
+        refused = refused || (backing_off.count(to) > 0 && reach == Reach::kOnce);
+      }
+      if (refused) {
         done(absl::UnavailableError("connection refused"));
         return;
       }
-      BundleAssembler a(uint64_t{1} << 30);
-      uint64_t wire = 0;
-      for (const auto& c : *chunks) {
-        wire += c.ByteSizeLong();
-        ASSERT_THAT(a.Add(c), IsOk());
-      }
-      auto b = a.Finish();
-      ASSERT_THAT(b, IsOk());
-      done(engines[to]->Deliver(*std::move(b), wire));
+      absl::Status s;
+      do {
+        BundleAssembler a(uint64_t{1} << 30);
+        uint64_t wire = 0;
+        for (const auto& c : *chunks) {
+          wire += c.ByteSizeLong();
+          ASSERT_THAT(a.Add(c), IsOk());
+        }
+        auto b = a.Finish();
+        ASSERT_THAT(b, IsOk());
+        s = engines[to]->Deliver(*std::move(b), wire);
+      } while (absl::IsUnavailable(s) && reach == Reach::kRetryUnavailable &&
+               absl::Now() + absl::Milliseconds(20) < deadline &&
+               (absl::SleepFor(absl::Milliseconds(20)), true));
+      done(s);
     });
   }
   // A rejoining worker's questions; `asker` is the worker asking (one rejoins at a time here).
@@ -78,6 +99,7 @@ class MemoryTransport final : public PeerTransport {
     if (static_cast<size_t>(to) >= engines.size() || dead[to]) {
       return absl::UnavailableError("connection refused");
     }
+    engines[to]->PeerListening(asker);
     if (back_from > 0) {
       if (absl::Status s = engines[to]->PeerBack(asker, back_from); !s.ok()) return s;
     }

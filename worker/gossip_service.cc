@@ -294,10 +294,12 @@ grpc::ServerUnaryReactor* GossipService::Position(grpc::CallbackServerContext* c
                                                   v1::PositionReply* reply) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   absl::Status s = CheckQuestion(*ctx, request->run_id());
+  // Under --peer_names only the worker the caller's name binds it to speaks for it.
+  const int sender = static_cast<int>(std::min<uint32_t>(request->sender(), 1u << 30));
+  const bool bound = options_.peer_names.empty() || WorkerIdOf(PrincipalOf(*ctx)) == sender;
+  if (s.ok() && bound) engine_->PeerListening(sender);
   if (s.ok() && request->back_from() > 0) {
-    // Under --peer_names only the worker the caller's name binds it to can say it is back.
-    const int sender = static_cast<int>(std::min<uint32_t>(request->sender(), 1u << 30));
-    if (!options_.peer_names.empty() && WorkerIdOf(PrincipalOf(*ctx)) != sender) {
+    if (!bound) {
       s = absl::PermissionDeniedError(
           absl::StrCat("'", PrincipalOf(*ctx), "' may not say that worker ", sender, " is back"));
     } else {

@@ -29,18 +29,18 @@ const std::string& PushMethod() {
 // stream a PushCall, owned here. The first stream to fail cancels the others (the receiver would
 // otherwise hold them, waiting for chunks that will not come). Once every stream has ended, a push
 // refused as UNAVAILABLE is tried again whole by a successor, with a new stream id, after a
-// backoff (while retries are allowed and the deadline leaves room); otherwise `done` gets the
+// backoff (under kRetryUnavailable, while the deadline leaves room); otherwise `done` gets the
 // first stream's error, or OK. Deletes itself, and its calls, when the last stream has ended.
 class GrpcTransport::Push {
  public:
   Push(GrpcTransport* transport, std::vector<grpc::GenericStub*> stubs, Chunks chunks,
-       absl::Time deadline, bool retry, absl::Duration backoff,
+       absl::Time deadline, Reach reach, absl::Duration backoff,
        std::function<void(absl::Status)> done)
       : transport_(transport),
         stubs_(std::move(stubs)),
         chunks_(std::move(chunks)),
         deadline_(deadline),
-        retry_(retry),
+        reach_(reach),
         backoff_(backoff),
         done_(std::move(done)) {}
   ~Push();
@@ -64,7 +64,7 @@ class GrpcTransport::Push {
   const std::vector<grpc::GenericStub*> stubs_;  // one per stream
   const Chunks chunks_;
   const absl::Time deadline_;
-  const bool retry_;
+  const Reach reach_;
   const absl::Duration backoff_;
   std::function<void(absl::Status)> done_;
   grpc::Alarm alarm_;
@@ -82,7 +82,7 @@ class GrpcTransport::PushCall final
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   PushCall(Push* push, grpc::GenericStub* stub, Chunks chunks, size_t first, size_t step,
-           std::optional<ChunkStripe> stripe, absl::Time deadline)
+           std::optional<ChunkStripe> stripe, absl::Time deadline, bool wait_for_ready)
       : push_(push),
         stub_(stub),
         chunks_(std::move(chunks)),
@@ -90,6 +90,7 @@ class GrpcTransport::PushCall final
         step_(step),
         stripe_(stripe) {
     ctx_.set_deadline(absl::ToChronoTime(deadline));
+    ctx_.set_wait_for_ready(wait_for_ready);
   }
 
   void Start() {
@@ -145,7 +146,8 @@ void GrpcTransport::Push::Start() {
   // Stream i carries chunks i, i + k, i + 2k, ...: the receiver's parse position moves on as
   // the streams deliver side by side, and few chunks wait for it.
   for (size_t i = 0; i < k; ++i) {
-    calls_.push_back(std::make_unique<PushCall>(this, stubs_[i], chunks_, i, k, stripe, deadline_));
+    calls_.push_back(std::make_unique<PushCall>(this, stubs_[i], chunks_, i, k, stripe, deadline_,
+                                                reach_ == Reach::kWaitForReady));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -198,8 +200,9 @@ void GrpcTransport::Push::Done(const absl::Status& status) {
   // may go (Drain returns) the call freed last would drop its channel's last reference here, on
   // gRPC's callback thread, freeing the completion queue that thread runs on (libgrpc aborts).
   calls_.clear();
-  if (absl::IsUnavailable(status) && retry_ && absl::Now() + backoff_ < deadline_) {
-    auto* next = new Push(transport_, stubs_, chunks_, deadline_, retry_,
+  if (absl::IsUnavailable(status) && reach_ == Reach::kRetryUnavailable &&
+      absl::Now() + backoff_ < deadline_) {
+    auto* next = new Push(transport_, stubs_, chunks_, deadline_, reach_,
                           std::min(backoff_ * 2, absl::Milliseconds(500)), std::move(done_));
     next->StartAfter(backoff_);
   } else {
@@ -224,10 +227,12 @@ absl::Status GrpcTransport::SetPeers(const std::vector<std::string>& addresses) 
         MakeChannel(addresses[i], ChannelKind::kPeer, credentials_);
     peers[i].stub = v1::Gossip::NewStub(channel);
     peers[i].raw.push_back(std::make_unique<grpc::GenericStub>(channel));
+    peers[i].channels.push_back(std::move(channel));
     // Channels connect on their first call: a peer never sent a large push costs no connection.
     for (int c = 1; c < striping_.stripes; ++c) {
-      peers[i].raw.push_back(std::make_unique<grpc::GenericStub>(
-          MakeChannel(addresses[i], ChannelKind::kPeer, credentials_, /*connection=*/c)));
+      peers[i].channels.push_back(
+          MakeChannel(addresses[i], ChannelKind::kPeer, credentials_, /*connection=*/c));
+      peers[i].raw.push_back(std::make_unique<grpc::GenericStub>(peers[i].channels.back()));
     }
   }
   absl::MutexLock lock(&mu_);
@@ -241,7 +246,7 @@ bool GrpcTransport::has_peers() const {
   return !peers_.empty();
 }
 
-void GrpcTransport::Send(int to, Chunks chunks, absl::Time deadline, bool retry_unavailable,
+void GrpcTransport::Send(int to, Chunks chunks, absl::Time deadline, Reach reach,
                          std::function<void(absl::Status)> done) {
   const uint64_t bytes = chunks->empty() ? 0 : chunks->front().total_size();
   std::vector<grpc::GenericStub*> stubs;
@@ -259,9 +264,19 @@ void GrpcTransport::Send(int to, Chunks chunks, absl::Time deadline, bool retry_
     done(absl::FailedPreconditionError(absl::StrCat("no address for worker ", to)));
     return;
   }
-  (new Push(this, std::move(stubs), std::move(chunks), deadline, retry_unavailable,
-            absl::Milliseconds(20), std::move(done)))
+  (new Push(this, std::move(stubs), std::move(chunks), deadline, reach, absl::Milliseconds(20),
+            std::move(done)))
       ->Start();
+}
+
+void GrpcTransport::Reconnect(int to) {
+  // A channel that failed to connect (the peer was down) fails calls at once until its backoff
+  // (a second or more) runs out: a peer that is back would miss the rounds in between.
+  absl::MutexLock lock(&mu_);
+  if (to < 0 || static_cast<size_t>(to) >= peers_.size()) return;
+  for (const auto& channel : peers_[to].channels) {
+    grpc::experimental::ChannelResetConnectionBackoff(channel.get());
+  }
 }
 
 uint64_t GrpcTransport::NewStreamId() {

@@ -44,9 +44,11 @@ class GrpcTransport final : public PeerTransport {
   absl::Status SetPeers(const std::vector<std::string>& addresses);
   bool has_peers() const;
 
-  void Send(int to, Chunks chunks, absl::Time deadline, bool retry_unavailable,
+  void Send(int to, Chunks chunks, absl::Time deadline, Reach reach,
             std::function<void(absl::Status)> done) override;
 
+  // Resets the reconnect backoff of every channel to `to`.
+  void Reconnect(int to) override;
   absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time deadline) override;
   absl::StatusOr<Position> AskPosition(int to, const std::string& run_id, int64_t back_from,
                                        absl::Time deadline) override;
@@ -72,6 +74,7 @@ class GrpcTransport final : public PeerTransport {
     std::unique_ptr<v1::Gossip::Stub> stub;  // Swap
     // Push: [0] on the same channel as `stub`, the others each on a connection of its own.
     std::vector<std::unique_ptr<grpc::GenericStub>> raw;
+    std::vector<std::shared_ptr<grpc::Channel>> channels;  // those of `raw`, for Reconnect
   };
   std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;

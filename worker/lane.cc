@@ -71,6 +71,7 @@ void PeerHealth::Judge(int me, int64_t step, const std::vector<int>& nbrs,
       if (!was_up) spdlog::info("worker {}: round {}: worker {} is back", me, step, j);
       up_[at] = true;
       heard_[at] = true;
+      returning_[at] = false;
       mixed->push_back(j);
     } else {
       // A slow neighbour that took our message stays awaited next round (it is behind, not
@@ -101,7 +102,7 @@ void Lane::Push(InFlight& r, const PeerTransport::Chunks& chunks, const PeerHeal
       continue;
     }
     last = r.pushes;
-    transport->Send(j, chunks, r.deadline, !health.heard(j),
+    transport->Send(j, chunks, r.deadline, health.ReachOf(j),
                     [pushes = r.pushes, box = inbox, j, step = r.step](absl::Status s) {
                       if (PeerUnreachable(s)) box->GiveUp(step, j);
                       absl::MutexLock lock(&pushes->mu);

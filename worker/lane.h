@@ -38,12 +38,29 @@ bool PeerUnreachable(const absl::Status& s);
 // across every lane; judged from each round's pushes and messages.
 class PeerHealth {
  public:
-  explicit PeerHealth(int num_workers) : up_(num_workers, true), heard_(num_workers, false) {}
+  explicit PeerHealth(int num_workers)
+      : up_(num_workers, true), heard_(num_workers, false), returning_(num_workers, false) {}
 
   bool up(int j) const { return up_[static_cast<size_t>(j)]; }
-  // `j` said it is alive (a rejoining worker): waited for again, as after a push that got through.
+  // `j` said it is alive (a rejoining worker, from its first round on): waited for again, as
+  // after a push that got through.
   void MarkUp(int j) { up_[static_cast<size_t>(j)] = true; }
-  bool heard(int j) const { return heard_[static_cast<size_t>(j)]; }
+  // `j` said it listens (a worker rejoining): if heard from before, pushes to it wait for a
+  // connection (ours may still be backing off from while it was down) until its next message.
+  // One never heard from is starting up: its pushes go on retrying Unavailable (its model may
+  // not be registered yet).
+  void Returning(int j) {
+    const size_t at = static_cast<size_t>(j);
+    if (heard_[at]) returning_[at] = true;
+  }
+  bool heard(int j) const { return heard_[static_cast<size_t>(j)]; }  // ever
+  // How a push reaches `j`: retried while it was never heard from (starting up), waiting for a
+  // connection while it is coming back, else once.
+  PeerTransport::Reach ReachOf(int j) const {
+    const size_t at = static_cast<size_t>(j);
+    if (returning_[at]) return PeerTransport::Reach::kWaitForReady;
+    return heard_[at] ? PeerTransport::Reach::kOnce : PeerTransport::Reach::kRetryUnavailable;
+  }
   // Marks each of `nbrs` up or down from its push's verdict (`results`; none: still running) and
   // whether its message came (`received`); appends it to `mixed` or `dropped` and counts the
   // pushes accepted in `sent_to`. Logs each change, as worker `me` in round `step`. Without
@@ -56,6 +73,7 @@ class PeerHealth {
  private:
   std::vector<bool> up_;
   std::vector<bool> heard_;
+  std::vector<bool> returning_;
 };
 
 // The pushes of one round, shared with their callbacks, which may finish after the round gave up

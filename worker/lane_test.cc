@@ -44,5 +44,34 @@ TEST(PeerHealth, ANeighbourIsWaitedForWhileItIsReachableOrRefusesAndHeardOnceIts
   EXPECT_THAT(dropped, IsEmpty());
 }
 
+// Pushes to a worker never heard from retry Unavailable (it may be starting up); to one heard from,
+// they are made once; to one heard from that said it listens again (restarted), they wait for a
+// connection (ours to it may still be backing off) and take its answer as final (Unavailable: it
+// sits the round out) until its next message comes.
+TEST(PeerHealth, APushRetriesANewPeerWaitsForOneComingBackAndIsMadeOnceOtherwise) {
+  using Reach = PeerTransport::Reach;
+  PeerHealth h(3);
+  EXPECT_EQ(h.ReachOf(1), Reach::kRetryUnavailable);
+  std::map<int, GossipMessage> from1;
+  from1[1] = GossipMessage();
+  uint64_t sent_to = 0;
+  std::vector<int> mixed, dropped;
+  h.Judge(0, 0, {1}, {{1, absl::OkStatus()}}, from1, &sent_to, &mixed, &dropped);
+  EXPECT_EQ(h.ReachOf(1), Reach::kOnce);
+  h.Judge(0, 1, {1}, {{1, absl::UnavailableError("connection refused")}}, {}, &sent_to, &mixed,
+          &dropped);
+  EXPECT_EQ(h.ReachOf(1), Reach::kOnce) << "a peer gone is not retried every round";
+  h.Returning(1);
+  EXPECT_EQ(h.ReachOf(1), Reach::kWaitForReady);
+  h.Judge(0, 2, {1}, {{1, absl::UnavailableError("sits round 2 out")}}, {}, &sent_to, &mixed,
+          &dropped);
+  EXPECT_EQ(h.ReachOf(1), Reach::kWaitForReady) << "until its first message";
+  h.MarkUp(1);
+  h.Judge(0, 3, {1}, {{1, absl::OkStatus()}}, from1, &sent_to, &mixed, &dropped);
+  EXPECT_EQ(h.ReachOf(1), Reach::kOnce);
+  h.Returning(2);
+  EXPECT_EQ(h.ReachOf(2), Reach::kRetryUnavailable) << "never heard from: starting up";
+}
+
 }  // namespace
 }  // namespace tern

@@ -21,11 +21,23 @@ class PeerTransport {
  public:
   using Chunks = std::shared_ptr<const std::vector<v1::BundleChunk>>;
   virtual ~PeerTransport() = default;
-  // Sends one bundle's chunks to worker `to`. With `retry_unavailable`, an unreachable peer is
-  // retried with backoff until `deadline` (peers still starting up); otherwise one attempt.
-  // `done` runs exactly once, on any thread, with the receiver's verdict.
-  virtual void Send(int to, Chunks chunks, absl::Time deadline, bool retry_unavailable,
+  // How hard a push tries to reach its peer.
+  enum class Reach {
+    kOnce,  // one attempt: an unreachable peer fails it at once
+    // Unavailable is tried again, with backoff, until the deadline: a peer still starting up.
+    kRetryUnavailable,
+    // One attempt that waits for a connection until the deadline: a peer that said it is back
+    // (it listens; a connection to it may still be backing off). Its own answer is final, even
+    // Unavailable (a rejoining worker sitting a round out has the message already).
+    kWaitForReady,
+  };
+  // Sends one bundle's chunks to worker `to`, reaching it as `reach` says. `done` runs exactly
+  // once, on any thread, with the receiver's verdict.
+  virtual void Send(int to, Chunks chunks, absl::Time deadline, Reach reach,
                     std::function<void(absl::Status)> done) = 0;
+  // Worker `to` said it is back (a restarted worker rejoining): a transport that backs off
+  // reconnecting to a peer it could not reach tries it again now, not after the backoff.
+  virtual void Reconnect(int to) {}
   // SwarmSGD: sends our model to `to` and returns its model (blocking, until `deadline`).
   virtual absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time deadline) {
     return absl::UnimplementedError("this transport cannot swap");
