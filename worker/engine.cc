@@ -723,12 +723,14 @@ bool RoundEngine::SnapshotDue(int64_t step) const {
 
 void RoundEngine::KeepSnapshot(int64_t step) {
   if (!options_.snapshot_group) {
-    snapshots_.Keep(step, params());
+    const absl::Span<const float> x = params();
+    snapshots_.Keep(step, std::vector<float>(x.begin(), x.end()));
     return;
   }
+  // One model-sized copy a snapshot, gathered straight into the store's own.
   std::vector<float> group(params().size());
   for (const Lane& lane : lanes_) lane.Place(lane.algorithm->GroupModel(), absl::MakeSpan(group));
-  snapshots_.Keep(step, group);
+  snapshots_.Keep(step, std::move(group));
 }
 
 absl::StatusOr<std::vector<float>> RoundEngine::GetSnapshot(int64_t step) const {
@@ -743,6 +745,7 @@ absl::StatusOr<std::vector<float>> RoundEngine::GetSnapshot(int64_t step) const 
   }
   if (std::optional<std::vector<float>> x = snapshots_.Get(step)) return *std::move(x);
   if (!registered || step > next || (step == next && (step == 0 || SnapshotDue(step)))) {
+    // TernTrainer.snapshot waits on this message's "not at step ", and only on it.
     return absl::UnavailableError(
         absl::StrCat("not at step ", step, " yet (done ", next, " steps)"));
   }

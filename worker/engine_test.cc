@@ -963,6 +963,18 @@ TEST(RoundEngine, DilocoKeepOverlapPutsTheOverlappedStepsOnTheGroupsModel) {
   for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
     EXPECT_NEAR(g.engines[i]->params()[0], 1.0 + 0.1 * (i + 1), 1e-6) << i;
   }
+  // Two steps overlapped (H = 3, --overlap_steps=2): 0.3 (i + 1) sent after step 2, a mean of
+  // 0.75, mixed after step 4 with both overlapped steps kept.
+  DilocoGroup tau2(Layout(2), /*fragments=*/0, [](EngineOptions& o) {
+    o.overlap = true;
+    o.overlap_steps = 2;
+    o.algorithm_options.local_steps = 3;
+    o.algorithm_options.keep_overlap = true;
+  });
+  for (int64_t s = 0; s < 5; ++s) tau2.Step(s);
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+    EXPECT_NEAR(tau2.engines[i]->params()[0], 0.75 + 0.2 * (i + 1), 1e-6) << i;
+  }
   EngineOptions o;
   DilocoGroup::Configure(o, 0);
   o.num_workers = DilocoGroup::kWorkers;

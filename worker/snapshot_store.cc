@@ -4,11 +4,14 @@
 
 namespace tern {
 
-void SnapshotStore::Keep(int64_t step, absl::Span<const float> x) {
-  std::vector<float> copy(x.begin(), x.end());  // outside the lock: a model may be large
+void SnapshotStore::Keep(int64_t step, std::vector<float> x) {
+  std::vector<float> evicted;  // freed outside the lock
   absl::MutexLock lock(&mu_);
-  kept_[step] = std::move(copy);
-  while (static_cast<int>(kept_.size()) > max_kept_) kept_.erase(kept_.begin());
+  kept_[step] = std::move(x);
+  while (static_cast<int>(kept_.size()) > max_kept_) {
+    evicted = std::move(kept_.begin()->second);
+    kept_.erase(kept_.begin());
+  }
 }
 
 std::optional<std::vector<float>> SnapshotStore::Get(int64_t step) const {

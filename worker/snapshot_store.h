@@ -20,7 +20,8 @@ class SnapshotStore {
  public:
   explicit SnapshotStore(int max_kept) : max_kept_(max_kept) {}
 
-  void Keep(int64_t step, absl::Span<const float> x) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes `x` (the caller's copy, made outside the lock: a model may be large).
+  void Keep(int64_t step, std::vector<float> x) ABSL_LOCKS_EXCLUDED(mu_);
   // The parameters after `step` steps, if kept and not evicted since.
   std::optional<std::vector<float>> Get(int64_t step) const ABSL_LOCKS_EXCLUDED(mu_);
   // The steps kept now, oldest first.

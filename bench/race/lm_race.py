@@ -144,6 +144,13 @@ ROWS = {
         "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
         "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
                    "--codec=int8", "--overlap", "--keep_overlap", "--round_timeout=600"]},
+    # "-tau2": each exchange overlaps two steps (--overlap_steps=2), both kept: for a link whose
+    # exchange outruns one step (100 Mbit/s, 100 ms).
+    "tern-average-int8-sync-ddp-keep-tau2": {"variant": True,
+        "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
+        "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
+                   "--codec=int8", "--overlap", "--overlap_steps=2", "--keep_overlap",
+                   "--round_timeout=600"]},
     "tern-nesterov-int8-sync-ddp-keep": {"variant": True, 
         "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
         "worker": ["--algorithm=diloco", "--topology=complete",

@@ -364,6 +364,15 @@ def test_a_worker_that_is_not_there_fails_within_the_deadline():
     assert time.time() - t0 < 10
 
 
+def test_a_snapshot_from_a_worker_that_is_not_there_fails_at_once():
+    # Only the worker's own "not at step N yet" is waited on, not a connection that fails.
+    from tern.trainer import TernTrainer
+    t0 = time.time()
+    with pytest.raises(Exception, match="UNAVAILABLE|connect"):
+        TernTrainer("127.0.0.1:1", timeout=60).snapshot(3)
+    assert time.time() - t0 < 15
+
+
 def test_a_warm_up_other_than_models_or_gradients_is_refused():
     model = cnn()
     with pytest.raises(ValueError, match="warm_up"):

@@ -77,8 +77,9 @@ class TernTrainer:
     def snapshot(self, step, timeout=None):
         """The model the worker kept after `step` steps (its --snapshot_every; with
         --snapshot_model=group, diloco's outer model): {name: numpy params}. Waits while the
-        worker has not got there (UNAVAILABLE) up to `timeout` (default: the client's); a
-        snapshot never kept or evicted raises grpc.RpcError (NOT_FOUND)."""
+        worker has not got there up to `timeout` (default: the client's); a snapshot never kept
+        or evicted raises grpc.RpcError (NOT_FOUND), and so does a worker that is not there
+        (UNAVAILABLE), at once."""
         deadline = time.time() + (self.timeout if timeout is None else timeout)
         while True:
             try:
@@ -87,7 +88,11 @@ class TernTrainer:
                     timeout=max(0.1, deadline - time.time()))]
                 break
             except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or time.time() >= deadline:
+                # The worker's own "not at step N yet" (RoundEngine::GetSnapshot), not a
+                # connection that failed: a dead worker would otherwise cost the whole timeout.
+                not_yet = (e.code() == grpc.StatusCode.UNAVAILABLE
+                           and (e.details() or "").startswith("not at step "))
+                if not not_yet or time.time() >= deadline:
                     raise
                 time.sleep(0.005)
         return {nt.name: decode_dense(nt.tensor) for nt in assemble(chunks).tensors}
