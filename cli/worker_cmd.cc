@@ -7,17 +7,21 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
+#include "cli/launcher_env.h"
 #include "cli/process.h"
 #include "clients/cpp/in_process_trainer_link.h"
 #include "clients/flags/service_flags.h"
@@ -28,7 +32,9 @@
 #include "core/model/bundle.h"
 #include "core/ops/systemd.h"
 #include "core/rpc/channel.h"
+#include "core/topology/topology.h"
 #include "kernels/builtin.h"
+#include "server/scheduler_service.h"
 #include "spdlog/spdlog.h"
 #include "worker/daemon.h"
 #include "worker/engine.h"
@@ -77,6 +83,34 @@ absl::Status WriteSnapshots(WorkerDaemon& d, const std::string& dir) {
   return WriteFileAtomically(dir + "/layout.json", layout);
 }
 
+// A flag left as it was defined (so the launcher's environment may say it).
+bool AtDefault(absl::string_view name) {
+  const absl::CommandLineFlag* f = absl::FindCommandLineFlag(name);
+  return f != nullptr && f->CurrentValue() == f->DefaultValue();
+}
+
+// Takes --id, --workers and --scheduler from the launcher's environment where the command line
+// left them (cli/launcher_env.h); returns what it read.
+absl::StatusOr<LauncherEnv> ApplyLauncherEnv() {
+  TERN_ASSIGN_OR_RETURN(LauncherEnv env,
+                        ReadLauncherEnv([](const char* name) { return std::getenv(name); }));
+  std::string error;
+  if (env.rank.has_value() && AtDefault("id") &&
+      !absl::FindCommandLineFlag("id")->ParseFrom(absl::StrCat(*env.rank), &error)) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", *env.rank, ": ", error));
+  }
+  if (env.world.has_value() && AtDefault("workers") &&
+      !absl::FindCommandLineFlag("workers")->ParseFrom(absl::StrCat(*env.world), &error)) {
+    return absl::InvalidArgumentError(absl::StrCat("size ", *env.world, ": ", error));
+  }
+  if (!env.scheduler.empty() && AtDefault("scheduler")) {
+    absl::SetFlag(&FLAGS_scheduler, env.scheduler);
+  } else {
+    env.serve_scheduler.clear();  // the command line named the rendezvous
+  }
+  return env;
+}
+
 }  // namespace
 
 absl::Status CheckWorkerFlags() {
@@ -94,6 +128,17 @@ absl::Status CheckWorkerFlags() {
   if (id >= workers) {
     return absl::InvalidArgumentError(
         absl::StrCat("--id=", id, " is not below --workers=", workers, " (ids are 0-based)"));
+  }
+  if (!absl::GetFlag(FLAGS_scheduler).empty() && absl::GetFlag(FLAGS_peers).empty() &&
+      absl::GetFlag(FLAGS_peers_file).empty() && absl::GetFlag(FLAGS_advertise).empty()) {
+    const std::string listen = absl::GetFlag(FLAGS_listen);
+    const std::string host = listen.substr(0, listen.rfind(':'));
+    if (host.empty() || host == "0.0.0.0" || host == "[::]") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--listen=", listen,
+                       " with peers from --scheduler: say where peers reach this worker "
+                       "(--advertise=HOST:PORT, or --listen on a reachable address)"));
+    }
   }
   if (const std::string peers = absl::GetFlag(FLAGS_peers); !peers.empty()) {
     const std::vector<std::string> list = absl::StrSplit(peers, ',', absl::SkipEmpty());
@@ -113,22 +158,107 @@ int WorkerMain() {
   // Signals go to the waiting main thread only; every thread started later inherits the mask.
   sigset_t signals = BlockStopSignals();
 
-  const int id = absl::GetFlag(FLAGS_id).value;
+  absl::StatusOr<LauncherEnv> launcher = ApplyLauncherEnv();
+  if (!launcher.ok()) {
+    std::fprintf(stderr, "tern worker: the launcher's environment: %s\n",
+                 launcher.status().ToString().c_str());
+    return 2;
+  }
+  int id = absl::GetFlag(FLAGS_id).value;
   const int workers = absl::GetFlag(FLAGS_workers).value;
   const std::string trainer_kind = absl::GetFlag(FLAGS_trainer);
   if (absl::Status s = CheckWorkerFlags(); !s.ok()) {
     std::fprintf(stderr, "tern worker: %s\n", s.ToString().c_str());
     return 2;
   }
+  const std::string scheduler_address = absl::GetFlag(FLAGS_scheduler);
+  const absl::Duration peers_timeout = absl::Seconds(absl::GetFlag(FLAGS_peers_timeout).value);
+  // Without a peer list, the scheduler is the rendezvous: it hands out ids and addresses.
+  const bool peers_from_scheduler = !scheduler_address.empty() &&
+                                    absl::GetFlag(FLAGS_peers).empty() &&
+                                    absl::GetFlag(FLAGS_peers_file).empty();
+  if (!launcher->said.empty()) {
+    spdlog::info("worker: from the launcher's environment ({}): --id={} --workers={}{}",
+                 launcher->said, id, workers,
+                 absl::GetFlag(FLAGS_scheduler).empty()
+                     ? ""
+                     : absl::StrCat(" --scheduler=", absl::GetFlag(FLAGS_scheduler)));
+  }
+  // Rank 0 under MASTER_ADDR/MASTER_PORT serves the rendezvous itself; it goes last.
+  std::unique_ptr<SchedulerServer> rendezvous;
+  if (!launcher->serve_scheduler.empty()) {
+    SchedulerServerOptions so;
+    so.listen = launcher->serve_scheduler;
+    so.scheduler.run_id = absl::GetFlag(FLAGS_run_id);
+    so.scheduler.topology = EffectiveTopology();
+    so.tls = TlsFromFlags();
+    auto server = SchedulerServer::Start(so, *NewBuiltinTopologyRegistry());
+    if (!server.ok()) {
+      spdlog::error("worker: the rendezvous at {}: {}", launcher->serve_scheduler,
+                    server.status().ToString());
+      return 1;
+    }
+    rendezvous = std::move(*server);
+    spdlog::info("worker: serving the rendezvous (a tern scheduler) on port {}",
+                 rendezvous->port());
+  }
   DaemonOptions options = *WorkerDaemonOptionsFromFlags();  // checked above
-  // The scheduler client is made once the port is known; the engine asks it through this.
+  // The scheduler client is made before the daemon when it assigns the id, and after it
+  // otherwise (it registers with the bound port); the engine asks it through this.
   auto sched = std::make_shared<std::atomic<SchedulerClient*>>(nullptr);
-  if (!absl::GetFlag(FLAGS_scheduler).empty()) {
+  auto daemon_seen = std::make_shared<std::atomic<WorkerDaemon*>>(nullptr);
+  std::unique_ptr<SchedulerClient> scheduler;
+  auto start_scheduler = [&](const std::string& address) -> absl::Status {
+    SchedulerClientOptions so;
+    so.run_id = options.engine.run_id;
+    so.name = id < 0 ? "worker" : absl::StrCat("worker-", id);
+    so.worker_id = id;
+    so.ids_below = static_cast<uint32_t>(workers);
+    so.expected_members = workers;
+    so.address = address;
+    so.progress = [daemon_seen]() -> int64_t {
+      WorkerDaemon* d = daemon_seen->load();
+      return d == nullptr ? 0 : d->engine()->next_step();
+    };
+    if (peers_from_scheduler) {
+      so.on_members = [daemon_seen](const std::vector<v1::Member>& members) {
+        WorkerDaemon* d = daemon_seen->load();
+        if (d == nullptr) return;
+        for (const v1::Member& m : members) {
+          if (m.address().empty()) continue;
+          // Nothing done for the peer's own address, or before the rendezvous set them all.
+          if (absl::Status s = d->SetPeer(static_cast<int>(m.id()), m.address()); !s.ok()) {
+            spdlog::debug("scheduler: peer {} at {}: {}", m.id(), m.address(), s.ToString());
+          }
+        }
+      };
+    }
+    TERN_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                          ChannelCredentialsFromFlags());
+    TERN_ASSIGN_OR_RETURN(
+        scheduler,
+        SchedulerClient::Start(MakeChannel(scheduler_address, ChannelKind::kDefault, credentials),
+                               so, peers_timeout));
+    sched->store(scheduler.get());
+    return absl::OkStatus();
+  };
+  if (!scheduler_address.empty()) {
     options.engine.members = [sched](int64_t round) -> std::optional<std::vector<int>> {
       SchedulerClient* c = sched->load();
       return c == nullptr ? std::nullopt : c->MembersFor(round);
     };
   }
+  if (id < 0 && !scheduler_address.empty()) {
+    // The address follows once the daemon listens (Advertise).
+    if (absl::Status s = start_scheduler(absl::GetFlag(FLAGS_advertise)); !s.ok()) {
+      spdlog::error("worker: scheduler {}: {}", scheduler_address, s.ToString());
+      return 1;
+    }
+    id = static_cast<int>(scheduler->id());
+    spdlog::info("worker {}: the id the scheduler assigned", id);
+  }
+  id = std::max(id, 0);
+  options.engine.worker_id = id;
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
   auto daemon = WorkerDaemon::Start(options, &registries);
   if (!daemon.ok()) {
@@ -150,42 +280,38 @@ int WorkerMain() {
     return RanRecently(absl::FromUnixNanos(loop_ran->load()), absl::Seconds(30));
   });
   systemd.Ready(absl::StrCat("worker ", id, "/", workers, " on port ", port));
-  std::unique_ptr<SchedulerClient> scheduler;
-  if (!absl::GetFlag(FLAGS_scheduler).empty()) {
-    SchedulerClientOptions so;
-    so.run_id = options.engine.run_id;
-    so.name = absl::StrCat("worker-", id);
-    so.worker_id = id;
-    so.expected_members = workers;
-    so.address = absl::GetFlag(FLAGS_advertise);
-    if (so.address.empty()) so.address = ListenWithPort(absl::GetFlag(FLAGS_listen), port);
-    WorkerDaemon* d = daemon->get();
-    so.progress = [d] { return d->engine()->next_step(); };
-    auto credentials = ChannelCredentialsFromFlags();
-    if (!credentials.ok()) {
-      spdlog::error("worker {}: {}", id, credentials.status().ToString());
-      return 2;
-    }
-    auto c = SchedulerClient::Start(
-        MakeChannel(absl::GetFlag(FLAGS_scheduler), ChannelKind::kDefault, *credentials), so);
-    if (!c.ok()) {
-      spdlog::error("worker {}: scheduler {}: {}", id, absl::GetFlag(FLAGS_scheduler),
-                    c.status().ToString());
+  daemon_seen->store(daemon->get());
+  // Before the daemon goes (on every way out): the heartbeat thread calls into it.
+  absl::Cleanup stop_scheduler = [&] {
+    if (scheduler != nullptr) scheduler->Stop(/*leave=*/true);
+  };
+  if (!scheduler_address.empty()) {
+    std::string address = absl::GetFlag(FLAGS_advertise);
+    if (address.empty()) address = ListenWithPort(absl::GetFlag(FLAGS_listen), port);
+    const absl::Status s =
+        scheduler == nullptr ? start_scheduler(address) : scheduler->Advertise(address);
+    if (!s.ok()) {
+      spdlog::error("worker {}: scheduler {}: {}", id, scheduler_address, s.ToString());
+      (*daemon)->Shutdown(absl::Seconds(5));
       return 1;
     }
-    scheduler = std::move(*c);
-    sched->store(scheduler.get());
   }
-  auto peers = ReadPeers(absl::GetFlag(FLAGS_peers), absl::GetFlag(FLAGS_peers_file),
-                         absl::Seconds(absl::GetFlag(FLAGS_peers_timeout).value),
-                         [&signals] { return StopSignalPending(signals); });
+  const auto stopped = [&signals] { return StopSignalPending(signals); };
+  absl::StatusOr<std::vector<std::string>> peers =
+      peers_from_scheduler && workers > 1
+          ? scheduler->WaitForPeers(workers, peers_timeout, stopped)
+          : ReadPeers(absl::GetFlag(FLAGS_peers), absl::GetFlag(FLAGS_peers_file), peers_timeout,
+                      stopped);
   if (absl::IsCancelled(peers.status())) {
     spdlog::info("worker {}: {}", id, std::string(peers.status().message()));
     (*daemon)->Shutdown(absl::Seconds(5));
+    if (scheduler != nullptr) scheduler->Stop(/*leave=*/true);
     return 0;
   }
   if (!peers.ok()) {
     spdlog::error("worker {}: {}", id, peers.status().ToString());
+    (*daemon)->Shutdown(absl::Seconds(5));
+    if (scheduler != nullptr) scheduler->Stop(/*leave=*/true);
     return 1;
   }
   if (workers > 1) {
@@ -196,6 +322,9 @@ int WorkerMain() {
     if (auto s = (*daemon)->SetPeers(*peers); !s.ok()) {
       spdlog::error("worker {}: {}", id, s.ToString());
       return 2;
+    }
+    if (peers_from_scheduler) {
+      spdlog::info("worker {}: peers from the scheduler: {}", id, absl::StrJoin(*peers, ","));
     }
   }
 
@@ -250,8 +379,10 @@ int WorkerMain() {
   // After the daemon: no gossip call can be asking it for members any more.
   if (scheduler != nullptr) {
     sched->store(nullptr);
+    daemon_seen->store(nullptr);
     scheduler->Stop(/*leave=*/true);
   }
+  if (rendezvous != nullptr) rendezvous->Shutdown(absl::Seconds(1));
   return trainer_exit.load();
 }
 

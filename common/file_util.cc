@@ -36,7 +36,7 @@ absl::Status SyncDirectoryOf(const std::string& path) {
 }  // namespace
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes) {
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot write", tmp);
   while (!bytes.empty()) {

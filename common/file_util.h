@@ -13,8 +13,10 @@
 
 namespace tern {
 
-// Writes `bytes` to `path` atomically and durably: "<path>.tmp", fsync, rename, fsync of the
-// directory (so the rename survives a crash). UNAVAILABLE with the errno text on failure.
+// Writes `bytes` to `path` atomically and durably: "<path>.tmp.<pid>", fsync, rename, fsync of
+// the directory (so the rename survives a crash). Processes writing the same path at once (every
+// rank of a launcher given the same command) each replace it whole; the last one stays.
+// UNAVAILABLE with the errno text on failure.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes);
 
 // The whole of file `path`; NOT_FOUND when there is none, UNAVAILABLE when it cannot be read.

@@ -1,9 +1,12 @@
 #include "common/file_util.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace tern {
@@ -25,7 +28,8 @@ TEST(FileUtil, WhatIsWrittenAtomicallyReadsBackWholeAndAnOverwriteReplacesIt) {
   EXPECT_EQ(*got, big);
   ASSERT_TRUE(WriteFileAtomically(path, std::string("a\0b", 3)).ok());
   EXPECT_EQ(*ReadFile(path), std::string("a\0b", 3));
-  EXPECT_EQ(ReadFile(path + ".tmp").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadFile(absl::StrCat(path, ".tmp.", getpid())).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(FileUtil, AMissingFileIsNotFoundAndAnUnwritableOneUnavailable) {

@@ -102,7 +102,17 @@ absl::StatusOr<v1::MemberRegisterReply> Membership::Register(const v1::MemberReg
     // A worker that restarted takes its id back (its old incarnation is replaced).
     id = static_cast<uint32_t>(req.worker_id());
   } else {
+    const int below = req.ids_below() > 0
+                          ? std::min(static_cast<int>(std::min<uint32_t>(req.ids_below(), 1 << 30)),
+                                     options_.max_members)
+                          : options_.max_members;
     while (members_.count(id)) ++id;
+    if (static_cast<int>(id) >= below) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("every id below ", below,
+                       " is a member: the run has its workers (a worker that "
+                       "died frees its id once declared dead)"));
+    }
   }
   if (!members_.count(id) && static_cast<int>(members_.size()) >= options_.max_members) {
     return absl::ResourceExhaustedError(

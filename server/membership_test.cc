@@ -209,5 +209,42 @@ TEST_F(MembershipTest, NewWorkersTakeTheLowestFreeIdAndEveryChangeIsAnEpoch) {
   EXPECT_EQ(m_->epoch(), e + 2);
 }
 
+TEST_F(MembershipTest, AnIdIsAssignedBelowTheRunsSizeAndRefusedOnceEveryOneIsTaken) {
+  v1::MemberRegisterRequest r;
+  r.set_run_id("tern");
+  r.set_worker_id(-1);
+  r.set_ids_below(2);
+  ASSERT_EQ(Join(0, t0_), 0u);
+  auto one = m_->Register(r, t0_);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->worker_id(), 1u);
+  const uint64_t e = m_->epoch();
+  const absl::Status full = m_->Register(r, t0_).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_NE(full.message().find("below 2"), std::string::npos) << full;
+  EXPECT_EQ(m_->epoch(), e) << "a refused registration is no epoch";
+  EXPECT_EQ(m_->Members(t0_).members_size(), 2);
+  // A member declared dead frees its id for the next newcomer.
+  ASSERT_TRUE(Beat(0, t0_ + absl::Seconds(2)).ok());
+  EXPECT_EQ(m_->Tick(t0_ + absl::Seconds(4)).size(), 1u);
+  auto again = m_->Register(r, t0_ + absl::Seconds(4));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->worker_id(), 1u);
+}
+
+TEST_F(MembershipTest, AMemberRegisteringAgainWithItsIdMovesToItsNewAddress) {
+  ASSERT_EQ(Join(-1, t0_), 0u);
+  v1::MemberRegisterRequest r;
+  r.set_run_id("tern");
+  r.set_worker_id(0);
+  r.set_address("10.0.0.9:7100");
+  const uint64_t e = m_->epoch();
+  ASSERT_TRUE(m_->Register(r, t0_).ok());
+  EXPECT_EQ(m_->epoch(), e + 1) << "peers learn of the move with the next epoch";
+  const v1::MembersReply members = m_->Members(t0_);
+  ASSERT_EQ(members.members_size(), 1);
+  EXPECT_EQ(members.members(0).address(), "10.0.0.9:7100");
+}
+
 }  // namespace
 }  // namespace tern

@@ -117,6 +117,10 @@ absl::Status WorkerDaemon::SetPeers(const std::vector<std::string>& addresses) {
   return absl::OkStatus();
 }
 
+absl::Status WorkerDaemon::SetPeer(int id, const std::string& address) {
+  return transport_->SetPeer(id, address);
+}
+
 bool WorkerDaemon::ready() {
   return engine_->initialized() && (options_.engine.num_workers <= 1 || transport_->has_peers());
 }

@@ -86,6 +86,9 @@ class WorkerDaemon {
   // The /metrics endpoint's port, or 0 without one.
   int metrics_port() const { return metrics_ == nullptr ? 0 : metrics_->port(); }
   absl::Status SetPeers(const std::vector<std::string>& addresses);
+  // Peer `id` is now at `address` (a worker whose peers come from the scheduler follows one that
+  // came back elsewhere); nothing done when it is where it was.
+  absl::Status SetPeer(int id, const std::string& address);
   // Whether it can train: a model registered and, with neighbours, their addresses known. Its
   // health service says NOT_SERVING (the whole server and tern.v1.Gossip) until then.
   bool ready();

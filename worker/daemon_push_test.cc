@@ -111,6 +111,22 @@ TEST(StripedPush, ALargeMessageOverThreeConnectionsIsMixedAsSent) {
   EXPECT_EQ(out.delta.messages_refused(), 0u);
 }
 
+// A peer that came back at another address (its peers follow the scheduler): pushes from then
+// on go there; the same address again changes nothing, and bad input is refused.
+TEST(GrpcTransportPeers, APeerThatMovedIsReachedAtItsNewAddress) {
+  Receiver r;
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 2, .min_bytes = 1 << 20});
+  EXPECT_THAT(t.SetPeer(0, r.peers[0]), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_THAT(t.SetPeers({"127.0.0.1:1", "127.0.0.1:2"}), IsOk());  // worker 0 not there yet
+  EXPECT_THAT(Send(t, Message(Values(5), 0)), StatusIs(absl::StatusCode::kUnavailable));
+  ASSERT_THAT(t.SetPeer(0, r.peers[0]), IsOk());
+  ASSERT_THAT(t.SetPeer(0, r.peers[0]), IsOk());
+  EXPECT_THAT(Send(t, Message(Values(5), 0)), IsOk());
+  EXPECT_THAT(t.SetPeer(1, "127.0.0.1:3"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(t.SetPeer(2, "127.0.0.1:3"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(t.SetPeer(0, ""), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(StripedPush, ACorruptChunkOnOneStripeFailsThePushOnEveryStreamAndTheNextPushIsTaken) {
   Receiver r;
   GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 2, .min_bytes = 1 << 20});

@@ -1,6 +1,7 @@
 #include "worker/engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -227,8 +228,9 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
       registered_.lanes.push_back({lane.inbox, lane.size});
       if (shut_down_) lane.inbox->Close();
     }
+    rejoin_asking_ = rejoins();
   }
-  if (options_.rejoin && shares_state_ && options_.num_workers > 1 && transport_ != nullptr) {
+  if (rejoins()) {
     if (absl::Status s = Rejoin(); !s.ok()) {
       // Registered, but with no state to go on from: the trainer's Register fails, and the
       // worker must be restarted.
@@ -639,6 +641,7 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
   const v1::TensorBundle& bundle = received.bundle;
   uint64_t num_params, size = 0, buckets, cut;
   int64_t sit_out;
+  bool asking;
   std::shared_ptr<GossipInbox> inbox;
   const int bucket = static_cast<int>(std::min<uint32_t>(bundle.bucket(), 1u << 30));
   {
@@ -647,6 +650,7 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
     buckets = registered_.lanes.size();
     cut = registered_.cut;
     sit_out = sit_out_below_;
+    asking = rejoin_asking_;
     if (static_cast<size_t>(bucket) < buckets) {
       inbox = registered_.lanes[static_cast<size_t>(bucket)].inbox;
       size = registered_.lanes[static_cast<size_t>(bucket)].size;
@@ -676,21 +680,35 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
     const int64_t round =
         static_cast<int64_t>(std::min<uint64_t>(bundle.round(), uint64_t{1} << 62));
     const absl::Status window = inbox->CheckRound(round);
-    if (!window.ok() && (absl::IsCancelled(window) || round < inbox->floor())) return window;
+    const auto sits_out = [&] {
+      return absl::UnavailableError(absl::StrCat(
+          "worker ", options_.worker_id, " is rejoining the run and sits round ", round, " out"));
+    };
+    if (!window.ok() && (absl::IsCancelled(window) || round < inbox->floor())) {
+      // A rejoining worker's state covers the rounds it closed: it sends nothing for them, so
+      // their senders must not wait for its message there (as for a round it sits out). A plain
+      // "closed" would keep it awaited, for a round deadline, as a peer ahead is.
+      if (!absl::IsCancelled(window) && round < sit_out) return sits_out();
+      return window;
+    }
     TERN_ASSIGN_OR_RETURN(auto checked, arrival_.Check(std::move(received), bucket, size, scans));
     if (!window.ok()) {
       inbox->Note(round, checked.first);
+      if (asking || sit_out == std::numeric_limits<int64_t>::max()) {
+        // Rejoining, before its inbox moved to where the group is: the state it takes will be
+        // after this round (Rejoin asks for one), and the sender is not to wait for it here.
+        absl::MutexLock lock(&mu_);
+        rejoin_refused_ = std::max(rejoin_refused_, round);
+        return sits_out();
+      }
       return window;
     }
     const uint64_t payload = checked.second.PayloadBytes();
     const int sender = checked.first;
     TERN_RETURN_IF_ERROR(inbox->Put(round, sender, std::move(checked.second)));
     counters_.CountReceived(sender, payload, wire_bytes);
-    if (round < sit_out) {
-      // Kept and mixed, but its sender is not to wait for this worker's message in that round.
-      return absl::UnavailableError(absl::StrCat(
-          "worker ", options_.worker_id, " is rejoining the run and sits round ", round, " out"));
-    }
+    // Kept and mixed, but its sender is not to wait for this worker's message in that round.
+    if (round < sit_out) return sits_out();
     return absl::OkStatus();
   }();
   if (!s.ok() && !absl::IsUnavailable(s)) CountRefused(s);

@@ -169,6 +169,11 @@ class RoundEngine {
   // a no-op (a trainer reconnecting); with another layout, FailedPrecondition.
   absl::Status Init(const std::vector<ParamTensor>& layout, absl::Span<const float> x0);
   bool initialized() const;
+  // Whether Init asks the peers where the group is (a worker that may be rejoining a running
+  // run): they must be known by then, or it starts from its own x0.
+  bool rejoins() const {
+    return options_.rejoin && shares_state_ && options_.num_workers > 1 && transport_ != nullptr;
+  }
   std::vector<ParamTensor> layout() const;
   int64_t next_step() const;
   // Exchanges mixed so far, every lane's. Any thread.
@@ -235,8 +240,11 @@ class RoundEngine {
   // Worker `j` asked where the group is (Gossip.Position): it listens. If it was heard from
   // before (a restarted worker), our pushes to it may have failed while it was down and left the
   // connection backing off: that is reset now, and from the next round on pushes to it wait for
-  // a connection until its first message comes. Ignores a `j` that is not a peer. Any thread.
+  // a connection until its next message comes. Ignores a `j` that is not a peer. Any thread.
   void PeerListening(int j) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Whether `j` is another worker of this run.
+  bool IsPeer(int j) const { return j >= 0 && j < options_.num_workers && j != options_.worker_id; }
 
   // SwarmSGD: a neighbour's model; answers with ours and averages theirs in at our next step.
   absl::StatusOr<v1::TensorBundle> HandleSwap(v1::TensorBundle bundle, uint64_t wire_bytes);
@@ -343,6 +351,11 @@ class RoundEngine {
   // A rejoined worker sends nothing in rounds before this, and answers the messages of those
   // rounds as one that is not there (kept all the same), so no peer waits for it (Rejoin).
   int64_t sit_out_below_ ABSL_GUARDED_BY(mu_) = 0;
+  // The furthest round a message was refused for while rejoining, before the inbox moved to
+  // where the group is: the state taken must cover it.
+  int64_t rejoin_refused_ ABSL_GUARDED_BY(mu_) = -1;
+  // From the model's registration until Rejoin knows where the group is (or that a run starts).
+  bool rejoin_asking_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> rounds_mixed_{0};  // exchanges mixed: Position's answer
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

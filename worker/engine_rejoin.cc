@@ -57,7 +57,7 @@ absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> RoundEngine::SharedState
 }
 
 absl::Status RoundEngine::PeerBack(int j, int64_t from) {
-  if (j < 0 || j >= options_.num_workers || j == options_.worker_id) {
+  if (!IsPeer(j)) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker ", j, " is not a peer of worker ", options_.worker_id));
   }
@@ -73,7 +73,7 @@ absl::Status RoundEngine::PeerBack(int j, int64_t from) {
 }
 
 void RoundEngine::PeerListening(int j) {
-  if (j < 0 || j >= options_.num_workers || j == options_.worker_id) return;
+  if (!IsPeer(j)) return;
   {
     absl::MutexLock lock(&mu_);
     peers_listening_.insert(j);
@@ -133,7 +133,11 @@ absl::Status RoundEngine::Rejoin() {
       source = j;
     }
   }
-  if (source < 0) return absl::OkStatus();  // a run starting (or nobody there): from x0
+  if (source < 0) {  // a run starting (or nobody there): from x0
+    absl::MutexLock lock(&mu_);
+    rejoin_asking_ = false;
+    return absl::OkStatus();
+  }
   if (const OuterDelay delay = options_.algorithm_options.outer_delay; delay != OuterDelay::kNone) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the group is at step ", furthest, ", and a run with --outer_delay=", OuterDelayName(delay),
@@ -148,21 +152,27 @@ absl::Status RoundEngine::Rejoin() {
     absl::MutexLock lock(&mu_);
     next_step_ = furthest;
     sit_out_below_ = std::numeric_limits<int64_t>::max();
+    rejoin_asking_ = false;
   }
   // ... and the state after a step that mixed every round before them.
   const absl::Time deadline = t0 + options_.rejoin_timeout;
+  int64_t min_step = furthest - 1;
+  {
+    absl::MutexLock lock(&mu_);
+    min_step = std::max(min_step, rejoin_refused_);
+  }
   absl::StatusOr<v1::TensorBundle> got;
   for (;;) {
-    got = transport_->FetchState(source, options_.run_id, furthest - 1, deadline);
+    got = transport_->FetchState(source, options_.run_id, min_step, deadline);
     if (!absl::IsUnavailable(got.status()) || absl::Now() + kStatePoll >= deadline) break;
     absl::SleepFor(kStatePoll);
   }
   absl::StatusOr<GroupState> state =
       got.ok() ? GroupStateFromBundle(*got, options_.run_id, params().size(), *registries_->codecs)
                : got.status();
-  if (state.ok() && state->step + 1 < furthest) {
+  if (state.ok() && state->step < min_step) {
     state = absl::InvalidArgumentError(absl::StrCat(
-        "a state after step ", state->step, ", before the step asked for (", furthest - 1, ")"));
+        "a state after step ", state->step, ", before the step asked for (", min_step, ")"));
   }
   if (!state.ok()) {
     return absl::Status(state.status().code(),

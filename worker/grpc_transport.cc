@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -11,6 +12,7 @@
 #include "core/rpc/raw_chunk.h"
 #include "core/rpc/status.h"
 #include "grpcpp/alarm.h"
+#include "spdlog/spdlog.h"
 
 namespace tern {
 
@@ -223,21 +225,48 @@ absl::Status GrpcTransport::SetPeers(const std::vector<std::string>& addresses) 
     if (addresses[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("peer ", i, " has no address"));
     }
-    std::shared_ptr<grpc::Channel> channel =
-        MakeChannel(addresses[i], ChannelKind::kPeer, credentials_);
-    peers[i].stub = v1::Gossip::NewStub(channel);
-    peers[i].raw.push_back(std::make_unique<grpc::GenericStub>(channel));
-    peers[i].channels.push_back(std::move(channel));
-    // Channels connect on their first call: a peer never sent a large push costs no connection.
-    for (int c = 1; c < striping_.stripes; ++c) {
-      peers[i].channels.push_back(
-          MakeChannel(addresses[i], ChannelKind::kPeer, credentials_, /*connection=*/c));
-      peers[i].raw.push_back(std::make_unique<grpc::GenericStub>(peers[i].channels.back()));
-    }
+    peers[i] = MakePeer(addresses[i]);
   }
   absl::MutexLock lock(&mu_);
   if (!peers_.empty()) return absl::FailedPreconditionError("peers are already set");
   peers_ = std::move(peers);
+  return absl::OkStatus();
+}
+
+GrpcTransport::Peer GrpcTransport::MakePeer(const std::string& address) const {
+  Peer p;
+  p.address = address;
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(address, ChannelKind::kPeer, credentials_);
+  p.stub = v1::Gossip::NewStub(channel);
+  p.raw.push_back(std::make_unique<grpc::GenericStub>(channel));
+  p.channels.push_back(std::move(channel));
+  // Channels connect on their first call: a peer never sent a large push costs no connection.
+  for (int c = 1; c < striping_.stripes; ++c) {
+    p.channels.push_back(MakeChannel(address, ChannelKind::kPeer, credentials_, /*connection=*/c));
+    p.raw.push_back(std::make_unique<grpc::GenericStub>(p.channels.back()));
+  }
+  return p;
+}
+
+absl::Status GrpcTransport::SetPeer(int to, const std::string& address) {
+  if (to == self_ || address.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", to, " at '", address, "': not a peer's address"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (peers_.empty()) return absl::FailedPreconditionError("peers are not set yet");
+    if (to < 0 || static_cast<size_t>(to) >= peers_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker ", to, " is not in the list of ", peers_.size(), " peers"));
+    }
+    if (peers_[to].address == address) return absl::OkStatus();
+  }
+  Peer fresh = MakePeer(address);  // channels are made outside the lock
+  absl::MutexLock lock(&mu_);
+  if (peers_[to].address == address) return absl::OkStatus();
+  spdlog::info("worker {}: peer {} is now at {} (was {})", self_, to, address, peers_[to].address);
+  replaced_.push_back(std::exchange(peers_[to], std::move(fresh)));
   return absl::OkStatus();
 }
 

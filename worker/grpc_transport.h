@@ -42,6 +42,9 @@ class GrpcTransport final : public PeerTransport {
 
   // Addresses indexed by worker id ("host:port"); the entry for this worker is ignored.
   absl::Status SetPeers(const std::vector<std::string>& addresses);
+  // Worker `to` is now at `address` (it came back elsewhere): calls from now on go there. OK and
+  // nothing done when the address is the one known; FailedPrecondition before SetPeers.
+  absl::Status SetPeer(int to, const std::string& address);
   bool has_peers() const;
 
   void Send(int to, Chunks chunks, absl::Time deadline, Reach reach,
@@ -65,6 +68,8 @@ class GrpcTransport final : public PeerTransport {
   uint64_t NewStreamId();
   // Peer `to`'s Gossip stub, or FailedPrecondition when its address is not known.
   absl::StatusOr<v1::Gossip::Stub*> StubOf(int to) const;
+  struct Peer;
+  Peer MakePeer(const std::string& address) const;
 
   const int self_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
@@ -75,8 +80,11 @@ class GrpcTransport final : public PeerTransport {
     // Push: [0] on the same channel as `stub`, the others each on a connection of its own.
     std::vector<std::unique_ptr<grpc::GenericStub>> raw;
     std::vector<std::shared_ptr<grpc::Channel>> channels;  // those of `raw`, for Reconnect
+    std::string address;
   };
   std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);
+  // Peers' stubs replaced by SetPeer, kept to the end: a call in flight may still use them.
+  std::vector<Peer> replaced_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::mt19937_64 stream_ids_ ABSL_GUARDED_BY(mu_){std::random_device()()};
 };

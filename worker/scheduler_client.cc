@@ -17,11 +17,18 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Start(
     std::shared_ptr<grpc::Channel> channel, SchedulerClientOptions options, absl::Duration wait) {
   std::unique_ptr<SchedulerClient> c(new SchedulerClient(std::move(channel), std::move(options)));
   const absl::Time until = absl::Now() + wait;
-  while (true) {
+  for (bool told = false;;) {
     absl::Status s = c->Register();
     if (s.ok()) break;
-    if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s)) return s;
+    // Every id taken: a worker that died frees its id once the scheduler declares it dead.
+    const bool full = absl::IsResourceExhausted(s) && c->options_.worker_id < 0;
+    if (!absl::IsUnavailable(s) && !absl::IsDeadlineExceeded(s) && !full) return s;
     if (absl::Now() > until) return s;
+    if (full && !told) {
+      spdlog::info("scheduler: {}; waiting up to {} for a free id", std::string(s.message()),
+                   absl::FormatDuration(wait));
+      told = true;
+    }
     absl::SleepFor(absl::Milliseconds(200));
   }
   c->thread_ = std::thread([p = c.get()] { p->HeartbeatLoop(); });
@@ -30,7 +37,10 @@ absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Start(
 
 SchedulerClient::SchedulerClient(std::shared_ptr<grpc::Channel> channel,
                                  SchedulerClientOptions options)
-    : options_(std::move(options)), stub_(v1::Scheduler::NewStub(channel)) {}
+    : options_(std::move(options)), stub_(v1::Scheduler::NewStub(channel)) {
+  absl::MutexLock lock(&mu_);
+  address_ = options_.address;
+}
 
 SchedulerClient::~SchedulerClient() { Stop(false); }
 
@@ -42,9 +52,10 @@ absl::Status SchedulerClient::Register() {
   v1::MemberRegisterRequest req;
   req.set_run_id(options_.run_id);
   req.set_name(options_.name);
-  req.set_address(options_.address);
+  req.set_ids_below(options_.ids_below);
   {
     absl::MutexLock lock(&mu_);
+    req.set_address(address_);
     // After the first registration, ask for the same id back.
     req.set_worker_id(registered_ ? static_cast<int64_t>(id_) : options_.worker_id);
   }
@@ -56,8 +67,9 @@ absl::Status SchedulerClient::Register() {
     absl::MutexLock lock(&mu_);
     id_ = reply.worker_id();
     registered_ = true;
+    registered_at_ = absl::Now();
   }
-  interval_ = absl::Milliseconds(std::max<uint32_t>(10, reply.heartbeat_interval_ms()));
+  interval_ms_ = std::max<uint32_t>(10, reply.heartbeat_interval_ms());
   spdlog::info(
       "scheduler: registered as worker {} (epoch {}, heartbeat every {} ms, timeout {} ms)",
       reply.worker_id(), reply.epoch(), reply.heartbeat_interval_ms(),
@@ -78,6 +90,9 @@ void SchedulerClient::Follow(uint64_t epoch, int64_t from_round) {
   for (const v1::Neighbor& n : v->neighbors()) nbrs.push_back(absl::StrCat(n.id()));
   spdlog::info("scheduler: epoch {} from round {}: members [{}], neighbours [{}]", e.epoch,
                e.from_round, absl::StrJoin(e.members, ","), absl::StrJoin(nbrs, ","));
+  if (options_.on_members) {
+    options_.on_members(std::vector<v1::Member>(v->members().begin(), v->members().end()));
+  }
   absl::MutexLock lock(&mu_);
   epoch_ = std::max(epoch_, v->epoch());
   if (!epochs_.empty() && epochs_.back().epoch >= e.epoch) return;
@@ -88,7 +103,7 @@ void SchedulerClient::Follow(uint64_t epoch, int64_t from_round) {
 }
 
 void SchedulerClient::HeartbeatLoop() {
-  while (!stop_.WaitForNotificationWithTimeout(interval_)) {
+  while (!stop_.WaitForNotificationWithTimeout(absl::Milliseconds(interval_ms_.load()))) {
     v1::HeartbeatRequest req;
     {
       absl::MutexLock lock(&mu_);
@@ -134,6 +149,59 @@ std::optional<std::vector<int>> SchedulerClient::MembersFor(int64_t round) const
     if (it->from_round <= round) return it->members;
   }
   return std::nullopt;
+}
+
+absl::Status SchedulerClient::Advertise(const std::string& address) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (address_ == address) return absl::OkStatus();
+    address_ = address;
+  }
+  return Register();
+}
+
+absl::StatusOr<std::vector<std::string>> SchedulerClient::WaitForPeers(
+    int workers, absl::Duration wait, const std::function<bool()>& stopped) {
+  const absl::Time deadline = absl::Now() + wait;
+  std::string missing;
+  for (bool first = true;; first = false) {
+    v1::MembersReply reply;
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    const absl::Status s = FromGrpcStatus(stub_->Members(&ctx, v1::MembersRequest(), &reply));
+    std::vector<std::string> addresses(static_cast<size_t>(workers));
+    if (s.ok()) {
+      for (const v1::Member& m : reply.members()) {
+        if (m.id() < addresses.size()) addresses[m.id()] = m.address();
+      }
+      std::vector<int> absent;
+      for (int i = 0; i < workers; ++i) {
+        if (addresses[static_cast<size_t>(i)].empty()) absent.push_back(i);
+      }
+      missing = absent.empty() ? ""
+                               : absl::StrCat("workers [", absl::StrJoin(absent, ","),
+                                              "] not registered (with an address) yet");
+    } else {
+      missing = absl::StrCat("the scheduler: ", s.ToString());
+    }
+    absl::Time settled;
+    {
+      absl::MutexLock lock(&mu_);
+      settled = registered_at_ + 2 * absl::Milliseconds(interval_ms_.load());
+    }
+    if (missing.empty() && absl::Now() >= settled) return addresses;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no peers from the scheduler after ", absl::FormatDuration(wait), ": ",
+                       missing.empty() ? "its members had not heard this worker" : missing));
+    }
+    if (stopped()) return absl::CancelledError("stopped while waiting for peers");
+    if (first && !missing.empty()) {
+      spdlog::info("scheduler: waiting up to {} for peers: {}", absl::FormatDuration(wait),
+                   missing);
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
 }
 
 absl::StatusOr<v1::View> SchedulerClient::View(uint64_t round) {

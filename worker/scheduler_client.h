@@ -30,25 +30,40 @@ struct SchedulerClientOptions {
   std::string run_id = "tern";
   std::string name;
   std::string address;     // where peers reach this worker
-  int64_t worker_id = -1;  // -1: any
+  int64_t worker_id = -1;  // -1: the lowest free id below ids_below
+  uint32_t ids_below = 0;  // with worker_id -1: the run's size (0: the scheduler's limit)
   absl::Duration call_timeout = absl::Seconds(5);
   // The worker's progress, sent with each heartbeat (the scheduler picks switch rounds from it).
   std::function<int64_t()> progress;
   // The static configuration's worker count: epochs before the membership first reached it
   // (workers still starting) are not applied. 0: apply every epoch.
   int expected_members = 0;
+  // Called with the members of each new epoch (ids and the addresses they advertise), on the
+  // heartbeat thread, outside any lock: a worker whose peers come from the scheduler follows a
+  // peer that came back at another address.
+  std::function<void(const std::vector<v1::Member>&)> on_members;
 };
 
 class SchedulerClient {
  public:
-  // Registers (retrying while the scheduler is unreachable, up to `wait`) and starts
-  // heartbeating.
+  // Registers (retrying while the scheduler is unreachable or, for an id it assigns, while
+  // every id is taken: up to `wait`) and starts heartbeating.
   static absl::StatusOr<std::unique_ptr<SchedulerClient>> Start(
       std::shared_ptr<grpc::Channel> channel, SchedulerClientOptions options,
       absl::Duration wait = absl::Seconds(30));
   ~SchedulerClient();
 
   uint32_t id() const;
+  // Registers again, with the same id, at `address` (known once the daemon listens): a new
+  // epoch, through which the other members learn it.
+  absl::Status Advertise(const std::string& address);
+  // The rendezvous of a run whose peers come from the scheduler: waits until ids 0..workers-1
+  // are all members with addresses and returns those, by id. Waits at least two heartbeat
+  // intervals past this worker's (last) registration, so that every member has heard its
+  // address before it sends or asks anything: a worker restarted at a new address is then
+  // reached there. DeadlineExceeded after `wait`; Cancelled once `stopped` says so.
+  absl::StatusOr<std::vector<std::string>> WaitForPeers(int workers, absl::Duration wait,
+                                                        const std::function<bool()>& stopped);
   uint64_t epoch() const;
   // The members (sorted ids) in `round`: those of the newest epoch whose from_round <= round;
   // nullopt before any such epoch (every worker, as the static configuration says).
@@ -74,11 +89,13 @@ class SchedulerClient {
 
   const SchedulerClientOptions options_;
   const std::unique_ptr<v1::Scheduler::Stub> stub_;
-  absl::Duration interval_ = absl::Seconds(1);
+  std::atomic<int64_t> interval_ms_{1000};
 
   mutable absl::Mutex mu_;
   uint32_t id_ ABSL_GUARDED_BY(mu_) = 0;
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  std::string address_ ABSL_GUARDED_BY(mu_);  // as advertised
+  absl::Time registered_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool formed_ ABSL_GUARDED_BY(mu_) = false;  // the membership reached expected_members
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Epoch> epochs_ ABSL_GUARDED_BY(mu_);  // by epoch, the ones seen

@@ -10,6 +10,12 @@
 #include "tern/v1/records.pb.h"
 
 namespace tern {
+namespace {
+
+// How long a registration of a worker that may be rejoining waits for its peers to be known.
+constexpr absl::Duration kRegisterPeersWait = absl::Seconds(60);
+
+}  // namespace
 
 v1::StepResult StepResultOf(const StepOutcome& out) {
   v1::StepResult result;
@@ -55,6 +61,20 @@ absl::StatusOr<v1::RegisterReply> TrainerPort::RegisterLocked(
   if (layout.empty() || x0.size() != LayoutNumel(layout)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the model has ", x0.size(), " parameters; its layout says ", LayoutNumel(layout)));
+  }
+  if (engine_->rejoins() && !engine_->initialized()) {
+    // Init asks the peers where the group is: a trainer that registers before the worker knows
+    // them (its peers file or the scheduler's rendezvous still to come) would start a worker
+    // joining a running run from its own x0. Waited for here, as a step would be.
+    const absl::Time until = absl::Now() + kRegisterPeersWait;
+    while (!options_.peers_known()) {
+      if (absl::Now() > until) {
+        return absl::UnavailableError(absl::StrCat("this worker does not know its peers after ",
+                                                   absl::FormatDuration(kRegisterPeersWait),
+                                                   ": register again once it does"));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
   }
   TERN_RETURN_IF_ERROR(engine_->Init(layout, x0));
   v1::RegisterReply reply;

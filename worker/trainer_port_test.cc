@@ -1,8 +1,11 @@
 #include "worker/trainer_port.h"
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -97,6 +100,47 @@ TEST(TrainerPort, ParametersASegmentHoldsAreNotBoundElsewhere) {
   });
   EXPECT_THAT(l.port->BindParams(absl::MakeSpan(other)), IsOk());
   EXPECT_THAT(other, ::testing::ElementsAre(1.0f, 1.0f, 1.0f, 1.0f));
+}
+
+// A transport to peers that are all starting: nobody has mixed an exchange yet.
+class StartingPeers final : public PeerTransport {
+ public:
+  void Send(int, Chunks, absl::Time, Reach, std::function<void(absl::Status)> done) override {
+    done(absl::UnavailableError("starting"));
+  }
+  absl::StatusOr<Position> AskPosition(int, const std::string&, int64_t, absl::Time) override {
+    ++asked;
+    return Position{};
+  }
+  std::atomic<int> asked{0};
+};
+
+TEST(TrainerPort, AWorkerThatMayBeRejoiningRegistersOnlyOnceItKnowsItsPeers) {
+  WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  StartingPeers transport;
+  EngineOptions o;
+  o.algorithm = "diloco";
+  o.topology = "complete";
+  o.num_workers = 2;
+  o.algorithm_options.codec = "none";
+  auto engine = RoundEngine::Create(o, &registries, &transport);
+  ASSERT_THAT(engine, IsOk());
+  ASSERT_TRUE((*engine)->rejoins());
+  std::atomic<bool> known{false};
+  TrainerPort port(
+      TrainerPortOptions{
+          .num_workers = 2, .algorithm = "diloco", .peers_known = [&] { return known.load(); }},
+      engine->get());
+  const absl::Time t0 = absl::Now();
+  std::thread rendezvous([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    known = true;
+  });
+  ASSERT_THAT(port.Register({{"w", {4}, 0, 4}}, std::vector<float>(4, 1.f)).status(), IsOk());
+  rendezvous.join();
+  // It asked the peers where the group is, and only once it knew them.
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(200));
+  EXPECT_EQ(transport.asked.load(), 1);
 }
 
 }  // namespace

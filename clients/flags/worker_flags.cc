@@ -15,7 +15,9 @@
 #include "spdlog/spdlog.h"
 #include "worker/stripe_join.h"
 
-ABSL_FLAG(tern::Int<tern::In(0, 255)>, id, 0, "worker: this worker's id in [0, workers)");
+ABSL_FLAG(tern::Int<tern::In(-1, 255)>, id, -1,
+          "worker: this worker's id in [0, workers); -1: the lowest id --scheduler has free (a "
+          "worker waits up to --peers_timeout for one), or 0 without a scheduler");
 ABSL_FLAG(std::string, peer_names, "",
           "worker: who may gossip into it, comma-separated names its callers authenticate as "
           "(certificate common name or token holder), a trailing * a prefix (worker-*); empty: "
@@ -57,10 +59,13 @@ ABSL_FLAG(std::string, snapshot_dir, "",
 ABSL_FLAG(std::string, round_log, "",
           "worker: write one JSON line per step (bytes sent and received, time split) here");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, peers_timeout, 60,
-          "worker: seconds to wait for --peers_file");
+          "worker: seconds to wait for --peers_file, or with --scheduler and no --peers for a "
+          "free id and every worker's address");
 ABSL_FLAG(std::string, scheduler, "",
           "worker: a `tern scheduler` HOST:PORT: register, heartbeat, and take the gossip graph "
           "over the live workers from it once one dies (else the static --peers config only); "
+          "without --peers and --peers_file, the peers' addresses (and the id, without --id) "
+          "come from it too; "
           "run: the same for its workers, or 'local' to start one for them");
 ABSL_FLAG(std::string, advertise, "",
           "worker: the host:port peers reach this worker at, told to the scheduler "
@@ -69,7 +74,7 @@ ABSL_FLAG(std::string, advertise, "",
 namespace tern {
 
 absl::StatusOr<DaemonOptions> WorkerDaemonOptionsFromFlags() {
-  const int id = absl::GetFlag(FLAGS_id).value;
+  const int id = std::max(0, absl::GetFlag(FLAGS_id).value);  // WorkerMain sets one assigned
   const int workers = absl::GetFlag(FLAGS_workers).value;
   auto engine = EngineOptionsFromFlags(id, workers, absl::GetFlag(FLAGS_snapshot_every).value,
                                        absl::GetFlag(FLAGS_total_steps).value);

@@ -14,7 +14,7 @@
 #include "clients/flags/service_flags.h"
 #include "worker/daemon.h"
 
-ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 255)>, id);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(-1, 255)>, id);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 256)>, workers);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 16)>, push_stripes);
 ABSL_DECLARE_FLAG(std::string, peers);

@@ -95,7 +95,7 @@ TEST(Cli, BadValuesFailBeforeAnythingStartsWithTheFlagNamed) {
                                                {"scheduler", "--heartbeat_interval_ms=0"},
                                                {"run", "--partition=bogus"},
                                                {"server", "--staleness_decay=2"},
-                                               {"worker", "--id=-1"}}) {
+                                               {"worker", "--id=-2"}}) {
     const Result r = Tern(args);
     EXPECT_EQ(r.code, 2) << args[1] << ": " << r.out;
     const std::string flag = args.back().substr(0, args.back().find('='));
@@ -131,6 +131,7 @@ TEST(Cli, EveryDaemonRefusesWhatItCannotRunWithBeforeBindingWithExitTwo) {
       {"worker", "--data=/nonexistent"},
       {"worker", "--peers=127.0.0.1:1,127.0.0.1:2", "--workers=3"},
       {"worker", "--id=3", "--workers=3"},
+      {"worker", "--scheduler=127.0.0.1:1", "--listen=0.0.0.0:0"},
       {"client", "--server=127.0.0.1:1", "--model=foo"},
       {"run", "--data=/nonexistent"},
       {"run", "--mode=federated", "--model=foo"},

@@ -1,8 +1,13 @@
 // Integration test with real processes: `tern scheduler` and four `tern worker` gossip daemons
 // registered with it; one worker is SIGKILLed and the scheduler must notice within its heartbeat
 // timeout and hand the survivors a repaired ring, which their engines then mix over.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -251,6 +256,174 @@ TEST(SchedulerLimits, LongPollsPastTheLimitsAreRefusedAndTheSlotsComeBack) {
   EXPECT_TRUE(again->reply.released());
   kill(pid, SIGTERM);
   Wait(pid);
+}
+
+// The id a worker started without --id logged that the scheduler assigned it, or -1.
+int AssignedId(const std::string& log) {
+  const std::string tag = ": the id the scheduler assigned";
+  const size_t at = log.find(tag);
+  if (at == std::string::npos) return -1;
+  const size_t from = log.rfind("worker ", at);
+  return from == std::string::npos ? -1 : std::atoi(log.c_str() + from + 7);
+}
+
+// The same command on every host, with only the scheduler's address (no --id, no peer list):
+// the scheduler hands out ids below --workers and the workers' addresses; one more worker than
+// the run holds is refused with a clear error while the run goes on; a worker SIGKILLed and
+// replaced by another process on another port (as a rescheduled pod would be) takes the dead
+// one's id once it is declared dead, its peers follow it to its new address, it takes the
+// group's state, and the run ends on one model, byte for byte.
+TEST(SchedulerRendezvous, WorkersGivenOnlyTheSchedulerFindEachOtherAndAReplacementRejoins) {
+  const std::string dir = MakeTempDir();
+  const pid_t scheduler =
+      Spawn({"scheduler", "--heartbeat_interval_ms=250", "--heartbeat_timeout_ms=1500",
+             absl::StrCat("--port_file=", dir, "/scheduler.port")},
+            dir + "/scheduler.log");
+  const int sport = WaitForPort(dir + "/scheduler.port");
+  ASSERT_GT(sport, 0) << "the scheduler did not start";
+  constexpr int kWorkers = 3;
+  const auto args = [&](const std::string& tag) {
+    return std::vector<std::string>{"worker",
+                                    absl::StrCat("--workers=", kWorkers),
+                                    absl::StrCat("--scheduler=127.0.0.1:", sport),
+                                    "--algorithm=diloco",
+                                    "--local_steps=20",
+                                    "--codec=fp4",
+                                    "--round_timeout=5",
+                                    "--epochs=40",
+                                    "--batch=64",
+                                    "--max_steps=6000",
+                                    "--total_steps=6000",
+                                    "--peers_timeout=30",
+                                    absl::StrCat("--round_log=", dir, "/", tag, ".steps.jsonl"),
+                                    absl::StrCat("--final_model=", dir, "/final-", tag, ".bin"),
+                                    "--exit_after_training",
+                                    "--log_level=info"};
+  };
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kWorkers; ++p) {
+    pids.push_back(Spawn(args(absl::StrCat(p)), absl::StrCat(dir, "/", p, ".log")));
+  }
+  // Which process got which id: the three ids, each once.
+  std::vector<int> ids(kWorkers, -1);
+  for (int t = 0; t < 3000 && std::count(ids.begin(), ids.end(), -1) > 0; ++t) {
+    for (int p = 0; p < kWorkers; ++p)
+      ids[p] = AssignedId(ReadText(absl::StrCat(dir, "/", p, ".log")));
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_THAT(ids, ::testing::UnorderedElementsAre(0, 1, 2));
+  // One too many: refused once it has waited its --peers_timeout for a free id.
+  std::vector<std::string> extra = args("extra");
+  extra.push_back("--peers_timeout=1");
+  const pid_t fourth = Spawn(extra, dir + "/extra.log");
+  EXPECT_NE(Wait(fourth), 0);
+  EXPECT_THAT(ReadText(dir + "/extra.log"), ::testing::HasSubstr("every id below 3 is a member"));
+
+  // The process holding id 1 killed after 200 of its steps; a new one takes its place.
+  const int victim = static_cast<int>(std::find(ids.begin(), ids.end(), 1) - ids.begin());
+  ASSERT_LT(victim, kWorkers);
+  const std::string victim_log = absl::StrCat(dir, "/", victim, ".steps.jsonl");
+  for (int t = 0; t < 12000 && Lines(victim_log).size() < 200; ++t) usleep(10 * 1000);
+  if (Lines(victim_log).size() < 200) {
+    for (pid_t p : pids) kill(p, SIGKILL);
+    kill(scheduler, SIGKILL);
+    FAIL() << "the worker with id 1 did not get to step 200: "
+           << ReadText(absl::StrCat(dir, "/", victim, ".log"));
+  }
+  kill(pids[victim], SIGKILL);
+  EXPECT_EQ(Wait(pids[victim]), 128 + SIGKILL);
+  pids[victim] = Spawn(args("again"), dir + "/again.log");
+  for (int p = 0; p < kWorkers; ++p) {
+    const std::string log = p == victim ? dir + "/again.log" : absl::StrCat(dir, "/", p, ".log");
+    EXPECT_EQ(Wait(pids[p]), 0) << ReadText(log);
+  }
+  const std::string again = ReadText(dir + "/again.log");
+  EXPECT_EQ(AssignedId(again), 1) << again;
+  EXPECT_THAT(again, ::testing::HasSubstr("rejoined at step")) << again;
+  const int other = victim == 0 ? 1 : 0;
+  for (int p = 0; p < kWorkers; ++p) {
+    if (p == victim) continue;
+    const std::string log = ReadText(absl::StrCat(dir, "/", p, ".log"));
+    EXPECT_THAT(log, ::testing::HasSubstr("peer 1 is now at"));
+    // A round the newcomer's state covers is one it sits out: nobody waits for its message
+    // there (a plain refusal would keep it awaited for a round deadline).
+    EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("worker 1 refused our message")));
+  }
+  const std::string model = ReadText(absl::StrCat(dir, "/final-", other, ".bin"));
+  EXPECT_GT(model.size(), 100000u);
+  for (int p = 0; p < kWorkers; ++p) {
+    const std::string tag = p == victim ? "again" : absl::StrCat(p);
+    EXPECT_TRUE(ReadText(absl::StrCat(dir, "/final-", tag, ".bin")) == model) << "process " << p;
+  }
+  kill(scheduler, SIGTERM);
+  EXPECT_EQ(Wait(scheduler), 0);
+}
+
+// A port p with p + 1 free too (MASTER_PORT and tern's rendezvous above it), or 0.
+int TwoFreePorts() {
+  for (int tries = 0; tries < 50; ++tries) {
+    int fds[2] = {-1, -1};
+    int port = 0;
+    bool ok = true;
+    for (int k = 0; k < 2 && ok; ++k) {
+      fds[k] = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<uint16_t>(k == 0 ? 0 : port + 1));
+      ok = bind(fds[k], reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+      socklen_t len = sizeof(a);
+      if (ok && k == 0) {
+        getsockname(fds[k], reinterpret_cast<sockaddr*>(&a), &len);
+        port = ntohs(a.sin_port);
+        ok = port < 65535;
+      }
+    }
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
+    if (ok) return port;
+  }
+  return 0;
+}
+
+// Workers started as torchrun starts a script's processes: only RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR and MASTER_PORT set, and no --id, --workers, --scheduler or peer list. Rank 0
+// serves the rendezvous above MASTER_PORT, the others find it there, and the three train
+// together to one model.
+TEST(LauncherEnvironment, WorkersStartedWithOnlyTorchrunsVariablesTrainTogether) {
+  const std::string dir = MakeTempDir();
+  const int master_port = TwoFreePorts();
+  ASSERT_GT(master_port, 0);
+  constexpr int kWorkers = 3;
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    pids.push_back(SpawnProgram(
+        "/usr/bin/env",
+        {absl::StrCat("RANK=", rank), absl::StrCat("WORLD_SIZE=", kWorkers),
+         absl::StrCat("LOCAL_RANK=", rank), "MASTER_ADDR=127.0.0.1",
+         absl::StrCat("MASTER_PORT=", master_port), TERN_BINARY, "worker", "--algorithm=diloco",
+         "--local_steps=20", "--epochs=40", "--batch=64", "--max_steps=400", "--total_steps=400",
+         "--round_timeout=5", "--peers_timeout=30",
+         absl::StrCat("--final_model=", dir, "/final-", rank, ".bin"), "--exit_after_training",
+         "--log_level=info"},
+        absl::StrCat(dir, "/", rank, ".log")));
+  }
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    EXPECT_EQ(Wait(pids[rank]), 0) << ReadText(absl::StrCat(dir, "/", rank, ".log"));
+  }
+  EXPECT_THAT(ReadText(dir + "/0.log"),
+              ::testing::HasSubstr(absl::StrCat(
+                  "serving the rendezvous (a tern scheduler) on port ", master_port + 1)));
+  const std::string two = ReadText(dir + "/2.log");
+  EXPECT_THAT(two, ::testing::HasSubstr(
+                       absl::StrCat("--id=2 --workers=3 --scheduler=127.0.0.1:", master_port + 1)));
+  EXPECT_THAT(two, ::testing::HasSubstr("peers from the scheduler"));
+  const std::string model = ReadText(dir + "/final-0.bin");
+  EXPECT_GT(model.size(), 100000u);
+  for (int rank = 1; rank < kWorkers; ++rank) {
+    EXPECT_TRUE(ReadText(absl::StrCat(dir, "/final-", rank, ".bin")) == model) << "rank " << rank;
+  }
 }
 
 }  // namespace
