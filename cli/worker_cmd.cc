@@ -90,8 +90,11 @@ bool AtDefault(absl::string_view name) {
 }
 
 // Takes --id, --workers and --scheduler from the launcher's environment where the command line
-// left them (cli/launcher_env.h); returns what it read.
+// left them (cli/launcher_env.h); returns what it read. A worker given --id is configured by its
+// command line alone: `tern run`, or a script, starting workers inside a Slurm job or under
+// torchrun must not have them read the job's ranks.
 absl::StatusOr<LauncherEnv> ApplyLauncherEnv() {
+  if (!AtDefault("id")) return LauncherEnv();
   TERN_ASSIGN_OR_RETURN(LauncherEnv env,
                         ReadLauncherEnv([](const char* name) { return std::getenv(name); }));
   std::string error;
