@@ -127,10 +127,11 @@ TEST(TrainerPort, AWorkerThatMayBeRejoiningRegistersOnlyOnceItKnowsItsPeers) {
   ASSERT_THAT(engine, IsOk());
   ASSERT_TRUE((*engine)->rejoins());
   std::atomic<bool> known{false};
-  TrainerPort port(
-      TrainerPortOptions{
-          .num_workers = 2, .algorithm = "diloco", .peers_known = [&] { return known.load(); }},
-      engine->get());
+  TrainerPort port(TrainerPortOptions{.num_workers = 2,
+                                      .algorithm = "diloco",
+                                      .peers_known = [&] { return known.load(); },
+                                      .registered = nullptr},
+                   engine->get());
   const absl::Time t0 = absl::Now();
   std::thread rendezvous([&] {
     absl::SleepFor(absl::Milliseconds(200));
