@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,8 @@ struct GossipMessage {
   // Every part already passed its codec's check (the engine's, as the message arrived), so
   // mixing need not parse it again to check it.
   bool checked = false;
+  // diloco: the CRC-32 of the sender's group model θ as it sent the message (TensorBundle).
+  std::optional<uint32_t> group_crc;
   size_t PayloadBytes() const;
   const EncodedTensor* Find(absl::string_view name) const;
 };

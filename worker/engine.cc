@@ -4,9 +4,11 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/chunking.h"
+#include "common/crc32.h"
 #include "common/finite.h"
 #include "common/rng.h"
 #include "common/status_macros.h"
@@ -612,6 +614,15 @@ absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t
     lane.algorithm->WithdrawOwn();
     return r;
   }
+  if (shares_state_) {
+    // Every worker applies the same exchanges to θ: its CRC, said with the message, lets each
+    // receiver check that the group's model is the same bytes everywhere.
+    const absl::Span<const float> theta = lane.algorithm->GroupModel();
+    if (!theta.empty()) {
+      r.group_crc = Crc32(theta.data(), theta.size() * sizeof(float));
+      msg.group_crc = r.group_crc;
+    }
+  }
   TERN_ASSIGN_OR_RETURN(Outgoing o, Pack(step, bucket, std::move(msg)));
   r.payload = o.payload;
   r.dense = o.dense;
@@ -630,10 +641,33 @@ absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) 
             report.combine_started);
   out->mixed.insert(out->mixed.end(), report.mixed.begin(), report.mixed.end());
   out->dropped.insert(out->dropped.end(), report.dropped.begin(), report.dropped.end());
+  NoteGroupModels(static_cast<size_t>(&lane - lanes_.data()), r, report);
   int up = 0;
   for (int j : r.nbrs) up += health_.up(j) ? 1 : 0;
   counters_.CountRound(r, report, {up, static_cast<int>(r.nbrs.size())});
   return absl::OkStatus();
+}
+
+void RoundEngine::NoteGroupModels(size_t lane, const InFlight& r, const RoundReport& report) {
+  if (!r.group_crc.has_value()) return;
+  counters_.CountGroupMismatches(report.group_mismatch.size());
+  std::set<int> differ(report.group_mismatch.begin(), report.group_mismatch.end());
+  for (int j : report.mixed) {
+    // Said when it starts and when it ends, not every round it lasts.
+    const bool now = differ.count(j) > 0;
+    auto [it, first] = group_differs_.try_emplace({lane, j}, false);
+    if (it->second == now) continue;
+    it->second = now;
+    if (now) {
+      spdlog::warn(
+          "worker {}: round {}: worker {}'s group model differs from this worker's (lane {}; a "
+          "split: counted in tern_worker_group_model_mismatches_total until it ends)",
+          options_.worker_id, r.step, j, lane);
+    } else if (!first) {
+      spdlog::info("worker {}: round {}: worker {}'s group model is this worker's again (lane {})",
+                   options_.worker_id, r.step, j, lane);
+    }
+  }
 }
 
 absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,

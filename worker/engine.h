@@ -279,6 +279,8 @@ class RoundEngine {
   absl::StatusOr<InFlight> StartRound(Lane& lane, int bucket, int64_t step, GossipMessage msg);
   // Waits for the round's messages (to its deadline) and pushes, mixes, and counts.
   absl::Status FinishRound(Lane& lane, InFlight r, StepOutcome* out) ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts and logs the neighbours of lane `lane`'s round `r` whose group model was not ours.
+  void NoteGroupModels(size_t lane, const InFlight& r, const RoundReport& report);
   // SwarmSGD (engine_swarm.cc): swaps with a neighbour, averages in what neighbours left, and
   // publishes our model for their swaps.
   absl::Status RunSwap(int64_t step, GossipMessage msg, StepOutcome* out);
@@ -354,6 +356,9 @@ class RoundEngine {
   // The furthest round a message was refused for while rejoining, before the inbox moved to
   // where the group is: the state taken must cover it.
   int64_t rejoin_refused_ ABSL_GUARDED_BY(mu_) = -1;
+  // (lane, neighbour): whether its last message said another group model than this worker's.
+  // Round loop only.
+  std::map<std::pair<size_t, int>, bool> group_differs_;
   // From the model's registration until Rejoin knows where the group is (or that a run starts).
   bool rejoin_asking_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> rounds_mixed_{0};  // exchanges mixed: Position's answer

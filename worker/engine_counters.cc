@@ -26,6 +26,7 @@ v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
   d.set_messages_refused(a.messages_refused() - b.messages_refused());
   d.set_neighbours_dropped(a.neighbours_dropped() - b.neighbours_dropped());
   d.set_contributions_clipped(a.contributions_clipped() - b.contributions_clipped());
+  d.set_group_model_mismatches(a.group_model_mismatches() - b.group_model_mismatches());
   return d;
 }
 
@@ -77,6 +78,11 @@ void EngineCounters::CountSent(uint64_t payload, uint64_t wire, uint64_t dense) 
 void EngineCounters::CountDropped() {
   absl::MutexLock lock(&mu_);
   stats_.set_neighbours_dropped(stats_.neighbours_dropped() + 1);
+}
+
+void EngineCounters::CountGroupMismatches(uint64_t n) {
+  absl::MutexLock lock(&mu_);
+  stats_.set_group_model_mismatches(stats_.group_model_mismatches() + n);
 }
 
 void EngineCounters::SetClipped(uint64_t total) {

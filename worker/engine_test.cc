@@ -608,17 +608,31 @@ struct DilocoGroup {
     o.round_timeout = absl::Seconds(10);
   }
 
+  // Every worker starts from zeros, or from `x0(i)` when given.
   DilocoGroup(const std::vector<ParamTensor>& layout, int fragments,
-              const std::function<void(EngineOptions&)>& more = nullptr) {
+              const std::function<void(EngineOptions&)>& more = nullptr,
+              std::function<std::vector<float>(int)> x0 = nullptr) {
     const size_t dim = LayoutNumel(layout);
+    if (x0 == nullptr) x0 = [dim](int) { return std::vector<float>(dim, 0.0f); };
     engines = MakeEngines(
         kWorkers, registries, transport,
         [&](EngineOptions& o) {
           Configure(o, fragments);
           if (more) more(o);
         },
-        layout, [dim](int) { return std::vector<float>(dim, 0.0f); });
+        layout, x0);
   }
+
+  // Every scenario here keeps the group's model the same bytes on every worker, as each
+  // message's CRC of it says, but the one that starts a worker elsewhere on purpose.
+  ~DilocoGroup() {
+    if (!agree) return;
+    for (size_t i = 0; i < engines.size(); ++i) {
+      if (engines[i] == nullptr) continue;
+      EXPECT_EQ(engines[i]->Stats().group_model_mismatches(), 0u) << "worker " << i;
+    }
+  }
+  bool agree = true;
 
   // One step on every worker (of those `live`, when given), worker i with gradient -(i + 1)
   // everywhere (so lr 0.1 moves it 0.1 (i + 1)); each one's payload bytes sent.
@@ -766,6 +780,31 @@ TEST(RoundEngine, DilocoARestartedWorkerRejoinsWithTheGroupsState) {
     }
   }
   EXPECT_EQ(g.engines[1]->Stats().messages_refused(), 0u);
+}
+
+// The bit-identical check: each message carries the CRC of its sender's group model θ, and a
+// receiver counts (and logs) a neighbour whose θ is not its own. A group that agrees counts
+// nothing, over whole and fragmented exchanges; one worker started elsewhere is counted by every
+// other at each exchange, and counts every other itself.
+TEST(RoundEngine, DilocoCountsANeighbourWhoseGroupModelIsNotItsOwn) {
+  for (int fragments : {0, 2}) {
+    DilocoGroup agree(Layout(8), fragments);
+    for (int64_t step = 0; step < 4; ++step) agree.Step(step);
+    for (const auto& e : agree.engines) {
+      EXPECT_EQ(e->Stats().group_model_mismatches(), 0u) << fragments << " fragments";
+      EXPECT_GT(e->Stats().rounds(), 0u);
+    }
+  }
+  DilocoGroup split(Layout(8), /*fragments=*/0, nullptr,
+                    [](int i) { return std::vector<float>(8, i == 3 ? 0.5f : 0.0f); });
+  split.agree = false;
+  for (int64_t step = 0; step < 4; ++step) split.Step(step);
+  const uint64_t exchanges = split.engines[0]->Stats().rounds();
+  ASSERT_EQ(exchanges, 2u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(split.engines[i]->Stats().group_model_mismatches(), exchanges) << "worker " << i;
+  }
+  EXPECT_EQ(split.engines[3]->Stats().group_model_mismatches(), 3 * exchanges);
 }
 
 // Without a peer that has mixed an exchange (a run starting) a worker starts from its own x0; a

@@ -20,6 +20,7 @@ v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, 
     nt->mutable_tensor()->set_dtype(v1::DTYPE_FLOAT32);
     ToProto(std::move(t), nt->mutable_tensor());
   }
+  if (msg.group_crc.has_value()) b.set_group_crc(*msg.group_crc);
   return b;
 }
 
@@ -56,6 +57,7 @@ absl::StatusOr<GossipMessage> GossipFromBundle(ReceivedBundle received, uint64_t
     }
     msg.parts.emplace_back(nt.name(), std::move(t));
   }
+  if (bundle.has_group_crc()) msg.group_crc = bundle.group_crc();
   return msg;
 }
 

@@ -128,6 +128,11 @@ absl::StatusOr<RoundReport> Lane::Finish(InFlight r, int me, PeerHealth& health)
   }
   std::map<int, GossipMessage> received = inbox->Take(r.step, wait_for, r.nbrs, r.deadline);
   const absl::Time t_recv = absl::Now();
+  for (const auto& [j, m] : received) {
+    if (r.group_crc.has_value() && m.group_crc.has_value() && *m.group_crc != *r.group_crc) {
+      report.group_mismatch.push_back(j);
+    }
+  }
   {
     absl::MutexLock lock(&r.pushes->mu);
     r.pushes->mu.AwaitWithDeadline(absl::Condition(r.pushes.get(), &RoundPushes::Done),

@@ -113,11 +113,15 @@ struct InFlight {
   // This worker sent nothing and mixes the others' messages alone (a rejoined worker, until its
   // peers wait for it: RoundEngine::Rejoin).
   bool sat_out = false;
+  // diloco: the CRC-32 of this worker's group model θ as it pushed (GossipMessage::group_crc).
+  std::optional<uint32_t> group_crc;
 };
 
 // What a finished round did, for the engine's counters.
 struct RoundReport {
   std::vector<int> mixed, dropped;
+  // Neighbours whose message said a group model θ other than this worker's.
+  std::vector<int> group_mismatch;
   std::map<int, absl::Status> results;  // each neighbour's push
   uint64_t sent_to = 0;                 // pushes accepted
   double wait_seconds = 0;              // for the neighbours' messages

@@ -102,6 +102,10 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
   m.Counter("tern_worker_contributions_clipped_total",
             "Neighbours' contributions scaled down to the clipping radius (--gossip_clip).",
             s.contributions_clipped(), base);
+  m.Counter("tern_worker_group_model_mismatches_total",
+            "diloco: (round, neighbour) pairs whose group model was not this worker's, byte for "
+            "byte (the CRC its message carries).",
+            s.group_model_mismatches(), base);
   const auto [up, of] = e.counters().PeersUp();
   m.Gauge("tern_worker_peers_up", "Neighbours of the last round believed up.", up, base);
   m.Gauge("tern_worker_peers", "Neighbours in the last round's graph.", of, base);

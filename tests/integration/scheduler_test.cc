@@ -348,7 +348,11 @@ TEST(SchedulerRendezvous, WorkersGivenOnlyTheSchedulerFindEachOtherAndAReplaceme
     // A round the newcomer's state covers is one it sits out: nobody waits for its message
     // there (a plain refusal would keep it awaited for a round deadline).
     EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("worker 1 refused our message")));
+    // Each exchange's messages carry a CRC of the sender's θ: none differed from the receiver's.
+    EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("group model differs")));
   }
+  EXPECT_THAT(ReadText(dir + "/again.log"),
+              ::testing::Not(::testing::HasSubstr("group model differs")));
   const std::string model = ReadText(absl::StrCat(dir, "/final-", other, ".bin"));
   EXPECT_GT(model.size(), 100000u);
   for (int p = 0; p < kWorkers; ++p) {
