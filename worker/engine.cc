@@ -726,11 +726,13 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
       return window;
     }
     TERN_ASSIGN_OR_RETURN(auto checked, arrival_.Check(std::move(received), bucket, size, scans));
-    if (!window.ok()) {
-      inbox->Note(round, checked.first);
+    if (!window.ok() || asking) {
+      if (!window.ok()) inbox->Note(round, checked.first);
       if (asking || sit_out == std::numeric_limits<int64_t>::max()) {
         // Rejoining, before its inbox moved to where the group is: the state it takes will be
-        // after this round (Rejoin asks for one), and the sender is not to wait for it here.
+        // after this round (Rejoin asks for one), and the sender is not to wait for it here. Not
+        // kept, even within the window: a run that turns out to be starting (nobody mixed yet)
+        // takes it on the sender's retry, which goes on while this worker was never heard from.
         absl::MutexLock lock(&mu_);
         rejoin_refused_ = std::max(rejoin_refused_, round);
         return sits_out();
