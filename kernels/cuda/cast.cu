@@ -58,8 +58,9 @@ class GpuCastCodec final : public GpuCodec {
     a.Take<typename T::Word>(n);
     return a.used();
   }
-  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions&, void* d_scratch,
-                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
+  absl::Status EncodeOnDevice(const float* d_x, size_t n, const EncodeOptions&, void* d_scratch,
+                              size_t scratch_bytes, cudaStream_t stream,
+                              DeviceEncoded* out) override {
     Arena a(d_scratch, scratch_bytes);
     auto* words = a.Take<typename T::Word>(n);
     if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
@@ -67,11 +68,14 @@ class GpuCastCodec final : public GpuCodec {
       CastEncodeKernel<T><<<internal::GridFor(n), internal::kThreads, 0, stream>>>(d_x, n, words);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("CastEncodeKernel"));
     }
-    out->codec = T::kFormat.name;
-    out->params.clear();
-    out->numel = n;
-    out->scales.clear();
-    return internal::CopyOut(words, n * sizeof(typename T::Word), stream, &out->payload);
+    *out = {.codec = std::string(T::kFormat.name),
+            .params = "",
+            .numel = n,
+            .d_payload = words,
+            .payload_bytes = n * sizeof(typename T::Word),
+            .d_scales = nullptr,
+            .num_scales = 0};
+    return absl::OkStatus();
   }
 
   size_t DecodeScratchBytes(const EncodedView& in) const override {

@@ -82,25 +82,22 @@ inline absl::Status Upload(const EncodedView& in, void* d_dst, cudaStream_t stre
       "cudaMemcpyAsync (payload)");
 }
 
-// Copies device floats into a host vector (resized); does not wait.
-inline absl::Status CopyScalesOut(const float* d_src, size_t count, cudaStream_t stream,
-                                  std::vector<float>* dst) {
-  dst->resize(count);
-  if (count == 0) return absl::OkStatus();
-  return FromCuda(
-      cudaMemcpyAsync(dst->data(), d_src, count * sizeof(float), cudaMemcpyDeviceToHost, stream),
-      "cudaMemcpyAsync (scales out)");
-}
+// A payload's header, written on the host by its wire-format module, passed to a kernel by value
+// so that writing it into the device payload waits for nothing.
+struct HeaderBytes {
+  uint8_t bytes[32];
+  uint32_t size;
+};
+__global__ void PutHeaderKernel(uint8_t* dst, HeaderBytes header);
 
-// Copies `bytes` device bytes into a host string (resized) and waits for the stream.
-inline absl::Status CopyOut(const void* d_src, size_t bytes, cudaStream_t stream,
-                            std::string* dst) {
-  dst->resize(bytes);
-  if (bytes > 0) {
-    TERN_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(dst->data(), d_src, bytes, cudaMemcpyDeviceToHost, stream));
-  }
-  return FromCuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+// Enqueues d_dst[0..size) = host[0..size) (size <= 32).
+inline absl::Status PutHeader(const uint8_t* host, size_t size, void* d_dst, cudaStream_t stream) {
+  HeaderBytes h{};
+  if (size > sizeof(h.bytes)) return absl::InternalError("a header of over 32 bytes");
+  std::memcpy(h.bytes, host, size);
+  h.size = static_cast<uint32_t>(size);
+  PutHeaderKernel<<<1, 32, 0, stream>>>(static_cast<uint8_t*>(d_dst), h);
+  return LaunchStatus("PutHeaderKernel");
 }
 
 __device__ __forceinline__ uint32_t AbsBits(float v) {
@@ -218,6 +215,37 @@ inline size_t TotalBlocks(size_t n, size_t segment) {
   return (segments - 1) * BlocksPerSegment(segment) + BlocksPerSegment(last);
 }
 
+// Block partials and their totals, up to two sets (blockIdx.y picks one).
+struct TotalsOf {
+  const float* partial[2];
+  double* total[2];
+};
+// The same sums for long segments: one block a segment loads its partials into shared memory,
+// and one thread adds them in order (a thread alone waited on each load: 134 us at 4096).
+__global__ void LongSegmentTotalsKernel(TotalsOf sums, size_t segments, size_t blocks_per_segment,
+                                        size_t total_blocks);
+
+// Enqueues the totals of `sets` (1 or 2) sets of block partials over segments of `segment`.
+inline absl::Status SegmentTotals(TotalsOf sums, int sets, size_t n, size_t segment,
+                                  cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  const size_t segments = (n + segment - 1) / segment;
+  const size_t bps = BlocksPerSegment(segment);
+  const size_t total_blocks = (segments - 1) * bps + BlocksPerSegment(n - (segments - 1) * segment);
+  if (bps >= 64) {
+    const dim3 grid(static_cast<unsigned>(segments < 8192 ? segments : 8192),
+                    static_cast<unsigned>(sets));
+    LongSegmentTotalsKernel<<<grid, kThreads, 0, stream>>>(sums, segments, bps, total_blocks);
+    return LaunchStatus("LongSegmentTotalsKernel");
+  }
+  for (int i = 0; i < sets; ++i) {
+    SegmentTotalsKernel<<<GridFor(segments), kThreads, 0, stream>>>(sums.partial[i], segments, bps,
+                                                                    total_blocks, sums.total[i]);
+    TERN_RETURN_IF_ERROR(LaunchStatus("SegmentTotalsKernel"));
+  }
+  return absl::OkStatus();
+}
+
 // Enqueues totals[s] = CPU-order sum over segment s (scratch: TotalBlocks floats).
 template <SumOf kWhat>
 absl::Status SegmentSums(const float* d_x, size_t n, size_t segment, float* d_partial,
@@ -232,16 +260,40 @@ absl::Status SegmentSums(const float* d_x, size_t n, size_t segment, float* d_pa
   BlockPartialsKernel<kWhat>
       <<<GridFor(threads), kThreads, 0, stream>>>(d_x, n, segment, bps, total_blocks, d_partial);
   TERN_RETURN_IF_ERROR(LaunchStatus("BlockPartialsKernel"));
-  SegmentTotalsKernel<<<GridFor(segments), kThreads, 0, stream>>>(d_partial, segments, bps,
-                                                                  total_blocks, d_totals);
-  return LaunchStatus("SegmentTotalsKernel");
+  return SegmentTotals({.partial = {d_partial, nullptr}, .total = {d_totals, nullptr}}, 1, n,
+                       segment, stream);
 }
+
+// One pass over x (a single segment) for terngrad's clip: sum[b] and sum_sq[b] = block b's sums
+// of values and of squares in the CPU's order (as BlockPartialsKernel, a half-warp a block), and
+// *max_abs = max(*max_abs, largest AbsBits) (zero it first).
+__global__ void MomentsKernel(const float* x, size_t n, size_t total_blocks, float* sum,
+                              float* sum_sq, uint32_t* max_abs);
 
 // Per segment of `segment` elements, reductions that do not depend on order: the largest AbsBits
 // (max_abs[s], as float bits) and, when lo/hi are given, the min and max value (CPU's
 // std::min/std::max semantics for non-NaN input). One block per segment.
 __global__ void SegmentExtremaKernel(const float* x, size_t n, size_t segment, uint32_t* max_abs,
                                      float* lo, float* hi);
+// The same with one warp a segment, for segments of up to a few thousand elements (one block of
+// 256 a segment spent most of int8's encode in its shared-memory reduction).
+__global__ void ShortSegmentExtremaKernel(const float* x, size_t n, size_t segment,
+                                          uint32_t* max_abs, float* lo, float* hi);
+
+// Enqueues the per-segment extrema with the kernel that suits the segment's length.
+inline absl::Status SegmentExtrema(const float* d_x, size_t n, size_t segment, uint32_t* max_abs,
+                                   float* lo, float* hi, cudaStream_t stream) {
+  if (n == 0) return absl::OkStatus();
+  const size_t segments = (n + segment - 1) / segment;
+  if (segment <= 8192) {
+    ShortSegmentExtremaKernel<<<GridFor(segments * 32), kThreads, 0, stream>>>(d_x, n, segment,
+                                                                               max_abs, lo, hi);
+    return LaunchStatus("ShortSegmentExtremaKernel");
+  }
+  SegmentExtremaKernel<<<GridFor(segments * 256, 256), 256, 0, stream>>>(d_x, n, segment, max_abs,
+                                                                         lo, hi);
+  return LaunchStatus("SegmentExtremaKernel");
+}
 
 // *out = max(*out, largest AbsBits of x) (as float bits; zero *out first), over the whole grid.
 __global__ void MaxAbsKernel(const float* x, size_t n, uint32_t* out);

@@ -6,7 +6,8 @@
 // The host API follows CUB: the caller passes device pointers, a cudaStream_t and a scratch
 // buffer it owns, sized by the matching *ScratchBytes query; nothing allocates device memory.
 // CUDA errors come back as absl::Status, never an abort. Only the encoded payload crosses to the
-// host (Encode ends with a copy into `out` and waits for the stream); Decode takes the payload as
+// host (Encode ends with a copy into `out` and waits for the stream; EncodeOnDevice leaves it in
+// device memory, for a caller that moves it on itself); Decode takes the payload as
 // received (host memory), copies it to the scratch, validates it there completely and only then
 // writes `d_out`, so a bad payload leaves d_out untouched.
 //
@@ -31,6 +32,18 @@
 
 namespace tern::cuda {
 
+// A payload encoded into device memory, inside the scratch it was encoded with (valid until that
+// scratch is used again): the bytes Encode copies to the host, header included, and the scales.
+struct DeviceEncoded {
+  std::string codec;   // as EncodedTensor
+  std::string params;  // as EncodedTensor
+  uint64_t numel = 0;
+  const void* d_payload = nullptr;
+  size_t payload_bytes = 0;
+  const float* d_scales = nullptr;
+  size_t num_scales = 0;
+};
+
 class GpuCodec {
  public:
   virtual ~GpuCodec() = default;
@@ -39,13 +52,18 @@ class GpuCodec {
   virtual absl::string_view Name() const = 0;
   virtual std::string Spec() const = 0;
 
-  // Scratch bytes Encode needs for a tensor of n elements.
+  // Scratch bytes Encode and EncodeOnDevice need for a tensor of n elements.
   virtual size_t EncodeScratchBytes(size_t n) const = 0;
-  // Encodes the n floats at d_x (device memory) into `out` (host). Enqueues on `stream` and
-  // returns after the payload is on the host.
-  virtual absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options,
-                              void* d_scratch, size_t scratch_bytes, cudaStream_t stream,
-                              EncodedTensor* out) = 0;
+  // Encodes the n floats at d_x (device memory) into d_scratch: `out` says where the payload
+  // (header included, the bytes Encode would give) and the scales lie once `stream` gets there.
+  // Enqueues on `stream` and returns without waiting for it, except where the codec needs an
+  // answer from the data first (the sparse codecs' count; natural's Inf / NaN check).
+  virtual absl::Status EncodeOnDevice(const float* d_x, size_t n, const EncodeOptions& options,
+                                      void* d_scratch, size_t scratch_bytes, cudaStream_t stream,
+                                      DeviceEncoded* out) = 0;
+  // EncodeOnDevice, then CopyToHost: returns after the payload is on the host, in `out`.
+  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options, void* d_scratch,
+                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out);
 
   // Scratch bytes Decode needs for this payload (enough for any payload of in.numel elements
   // whose size is in.payload.size()).
@@ -69,6 +87,9 @@ class GpuCodec {
                                   float* d_out, size_t n, void* d_scratch, size_t scratch_bytes,
                                   cudaStream_t stream) const = 0;
 };
+
+// Copies a payload encoded on the device to the host (`out`) and waits for `stream`.
+absl::Status CopyToHost(const DeviceEncoded& in, cudaStream_t stream, EncodedTensor* out);
 
 // GPU codecs by spec name, like CodecRegistry (the same template): Create("stc:ratio=0.001")
 // gives the GPU encoder for what CodecRegistry::Create gives the CPU one (same parameters, same

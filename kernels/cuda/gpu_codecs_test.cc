@@ -101,6 +101,44 @@ std::vector<std::string> Specs() {
 // Sizes with every kind of tail: below one 16-lane group, odd, several 4096-blocks plus a tail.
 const size_t kSizes[] = {1, 13, 1000, 4096, 10007, 1 << 20, (1 << 20) + 12345};
 
+// EncodeOnDevice leaves the whole payload, header included, in the caller's scratch: two encodes
+// enqueued into two scratch buffers, with no wait between, each copy out to the CPU's payload for
+// its seed. Also from an input that starts off a 16-byte boundary (the kernels' scalar loads).
+TEST_P(GpuCodecs, EncodesOnTheDeviceIntoTheCallersScratch) {
+  SKIP_WITHOUT_GPU();
+  auto cpu = cpu_->Create(GetParam());
+  auto gpu = gpu_->Create(GetParam());
+  ASSERT_THAT(cpu, IsOk());
+  ASSERT_THAT(gpu, IsOk());
+  DeviceScope dev;
+  for (const auto& [size, skip] :
+       {std::pair<size_t, size_t>{10007, 0}, {10007, 1}, {1 << 20, 0}, {(1 << 20) + 7, 3}}) {
+    const std::vector<float> whole = testing::Gaussian(size, 3 + size);
+    const std::vector<float> x(whole.begin() + skip, whole.end());
+    const size_t n = x.size();
+    float* d_x = dev.Upload(whole) + skip;
+    const size_t scratch = (*gpu)->EncodeScratchBytes(n);
+    DeviceEncoded on_device[2];
+    for (int i = 0; i < 2; ++i) {
+      auto* d_scratch = dev.Alloc<uint8_t>(scratch);
+      ASSERT_THAT((*gpu)->EncodeOnDevice(d_x, n, Seed(40 + i), d_scratch, scratch, dev.stream(),
+                                         &on_device[i]),
+                  IsOk());
+      const auto* p = static_cast<const uint8_t*>(on_device[i].d_payload);
+      EXPECT_TRUE(p >= d_scratch && p + on_device[i].payload_bytes <= d_scratch + scratch);
+    }
+    for (int i = 0; i < 2; ++i) {
+      EncodedTensor want, got;
+      ASSERT_THAT((*cpu)->Encode(x, Seed(40 + i), &want), IsOk());
+      ASSERT_THAT(CopyToHost(on_device[i], dev.stream(), &got), IsOk());
+      EXPECT_EQ(got.codec, want.codec);
+      EXPECT_EQ(got.numel, want.numel);
+      EXPECT_EQ(got.scales, want.scales) << "n " << n << ", seed " << 40 + i;
+      EXPECT_TRUE(got.payload == want.payload) << "n " << n << ", seed " << 40 + i;
+    }
+  }
+}
+
 TEST_P(GpuCodecs, EncodesTheSameBytesAsTheCpuCodec) {
   SKIP_WITHOUT_GPU();
   auto cpu = cpu_->Create(GetParam());

@@ -9,22 +9,45 @@ namespace {
 
 using internal::Arena;
 
-__global__ void NaturalEncodeKernel(const float* x, size_t n, RngKey key, uint8_t* codes,
-                                    uint8_t* signs, uint32_t* nonfinite) {
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
-    const uint32_t bits = __float_as_uint(x[i]);
-    const uint32_t e = (bits >> 23) & 0xff;
-    const uint32_t mant = bits & 0x7fffff;
-    const uint32_t up =
-        ((Random32Lo(key, static_cast<uint32_t>(i)) >> 9) < mant) & (e < 254 ? 1u : 0u);
-    codes[i] = static_cast<uint8_t>(e + up);
-    if (e == 255) atomicOr(nonfinite, 1u);
-    if (i % 8 == 0) {
-      unsigned b = 0;
-      for (size_t k = 0; k < 8 && i + k < n; ++k) b |= (__float_as_uint(x[i + k]) >> 31) << k;
-      signs[i / 8] = static_cast<uint8_t>(b);
+// Eight elements a thread: their codes as one 8-byte store and their sign byte (a thread per
+// element, with every eighth reading eight floats again for the signs, ran at 17 % of DRAM).
+__global__ void NaturalEncodeKernel(const float* x, size_t n, RngKey key, bool aligned,
+                                    uint8_t* codes, uint8_t* signs, uint32_t* nonfinite) {
+  for (size_t i0 = (size_t{blockIdx.x} * blockDim.x + threadIdx.x) * 8; i0 < n;
+       i0 += size_t{gridDim.x} * blockDim.x * 8) {
+    uint32_t bits[8];
+    if (aligned && i0 + 8 <= n) {
+      const float4 a = *reinterpret_cast<const float4*>(x + i0);
+      const float4 b = *reinterpret_cast<const float4*>(x + i0 + 4);
+      bits[0] = __float_as_uint(a.x), bits[1] = __float_as_uint(a.y);
+      bits[2] = __float_as_uint(a.z), bits[3] = __float_as_uint(a.w);
+      bits[4] = __float_as_uint(b.x), bits[5] = __float_as_uint(b.y);
+      bits[6] = __float_as_uint(b.z), bits[7] = __float_as_uint(b.w);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) bits[k] = i0 + k < n ? __float_as_uint(x[i0 + k]) : 0u;
     }
+    uint8_t code[8];
+    unsigned sign = 0, bad = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t e = (bits[k] >> 23) & 0xff;
+      const uint32_t mant = bits[k] & 0x7fffff;
+      const uint32_t up =
+          ((Random32Lo(key, static_cast<uint32_t>(i0 + k)) >> 9) < mant) & (e < 254 ? 1u : 0u);
+      code[k] = static_cast<uint8_t>(e + up);
+      bad |= e == 255;
+      sign |= (bits[k] >> 31) << k;
+    }
+    if (i0 + 8 <= n) {
+      uint2 word;
+      memcpy(&word, code, 8);
+      *reinterpret_cast<uint2*>(codes + i0) = word;
+    } else {
+      for (size_t k = 0; i0 + k < n; ++k) codes[i0 + k] = code[k];
+    }
+    signs[i0 / 8] = static_cast<uint8_t>(sign);
+    if (bad) atomicOr(nonfinite, 1u);
   }
 }
 
@@ -56,23 +79,27 @@ class GpuNaturalCodec final : public GpuCodec {
     a.Take<uint32_t>(1);
     return a.used();
   }
-  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options, void* d_scratch,
-                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
+  absl::Status EncodeOnDevice(const float* d_x, size_t n, const EncodeOptions& options,
+                              void* d_scratch, size_t scratch_bytes, cudaStream_t stream,
+                              DeviceEncoded* out) override {
     Arena a(d_scratch, scratch_bytes);
     uint8_t* p = a.Take<uint8_t>(n + (n + 7) / 8);
     uint32_t* d_flag = a.Take<uint32_t>(1);
     if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
     TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_flag, 0, 4, stream));
     if (n > 0) {
-      NaturalEncodeKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(
-          d_x, n, MakeRngKey(options.seed), p, p + n, d_flag);
+      NaturalEncodeKernel<<<internal::GridFor((n + 7) / 8), internal::kThreads, 0, stream>>>(
+          d_x, n, MakeRngKey(options.seed), reinterpret_cast<uintptr_t>(d_x) % 16 == 0, p, p + n,
+          d_flag);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("NaturalEncodeKernel"));
     }
-    out->codec = format::kNaturalName;
-    out->params.clear();
-    out->numel = n;
-    out->scales.clear();
-    TERN_RETURN_IF_ERROR(internal::CopyOut(p, n + (n + 7) / 8, stream, &out->payload));
+    *out = {.codec = std::string(format::kNaturalName),
+            .params = "",
+            .numel = n,
+            .d_payload = p,
+            .payload_bytes = n + (n + 7) / 8,
+            .d_scales = nullptr,
+            .num_scales = 0};
     uint32_t flag = 0;
     TERN_RETURN_IF_ERROR(internal::ReadFlag(d_flag, stream, &flag));
     if (flag != 0) return absl::InvalidArgumentError("natural: input holds Inf or NaN");

@@ -44,13 +44,14 @@ class GpuRandomKCodec final : public GpuCodec {
     a.Take<uint8_t>(kHeaderBytes + 4 * format::SparseK(format_.ratio, n));
     return a.used();
   }
-  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options, void* d_scratch,
-                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
+  absl::Status EncodeOnDevice(const float* d_x, size_t n, const EncodeOptions& options,
+                              void* d_scratch, size_t scratch_bytes, cudaStream_t stream,
+                              DeviceEncoded* out) override {
     const uint32_t k = static_cast<uint32_t>(format::SparseK(format_.ratio, n));
     Arena a(d_scratch, scratch_bytes);
     uint8_t* p = a.Take<uint8_t>(kHeaderBytes + 4 * size_t{k});
     if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
-    // Header bytes are written on the host after the copy; values are 4-aligned at offset 12.
+    // Values are 4-aligned at offset 12, after the header.
     float* values = reinterpret_cast<float*>(p + kHeaderBytes);
     const float scale = format_.unbiased ? static_cast<float>(double(n) / k) : 1.0f;
     if (k > 0) {
@@ -58,12 +59,16 @@ class GpuRandomKCodec final : public GpuCodec {
           d_x, Permutation::Make(options.seed, n), k, scale, values);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("RandomKEncodeKernel"));
     }
-    out->codec = format::kRandomKName;
-    out->params = params_;
-    out->numel = n;
-    out->scales.clear();
-    TERN_RETURN_IF_ERROR(internal::CopyOut(p, kHeaderBytes + 4 * size_t{k}, stream, &out->payload));
-    format::WriteRandomKHeader(options.seed, k, reinterpret_cast<uint8_t*>(out->payload.data()));
+    uint8_t header[kHeaderBytes];
+    format::WriteRandomKHeader(options.seed, k, header);
+    TERN_RETURN_IF_ERROR(internal::PutHeader(header, kHeaderBytes, p, stream));
+    *out = {.codec = std::string(format::kRandomKName),
+            .params = params_,
+            .numel = n,
+            .d_payload = p,
+            .payload_bytes = kHeaderBytes + 4 * size_t{k},
+            .d_scales = nullptr,
+            .num_scales = 0};
     return absl::OkStatus();
   }
 

@@ -47,8 +47,9 @@ class GpuSignCodec final : public GpuCodec {
   std::string Spec() const override { return format_.Spec(); }
 
   size_t EncodeScratchBytes(size_t n) const override { return Layout(nullptr, 0, n).used(); }
-  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions&, void* d_scratch,
-                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
+  absl::Status EncodeOnDevice(const float* d_x, size_t n, const EncodeOptions&, void* d_scratch,
+                              size_t scratch_bytes, cudaStream_t stream,
+                              DeviceEncoded* out) override {
     Buffers b;
     Arena a = Layout(d_scratch, scratch_bytes, n, &b);
     if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
@@ -63,13 +64,16 @@ class GpuSignCodec final : public GpuCodec {
                                                                                          b.bits);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("PackSignsKernel"));
     }
-    out->codec = format::kSignName;
-    out->params = params_;
-    out->numel = n;
-    TERN_RETURN_IF_ERROR(internal::CopyScalesOut(b.scales, nc, stream, &out->scales));
-    TERN_RETURN_IF_ERROR(internal::CopyOut(b.bits - kHeaderBytes, kHeaderBytes + (n + 7) / 8,
-                                           stream, &out->payload));
-    format::WriteSignHeader(format_, reinterpret_cast<uint8_t*>(out->payload.data()));
+    uint8_t header[kHeaderBytes];
+    format::WriteSignHeader(format_, header);
+    TERN_RETURN_IF_ERROR(internal::PutHeader(header, kHeaderBytes, b.bits - kHeaderBytes, stream));
+    *out = {.codec = std::string(format::kSignName),
+            .params = params_,
+            .numel = n,
+            .d_payload = b.bits - kHeaderBytes,
+            .payload_bytes = kHeaderBytes + (n + 7) / 8,
+            .d_scales = b.scales,
+            .num_scales = nc};
     return absl::OkStatus();
   }
 

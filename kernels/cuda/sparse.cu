@@ -2,7 +2,8 @@
 // kernels/cpu/sparse_format.cc. Selection is by the bit pattern of |x| as in kernels/select.h;
 // CUB's order-preserving DeviceSelect gives ascending indices directly, and the k-th largest
 // key comes from a radix sort of a small candidate set (a strided sample bounds it from below
-// first), so the selected set, and hence the payload, is exactly the CPU's.
+// first), so the selected set, and hence the payload, is exactly the CPU's. Top-k waits for the
+// device once, for the candidates' count.
 #include <thrust/iterator/counting_iterator.h>
 
 #include <algorithm>
@@ -24,6 +25,16 @@ struct AtLeast {
   const float* x;
   uint32_t min_key;
   __device__ bool operator()(uint32_t i) const { return internal::MagnitudeKey(x[i]) >= min_key; }
+};
+
+// AtLeast with the key still on the device (its high bits: `mask`), so no wait comes before it.
+struct AtLeastAt {
+  const float* x;
+  const uint32_t* min_key;
+  uint32_t mask;
+  __device__ bool operator()(uint32_t i) const {
+    return internal::MagnitudeKey(x[i]) >= (*min_key & mask);
+  }
 };
 
 __global__ void GatherKeysKernel(const float* x, const uint32_t* idx, size_t count,
@@ -50,26 +61,39 @@ __global__ void GatherValuesKernel(const float* x, const uint32_t* idx, size_t c
   }
 }
 
-// eq[j] = 1 where candidate j's key equals kth; *above += candidates with a larger key.
-__global__ void TieFlagsKernel(const uint32_t* keys, size_t count, uint32_t kth, uint32_t* eq,
-                               unsigned long long* above) {
+// eq[j] = 1 where candidate j's key equals *kth; *above += candidates with a larger key (one
+// atomic a block).
+__global__ void TieFlagsKernel(const uint32_t* keys, size_t count, const uint32_t* kth_at,
+                               uint32_t* eq, unsigned long long* above) {
+  __shared__ unsigned long long warp_sum[internal::kThreads / 32];
+  const uint32_t kth = *kth_at;
   unsigned long long mine = 0;
   for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < count;
        j += size_t{gridDim.x} * blockDim.x) {
     eq[j] = keys[j] == kth;
     mine += keys[j] > kth;
   }
-  if (mine != 0) atomicAdd(above, mine);
+  for (int offset = 16; offset > 0; offset /= 2)
+    mine += __shfl_down_sync(0xffffffffu, mine, offset);
+  if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = mine;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < blockDim.x / 32; ++w) mine += warp_sum[w];
+    if (mine != 0) atomicAdd(above, mine);
+  }
 }
 
-// keep[j]: key above kth, or one of the first `ties` candidates equal to it (the lowest indices).
+// keep[j]: key above kth, or one of the first k - above candidates equal to it (the lowest
+// indices). kth and above are read on the device: nothing waits for them.
 struct KeepTopK {
   const uint32_t* keys;
   const uint32_t* rank;  // exclusive prefix count of keys equal to kth
-  uint32_t kth;
-  unsigned long long ties;
+  const uint32_t* kth;
+  const unsigned long long* above;
+  unsigned long long k;
   __device__ bool operator()(uint32_t j) const {
-    return keys[j] > kth || (keys[j] == kth && rank[j] < ties);
+    const uint32_t t = *kth;
+    return keys[j] > t || (keys[j] == t && rank[j] < k - *above);
   }
 };
 
@@ -93,10 +117,11 @@ __global__ void SparseScatterKernel(const uint32_t* idx, const float* values, si
 struct SelectBuffers {
   uint32_t* cand = nullptr;    // n candidate indices
   uint32_t* keys = nullptr;    // n keys (candidates' or a sample's)
-  uint32_t* sorted = nullptr;  // n keys, sorted descending
+  uint32_t* sorted = nullptr;  // n keys sorted descending; then the kept candidates' positions
   uint32_t* eq = nullptr;      // n tie flags, then their exclusive scan in `rank`
   uint32_t* rank = nullptr;
   uint32_t* count = nullptr;  // DeviceSelect's count
+  uint32_t* kth = nullptr;    // the k-th largest candidate key
   unsigned long long* above = nullptr;
   uint8_t* payload = nullptr;  // 4 + 8n bytes
   void* temp = nullptr;
@@ -109,15 +134,18 @@ size_t CubTempBytes(size_t n) {
   cub::DeviceSelect::If(nullptr, select, thrust::counting_iterator<uint32_t>(0),
                         static_cast<uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), items,
                         AtLeast{nullptr, 0});
-  size_t flagged = 0;
+  size_t flagged = 0, at = 0;
   cub::DeviceSelect::If(nullptr, flagged, thrust::counting_iterator<uint32_t>(0),
                         static_cast<uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), items,
-                        KeepTopK{nullptr, nullptr, 0, 0});
-  cub::DeviceRadixSort::SortKeysDescending(nullptr, sort, static_cast<uint32_t*>(nullptr),
-                                           static_cast<uint32_t*>(nullptr), items);
+                        KeepTopK{nullptr, nullptr, nullptr, nullptr, 0});
+  cub::DeviceSelect::If(nullptr, at, thrust::counting_iterator<uint32_t>(0),
+                        static_cast<uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), items,
+                        AtLeastAt{nullptr, nullptr, 0});
   cub::DeviceScan::ExclusiveSum(nullptr, scan, static_cast<uint32_t*>(nullptr),
                                 static_cast<uint32_t*>(nullptr), items);
-  return std::max({select, flagged, sort, scan});
+  cub::DeviceRadixSort::SortKeysDescending(nullptr, sort, static_cast<uint32_t*>(nullptr),
+                                           static_cast<uint32_t*>(nullptr), items);
+  return std::max({select, flagged, at, sort, scan});
 }
 
 Arena LayoutSelect(void* base, size_t bytes, size_t n, SelectBuffers* b) {
@@ -128,6 +156,7 @@ Arena LayoutSelect(void* base, size_t bytes, size_t n, SelectBuffers* b) {
   b->eq = a.Take<uint32_t>(n);
   b->rank = a.Take<uint32_t>(n);
   b->count = a.Take<uint32_t>(1);
+  b->kth = a.Take<uint32_t>(1);
   b->above = a.Take<unsigned long long>(1);
   b->payload = a.Take<uint8_t>(4 + 8 * n);
   b->temp_bytes = CubTempBytes(n);
@@ -152,14 +181,31 @@ class Selector {
     return size_t{count};
   }
 
-  // The r-th largest (0-based) of `count` keys at b.keys.
-  absl::StatusOr<uint32_t> NthLargest(size_t count, size_t r) {
+  // Candidates with key >= (*d_min_key & mask) into b.cand (ascending); returns their count.
+  absl::StatusOr<size_t> AtLeastKeyAt(const uint32_t* d_min_key, uint32_t mask) {
+    size_t temp = b_.temp_bytes;
+    TERN_CUDA_RETURN_IF_ERROR(cub::DeviceSelect::If(
+        b_.temp, temp, thrust::counting_iterator<uint32_t>(0), b_.cand, b_.count,
+        static_cast<int>(n_), AtLeastAt{x_, d_min_key, mask}, stream_));
+    uint32_t count = 0;
+    TERN_RETURN_IF_ERROR(internal::ReadFlag(b_.count, stream_, &count));
+    return size_t{count};
+  }
+
+  // Enqueues a sort of `count` keys at b.keys, descending by their bits from `begin_bit` up;
+  // returns where the r-th largest (0-based) will be (exact in its bits from begin_bit on).
+  absl::StatusOr<const uint32_t*> NthLargestAt(size_t count, size_t r, int begin_bit = 0) {
     size_t temp = b_.temp_bytes;
     TERN_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortKeysDescending(
-        b_.temp, temp, b_.keys, b_.sorted, static_cast<int>(count), 0, 32, stream_));
+        b_.temp, temp, b_.keys, b_.sorted, static_cast<int>(count), begin_bit, 32, stream_));
+    return b_.sorted + r;
+  }
+
+  // The r-th largest (0-based) of `count` keys at b.keys.
+  absl::StatusOr<uint32_t> NthLargest(size_t count, size_t r) {
+    TERN_ASSIGN_OR_RETURN(const uint32_t* at, NthLargestAt(count, r));
     uint32_t key = 0;
-    TERN_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(&key, b_.sorted + r, 4, cudaMemcpyDeviceToHost, stream_));
+    TERN_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&key, at, 4, cudaMemcpyDeviceToHost, stream_));
     TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return key;
   }
@@ -181,23 +227,23 @@ class Selector {
           cudaMemcpyAsync(out_idx, b_.cand, 4 * count, cudaMemcpyDeviceToDevice, stream_));
       return count;
     }
-    TERN_ASSIGN_OR_RETURN(const uint32_t kth, NthLargest(count, k - 1));
+    // The k-th key and the count above it stay on the device: nothing here waits for them.
+    TERN_ASSIGN_OR_RETURN(const uint32_t* kth_at, NthLargestAt(count, k - 1));
+    TERN_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(b_.kth, kth_at, 4, cudaMemcpyDeviceToDevice, stream_));
     TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b_.above, 0, sizeof(unsigned long long), stream_));
     TieFlagsKernel<<<internal::GridFor(count), internal::kThreads, 0, stream_>>>(
-        b_.keys, count, kth, b_.eq, b_.above);
+        b_.keys, count, b_.kth, b_.eq, b_.above);
     TERN_RETURN_IF_ERROR(internal::LaunchStatus("TieFlagsKernel"));
     size_t temp = b_.temp_bytes;
     TERN_CUDA_RETURN_IF_ERROR(cub::DeviceScan::ExclusiveSum(b_.temp, temp, b_.eq, b_.rank,
                                                             static_cast<int>(count), stream_));
-    unsigned long long above = 0;
-    TERN_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(&above, b_.above, sizeof(above), cudaMemcpyDeviceToHost, stream_));
-    TERN_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    // Positions j of the kept candidates, ascending, then mapped to their indices.
+    // Positions j of the kept candidates, ascending (exactly k of them), then mapped to their
+    // indices.
     temp = b_.temp_bytes;
     TERN_CUDA_RETURN_IF_ERROR(cub::DeviceSelect::If(
         b_.temp, temp, thrust::counting_iterator<uint32_t>(0), b_.sorted, b_.count,
-        static_cast<int>(count), KeepTopK{b_.keys, b_.rank, kth, k - above}, stream_));
+        static_cast<int>(count), KeepTopK{b_.keys, b_.rank, b_.kth, b_.above, k}, stream_));
     GatherValuesIdx(b_.sorted, k, out_idx);
     TERN_RETURN_IF_ERROR(internal::LaunchStatus("MapCandidates"));
     return k;
@@ -216,8 +262,10 @@ class Selector {
     TERN_RETURN_IF_ERROR(internal::LaunchStatus("StridedKeysKernel"));
     const double r = static_cast<double>(k) * samples / n_;
     const size_t q = std::min(samples - 1, static_cast<size_t>(r + 4 * std::sqrt(r) + 8));
-    TERN_ASSIGN_OR_RETURN(const uint32_t bound, NthLargest(samples, q));
-    TERN_ASSIGN_OR_RETURN(size_t count, AtLeastKey(bound));
+    // Only a lower bound is needed: the high 16 bits of the q-th sampled key (half the sort's
+    // passes), read on the device.
+    TERN_ASSIGN_OR_RETURN(const uint32_t* bound, NthLargestAt(samples, q, /*begin_bit=*/16));
+    TERN_ASSIGN_OR_RETURN(size_t count, AtLeastKeyAt(bound, 0xffff0000u));
     if (count < k) {  // the sample misled us: the exact k-th key over every element
       StridedKeysKernel<<<internal::GridFor(n_), internal::kThreads, 0, stream_>>>(x_, 0, 1, n_,
                                                                                    b_.keys);
@@ -284,8 +332,9 @@ class GpuSparseCodec final : public GpuCodec {
     SelectBuffers b;
     return LayoutSelect(nullptr, 0, n, &b).used();
   }
-  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions&, void* d_scratch,
-                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
+  absl::Status EncodeOnDevice(const float* d_x, size_t n, const EncodeOptions&, void* d_scratch,
+                              size_t scratch_bytes, cudaStream_t stream,
+                              DeviceEncoded* out) override {
     SelectBuffers b;
     if (!LayoutSelect(d_scratch, scratch_bytes, n, &b).fits()) {
       return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
@@ -312,20 +361,24 @@ class GpuSparseCodec final : public GpuCodec {
         }
       }
     }
-    // Values after the k indices, then the whole payload to the host.
+    // Values after the k indices, the count before them.
     float* values = reinterpret_cast<float*>(b.payload + 4 + 4 * k);
     if (k > 0) {
       GatherValuesKernel<<<internal::GridFor(k), internal::kThreads, 0, stream>>>(d_x, idx, k,
                                                                                   values);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("GatherValuesKernel"));
     }
-    out->codec = name_;
-    out->params = spec_.substr(spec_.find(':') + 1);
-    out->numel = n;
-    out->scales.clear();
-    TERN_RETURN_IF_ERROR(internal::CopyOut(b.payload, 4 + 8 * k, stream, &out->payload));
     const uint32_t k32 = static_cast<uint32_t>(k);
-    std::memcpy(out->payload.data(), &k32, 4);
+    uint8_t header[4];
+    std::memcpy(header, &k32, 4);
+    TERN_RETURN_IF_ERROR(internal::PutHeader(header, 4, b.payload, stream));
+    *out = {.codec = name_,
+            .params = spec_.substr(spec_.find(':') + 1),
+            .numel = n,
+            .d_payload = b.payload,
+            .payload_bytes = 4 + 8 * k,
+            .d_scales = nullptr,
+            .num_scales = 0};
     return absl::OkStatus();
   }
 

@@ -11,7 +11,6 @@ namespace {
 using internal::Arena;
 
 constexpr uint8_t k2Bit = format::kTernGrad2Bit;
-constexpr uint8_t kBase3 = format::kTernGradBase3;
 
 // s as TernGradCodec::Encode computes it; scale[0] = s, scale[1] = 1 / s (or 0).
 __global__ void TernScaleKernel(const double* sum, const double* sum_sq, const uint32_t* max_abs,
@@ -30,9 +29,7 @@ __global__ void TernScaleKernel(const double* sum, const double* sum_sq, const u
   scale[1] = s > 0 ? __fdiv_rn(1.0f, s) : 0.0f;
 }
 
-__device__ __forceinline__ unsigned Digit(const float* x, size_t i, RngKey key, float s,
-                                          float inv) {
-  const float v = x[i];
+__device__ __forceinline__ unsigned Digit(float v, size_t i, RngKey key, float s, float inv) {
   const float a = fabsf(v) < s ? fabsf(v) : s;
   const unsigned keep = Uniform01Lo(key, static_cast<uint32_t>(i)) < __fmul_rn(a, inv);
   const unsigned neg = v < 0;
@@ -40,15 +37,22 @@ __device__ __forceinline__ unsigned Digit(const float* x, size_t i, RngKey key, 
 }
 
 __global__ void TernPackKernel(const float* x, size_t n, uint8_t pack, RngKey key,
-                               const float* scale, uint8_t* out) {
+                               const float* scale, bool aligned, uint8_t* out) {
   const float s = scale[0], inv = scale[1];
   const size_t per = pack == k2Bit ? 4 : 5;
   const size_t bytes = (n + per - 1) / per;
   for (size_t j = size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < bytes;
        j += size_t{gridDim.x} * blockDim.x) {
     unsigned b = 0, mul = 1;
+    if (pack == k2Bit && aligned && 4 * j + 4 <= n) {  // one 16-byte load for the byte's four
+      const float4 v = *reinterpret_cast<const float4*>(x + 4 * j);
+      b = Digit(v.x, 4 * j, key, s, inv) | Digit(v.y, 4 * j + 1, key, s, inv) << 2 |
+          Digit(v.z, 4 * j + 2, key, s, inv) << 4 | Digit(v.w, 4 * j + 3, key, s, inv) << 6;
+      out[j] = static_cast<uint8_t>(b);
+      continue;
+    }
     for (size_t k = 0; k < per && per * j + k < n; ++k) {
-      const unsigned t = Digit(x, per * j + k, key, s, inv);
+      const unsigned t = Digit(x[per * j + k], per * j + k, key, s, inv);
       if (pack == k2Bit) {
         b |= t << (2 * k);
       } else {
@@ -93,23 +97,27 @@ class GpuTernGradCodec final : public GpuCodec {
   std::string Spec() const override { return format_.Spec(); }
 
   size_t EncodeScratchBytes(size_t n) const override { return Layout(nullptr, 0, n).used(); }
-  absl::Status Encode(const float* d_x, size_t n, const EncodeOptions& options, void* d_scratch,
-                      size_t scratch_bytes, cudaStream_t stream, EncodedTensor* out) override {
+  absl::Status EncodeOnDevice(const float* d_x, size_t n, const EncodeOptions& options,
+                              void* d_scratch, size_t scratch_bytes, cudaStream_t stream,
+                              DeviceEncoded* out) override {
     Buffers b;
     Arena a = Layout(d_scratch, scratch_bytes, n, &b);
     if (!a.fits()) return internal::ScratchError(Name(), EncodeScratchBytes(n), scratch_bytes);
     const size_t segment = n > 0 ? n : 1;
     TERN_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.max_abs, 0, 4, stream));
-    if (n > 0) {
+    if (n > 0 && format_.clip > 0) {
+      // One pass for the largest |x| and both moments' block sums.
+      const size_t blocks = internal::TotalBlocks(n, segment);
+      internal::MomentsKernel<<<internal::GridFor((blocks + 1) / 2 * 32), internal::kThreads, 0,
+                                stream>>>(d_x, n, blocks, b.partial, b.partial_sq, b.max_abs);
+      TERN_RETURN_IF_ERROR(internal::LaunchStatus("MomentsKernel"));
+      TERN_RETURN_IF_ERROR(internal::SegmentTotals(
+          {.partial = {b.partial, b.partial_sq}, .total = {b.sum, b.sum_sq}}, 2, n, segment,
+          stream));
+    } else if (n > 0) {
       internal::MaxAbsKernel<<<internal::GridFor(n), internal::kThreads, 0, stream>>>(d_x, n,
                                                                                       b.max_abs);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("MaxAbsKernel"));
-      if (format_.clip > 0) {
-        TERN_RETURN_IF_ERROR(internal::SegmentSums<internal::SumOf::kValues>(
-            d_x, n, segment, b.partial, b.sum, stream));
-        TERN_RETURN_IF_ERROR(internal::SegmentSums<internal::SumOf::kSquares>(
-            d_x, n, segment, b.partial, b.sum_sq, stream));
-      }
     }
     TernScaleKernel<<<1, 1, 0, stream>>>(b.sum, b.sum_sq, b.max_abs, n, n > 0 ? format_.clip : 0.0,
                                          b.scale);
@@ -117,15 +125,19 @@ class GpuTernGradCodec final : public GpuCodec {
     const size_t bytes = format::TernGradPackedBytes(format_.pack, n);
     if (n > 0) {
       TernPackKernel<<<internal::GridFor(bytes), internal::kThreads, 0, stream>>>(
-          d_x, n, format_.pack, MakeRngKey(options.seed), b.scale, b.body);
+          d_x, n, format_.pack, MakeRngKey(options.seed), b.scale,
+          reinterpret_cast<uintptr_t>(d_x) % 16 == 0, b.body);
       TERN_RETURN_IF_ERROR(internal::LaunchStatus("TernPackKernel"));
     }
-    out->codec = format::kTernGradName;
-    out->params = params_;
-    out->numel = n;
-    TERN_RETURN_IF_ERROR(internal::CopyScalesOut(b.scale, 1, stream, &out->scales));
-    TERN_RETURN_IF_ERROR(internal::CopyOut(b.body - 1, 1 + bytes, stream, &out->payload));
-    out->payload[0] = static_cast<char>(format_.pack);
+    const uint8_t header[1] = {static_cast<uint8_t>(format_.pack)};
+    TERN_RETURN_IF_ERROR(internal::PutHeader(header, 1, b.body - 1, stream));
+    *out = {.codec = std::string(format::kTernGradName),
+            .params = params_,
+            .numel = n,
+            .d_payload = b.body - 1,
+            .payload_bytes = 1 + bytes,
+            .d_scales = b.scale,
+            .num_scales = 1};
     return absl::OkStatus();
   }
 
@@ -167,7 +179,7 @@ class GpuTernGradCodec final : public GpuCodec {
 
  private:
   struct Buffers {
-    float *partial = nullptr, *scale = nullptr;
+    float *partial = nullptr, *partial_sq = nullptr, *scale = nullptr;
     double *sum = nullptr, *sum_sq = nullptr;
     uint32_t* max_abs = nullptr;
     uint8_t* body = nullptr;  // 1 byte after the start of a payload buffer
@@ -177,6 +189,7 @@ class GpuTernGradCodec final : public GpuCodec {
     if (b == nullptr) b = &local;
     Arena a(base, bytes);
     b->partial = a.Take<float>(internal::TotalBlocks(n, n > 0 ? n : 1));
+    b->partial_sq = a.Take<float>(internal::TotalBlocks(n, n > 0 ? n : 1));
     b->sum = a.Take<double>(1);
     b->sum_sq = a.Take<double>(1);
     b->max_abs = a.Take<uint32_t>(1);
