@@ -133,6 +133,16 @@ std::vector<CommandInfo> CommandTable() {
                   kTopologyFlags, kTrainFlags, kServiceFlags, kTlsFlags, kCallerFlags, kLimitFlags},
        .check = CheckWorkerFlags,
        .run = NoArgs<WorkerMain>},
+      {.name = "launch",
+       .summary = "a worker beside your training script on this host, the same command on every "
+                  "host: tern launch --rdzv=HOST:PORT --nnodes=N [worker flags] -- python3 "
+                  "train.py",
+       .groups = {"cli/launch_cmd.cc", "clients/flags/worker_flags.cc", kRunFlags, kTaskFlags,
+                  kDataFlags, kTopologyFlags, kTrainFlags, kServiceFlags, kTlsFlags, kCallerFlags,
+                  kLimitFlags},
+       .check = CheckLaunchFlags,
+       .run = LaunchCommand,
+       .takes_arguments = true},
       {.name = "server",
        .summary = "the aggregator daemon (federated, local-sgd, ps rounds)",
        .groups = {"cli/aggregator_flags.cc", "cli/server_cmd.cc", kRunFlags, kTaskFlags,

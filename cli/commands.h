@@ -2,16 +2,27 @@
 #ifndef TERN_CLI_COMMANDS_H_
 #define TERN_CLI_COMMANDS_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace tern {
+
+class SchedulerServer;
 
 // `tern worker`: the peer daemon (flags in worker_cmd.cc and train_flags.cc). Returns the exit
 // code.
 int WorkerMain();
+// A `tern scheduler` inside this process on `listen`, with the run's flags (--run_id, the
+// topology, TLS): the rendezvous that rank 0 under torchrun, and `tern launch`, serve.
+absl::StatusOr<std::unique_ptr<SchedulerServer>> ServeRendezvous(const std::string& listen);
+// `tern launch --rdzv=HOST:PORT --nnodes=N [worker flags] -- COMMAND...`: a worker beside the
+// user's training script on this host (launch_cmd.cc).
+int LaunchCommand(const std::vector<std::string>& args);
+absl::Status CheckLaunchFlags();
 // `tern run`: N workers on 127.0.0.1, progress, metrics and report (run_cmd.cc); RunCommand
 // finds this executable for RunMain, which starts copies of it.
 int RunMain(const std::string& self_exe);

@@ -116,6 +116,15 @@ absl::StatusOr<LauncherEnv> ApplyLauncherEnv() {
 
 }  // namespace
 
+absl::StatusOr<std::unique_ptr<SchedulerServer>> ServeRendezvous(const std::string& listen) {
+  SchedulerServerOptions so;
+  so.listen = listen;
+  so.scheduler.run_id = absl::GetFlag(FLAGS_run_id);
+  so.scheduler.topology = EffectiveTopology();
+  so.tls = TlsFromFlags();
+  return SchedulerServer::Start(so, *NewBuiltinTopologyRegistry());
+}
+
 absl::Status CheckWorkerFlags() {
   const std::string trainer_kind = absl::GetFlag(FLAGS_trainer);
   if (trainer_kind != "builtin" && trainer_kind != "external") {
@@ -190,12 +199,7 @@ int WorkerMain() {
   // Rank 0 under MASTER_ADDR/MASTER_PORT serves the rendezvous itself; it goes last.
   std::unique_ptr<SchedulerServer> rendezvous;
   if (!launcher->serve_scheduler.empty()) {
-    SchedulerServerOptions so;
-    so.listen = launcher->serve_scheduler;
-    so.scheduler.run_id = absl::GetFlag(FLAGS_run_id);
-    so.scheduler.topology = EffectiveTopology();
-    so.tls = TlsFromFlags();
-    auto server = SchedulerServer::Start(so, *NewBuiltinTopologyRegistry());
+    auto server = ServeRendezvous(launcher->serve_scheduler);
     if (!server.ok()) {
       spdlog::error("worker: the rendezvous at {}: {}", launcher->serve_scheduler,
                     server.status().ToString());

@@ -12,13 +12,15 @@
 #   sudo deploy/slow-link.sh down
 #
 # A daemon in site I listens on 10.78.0.(I+1); the host reaches every site at 10.78.0.254 (without
-# the delay: only traffic between sites is held). The delay needs iptables and tern-delay-line
+# the delay: only traffic between sites is held); SLOW_LINK_NET=A.B.C moves them to A.B.C.0/24, and
+# SLOW_LINK_PREFIX names another set, beside this one. The delay needs iptables and tern-delay-line
 # ($TERN_DELAY_LINE, else on PATH, else build/bench/ beside this script's checkout).
 set -euo pipefail
 PREFIX=${SLOW_LINK_PREFIX:-tsl}  # names: namespaces tsl-0.., bridge tsl-br (<= 15 characters)
 BR=$PREFIX-br
 STATE=/run/$PREFIX-slow-link  # the delay line's pid and log, the sysctl value to restore
 QUEUE=${SLOW_LINK_QUEUE:-7078}  # the NFQUEUE queue number the delay line binds
+NET=${SLOW_LINK_NET:-10.78.0}  # the sites' /24: NET.1 .. NET.N, the host NET.254
 
 die() { echo "slow-link: $*" >&2; exit 1; }
 need_root() { [[ $(id -u) -eq 0 ]] || die "needs root (namespaces, qdiscs): run it with sudo"; }
@@ -78,7 +80,7 @@ up() {
   need_root
   [[ -z $(sites) ]] || die "sites exist already (down first)"
   ip link add "$BR" type bridge
-  ip addr add 10.78.0.254/24 dev "$BR"
+  ip addr add "$NET.254/24" dev "$BR"
   ip link set "$BR" up
   for ((i = 0; i < n; i++)); do
     local ns=$PREFIX-$i host=${PREFIX}h$i peer=${PREFIX}p$i
@@ -87,7 +89,7 @@ up() {
     ip link add "$host" type veth peer name "$peer"
     ip link set "$peer" netns "$ns"
     ip link set "$host" master "$BR" up
-    ip netns exec "$ns" ip addr add "10.78.0.$((i + 1))/24" dev "$peer"
+    ip netns exec "$ns" ip addr add "$NET.$((i + 1))/24" dev "$peer"
     ip netns exec "$ns" ip link set "$peer" up
     shape "$host" "$rate"         # into the site
     shape "$peer" "$rate" "$ns"   # out of the site
@@ -95,8 +97,8 @@ up() {
   if [[ $rtt != 0 ]]; then
     delay "$rtt" || { down >/dev/null; exit 1; }
   fi
-  echo "slow-link: $n sites at $rate, round trip ${rtt} ms between them: 10.78.0.1 .. 10.78.0.$n" \
-       "(host: 10.78.0.254)"
+  echo "slow-link: $n sites at $rate, round trip ${rtt} ms between them: $NET.1 .. $NET.$n" \
+       "(host: $NET.254)"
 }
 
 down() {
@@ -119,7 +121,7 @@ status() {
     local qd tx
     qd=$(ip netns exec "$ns" tc qdisc show dev "${PREFIX}p$i" | grep -o "rate [^ ]*" || echo "rate ?")
     tx=$(ip netns exec "$ns" cat "/sys/class/net/${PREFIX}p$i/statistics/tx_bytes")
-    echo "site $i: 10.78.0.$((i + 1)), $qd, sent $((tx / 1048576)) MiB"
+    echo "site $i: $NET.$((i + 1)), $qd, sent $((tx / 1048576)) MiB"
   done
 }
 

@@ -364,6 +364,17 @@ def test_a_worker_that_is_not_there_fails_within_the_deadline():
     assert time.time() - t0 < 10
 
 
+def test_without_a_worker_or_tern_launch_the_error_says_how_to_give_one(monkeypatch):
+    monkeypatch.delenv("TERN_WORKER", raising=False)
+    model = cnn()
+    with pytest.raises(ValueError, match="tern launch"):
+        DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
+    # TERN_WORKER, as `tern launch` sets it, is where it looks.
+    monkeypatch.setenv("TERN_WORKER", "127.0.0.1:1")
+    with pytest.raises(Exception, match="UNAVAILABLE|DEADLINE|connect"):
+        DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, timeout=3)
+
+
 def test_a_snapshot_from_a_worker_that_is_not_there_fails_at_once():
     # Only the worker's own "not at step N yet" is waited on, not a connection that fails.
     from tern.trainer import TernTrainer

@@ -1,6 +1,9 @@
 #include "core/rpc/auth.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
@@ -9,6 +12,7 @@
 #include <openssl/x509v3.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <map>
 #include <utility>
 
@@ -17,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/file_util.h"
@@ -144,12 +149,62 @@ std::optional<int> WorkerIdOf(const std::string& principal) {
   return id;
 }
 
+namespace {
+
+// The IP address of a gRPC peer ("ipv4:10.0.0.1:5000", "ipv6:[fe80::1]:5000", the brackets
+// possibly %-escaped), without its port; "" for any other kind.
+std::string PeerIp(absl::string_view peer) {
+  if (absl::ConsumePrefix(&peer, "ipv4:")) {
+    const size_t colon = peer.rfind(':');
+    return std::string(colon == absl::string_view::npos ? peer : peer.substr(0, colon));
+  }
+  if (!absl::ConsumePrefix(&peer, "ipv6:")) return "";
+  std::string p = absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"}});
+  const size_t close = p.find(']');
+  if (p.empty() || p[0] != '[' || close == std::string::npos) return "";
+  std::string ip = p.substr(1, close - 1);
+  if (const size_t zone = ip.find('%'); zone != std::string::npos) ip.resize(zone);
+  return ip;
+}
+
+// Whether `ip` is one of this host's interface addresses: a TCP peer there is on this host (its
+// handshake's replies go to this host, so no other can complete one from it).
+bool IsThisHostsAddress(const std::string& ip) {
+  in6_addr want6{};
+  in_addr want4{};
+  const bool v4 = inet_pton(AF_INET, ip.c_str(), &want4) == 1;
+  if (!v4 && inet_pton(AF_INET6, ip.c_str(), &want6) != 1) return false;
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return false;
+  bool found = false;
+  for (ifaddrs* a = all; a != nullptr && !found; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    if (v4 && a->ifa_addr->sa_family == AF_INET) {
+      found = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr == want4.s_addr;
+    } else if (!v4 && a->ifa_addr->sa_family == AF_INET6) {
+      found = std::memcmp(&reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, &want6,
+                          sizeof(want6)) == 0;
+    }
+  }
+  freeifaddrs(all);
+  return found;
+}
+
+}  // namespace
+
 bool IsLocalPeer(const std::string& peer) {
   // gRPC's in-process transport (a server's InProcessChannel) names no peer: "unknown".
-  return peer == "unknown" || absl::StartsWith(peer, "inproc") || absl::StartsWith(peer, "unix:") ||
-         absl::StartsWith(peer, "ipv4:127.") || absl::StartsWith(peer, "ipv6:[::1]") ||
-         absl::StartsWith(peer, "ipv6:[::ffff:127.") || absl::StartsWith(peer, "ipv6:%5B::1%5D") ||
-         absl::StartsWith(peer, "ipv6:%5B::ffff:127.");
+  if (peer == "unknown" || absl::StartsWith(peer, "inproc") || absl::StartsWith(peer, "unix:") ||
+      absl::StartsWith(peer, "ipv4:127.") || absl::StartsWith(peer, "ipv6:[::1]") ||
+      absl::StartsWith(peer, "ipv6:[::ffff:127.") || absl::StartsWith(peer, "ipv6:%5B::1%5D") ||
+      absl::StartsWith(peer, "ipv6:%5B::ffff:127.")) {
+    return true;
+  }
+  // A caller that reached a daemon listening on the host's own address (`tern launch` starts a
+  // worker on the address its peers reach, and the script beside it calls that).
+  std::string ip = PeerIp(peer);
+  if (absl::StartsWith(ip, "::ffff:") && ip.find('.') != std::string::npos) ip = ip.substr(7);
+  return !ip.empty() && IsThisHostsAddress(ip);
 }
 
 bool PrincipalAllowed(const std::vector<std::string>& patterns, const std::string& principal) {

@@ -54,7 +54,8 @@ bool PrincipalAllowed(const std::vector<std::string>& patterns, const std::strin
 std::optional<int> WorkerIdOf(const std::string& principal);
 
 // Whether a call's peer (grpc's "ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:...") is on this
-// host's loopback, a Unix socket, or in this process (gRPC's in-process transport).
+// host: its loopback, a Unix socket, this process (gRPC's in-process transport), or one of the
+// host's own interface addresses (a caller of a daemon that listens on the host's address).
 bool IsLocalPeer(const std::string& peer);
 
 struct AuthOptions {

@@ -2,7 +2,11 @@
 // other credential is refused with the reason. Uses development certificates (openssl).
 #include "core/rpc/auth.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
@@ -170,6 +174,41 @@ TEST(GrpcLog, AFailedHandshakeIsSaidInTernsWords) {
                                       "error:0A000086:SSL routines::certificate verify failed."),
               HasSubstr("failed verification against --tls_ca"));
   EXPECT_EQ(ExplainHandshakeFailure("subchannel connect failed"), "");
+}
+
+}  // namespace
+}  // namespace tern
+
+namespace tern {
+namespace {
+
+// A caller is on this host when it calls from loopback, a Unix socket, this process, or one of
+// the host's own interface addresses (a script beside a worker that listens on the host's
+// address, as `tern launch` starts them); any other address is not.
+TEST(LocalPeer, LoopbackUnixInProcessAndTheHostsOwnAddressesAreThisHost) {
+  for (const char* p : {"ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "ipv6:%5B::1%5D:5000",
+                        "unix:/tmp/tern.sock", "unknown", "inproc"}) {
+    EXPECT_TRUE(IsLocalPeer(p)) << p;
+  }
+  for (const char* p : {"ipv4:192.0.2.1:5000", "ipv6:[2001:db8::1]:5000", "ipv4:", "ipv6:[", ""}) {
+    EXPECT_FALSE(IsLocalPeer(p)) << p;
+  }
+  // This host's address toward a documentation network (a UDP socket's connect sends nothing).
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);
+  inet_pton(AF_INET, "192.0.2.1", &to.sin_addr);
+  sockaddr_in local{};
+  socklen_t len = sizeof(local);
+  const bool routed = connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0 &&
+                      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  close(fd);
+  if (!routed) GTEST_SKIP() << "no route off this host: no address of its own but loopback";
+  char ip[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &local.sin_addr, ip, sizeof(ip));
+  EXPECT_TRUE(IsLocalPeer(absl::StrCat("ipv4:", ip, ":5000"))) << ip;
+  EXPECT_TRUE(IsLocalPeer(absl::StrCat("ipv6:[::ffff:", ip, "]:5000"))) << ip;
 }
 
 }  // namespace

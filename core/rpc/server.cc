@@ -16,6 +16,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpcServer(
   grpc::ServerBuilder builder;
   if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
   builder.AddListeningPort(listen, credentials, port);
+  // gRPC binds with SO_REUSEPORT by default: a second daemon on a port in use would start and
+  // share the connections with the first, unseen. Refused instead ("cannot listen").
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   for (grpc::Service* s : services) builder.RegisterService(s);
   builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxChunkBytes + (64 << 10)));
   for (const auto& [name, value] : Http2Tuning()) builder.AddChannelArgument(name, value);

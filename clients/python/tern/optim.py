@@ -10,6 +10,11 @@ SparseLoCo, local SGD) through a tern aggregator (at the end of this file).
         loss_fn(model(x), y).backward()
         optimizer.step()                            # your step, then tern mixes with neighbours
 
+Started by `tern launch --rdzv=HOST:PORT --nnodes=N -- python3 train.py` (the same command on
+every host; it starts the worker beside the script), `worker` can be left out: the launcher
+says where its worker is in TERN_WORKER, and optimizer.worker_id / num_workers say which of how
+many this script is.
+
 Each step() runs your optimizer on the local model, then hands the change it made to the
 worker (`tern worker --trainer=external`, on this host), which applies it to its copy of the
 model and mixes that with the neighbours' as its --algorithm and --codec say, and the model
@@ -36,6 +41,7 @@ folder per trainer process (runs/NAME/worker-0, ...), which `tern report` puts s
 with `tern run`'s.
 """
 
+import os
 import time
 
 import numpy as np
@@ -103,8 +109,10 @@ class _Wrapper:
 
 class DistributedOptimizer(_Wrapper):
     """Your `optimizer`, whose step() also mixes `model` with the neighbours' through the tern
-    worker at `worker`. Not thread-safe (one training loop). Other attributes (param_groups,
-    state, zero_grad, state_dict, ...) are the wrapped optimizer's (_Wrapper).
+    worker at `worker` ("HOST:PORT"; by default the TERN_WORKER variable, which `tern launch`
+    sets for the script it starts). Not thread-safe (one training loop). Other attributes
+    (param_groups, state, zero_grad, state_dict, ...) are the wrapped optimizer's (_Wrapper).
+    worker_id and num_workers say which worker of how many this is (a script's data shard).
 
     `tls`: tern.trainer.make_channel's arguments; `timeout`: seconds a step may take (the
     neighbours included) before step() raises TimeoutError. `warm_up`: how the steps of a diloco
@@ -114,8 +122,12 @@ class DistributedOptimizer(_Wrapper):
     (see the module's comment); `run_config`: more of its run.json (tern.v1.RunConfig's
     fields: model, codec, lr, ...)."""
 
-    def __init__(self, optimizer, model, worker, tls=None, timeout=300.0, run_dir=None,
+    def __init__(self, optimizer, model, worker=None, tls=None, timeout=300.0, run_dir=None,
                  run_config=None, warm_up="models"):
+        worker = worker or os.environ.get("TERN_WORKER")
+        if not worker:
+            raise ValueError("no worker: give DistributedOptimizer worker='HOST:PORT', or start "
+                             "the script under `tern launch`, which sets TERN_WORKER")
         if warm_up not in ("gradients", "models"):
             raise ValueError("warm_up is 'gradients' or 'models', not %r" % (warm_up,))
         self._warm_up = warm_up
