@@ -1,6 +1,8 @@
 // `tern server`: the aggregator daemon (its flags: cli/aggregator_flags.h).
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,6 +40,9 @@ ABSL_FLAG(bool, fresh_start_if_damaged, false,
 ABSL_FLAG(bool, verify_checkpoint, false,
           "server: read --checkpoint's snapshot and update log, say what they hold or what is "
           "damaged, and exit (0: good, 1: damaged or missing a part)");
+ABSL_FLAG(bool, standby, false,
+          "server: with a --checkpoint that another tern server (the primary) holds, on a volume "
+          "both reach: wait until that one ends, then resume from the checkpoint and serve");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, linger_s, 10,
           "server: seconds to keep serving after the last round");
 
@@ -53,6 +58,10 @@ absl::Status CheckServerFlags() {
       return absl::InvalidArgumentError(absl::StrCat("--checkpoint=", path, ": cannot write in ",
                                                      dir, " (", std::strerror(errno), ")"));
     }
+  }
+  if (absl::GetFlag(FLAGS_standby) && absl::GetFlag(FLAGS_checkpoint).empty()) {
+    return absl::InvalidArgumentError(
+        "--standby takes over a primary's --checkpoint: give the same --checkpoint");
   }
   TERN_ASSIGN_OR_RETURN(ServerOptions so, ServerOptionsFromFlags());
   const ServerRegistries registries = NewBuiltinServerRegistries();
@@ -88,6 +97,43 @@ int ServerMain() {
   if (absl::Status s = CheckServerFlags(); !s.ok()) {
     std::fprintf(stderr, "tern server: %s\n", s.ToString().c_str());
     return 2;
+  }
+  // One server writes a checkpoint at a time: it holds FILE.lock (flock; released by the kernel
+  // when the process ends, however it ends) for its whole life. A --standby waits for it.
+  if (const std::string checkpoint = absl::GetFlag(FLAGS_checkpoint); !checkpoint.empty()) {
+    const std::string lock_path = checkpoint + ".lock";
+    const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock < 0) {
+      std::fprintf(stderr, "tern server: %s: %s\n", lock_path.c_str(), std::strerror(errno));
+      return 1;
+    }
+    if (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK) {
+        std::fprintf(stderr, "tern server: locking %s: %s\n", lock_path.c_str(),
+                     std::strerror(errno));
+        return 1;
+      }
+      if (!absl::GetFlag(FLAGS_standby)) {
+        std::fprintf(stderr,
+                     "tern server: another tern server holds --checkpoint=%s (%s is locked): two "
+                     "would write one update log; start this one with --standby to take over "
+                     "when that one ends\n",
+                     checkpoint.c_str(), lock_path.c_str());
+        return 1;
+      }
+      spdlog::info("server: standby: another server holds {}; taking over when it ends", lock_path);
+      const absl::Time since = absl::Now();
+      while (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+        if (StopSignalPending(signals)) {
+          spdlog::info("server: standby: stopped before taking over");
+          return 0;
+        }
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      spdlog::info("server: standby: the primary ended after {:.1f} s of waiting; resuming from {}",
+                   absl::ToDoubleSeconds(absl::Now() - since), checkpoint);
+    }
+    // Held until the process ends.
   }
   absl::StatusOr<ServerOptions> options = ServerOptionsFromFlags();  // good: checked above
   const ServerRegistries registries = NewBuiltinServerRegistries();

@@ -196,3 +196,13 @@ def test_a_model_that_does_not_match_the_servers_raises_within_the_deadline(monk
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_an_address_list_is_one_target_the_channel_walks_in_order():
+    # An aggregator and its standby (tern server --standby): the channel reaches the first that
+    # answers, as the C++ clients' --server=A,B does (core/rpc/channel.h).
+    from tern.wire import channel_target
+    assert channel_target("127.0.0.1:7000") == "127.0.0.1:7000"
+    assert channel_target("localhost:7000, 127.0.0.1:7001") == "ipv4:127.0.0.1:7000,127.0.0.1:7001"
+    assert channel_target("[::1]:7000,[::1]:7001") == "ipv6:[::1]:7000,[::1]:7001"
+    assert channel_target("127.0.0.1:7000,no-such-host.invalid:1") == "ipv4:127.0.0.1:7000"

@@ -1,6 +1,76 @@
 #include "core/rpc/channel.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <memory>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "spdlog/spdlog.h"
+
 namespace tern {
+
+namespace {
+
+// host:port's address as gRPC's ipv4: / ipv6: schemes list it ("10.0.0.1:7000",
+// "[fe80::1]:7000"), and its family; nullopt when the name does not resolve.
+std::optional<std::pair<int, std::string>> Resolve(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) return std::nullopt;
+  std::string host = host_port.substr(0, colon);
+  const std::string port = host_port.substr(colon + 1);
+  if (host.size() > 1 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return std::nullopt;
+  }
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> hold(found, freeaddrinfo);
+  char text[INET6_ADDRSTRLEN] = {};
+  if (found->ai_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text,
+              sizeof(text));
+    return std::make_pair(AF_INET, absl::StrCat(text, ":", port));
+  }
+  inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(found->ai_addr)->sin6_addr, text,
+            sizeof(text));
+  return std::make_pair(AF_INET6, absl::StrCat("[", text, "]:", port));
+}
+
+}  // namespace
+
+std::string ChannelTarget(const std::string& target) {
+  if (target.find(',') == std::string::npos || target.find("://") != std::string::npos ||
+      absl::StartsWith(target, "ipv4:") || absl::StartsWith(target, "ipv6:")) {
+    return target;
+  }
+  // One family a target: the first address's; others are left out.
+  int family = AF_UNSPEC;
+  std::vector<std::string> addresses;
+  for (absl::string_view one : absl::StrSplit(target, ',', absl::SkipWhitespace())) {
+    const std::string each(absl::StripAsciiWhitespace(one));
+    std::optional<std::pair<int, std::string>> r = Resolve(each);
+    if (!r.has_value() || (family != AF_UNSPEC && r->first != family)) {
+      spdlog::warn(
+          "channel: {} (of {}) {}: left out", each, target,
+          r.has_value() ? "is of another address family than the first" : "does not resolve");
+      continue;
+    }
+    family = r->first;
+    addresses.push_back(r->second);
+  }
+  if (addresses.empty()) return target;
+  return absl::StrCat(family == AF_INET ? "ipv4:" : "ipv6:", absl::StrJoin(addresses, ","));
+}
 
 std::vector<std::pair<std::string, int>> Http2Tuning() {
   // Tensors stream as 1 MiB chunks: frames that carry a chunk whole, and a stream window that
@@ -52,7 +122,12 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, ChannelKin
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   }
   if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
-  return grpc::CreateCustomChannel(target, credentials, args);
+  const std::string resolved = ChannelTarget(target);
+  if (resolved != target) {
+    // TLS checks the certificates against the first address's host, as the user wrote it.
+    args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, target.substr(0, target.find(',')));
+  }
+  return grpc::CreateCustomChannel(resolved, credentials, args);
 }
 
 }  // namespace tern

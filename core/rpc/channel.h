@@ -30,7 +30,14 @@ enum class ChannelKind {
   kPeer,
 };
 
-// A channel to `target` ("host:port") with TernChannelArguments(), secured by `credentials`
+// gRPC's target for `target`: itself, or for a list "hostA:7000,hostB:7000" (an aggregator and
+// its standby, say) their addresses as one ipv4: (or ipv6:) target, resolved now, so that the
+// channel connects to the first that answers and, when that one goes, to the next (gRPC's
+// pick_first). Names that do not resolve are left out, with a warning.
+std::string ChannelTarget(const std::string& target);
+
+// A channel to `target` ("host:port", or a list of them: ChannelTarget) with
+// TernChannelArguments(), secured by `credentials`
 // (core/rpc/security.h: ChannelCredentialsFor); null is plaintext. Channels with the same
 // arguments share one connection; a `connection` other than 0 gets a connection of its own (the
 // streams of a striped push each use one).

@@ -126,3 +126,42 @@ TEST(Channel, TheFirstCallSucceedsWhenTheHandshakeTakesLongerThanTheReconnectBac
 
 }  // namespace
 }  // namespace tern
+
+namespace tern {
+namespace {
+
+// A list of addresses becomes one target that gRPC walks in order (an aggregator and its
+// standby); a single address, a scheme and a name that does not resolve are left as they are.
+TEST(ChannelTarget, AListOfAddressesIsOneTargetInTheirOrder) {
+  EXPECT_EQ(ChannelTarget("127.0.0.1:7000"), "127.0.0.1:7000");
+  EXPECT_EQ(ChannelTarget("dns:///a:1,b:2"), "dns:///a:1,b:2");
+  EXPECT_EQ(ChannelTarget("127.0.0.1:7000,127.0.0.2:7001"), "ipv4:127.0.0.1:7000,127.0.0.2:7001");
+  EXPECT_EQ(ChannelTarget("localhost:7000, 127.0.0.1:7001"), "ipv4:127.0.0.1:7000,127.0.0.1:7001");
+  EXPECT_EQ(ChannelTarget("[::1]:7000,[::1]:7001"), "ipv6:[::1]:7000,[::1]:7001");
+  EXPECT_EQ(ChannelTarget("127.0.0.1:7000,no-such-host.invalid:1"), "ipv4:127.0.0.1:7000");
+  EXPECT_EQ(ChannelTarget("127.0.0.1:7000,[::1]:7001"), "ipv4:127.0.0.1:7000");
+}
+
+// A channel to [a server that is gone, one that serves] reaches the second.
+TEST(ChannelTarget, AChannelToAListReachesTheFirstThatServes) {
+  int port = 0;
+  auto server = StartGrpcServer("127.0.0.1:0", {}, &port);
+  ASSERT_THAT(server, IsOk());
+  int gone = 0;
+  {
+    auto first = StartGrpcServer("127.0.0.1:0", {}, &gone);
+    ASSERT_THAT(first, IsOk());
+    (*first)->Shutdown();
+  }
+  auto stub = grpc::health::v1::Health::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", gone, ",127.0.0.1:", port)));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse reply;
+  EXPECT_TRUE(stub->Check(&ctx, req, &reply).ok());
+  (*server)->Shutdown();
+}
+
+}  // namespace
+}  // namespace tern

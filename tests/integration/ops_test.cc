@@ -47,19 +47,6 @@ int MetricsPort(const std::string& log) {
   return 0;
 }
 
-// A port free now (for Prometheus, which cannot say which port 0 became).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // The value of an instant query's first sample, from Prometheus's HTTP API
 // ({"data":{"result":[{"metric":{...},"value":[TIME,"VALUE"]}]}}).
 std::optional<double> PromQuery(int port, const std::string& query) {

@@ -3,7 +3,10 @@
 #ifndef TERN_TESTS_INTEGRATION_PROCESS_UTIL_H_
 #define TERN_TESTS_INTEGRATION_PROCESS_UTIL_H_
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +103,20 @@ inline double RssMb(pid_t pid) {
 }
 
 // Waits for a daemon's port file; 0 if it never came.
+// A port free on 127.0.0.1 now, for a daemon whose port must be known before it listens (a
+// standby's; Prometheus's, which cannot say which port 0 became).
+inline int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
 inline int WaitForPort(const std::string& path) {
   int port = 0;
   for (int i = 0; i < 600 && port == 0; ++i) {

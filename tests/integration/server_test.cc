@@ -1,12 +1,17 @@
 // Integration tests of the aggregator with real processes: `tern run --mode=federated` (a
 // `tern server` and `tern client` processes on 127.0.0.1) with injected faults, and a rogue
 // client speaking tern.v1.Aggregator to a `tern server` directly.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +49,79 @@ TEST(FederatedRun, TheServerKilledMidRunRestartsFromItsCheckpointAndTheRunFinish
   if (!Synthetic(dir)) {
     EXPECT_GT(Last(dir, "test_acc"), 0.70);
   }
+}
+
+// The aggregator's status at `address`, or nullopt when nothing answers there.
+std::optional<v1::ServerStatus> StatusAt(const std::string& address) {
+  auto stub = v1::Aggregator::NewStub(MakeChannel(address));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  v1::StatusRequest req;
+  v1::ServerStatus st;
+  if (!stub->Status(&ctx, req, &st).ok()) return std::nullopt;
+  return st;
+}
+
+// A standby `tern server` on the same checkpoint takes over when the primary is SIGKILLed: it
+// resumes from the snapshot and update log the primary left (no round lost, every update it
+// acknowledged kept), and the clients, given both addresses, follow it without a restart; the
+// run finishes on the standby. A second server on the checkpoint without --standby is refused.
+TEST(FederatedRun, AStandbyServerTakesOverFromAKilledPrimaryAndTheClientsFollowIt) {
+  const std::string dir = MakeTempDir();
+  const std::string primary = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string standby = absl::StrCat("127.0.0.1:", FreePort());
+  const std::vector<std::string> common = {"server",           "--checkpoint=" + dir + "/agg.ckpt",
+                                           "--mode=federated", "--run_id=standby",
+                                           "--min_clients=4",  "--clients_per_round=4",
+                                           "--rounds=8",       "--round_deadline_s=30",
+                                           "--local_epochs=0", "--local_steps=10",
+                                           "--batch=16",       "--linger_s=2",
+                                           "--log_level=info"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const pid_t first = Spawn(with({"--listen=" + primary, "--port_file=" + dir + "/primary.port"}),
+                            dir + "/primary.log");
+  ASSERT_GT(WaitForPort(dir + "/primary.port"), 0) << ReadText(dir + "/primary.log");
+  // Without --standby a second server on the checkpoint is refused, saying why.
+  const pid_t second = Spawn(with({"--listen=127.0.0.1:0"}), dir + "/second.log");
+  EXPECT_EQ(Wait(second), 1);
+  EXPECT_THAT(ReadText(dir + "/second.log"), HasSubstr("--standby"));
+  const pid_t waiting = Spawn(with({"--listen=" + standby, "--standby"}), dir + "/standby.log");
+  const pid_t clients =
+      Spawn({"client", absl::StrCat("--server=", primary, ",", standby), "--clients=4",
+             "--partitions=4", "--run_id=standby", "--log_level=info"},
+            dir + "/clients.log");
+  // Round 2 closed on the primary, then it dies.
+  absl::Time until = absl::Now() + absl::Seconds(120);
+  uint64_t killed_at = 0, accepted = 0;
+  while (absl::Now() < until) {
+    const std::optional<v1::ServerStatus> st = StatusAt(primary);
+    if (st.has_value() && st->round() >= 2) {
+      killed_at = st->round();
+      accepted = st->updates_accepted();
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GE(killed_at, 2u) << ReadText(dir + "/primary.log");
+  kill(first, SIGKILL);
+  Wait(first);
+  EXPECT_EQ(Wait(clients), 0) << ReadText(dir + "/clients.log") << ReadText(dir + "/standby.log");
+  // The standby (lingering after the last round) ran the rounds after the kill, on top of every
+  // update the primary had acknowledged.
+  const std::optional<v1::ServerStatus> st = StatusAt(standby);
+  ASSERT_TRUE(st.has_value()) << ReadText(dir + "/standby.log");
+  EXPECT_TRUE(st->done());
+  EXPECT_EQ(st->round(), 8u);
+  EXPECT_GE(st->restarts(), 1u);
+  EXPECT_GE(st->updates_accepted(), accepted + 4 * (8 - killed_at)) << "killed at " << killed_at;
+  const std::string log = ReadText(dir + "/standby.log");
+  EXPECT_THAT(log, HasSubstr("standby: another server holds"));
+  EXPECT_THAT(log, HasSubstr("resumed from the checkpoint"));
+  EXPECT_EQ(Wait(waiting), 0) << log;
 }
 
 TEST(FederatedRun, AClientKilledMidRoundDoesNotStallRoundsPastTheirDeadline) {

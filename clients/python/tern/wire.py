@@ -105,15 +105,42 @@ def decode_dense(t: tensor_pb2.EncodedTensor) -> np.ndarray:
     return a.reshape(tuple(t.shape)) if len(t.shape) or a.size == 1 else a
 
 
+def channel_target(address: str) -> str:
+    """gRPC's target for `address`: itself, or for a list "hostA:7000,hostB:7000" (an aggregator
+    and its standby) their addresses as one ipv4: (or ipv6:) target, resolved now, which the
+    channel walks in order, as the C++ side's ChannelTarget (core/rpc/channel.h)."""
+    if "," not in address or "://" in address or address.startswith(("ipv4:", "ipv6:")):
+        return address
+    import socket
+    family, found = None, []
+    for each in (a.strip() for a in address.split(",") if a.strip()):
+        host, _, port = each.rpartition(":")
+        try:
+            info = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)[0]
+        except (OSError, ValueError):
+            continue  # does not resolve: left out
+        if family is not None and info[0] != family:
+            continue
+        family = info[0]
+        ip = info[4][0]
+        found.append("[%s]:%s" % (ip, port) if family == socket.AF_INET6 else "%s:%s" % (ip, port))
+    if not found:
+        return address
+    return ("ipv6:" if family == socket.AF_INET6 else "ipv4:") + ",".join(found)
+
+
 def make_channel(address: str, tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
                  tls_key: Optional[str] = None, token_file: Optional[str] = None) -> grpc.Channel:
-    """A channel to a tern daemon: plaintext without `tls_ca`; TLS checking the daemon against
-    that CA file otherwise, presenting `tls_cert`/`tls_key` (mutual TLS) and the bearer token in
-    `token_file` (tern tokens) when given, as the C++ side's --tls_* and --token_file do."""
+    """A channel to a tern daemon at `address` ("host:port", or a list of them: channel_target):
+    plaintext without `tls_ca`; TLS checking the daemon against that CA file otherwise,
+    presenting `tls_cert`/`tls_key` (mutual TLS) and the bearer token in `token_file` (tern
+    tokens) when given, as the C++ side's --tls_* and --token_file do."""
+    target = channel_target(address)
+    options = [] if target == address else [("grpc.default_authority", address.split(",")[0])]
     if tls_ca is None:
         if tls_cert or token_file:
             raise ValueError("a certificate or a token needs tls_ca: tokens never go in plaintext")
-        return grpc.insecure_channel(address)
+        return grpc.insecure_channel(target, options=options)
 
     def read(path: str) -> bytes:
         with open(path, "rb") as f:
@@ -127,4 +154,4 @@ def make_channel(address: str, tls_ca: Optional[str] = None, tls_cert: Optional[
         token = read(token_file).decode().strip()
         creds = grpc.composite_channel_credentials(creds,
                                                    grpc.access_token_call_credentials(token))
-    return grpc.secure_channel(address, creds)
+    return grpc.secure_channel(target, creds, options=options)
