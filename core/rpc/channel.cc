@@ -126,6 +126,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, ChannelKin
   if (resolved != target) {
     // TLS checks the certificates against the first address's host, as the user wrote it.
     args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, target.substr(0, target.find(',')));
+    // Each address keeps its own connection attempts, and calls go to those that answer: with
+    // pick_first, a dead first address's failures restarted the walk down the list, which cut
+    // the attempt on a standby that had just come up ("handshaker shutdown"), over and over.
+    args.SetLoadBalancingPolicyName("round_robin");
   }
   return grpc::CreateCustomChannel(resolved, credentials, args);
 }

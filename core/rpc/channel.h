@@ -31,9 +31,10 @@ enum class ChannelKind {
 };
 
 // gRPC's target for `target`: itself, or for a list "hostA:7000,hostB:7000" (an aggregator and
-// its standby, say) their addresses as one ipv4: (or ipv6:) target, resolved now, so that the
-// channel connects to the first that answers and, when that one goes, to the next (gRPC's
-// pick_first). Names that do not resolve are left out, with a warning.
+// its standby, say) their addresses as one ipv4: (or ipv6:) target, resolved now; MakeChannel
+// keeps a connection to each that answers (gRPC's round_robin), so that when one goes the calls
+// go to another (a standby listens only once it serves). Names that do not resolve are left out,
+// with a warning.
 std::string ChannelTarget(const std::string& target);
 
 // A channel to `target` ("host:port", or a list of them: ChannelTarget) with

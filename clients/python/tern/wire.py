@@ -107,8 +107,9 @@ def decode_dense(t: tensor_pb2.EncodedTensor) -> np.ndarray:
 
 def channel_target(address: str) -> str:
     """gRPC's target for `address`: itself, or for a list "hostA:7000,hostB:7000" (an aggregator
-    and its standby) their addresses as one ipv4: (or ipv6:) target, resolved now, which the
-    channel walks in order, as the C++ side's ChannelTarget (core/rpc/channel.h)."""
+    and its standby) their addresses as one ipv4: (or ipv6:) target, resolved now; make_channel
+    keeps a connection to each that answers (round_robin), as the C++ side's MakeChannel
+    (core/rpc/channel.h)."""
     if "," not in address or "://" in address or address.startswith(("ipv4:", "ipv6:")):
         return address
     import socket
@@ -136,7 +137,8 @@ def make_channel(address: str, tls_ca: Optional[str] = None, tls_cert: Optional[
     presenting `tls_cert`/`tls_key` (mutual TLS) and the bearer token in `token_file` (tern
     tokens) when given, as the C++ side's --tls_* and --token_file do."""
     target = channel_target(address)
-    options = [] if target == address else [("grpc.default_authority", address.split(",")[0])]
+    options = [] if target == address else [("grpc.default_authority", address.split(",")[0]),
+                                            ("grpc.lb_policy_name", "round_robin")]
     if tls_ca is None:
         if tls_cert or token_file:
             raise ValueError("a certificate or a token needs tls_ca: tokens never go in plaintext")
