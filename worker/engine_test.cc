@@ -628,6 +628,25 @@ struct DilocoGroup {
         layout, x0);
   }
 
+  // A new engine for worker `id`, as its restarted process makes one (configured as the group's,
+  // then by `more`), in the transport's place of the old one and the one asking its questions.
+  absl::StatusOr<std::unique_ptr<RoundEngine>> Restart(
+      int id, const std::function<void(EngineOptions&)>& more = nullptr) {
+    EngineOptions o;
+    Configure(o, /*fragments=*/0);
+    if (more) more(o);
+    o.worker_id = id;
+    o.num_workers = kWorkers;
+    absl::StatusOr<std::unique_ptr<RoundEngine>> e =
+        RoundEngine::Create(o, &registries, &transport);
+    if (!e.ok()) return e.status();
+    transport.Join();
+    transport.engines[static_cast<size_t>(id)] = e->get();
+    transport.dead[static_cast<size_t>(id)] = false;
+    transport.asker = id;
+    return e;
+  }
+
   // Every scenario here keeps the group's model the same bytes on every worker, as each
   // message's CRC of it says, but the one that starts a worker elsewhere on purpose.
   ~DilocoGroup() {
@@ -752,17 +771,8 @@ TEST(RoundEngine, DilocoARestartedWorkerRejoinsWithTheGroupsState) {
   g.Step(4, live);
   g.Step(5, live);  // an exchange of three
   // Started again, from its own (stale) start.
-  EngineOptions o;
-  DilocoGroup::Configure(o, 0);
-  nesterov(o);
-  o.worker_id = 3;
-  o.num_workers = DilocoGroup::kWorkers;
-  auto restarted = RoundEngine::Create(o, &g.registries, &g.transport);
+  auto restarted = g.Restart(3, nesterov);
   ASSERT_THAT(restarted, IsOk());
-  g.transport.Join();
-  g.transport.engines[3] = restarted->get();
-  g.transport.dead[3] = false;
-  g.transport.asker = 3;
   absl::Status init;
   std::thread joiner([&] { init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)); });
   // Once it knows where the group is, the others go on; its source hands over the state after
@@ -802,15 +812,8 @@ TEST(RoundEngine, DilocoAPushToAWorkerStillAskingWhereTheGroupIsIsNotAwaited) {
   DilocoGroup g(Layout(8), /*fragments=*/0, configure);
   for (int64_t step = 0; step < 4; ++step) g.Step(step);
   // Killed and started again between two steps of its peers: none of them saw it down.
-  EngineOptions o;
-  DilocoGroup::Configure(o, 0);
-  configure(o);
-  o.worker_id = 3;
-  o.num_workers = DilocoGroup::kWorkers;
-  auto restarted = RoundEngine::Create(o, &g.registries, &g.transport);
+  auto restarted = g.Restart(3, configure);
   ASSERT_THAT(restarted, IsOk());
-  g.transport.engines[3] = restarted->get();
-  g.transport.asker = 3;
   absl::Notification asking, go_on;
   std::atomic<bool> first{true};
   g.transport.on_ask = [&](int) {
