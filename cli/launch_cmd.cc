@@ -11,7 +11,6 @@
 // DistributedOptimizer finds its worker. It ends with the script's exit status and stops the
 // worker; a worker that dies stops the script (SIGTERM) and the launch fails (exit 1). The
 // launcher serving the rendezvous goes on serving until the last member has left.
-#include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/numbers.h"
@@ -38,6 +38,7 @@
 #include "clients/flags/service_flags.h"
 #include "clients/flags/worker_flags.h"
 #include "common/status_macros.h"
+#include "core/rpc/address.h"
 #include "server/scheduler_service.h"
 #include "spdlog/spdlog.h"
 
@@ -81,83 +82,60 @@ absl::StatusOr<int> Nodes() {
   return n;
 }
 
-// The address of this host's interface toward host:port (the route's source address, found by
+// The address of this host's interface toward `at` (the route's source address, found by
 // connecting a UDP socket, which sends nothing); IPv6 in brackets.
-absl::StatusOr<std::string> LocalAddressToward(const std::string& host, const std::string& port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  const std::string bare = host.size() > 1 && host.front() == '[' && host.back() == ']'
-                               ? host.substr(1, host.size() - 2)
-                               : host;
-  if (int rc = getaddrinfo(bare.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve ", host, ": ", gai_strerror(rc)));
-  }
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> hold(found, freeaddrinfo);
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = socket(a->ai_family, SOCK_DGRAM, 0);
+absl::StatusOr<std::string> LocalAddressToward(const HostPort& at) {
+  TERN_ASSIGN_OR_RETURN(const std::vector<SocketAddress> found, Resolve(at, SOCK_DGRAM));
+  for (const SocketAddress& a : found) {
+    const int fd = socket(a.family(), SOCK_DGRAM, 0);
     if (fd < 0) continue;
     sockaddr_storage local{};
     socklen_t len = sizeof(local);
-    const bool ok = connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+    const bool ok = connect(fd, a.get(), a.length) == 0 &&
                     getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
     close(fd);
-    if (!ok) continue;
-    char text[INET6_ADDRSTRLEN] = {};
-    if (local.ss_family == AF_INET) {
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, text, sizeof(text));
-      return std::string(text);
-    }
-    inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, text, sizeof(text));
-    return absl::StrCat("[", text, "]");
+    if (ok) return IpText(reinterpret_cast<const sockaddr*>(&local));
   }
-  return absl::UnavailableError(absl::StrCat("no route from this host to ", host));
+  return absl::UnavailableError(absl::StrCat("no route from this host to ", at.host));
 }
 
-// Whether a listening socket can be bound to host:port here (the host is this machine's and
-// nothing serves the port): asked before starting the rendezvous, so that the launchers that
-// cannot serve it say so in one line rather than through gRPC's bind error.
-bool CanBind(const std::string& host, const std::string& port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string bare = host.size() > 1 && host.front() == '[' && host.back() == ']'
-                               ? host.substr(1, host.size() - 2)
-                               : host;
-  if (getaddrinfo(bare.c_str(), port.c_str(), &hints, &found) != 0) return false;
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> hold(found, freeaddrinfo);
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = socket(a->ai_family, SOCK_STREAM, 0);
+// Whether a listening socket can be bound to `at` here (the host is this machine's and nothing
+// serves the port): asked before starting the rendezvous, so that the launchers that cannot
+// serve it say so in one line rather than through gRPC's bind error.
+bool CanBind(const HostPort& at) {
+  absl::StatusOr<std::vector<SocketAddress>> found = Resolve(at, SOCK_STREAM, AI_PASSIVE);
+  if (!found.ok()) return false;
+  for (const SocketAddress& a : *found) {
+    const int fd = socket(a.family(), SOCK_STREAM, 0);
     if (fd < 0) continue;
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as gRPC binds
-    const bool ok = bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    const bool ok = bind(fd, a.get(), a.length) == 0;
     close(fd);
     if (ok) return true;
   }
   return false;
 }
 
-// The worker's command line: the launcher's own settings, then every worker flag given to
-// `tern launch`, as given.
+// The worker's command line: the launcher's own settings (`listen` the address it listens on),
+// then every other worker flag given to `tern launch`, as given.
 std::vector<std::string> WorkerArgs(int nodes, const std::string& listen,
                                     const std::string& port_file) {
-  std::vector<std::string> args = {
-      "worker", "--trainer=external", absl::StrCat("--scheduler=", absl::GetFlag(FLAGS_rdzv)),
-      absl::StrCat("--workers=", nodes), absl::StrCat("--port_file=", port_file)};
+  std::vector<std::string> args = {"worker",
+                                   "--trainer=external",
+                                   absl::StrCat("--scheduler=", absl::GetFlag(FLAGS_rdzv)),
+                                   absl::StrCat("--workers=", nodes),
+                                   absl::StrCat("--port_file=", port_file),
+                                   absl::StrCat("--listen=", listen)};
   if (const int rank = absl::GetFlag(FLAGS_node_rank).value; rank >= 0) {
     args.push_back(absl::StrCat("--id=", rank));
   }
-  bool listen_given = false;
   for (const std::string& name : SpecifiedFlagNames()) {
-    if (In(name, kNotForwarded)) continue;
+    if (In(name, kNotForwarded) || name == "listen") continue;
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) continue;
-    listen_given |= name == "listen";
     args.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
   }
-  if (!listen_given) args.push_back(absl::StrCat("--listen=", listen));
   return args;
 }
 
@@ -234,14 +212,13 @@ int LaunchCommand(const std::vector<std::string>& command) {
   const int nodes = *Nodes();
   const int rank = absl::GetFlag(FLAGS_node_rank).value;
   const std::string rdzv = absl::GetFlag(FLAGS_rdzv);
-  const std::string host = rdzv.substr(0, rdzv.rfind(':'));
-  const std::string port = rdzv.substr(rdzv.rfind(':') + 1);
+  const HostPort at = SplitHostPort(rdzv);
   const volatile sig_atomic_t* interrupted = CatchInterrupts();
 
   // The rendezvous: here if this host can bind it (a daemon's port is never shared: the second
   // to bind it is refused), or wherever it is.
   std::unique_ptr<SchedulerServer> rendezvous;
-  if (rank > 0 || (rank < 0 && !CanBind(host, port))) {
+  if (rank > 0 || (rank < 0 && !CanBind(at))) {
     spdlog::info("launch: the rendezvous at {} is served elsewhere (not bound here)", rdzv);
   } else {
     // This host's to serve, unless another launcher here bound it since; any other failure
@@ -250,17 +227,25 @@ int LaunchCommand(const std::vector<std::string>& command) {
     if (served.ok()) {
       rendezvous = *std::move(served);
       spdlog::info("launch: serving the rendezvous on {}", rdzv);
-    } else if (rank < 0 && !CanBind(host, port)) {
+    } else if (rank < 0 && !CanBind(at)) {
       spdlog::info("launch: the rendezvous at {} is served by another launcher here", rdzv);
     } else {
       spdlog::error("launch: serving the rendezvous on {}: {}", rdzv, served.status().ToString());
       return 1;
     }
   }
-  absl::StatusOr<std::string> local = LocalAddressToward(host, port);
+  absl::StatusOr<std::string> local = LocalAddressToward(at);
   if (!local.ok()) {
     spdlog::error("launch: {}", local.status().ToString());
     return 1;
+  }
+  // The worker listens on --listen when given, else on this host's address toward the
+  // rendezvous; its script reaches it there (loopback for a wildcard).
+  const bool listen_given = absl::c_linear_search(SpecifiedFlagNames(), "listen");
+  const std::string listen = listen_given ? absl::GetFlag(FLAGS_listen) : *local + ":0";
+  std::string listen_host = listen.substr(0, listen.rfind(':'));
+  if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") {
+    listen_host = "127.0.0.1";
   }
   char dir_template[] = "/tmp/tern-launch-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
@@ -271,7 +256,7 @@ int LaunchCommand(const std::vector<std::string>& command) {
   ChildProcess worker;
   worker.log = dir + "/worker.log";
   const std::string port_file = dir + "/worker.port";
-  const std::vector<std::string> args = WorkerArgs(nodes, *local + ":0", port_file);
+  const std::vector<std::string> args = WorkerArgs(nodes, listen, port_file);
   spdlog::info("launch: tern {} (log {})", absl::StrJoin(args, " "), worker.log);
   worker.pid = Spawn(self_exe, args, worker.log);
   worker.alive = worker.pid > 0;
@@ -282,15 +267,6 @@ int LaunchCommand(const std::vector<std::string>& command) {
     spdlog::error("launch: the worker did not start: {}", FirstErrorLine(worker.log));
     code = 1;
   } else {
-    std::string listen_host = *local;
-    for (const std::string& name : SpecifiedFlagNames()) {
-      if (name != "listen") continue;
-      const std::string listen = absl::GetFlag(FLAGS_listen);
-      listen_host = listen.substr(0, listen.rfind(':'));
-      if (listen_host.empty() || listen_host == "0.0.0.0" || listen_host == "[::]") {
-        listen_host = "127.0.0.1";
-      }
-    }
     const std::string address = absl::StrCat(listen_host, ":", worker_port);
     const pid_t script = StartScript(command, address);
     spdlog::info("launch: {} with TERN_WORKER={}", absl::StrJoin(command, " "), address);

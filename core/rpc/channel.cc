@@ -1,7 +1,5 @@
 #include "core/rpc/channel.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <sys/socket.h>
 
 #include <memory>
@@ -12,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/rpc/address.h"
 #include "spdlog/spdlog.h"
 
 namespace tern {
@@ -20,30 +19,13 @@ namespace {
 
 // host:port's address as gRPC's ipv4: / ipv6: schemes list it ("10.0.0.1:7000",
 // "[fe80::1]:7000"), and its family; nullopt when the name does not resolve.
-std::optional<std::pair<int, std::string>> Resolve(const std::string& host_port) {
-  const size_t colon = host_port.rfind(':');
-  if (colon == std::string::npos) return std::nullopt;
-  std::string host = host_port.substr(0, colon);
-  const std::string port = host_port.substr(colon + 1);
-  if (host.size() > 1 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
-    return std::nullopt;
-  }
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> hold(found, freeaddrinfo);
-  char text[INET6_ADDRSTRLEN] = {};
-  if (found->ai_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text,
-              sizeof(text));
-    return std::make_pair(AF_INET, absl::StrCat(text, ":", port));
-  }
-  inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(found->ai_addr)->sin6_addr, text,
-            sizeof(text));
-  return std::make_pair(AF_INET6, absl::StrCat("[", text, "]:", port));
+std::optional<std::pair<int, std::string>> ListEntry(const std::string& host_port) {
+  const HostPort at = SplitHostPort(host_port);
+  if (at.port.empty()) return std::nullopt;
+  absl::StatusOr<std::vector<SocketAddress>> found = Resolve(at, SOCK_STREAM);
+  if (!found.ok()) return std::nullopt;
+  const SocketAddress& first = found->front();
+  return std::make_pair(first.family(), absl::StrCat(IpText(first.get()), ":", at.port));
 }
 
 }  // namespace
@@ -58,7 +40,7 @@ std::string ChannelTarget(const std::string& target) {
   std::vector<std::string> addresses;
   for (absl::string_view one : absl::StrSplit(target, ',', absl::SkipWhitespace())) {
     const std::string each(absl::StripAsciiWhitespace(one));
-    std::optional<std::pair<int, std::string>> r = Resolve(each);
+    std::optional<std::pair<int, std::string>> r = ListEntry(each);
     if (!r.has_value() || (family != AF_UNSPEC && r->first != family)) {
       spdlog::warn(
           "channel: {} (of {}) {}: left out", each, target,

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
+#include "core/rpc/address.h"
 #include "core/rpc/auth.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/security/tls_certificate_provider.h"
@@ -45,18 +46,10 @@ absl::Status CheckFiles(const TlsFiles& tls) {
   return absl::OkStatus();
 }
 
-std::string HostOf(const std::string& address) {
-  std::string host = address.substr(0, address.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return host;
-}
-
 }  // namespace
 
 bool IsLoopback(const std::string& address) {
-  const std::string host = HostOf(address);
+  const std::string host = SplitHostPort(address).host;
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 

@@ -231,7 +231,7 @@ inline absl::Status SegmentTotals(TotalsOf sums, int sets, size_t n, size_t segm
   if (n == 0) return absl::OkStatus();
   const size_t segments = (n + segment - 1) / segment;
   const size_t bps = BlocksPerSegment(segment);
-  const size_t total_blocks = (segments - 1) * bps + BlocksPerSegment(n - (segments - 1) * segment);
+  const size_t total_blocks = TotalBlocks(n, segment);
   if (bps >= 64) {
     const dim3 grid(static_cast<unsigned>(segments < 8192 ? segments : 8192),
                     static_cast<unsigned>(sets));
@@ -251,11 +251,10 @@ template <SumOf kWhat>
 absl::Status SegmentSums(const float* d_x, size_t n, size_t segment, float* d_partial,
                          double* d_totals, cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
-  const size_t segments = (n + segment - 1) / segment;
   const size_t bps = BlocksPerSegment(segment);
   // With a short last segment the block numbering above (s * bps + b) still holds: the last
   // segment simply has fewer blocks, all at the end.
-  const size_t total_blocks = (segments - 1) * bps + BlocksPerSegment(n - (segments - 1) * segment);
+  const size_t total_blocks = TotalBlocks(n, segment);
   const size_t threads = total_blocks * 32;
   BlockPartialsKernel<kWhat>
       <<<GridFor(threads), kThreads, 0, stream>>>(d_x, n, segment, bps, total_blocks, d_partial);
