@@ -2,10 +2,13 @@
 // command everywhere, as torchrun's:
 //
 //   tern launch --rdzv=HOST:PORT --nnodes=3 [worker flags] -- python3 train.py ARGS...
+//   tern launch --rdzv=HOST:PORT --nnodes=2:4 ...   (elastic: starts with 2, admits up to 4)
 //
 // The launcher that can bind HOST:PORT (the host it names; the first there) serves the run's
 // rendezvous, a tern scheduler, in its own process; the others find it there. Each launcher
-// starts `tern worker --trainer=external --scheduler=HOST:PORT --workers=N`, its id from
+// starts `tern worker --trainer=external --scheduler=HOST:PORT --workers=N` (for MIN:MAX,
+// --min_workers=MIN --max_workers=MAX: a host launched later joins with the group's state), its id
+// from
 // --node_rank or else the lowest the rendezvous has free, listening on the address this host
 // reaches HOST by; then the script with TERN_WORKER=that address, where the Python package's
 // DistributedOptimizer finds its worker. It ends with the script's exit status and stops the
@@ -45,7 +48,9 @@
 ABSL_FLAG(std::string, rdzv, "",
           "launch: HOST:PORT of the run's rendezvous (a tern scheduler); the launcher that can "
           "bind it serves it");
-ABSL_FLAG(std::string, nnodes, "", "launch: hosts in the run, one worker each: N");
+ABSL_FLAG(std::string, nnodes, "",
+          "launch: hosts in the run, one worker each: N, or MIN:MAX for a run that starts with "
+          "MIN and admits hosts up to MAX while it runs (each joining with the group's state)");
 ABSL_FLAG(tern::Int<tern::In(-1, 255)>, node_rank, -1,
           "launch: this host's worker id; -1: the rendezvous assigns the lowest free one (0 "
           "serves the rendezvous)");
@@ -54,8 +59,9 @@ namespace tern {
 namespace {
 
 // The worker's flags that `tern launch` sets itself.
-constexpr const char* kSetByLaunch[] = {"id",    "workers",    "scheduler", "trainer",
-                                        "peers", "peers_file", "port_file"};
+constexpr const char* kSetByLaunch[] = {"id",          "workers",    "min_workers",
+                                        "max_workers", "scheduler",  "trainer",
+                                        "peers",       "peers_file", "port_file"};
 // Flags of the launcher alone, and the command line's own.
 constexpr const char* kNotForwarded[] = {"rdzv", "nnodes", "node_rank", "flagfile", "check_flags"};
 
@@ -66,18 +72,25 @@ bool In(const std::string& name, absl::Span<const char* const> names) {
   return false;
 }
 
-absl::StatusOr<int> Nodes() {
+// --nnodes: N, or MIN:MAX (an elastic run).
+struct NodeCount {
+  int min = 0, max = 0;
+  bool elastic() const { return min != max; }
+};
+
+absl::StatusOr<NodeCount> Nodes() {
   const std::string nnodes = absl::GetFlag(FLAGS_nnodes);
-  if (nnodes.find(':') != std::string::npos) {
+  const size_t colon = nnodes.find(':');
+  NodeCount n;
+  const bool parsed = colon == std::string::npos
+                          ? absl::SimpleAtoi(nnodes, &n.min) && absl::SimpleAtoi(nnodes, &n.max)
+                          : absl::SimpleAtoi(nnodes.substr(0, colon), &n.min) &&
+                                absl::SimpleAtoi(nnodes.substr(colon + 1), &n.max);
+  if (!parsed || n.min < 1 || n.max > 256 || n.min > n.max) {
     return absl::InvalidArgumentError(
         absl::StrCat("--nnodes=", nnodes,
-                     ": a run that grows and shrinks between MIN and MAX hosts is not built yet; "
-                     "give the number of hosts"));
-  }
-  int n = 0;
-  if (!absl::SimpleAtoi(nnodes, &n) || n < 1 || n > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--nnodes=", nnodes, ": the number of hosts (1 to 256), one worker each"));
+                     ": the number of hosts (1 to 256), one worker each, or MIN:MAX with "
+                     "1 <= MIN <= MAX <= 256"));
   }
   return n;
 }
@@ -119,14 +132,18 @@ bool CanBind(const HostPort& at) {
 
 // The worker's command line: the launcher's own settings (`listen` the address it listens on),
 // then every other worker flag given to `tern launch`, as given.
-std::vector<std::string> WorkerArgs(int nodes, const std::string& listen,
+std::vector<std::string> WorkerArgs(NodeCount nodes, const std::string& listen,
                                     const std::string& port_file) {
-  std::vector<std::string> args = {"worker",
-                                   "--trainer=external",
-                                   absl::StrCat("--scheduler=", absl::GetFlag(FLAGS_rdzv)),
-                                   absl::StrCat("--workers=", nodes),
-                                   absl::StrCat("--port_file=", port_file),
-                                   absl::StrCat("--listen=", listen)};
+  std::vector<std::string> args = {"worker", "--trainer=external",
+                                   absl::StrCat("--scheduler=", absl::GetFlag(FLAGS_rdzv))};
+  if (nodes.elastic()) {
+    args.push_back(absl::StrCat("--min_workers=", nodes.min));
+    args.push_back(absl::StrCat("--max_workers=", nodes.max));
+  } else {
+    args.push_back(absl::StrCat("--workers=", nodes.max));
+  }
+  args.push_back(absl::StrCat("--port_file=", port_file));
+  args.push_back(absl::StrCat("--listen=", listen));
   if (const int rank = absl::GetFlag(FLAGS_node_rank).value; rank >= 0) {
     args.push_back(absl::StrCat("--id=", rank));
   }
@@ -176,10 +193,11 @@ absl::Status CheckLaunchFlags() {
         "--rdzv=HOST:PORT is needed: where the run's rendezvous is (the same on every host)");
   }
   TERN_RETURN_IF_ERROR(CheckHostPort("rdzv", rdzv));
-  TERN_ASSIGN_OR_RETURN(const int nodes, Nodes());
-  if (const int rank = absl::GetFlag(FLAGS_node_rank).value; rank >= nodes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--node_rank=", rank, " is not below --nnodes=", nodes, " (ranks are 0-based)"));
+  TERN_ASSIGN_OR_RETURN(const NodeCount nodes, Nodes());
+  if (const int rank = absl::GetFlag(FLAGS_node_rank).value; rank >= nodes.max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_rank=", rank, " is not below ", nodes.max,
+                     " (--nnodes=", absl::GetFlag(FLAGS_nnodes), "; ranks are 0-based)"));
   }
   for (const std::string& name : SpecifiedFlagNames()) {
     if (In(name, kSetByLaunch)) {
@@ -209,7 +227,7 @@ int LaunchCommand(const std::vector<std::string>& command) {
     return 2;
   }
   const std::string self_exe(exe, static_cast<size_t>(len));
-  const int nodes = *Nodes();
+  const NodeCount nodes = *Nodes();
   const int rank = absl::GetFlag(FLAGS_node_rank).value;
   const std::string rdzv = absl::GetFlag(FLAGS_rdzv);
   const HostPort at = SplitHostPort(rdzv);

@@ -114,6 +114,37 @@ absl::StatusOr<LauncherEnv> ApplyLauncherEnv() {
   return env;
 }
 
+// An elastic run's flags: --max_workers becomes the run's size (--workers: ids below it, the
+// engine's id space), of which the members are those there; checked against the rest.
+absl::Status ApplyElasticFlags() {
+  const int min = absl::GetFlag(FLAGS_min_workers).value;
+  const int max = absl::GetFlag(FLAGS_max_workers).value;
+  if (max > 0) {
+    if (!AtDefault("workers") && absl::GetFlag(FLAGS_workers).value != max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--workers=", absl::GetFlag(FLAGS_workers).value, " and --max_workers=", max,
+                       ": an elastic run's size is its --max_workers; give one of them"));
+    }
+    if (min == 0) return absl::InvalidArgumentError("--max_workers needs --min_workers");
+    auto size = absl::GetFlag(FLAGS_workers);
+    size.value = max;
+    absl::SetFlag(&FLAGS_workers, size);
+  }
+  if (min == 0) return absl::OkStatus();
+  if (min > absl::GetFlag(FLAGS_workers).value) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min_workers=", min, " is above the run's most workers (--max_workers=",
+                     absl::GetFlag(FLAGS_workers).value, ")"));
+  }
+  if (absl::GetFlag(FLAGS_scheduler).empty() || !absl::GetFlag(FLAGS_peers).empty() ||
+      !absl::GetFlag(FLAGS_peers_file).empty()) {
+    return absl::InvalidArgumentError(
+        "--min_workers: an elastic run's members come and go through --scheduler; give it, and "
+        "no --peers or --peers_file");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SchedulerServer>> ServeRendezvous(const std::string& listen) {
@@ -136,6 +167,7 @@ absl::Status CheckWorkerFlags() {
   }
   TERN_RETURN_IF_ERROR(CheckServingFlags());
   if (trainer_kind == "builtin") TERN_RETURN_IF_ERROR(CheckDataFlags());
+  TERN_RETURN_IF_ERROR(ApplyElasticFlags());
   const int id = absl::GetFlag(FLAGS_id).value, workers = absl::GetFlag(FLAGS_workers).value;
   if (id >= workers) {
     return absl::InvalidArgumentError(
@@ -177,12 +209,13 @@ int WorkerMain() {
     return 2;
   }
   int id = absl::GetFlag(FLAGS_id).value;
-  const int workers = absl::GetFlag(FLAGS_workers).value;
   const std::string trainer_kind = absl::GetFlag(FLAGS_trainer);
   if (absl::Status s = CheckWorkerFlags(); !s.ok()) {
     std::fprintf(stderr, "tern worker: %s\n", s.ToString().c_str());
     return 2;
   }
+  const int workers = absl::GetFlag(FLAGS_workers).value;  // an elastic run's most
+  const int min_workers = absl::GetFlag(FLAGS_min_workers).value;
   const std::string scheduler_address = absl::GetFlag(FLAGS_scheduler);
   const absl::Duration peers_timeout = absl::Seconds(absl::GetFlag(FLAGS_peers_timeout).value);
   // Without a peer list, the scheduler is the rendezvous: it hands out ids and addresses.
@@ -222,6 +255,7 @@ int WorkerMain() {
     so.worker_id = id;
     so.ids_below = static_cast<uint32_t>(workers);
     so.expected_members = workers;
+    so.start_with = static_cast<uint32_t>(min_workers);
     so.address = address;
     so.progress = [daemon_seen]() -> int64_t {
       WorkerDaemon* d = daemon_seen->load();
@@ -253,6 +287,12 @@ int WorkerMain() {
     options.engine.members = [sched](int64_t round) -> std::optional<std::vector<int>> {
       SchedulerClient* c = sched->load();
       return c == nullptr ? std::nullopt : c->MembersFor(round);
+    };
+  }
+  if (min_workers > 0) {
+    options.engine.member_from = [sched]() -> std::optional<int64_t> {
+      SchedulerClient* c = sched->load();
+      return c == nullptr ? std::nullopt : c->MemberFrom();
     };
   }
   if (id < 0 && !scheduler_address.empty()) {
@@ -326,7 +366,7 @@ int WorkerMain() {
       spdlog::error("worker {}: {} peer addresses for {} workers", id, peers->size(), workers);
       return 2;
     }
-    if (auto s = (*daemon)->SetPeers(*peers); !s.ok()) {
+    if (auto s = (*daemon)->SetPeers(*peers, /*absent_ok=*/min_workers > 0); !s.ok()) {
       spdlog::error("worker {}: {}", id, s.ToString());
       return 2;
     }

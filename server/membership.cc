@@ -31,6 +31,7 @@ Membership::Membership(SchedulerOptions options, std::unique_ptr<Topology> topol
 
 void Membership::Changed() {
   ++epoch_;
+  MaybeStart();
   int64_t furthest = -1;
   for (const auto& [id, w] : members_) furthest = std::max(furthest, w.round);
   from_round_ = std::max(from_round_, furthest + 1 + SwitchLag());
@@ -40,6 +41,25 @@ void Membership::Changed() {
     }
     if (!b.arrived.empty()) MaybeRelease(b);
   }
+}
+
+void Membership::MaybeStart() {
+  if (start_.has_value() || start_with_ == 0) return;
+  std::vector<uint32_t> ids;
+  for (const auto& [id, w] : members_) {
+    if (!w.address.empty()) ids.push_back(id);
+  }
+  if (ids.size() < start_with_) return;
+  // Members still without an address are not in it: nobody could reach them in round 0. They
+  // join at their next registration's epoch, as a later member does.
+  v1::RunStart& s = start_.emplace();
+  s.set_epoch(epoch_);
+  for (uint32_t id : ids) s.add_members(id);
+}
+
+std::optional<v1::RunStart> Membership::start() const {
+  absl::MutexLock lock(&mu_);
+  return start_;
 }
 
 int64_t Membership::SwitchLag() const {
@@ -123,6 +143,11 @@ absl::StatusOr<v1::MemberRegisterReply> Membership::Register(const v1::MemberReg
                                                     it->second.principal, "'; '", principal,
                                                     "' cannot take its id"));
   }
+  if (!start_.has_value()) {
+    start_with_ =
+        std::max(start_with_,
+                 std::min<uint32_t>(req.start_with(), static_cast<uint32_t>(options_.max_members)));
+  }
   Worker& w = members_[id];
   w.principal = principal;
   w.name = req.name().substr(0, 256);
@@ -154,8 +179,9 @@ absl::StatusOr<v1::HeartbeatReply> Membership::Heartbeat(const v1::HeartbeatRequ
   Worker& w = it->second;
   const double since = absl::ToDoubleSeconds(now - w.last_seen);
   // Over half an interval at least: two heartbeats close together (one was late) would
-  // overstate the rate, and the lag with it.
-  if (w.round >= 0 && req.round() >= w.round &&
+  // overstate the rate, and the lag with it. Not from a member still at round 0: its first
+  // move may be a jump to where the group is (a joiner taking the group's state), not speed.
+  if (w.round > 0 && req.round() >= w.round &&
       since >= 0.5 * absl::ToDoubleSeconds(options_.heartbeat_interval)) {
     const double rate = static_cast<double>(req.round() - w.round) / since;
     w.rounds_per_s = w.rounds_per_s == 0 ? rate : 0.5 * (w.rounds_per_s + rate);
@@ -189,6 +215,7 @@ absl::StatusOr<v1::View> Membership::GetView(uint32_t id, uint64_t round, absl::
   v.set_from_round(from_round_);
   v.set_round(round);
   v.set_topology(options_.topology);
+  if (start_.has_value()) *v.mutable_start() = *start_;
   std::vector<uint32_t> ids;
   for (const auto& [mid, w] : members_) {
     ids.push_back(mid);
@@ -262,6 +289,7 @@ v1::MembersReply Membership::Members(absl::Time now) const {
   v1::MembersReply r;
   r.set_epoch(epoch_);
   r.set_from_round(from_round_);
+  if (start_.has_value()) *r.mutable_start() = *start_;
   for (const auto& [id, w] : members_) *r.add_members() = ToMember(id, w, now);
   for (const v1::Failure& f : failures_) *r.add_failures() = f;
   r.set_heartbeat_timeout_ms(

@@ -1,7 +1,9 @@
 // The scheduler's state machine (`tern scheduler`), independent of gRPC and of the clock:
 // registration with ids, heartbeats and failure detection, membership epochs, named barriers,
 // and each member's gossip neighbours for a round over the current members (so the graph is
-// repaired when a worker dies: the topology is rebuilt over the survivors, ranked by id).
+// repaired when a worker dies: the topology is rebuilt over the survivors, ranked by id). An
+// elastic run (registrations asking start_with) starts once that many members have addresses:
+// those are its first epoch from round 0 (v1::RunStart), and later members join later epochs.
 // server/scheduler_service.h puts it behind tern.v1.Scheduler.
 //
 // Thread-safety: thread-safe; every public method takes the internal mutex.
@@ -12,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -63,6 +66,8 @@ class Membership {
   absl::StatusOr<v1::MemberLeaveReply> Leave(uint32_t id);
   v1::MembersReply Members(absl::Time now) const;
   uint64_t epoch() const;
+  // The elastic run's start, once it has started.
+  std::optional<v1::RunStart> start() const;
   // Members declared dead since the start (the Members() reply keeps the latest keep_failures).
   uint64_t failures_declared() const;
   // Declares members silent for longer than the timeout dead; returns them.
@@ -89,6 +94,8 @@ class Membership {
   // Releases `b` when every member has arrived; returns whether it did.
   bool MaybeRelease(BarrierState& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::Member ToMember(uint32_t id, const Worker& w, absl::Time now) const;
+  // Starts an elastic run that has start_with_ members with addresses.
+  void MaybeStart() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The rounds between the furthest member and a new epoch's first round.
   int64_t SwitchLag() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -100,6 +107,8 @@ class Membership {
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t from_round_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
+  uint32_t start_with_ ABSL_GUARDED_BY(mu_) = 0;  // the most asked for before the start
+  std::optional<v1::RunStart> start_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::Failure> failures_ ABSL_GUARDED_BY(mu_);
   uint64_t failures_declared_ ABSL_GUARDED_BY(mu_) = 0;
 };

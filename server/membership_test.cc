@@ -1,6 +1,8 @@
 #include "server/membership.h"
 
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -104,6 +106,26 @@ TEST_F(MembershipTest, ANewEpochStartsPastWhereTheFastestMemberWillBeWhenItHears
   ASSERT_TRUE(v.ok()) << v.status();
   // The furthest round (750) + 1 + the lag (2) + two intervals at 250 rounds a second.
   EXPECT_EQ(v->from_round(), 750 + 1 + 2 + 500);
+}
+
+// A joiner's first move is a jump to where the group is (it takes the group's state), not its
+// speed: the lag of the next epoch stays that of the members' real pace.
+TEST_F(MembershipTest, AJoinersJumpToTheGroupsRoundIsNotTakenForSpeed) {
+  for (int i = 0; i < 2; ++i) Join(i, t0_);
+  for (int s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(Beat(0, t0_ + absl::Seconds(s), 10 * s).ok());
+    ASSERT_TRUE(Beat(1, t0_ + absl::Seconds(s), 10 * s).ok());
+  }
+  Join(2, t0_ + absl::Seconds(3));
+  ASSERT_TRUE(Beat(2, t0_ + absl::Seconds(4), 0).ok());   // registered, not started yet
+  ASSERT_TRUE(Beat(2, t0_ + absl::Seconds(5), 40).ok());  // took the state of round 40
+  ASSERT_TRUE(Beat(0, t0_ + absl::Seconds(5), 50).ok());
+  ASSERT_TRUE(Beat(1, t0_ + absl::Seconds(5), 50).ok());
+  ASSERT_TRUE(m_->Leave(1).ok());
+  auto v = m_->GetView(0, 0, t0_ + absl::Seconds(5));
+  ASSERT_TRUE(v.ok()) << v.status();
+  // The furthest round (50) + 1 + the lag (2) + two intervals at 10 rounds a second.
+  EXPECT_EQ(v->from_round(), 50 + 1 + 2 + 20);
 }
 
 TEST_F(MembershipTest, BarrierReleasesWhenEveryMemberArrivedOrTheMissingOneDies) {
@@ -244,6 +266,54 @@ TEST_F(MembershipTest, AMemberRegisteringAgainWithItsIdMovesToItsNewAddress) {
   const v1::MembersReply members = m_->Members(t0_);
   ASSERT_EQ(members.members_size(), 1);
   EXPECT_EQ(members.members(0).address(), "10.0.0.9:7100");
+}
+
+// An elastic run starts once as many members as asked for have addresses: those, and only
+// those, are its first epoch. A member still without an address is not in it, one joining later
+// is not either, and the start stays as it was through later joins, leaves and deaths.
+TEST_F(MembershipTest, AnElasticRunStartsWithTheMembersThatHaveAddressesOnceThereAreEnough) {
+  const auto join = [&](const std::string& address) {
+    v1::MemberRegisterRequest r;
+    r.set_run_id("tern");
+    r.set_worker_id(-1);
+    r.set_ids_below(4);
+    r.set_start_with(2);
+    r.set_address(address);
+    auto reply = m_->Register(r, t0_);
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? reply->worker_id() : 99u;
+  };
+  EXPECT_EQ(join("10.0.0.1:7000"), 0u);
+  EXPECT_EQ(join(""), 1u);  // registered for its id; its address comes once it listens
+  EXPECT_FALSE(m_->start().has_value()) << "one member with an address of the two asked for";
+  EXPECT_FALSE(m_->Members(t0_).has_start());
+  EXPECT_EQ(join("10.0.0.3:7000"), 2u);
+  ASSERT_TRUE(m_->start().has_value());
+  const v1::RunStart start = *m_->start();
+  EXPECT_EQ(start.epoch(), m_->epoch());
+  EXPECT_EQ(std::vector<uint32_t>(start.members().begin(), start.members().end()),
+            (std::vector<uint32_t>{0, 2}));
+  auto view = m_->GetView(2, 0, t0_);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->start().SerializeAsString(), start.SerializeAsString());
+  // Later members, a leave and a death leave the start as it was.
+  EXPECT_EQ(join("10.0.0.4:7000"), 3u);
+  ASSERT_TRUE(m_->Leave(3).ok());
+  ASSERT_TRUE(Beat(0, t0_ + absl::Seconds(2)).ok());
+  ASSERT_TRUE(Beat(2, t0_ + absl::Seconds(2)).ok());
+  EXPECT_EQ(m_->Tick(t0_ + absl::Seconds(4)).size(), 1u);  // 1, silent since t0
+  EXPECT_EQ(m_->Members(t0_).start().SerializeAsString(), start.SerializeAsString());
+  // Beyond the run's size: refused, and the run goes on.
+  EXPECT_EQ(join("10.0.0.5:7000"), 1u);
+  EXPECT_EQ(join("10.0.0.6:7000"), 3u);
+  v1::MemberRegisterRequest extra;
+  extra.set_run_id("tern");
+  extra.set_worker_id(-1);
+  extra.set_ids_below(4);
+  extra.set_start_with(2);
+  const absl::Status full = m_->Register(extra, t0_).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_EQ(m_->Members(t0_).members_size(), 4);
 }
 
 }  // namespace

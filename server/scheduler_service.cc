@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "core/rpc/auth.h"
 #include "core/rpc/channel.h"
@@ -87,6 +88,11 @@ class SchedulerServer::Service final : public v1::Scheduler::CallbackService {
       *reply = *r;
       spdlog::info("scheduler: worker {} registered as '{}' at '{}'; epoch {}", r->worker_id(),
                    req->name(), req->address(), r->epoch());
+      if (std::optional<v1::RunStart> start = m_->start();
+          start.has_value() && start->epoch() == r->epoch()) {
+        spdlog::info("scheduler: the run starts with workers [{}] (epoch {}); later ones join it",
+                     absl::StrJoin(start->members(), ","), start->epoch());
+      }
     } else {
       if (absl::IsPermissionDenied(r.status())) ++s_->permission_denied_;
       spdlog::warn("scheduler: refused a registration: {}", r.status().ToString());

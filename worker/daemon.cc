@@ -111,8 +111,8 @@ std::shared_ptr<grpc::Channel> WorkerDaemon::InProcessChannel() {
   return server_->InProcessChannel(TernChannelArguments());
 }
 
-absl::Status WorkerDaemon::SetPeers(const std::vector<std::string>& addresses) {
-  TERN_RETURN_IF_ERROR(transport_->SetPeers(addresses));
+absl::Status WorkerDaemon::SetPeers(const std::vector<std::string>& addresses, bool absent_ok) {
+  TERN_RETURN_IF_ERROR(transport_->SetPeers(addresses, absent_ok));
   UpdateHealth();
   return absl::OkStatus();
 }

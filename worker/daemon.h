@@ -85,7 +85,9 @@ class WorkerDaemon {
   int port() const { return port_; }
   // The /metrics endpoint's port, or 0 without one.
   int metrics_port() const { return metrics_ == nullptr ? 0 : metrics_->port(); }
-  absl::Status SetPeers(const std::vector<std::string>& addresses);
+  // `absent_ok`: an empty address is an id with no member yet (an elastic run), set later by
+  // SetPeer; otherwise every peer needs one.
+  absl::Status SetPeers(const std::vector<std::string>& addresses, bool absent_ok = false);
   // Peer `id` is now at `address` (a worker whose peers come from the scheduler follows one that
   // came back elsewhere); nothing done when it is where it was.
   absl::Status SetPeer(int id, const std::string& address);

@@ -297,6 +297,7 @@ absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
                                                 options_.algorithm, o, registries_->codecs.get()));
       algorithm = lane.algorithm.get();
     }
+    lane.blocks = mine;
     TERN_RETURN_IF_ERROR(
         algorithm->Init(lane.Gather(x0, &lane.grad), options_.worker_id, std::move(mine)));
     lane.inbox =
@@ -571,8 +572,29 @@ absl::StatusOr<RoundEngine::Outgoing> RoundEngine::Pack(int64_t step, int bucket
   return o;
 }
 
+void RoundEngine::NoteNewMembers(int64_t step) {
+  if (!options_.members || step == members_seen_step_) return;
+  std::optional<std::vector<int>> now = options_.members(step);
+  if (!now.has_value()) return;
+  std::sort(now->begin(), now->end());
+  if (members_seen_.has_value()) {
+    for (int j : *now) {
+      if (!IsPeer(j) || std::binary_search(members_seen_->begin(), members_seen_->end(), j)) {
+        continue;
+      }
+      health_.Joining(j);
+      spdlog::info(
+          "worker {}: round {}: worker {} joins the run; waited for once it says from when",
+          options_.worker_id, step, j);
+    }
+  }
+  members_seen_ = std::move(now);
+  members_seen_step_ = step;
+}
+
 absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t step,
                                                  GossipMessage msg) {
+  NoteNewMembers(step);
   std::vector<int> back;
   std::set<int> listening;
   {
@@ -714,10 +736,7 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
     const int64_t round =
         static_cast<int64_t>(std::min<uint64_t>(bundle.round(), uint64_t{1} << 62));
     const absl::Status window = inbox->CheckRound(round);
-    const auto sits_out = [&] {
-      return absl::UnavailableError(absl::StrCat(
-          "worker ", options_.worker_id, " is rejoining the run and sits round ", round, " out"));
-    };
+    const auto sits_out = [&] { return SitsOutError(options_.worker_id, round); };
     if (!window.ok() && (absl::IsCancelled(window) || round < inbox->floor())) {
       // A rejoining worker's state covers the rounds it closed: it sends nothing for them, so
       // their senders must not wait for its message there (as for a round it sits out). A plain
@@ -735,6 +754,15 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
         // takes it on the sender's retry, which goes on while this worker was never heard from.
         absl::MutexLock lock(&mu_);
         rejoin_refused_ = std::max(rejoin_refused_, round);
+        if (asking) {
+          // Not final: a sender that never heard from this worker tries again.
+          return absl::UnavailableError(
+              absl::StrCat("worker ", options_.worker_id,
+                           " is rejoining the run and does not know where it is yet: round ", round,
+                           " not taken"));
+        }
+        // Final: its sender does not try again, so it is not waited for here either.
+        inbox->GiveUp(round, checked.first);
         return sits_out();
       }
       return window;

@@ -126,6 +126,10 @@ struct EngineOptions {
   // With a scheduler: the workers that are members in a round (worker/scheduler_client.h), the
   // topology then being built over them (MemberTopology). Unset: every worker, always.
   MemberTopology::MembersFn members;
+  // An elastic run (scheduler_client.h, MemberFrom): the step from which this worker is a member
+  // (0: one the run started with), nullopt while not known yet. A rejoining worker then takes a
+  // state that covers every round before it. Unset: a member from the start.
+  std::function<std::optional<int64_t>()> member_from;
 };
 
 struct StepInput {
@@ -169,10 +173,12 @@ class RoundEngine {
   // a no-op (a trainer reconnecting); with another layout, FailedPrecondition.
   absl::Status Init(const std::vector<ParamTensor>& layout, absl::Span<const float> x0);
   bool initialized() const;
-  // Whether Init asks the peers where the group is (a worker that may be rejoining a running
-  // run): they must be known by then, or it starts from its own x0.
+  // Whether Init asks the peers where the group is (a diloco worker that may be rejoining a
+  // running run, or a worker of an elastic run, which may be joining one: it takes a peer's
+  // model): they must be known by then, or it starts from its own x0.
   bool rejoins() const {
-    return options_.rejoin && shares_state_ && options_.num_workers > 1 && transport_ != nullptr;
+    return options_.rejoin && (shares_state_ || (options_.member_from && !asynchronous_)) &&
+           options_.num_workers > 1 && transport_ != nullptr;
   }
   std::vector<ParamTensor> layout() const;
   int64_t next_step() const;
@@ -275,6 +281,10 @@ class RoundEngine {
   absl::Status MakeLanes(const std::vector<ParamTensor>& layout, absl::Span<const float> x0);
   // Lane k's part of the open step: mixes its previous round (overlap), local update, push.
   absl::Status StartLane(size_t k);
+  // A worker that becomes a member in round `step` (an elastic run's joiner, a replacement)
+  // is not waited for until it says from which round it sends (PeerBack): until then it takes
+  // the group's state and sits rounds out. Round loop only.
+  void NoteNewMembers(int64_t step);
   // Packs lane `bucket`'s message for round `step` and pushes it to the round's neighbours.
   absl::StatusOr<InFlight> StartRound(Lane& lane, int bucket, int64_t step, GossipMessage msg);
   // Waits for the round's messages (to its deadline) and pushes, mixes, and counts.
@@ -303,6 +313,9 @@ class RoundEngine {
   // EngineOptions::rejoin, from Init: when a peer has mixed an exchange, takes the group's state
   // from the furthest one and moves this worker's next step to just after it. Round loop only.
   absl::Status Rejoin();
+  // Rejoin without a state shared by the group: the lanes start again from `state`'s model,
+  // taken from worker `source` (`bytes` on the wire) since `t0`.
+  absl::Status TakeModel(const GroupState& state, int source, absl::Time t0, uint64_t bytes);
   // Tells every peer that this worker sends its updates again from a round none of them has
   // started (at least two periods past the furthest, and past `next`), and returns that round.
   absl::StatusOr<int64_t> AnnounceBack(int64_t next, absl::Time deadline);
@@ -359,6 +372,9 @@ class RoundEngine {
   // (lane, neighbour): whether its last message said another group model than this worker's.
   // Round loop only.
   std::map<std::pair<size_t, int>, bool> group_differs_;
+  // The members of the last round NoteNewMembers saw, and that round. Round loop only.
+  std::optional<std::vector<int>> members_seen_;
+  int64_t members_seen_step_ = -1;
   // From the model's registration until Rejoin knows where the group is (or that a run starts).
   bool rejoin_asking_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> rounds_mixed_{0};  // exchanges mixed: Position's answer

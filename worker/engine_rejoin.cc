@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -43,7 +44,9 @@ std::vector<absl::StatusOr<PeerTransport::Position>> AskEveryPeer(PeerTransport&
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> RoundEngine::SharedState(int64_t min_step) {
-  if (!shares_state_) {
+  // Without a state shared by the group, the model is this worker's own: a joiner of an elastic
+  // run starts from it (within the run's consensus distance of every member's).
+  if (!shares_state_ && (asynchronous_ || !options_.member_from)) {
     return absl::FailedPreconditionError(
         absl::StrCat(options_.algorithm, " keeps no state shared by the group to hand over"));
   }
@@ -94,7 +97,12 @@ void RoundEngine::PublishState(int64_t step) {
   state.step = step;
   state.theta.resize(model.size());
   for (const Lane& lane : lanes_) {
-    absl::StatusOr<Algorithm::SharedState> mine = lane.algorithm->ExportShared();
+    absl::StatusOr<Algorithm::SharedState> mine =
+        shares_state_
+            ? lane.algorithm->ExportShared()
+            : Algorithm::SharedState{.model = std::vector<float>(lane.algorithm->params().begin(),
+                                                                 lane.algorithm->params().end()),
+                                     .momentum = {}};
     if (!mine.ok()) {
       spdlog::warn("worker {}: step {}: no state to hand over: {}", options_.worker_id, step,
                    mine.status().ToString());
@@ -122,18 +130,38 @@ absl::Status RoundEngine::Rejoin() {
   // group's state is everyone's start, and a peer ahead is only quicker to start). Every message
   // still to come is for a round at or past it: a round's messages go out at the end of its
   // step, before its sender's next step begins.
+  // In an elastic run, a worker that joins after the start is a member from a later step: the
+  // state it takes must cover every round before it, which the group mixed without it.
+  int64_t joins_at = 0;
+  if (options_.member_from) {
+    std::optional<int64_t> from = options_.member_from();
+    for (; !from.has_value(); from = options_.member_from()) {
+      if (absl::Now() - t0 > options_.rejoin_timeout) {
+        return absl::DeadlineExceededError(
+            "the scheduler did not say from which step this worker is a member");
+      }
+      absl::SleepFor(kStatePoll);
+    }
+    joins_at = *from;
+  }
   int64_t furthest = 0;
   int source = -1;
   const std::vector<absl::StatusOr<PeerTransport::Position>> positions =
       AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0);
   for (int j = 0; j < options_.num_workers; ++j) {
     const absl::StatusOr<PeerTransport::Position>& at = positions[static_cast<size_t>(j)];
-    if (at.ok() && at->rounds_mixed > 0 && at->next_step > furthest) {
+    // A joiner's peers may not have mixed yet: any of them will have the state it needs.
+    if (at.ok() && (at->rounds_mixed > 0 || joins_at > 0) && at->next_step >= furthest) {
       furthest = at->next_step;
       source = j;
     }
   }
   if (source < 0) {  // a run starting (or nobody there): from x0
+    if (joins_at > 0) {
+      return absl::UnavailableError(
+          absl::StrCat("this worker joins the run at step ", joins_at,
+                       " and no peer answered to hand it the group's state; restart it"));
+    }
     absl::MutexLock lock(&mu_);
     rejoin_asking_ = false;
     return absl::OkStatus();
@@ -156,23 +184,32 @@ absl::Status RoundEngine::Rejoin() {
   }
   // ... and the state after a step that mixed every round before them.
   const absl::Time deadline = t0 + options_.rejoin_timeout;
-  int64_t min_step = furthest - 1;
+  int64_t min_step = std::max(furthest, joins_at) - 1;
   {
     absl::MutexLock lock(&mu_);
     min_step = std::max(min_step, rejoin_refused_);
   }
   absl::StatusOr<v1::TensorBundle> got;
+  absl::StatusOr<GroupState> state = absl::UnknownError("no state asked for");
   for (;;) {
     got = transport_->FetchState(source, options_.run_id, min_step, deadline);
-    if (!absl::IsUnavailable(got.status()) || absl::Now() + kStatePoll >= deadline) break;
-    absl::SleepFor(kStatePoll);
-  }
-  absl::StatusOr<GroupState> state =
-      got.ok() ? GroupStateFromBundle(*got, options_.run_id, params().size(), *registries_->codecs)
-               : got.status();
-  if (state.ok() && state->step < min_step) {
-    state = absl::InvalidArgumentError(absl::StrCat(
-        "a state after step ", state->step, ", before the step asked for (", min_step, ")"));
+    if (absl::IsUnavailable(got.status()) && absl::Now() + kStatePoll < deadline) {
+      absl::SleepFor(kStatePoll);
+      continue;
+    }
+    state = got.ok()
+                ? GroupStateFromBundle(*got, options_.run_id, params().size(), *registries_->codecs)
+                : got.status();
+    if (state.ok() && state->step < min_step) {
+      state = absl::InvalidArgumentError(absl::StrCat(
+          "a state after step ", state->step, ", before the step asked for (", min_step, ")"));
+    }
+    if (!state.ok() || !shares_state_) break;
+    // A message refused meanwhile as too far ahead (the group ran more than the inbox's window
+    // while the state came) is one of a round this state must cover too: a later one, then.
+    absl::MutexLock lock(&mu_);
+    if (rejoin_refused_ <= state->step || absl::Now() + kStatePoll >= deadline) break;
+    min_step = rejoin_refused_;
   }
   if (!state.ok()) {
     return absl::Status(state.status().code(),
@@ -180,6 +217,7 @@ absl::Status RoundEngine::Rejoin() {
                                      "'s state: ", state.status().message(),
                                      "; this worker cannot go on from its own start: restart it"));
   }
+  if (!shares_state_) return TakeModel(*state, source, t0, got->ByteSizeLong());
   std::vector<float> theta, momentum;
   for (Lane& lane : lanes_) {
     const absl::Span<const float> t = lane.Gather(state->theta, &theta);
@@ -209,6 +247,50 @@ absl::Status RoundEngine::Rejoin() {
       "worker {}: rejoined at step {} with worker {}'s state ({:.1f} MB in {:.2f} s); sends its "
       "updates from round {} on",
       me, state->step + 1, source, mb, took, *from);
+  return absl::OkStatus();
+}
+
+absl::Status RoundEngine::TakeModel(const GroupState& state, int source, absl::Time t0,
+                                    uint64_t bytes) {
+  // A gossip method's state is the worker's own: it starts again from the peer's model (its
+  // momentum, error feedback and the like from zero). Nothing of a round is shared, so there is
+  // nothing to sit out: its peers wait for it again once its first message comes.
+  // The group went on while the model came (its transfer's worth of rounds): this worker goes
+  // on from where the group is now, with a model that many rounds old, which mixing pulls in.
+  // Behind, its peers' messages of the rounds it still had to run would have been refused as
+  // too far ahead, or never sent (a newcomer gets one push at a time), and each side would have
+  // waited a round deadline for the other.
+  int64_t next = state.step + 1;
+  for (const absl::StatusOr<PeerTransport::Position>& at :
+       AskEveryPeer(*transport_, options_.num_workers, options_.worker_id, options_.run_id, 0)) {
+    if (at.ok()) next = std::max(next, at->next_step);
+  }
+  // Nor does it wait for a peer before a message of its comes: a peer that saw it as new sent
+  // it one push at a time, and skipped rounds meanwhile.
+  for (int j = 0; j < options_.num_workers; ++j) {
+    if (IsPeer(j)) health_.Joining(j);
+  }
+  std::vector<float> mine;
+  for (Lane& lane : lanes_) {
+    TERN_RETURN_IF_ERROR(
+        lane.algorithm->Init(lane.Gather(state.theta, &mine), options_.worker_id, lane.blocks));
+    lane.inbox->Skip(next);
+  }
+  if (lanes_.size() > 1) {
+    // The lanes hold their values again: back onto one buffer, the model's.
+    own_params_ = state.theta;
+    params_ = {};
+    TERN_RETURN_IF_ERROR(BindParams(absl::MakeSpan(own_params_)));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    next_step_ = next;
+    sit_out_below_ = 0;
+  }
+  spdlog::info(
+      "worker {}: joined at step {} with worker {}'s model after step {} ({:.1f} MB in {:.2f} s)",
+      options_.worker_id, next, source, state.step, static_cast<double>(bytes) / 1e6,
+      absl::ToDoubleSeconds(absl::Now() - t0));
   return absl::OkStatus();
 }
 

@@ -87,7 +87,7 @@ class MemoryTransport final : public PeerTransport {
         auto b = a.Finish();
         ASSERT_THAT(b, IsOk());
         s = engines[to]->Deliver(*std::move(b), wire);
-      } while (absl::IsUnavailable(s) && reach == Reach::kRetryUnavailable &&
+      } while (absl::IsUnavailable(s) && !IsSitOut(s) && reach == Reach::kRetryUnavailable &&
                absl::Now() + absl::Milliseconds(20) < deadline &&
                (absl::SleepFor(absl::Milliseconds(20)), true));
       done(s);

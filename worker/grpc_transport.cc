@@ -202,7 +202,7 @@ void GrpcTransport::Push::Done(const absl::Status& status) {
   // may go (Drain returns) the call freed last would drop its channel's last reference here, on
   // gRPC's callback thread, freeing the completion queue that thread runs on (libgrpc aborts).
   calls_.clear();
-  if (absl::IsUnavailable(status) && reach_ == Reach::kRetryUnavailable &&
+  if (absl::IsUnavailable(status) && !IsSitOut(status) && reach_ == Reach::kRetryUnavailable &&
       absl::Now() + backoff_ < deadline_) {
     auto* next = new Push(transport_, stubs_, chunks_, deadline_, reach_,
                           std::min(backoff_ * 2, absl::Milliseconds(500)), std::move(done_));
@@ -214,14 +214,14 @@ void GrpcTransport::Push::Done(const absl::Status& status) {
   delete this;
 }
 
-absl::Status GrpcTransport::SetPeers(const std::vector<std::string>& addresses) {
+absl::Status GrpcTransport::SetPeers(const std::vector<std::string>& addresses, bool absent_ok) {
   if (self_ < 0 || static_cast<size_t>(self_) >= addresses.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker id ", self_, " is not in the list of ", addresses.size(), " peers"));
   }
   std::vector<Peer> peers(addresses.size());
   for (size_t i = 0; i < addresses.size(); ++i) {
-    if (static_cast<int>(i) == self_) continue;
+    if (static_cast<int>(i) == self_ || (absent_ok && addresses[i].empty())) continue;
     if (addresses[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("peer ", i, " has no address"));
     }
@@ -290,7 +290,7 @@ void GrpcTransport::Send(int to, Chunks chunks, absl::Time deadline, Reach reach
     }
   }
   if (stubs.empty()) {
-    done(absl::FailedPreconditionError(absl::StrCat("no address for worker ", to)));
+    done(absl::UnavailableError(absl::StrCat("no address for worker ", to)));
     return;
   }
   (new Push(this, std::move(stubs), std::move(chunks), deadline, reach, absl::Milliseconds(20),
@@ -316,7 +316,7 @@ uint64_t GrpcTransport::NewStreamId() {
 absl::StatusOr<v1::Gossip::Stub*> GrpcTransport::StubOf(int to) const {
   absl::MutexLock lock(&mu_);
   if (to < 0 || static_cast<size_t>(to) >= peers_.size() || peers_[to].stub == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("no address for worker ", to));
+    return absl::UnavailableError(absl::StrCat("no address for worker ", to));
   }
   return peers_[to].stub.get();
 }

@@ -40,8 +40,9 @@ class GrpcTransport final : public PeerTransport {
       : self_(self), credentials_(std::move(credentials)), striping_(striping) {}
   ~GrpcTransport() override { Drain(); }
 
-  // Addresses indexed by worker id ("host:port"); the entry for this worker is ignored.
-  absl::Status SetPeers(const std::vector<std::string>& addresses);
+  // Addresses indexed by worker id ("host:port"); the entry for this worker is ignored. With
+  // `absent_ok` an empty one is a worker not there yet (calls to it fail until SetPeer).
+  absl::Status SetPeers(const std::vector<std::string>& addresses, bool absent_ok = false);
   // Worker `to` is now at `address` (it came back elsewhere): calls from now on go there. OK and
   // nothing done when the address is the one known; FailedPrecondition before SetPeers.
   absl::Status SetPeer(int to, const std::string& address);

@@ -45,6 +45,14 @@ class PeerHealth {
   // `j` said it is alive (a rejoining worker, from its first round on): waited for again, as
   // after a push that got through.
   void MarkUp(int j) { up_[static_cast<size_t>(j)] = true; }
+  // `j` is new to a running run (a joiner): not waited for until it says it sends (MarkUp) or a
+  // message of its comes, and pushed to once a round, as a peer heard from before: the state it
+  // takes covers the rounds whose pushes it refused (a push retried to the round's deadline
+  // would hold back the next rounds' pushes, which it needs).
+  void Joining(int j) {
+    up_[static_cast<size_t>(j)] = false;
+    heard_[static_cast<size_t>(j)] = true;
+  }
   // `j` said it listens (a worker rejoining): if heard from before, pushes to it wait for a
   // connection (ours may still be backing off from while it was down) until its next message.
   // One never heard from is starting up: its pushes go on retrying Unavailable (its model may
@@ -160,7 +168,8 @@ struct Lane {
   // of their values.
   std::vector<Piece> pieces;
   uint64_t offset = 0, size = 0;
-  std::vector<float> grad;  // gathered: this step's gradient of its values
+  std::vector<TensorBlock> blocks;  // the model's tensors in it (its algorithm's Init)
+  std::vector<float> grad;          // gathered: this step's gradient of its values
   // Each neighbour's latest push's round: a neighbour that is down gets one push at a time (a
   // probe; behind a partition each would hang to its deadline).
   std::vector<std::shared_ptr<RoundPushes>> last_push;

@@ -12,10 +12,24 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "tern/v1/tensor.pb.h"
 
 namespace tern {
+
+// A rejoining worker's answer to a message for a round it sits out (its state covers it, or it
+// sends nothing there): UNAVAILABLE, so the sender does not wait for its message in that round,
+// and final, so a push that retries a peer still starting up does not try it again.
+inline absl::Status SitsOutError(int worker, int64_t round) {
+  return absl::UnavailableError(
+      absl::StrCat("worker ", worker, " is rejoining the run and sits round ", round, " out"));
+}
+inline bool IsSitOut(const absl::Status& s) {
+  return absl::IsUnavailable(s) &&
+         absl::StrContains(s.message(), " is rejoining the run and sits round ");
+}
 
 class PeerTransport {
  public:

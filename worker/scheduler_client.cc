@@ -53,6 +53,7 @@ absl::Status SchedulerClient::Register() {
   req.set_run_id(options_.run_id);
   req.set_name(options_.name);
   req.set_ids_below(options_.ids_below);
+  req.set_start_with(options_.start_with);
   {
     absl::MutexLock lock(&mu_);
     req.set_address(address_);
@@ -68,6 +69,7 @@ absl::Status SchedulerClient::Register() {
     id_ = reply.worker_id();
     registered_ = true;
     registered_at_ = absl::Now();
+    registered_epoch_ = reply.epoch();
   }
   interval_ms_ = std::max<uint32_t>(10, reply.heartbeat_interval_ms());
   spdlog::info(
@@ -95,8 +97,11 @@ void SchedulerClient::Follow(uint64_t epoch, int64_t from_round) {
   }
   absl::MutexLock lock(&mu_);
   epoch_ = std::max(epoch_, v->epoch());
+  if (options_.start_with > 0 && v->has_start()) Started(v->start());
   if (!epochs_.empty() && epochs_.back().epoch >= e.epoch) return;
-  if (static_cast<int>(e.members.size()) >= options_.expected_members) formed_ = true;
+  if (options_.start_with == 0 && static_cast<int>(e.members.size()) >= options_.expected_members) {
+    formed_ = true;
+  }
   if (!formed_) return;  // still starting: the static configuration holds
   epochs_.push_back(std::move(e));
   if (epochs_.size() > 64) epochs_.erase(epochs_.begin());
@@ -143,6 +148,34 @@ uint64_t SchedulerClient::epoch() const {
   return epoch_;
 }
 
+void SchedulerClient::Started(const v1::RunStart& start) {
+  if (formed_) return;
+  formed_ = true;
+  Epoch first{start.epoch(), 0, {}};
+  for (uint32_t id : start.members()) first.members.push_back(static_cast<int>(id));
+  std::erase_if(epochs_, [&](const Epoch& e) { return e.epoch <= first.epoch; });
+  epochs_.insert(epochs_.begin(), std::move(first));
+  spdlog::info("scheduler: the run started with workers [{}] (epoch {})",
+               absl::StrJoin(epochs_.front().members, ","), start.epoch());
+}
+
+std::optional<int64_t> SchedulerClient::MemberFrom() const {
+  absl::MutexLock lock(&mu_);
+  if (!formed_ || epochs_.empty()) return std::nullopt;
+  const int me = static_cast<int>(id_);
+  const auto member = [me](const Epoch& e) {
+    return std::binary_search(e.members.begin(), e.members.end(), me);
+  };
+  // The oldest epoch of the newest unbroken run with this worker in it, since it registered
+  // (before that, its peers may have had no address, or an old one, for it).
+  std::optional<int64_t> from;
+  for (auto it = epochs_.rbegin(); it != epochs_.rend() && member(*it); ++it) {
+    if (it->epoch < registered_epoch_) break;
+    from = it->from_round;
+  }
+  return from;
+}
+
 std::optional<std::vector<int>> SchedulerClient::MembersFor(int64_t round) const {
   absl::MutexLock lock(&mu_);
   for (auto it = epochs_.rbegin(); it != epochs_.rend(); ++it) {
@@ -174,13 +207,28 @@ absl::StatusOr<std::vector<std::string>> SchedulerClient::WaitForPeers(
       for (const v1::Member& m : reply.members()) {
         if (m.id() < addresses.size()) addresses[m.id()] = m.address();
       }
-      std::vector<int> absent;
-      for (int i = 0; i < workers; ++i) {
-        if (addresses[static_cast<size_t>(i)].empty()) absent.push_back(i);
+      if (options_.start_with > 0) {
+        // Elastic: the run has started (the members it started with had addresses then); the
+        // ones to come are followed epoch by epoch.
+        if (reply.has_start()) {
+          missing.clear();
+          absl::MutexLock lock(&mu_);
+          Started(reply.start());
+        } else {
+          int with = 0;
+          for (const v1::Member& m : reply.members()) with += m.address().empty() ? 0 : 1;
+          missing = absl::StrCat("the run starts with ", options_.start_with, " workers; ", with,
+                                 " registered (with an address) yet");
+        }
+      } else {
+        std::vector<int> absent;
+        for (int i = 0; i < workers; ++i) {
+          if (addresses[static_cast<size_t>(i)].empty()) absent.push_back(i);
+        }
+        missing = absent.empty() ? ""
+                                 : absl::StrCat("workers [", absl::StrJoin(absent, ","),
+                                                "] not registered (with an address) yet");
       }
-      missing = absent.empty() ? ""
-                               : absl::StrCat("workers [", absl::StrJoin(absent, ","),
-                                              "] not registered (with an address) yet");
     } else {
       missing = absl::StrCat("the scheduler: ", s.ToString());
     }

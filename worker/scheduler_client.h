@@ -38,6 +38,10 @@ struct SchedulerClientOptions {
   // The static configuration's worker count: epochs before the membership first reached it
   // (workers still starting) are not applied. 0: apply every epoch.
   int expected_members = 0;
+  // An elastic run (`--min_workers`): it starts once this many members have addresses
+  // (v1::RunStart); its first epoch applies from round 0, earlier ones never, and
+  // expected_members is not used. 0: not elastic.
+  uint32_t start_with = 0;
   // Called with the members of each new epoch (ids and the addresses they advertise), on the
   // heartbeat thread, outside any lock: a worker whose peers come from the scheduler follows a
   // peer that came back at another address.
@@ -58,7 +62,8 @@ class SchedulerClient {
   // epoch, through which the other members learn it.
   absl::Status Advertise(const std::string& address);
   // The rendezvous of a run whose peers come from the scheduler: waits until ids 0..workers-1
-  // are all members with addresses and returns those, by id. Waits at least two heartbeat
+  // are all members with addresses (an elastic run: until it has started) and returns the
+  // members' addresses by id ("" for an id that is not a member). Waits at least two heartbeat
   // intervals past this worker's (last) registration, so that every member has heard its
   // address before it sends or asks anything: a worker restarted at a new address is then
   // reached there. DeadlineExceeded after `wait`; Cancelled once `stopped` says so.
@@ -68,6 +73,10 @@ class SchedulerClient {
   // The members (sorted ids) in `round`: those of the newest epoch whose from_round <= round;
   // nullopt before any such epoch (every worker, as the static configuration says).
   std::optional<std::vector<int>> MembersFor(int64_t round) const;
+  // An elastic run: the round from which this worker is a member at the address it registered
+  // last (0 for one it started with; a later joiner's epoch's from_round), once the epochs
+  // followed say so; nullopt until then.
+  std::optional<int64_t> MemberFrom() const;
   absl::StatusOr<v1::View> View(uint64_t round);
   // Waits at barrier `name` until every member arrived (or the timeout passes).
   absl::Status Barrier(const std::string& name, absl::Duration timeout);
@@ -85,6 +94,8 @@ class SchedulerClient {
   void HeartbeatLoop();
   // Fetches the view of a new epoch and records its members.
   void Follow(uint64_t epoch, int64_t from_round);
+  // Records an elastic run's start: its members from round 0, and no epoch before it.
+  void Started(const v1::RunStart& start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Deadline(grpc::ClientContext* ctx, absl::Duration extra = absl::ZeroDuration()) const;
 
   const SchedulerClientOptions options_;
@@ -96,7 +107,9 @@ class SchedulerClient {
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   std::string address_ ABSL_GUARDED_BY(mu_);  // as advertised
   absl::Time registered_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  bool formed_ ABSL_GUARDED_BY(mu_) = false;  // the membership reached expected_members
+  uint64_t registered_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // the last registration's
+  // The membership reached expected_members, or the elastic run started.
+  bool formed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Epoch> epochs_ ABSL_GUARDED_BY(mu_);  // by epoch, the ones seen
 

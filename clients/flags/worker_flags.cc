@@ -31,6 +31,13 @@ ABSL_FLAG(tern::Int<tern::In(1, 16)>, push_stripes, 2,
           "once, each on a connection of its own (1: one stream); one connection moves bytes "
           "at well under a socket's speed");
 ABSL_FLAG(tern::Int<tern::In(1, 256)>, workers, 8, "worker/run: number of workers");
+ABSL_FLAG(tern::Int<tern::In(0, 256)>, min_workers, 0,
+          "worker: an elastic run (with --scheduler and no peer list): it starts once this many "
+          "workers are there, and more join while it runs, up to --max_workers, each with the "
+          "group's state; 0: a run of --workers");
+ABSL_FLAG(tern::Int<tern::In(0, 256)>, max_workers, 0,
+          "worker: with --min_workers, the most workers the run admits (ids below it); 0: "
+          "--workers");
 ABSL_FLAG(std::string, peers, "",
           "worker: comma-separated host:port of every worker, in id order (own entry ignored)");
 ABSL_FLAG(std::string, peers_file, "",

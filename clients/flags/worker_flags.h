@@ -16,6 +16,8 @@
 
 ABSL_DECLARE_FLAG(tern::Int<tern::In(-1, 255)>, id);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 256)>, workers);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 256)>, min_workers);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 256)>, max_workers);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 16)>, push_stripes);
 ABSL_DECLARE_FLAG(std::string, peers);
 ABSL_DECLARE_FLAG(std::string, peers_file);

@@ -4,7 +4,9 @@ serves the rendezvous (the one that bound its port), the workers take ids 0, 1 a
 the three scripts train DiLoCo to one model, byte for byte. First as three "hosts" on 127.0.0.1,
 then, as root, as three hosts in network namespaces with their own addresses
 (deploy/slow-link.sh): only the host the rendezvous names can serve it, and each worker listens
-on its own host's address.
+on its own host's address. Then an elastic run on 127.0.0.1 (--nnodes=2:3): two launchers
+start it, a third started while it runs joins with the group's state (its script goes on from
+the group's step and model), and the three end on one model.
 
 Usage: launch_test.py TERN_BINARY. Exit 77 (skipped) without torch or grpc."""
 import json
@@ -35,6 +37,30 @@ for step in range(40):
 torch.save(model.state_dict(), "%s/final-%d.pt" % (out, opt.worker_id))
 with open("%s/losses-%d.json" % (out, opt.worker_id), "w") as f:
     json.dump({"workers": opt.num_workers, "losses": losses}, f)
+'''
+
+ELASTIC_SCRIPT = r'''
+import json, sys, time, torch
+from tern.optim import DistributedOptimizer
+
+out, steps = sys.argv[1], int(sys.argv[2])
+torch.manual_seed(3)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2), model)
+first = opt.step_count  # a joiner's: the group's step
+target = torch.randn(32, 1, generator=torch.Generator().manual_seed(7))
+data = torch.Generator().manual_seed(100 + opt.worker_id)
+while opt.step_count < steps:
+    x = torch.randn(64, 32, generator=data)
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), x @ target).backward()
+    opt.step()
+    with open("%s/progress-%d" % (out, opt.worker_id), "w") as f:
+        f.write(str(opt.step_count))
+    time.sleep(0.02)
+torch.save(model.state_dict(), "%s/final-%d.pt" % (out, opt.worker_id))
+with open("%s/first-%d.json" % (out, opt.worker_id), "w") as f:
+    json.dump({"first": first, "workers": opt.num_workers}, f)
 '''
 
 
@@ -98,6 +124,71 @@ def one_model(torch, d):
     return True
 
 
+def launch_elastic(tern, torch, d, rdzv):
+    """--nnodes=2:3: two launchers start the run; a third joins it while it runs. Whether the
+    joiner went on from the group's step and the three ended on one model."""
+    import time
+    script = os.path.join(d, "elastic.py")
+    with open(script, "w") as f:
+        f.write(ELASTIC_SCRIPT)
+    steps = 200
+    cmd = [tern, "launch", "--rdzv=" + rdzv, "--nnodes=2:3", "--plaintext",
+           "--algorithm=diloco", "--topology=complete", "--local_steps=5",
+           "--outer=nesterov:lr=0.7,momentum=0.9", "--codec=fp4", "--round_timeout=60",
+           "--peers_timeout=60", "--log_level=info", "--", "/usr/bin/python3", script, d,
+           str(steps)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    start = lambda: subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+    procs = [start(), start()]
+
+    def progress():
+        try:
+            with open(os.path.join(d, "progress-0")) as f:
+                return int(f.read() or 0)
+        except (OSError, ValueError):
+            return 0
+    until = time.time() + 120
+    while progress() < 40 and time.time() < until:
+        time.sleep(0.05)
+    if progress() < 40:
+        for p in procs:
+            p.kill()
+        print("\n----\n".join(p.communicate()[0] for p in procs))
+        print("FAILED: the elastic run did not start with two launchers")
+        return False
+    procs.append(start())
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=240)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            print("FAILED: an elastic launcher did not finish in 240 s")
+            return False
+    if any(p.returncode != 0 for p in procs):
+        print("\n----\n".join(outs))
+        print("FAILED: an elastic launcher exited %s" % [p.returncode for p in procs])
+        return False
+    with open(os.path.join(d, "first-2.json")) as f:
+        joiner = json.load(f)
+    if joiner["first"] < 40 or joiner["workers"] != 3:
+        print(outs[2])
+        print("FAILED: the joiner (worker 2) began at step %d of %d workers, not at the group's"
+              % (joiner["first"], joiner["workers"]))
+        return False
+    models = [torch.load("%s/final-%d.pt" % (d, i)) for i in range(3)]
+    for name, value in models[0].items():
+        if any(not torch.equal(value, m[name]) for m in models[1:]):
+            print("\n----\n".join(outs))
+            print("FAILED: the elastic run's final models differ in %s" % name)
+            return False
+    print("tern launch --nnodes=2:3: worker 2 joined at step %d of %d, one model" %
+          (joiner["first"], steps))
+    return True
+
+
 def main():
     tern = sys.argv[1]
     try:
@@ -111,6 +202,9 @@ def main():
         if outs is None or not one_model(torch, d):
             return 1
         print("tern launch on 127.0.0.1: 3 launchers, one rendezvous, one model")
+    with tempfile.TemporaryDirectory(prefix="tern-launch-test-") as d:
+        if not launch_elastic(tern, torch, d, "127.0.0.1:%d" % free_port()):
+            return 1
     if os.geteuid() != 0:
         print("not root: the three hosts in network namespaces are not tried")
         return 0

@@ -363,6 +363,178 @@ TEST(SchedulerRendezvous, WorkersGivenOnlyTheSchedulerFindEachOtherAndAReplaceme
   EXPECT_EQ(Wait(scheduler), 0);
 }
 
+// An elastic run (--min_workers=2, --max_workers=4): the same command on every host, with only
+// the scheduler's address. The run starts with the first two; a third and a fourth started while
+// it runs join it (ids 2 and 3), each from a later epoch with the group's state (not the initial
+// parameters); a fifth is refused, beyond the run's most, while the run goes on; the four end on
+// one model, byte for byte.
+TEST(ElasticRun, WorkersJoinARunningRunWithTheGroupsStateUpToItsMost) {
+  const std::string dir = MakeTempDir();
+  const pid_t scheduler =
+      Spawn({"scheduler", "--heartbeat_interval_ms=250", "--heartbeat_timeout_ms=1500",
+             absl::StrCat("--port_file=", dir, "/scheduler.port")},
+            dir + "/scheduler.log");
+  const int sport = WaitForPort(dir + "/scheduler.port");
+  ASSERT_GT(sport, 0) << "the scheduler did not start";
+  const auto args = [&](const std::string& tag) {
+    return std::vector<std::string>{"worker",
+                                    "--min_workers=2",
+                                    "--max_workers=4",
+                                    absl::StrCat("--scheduler=127.0.0.1:", sport),
+                                    "--algorithm=diloco",
+                                    "--local_steps=20",
+                                    "--codec=fp4",
+                                    "--round_timeout=5",
+                                    "--epochs=40",
+                                    "--batch=64",
+                                    "--max_steps=8000",
+                                    "--total_steps=8000",
+                                    "--peers_timeout=30",
+                                    absl::StrCat("--round_log=", dir, "/", tag, ".steps.jsonl"),
+                                    absl::StrCat("--final_model=", dir, "/final-", tag, ".bin"),
+                                    "--exit_after_training",
+                                    "--log_level=info"};
+  };
+  std::vector<pid_t> pids;
+  std::vector<std::string> tags;
+  const auto start = [&](const std::string& tag) {
+    tags.push_back(tag);
+    pids.push_back(Spawn(args(tag), absl::StrCat(dir, "/", tag, ".log")));
+  };
+  const auto stop_all = [&] {
+    for (pid_t p : pids) kill(p, SIGKILL);
+    kill(scheduler, SIGKILL);
+  };
+  // The steps the first worker has logged, waited for up to 60 s.
+  const auto reach = [&](size_t steps) {
+    for (int t = 0; t < 6000 && Lines(dir + "/a.steps.jsonl").size() < steps; ++t) {
+      usleep(10 * 1000);
+    }
+    return Lines(dir + "/a.steps.jsonl").size() >= steps;
+  };
+  start("a");
+  start("b");
+  if (!reach(800)) {
+    stop_all();
+    FAIL() << "the run did not start with two: " << ReadText(dir + "/a.log");
+  }
+  start("c");
+  if (!reach(2000)) {
+    stop_all();
+    FAIL() << ReadText(dir + "/a.log");
+  }
+  start("d");
+  // One beyond the most: refused once it has waited its --peers_timeout for a free id.
+  std::vector<std::string> extra = args("extra");
+  extra.push_back("--peers_timeout=1");
+  absl::SleepFor(absl::Seconds(1));  // d has its id
+  const pid_t fifth = Spawn(extra, dir + "/extra.log");
+  EXPECT_NE(Wait(fifth), 0);
+  EXPECT_THAT(ReadText(dir + "/extra.log"), ::testing::HasSubstr("every id below 4 is a member"));
+  for (size_t p = 0; p < pids.size(); ++p) {
+    EXPECT_EQ(Wait(pids[p]), 0) << ReadText(absl::StrCat(dir, "/", tags[p], ".log"));
+  }
+  std::vector<int> ids;
+  for (const std::string& tag : tags) {
+    const std::string log = ReadText(absl::StrCat(dir, "/", tag, ".log"));
+    ids.push_back(AssignedId(log));
+    EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("group model differs"))) << tag;
+  }
+  EXPECT_THAT(ids, ::testing::ElementsAre(::testing::AnyOf(0, 1), ::testing::AnyOf(0, 1), 2, 3));
+  EXPECT_THAT(ReadText(dir + "/scheduler.log"),
+              ::testing::HasSubstr("the run starts with workers [0,1]"));
+  for (const std::string tag : {"c", "d"}) {
+    // Its first step is past the start, from the group's state.
+    const std::string log = ReadText(absl::StrCat(dir, "/", tag, ".log"));
+    EXPECT_THAT(log, ::testing::HasSubstr("rejoined at step")) << log;
+    const std::vector<std::string> steps = Lines(absl::StrCat(dir, "/", tag, ".steps.jsonl"));
+    ASSERT_FALSE(steps.empty()) << tag;
+    const size_t at = steps.front().find("\"step\":");
+    const int first = at == std::string::npos ? 0 : std::atoi(steps.front().c_str() + at + 7);
+    EXPECT_GT(first, 800) << tag << ": " << steps.front();
+    EXPECT_LT(steps.size(), 7000u) << tag;
+  }
+  const std::string model = ReadText(dir + "/final-a.bin");
+  EXPECT_GT(model.size(), 100000u);
+  for (const std::string& tag : tags) {
+    EXPECT_TRUE(ReadText(absl::StrCat(dir, "/final-", tag, ".bin")) == model) << tag;
+  }
+  kill(scheduler, SIGTERM);
+  EXPECT_EQ(Wait(scheduler), 0);
+}
+
+// The loss in a round-log line ("loss":L), or -1.
+double LossOf(const std::string& line) {
+  const size_t at = line.find("\"loss\":");
+  return at == std::string::npos ? -1 : std::atof(line.c_str() + at + 7);
+}
+
+// A gossip method keeps no state shared by the group: a worker joining an elastic dpsgd run
+// starts from a peer's model at the group's step (not from the initial parameters), and its
+// peers mix with it from its first message.
+TEST(ElasticRun, AGossipJoinerStartsFromAPeersModel) {
+  const std::string dir = MakeTempDir();
+  const pid_t scheduler =
+      Spawn({"scheduler", "--heartbeat_interval_ms=250", "--heartbeat_timeout_ms=1500",
+             absl::StrCat("--port_file=", dir, "/scheduler.port")},
+            dir + "/scheduler.log");
+  const int sport = WaitForPort(dir + "/scheduler.port");
+  ASSERT_GT(sport, 0) << "the scheduler did not start";
+  const auto args = [&](const std::string& tag) {
+    return std::vector<std::string>{"worker",
+                                    "--min_workers=2",
+                                    "--max_workers=3",
+                                    absl::StrCat("--scheduler=127.0.0.1:", sport),
+                                    "--algorithm=dpsgd",
+                                    "--codec=fp16",
+                                    "--round_timeout=5",
+                                    "--epochs=40",
+                                    "--batch=64",
+                                    "--max_steps=3000",
+                                    "--total_steps=3000",
+                                    "--peers_timeout=30",
+                                    absl::StrCat("--round_log=", dir, "/", tag, ".steps.jsonl"),
+                                    "--exit_after_training",
+                                    "--log_level=info"};
+  };
+  std::vector<pid_t> pids;
+  for (const char* tag : {"a", "b"}) {
+    pids.push_back(Spawn(args(tag), absl::StrCat(dir, "/", tag, ".log")));
+  }
+  for (int t = 0; t < 6000 && Lines(dir + "/a.steps.jsonl").size() < 600; ++t) usleep(10 * 1000);
+  if (Lines(dir + "/a.steps.jsonl").size() < 600) {
+    for (pid_t p : pids) kill(p, SIGKILL);
+    kill(scheduler, SIGKILL);
+    FAIL() << "the run did not start with two: " << ReadText(dir + "/a.log");
+  }
+  pids.push_back(Spawn(args("c"), dir + "/c.log"));
+  const char* tags[] = {"a", "b", "c"};
+  for (size_t p = 0; p < pids.size(); ++p) {
+    EXPECT_EQ(Wait(pids[p]), 0) << ReadText(absl::StrCat(dir, "/", tags[p], ".log"));
+  }
+  const std::string c = ReadText(dir + "/c.log");
+  EXPECT_THAT(c, ::testing::HasSubstr("joined at step")) << c;
+  const std::vector<std::string> a_steps = Lines(dir + "/a.steps.jsonl");
+  const std::vector<std::string> c_steps = Lines(dir + "/c.steps.jsonl");
+  ASSERT_FALSE(a_steps.empty());
+  ASSERT_FALSE(c_steps.empty());
+  const size_t at = c_steps.front().find("\"step\":");
+  const int first = at == std::string::npos ? 0 : std::atoi(c_steps.front().c_str() + at + 7);
+  EXPECT_GT(first, 600) << c_steps.front();
+  // Its first step's loss is the trained group's, not the initial model's.
+  EXPECT_LT(LossOf(c_steps.front()), 0.6 * LossOf(a_steps.front())) << c_steps.front() << "\n"
+                                                                    << a_steps.front();
+  // Its peers mixed its messages once they came.
+  EXPECT_THAT(ReadText(dir + "/a.log"), ::testing::HasSubstr("worker 2 joins the run"));
+  int mixed_three = 0;
+  for (const std::string& line : Lines(dir + "/a.steps.jsonl")) {
+    mixed_three += line.find("\"mixed\":2") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_GT(mixed_three, 100);
+  kill(scheduler, SIGTERM);
+  EXPECT_EQ(Wait(scheduler), 0);
+}
+
 // A port p with p + 1 free too (MASTER_PORT and tern's rendezvous above it), or 0.
 int TwoFreePorts() {
   for (int tries = 0; tries < 50; ++tries) {
