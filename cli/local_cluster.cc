@@ -67,6 +67,11 @@ void LocalCluster::Kill(ChildProcess* child) {
   if (child->alive) kill(child->pid, SIGKILL);
 }
 
+void LocalCluster::Stop(ChildProcess* child) {
+  child->killed = true;
+  if (child->alive) kill(child->pid, SIGTERM);
+}
+
 std::vector<std::string> LocalCluster::Failures() {
   Reap();  // a child that ended since the last look counts too
   std::vector<std::string> out;

@@ -48,6 +48,8 @@ class LocalCluster {
   void Restart(ChildProcess* child, const std::vector<std::string>& args);
   // SIGKILLs `child` (fault injection).
   void Kill(ChildProcess* child);
+  // SIGTERMs `child` (a graceful leave): its end is no failure either.
+  void Stop(ChildProcess* child);
   // "HOST:PORT" once `child` wrote dir/<port_name> (its --port_file); an error with the tail
   // of its log when it died or `timeout` passed, Cancelled on Ctrl-C.
   absl::StatusOr<std::string> WaitForAddress(ChildProcess* child, const std::string& port_name,

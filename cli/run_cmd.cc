@@ -22,10 +22,12 @@
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
@@ -69,7 +71,15 @@ ABSL_FLAG(tern::Int<tern::AtLeast(1)>, evals_per_epoch, 2,
 ABSL_FLAG(std::string, name, "", "run: run name (default <algorithm>-<codec>-<topology>)");
 ABSL_FLAG(std::string, kill_worker, "",
           "run: fault injection, ID@STEP[,ID@STEP...]: SIGKILL worker ID once it has done STEP "
-          "steps");
+          "steps (its trainer does, at that step's end: --crash_after_steps)");
+
+ABSL_FLAG(std::string, join_worker, "",
+          "run: an elastic run's joins, STEP[,STEP...]: start one more worker (the next id) once "
+          "the furthest worker has done STEP steps; it joins the running run with the group's "
+          "state (needs --scheduler)");
+ABSL_FLAG(std::string, leave_worker, "",
+          "run: graceful leaves, ID@STEP[,ID@STEP...]: stop worker ID (SIGTERM: it leaves the "
+          "run, a membership epoch) once it has done STEP steps (needs --scheduler)");
 
 ABSL_FLAG(std::vector<std::string>, worker_hosts, {},
           "run: the address each worker listens on and is reached at, one per worker (default "
@@ -82,9 +92,10 @@ namespace tern {
 namespace {
 
 struct Child {
-  ChildProcess* proc = nullptr;  // owned by the LocalCluster
+  ChildProcess* proc = nullptr;  // owned by the LocalCluster; null for a joiner not started yet
   std::unique_ptr<v1::Trainer::Stub> stub;
-  v1::WorkerStats last;  // stats at the previous evaluation
+  v1::WorkerStats last;   // stats at the previous evaluation
+  int64_t joined_at = 0;  // a joiner: the group's step when it was started (no snapshot before)
 };
 
 // Fetches a worker's snapshot of `step`: the parameters, or nullopt with `retry` saying whether
@@ -105,7 +116,8 @@ std::optional<std::vector<float>> FetchSnapshot(Child& c, int64_t step,
   if (!gs.ok()) {
     *retry = gs.error_code() == grpc::StatusCode::UNAVAILABLE ||
              gs.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!*retry)
+    // A joiner has no snapshot of the steps before the one it joined at: not worth a line.
+    if (!*retry && !(c.joined_at > 0 && gs.error_code() == grpc::StatusCode::NOT_FOUND))
       std::fprintf(stderr, "\nworker %d: snapshot %lld: %s\n", c.proc->id,
                    static_cast<long long>(step), gs.error_message().c_str());
     return std::nullopt;
@@ -120,6 +132,12 @@ std::optional<std::vector<float>> FetchSnapshot(Child& c, int64_t step,
 // What a gossip run is, from the flags, checked before anything starts.
 struct GossipRun {
   int n = 0;
+  int max = 0;                                  // workers there may be: n, and one per join
+  std::vector<int64_t> joins;                   // --join_worker: the group's step of each
+  std::vector<std::pair<int, int64_t>> leaves;  // --leave_worker: (worker, after steps)
+  // Joins or leaves: the workers run elastic (--min_workers=n, --max_workers=max) on the
+  // scheduler's rendezvous, with no peer list.
+  bool elastic() const { return !joins.empty() || !leaves.empty(); }
   int epochs = 0;
   int64_t steps_per_epoch = 0;
   int64_t total = 0;
@@ -140,6 +158,29 @@ absl::Status CheckGossipFlags(const WorkerRegistries& registries, GossipRun* run
   TERN_RETURN_IF_ERROR(CheckDataFlags());
   TERN_ASSIGN_OR_RETURN(run->kills,
                         ParseKillList(absl::GetFlag(FLAGS_kill_worker), "kill_worker", run->n, 0));
+  TERN_ASSIGN_OR_RETURN(
+      run->leaves, ParseKillList(absl::GetFlag(FLAGS_leave_worker), "leave_worker", run->n, 1));
+  for (absl::string_view v :
+       absl::StrSplit(absl::GetFlag(FLAGS_join_worker), ',', absl::SkipEmpty())) {
+    int64_t at = 0;
+    if (!absl::SimpleAtoi(v, &at) || at < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--join_worker=", absl::GetFlag(FLAGS_join_worker), ": STEP[,STEP...], each >= 1"));
+    }
+    run->joins.push_back(at);
+  }
+  std::sort(run->joins.begin(), run->joins.end());
+  run->max = run->n + static_cast<int>(run->joins.size());
+  if (run->max > 256) return absl::InvalidArgumentError("more than 256 workers with the joins");
+  if (run->elastic() && absl::GetFlag(FLAGS_scheduler).empty()) {
+    return absl::InvalidArgumentError(
+        "--join_worker and --leave_worker are membership epochs: they need --scheduler (local, "
+        "or a running one's HOST:PORT)");
+  }
+  if (run->elastic() && !absl::GetFlag(FLAGS_worker_netns).empty()) {
+    return absl::InvalidArgumentError(
+        "--join_worker/--leave_worker with --worker_netns: not built");
+  }
   return absl::OkStatus();
 }
 
@@ -231,8 +272,48 @@ absl::StatusOr<std::string> PerWorker(const std::vector<std::string>& list, cons
   return list[static_cast<size_t>(i)];
 }
 
-// Starts the workers, collects their ports and tells everyone where everyone is.
-absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const GossipRun& run) {
+// Worker i's command line. An elastic run's workers find each other through the scheduler
+// (no peer list) and admit joiners up to run.max.
+std::vector<std::string> WorkerCommand(LocalCluster& cluster, const GossipRun& run, int i,
+                                       const std::string& host, const std::string& scheduler) {
+  const std::string& dir = cluster.dir();
+  std::vector<std::string> args = {"worker",
+                                   absl::StrCat("--id=", i),
+                                   absl::StrCat("--listen=", host, ":0"),
+                                   absl::StrCat("--port_file=", dir, "/worker-", i, ".port"),
+                                   absl::StrCat("--snapshot_every=", run.every),
+                                   absl::StrCat("--total_steps=", run.total),
+                                   absl::StrCat("--round_log=", dir, "/worker-", i, ".steps.jsonl"),
+                                   absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
+  if (run.elastic()) {
+    args.push_back(absl::StrCat("--min_workers=", run.n));
+    args.push_back(absl::StrCat("--max_workers=", run.max));
+  } else {
+    args.push_back(absl::StrCat("--workers=", run.n));
+    args.push_back(absl::StrCat("--peers_file=", dir, "/peers.txt"));
+  }
+  for (std::string& a : SharedTrainFlagArgs()) args.push_back(std::move(a));
+  // --kill_worker: the worker's trainer kills it at its step's end exactly (a kill from here,
+  // on a poll, could land anywhere in a step, an exchange's pushes half out included).
+  for (const auto& [id, after] : run.kills) {
+    if (id == i) args.push_back(absl::StrCat("--crash_after_steps=", after));
+  }
+  if (!scheduler.empty()) args.push_back("--scheduler=" + scheduler);
+  // --worker_hosts in namespaces this run made for itself (bench/faults): a private network,
+  // from which the launcher reads the workers' snapshots and counters (Trainer service) as
+  // itself, or as anyone there when the run has no certificates.
+  if (!IsLoopback(host + ":0")) {
+    args.push_back("--plaintext");
+    args.push_back(absl::GetFlag(FLAGS_tls) ? "--trainer_names=launcher" : "--trainer_names=*");
+  }
+  for (std::string& a : cluster.TlsArgs(absl::StrCat("worker-", i))) args.push_back(std::move(a));
+  return args;
+}
+
+// Starts the workers, collects their ports and tells everyone where everyone is (an elastic
+// run: the scheduler does). Room is left for the joiners; `scheduler` says where it is.
+absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const GossipRun& run,
+                                                std::string* scheduler) {
   const std::string& dir = cluster.dir();
   std::vector<std::string> hosts(run.n), netns(run.n);
   for (int i = 0; i < run.n; ++i) {
@@ -241,35 +322,18 @@ absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const Gos
     TERN_ASSIGN_OR_RETURN(
         netns[i], PerWorker(absl::GetFlag(FLAGS_worker_netns), "worker_netns", run.n, i, ""));
   }
-  TERN_ASSIGN_OR_RETURN(const std::string scheduler, SchedulerFor(cluster));
+  TERN_ASSIGN_OR_RETURN(*scheduler, SchedulerFor(cluster));
   ::unlink((dir + "/peers.txt").c_str());
-  std::vector<Child> children(run.n);
+  std::vector<Child> children(run.max);
   for (int i = 0; i < run.n; ++i) {
-    std::vector<std::string> args = {
-        "worker",
-        absl::StrCat("--id=", i),
-        absl::StrCat("--workers=", run.n),
-        absl::StrCat("--listen=", hosts[i], ":0"),
-        absl::StrCat("--port_file=", dir, "/worker-", i, ".port"),
-        absl::StrCat("--peers_file=", dir, "/peers.txt"),
-        absl::StrCat("--snapshot_every=", run.every),
-        absl::StrCat("--total_steps=", run.total),
-        absl::StrCat("--round_log=", dir, "/worker-", i, ".steps.jsonl"),
-        absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
-    for (std::string& a : SharedTrainFlagArgs()) args.push_back(std::move(a));
-    if (!scheduler.empty()) args.push_back("--scheduler=" + scheduler);
-    // --worker_hosts in namespaces this run made for itself (bench/faults): a private network,
-    // from which the launcher reads the workers' snapshots and counters (Trainer service) as
-    // itself, or as anyone there when the run has no certificates.
-    if (!IsLoopback(hosts[i] + ":0")) {
-      args.push_back("--plaintext");
-      args.push_back(absl::GetFlag(FLAGS_tls) ? "--trainer_names=launcher" : "--trainer_names=*");
-    }
-    for (std::string& a : cluster.TlsArgs(absl::StrCat("worker-", i))) args.push_back(std::move(a));
     ::unlink(absl::StrCat(dir, "/worker-", i, ".port").c_str());
     children[i].proc =
-        cluster.Start("worker", i, args, absl::StrCat("worker-", i, ".log"), netns[i]);
+        cluster.Start("worker", i, WorkerCommand(cluster, run, i, hosts[i], *scheduler),
+                      absl::StrCat("worker-", i, ".log"), netns[i]);
   }
+  // A worker that --kill_worker kills (its trainer does, --crash_after_steps): its end is no
+  // failure.
+  for (const auto& [id, after] : run.kills) children[static_cast<size_t>(id)].proc->killed = true;
   std::vector<std::string> addresses(run.n);
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   for (int i = 0; i < run.n; ++i) {
@@ -277,11 +341,12 @@ absl::StatusOr<std::vector<Child>> StartWorkers(LocalCluster& cluster, const Gos
         addresses[i], cluster.WaitForAddress(children[i].proc, absl::StrCat("worker-", i, ".port"),
                                              deadline - absl::Now(), hosts[i]));
   }
-  {
+  if (!run.elastic()) {
     std::ofstream f(dir + "/peers.txt.tmp");
     for (const std::string& a : addresses) f << a << "\n";
+    f.close();
+    std::rename((dir + "/peers.txt.tmp").c_str(), (dir + "/peers.txt").c_str());
   }
-  std::rename((dir + "/peers.txt.tmp").c_str(), (dir + "/peers.txt").c_str());
   for (int i = 0; i < run.n; ++i)
     children[i].stub = v1::Trainer::NewStub(
         MakeChannel(addresses[i], ChannelKind::kDefault, cluster.credentials()));
@@ -304,27 +369,70 @@ struct Progress {
   double acc = 0, loss = 0, consensus = 0, mb = 0, ratio = 1;
 };
 
-// --kill_worker: SIGKILLs each listed worker once it has done its steps; `killed[k]` says
-// whether kill k happened.
-void MaybeKill(LocalCluster& cluster, const GossipRun& run, std::vector<Child>& children,
-               std::vector<bool>* killed) {
+// The faults and membership changes a run injects, and how far they have come.
+struct Churn {
+  std::string scheduler;     // where joiners register
+  std::vector<bool> killed;  // --kill_worker's, each done or not
+  std::vector<bool> left;    // --leave_worker's
+  size_t joined = 0;         // --join_worker's done (in step order)
+};
+
+// --kill_worker: SIGKILLs each listed worker once it has done its steps; --leave_worker: stops
+// one (SIGTERM: it leaves the run); --join_worker: starts the next worker once the furthest live
+// one has done the steps.
+void MaybeChurn(LocalCluster& cluster, const GossipRun& run, std::vector<Child>& children,
+                Churn* churn) {
   for (size_t k = 0; k < run.kills.size(); ++k) {
+    // Its trainer kills it (--crash_after_steps); said here once it is gone.
     const auto [id, after] = run.kills[k];
     Child& c = children[static_cast<size_t>(id)];
-    if ((*killed)[k] || !c.proc->alive) continue;
+    if (churn->killed[k] || c.proc->alive) continue;
+    churn->killed[k] = true;
+    std::fprintf(stderr, "\n[fault injection] killed worker %d after %lld steps\n", id,
+                 static_cast<long long>(after));
+  }
+  for (size_t k = 0; k < run.leaves.size(); ++k) {
+    const auto [id, after] = run.leaves[k];
+    Child& c = children[static_cast<size_t>(id)];
+    if (churn->left[k] || !c.proc->alive) continue;
     const int64_t steps = StepsOf(c);
     if (steps < after) continue;
-    cluster.Kill(c.proc);
-    (*killed)[k] = true;
-    std::fprintf(stderr, "\n[fault injection] killed worker %d after %lld steps\n", id,
+    cluster.Stop(c.proc);
+    churn->left[k] = true;
+    std::fprintf(stderr, "\n[membership] worker %d leaves after %lld steps\n", id,
                  static_cast<long long>(steps));
+  }
+  if (churn->joined == run.joins.size()) return;
+  int64_t furthest = -1;
+  for (Child& c : children) {
+    if (c.proc != nullptr && c.proc->alive) furthest = std::max(furthest, StepsOf(c));
+  }
+  while (churn->joined < run.joins.size() && furthest >= run.joins[churn->joined]) {
+    const int id = run.n + static_cast<int>(churn->joined++);
+    Child& c = children[static_cast<size_t>(id)];
+    c.joined_at = furthest;
+    ::unlink(absl::StrCat(cluster.dir(), "/worker-", id, ".port").c_str());
+    c.proc =
+        cluster.Start("worker", id, WorkerCommand(cluster, run, id, "127.0.0.1", churn->scheduler),
+                      absl::StrCat("worker-", id, ".log"));
+    absl::StatusOr<std::string> address =
+        cluster.WaitForAddress(c.proc, absl::StrCat("worker-", id, ".port"), absl::Seconds(60));
+    if (!address.ok()) {
+      std::fprintf(stderr, "\n[membership] worker %d did not start: %s\n", id,
+                   std::string(address.status().message()).c_str());
+      continue;
+    }
+    c.stub =
+        v1::Trainer::NewStub(MakeChannel(*address, ChannelKind::kDefault, cluster.credentials()));
+    std::fprintf(stderr, "\n[membership] worker %d joins at the group's step %lld\n", id,
+                 static_cast<long long>(furthest));
   }
 }
 
 void DrawLiveLine(const GossipRun& run, std::vector<Child>& children,
                   const std::vector<bool>& pending, const Progress& p) {
   int64_t at = run.total;  // the slowest pending worker's step
-  for (int i = 0; i < run.n; ++i) {
+  for (int i = 0; i < run.max; ++i) {
     if (pending[i]) {
       const int64_t s = StepsOf(children[i]);
       if (s >= 0) at = std::min(at, s);
@@ -346,16 +454,20 @@ void DrawLiveLine(const GossipRun& run, std::vector<Child>& children,
 // stats; waits for the slow ones, drawing the live line and injecting the fault.
 std::vector<std::optional<std::vector<float>>> CollectSnapshots(
     LocalCluster& cluster, const GossipRun& run, std::vector<Child>& children, int64_t step,
-    const std::vector<ParamTensor>& layout, const CodecRegistry& codecs, std::vector<bool>* killed,
+    const std::vector<ParamTensor>& layout, const CodecRegistry& codecs, Churn* churn,
     const Progress& p, std::vector<v1::WorkerStats>* stats) {
-  std::vector<std::optional<std::vector<float>>> got(run.n);
-  std::vector<bool> pending(run.n);
-  for (int i = 0; i < run.n; ++i) pending[i] = children[i].proc->alive;
+  std::vector<std::optional<std::vector<float>>> got(run.max);
+  std::vector<bool> pending(run.max);
+  for (int i = 0; i < run.max; ++i) {
+    // A joiner started past `step` has no snapshot of it.
+    pending[i] = children[i].proc != nullptr && children[i].proc->alive &&
+                 (children[i].joined_at == 0 || children[i].joined_at <= step);
+  }
   absl::Time last_draw = absl::InfinitePast();
   while (!cluster.interrupted()) {
     cluster.Reap();
     bool any = false;
-    for (int i = 0; i < run.n; ++i) {
+    for (int i = 0; i < run.max; ++i) {
       if (!pending[i]) continue;
       if (!children[i].proc->alive) {
         pending[i] = false;
@@ -366,7 +478,7 @@ std::vector<std::optional<std::vector<float>>> CollectSnapshots(
       pending[i] = !got[i].has_value() && retry;
       any = any || pending[i];
     }
-    MaybeKill(cluster, run, children, killed);
+    MaybeChurn(cluster, run, children, churn);
     if (!any) break;
     if (p.tty && absl::Now() - last_draw > absl::Milliseconds(500)) {
       DrawLiveLine(run, children, pending, p);
@@ -541,7 +653,8 @@ int RunMain(const std::string& self_exe) {
   if (int rc = LoadEvalSetup(&setup); rc != 0) return rc;
   const TrainTest& data = setup.data;
   const Model& model = *setup.model;
-  run.steps_per_epoch = StepsPerEpoch(data.train.size(), run.n, absl::GetFlag(FLAGS_batch).value);
+  // Each worker trains on its shard of the run's size: in an elastic run, its most.
+  run.steps_per_epoch = StepsPerEpoch(data.train.size(), run.max, absl::GetFlag(FLAGS_batch).value);
   run.total = CapSteps(run.steps_per_epoch * run.epochs);
   run.every = std::max<int64_t>(
       1, run.steps_per_epoch / std::max(1, absl::GetFlag(FLAGS_evals_per_epoch).value));
@@ -554,7 +667,7 @@ int RunMain(const std::string& self_exe) {
   LocalCluster cluster(self_exe, dir);
   if (absl::GetFlag(FLAGS_tls)) {
     std::vector<std::string> holders = {"scheduler"};
-    for (int i = 0; i < run.n; ++i) holders.push_back(absl::StrCat("worker-", i));
+    for (int i = 0; i < run.max; ++i) holders.push_back(absl::StrCat("worker-", i));
     if (absl::Status s = cluster.UseTls(holders); !s.ok()) {
       std::fprintf(stderr, "tern run: --tls: %s\n", s.ToString().c_str());
       return 1;
@@ -569,14 +682,16 @@ int RunMain(const std::string& self_exe) {
   std::printf("run folder: %s\n", dir.c_str());
   std::fflush(stdout);
 
-  absl::StatusOr<std::vector<Child>> children = StartWorkers(cluster, run);
+  Churn churn;
+  churn.killed.resize(run.kills.size());
+  churn.left.resize(run.leaves.size());
+  absl::StatusOr<std::vector<Child>> children = StartWorkers(cluster, run, &churn.scheduler);
   if (!children.ok() && !cluster.interrupted()) {
     std::fprintf(stderr, "tern run: %s\n", std::string(children.status().message()).c_str());
     cluster.Finish();
     return 1;
   }
   Progress p{isatty(1) != 0, absl::Now()};
-  std::vector<bool> killed(run.kills.size());
   int64_t completed_step = -1;
   double best_acc = 0;
   int64_t evaluations = 0;
@@ -585,12 +700,12 @@ int RunMain(const std::string& self_exe) {
   double lowest_consensus = std::numeric_limits<double>::infinity();
   v1::MetricsRow last;
   for (int64_t step : children.ok() ? EvalSteps(run) : std::vector<int64_t>()) {
-    std::vector<v1::WorkerStats> stats(run.n);
+    std::vector<v1::WorkerStats> stats(run.max);
     const auto got = CollectSnapshots(cluster, run, *children, step, model.Layout(),
-                                      *registries.codecs, &killed, p, &stats);
+                                      *registries.codecs, &churn, p, &stats);
     if (cluster.interrupted()) break;
     std::vector<int> have;
-    for (int i = 0; i < run.n; ++i) {
+    for (int i = 0; i < run.max; ++i) {
       if (got[i].has_value()) have.push_back(i);
     }
     if (have.empty()) {

@@ -35,6 +35,12 @@ void Membership::Changed() {
   int64_t furthest = -1;
   for (const auto& [id, w] : members_) furthest = std::max(furthest, w.round);
   from_round_ = std::max(from_round_, furthest + 1 + SwitchLag());
+  v1::EpochRecord& r = recent_.emplace_back();
+  r.set_epoch(epoch_);
+  r.set_from_round(from_round_);
+  for (const auto& [id, w] : members_) r.add_members(id);
+  constexpr size_t kRecent = 17;  // this one and the 16 before
+  while (recent_.size() > kRecent) recent_.pop_front();
   for (auto& [name, b] : barriers_) {
     for (auto it = b.arrived.begin(); it != b.arrived.end();) {
       it = members_.count(*it) ? std::next(it) : b.arrived.erase(it);
@@ -216,6 +222,9 @@ absl::StatusOr<v1::View> Membership::GetView(uint32_t id, uint64_t round, absl::
   v.set_round(round);
   v.set_topology(options_.topology);
   if (start_.has_value()) *v.mutable_start() = *start_;
+  for (const v1::EpochRecord& r : recent_) {
+    if (r.epoch() < epoch_) *v.add_recent() = r;
+  }
   std::vector<uint32_t> ids;
   for (const auto& [mid, w] : members_) {
     ids.push_back(mid);

@@ -110,6 +110,7 @@ class Membership {
   uint32_t start_with_ ABSL_GUARDED_BY(mu_) = 0;  // the most asked for before the start
   std::optional<v1::RunStart> start_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::Failure> failures_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::EpochRecord> recent_ ABSL_GUARDED_BY(mu_);  // the last epochs, this one last
   uint64_t failures_declared_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

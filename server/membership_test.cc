@@ -128,6 +128,32 @@ TEST_F(MembershipTest, AJoinersJumpToTheGroupsRoundIsNotTakenForSpeed) {
   EXPECT_EQ(v->from_round(), 50 + 1 + 2 + 20);
 }
 
+// Two epochs between a member's heartbeats (two joins close together, each from its own round):
+// the view lists the earlier ones too, so the member applies each where every other does.
+TEST_F(MembershipTest, AViewListsTheEpochsBeforeItEachWithItsOwnFirstRound) {
+  for (int i = 0; i < 2; ++i) Join(i, t0_);
+  for (int s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(Beat(0, t0_ + absl::Seconds(s), 10 * s).ok());
+    ASSERT_TRUE(Beat(1, t0_ + absl::Seconds(s), 10 * s).ok());
+  }
+  Join(2, t0_ + absl::Seconds(3));
+  const uint64_t two = m_->epoch();
+  ASSERT_TRUE(Beat(0, t0_ + absl::Seconds(4), 50).ok());
+  Join(3, t0_ + absl::Seconds(4));
+  auto v = m_->GetView(0, 0, t0_ + absl::Seconds(4));
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_GE(v->recent_size(), 2);
+  const v1::EpochRecord& before = v->recent(v->recent_size() - 1);
+  EXPECT_EQ(before.epoch(), two);
+  EXPECT_EQ(std::vector<uint32_t>(before.members().begin(), before.members().end()),
+            (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_LT(before.from_round(), v->from_round());
+  EXPECT_EQ(v->epoch(), two + 1);
+  for (int i = 1; i < v->recent_size(); ++i) {
+    EXPECT_LT(v->recent(i - 1).epoch(), v->recent(i).epoch());
+  }
+}
+
 TEST_F(MembershipTest, BarrierReleasesWhenEveryMemberArrivedOrTheMissingOneDies) {
   for (int i = 0; i < 3; ++i) Join(i, t0_);
   v1::BarrierRequest b;

@@ -84,10 +84,12 @@ WorkerDaemon::WorkerDaemon(DaemonOptions options, const CodecRegistry* codecs,
       segment_(std::make_unique<TrainerSegment>(options_.engine.worker_id, engine_.get(),
                                                 trainer_port_.get())),
       gossip_(std::make_unique<GossipService>(
-          GossipServiceOptions{.worker_id = options_.engine.worker_id,
-                               .run_id = options_.engine.run_id,
-                               .max_bundle_bytes = options_.max_bundle_bytes,
-                               .peer_names = options_.peer_names},
+          GossipServiceOptions{
+              .worker_id = options_.engine.worker_id,
+              .run_id = options_.engine.run_id,
+              .max_bundle_bytes = options_.max_bundle_bytes,
+              .peer_names = options_.peer_names,
+              .post = [this](std::function<void(bool)> job) { Post(std::move(job)); }},
           engine_.get(), limits_.get(), codecs_)),
       trainer_service_(std::make_unique<TrainerService>(
           TrainerServiceOptions{

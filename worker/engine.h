@@ -233,6 +233,10 @@ class RoundEngine {
   const EngineCounters& counters() const { return counters_; }
   v1::WorkerStats Stats() const { return counters_.Stats(); }
 
+  // Publishes the state after the last step if one is asked for (SharedState) and no step is
+  // open: for a group that has stopped stepping (its training done). Round loop only (between
+  // the trainer's steps: WorkerDaemon::Post).
+  void PublishWanted();
   // The state the group shares (diloco's θ and outer momentum, GroupStateToBundle) after a
   // step at or past `min_step` that ended with no exchange in flight, for a rejoining peer:
   // Unavailable until this worker has come to such a step (the round loop then publishes one),

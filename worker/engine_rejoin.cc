@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -20,6 +21,9 @@ namespace {
 constexpr absl::Duration kPositionTimeout = absl::Seconds(2);
 // How often a peer is asked again for a state it has not reached yet.
 constexpr absl::Duration kStatePoll = absl::Milliseconds(50);
+// How far past its step a worker waits to hand a state over: an epoch's first round is at most
+// the scheduler's lag (4,096 rounds and a few) past the furthest member.
+constexpr int64_t kStateHorizon = 1 << 16;
 
 // Every peer's position (entry `me`: none), asked all at once, so a peer behind a black hole
 // costs one kPositionTimeout, not one each.
@@ -41,6 +45,37 @@ std::vector<absl::StatusOr<PeerTransport::Position>> AskEveryPeer(PeerTransport&
   return at;
 }
 
+// The peer to take the state from: the furthest of those that mixed an exchange, or, for a
+// joiner (whose peers may not have mixed yet: the run just started), the furthest that answered;
+// -1 when none. `*furthest` gets its next step.
+int PickSource(const std::vector<absl::StatusOr<PeerTransport::Position>>& positions, bool joining,
+               int64_t* furthest) {
+  int source = -1;
+  *furthest = 0;
+  for (size_t j = 0; j < positions.size(); ++j) {
+    const absl::StatusOr<PeerTransport::Position>& at = positions[j];
+    if (at.ok() && at->rounds_mixed > 0 && at->next_step > *furthest) {
+      *furthest = at->next_step;
+      source = static_cast<int>(j);
+    }
+  }
+  // Not one that is joining itself, while one that has mixed is there.
+  for (size_t j = 0; j < positions.size() && source < 0 && joining; ++j) {
+    const absl::StatusOr<PeerTransport::Position>& at = positions[j];
+    if (at.ok() && at->next_step >= *furthest) {
+      *furthest = at->next_step;
+      source = static_cast<int>(j);
+    }
+  }
+  return source;
+}
+
+// Whether a state asked for was refused because its source is gone (its channel failed), not
+// because it has not come to the step yet (StateShare::Get's "ask again").
+bool SourceGone(const absl::Status& s) {
+  return absl::IsUnavailable(s) && !absl::StrContains(s.message(), "ask again");
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> RoundEngine::SharedState(int64_t min_step) {
@@ -56,6 +91,13 @@ absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> RoundEngine::SharedState
                      " always has an exchange in flight: no worker can rejoin this run"));
   }
   if (!initialized()) return absl::UnavailableError("this worker has no model registered yet");
+  // A joiner asks for one a few rounds ahead at most (its epoch's first round): one far past
+  // this worker is not waited for (it would hold the asker to its deadline).
+  if (const int64_t next = next_step(); min_step > next + kStateHorizon) {
+    return absl::OutOfRangeError(absl::StrCat("worker ", options_.worker_id, " is at step ", next,
+                                              "; the state after step ", min_step, " is more than ",
+                                              kStateHorizon, " steps ahead of it"));
+  }
   return share_.Get(min_step);
 }
 
@@ -84,6 +126,12 @@ void RoundEngine::PeerListening(int j) {
   // The rounds it sits out come next, and it must mix them: a push made once on a connection
   // still backing off from its death (up to 2 s) would fail, and it would wait a round_timeout.
   if (transport_ != nullptr) transport_->Reconnect(j);
+}
+
+void RoundEngine::PublishWanted() {
+  if (open_.has_value() || !initialized()) return;
+  const int64_t last = next_step() - 1;
+  if (last >= 0 && share_.Wanted(last)) PublishState(last);
 }
 
 void RoundEngine::PublishState(int64_t step) {
@@ -144,18 +192,16 @@ absl::Status RoundEngine::Rejoin() {
     }
     joins_at = *from;
   }
-  int64_t furthest = 0;
-  int source = -1;
-  const std::vector<absl::StatusOr<PeerTransport::Position>> positions =
-      AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0);
-  for (int j = 0; j < options_.num_workers; ++j) {
-    const absl::StatusOr<PeerTransport::Position>& at = positions[static_cast<size_t>(j)];
-    // A joiner's peers may not have mixed yet: any of them will have the state it needs.
-    if (at.ok() && (at->rounds_mixed > 0 || joins_at > 0) && at->next_step >= furthest) {
-      furthest = at->next_step;
-      source = j;
-    }
+  if (!shares_state_ && joins_at == 0) {
+    // A gossip worker the run started with: its own x0 is the run's start.
+    absl::MutexLock lock(&mu_);
+    rejoin_asking_ = false;
+    return absl::OkStatus();
   }
+  int64_t furthest = 0;
+  int source = PickSource(
+      AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0),
+      joins_at > 0, &furthest);
   if (source < 0) {  // a run starting (or nobody there): from x0
     if (joins_at > 0) {
       return absl::UnavailableError(
@@ -193,6 +239,18 @@ absl::Status RoundEngine::Rejoin() {
   absl::StatusOr<GroupState> state = absl::UnknownError("no state asked for");
   for (;;) {
     got = transport_->FetchState(source, options_.run_id, min_step, deadline);
+    if (SourceGone(got.status())) {
+      // Died or left while this worker waited for its state: another one will do.
+      std::vector<absl::StatusOr<PeerTransport::Position>> positions =
+          AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0);
+      positions[static_cast<size_t>(source)] = got.status();
+      int64_t at = 0;
+      if (const int next = PickSource(positions, joins_at > 0, &at); next >= 0) {
+        spdlog::info("worker {}: worker {} is gone ({}); taking the state from worker {}", me,
+                     source, got.status().ToString(), next);
+        source = next;
+      }
+    }
     if (absl::IsUnavailable(got.status()) && absl::Now() + kStatePoll < deadline) {
       absl::SleepFor(kStatePoll);
       continue;
@@ -264,11 +322,6 @@ absl::Status RoundEngine::TakeModel(const GroupState& state, int source, absl::T
   for (const absl::StatusOr<PeerTransport::Position>& at :
        AskEveryPeer(*transport_, options_.num_workers, options_.worker_id, options_.run_id, 0)) {
     if (at.ok()) next = std::max(next, at->next_step);
-  }
-  // Nor does it wait for a peer before a message of its comes: a peer that saw it as new sent
-  // it one push at a time, and skipped rounds meanwhile.
-  for (int j = 0; j < options_.num_workers; ++j) {
-    if (IsPeer(j)) health_.Joining(j);
   }
   std::vector<float> mine;
   for (Lane& lane : lanes_) {

@@ -880,12 +880,15 @@ TEST(RoundEngine, DilocoCountsANeighbourWhoseGroupModelIsNotItsOwn) {
 }
 
 // Without a peer that has mixed an exchange (a run starting) a worker starts from its own x0; a
-// state is only handed over by an algorithm that keeps one.
-TEST(RoundEngine, SharedStateIsDilocosOnly) {
+// state is only handed over by an algorithm that keeps one, or in an elastic run (a joiner takes
+// a gossip peer's model), and one far past the worker's step is refused, not waited for.
+TEST(RoundEngine, SharedStateIsDilocosOrAnElasticRunsAndNotFarAhead) {
   DilocoGroup g(Layout(4), /*fragments=*/0);
   for (const auto& e : g.engines) EXPECT_EQ(e->next_step(), 0);
   EXPECT_THAT(g.engines[0]->SharedState(0).status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("ask again")));
+  EXPECT_THAT(g.engines[0]->SharedState(int64_t{1} << 40).status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("steps ahead of it")));
   g.Step(0);  // asked for: published at this step's end
   auto state = g.engines[0]->SharedState(0);
   ASSERT_THAT(state, IsOk());
@@ -896,6 +899,12 @@ TEST(RoundEngine, SharedStateIsDilocosOnly) {
   auto e = RoundEngine::Create(dpsgd, &registries, nullptr);
   ASSERT_THAT(e, IsOk());
   EXPECT_THAT((*e)->SharedState(0).status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  dpsgd.member_from = [] { return std::optional<int64_t>(0); };
+  auto elastic = RoundEngine::Create(dpsgd, &registries, nullptr);
+  ASSERT_THAT(elastic, IsOk());
+  ASSERT_THAT((*elastic)->Init(Layout(4), std::vector<float>(4, 0.5f)), IsOk());
+  EXPECT_THAT((*elastic)->SharedState(0).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("ask again")));
 }
 
 // Streaming: with two fragments and H = 2 each step exchanges one of them (the last tensor's

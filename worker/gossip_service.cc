@@ -107,8 +107,16 @@ class GossipService::StateCall final : public grpc::ServerWriteReactor<v1::Bundl
     TERN_RETURN_IF_ERROR(g->CheckQuestion(ctx, request.run_id()));
     const int64_t min_step =
         static_cast<int64_t>(std::min<uint64_t>(request.min_step(), uint64_t{1} << 62));
-    TERN_ASSIGN_OR_RETURN(std::shared_ptr<const v1::TensorBundle> state,
-                          g->engine_->SharedState(min_step));
+    absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> shared =
+        g->engine_->SharedState(min_step);
+    if (absl::IsUnavailable(shared.status()) && g->options_.post) {
+      // Published at the next step's end; or by the round loop now, when no step is coming.
+      RoundEngine* engine = g->engine_;
+      g->options_.post([engine](bool cancelled) {
+        if (!cancelled) engine->PublishWanted();
+      });
+    }
+    TERN_ASSIGN_OR_RETURN(std::shared_ptr<const v1::TensorBundle> state, std::move(shared));
     TERN_ASSIGN_OR_RETURN(out_, ChunkBundle(*state, state->round()));
     spdlog::info("worker {}: sending the group's state after step {} to '{}'",
                  g->options_.worker_id, state->round(), PrincipalOf(ctx));

@@ -38,6 +38,10 @@ struct GossipServiceOptions {
   // names, each caller's name binds it to one worker id, the number it ends in (worker-3: 3), and
   // it may send as that worker alone.
   std::vector<std::string> peer_names;
+  // Runs a job on the round loop, between the trainer's steps (WorkerDaemon::Post): a state
+  // asked for is handed over from there when no step comes to publish it (a group done
+  // training). Unset: only at a step's end.
+  std::function<void(std::function<void(bool cancelled)>)> post;
 };
 
 class GossipService final

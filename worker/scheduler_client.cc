@@ -98,6 +98,18 @@ void SchedulerClient::Follow(uint64_t epoch, int64_t from_round) {
   absl::MutexLock lock(&mu_);
   epoch_ = std::max(epoch_, v->epoch());
   if (options_.start_with > 0 && v->has_start()) Started(v->start());
+  // The epochs since the last one followed, each from its own round: two that came between
+  // heartbeats (two joins close together) must not be taken as one, or this worker would mix
+  // over another graph than its peers in the rounds between their from_rounds.
+  for (const v1::EpochRecord& r : v->recent()) {
+    Epoch past{r.epoch(), r.from_round(), {}};
+    for (uint32_t id : r.members()) past.members.push_back(static_cast<int>(id));
+    Record(std::move(past));
+  }
+  Record(std::move(e));
+}
+
+void SchedulerClient::Record(Epoch e) {
   if (!epochs_.empty() && epochs_.back().epoch >= e.epoch) return;
   if (options_.start_with == 0 && static_cast<int>(e.members.size()) >= options_.expected_members) {
     formed_ = true;

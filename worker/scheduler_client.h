@@ -94,6 +94,8 @@ class SchedulerClient {
   void HeartbeatLoop();
   // Fetches the view of a new epoch and records its members.
   void Follow(uint64_t epoch, int64_t from_round);
+  // Records epoch `e` (past the last one recorded, and once the run is formed).
+  void Record(Epoch e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an elastic run's start: its members from round 0, and no epoch before it.
   void Started(const v1::RunStart& start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Deadline(grpc::ClientContext* ctx, absl::Duration extra = absl::ZeroDuration()) const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -103,6 +104,12 @@ absl::Status RunBuiltinTrainer(TrainerLink& link, const BuiltinTrainerOptions& o
     s.compute_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
     s.grad = grad;
     TERN_ASSIGN_OR_RETURN(params, link.Step(s));
+    if (o.crash_after_steps > 0 && step + 1 >= o.crash_after_steps) {
+      spdlog::warn("worker {}: fault injection: killing this process after {} steps", o.worker_id,
+                   step + 1);
+      spdlog::default_logger()->flush();
+      raise(SIGKILL);
+    }
   }
   return absl::OkStatus();
 }

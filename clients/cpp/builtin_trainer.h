@@ -28,6 +28,9 @@ struct BuiltinTrainerOptions {
   int num_workers = 1;
   uint64_t seed = 1;      // same on every worker: data split and initial model
   int64_t max_steps = 0;  // stop after this many steps (0: after `epochs`)
+  // Fault injection (`tern run --kill_worker`): SIGKILL this process once this many steps are
+  // done, at that step's end exactly (0: never).
+  int64_t crash_after_steps = 0;
 };
 
 // Steps every worker takes per epoch: ceil(train_size / (workers * batch)), so that together

@@ -93,6 +93,9 @@ ABSL_FLAG(tern::Int<tern::AtLeast(1)>, epochs, 5,
           "training: passes over the training set (all workers together)");
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, max_steps, 0,
           "training: stop each worker after this many steps (0: --epochs)");
+ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, crash_after_steps, 0,
+          "training, fault injection: the built-in trainer SIGKILLs its worker once it has done "
+          "this many steps, at that step's end (tern run --kill_worker sets it); 0: never");
 ABSL_FLAG(tern::Int<tern::In(1, 256)>, compute_threads, 1,
           "training: threads of the built-in model's matrix products (OpenBLAS) per process; 1 "
           "suits several workers on one machine");
@@ -174,6 +177,7 @@ BuiltinTrainerOptions TrainerOptionsFromFlags(int id, int workers) {
   o.num_workers = workers;
   o.seed = absl::GetFlag(FLAGS_seed);
   o.max_steps = absl::GetFlag(FLAGS_max_steps).value;
+  o.crash_after_steps = absl::GetFlag(FLAGS_crash_after_steps).value;
   return o;
 }
 
