@@ -70,6 +70,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def finish(procs):
+    """The launchers' outputs once they all ended, or None (having said so, and killed them)
+    when one did not within 240 s."""
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=240)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            print("FAILED: a launcher did not finish in 240 s")
+            return None
+    return outs
+
+
 def launch_three(tern, d, rdzv, wrap):
     """Runs the same `tern launch` three times, the i-th under wrap(i) (a command prefix); the
     launchers' outputs, or None (having said why) when one failed."""
@@ -83,15 +98,9 @@ def launch_three(tern, d, rdzv, wrap):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     procs = [subprocess.Popen(wrap(i) + cmd, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for i in range(3)]
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=240)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            print("FAILED: a launcher did not finish in 240 s")
-            return None
+    outs = finish(procs)
+    if outs is None:
+        return None
     for p, out in zip(procs, outs):
         if p.returncode != 0:
             print("\n----\n".join(outs))
@@ -158,15 +167,9 @@ def launch_elastic(tern, torch, d, rdzv):
         print("FAILED: the elastic run did not start with two launchers")
         return False
     procs.append(start())
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=240)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            print("FAILED: an elastic launcher did not finish in 240 s")
-            return False
+    outs = finish(procs)
+    if outs is None:
+        return False
     if any(p.returncode != 0 for p in procs):
         print("\n----\n".join(outs))
         print("FAILED: an elastic launcher exited %s" % [p.returncode for p in procs])

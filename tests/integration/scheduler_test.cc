@@ -259,6 +259,41 @@ TEST(SchedulerLimits, LongPollsPastTheLimitsAreRefusedAndTheSlotsComeBack) {
   Wait(pid);
 }
 
+// `tern scheduler` (heartbeat every 250 ms, dead after 1.5 s of silence) logging to
+// dir/scheduler.log: its pid, and its port in *port (0 when it did not start).
+pid_t StartScheduler(const std::string& dir, int* port) {
+  const pid_t pid =
+      Spawn({"scheduler", "--heartbeat_interval_ms=250", "--heartbeat_timeout_ms=1500",
+             absl::StrCat("--port_file=", dir, "/scheduler.port")},
+            dir + "/scheduler.log");
+  *port = WaitForPort(dir + "/scheduler.port");
+  return pid;
+}
+
+// A diloco worker (fp4, H = 20) with only the scheduler at `port` to find its id and peers,
+// sized by `size` (--workers=N, or --min_workers and --max_workers), training `steps` steps; its
+// round log and final model in dir/TAG.steps.jsonl and dir/final-TAG.bin.
+std::vector<std::string> DilocoWorkerArgs(const std::string& dir, int port, const std::string& tag,
+                                          const std::vector<std::string>& size, int steps) {
+  std::vector<std::string> args = {"worker",
+                                   absl::StrCat("--scheduler=127.0.0.1:", port),
+                                   "--algorithm=diloco",
+                                   "--local_steps=20",
+                                   "--codec=fp4",
+                                   "--round_timeout=5",
+                                   "--epochs=40",
+                                   "--batch=64",
+                                   absl::StrCat("--max_steps=", steps),
+                                   absl::StrCat("--total_steps=", steps),
+                                   "--peers_timeout=30",
+                                   absl::StrCat("--round_log=", dir, "/", tag, ".steps.jsonl"),
+                                   absl::StrCat("--final_model=", dir, "/final-", tag, ".bin"),
+                                   "--exit_after_training",
+                                   "--log_level=info"};
+  args.insert(args.begin() + 1, size.begin(), size.end());
+  return args;
+}
+
 // The id a worker started without --id logged that the scheduler assigned it, or -1.
 int AssignedId(const std::string& log) {
   const std::string tag = ": the id the scheduler assigned";
@@ -276,30 +311,12 @@ int AssignedId(const std::string& log) {
 // group's state, and the run ends on one model, byte for byte.
 TEST(SchedulerRendezvous, WorkersGivenOnlyTheSchedulerFindEachOtherAndAReplacementRejoins) {
   const std::string dir = MakeTempDir();
-  const pid_t scheduler =
-      Spawn({"scheduler", "--heartbeat_interval_ms=250", "--heartbeat_timeout_ms=1500",
-             absl::StrCat("--port_file=", dir, "/scheduler.port")},
-            dir + "/scheduler.log");
-  const int sport = WaitForPort(dir + "/scheduler.port");
+  int sport = 0;
+  const pid_t scheduler = StartScheduler(dir, &sport);
   ASSERT_GT(sport, 0) << "the scheduler did not start";
   constexpr int kWorkers = 3;
   const auto args = [&](const std::string& tag) {
-    return std::vector<std::string>{"worker",
-                                    absl::StrCat("--workers=", kWorkers),
-                                    absl::StrCat("--scheduler=127.0.0.1:", sport),
-                                    "--algorithm=diloco",
-                                    "--local_steps=20",
-                                    "--codec=fp4",
-                                    "--round_timeout=5",
-                                    "--epochs=40",
-                                    "--batch=64",
-                                    "--max_steps=6000",
-                                    "--total_steps=6000",
-                                    "--peers_timeout=30",
-                                    absl::StrCat("--round_log=", dir, "/", tag, ".steps.jsonl"),
-                                    absl::StrCat("--final_model=", dir, "/final-", tag, ".bin"),
-                                    "--exit_after_training",
-                                    "--log_level=info"};
+    return DilocoWorkerArgs(dir, sport, tag, {absl::StrCat("--workers=", kWorkers)}, 6000);
   };
   std::vector<pid_t> pids;
   for (int p = 0; p < kWorkers; ++p) {
@@ -371,30 +388,11 @@ TEST(SchedulerRendezvous, WorkersGivenOnlyTheSchedulerFindEachOtherAndAReplaceme
 // one model, byte for byte.
 TEST(ElasticRun, WorkersJoinARunningRunWithTheGroupsStateUpToItsMost) {
   const std::string dir = MakeTempDir();
-  const pid_t scheduler =
-      Spawn({"scheduler", "--heartbeat_interval_ms=250", "--heartbeat_timeout_ms=1500",
-             absl::StrCat("--port_file=", dir, "/scheduler.port")},
-            dir + "/scheduler.log");
-  const int sport = WaitForPort(dir + "/scheduler.port");
+  int sport = 0;
+  const pid_t scheduler = StartScheduler(dir, &sport);
   ASSERT_GT(sport, 0) << "the scheduler did not start";
   const auto args = [&](const std::string& tag) {
-    return std::vector<std::string>{"worker",
-                                    "--min_workers=2",
-                                    "--max_workers=4",
-                                    absl::StrCat("--scheduler=127.0.0.1:", sport),
-                                    "--algorithm=diloco",
-                                    "--local_steps=20",
-                                    "--codec=fp4",
-                                    "--round_timeout=5",
-                                    "--epochs=40",
-                                    "--batch=64",
-                                    "--max_steps=8000",
-                                    "--total_steps=8000",
-                                    "--peers_timeout=30",
-                                    absl::StrCat("--round_log=", dir, "/", tag, ".steps.jsonl"),
-                                    absl::StrCat("--final_model=", dir, "/final-", tag, ".bin"),
-                                    "--exit_after_training",
-                                    "--log_level=info"};
+    return DilocoWorkerArgs(dir, sport, tag, {"--min_workers=2", "--max_workers=4"}, 8000);
   };
   std::vector<pid_t> pids;
   std::vector<std::string> tags;
@@ -475,11 +473,8 @@ double LossOf(const std::string& line) {
 // peers mix with it from its first message.
 TEST(ElasticRun, AGossipJoinerStartsFromAPeersModel) {
   const std::string dir = MakeTempDir();
-  const pid_t scheduler =
-      Spawn({"scheduler", "--heartbeat_interval_ms=250", "--heartbeat_timeout_ms=1500",
-             absl::StrCat("--port_file=", dir, "/scheduler.port")},
-            dir + "/scheduler.log");
-  const int sport = WaitForPort(dir + "/scheduler.port");
+  int sport = 0;
+  const pid_t scheduler = StartScheduler(dir, &sport);
   ASSERT_GT(sport, 0) << "the scheduler did not start";
   const auto args = [&](const std::string& tag) {
     return std::vector<std::string>{"worker",
