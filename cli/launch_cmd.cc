@@ -25,6 +25,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -136,11 +137,8 @@ std::vector<std::string> WorkerArgs(NodeCount nodes, const std::string& listen,
                                     const std::string& port_file) {
   std::vector<std::string> args = {"worker", "--trainer=external",
                                    absl::StrCat("--scheduler=", absl::GetFlag(FLAGS_rdzv))};
-  if (nodes.elastic()) {
-    args.push_back(absl::StrCat("--min_workers=", nodes.min));
-    args.push_back(absl::StrCat("--max_workers=", nodes.max));
-  } else {
-    args.push_back(absl::StrCat("--workers=", nodes.max));
+  for (std::string& a : WorkerCountFlags(nodes.elastic(), nodes.min, nodes.max)) {
+    args.push_back(std::move(a));
   }
   args.push_back(absl::StrCat("--port_file=", port_file));
   args.push_back(absl::StrCat("--listen=", listen));

@@ -285,13 +285,9 @@ std::vector<std::string> WorkerCommand(LocalCluster& cluster, const GossipRun& r
                                    absl::StrCat("--total_steps=", run.total),
                                    absl::StrCat("--round_log=", dir, "/worker-", i, ".steps.jsonl"),
                                    absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
-  if (run.elastic()) {
-    args.push_back(absl::StrCat("--min_workers=", run.n));
-    args.push_back(absl::StrCat("--max_workers=", run.max));
-  } else {
-    args.push_back(absl::StrCat("--workers=", run.n));
-    args.push_back(absl::StrCat("--peers_file=", dir, "/peers.txt"));
-  }
+  for (std::string& a : WorkerCountFlags(run.elastic(), run.n, run.max))
+    args.push_back(std::move(a));
+  if (!run.elastic()) args.push_back(absl::StrCat("--peers_file=", dir, "/peers.txt"));
   for (std::string& a : SharedTrainFlagArgs()) args.push_back(std::move(a));
   // --kill_worker: the worker's trainer kills it at its step's end exactly (a kill from here,
   // on a poll, could land anywhere in a step, an exchange's pushes half out included).

@@ -8,7 +8,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -70,11 +69,18 @@ int PickSource(const std::vector<absl::StatusOr<PeerTransport::Position>>& posit
   return source;
 }
 
-// Whether a state asked for was refused because its source is gone (its channel failed), not
-// because it has not come to the step yet (StateShare::Get's "ask again").
-bool SourceGone(const absl::Status& s) {
-  return absl::IsUnavailable(s) && !absl::StrContains(s.message(), "ask again");
+// The furthest next step among the peers that answered, and `at_least`.
+int64_t FurthestStep(const std::vector<absl::StatusOr<PeerTransport::Position>>& positions,
+                     int64_t at_least) {
+  for (const absl::StatusOr<PeerTransport::Position>& at : positions) {
+    if (at.ok()) at_least = std::max(at_least, at->next_step);
+  }
+  return at_least;
 }
+
+// Whether a state asked for was refused because its source is gone (its channel failed), not
+// because it has not come to the step yet.
+bool SourceGone(const absl::Status& s) { return absl::IsUnavailable(s) && !StateNotYet(s); }
 
 }  // namespace
 
@@ -174,10 +180,6 @@ void RoundEngine::PublishState(int64_t step) {
 absl::Status RoundEngine::Rejoin() {
   const absl::Time t0 = absl::Now();
   const int me = options_.worker_id;
-  // The furthest peer's next step, among those that mixed an exchange (until one has, the
-  // group's state is everyone's start, and a peer ahead is only quicker to start). Every message
-  // still to come is for a round at or past it: a round's messages go out at the end of its
-  // step, before its sender's next step begins.
   // In an elastic run, a worker that joins after the start is a member from a later step: the
   // state it takes must cover every round before it, which the group mixed without it.
   int64_t joins_at = 0;
@@ -198,6 +200,10 @@ absl::Status RoundEngine::Rejoin() {
     rejoin_asking_ = false;
     return absl::OkStatus();
   }
+  // The furthest peer's next step, among those that mixed an exchange (until one has, the
+  // group's state is everyone's start, and a peer ahead is only quicker to start). Every message
+  // still to come is for a round at or past it: a round's messages go out at the end of its
+  // step, before its sender's next step begins.
   int64_t furthest = 0;
   int source = PickSource(
       AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0),
@@ -318,11 +324,9 @@ absl::Status RoundEngine::TakeModel(const GroupState& state, int source, absl::T
   // Behind, its peers' messages of the rounds it still had to run would have been refused as
   // too far ahead, or never sent (a newcomer gets one push at a time), and each side would have
   // waited a round deadline for the other.
-  int64_t next = state.step + 1;
-  for (const absl::StatusOr<PeerTransport::Position>& at :
-       AskEveryPeer(*transport_, options_.num_workers, options_.worker_id, options_.run_id, 0)) {
-    if (at.ok()) next = std::max(next, at->next_step);
-  }
+  const int64_t next = FurthestStep(
+      AskEveryPeer(*transport_, options_.num_workers, options_.worker_id, options_.run_id, 0),
+      state.step + 1);
   std::vector<float> mine;
   for (Lane& lane : lanes_) {
     TERN_RETURN_IF_ERROR(
@@ -353,12 +357,10 @@ absl::StatusOr<int64_t> RoundEngine::AnnounceBack(int64_t next, absl::Time deadl
   const int64_t margin = 2 * lanes_[0].algorithm->StepsPerRound();
   absl::Status last;
   while (absl::Now() < deadline) {
-    int64_t furthest = next;
-    for (const absl::StatusOr<PeerTransport::Position>& at :
-         AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0)) {
-      if (at.ok()) furthest = std::max(furthest, at->next_step);
-    }
-    const int64_t from = furthest + margin;
+    const int64_t from = FurthestStep(AskEveryPeer(*transport_, options_.num_workers, me,
+                                                   options_.run_id, /*back_from=*/0),
+                                      next) +
+                         margin;
     bool all = true;
     for (const absl::StatusOr<PeerTransport::Position>& at :
          AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, from)) {

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/finite.h"
 #include "common/status_macros.h"
@@ -73,6 +74,14 @@ absl::StatusOr<GroupState> GroupStateFromBundle(const v1::TensorBundle& bundle,
   return state;
 }
 
+namespace {
+constexpr absl::string_view kAskAgain = "; ask again";
+}  // namespace
+
+bool StateNotYet(const absl::Status& s) {
+  return absl::IsUnavailable(s) && absl::EndsWith(s.message(), kAskAgain);
+}
+
 absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> StateShare::Get(int64_t min_step) {
   absl::MutexLock lock(&mu_);
   if (published_ != nullptr && static_cast<int64_t>(published_->round()) >= min_step) {
@@ -81,7 +90,7 @@ absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> StateShare::Get(int64_t 
   wanted_ = wanted_.has_value() ? std::min(*wanted_, min_step) : min_step;
   return absl::UnavailableError(absl::StrCat(
       "no state after step ", min_step, " or later yet: it comes at the end of the first such ",
-      "step with no exchange in flight; ask again"));
+      "step with no exchange in flight", kAskAgain));
 }
 
 bool StateShare::Wanted(int64_t step) const {

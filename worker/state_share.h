@@ -36,6 +36,10 @@ absl::StatusOr<GroupState> GroupStateFromBundle(const v1::TensorBundle& bundle,
                                                 const std::string& run_id, uint64_t num_params,
                                                 const CodecRegistry& codecs);
 
+// Whether `s` is StateShare::Get's answer for a state not published yet (ask again later), as
+// against a failure to reach the worker that would publish it.
+bool StateNotYet(const absl::Status& s);
+
 class StateShare {
  public:
   // The newest state published, when it stands after `min_step` or later; else Unavailable, and

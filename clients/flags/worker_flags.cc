@@ -80,6 +80,11 @@ ABSL_FLAG(std::string, advertise, "",
 
 namespace tern {
 
+std::vector<std::string> WorkerCountFlags(bool elastic, int min_workers, int max_workers) {
+  if (!elastic) return {absl::StrCat("--workers=", max_workers)};
+  return {absl::StrCat("--min_workers=", min_workers), absl::StrCat("--max_workers=", max_workers)};
+}
+
 absl::StatusOr<DaemonOptions> WorkerDaemonOptionsFromFlags() {
   const int id = std::max(0, absl::GetFlag(FLAGS_id).value);  // WorkerMain sets one assigned
   const int workers = absl::GetFlag(FLAGS_workers).value;

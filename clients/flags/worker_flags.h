@@ -31,6 +31,10 @@ ABSL_DECLARE_FLAG(std::string, advertise);
 
 namespace tern {
 
+// The flags that size a worker's run for a command line that starts one (tern run, tern
+// launch): --workers=MAX, or for an elastic run --min_workers=MIN --max_workers=MAX.
+std::vector<std::string> WorkerCountFlags(bool elastic, int min_workers, int max_workers);
+
 // The daemon's options from the flags (engine, listen address, limits, metrics, TLS, round
 // log); the scheduler's membership callback is left to the caller.
 absl::StatusOr<DaemonOptions> WorkerDaemonOptionsFromFlags();

@@ -30,15 +30,6 @@
 namespace tern {
 namespace {
 
-int WaitForPort(const std::string& file) {
-  int port = 0;
-  for (int tries = 0; tries < 600 && port == 0; ++tries) {
-    std::ifstream(file) >> port;
-    if (port == 0) absl::SleepFor(absl::Milliseconds(50));
-  }
-  return port;
-}
-
 // The ids in `"key":[a,b]` of a round-log line.
 std::set<int> Ids(const std::string& line, const std::string& key) {
   std::set<int> out;
