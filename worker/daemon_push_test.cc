@@ -1,5 +1,6 @@
-// Striped Gossip.Push between a live worker and a GrpcTransport, and what a worker does with a
-// striped push that is cut, corrupted or left waiting.
+// Striped Gossip.Push between a live worker and a GrpcTransport, what a worker does with a
+// striped push that is cut, corrupted or left waiting, and Gossip.State's slices from a live
+// worker.
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -15,10 +16,12 @@
 #include "core/rpc/channel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/builtin.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/watchdog.h"
 #include "worker/daemon.h"
 #include "worker/grpc_transport.h"
+#include "worker/state_share.h"
 
 namespace tern {
 namespace {
@@ -268,6 +271,69 @@ TEST(GrpcTransportShutdown, ATransportFreedAsItsLastPushEndsLeavesGrpcsThreadsSo
     while (!done) std::this_thread::yield();
     t.reset();  // waits for the push, then drops the channels
   }
+}
+
+// Gossip.State from a live diloco worker: the slices a joiner asks for, over the connections they
+// name, make the state its whole answer is; asks that are not slices, of another run or far
+// ahead are refused with a clear error while the worker goes on serving.
+TEST(GossipState, SlicesMakeTheWholeStateAndBadAsksAreRefused) {
+  tern::testing::Watchdog watchdog(CurrentTest(), absl::Seconds(90));
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  DaemonOptions o;
+  o.engine.run_id = "run";
+  o.engine.num_workers = 2;
+  o.engine.topology = "complete";
+  o.engine.algorithm = "diloco";
+  o.engine.algorithm_options.local_steps = 4;
+  o.engine.round_timeout = absl::Seconds(2);
+  std::unique_ptr<WorkerDaemon> daemon = *WorkerDaemon::Start(o, &registries);
+  const std::vector<std::string> peers = {absl::StrCat("127.0.0.1:", daemon->port()),
+                                          "127.0.0.1:1"};
+  ASSERT_THAT(daemon->SetPeers(peers), IsOk());
+  const std::vector<float> x0 = Values(3);
+  ASSERT_THAT(daemon->trainer().Register(Layout(), x0).status(), IsOk());
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 2, .min_bytes = 1 << 20});
+  ASSERT_THAT(t.SetPeers(peers), IsOk());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  // No step yet: asked for, it comes at the end of the next one (an inner step: no exchange).
+  EXPECT_THAT(t.FetchState(0, "run", 0, 0, 1, deadline).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("ask again")));
+  StepInput step;
+  step.step = 0;
+  const std::vector<float> zeros(kNumel, 0.0f);
+  step.grad = zeros;
+  StepOutcome out;
+  ASSERT_THAT(daemon->trainer().Step(step, &out).status(), IsOk());
+  absl::StatusOr<v1::TensorBundle> whole = t.FetchState(0, "run", 0, 0, 1, deadline);
+  ASSERT_THAT(whole, IsOk());
+  auto codecs = NewBuiltinCodecRegistry();
+  absl::StatusOr<StateSlice> all = StateSliceFromBundle(*whole, "run", kNumel, 0, 1, *codecs);
+  ASSERT_THAT(all, IsOk());
+  EXPECT_EQ(all->step, 0);
+  EXPECT_EQ(all->theta, x0);  // θ moves at the first exchange, not before
+  std::vector<StateSlice> slices;
+  for (uint32_t k = 0; k < 3; ++k) {
+    absl::StatusOr<v1::TensorBundle> b = t.FetchState(0, "run", 0, k, 3, deadline);
+    ASSERT_THAT(b, IsOk());
+    absl::StatusOr<StateSlice> s = StateSliceFromBundle(*b, "run", kNumel, k, 3, *codecs);
+    ASSERT_THAT(s, IsOk());
+    EXPECT_EQ(s->crc, all->crc);
+    slices.push_back(*std::move(s));
+  }
+  absl::StatusOr<GroupState> joined = JoinStateSlices(slices, kNumel, /*one_state=*/true);
+  ASSERT_THAT(joined, IsOk());
+  EXPECT_EQ(joined->theta, all->theta);
+  EXPECT_EQ(joined->momentum, all->momentum);
+  EXPECT_THAT(t.FetchState(0, "run", 0, 3, 3, deadline).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("slice 3 of 3")));
+  EXPECT_THAT(t.FetchState(0, "run", 0, 0, 65, deadline).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(t.FetchState(0, "other", 0, 0, 1, deadline).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("this worker is in 'run'")));
+  EXPECT_THAT(t.FetchState(0, "run", int64_t{1} << 40, 0, 1, deadline).status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("steps ahead")));
+  EXPECT_THAT(t.FetchState(0, "run", 0, 1, 2, deadline), IsOk());  // still serving
+  daemon->Shutdown(absl::Seconds(2));
 }
 
 }  // namespace

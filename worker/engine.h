@@ -62,6 +62,7 @@
 #include "worker/peer_transport.h"
 #include "worker/round_graph.h"
 #include "worker/snapshot_store.h"
+#include "worker/state_fetch.h"
 #include "worker/state_share.h"
 #include "worker/swarm_mailbox.h"
 
@@ -120,9 +121,12 @@ struct EngineOptions {
   double cu_target = 0.9;
   // diloco: a worker with a peer that has mixed an exchange when its trainer registers joins
   // the group where it is (a restarted worker): it takes the group's state (θ, outer momentum) from
-  // the furthest peer instead of starting from x0. rejoin_timeout bounds the wait for that state.
+  // its peers, the furthest first, instead of starting from x0. rejoin_timeout bounds the wait.
   bool rejoin = true;
   absl::Duration rejoin_timeout = absl::Minutes(5);
+  // The most peers a rejoining worker takes the state from at once, one slice each
+  // (worker/state_fetch.h); 1: all of it from one.
+  int state_sources = 1;
   // With a scheduler: the workers that are members in a round (worker/scheduler_client.h), the
   // topology then being built over them (MemberTopology). Unset: every worker, always.
   MemberTopology::MembersFn members;
@@ -237,11 +241,11 @@ class RoundEngine {
   // open: for a group that has stopped stepping (its training done). Round loop only (between
   // the trainer's steps: WorkerDaemon::Post).
   void PublishWanted();
-  // The state the group shares (diloco's θ and outer momentum, GroupStateToBundle) after a
-  // step at or past `min_step` that ended with no exchange in flight, for a rejoining peer:
-  // Unavailable until this worker has come to such a step (the round loop then publishes one),
-  // FailedPrecondition for an algorithm without one. Any thread.
-  absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> SharedState(int64_t min_step);
+  // The state the group shares (diloco's θ and outer momentum; in an elastic run, a gossip
+  // worker's model) after a step at or past `min_step` that ended with no exchange in flight,
+  // for a rejoining peer: Unavailable until this worker has come to such a step (the round loop
+  // then publishes one), FailedPrecondition for an algorithm without one. Any thread.
+  absl::StatusOr<std::shared_ptr<const PublishedState>> SharedState(int64_t min_step);
 
   // Worker `j` holds the group's state again and sends its updates from round `from` on (a
   // rejoined worker's Gossip.Position): from that round on it is waited for, as a neighbour that
@@ -315,11 +319,12 @@ class RoundEngine {
   // (EngineOptions::snapshot_group). Round loop only.
   void KeepSnapshot(int64_t step);
   // EngineOptions::rejoin, from Init: when a peer has mixed an exchange, takes the group's state
-  // from the furthest one and moves this worker's next step to just after it. Round loop only.
+  // from its peers (a slice from each of up to state_sources, the furthest first) and moves this
+  // worker's next step to just after it. Round loop only.
   absl::Status Rejoin();
-  // Rejoin without a state shared by the group: the lanes start again from `state`'s model,
-  // taken from worker `source` (`bytes` on the wire) since `t0`.
-  absl::Status TakeModel(const GroupState& state, int source, absl::Time t0, uint64_t bytes);
+  // Rejoin without a state shared by the group: the lanes start again from `got`'s model, taken
+  // since `t0`.
+  absl::Status TakeModel(const FetchedState& got, absl::Time t0);
   // Tells every peer that this worker sends its updates again from a round none of them has
   // started (at least two periods past the furthest, and past `next`), and returns that round.
   absl::StatusOr<int64_t> AnnounceBack(int64_t next, absl::Time deadline);

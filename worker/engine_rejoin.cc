@@ -4,11 +4,13 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/engine.h"
@@ -69,6 +71,29 @@ int PickSource(const std::vector<absl::StatusOr<PeerTransport::Position>>& posit
   return source;
 }
 
+// `source` (PickSource's) and up to `most` - 1 others that hold the state as it does (they mixed
+// an exchange; or, when it has not, they answered), furthest first.
+std::vector<int> PickSources(const std::vector<absl::StatusOr<PeerTransport::Position>>& positions,
+                             int source, int most) {
+  std::vector<int> sources = {source};
+  const bool mixed = positions[static_cast<size_t>(source)]->rounds_mixed > 0;
+  std::vector<int> others;
+  for (size_t j = 0; j < positions.size(); ++j) {
+    const absl::StatusOr<PeerTransport::Position>& at = positions[j];
+    if (static_cast<int>(j) != source && at.ok() && (!mixed || at->rounds_mixed > 0)) {
+      others.push_back(static_cast<int>(j));
+    }
+  }
+  std::stable_sort(others.begin(), others.end(), [&](int a, int b) {
+    return positions[static_cast<size_t>(a)]->next_step >
+           positions[static_cast<size_t>(b)]->next_step;
+  });
+  for (size_t i = 0; i < others.size() && static_cast<int>(sources.size()) < most; ++i) {
+    sources.push_back(others[i]);
+  }
+  return sources;
+}
+
 // The furthest next step among the peers that answered, and `at_least`.
 int64_t FurthestStep(const std::vector<absl::StatusOr<PeerTransport::Position>>& positions,
                      int64_t at_least) {
@@ -78,13 +103,22 @@ int64_t FurthestStep(const std::vector<absl::StatusOr<PeerTransport::Position>>&
   return at_least;
 }
 
+// The peers a state came from, each once, in the order of its slices.
+std::string SourceList(const std::vector<int>& sources) {
+  std::vector<int> once;
+  for (int s : sources) {
+    if (std::find(once.begin(), once.end(), s) == once.end()) once.push_back(s);
+  }
+  return absl::StrJoin(once, ",");
+}
+
 // Whether a state asked for was refused because its source is gone (its channel failed), not
 // because it has not come to the step yet.
 bool SourceGone(const absl::Status& s) { return absl::IsUnavailable(s) && !StateNotYet(s); }
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> RoundEngine::SharedState(int64_t min_step) {
+absl::StatusOr<std::shared_ptr<const PublishedState>> RoundEngine::SharedState(int64_t min_step) {
   // Without a state shared by the group, the model is this worker's own: a joiner of an elastic
   // run starts from it (within the run's consensus distance of every member's).
   if (!shares_state_ && (asynchronous_ || !options_.member_from)) {
@@ -168,13 +202,15 @@ void RoundEngine::PublishState(int64_t step) {
       lane.Place(mine->momentum, absl::MakeSpan(state.momentum));
     }
   }
-  absl::StatusOr<v1::TensorBundle> bundle =
-      GroupStateToBundle(state, options_.run_id, options_.worker_id);
-  if (!bundle.ok()) {
-    spdlog::warn("worker {}: step {}: {}", options_.worker_id, step, bundle.status().ToString());
+  if (!state.momentum.empty() && state.momentum.size() != state.theta.size()) {
+    spdlog::warn("worker {}: step {}: a momentum of {} values for a model of {}",
+                 options_.worker_id, step, state.momentum.size(), state.theta.size());
     return;
   }
-  share_.Publish(std::make_shared<const v1::TensorBundle>(*std::move(bundle)));
+  auto published = std::make_shared<PublishedState>();
+  published->crc = GroupStateCrc(state);
+  published->state = std::move(state);
+  share_.Publish(std::move(published));
 }
 
 absl::Status RoundEngine::Rejoin() {
@@ -205,9 +241,9 @@ absl::Status RoundEngine::Rejoin() {
   // still to come is for a round at or past it: a round's messages go out at the end of its
   // step, before its sender's next step begins.
   int64_t furthest = 0;
-  int source = PickSource(
-      AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0),
-      joins_at > 0, &furthest);
+  std::vector<absl::StatusOr<PeerTransport::Position>> positions =
+      AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0);
+  const int source = PickSource(positions, joins_at > 0, &furthest);
   if (source < 0) {  // a run starting (or nobody there): from x0
     if (joins_at > 0) {
       return absl::UnavailableError(
@@ -223,8 +259,9 @@ absl::Status RoundEngine::Rejoin() {
         "the group is at step ", furthest, ", and a run with --outer_delay=", OuterDelayName(delay),
         " always has an exchange in flight: a worker cannot rejoin it; start the run again"));
   }
-  spdlog::info("worker {}: the group is at step {}: rejoining with worker {}'s state", me, furthest,
-               source);
+  std::vector<int> sources = PickSources(positions, source, options_.state_sources);
+  spdlog::info("worker {}: the group is at step {}: rejoining with the state of workers {}", me,
+               furthest, absl::StrJoin(sources, ","));
   // Take those messages from now on (the inbox keeps them until this worker gets there), with
   // no peer waiting for this worker's own until it says from when (AnnounceBack)...
   for (Lane& lane : lanes_) lane.inbox->Skip(furthest);
@@ -241,81 +278,83 @@ absl::Status RoundEngine::Rejoin() {
     absl::MutexLock lock(&mu_);
     min_step = std::max(min_step, rejoin_refused_);
   }
-  absl::StatusOr<v1::TensorBundle> got;
-  absl::StatusOr<GroupState> state = absl::UnknownError("no state asked for");
+  const StateFetchOptions fetch{.run_id = options_.run_id,
+                                .num_params = params().size(),
+                                .codecs = &*registries_->codecs,
+                                .one_state = shares_state_};
+  absl::StatusOr<FetchedState> got = absl::UnknownError("no state asked for");
   for (;;) {
-    got = transport_->FetchState(source, options_.run_id, min_step, deadline);
+    got = FetchStateSlices(*transport_, fetch, sources, min_step, deadline);
     if (SourceGone(got.status())) {
-      // Died or left while this worker waited for its state: another one will do.
-      std::vector<absl::StatusOr<PeerTransport::Position>> positions =
+      // Every source died or left while this worker waited for its state: others will do.
+      positions =
           AskEveryPeer(*transport_, options_.num_workers, me, options_.run_id, /*back_from=*/0);
-      positions[static_cast<size_t>(source)] = got.status();
+      for (int j : sources) positions[static_cast<size_t>(j)] = got.status();
       int64_t at = 0;
       if (const int next = PickSource(positions, joins_at > 0, &at); next >= 0) {
-        spdlog::info("worker {}: worker {} is gone ({}); taking the state from worker {}", me,
-                     source, got.status().ToString(), next);
-        source = next;
+        sources = PickSources(positions, next, options_.state_sources);
+        spdlog::info("worker {}: {}; taking the state from workers {}", me, got.status().ToString(),
+                     absl::StrJoin(sources, ","));
+      }
+      if (absl::Now() + kStatePoll < deadline) {
+        absl::SleepFor(kStatePoll);
+        continue;
       }
     }
-    if (absl::IsUnavailable(got.status()) && absl::Now() + kStatePoll < deadline) {
-      absl::SleepFor(kStatePoll);
-      continue;
+    if (got.ok() && got->state.step < min_step) {
+      got = absl::InvalidArgumentError(absl::StrCat(
+          "a state after step ", got->state.step, ", before the step asked for (", min_step, ")"));
     }
-    state = got.ok()
-                ? GroupStateFromBundle(*got, options_.run_id, params().size(), *registries_->codecs)
-                : got.status();
-    if (state.ok() && state->step < min_step) {
-      state = absl::InvalidArgumentError(absl::StrCat(
-          "a state after step ", state->step, ", before the step asked for (", min_step, ")"));
-    }
-    if (!state.ok() || !shares_state_) break;
+    if (!got.ok() || !shares_state_) break;
     // A message refused meanwhile as too far ahead (the group ran more than the inbox's window
     // while the state came) is one of a round this state must cover too: a later one, then.
     absl::MutexLock lock(&mu_);
-    if (rejoin_refused_ <= state->step || absl::Now() + kStatePoll >= deadline) break;
+    if (rejoin_refused_ <= got->state.step || absl::Now() + kStatePoll >= deadline) break;
     min_step = rejoin_refused_;
   }
-  if (!state.ok()) {
-    return absl::Status(state.status().code(),
-                        absl::StrCat("rejoining the run at step ", furthest, ": worker ", source,
-                                     "'s state: ", state.status().message(),
+  if (!got.ok()) {
+    return absl::Status(got.status().code(),
+                        absl::StrCat("rejoining the run at step ", furthest,
+                                     ": the state: ", got.status().message(),
                                      "; this worker cannot go on from its own start: restart it"));
   }
-  if (!shares_state_) return TakeModel(*state, source, t0, got->ByteSizeLong());
+  if (!shares_state_) return TakeModel(*got, t0);
+  const GroupState& state = got->state;
   std::vector<float> theta, momentum;
   for (Lane& lane : lanes_) {
-    const absl::Span<const float> t = lane.Gather(state->theta, &theta);
+    const absl::Span<const float> t = lane.Gather(state.theta, &theta);
     absl::Span<const float> m;
-    if (!state->momentum.empty()) m = lane.Gather(state->momentum, &momentum);
+    if (!state.momentum.empty()) m = lane.Gather(state.momentum, &momentum);
     TERN_RETURN_IF_ERROR(lane.algorithm->AdoptShared(t, m));
     if (lane.gathered()) lane.Scatter(params_);
-    lane.inbox->Skip(state->step + 1);
+    lane.inbox->Skip(state.step + 1);
   }
   {
     absl::MutexLock lock(&mu_);
-    next_step_ = state->step + 1;
+    next_step_ = state.step + 1;
   }
-  const double mb = static_cast<double>(got->ByteSizeLong()) / 1e6;
+  const double mb = static_cast<double>(got->bytes) / 1e6;
   const double took = absl::ToDoubleSeconds(absl::Now() - t0);
   // The peers went on meanwhile and may be in, or past, this worker's next exchanges: it sits
   // them out (sends nothing, mixes the others' updates) until a round none of its peers has
   // started, from which they wait for it. Without that a late message could be mixed by some
   // peers and not others, and θ would split.
-  absl::StatusOr<int64_t> from = AnnounceBack(state->step + 1, deadline);
+  absl::StatusOr<int64_t> from = AnnounceBack(state.step + 1, deadline);
   if (!from.ok()) return from.status();
   {
     absl::MutexLock lock(&mu_);
     sit_out_below_ = *from;
   }
   spdlog::info(
-      "worker {}: rejoined at step {} with worker {}'s state ({:.1f} MB in {:.2f} s); sends its "
-      "updates from round {} on",
-      me, state->step + 1, source, mb, took, *from);
+      "worker {}: rejoined at step {} with the state of workers {} ({:.1f} MB in {:.2f} s, {:.2f} "
+      "s of it on the wire); sends its updates from round {} on",
+      me, state.step + 1, SourceList(got->sources), mb, took, absl::ToDoubleSeconds(got->transfer),
+      *from);
   return absl::OkStatus();
 }
 
-absl::Status RoundEngine::TakeModel(const GroupState& state, int source, absl::Time t0,
-                                    uint64_t bytes) {
+absl::Status RoundEngine::TakeModel(const FetchedState& got, absl::Time t0) {
+  const GroupState& state = got.state;
   // A gossip method's state is the worker's own: it starts again from the peer's model (its
   // momentum, error feedback and the like from zero). Nothing of a round is shared, so there is
   // nothing to sit out: its peers wait for it again once its first message comes.
@@ -345,9 +384,11 @@ absl::Status RoundEngine::TakeModel(const GroupState& state, int source, absl::T
     sit_out_below_ = 0;
   }
   spdlog::info(
-      "worker {}: joined at step {} with worker {}'s model after step {} ({:.1f} MB in {:.2f} s)",
-      options_.worker_id, next, source, state.step, static_cast<double>(bytes) / 1e6,
-      absl::ToDoubleSeconds(absl::Now() - t0));
+      "worker {}: joined at step {} with the model of workers {} after step {} ({:.1f} MB in "
+      "{:.2f} s, {:.2f} s of it on the wire)",
+      options_.worker_id, next, SourceList(got.sources), state.step,
+      static_cast<double>(got.bytes) / 1e6, absl::ToDoubleSeconds(absl::Now() - t0),
+      absl::ToDoubleSeconds(got.transfer));
   return absl::OkStatus();
 }
 

@@ -111,13 +111,14 @@ class MemoryTransport final : public PeerTransport {
     return Position{.next_step = engines[to]->next_step(),
                     .rounds_mixed = engines[to]->rounds_mixed()};
   }
-  absl::StatusOr<v1::TensorBundle> FetchState(int to, const std::string&, int64_t min_step,
+  absl::StatusOr<v1::TensorBundle> FetchState(int to, const std::string& run_id, int64_t min_step,
+                                              uint32_t slice, uint32_t slices,
                                               absl::Time) override {
     if (dead[to]) return absl::UnavailableError("connection refused");
-    absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> state =
+    absl::StatusOr<std::shared_ptr<const PublishedState>> state =
         engines[to]->SharedState(min_step);
     if (!state.ok()) return state.status();
-    return **state;
+    return GroupStateToBundle(**state, run_id, to, slice, slices);
   }
   absl::StatusOr<v1::TensorBundle> Swap(int to, Chunks chunks, absl::Time) override {
     if (dead[to]) return absl::UnavailableError("connection refused");
@@ -892,7 +893,8 @@ TEST(RoundEngine, SharedStateIsDilocosOrAnElasticRunsAndNotFarAhead) {
   g.Step(0);  // asked for: published at this step's end
   auto state = g.engines[0]->SharedState(0);
   ASSERT_THAT(state, IsOk());
-  EXPECT_EQ((*state)->round(), 0u);
+  EXPECT_EQ((*state)->state.step, 0);
+  EXPECT_EQ((*state)->crc, GroupStateCrc((*state)->state));
   WorkerRegistries registries = NewBuiltinWorkerRegistries();
   EngineOptions dpsgd;
   dpsgd.num_workers = 2;

@@ -107,7 +107,7 @@ class GossipService::StateCall final : public grpc::ServerWriteReactor<v1::Bundl
     TERN_RETURN_IF_ERROR(g->CheckQuestion(ctx, request.run_id()));
     const int64_t min_step =
         static_cast<int64_t>(std::min<uint64_t>(request.min_step(), uint64_t{1} << 62));
-    absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> shared =
+    absl::StatusOr<std::shared_ptr<const PublishedState>> shared =
         g->engine_->SharedState(min_step);
     if (absl::IsUnavailable(shared.status()) && g->options_.post) {
       // Published at the next step's end; or by the round loop now, when no step is coming.
@@ -116,10 +116,14 @@ class GossipService::StateCall final : public grpc::ServerWriteReactor<v1::Bundl
         if (!cancelled) engine->PublishWanted();
       });
     }
-    TERN_ASSIGN_OR_RETURN(std::shared_ptr<const v1::TensorBundle> state, std::move(shared));
-    TERN_ASSIGN_OR_RETURN(out_, ChunkBundle(*state, state->round()));
-    spdlog::info("worker {}: sending the group's state after step {} to '{}'",
-                 g->options_.worker_id, state->round(), PrincipalOf(ctx));
+    TERN_ASSIGN_OR_RETURN(std::shared_ptr<const PublishedState> state, std::move(shared));
+    const uint32_t slices = std::max<uint32_t>(request.slices(), 1);
+    TERN_ASSIGN_OR_RETURN(v1::TensorBundle bundle,
+                          GroupStateToBundle(*state, g->options_.run_id, g->options_.worker_id,
+                                             request.slice(), slices));
+    TERN_ASSIGN_OR_RETURN(out_, ChunkBundle(bundle, bundle.round()));
+    spdlog::info("worker {}: sending the state after step {} (slice {} of {}) to '{}'",
+                 g->options_.worker_id, bundle.round(), request.slice(), slices, PrincipalOf(ctx));
     return absl::OkStatus();
   }
 

@@ -340,13 +340,18 @@ absl::StatusOr<PeerTransport::Position> GrpcTransport::AskPosition(int to,
 }
 
 absl::StatusOr<v1::TensorBundle> GrpcTransport::FetchState(int to, const std::string& run_id,
-                                                           int64_t min_step, absl::Time deadline) {
+                                                           int64_t min_step, uint32_t slice,
+                                                           uint32_t slices, absl::Time deadline) {
   TERN_ASSIGN_OR_RETURN(v1::Gossip::Stub * stub, StubOf(to));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
   v1::StateRequest req;
   req.set_run_id(run_id);
   req.set_min_step(static_cast<uint64_t>(std::max<int64_t>(min_step, 0)));
+  if (slices > 1) {
+    req.set_slice(slice);
+    req.set_slices(slices);
+  }
   auto stream = stub->State(&ctx, req);
   absl::StatusOr<v1::TensorBundle> state = ReadChunkedBundle<v1::BundleChunk>(stream.get());
   TERN_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));  // the peer's refusal, if any

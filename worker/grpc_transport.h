@@ -57,6 +57,7 @@ class GrpcTransport final : public PeerTransport {
   absl::StatusOr<Position> AskPosition(int to, const std::string& run_id, int64_t back_from,
                                        absl::Time deadline) override;
   absl::StatusOr<v1::TensorBundle> FetchState(int to, const std::string& run_id, int64_t min_step,
+                                              uint32_t slice, uint32_t slices,
                                               absl::Time deadline) override;
 
   // Blocks until no push is in flight.

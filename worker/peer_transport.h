@@ -58,8 +58,8 @@ class PeerTransport {
   }
   // For a worker rejoining a running run (blocking, until `deadline`): worker `to`'s next step
   // (Gossip.Position; with `back_from` > 0, telling `to` to wait for the asker's messages from
-  // that round on), and the state its group shares after a step at or past `min_step`
-  // (Gossip.State; Unavailable until it has one).
+  // that round on), and slice `slice` of `slices` of the state it hands over after a step at or
+  // past `min_step` (Gossip.State; Unavailable until it has one; slices 1: the whole).
   struct Position {
     int64_t next_step = 0;
     int64_t rounds_mixed = 0;  // exchanges mixed so far
@@ -69,7 +69,8 @@ class PeerTransport {
     return absl::UnimplementedError("this transport cannot ask a peer's position");
   }
   virtual absl::StatusOr<v1::TensorBundle> FetchState(int to, const std::string& run_id,
-                                                      int64_t min_step, absl::Time deadline) {
+                                                      int64_t min_step, uint32_t slice,
+                                                      uint32_t slices, absl::Time deadline) {
     return absl::UnimplementedError("this transport cannot fetch a peer's state");
   }
 };

@@ -1,9 +1,11 @@
 #include "worker/state_share.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/crc32.h"
 #include "common/finite.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
@@ -24,30 +26,66 @@ std::vector<ParamTensor> StateLayout(uint64_t n, bool momentum) {
 
 }  // namespace
 
-absl::StatusOr<v1::TensorBundle> GroupStateToBundle(const GroupState& state,
-                                                    const std::string& run_id, int sender) {
+uint32_t GroupStateCrc(const GroupState& state) {
+  const uint32_t crc = Crc32(state.theta.data(), state.theta.size() * sizeof(float));
+  return Crc32(state.momentum.data(), state.momentum.size() * sizeof(float), crc);
+}
+
+SliceRange StateSliceRange(uint64_t n, uint32_t slice, uint32_t slices) {
+  // n * i / slices without overflow for any n below 2^57 (a model's values are far fewer).
+  return {.begin = n * slice / slices, .end = n * (slice + 1) / slices};
+}
+
+namespace {
+
+absl::Status CheckSlice(uint32_t slice, uint32_t slices, uint64_t n) {
+  if (slices < 1 || slices > kMaxStateSlices || slice >= slices ||
+      slices > std::max<uint64_t>(n, 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice ", slice, " of ", slices, " of a state of ", n,
+                     " values: there are 1 to ", kMaxStateSlices, " slices, at most one a value"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::TensorBundle> GroupStateToBundle(const PublishedState& published,
+                                                    const std::string& run_id, int sender,
+                                                    uint32_t slice, uint32_t slices) {
+  const GroupState& state = published.state;
   const uint64_t n = state.theta.size();
   const bool momentum = !state.momentum.empty();
   if (momentum && state.momentum.size() != n) {
     return absl::InternalError(
         absl::StrCat("a momentum of ", state.momentum.size(), " values for a model of ", n));
   }
-  // Each part straight from its own vector (offset 0 in it): a state can be two copies of a
-  // large model, so it is copied once, into the message.
+  TERN_RETURN_IF_ERROR(CheckSlice(slice, slices, n));
+  const SliceRange range = StateSliceRange(n, slice, slices);
+  const uint64_t len = range.end - range.begin;
+  // Each part straight from its own vector: a state can be two copies of a large model, so it is
+  // copied once, into the message.
   v1::TensorBundle bundle;
-  for (ParamTensor part : StateLayout(n, momentum)) {
+  for (ParamTensor part : StateLayout(len, momentum)) {
     const std::vector<float>& values = part.name == kTheta ? state.theta : state.momentum;
     part.offset = 0;
-    TERN_RETURN_IF_ERROR(ExactTensor(part, values, bundle.add_tensors()));
+    TERN_RETURN_IF_ERROR(ExactTensor(part, absl::MakeConstSpan(values).subspan(range.begin, len),
+                                     bundle.add_tensors()));
   }
   bundle.set_run_id(run_id);
   bundle.set_round(static_cast<uint64_t>(state.step));
   bundle.set_sender(absl::StrCat(sender));
+  if (slices > 1) {
+    bundle.set_bucket(slice);
+    bundle.set_buckets(slices);
+  }
+  bundle.set_state_crc(published.crc);
   return bundle;
 }
 
-absl::StatusOr<GroupState> GroupStateFromBundle(const v1::TensorBundle& bundle,
+absl::StatusOr<StateSlice> StateSliceFromBundle(const v1::TensorBundle& bundle,
                                                 const std::string& run_id, uint64_t num_params,
+                                                uint32_t slice, uint32_t slices,
                                                 const CodecRegistry& codecs) {
   if (bundle.run_id() != run_id) {
     return absl::InvalidArgumentError(
@@ -56,21 +94,70 @@ absl::StatusOr<GroupState> GroupStateFromBundle(const v1::TensorBundle& bundle,
   if (bundle.round() > (uint64_t{1} << 62)) {
     return absl::InvalidArgumentError(absl::StrCat("a state after step ", bundle.round()));
   }
+  TERN_RETURN_IF_ERROR(CheckSlice(slice, slices, num_params));
+  const uint32_t got_slices = std::max<uint32_t>(bundle.buckets(), 1);
+  if (bundle.bucket() != (slices > 1 ? slice : 0) || got_slices != slices) {
+    return absl::InvalidArgumentError(absl::StrCat("slice ", bundle.bucket(), " of ", got_slices,
+                                                   " of a state, asked for slice ", slice, " of ",
+                                                   slices));
+  }
   const bool momentum = bundle.tensors_size() == 2;
   if (bundle.tensors_size() != 1 && !momentum) {
     return absl::InvalidArgumentError(absl::StrCat("a state of ", bundle.tensors_size(),
                                                    " parts; it has 'theta' and maybe 'momentum'"));
   }
-  std::vector<float> flat((momentum ? 2 : 1) * num_params);
+  const SliceRange range = StateSliceRange(num_params, slice, slices);
+  const uint64_t len = range.end - range.begin;
+  std::vector<float> flat((momentum ? 2 : 1) * len);
   TERN_RETURN_IF_ERROR(
-      BundleToFlat(bundle, StateLayout(num_params, momentum), codecs, absl::MakeSpan(flat)));
+      BundleToFlat(bundle, StateLayout(len, momentum), codecs, absl::MakeSpan(flat)));
   if (!AllFinite(flat)) {
     return absl::InvalidArgumentError("a state holding Inf or NaN");
   }
+  StateSlice out;
+  out.step = static_cast<int64_t>(bundle.round());
+  out.slice = slice;
+  out.slices = slices;
+  if (bundle.has_state_crc()) out.crc = bundle.state_crc();
+  out.theta.assign(flat.begin(), flat.begin() + static_cast<ptrdiff_t>(len));
+  out.momentum.assign(flat.begin() + static_cast<ptrdiff_t>(len), flat.end());
+  return out;
+}
+
+absl::StatusOr<GroupState> JoinStateSlices(std::vector<StateSlice> slices, uint64_t num_params,
+                                           bool one_state) {
+  if (slices.empty()) return absl::InvalidArgumentError("a state of no slices");
+  const uint32_t count = slices[0].slices;
+  std::sort(slices.begin(), slices.end(),
+            [](const StateSlice& a, const StateSlice& b) { return a.slice < b.slice; });
+  const bool momentum = !slices[0].momentum.empty();
   GroupState state;
-  state.step = static_cast<int64_t>(bundle.round());
-  state.theta.assign(flat.begin(), flat.begin() + static_cast<ptrdiff_t>(num_params));
-  state.momentum.assign(flat.begin() + static_cast<ptrdiff_t>(num_params), flat.end());
+  for (uint32_t i = 0; i < slices.size(); ++i) {
+    const StateSlice& s = slices[i];
+    const SliceRange range = StateSliceRange(num_params, i, count);
+    if (s.slices != count || s.slice != i || slices.size() != count ||
+        s.theta.size() != range.end - range.begin ||
+        s.momentum.size() != (momentum ? s.theta.size() : 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slices that do not make one state: slice ", s.slice, " of ", s.slices, " with ",
+          s.theta.size(), " values", s.momentum.empty() ? "" : " and a momentum", " as slice ", i,
+          " of ", count));
+    }
+    if (one_state && (!s.crc.has_value() || s.crc != slices[0].crc)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice ", i, " is of another state than slice 0 (its CRC ",
+                       s.crc.value_or(0), " against ", slices[0].crc.value_or(0), ")"));
+    }
+    state.step = std::max(state.step, s.step);
+    state.theta.insert(state.theta.end(), s.theta.begin(), s.theta.end());
+    state.momentum.insert(state.momentum.end(), s.momentum.begin(), s.momentum.end());
+  }
+  if (one_state) {
+    if (const uint32_t crc = GroupStateCrc(state); crc != *slices[0].crc) {
+      return absl::DataLossError(absl::StrCat("the slices' values make a state of CRC ", crc,
+                                              "; each said ", *slices[0].crc));
+    }
+  }
   return state;
 }
 
@@ -82,9 +169,9 @@ bool StateNotYet(const absl::Status& s) {
   return absl::IsUnavailable(s) && absl::EndsWith(s.message(), kAskAgain);
 }
 
-absl::StatusOr<std::shared_ptr<const v1::TensorBundle>> StateShare::Get(int64_t min_step) {
+absl::StatusOr<std::shared_ptr<const PublishedState>> StateShare::Get(int64_t min_step) {
   absl::MutexLock lock(&mu_);
-  if (published_ != nullptr && static_cast<int64_t>(published_->round()) >= min_step) {
+  if (published_ != nullptr && published_->state.step >= min_step) {
     return published_;
   }
   wanted_ = wanted_.has_value() ? std::min(*wanted_, min_step) : min_step;
@@ -98,10 +185,10 @@ bool StateShare::Wanted(int64_t step) const {
   return wanted_.has_value() && step >= *wanted_;
 }
 
-void StateShare::Publish(std::shared_ptr<const v1::TensorBundle> bundle) {
+void StateShare::Publish(std::shared_ptr<const PublishedState> state) {
   absl::MutexLock lock(&mu_);
-  if (wanted_.has_value() && static_cast<int64_t>(bundle->round()) >= *wanted_) wanted_.reset();
-  published_ = std::move(bundle);
+  if (wanted_.has_value() && state->state.step >= *wanted_) wanted_.reset();
+  published_ = std::move(state);
 }
 
 }  // namespace tern

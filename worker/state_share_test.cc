@@ -1,5 +1,6 @@
 #include "worker/state_share.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -23,14 +24,29 @@ GroupState AState(bool momentum) {
   return s;
 }
 
+PublishedState Published(GroupState s) {
+  const uint32_t crc = GroupStateCrc(s);
+  return {.state = std::move(s), .crc = crc};
+}
+
+absl::StatusOr<v1::TensorBundle> ToBundle(const GroupState& s, uint32_t slice = 0,
+                                          uint32_t slices = 1) {
+  return GroupStateToBundle(Published(s), "run", 2, slice, slices);
+}
+
+absl::StatusOr<StateSlice> FromBundle(const v1::TensorBundle& b, const std::string& run = "run",
+                                      uint64_t n = 4, uint32_t slice = 0, uint32_t slices = 1) {
+  static const auto* codecs = NewBuiltinCodecRegistry().release();
+  return StateSliceFromBundle(b, run, n, slice, slices, *codecs);
+}
+
 TEST(GroupState, ComesBackAsItWentWithAndWithoutMomentum) {
-  auto codecs = NewBuiltinCodecRegistry();
   for (bool momentum : {true, false}) {
     const GroupState sent = AState(momentum);
-    auto bundle = GroupStateToBundle(sent, "run", 2);
+    auto bundle = ToBundle(sent);
     ASSERT_THAT(bundle, IsOk());
     EXPECT_EQ(bundle->round(), 41u);
-    auto got = GroupStateFromBundle(*bundle, "run", 4, *codecs);
+    auto got = FromBundle(*bundle);
     ASSERT_THAT(got, IsOk());
     EXPECT_EQ(got->step, 41);
     EXPECT_EQ(got->theta, sent.theta);
@@ -39,47 +55,118 @@ TEST(GroupState, ComesBackAsItWentWithAndWithoutMomentum) {
 }
 
 TEST(GroupState, ARunModelOrPartThatDoesNotFitIsRefused) {
-  auto codecs = NewBuiltinCodecRegistry();
-  auto bundle = GroupStateToBundle(AState(true), "run", 2);
+  auto bundle = ToBundle(AState(true));
   ASSERT_THAT(bundle, IsOk());
-  EXPECT_THAT(GroupStateFromBundle(*bundle, "other", 4, *codecs).status(),
+  EXPECT_THAT(FromBundle(*bundle, "other").status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("run 'run'")));
-  EXPECT_THAT(GroupStateFromBundle(*bundle, "run", 5, *codecs).status(),
+  EXPECT_THAT(FromBundle(*bundle, "run", 5).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));  // another model's size
   v1::TensorBundle three = *bundle;
   *three.add_tensors() = bundle->tensors(0);
-  EXPECT_THAT(GroupStateFromBundle(three, "run", 4, *codecs).status(),
+  EXPECT_THAT(FromBundle(three).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("3 parts")));
   v1::TensorBundle renamed = *bundle;
   renamed.mutable_tensors(1)->set_name("m");
-  EXPECT_THAT(GroupStateFromBundle(renamed, "run", 4, *codecs).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(FromBundle(renamed).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   v1::TensorBundle far = *bundle;
   far.set_round(uint64_t{1} << 63);
-  EXPECT_THAT(GroupStateFromBundle(far, "run", 4, *codecs).status(),
+  EXPECT_THAT(FromBundle(far).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("step")));
 }
 
 TEST(GroupState, ATruncatedOversizeOrNonFinitePayloadIsRefused) {
-  auto codecs = NewBuiltinCodecRegistry();
-  auto bundle = GroupStateToBundle(AState(true), "run", 2);
+  auto bundle = ToBundle(AState(true));
   ASSERT_THAT(bundle, IsOk());
   v1::TensorBundle cut = *bundle;
   std::string* payload = cut.mutable_tensors(0)->mutable_tensor()->mutable_payload();
   payload->resize(payload->size() - 1);
-  EXPECT_FALSE(GroupStateFromBundle(cut, "run", 4, *codecs).ok());
+  EXPECT_FALSE(FromBundle(cut).ok());
   v1::TensorBundle longer = *bundle;
   longer.mutable_tensors(1)->mutable_tensor()->mutable_payload()->append(4, '\0');
-  EXPECT_FALSE(GroupStateFromBundle(longer, "run", 4, *codecs).ok());
+  EXPECT_FALSE(FromBundle(longer).ok());
   GroupState nan = AState(false);
   nan.theta[2] = std::numeric_limits<float>::quiet_NaN();
-  auto poisoned = GroupStateToBundle(nan, "run", 2);
+  auto poisoned = ToBundle(nan);
   ASSERT_THAT(poisoned, IsOk());
-  EXPECT_THAT(GroupStateFromBundle(*poisoned, "run", 4, *codecs).status(),
+  EXPECT_THAT(FromBundle(*poisoned).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NaN")));
   GroupState odd = AState(true);
   odd.momentum.pop_back();
-  EXPECT_FALSE(GroupStateToBundle(odd, "run", 2).ok());
+  EXPECT_FALSE(ToBundle(odd).ok());
+}
+
+// Slices cover the vectors in order whatever their count, and come back together as the state,
+// CRC and all.
+TEST(GroupState, SlicesMakeTheWholeStateBackAndItsCrcChecksThem) {
+  GroupState sent;
+  sent.step = 9;
+  for (int i = 0; i < 10; ++i) {
+    sent.theta.push_back(0.5f * static_cast<float>(i));
+    sent.momentum.push_back(-0.25f * static_cast<float>(i));
+  }
+  for (uint32_t count : {1u, 3u, 4u, 10u}) {
+    std::vector<StateSlice> slices;
+    uint64_t covered = 0;
+    for (uint32_t k = 0; k < count; ++k) {
+      const SliceRange r = StateSliceRange(10, k, count);
+      EXPECT_EQ(r.begin, covered);
+      covered = r.end;
+      auto bundle = GroupStateToBundle(Published(sent), "run", 2, k, count);
+      ASSERT_THAT(bundle, IsOk());
+      EXPECT_EQ(bundle->state_crc(), GroupStateCrc(sent));
+      auto got = FromBundle(*bundle, "run", 10, k, count);
+      ASSERT_THAT(got, IsOk());
+      EXPECT_EQ(got->theta.size(), r.end - r.begin);
+      slices.push_back(*std::move(got));
+    }
+    EXPECT_EQ(covered, 10u);
+    std::reverse(slices.begin(), slices.end());  // any order
+    auto whole = JoinStateSlices(slices, 10, /*one_state=*/true);
+    ASSERT_THAT(whole, IsOk());
+    EXPECT_EQ(whole->step, 9);
+    EXPECT_EQ(whole->theta, sent.theta);
+    EXPECT_EQ(whole->momentum, sent.momentum);
+    if (count > 1) {
+      // A value changed on the way (each slice still saying the state's CRC) is caught...
+      slices[0].theta[0] += 1.0f;
+      EXPECT_THAT(JoinStateSlices(slices, 10, true).status(),
+                  StatusIs(absl::StatusCode::kDataLoss, HasSubstr("CRC")));
+      // ... and a slice of another state, or one missing, is not joined into it.
+      slices[0].crc = *slices[0].crc + 1;
+      EXPECT_THAT(JoinStateSlices(slices, 10, true).status(),
+                  StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another state")));
+      // Without one state (a gossip joiner's mosaic of its peers' models) they join as they are.
+      EXPECT_THAT(JoinStateSlices(slices, 10, false), IsOk());
+      slices.pop_back();
+      EXPECT_THAT(JoinStateSlices(slices, 10, false).status(),
+                  StatusIs(absl::StatusCode::kInvalidArgument));
+    }
+  }
+}
+
+TEST(GroupState, ASliceOtherThanTheOneAskedForOrNoSliceAtAllIsRefused) {
+  auto bundle = ToBundle(AState(true), 1, 2);
+  ASSERT_THAT(bundle, IsOk());
+  EXPECT_THAT(FromBundle(*bundle, "run", 4, 1, 2), IsOk());
+  EXPECT_THAT(FromBundle(*bundle, "run", 4, 0, 2).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("asked for slice 0 of 2")));
+  EXPECT_THAT(FromBundle(*bundle, "run", 4, 1, 3).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(FromBundle(*bundle).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  v1::TensorBundle far = *bundle;
+  far.set_buckets(1u << 31);
+  EXPECT_THAT(FromBundle(far, "run", 4, 1, 2).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Slices that are not slices: past the count, more than 64, more than one a value.
+  EXPECT_THAT(ToBundle(AState(true), 2, 2).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ToBundle(AState(true), 0, 65).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ToBundle(AState(true), 0, 5).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ToBundle(AState(true), 0, 0).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+  // A truncated slice payload.
+  v1::TensorBundle cut = *bundle;
+  std::string* payload = cut.mutable_tensors(0)->mutable_tensor()->mutable_payload();
+  payload->resize(payload->size() - 3);
+  EXPECT_FALSE(FromBundle(cut, "run", 4, 1, 2).ok());
 }
 
 // A state is made only when asked for, and answers every ask at or before its step.
@@ -90,13 +177,13 @@ TEST(StateShare, PublishesOnlyWhatIsAskedForAndAnswersEveryEarlierAsk) {
   EXPECT_THAT(share.Get(5).status(), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_FALSE(share.Wanted(4));
   EXPECT_TRUE(share.Wanted(5));
-  v1::TensorBundle b;
-  b.set_round(6);
-  share.Publish(std::make_shared<const v1::TensorBundle>(b));
+  auto six = std::make_shared<PublishedState>();
+  six->state.step = 6;
+  share.Publish(six);
   EXPECT_FALSE(share.Wanted(6));
   auto got = share.Get(6);
   ASSERT_THAT(got, IsOk());
-  EXPECT_EQ((*got)->round(), 6u);
+  EXPECT_EQ((*got)->state.step, 6);
   EXPECT_THAT(share.Get(5), IsOk());
   EXPECT_THAT(share.Get(7).status(), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_TRUE(share.Wanted(7));

@@ -86,8 +86,11 @@ def find_delay_line(tern=None):
 
 
 class Sites:
-    def __init__(self, n, rate, rtt_ms=0.0, delay_line=None):
+    def __init__(self, n, rate, rtt_ms=0.0, delay_line=None, uplink=None):
         self.n, self.rate, self.rtt_ms = n, rate, float(rtt_ms)
+        # A site's own egress (what it sends) at `uplink` when given, as commodity links are
+        # slower up than down; what it receives at `rate` either way.
+        self.uplink = uplink or rate
         self.delay_line = delay_line
         if self.rtt_ms > 0 and not delay_line:
             raise SystemExit("a round trip needs tern-delay-line (build it: apt-get install "
@@ -134,19 +137,19 @@ class Sites:
         _run("ip", "netns", "add", hub)
         _run("ip", "-n", hub, "link", "add", "br0", "type", "bridge")
         _run("ip", "-n", hub, "link", "set", "br0", "up")
-        bits = rate_bits(self.rate)
         # A bucket of 10 ms at the rate, at least 64 KiB so one TSO segment fits.
-        burst = max(65536, int(bits / 8 / 100))
+        def burst(rate):
+            return max(65536, int(rate_bits(rate) / 8 / 100))
         for i in range(self.n):
             ns = self.ns(i)
             _run("ip", "netns", "add", ns)
             _run("ip", "link", "add", f"rv{i}", "netns", ns, "type", "veth", "peer", "name",
                  f"rb{i}", "netns", hub)
             _run("ip", "-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", f"rv{i}")
-            for where, dev in ((ns, f"rv{i}"), (hub, f"rb{i}")):
+            for where, dev, rate in ((ns, f"rv{i}", self.uplink), (hub, f"rb{i}", self.rate)):
                 _run("ip", "-n", where, "link", "set", dev, "up")
                 _run("tc", "-n", where, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
-                     self.rate, "burst", str(burst), "latency", "100ms")
+                     rate, "burst", str(burst(rate)), "latency", "100ms")
             _run("ip", "-n", hub, "link", "set", f"rb{i}", "master", "br0")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
         if self.rtt_ms > 0:
@@ -182,6 +185,10 @@ class Sites:
 
     def tx_bytes(self, i):
         path = f"/sys/class/net/rv{i}/statistics/tx_bytes"
+        return int(_run("ip", "netns", "exec", self.ns(i), "cat", path).stdout)
+
+    def rx_bytes(self, i):
+        path = f"/sys/class/net/rv{i}/statistics/rx_bytes"
         return int(_run("ip", "netns", "exec", self.ns(i), "cat", path).stdout)
 
     def kill_all(self):

@@ -89,6 +89,11 @@ ABSL_FLAG(bool, rejoin, true,
           "are (docs/worker.md, \"A worker that rejoins\"); false: it starts from its own start");
 ABSL_FLAG(tern::Double<tern::Above(0)>, rejoin_timeout, 300,
           "training, diloco: seconds a rejoining worker waits for the group's state");
+ABSL_FLAG(tern::Int<tern::In(1, 64)>, state_sources, 1,
+          "training: a rejoining or joining worker takes the state from this many peers at once, "
+          "a slice from each (docs/worker.md, \"A worker that rejoins\"): faster where peers "
+          "send slower than they receive; on a link the run fills, the pushes of the rounds "
+          "under way can miss their deadline. 1: all of it from one");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, epochs, 5,
           "training: passes over the training set (all workers together)");
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, max_steps, 0,
@@ -147,6 +152,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   o.round_timeout = absl::Seconds(timeout);
   o.rejoin = absl::GetFlag(FLAGS_rejoin);
   o.rejoin_timeout = absl::Seconds(absl::GetFlag(FLAGS_rejoin_timeout).value);
+  o.state_sources = absl::GetFlag(FLAGS_state_sources).value;
   o.overlap = absl::GetFlag(FLAGS_overlap);
   o.overlap_steps = absl::GetFlag(FLAGS_overlap_steps).value;
   o.algorithm_options.merge_alpha = absl::GetFlag(FLAGS_merge_alpha).value;
@@ -227,6 +233,7 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--round_timeout=", absl::GetFlag(FLAGS_round_timeout).value),
       absl::StrCat("--rejoin=", absl::GetFlag(FLAGS_rejoin) ? "true" : "false"),
       absl::StrCat("--rejoin_timeout=", absl::GetFlag(FLAGS_rejoin_timeout).value),
+      absl::StrCat("--state_sources=", absl::GetFlag(FLAGS_state_sources).value),
       absl::StrCat("--overlap=", absl::GetFlag(FLAGS_overlap) ? "true" : "false"),
       absl::StrCat("--overlap_steps=", absl::GetFlag(FLAGS_overlap_steps).value),
       absl::StrCat("--merge_alpha=", absl::GetFlag(FLAGS_merge_alpha).value),

@@ -1,6 +1,6 @@
 // libFuzzer target for what a worker does with a peer's or a trainer's bundle: the bytes parse
 // as a TensorBundle (or not), then go through RoundEngine::Deliver (a gossip message) and
-// BundleToFlat / LayoutFromBundle (a gradient or a registration), and GroupStateFromBundle (the
+// BundleToFlat / LayoutFromBundle (a gradient or a registration), and StateSliceFromBundle (the
 // group's state a rejoining worker takes from a peer). Any input must give OK or an
 // error; an accepted gossip message must have passed every check.
 #include <cstddef>
@@ -41,9 +41,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)f->engine->Deliver(bundle, size);
   std::vector<float> out(64);
   (void)tern::BundleToFlat(bundle, f->layout, *f->registries.codecs, absl::MakeSpan(out));
-  auto state = tern::GroupStateFromBundle(bundle, "tern", 64, *f->registries.codecs);
+  auto state = tern::StateSliceFromBundle(bundle, "tern", 64, 0, 1, *f->registries.codecs);
   if (state.ok() &&
       (state->theta.size() != 64 || (!state->momentum.empty() && state->momentum.size() != 64))) {
+    std::abort();
+  }
+  // The same bytes as slice 2 of 3 (values 42..63), as a joiner taking slices reads them.
+  auto slice = tern::StateSliceFromBundle(bundle, "tern", 64, 2, 3, *f->registries.codecs);
+  if (slice.ok() &&
+      (slice->theta.size() != 22 || (!slice->momentum.empty() && slice->momentum.size() != 22))) {
     std::abort();
   }
   auto layout = tern::LayoutFromBundle(bundle, 1 << 20);

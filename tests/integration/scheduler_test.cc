@@ -309,9 +309,15 @@ TEST(SchedulerRendezvous, WorkersGivenOnlyTheSchedulerFindEachOtherAndAReplaceme
   const auto args = [&](const std::string& tag) {
     return DilocoWorkerArgs(dir, sport, tag, {absl::StrCat("--workers=", kWorkers)}, 6000);
   };
+  // Process 0 dies at the end of its step 1010, mid-round (H = 20; after the fourth below gave
+  // up on an id, which the dead one frees 1.5 s after its death): a kill landing mid-exchange
+  // could leave one peer with its message and the other without, a split of θ that nothing
+  // repairs yet (docs/server.md, "An elastic run").
   std::vector<pid_t> pids;
   for (int p = 0; p < kWorkers; ++p) {
-    pids.push_back(Spawn(args(absl::StrCat(p)), absl::StrCat(dir, "/", p, ".log")));
+    std::vector<std::string> a = args(absl::StrCat(p));
+    if (p == 0) a.push_back("--crash_after_steps=1010");
+    pids.push_back(Spawn(a, absl::StrCat(dir, "/", p, ".log")));
   }
   // Which process got which id: the three ids, each once.
   std::vector<int> ids(kWorkers, -1);
@@ -328,35 +334,27 @@ TEST(SchedulerRendezvous, WorkersGivenOnlyTheSchedulerFindEachOtherAndAReplaceme
   EXPECT_NE(Wait(fourth), 0);
   EXPECT_THAT(ReadText(dir + "/extra.log"), ::testing::HasSubstr("every id below 3 is a member"));
 
-  // The process holding id 1 killed after 200 of its steps; a new one takes its place.
-  const int victim = static_cast<int>(std::find(ids.begin(), ids.end(), 1) - ids.begin());
-  ASSERT_LT(victim, kWorkers);
-  const std::string victim_log = absl::StrCat(dir, "/", victim, ".steps.jsonl");
-  for (int t = 0; t < 12000 && Lines(victim_log).size() < 200; ++t) usleep(10 * 1000);
-  if (Lines(victim_log).size() < 200) {
-    for (pid_t p : pids) kill(p, SIGKILL);
-    kill(scheduler, SIGKILL);
-    FAIL() << "the worker with id 1 did not get to step 200: "
-           << ReadText(absl::StrCat(dir, "/", victim, ".log"));
-  }
-  kill(pids[victim], SIGKILL);
-  EXPECT_EQ(Wait(pids[victim]), 128 + SIGKILL);
+  // Process 0 killed (its trainer's doing) after 1010 of its steps; a new one takes its place.
+  const int victim = 0;
+  const int victim_id = ids[0];
+  EXPECT_EQ(Wait(pids[victim]), 128 + SIGKILL) << ReadText(dir + "/0.log");
   pids[victim] = Spawn(args("again"), dir + "/again.log");
   for (int p = 0; p < kWorkers; ++p) {
     const std::string log = p == victim ? dir + "/again.log" : absl::StrCat(dir, "/", p, ".log");
     EXPECT_EQ(Wait(pids[p]), 0) << ReadText(log);
   }
   const std::string again = ReadText(dir + "/again.log");
-  EXPECT_EQ(AssignedId(again), 1) << again;
+  EXPECT_EQ(AssignedId(again), victim_id) << again;
   EXPECT_THAT(again, ::testing::HasSubstr("rejoined at step")) << again;
-  const int other = victim == 0 ? 1 : 0;
+  const int other = 1;
   for (int p = 0; p < kWorkers; ++p) {
     if (p == victim) continue;
     const std::string log = ReadText(absl::StrCat(dir, "/", p, ".log"));
-    EXPECT_THAT(log, ::testing::HasSubstr("peer 1 is now at"));
+    EXPECT_THAT(log, ::testing::HasSubstr(absl::StrCat("peer ", victim_id, " is now at")));
     // A round the newcomer's state covers is one it sits out: nobody waits for its message
     // there (a plain refusal would keep it awaited for a round deadline).
-    EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("worker 1 refused our message")));
+    EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr(
+                         absl::StrCat("worker ", victim_id, " refused our message"))));
     // Each exchange's messages carry a CRC of the sender's θ: none differed from the receiver's.
     EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("group model differs")));
   }
