@@ -61,13 +61,16 @@ class SliceFetch {
 
   // Runs every slice not had yet to its end: had, or a refusal every source would give.
   absl::Status Run() ABSL_LOCKS_EXCLUDED(mu_) {
-    std::vector<std::thread> threads;
+    std::vector<uint32_t> pending;
     {
       absl::MutexLock lock(&mu_);
       for (uint32_t k = 0; k < count_; ++k) {
-        if (!got_[k].has_value()) threads.emplace_back([this, k] { Slice(k); });
+        if (!got_[k].has_value()) pending.push_back(k);
       }
     }
+    std::vector<std::thread> threads;
+    threads.reserve(pending.size());
+    for (uint32_t k : pending) threads.emplace_back([this, k] { Slice(k); });
     for (std::thread& t : threads) t.join();
     absl::MutexLock lock(&mu_);
     return fatal_;
