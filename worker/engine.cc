@@ -697,7 +697,7 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
   const v1::TensorBundle& bundle = received.bundle;
   uint64_t num_params, size = 0, buckets, cut;
   int64_t sit_out;
-  bool asking;
+  bool asking, finished;
   std::shared_ptr<GossipInbox> inbox;
   const int bucket = static_cast<int>(std::min<uint32_t>(bundle.bucket(), 1u << 30));
   {
@@ -707,6 +707,7 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
     cut = registered_.cut;
     sit_out = sit_out_below_;
     asking = rejoin_asking_;
+    finished = options_.final_step > 0 && next_step_ >= options_.final_step;
     if (static_cast<size_t>(bucket) < buckets) {
       inbox = registered_.lanes[static_cast<size_t>(bucket)].inbox;
       size = registered_.lanes[static_cast<size_t>(bucket)].size;
@@ -742,6 +743,14 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
       // their senders must not wait for its message there (as for a round it sits out). A plain
       // "closed" would keep it awaited, for a round deadline, as a peer ahead is.
       if (!absl::IsCancelled(window) && round < sit_out) return sits_out();
+      if (!absl::IsCancelled(window) && finished) {
+        // Behind a worker that has run every round, its sender would wait a round deadline for
+        // it in each of its own (a peer that refused as ahead of it is alive, and mixes again
+        // once the sender catches up): this one never will.
+        return absl::CancelledError(absl::StrCat("worker ", options_.worker_id,
+                                                 " has finished its training (",
+                                                 options_.final_step, " steps) and mixes no more"));
+      }
       return window;
     }
     TERN_ASSIGN_OR_RETURN(auto checked, arrival_.Check(std::move(received), bucket, size, scans));

@@ -323,10 +323,11 @@ class RoundEngine {
   // worker's next step to just after it. Round loop only.
   absl::Status Rejoin();
   // Rejoin without a state shared by the group: the lanes start again from `got`'s model, taken
-  // since `t0`.
-  absl::Status TakeModel(const FetchedState& got, absl::Time t0);
+  // since `t0`, at the round AnnounceBack settles on by `deadline`.
+  absl::Status TakeModel(const FetchedState& got, absl::Time t0, absl::Time deadline);
   // Tells every peer that this worker sends its updates again from a round none of them has
-  // started (at least two periods past the furthest, and past `next`), and returns that round.
+  // started (at least two periods past the furthest, and past `next`; further when a peer got
+  // past it while asked), and returns that round.
   absl::StatusOr<int64_t> AnnounceBack(int64_t next, absl::Time deadline);
   // The group's state after `step` into share_, when a peer asked for it and no exchange is in
   // flight. Round loop only.

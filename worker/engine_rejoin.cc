@@ -318,7 +318,7 @@ absl::Status RoundEngine::Rejoin() {
                                      ": the state: ", got.status().message(),
                                      "; this worker cannot go on from its own start: restart it"));
   }
-  if (!shares_state_) return TakeModel(*got, t0);
+  if (!shares_state_) return TakeModel(*got, t0, deadline);
   const GroupState& state = got->state;
   std::vector<float> theta, momentum;
   for (Lane& lane : lanes_) {
@@ -353,24 +353,24 @@ absl::Status RoundEngine::Rejoin() {
   return absl::OkStatus();
 }
 
-absl::Status RoundEngine::TakeModel(const FetchedState& got, absl::Time t0) {
+absl::Status RoundEngine::TakeModel(const FetchedState& got, absl::Time t0, absl::Time deadline) {
   const GroupState& state = got.state;
   // A gossip method's state is the worker's own: it starts again from the peer's model (its
-  // momentum, error feedback and the like from zero). Nothing of a round is shared, so there is
-  // nothing to sit out: its peers wait for it again once its first message comes.
-  // The group went on while the model came (its transfer's worth of rounds): this worker goes
-  // on from where the group is now, with a model that many rounds old, which mixing pulls in.
-  // Behind, its peers' messages of the rounds it still had to run would have been refused as
-  // too far ahead, or never sent (a newcomer gets one push at a time), and each side would have
-  // waited a round deadline for the other.
-  const int64_t next = FurthestStep(
-      AskEveryPeer(*transport_, options_.num_workers, options_.worker_id, options_.run_id, 0),
-      state.step + 1);
+  // momentum, error feedback and the like from zero). Nothing of a round is shared, so it sits
+  // nothing out: it goes on from a round none of its peers has started yet, from which they wait
+  // for it (AnnounceBack), with a model the transfer's worth of rounds old, which mixing pulls in.
+  // Behind where the group is, its peers' messages of the rounds it still had to run would have
+  // been refused as too far ahead, or never sent (a newcomer gets one push at a time), and each
+  // side would have waited a round deadline for the other. Waited for only once its first
+  // message came, a peer with no other neighbour up runs on alone meanwhile and may have closed
+  // that round already: the two would never mix again.
+  absl::StatusOr<int64_t> from = AnnounceBack(state.step + 1, deadline);
+  if (!from.ok()) return from.status();
   std::vector<float> mine;
   for (Lane& lane : lanes_) {
     TERN_RETURN_IF_ERROR(
         lane.algorithm->Init(lane.Gather(state.theta, &mine), options_.worker_id, lane.blocks));
-    lane.inbox->Skip(next);
+    lane.inbox->Skip(*from);
   }
   if (lanes_.size() > 1) {
     // The lanes hold their values again: back onto one buffer, the model's.
@@ -380,13 +380,14 @@ absl::Status RoundEngine::TakeModel(const FetchedState& got, absl::Time t0) {
   }
   {
     absl::MutexLock lock(&mu_);
-    next_step_ = next;
-    sit_out_below_ = 0;
+    next_step_ = *from;
+    // A message for an earlier round is one its sender must not wait for this worker's in.
+    sit_out_below_ = *from;
   }
   spdlog::info(
       "worker {}: joined at step {} with the model of workers {} after step {} ({:.1f} MB in "
       "{:.2f} s, {:.2f} s of it on the wire)",
-      options_.worker_id, next, SourceList(got.sources), state.step,
+      options_.worker_id, *from, SourceList(got.sources), state.step,
       static_cast<double>(got.bytes) / 1e6, absl::ToDoubleSeconds(absl::Now() - t0),
       absl::ToDoubleSeconds(got.transfer));
   return absl::OkStatus();
@@ -394,8 +395,10 @@ absl::Status RoundEngine::TakeModel(const FetchedState& got, absl::Time t0) {
 
 absl::StatusOr<int64_t> RoundEngine::AnnounceBack(int64_t next, absl::Time deadline) {
   const int me = options_.worker_id;
-  // Two periods past the furthest peer: time enough for the question to reach them all.
-  const int64_t margin = 2 * lanes_[0].algorithm->StepsPerRound();
+  // Two periods past the furthest peer: time enough for the question to reach them all, unless
+  // a peer runs rounds faster than the question goes round (one with no neighbour to wait for):
+  // twice the room on each try.
+  int64_t margin = 2 * lanes_[0].algorithm->StepsPerRound();
   absl::Status last;
   while (absl::Now() < deadline) {
     const int64_t from = FurthestStep(AskEveryPeer(*transport_, options_.num_workers, me,
@@ -413,6 +416,7 @@ absl::StatusOr<int64_t> RoundEngine::AnnounceBack(int64_t next, absl::Time deadl
       }
     }
     if (all) return from;
+    margin = std::min<int64_t>(2 * margin, int64_t{1} << 30);
   }
   return absl::DeadlineExceededError(absl::StrCat(
       "worker ", me, ": no round every peer had still to start before the rejoin's deadline (",

@@ -490,6 +490,136 @@ TEST(RoundEngine, APartitionedNeighbourCostsOneDeadlineThenOneProbeAtATime) {
   c.transport.Join();
 }
 
+// A worker that has run its last round (EngineOptions::final_step) answers a late message as
+// gone, not as a round it closed: a peer behind it would otherwise keep it awaited, a round
+// deadline in each of its own rounds, for messages that never come.
+TEST(RoundEngine, AWorkerThatFinishedItsTrainingIsNotAwaitedByOneBehind) {
+  WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  MemoryTransport transport;
+  auto engines = MakeEngines(
+      2, registries, transport,
+      [](EngineOptions& o) {
+        o.algorithm = "dpsgd";
+        o.round_timeout = absl::Seconds(30);
+        o.final_step = 3;
+      },
+      Layout(8), [](int i) { return std::vector<float>(8, static_cast<float>(i)); });
+  std::vector<float> zero(8, 0.0f);
+  StepInput in;
+  in.lr = 0.1f;
+  in.grad = zero;
+  // Worker 0 runs the whole run while 1 is down.
+  transport.dead[1] = true;
+  for (in.step = 0; in.step < 3; ++in.step) ASSERT_THAT(engines[0]->Step(in), IsOk());
+  transport.Join();
+  transport.dead[1] = false;
+  const absl::Time t0 = absl::Now();
+  in.step = 0;
+  auto late = engines[1]->Step(in);
+  ASSERT_THAT(late, IsOk());
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10)) << "worker 1 waited for worker 0's message";
+  EXPECT_EQ(late->dropped, std::vector<int>{0});
+  const absl::Status refused = [&] {
+    GossipMessage m;
+    EncodedTensor t;
+    EXPECT_THAT((*registries.codecs->Create("none"))->Encode(zero, {}, &t), IsOk());
+    m.parts.emplace_back("w", std::move(t));
+    return engines[0]->Deliver(GossipToBundle(std::move(m), "tern", 1, 1), 0);
+  }();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kCancelled, HasSubstr("finished its training")));
+  transport.Join();
+}
+
+// A gossip worker joining an elastic run says from which round it sends (as a rejoining diloco
+// worker does), and its peers wait for it from there. Peers with no other neighbour to wait for
+// run rounds faster than the question goes round: the round it names moves further each time
+// one of them got past it, and the joiner and its peers then mix every round.
+TEST(RoundEngine, AGossipJoinerIsWaitedForFromTheRoundItNamesEvenByPeersRunningAhead) {
+  WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  MemoryTransport transport;
+  transport.dead = {false, false, true};
+  transport.asker = 2;
+  const auto configure = [](EngineOptions& o, int id, int64_t from) {
+    o.worker_id = id;
+    o.num_workers = 3;
+    o.algorithm = "dpsgd";
+    o.round_timeout = absl::Seconds(30);
+    o.rejoin_timeout = absl::Seconds(5);
+    o.member_from = [from] { return std::optional<int64_t>(from); };
+  };
+  std::vector<std::unique_ptr<RoundEngine>> engines;
+  for (int i = 0; i < 3; ++i) {
+    EngineOptions o;
+    configure(o, i, i < 2 ? 0 : 4);
+    auto e = RoundEngine::Create(o, &registries, &transport);
+    ASSERT_THAT(e, IsOk());
+    engines.push_back(*std::move(e));
+  }
+  for (const auto& e : engines) transport.engines.push_back(e.get());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_THAT(engines[i]->Init(Layout(8), std::vector<float>(8, static_cast<float>(i))), IsOk());
+  }
+  // Workers 0 and 1 run on at full speed, worker 2 down; each step's outcome kept.
+  std::atomic<int64_t> stop_at{std::numeric_limits<int64_t>::max()};
+  std::map<int64_t, std::vector<int>> mixed_by_0;
+  std::thread racer([&] {
+    std::vector<float> zero(8, 0.0f);
+    for (int64_t step = 0; step < stop_at.load(); ++step) {
+      absl::StatusOr<StepOutcome> out[2];
+      std::vector<std::thread> ts;
+      for (int i = 0; i < 2; ++i) {
+        ts.emplace_back([&, i] {
+          StepInput in;
+          in.step = step;
+          in.lr = 0.1f;
+          in.grad = zero;
+          out[i] = engines[i]->Step(in);
+        });
+      }
+      for (auto& t : ts) t.join();
+      transport.Join();
+      ASSERT_THAT(out[0], IsOk());
+      ASSERT_THAT(out[1], IsOk());
+      mixed_by_0[step] = out[0]->mixed;
+    }
+  });
+  while (engines[0]->next_step() < 8) absl::SleepFor(absl::Milliseconds(1));
+  // Each question takes three of their rounds to go round (or 200 ms, once they wait for 2).
+  transport.on_ask = [&](int) {
+    const int64_t seen = engines[0]->next_step();
+    const absl::Time until = absl::Now() + absl::Milliseconds(200);
+    while (engines[0]->next_step() < seen + 3 && absl::Now() < until) {
+      absl::SleepFor(absl::Microseconds(200));
+    }
+  };
+  transport.dead[2] = false;
+  if (absl::Status init = engines[2]->Init(Layout(8), std::vector<float>(8, 2.0f)); !init.ok()) {
+    stop_at = 0;
+    racer.join();
+    FAIL() << init;
+  }
+  const int64_t from = engines[2]->next_step();
+  stop_at = from + 4;
+  std::vector<float> zero(8, 0.0f);
+  const absl::Time t0 = absl::Now();
+  for (int64_t step = from; step < from + 4; ++step) {
+    StepInput in;
+    in.step = step;
+    in.lr = 0.1f;
+    in.grad = zero;
+    auto out = engines[2]->Step(in);
+    ASSERT_THAT(out, IsOk());
+    EXPECT_EQ(out->mixed, (std::vector<int>{0, 1})) << step;
+  }
+  racer.join();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10)) << "a side waited a round deadline";
+  EXPECT_GT(from, 10);
+  for (int64_t step = from; step < from + 4; ++step) {
+    EXPECT_EQ(mixed_by_0[step], (std::vector<int>{1, 2})) << step;
+  }
+  transport.Join();
+}
+
 TEST(RoundEngine, RefusesBadMessagesAndKeepsServing) {
   Cluster c(4, "dpsgd", 8, absl::Seconds(10));
   RoundEngine& e = *c.engines[0];

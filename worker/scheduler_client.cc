@@ -12,6 +12,14 @@
 #include "spdlog/spdlog.h"
 
 namespace tern {
+namespace {
+
+// An epoch's member ids as the scheduler lists them.
+std::vector<int> Ids(const google::protobuf::RepeatedField<uint32_t>& ids) {
+  return std::vector<int>(ids.begin(), ids.end());
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<SchedulerClient>> SchedulerClient::Start(
     std::shared_ptr<grpc::Channel> channel, SchedulerClientOptions options, absl::Duration wait) {
@@ -102,9 +110,7 @@ void SchedulerClient::Follow(uint64_t epoch, int64_t from_round) {
   // heartbeats (two joins close together) must not be taken as one, or this worker would mix
   // over another graph than its peers in the rounds between their from_rounds.
   for (const v1::EpochRecord& r : v->recent()) {
-    Epoch past{r.epoch(), r.from_round(), {}};
-    for (uint32_t id : r.members()) past.members.push_back(static_cast<int>(id));
-    Record(std::move(past));
+    Record(Epoch{r.epoch(), r.from_round(), Ids(r.members())});
   }
   Record(std::move(e));
 }
@@ -163,8 +169,7 @@ uint64_t SchedulerClient::epoch() const {
 void SchedulerClient::Started(const v1::RunStart& start) {
   if (formed_) return;
   formed_ = true;
-  Epoch first{start.epoch(), 0, {}};
-  for (uint32_t id : start.members()) first.members.push_back(static_cast<int>(id));
+  Epoch first{start.epoch(), 0, Ids(start.members())};
   std::erase_if(epochs_, [&](const Epoch& e) { return e.epoch <= first.epoch; });
   epochs_.insert(epochs_.begin(), std::move(first));
   spdlog::info("scheduler: the run started with workers [{}] (epoch {})",

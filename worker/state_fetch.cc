@@ -127,10 +127,6 @@ class SliceFetch {
     for (std::optional<StateSlice>& s : got_) slices.push_back(*std::move(s));
     return slices;
   }
-  std::vector<int> Sources() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    return from_;
-  }
 
  private:
   // Slice k's loop: ask its source; on "not yet" ask again a poll later (or of a source that had
@@ -241,14 +237,13 @@ absl::StatusOr<FetchedState> FetchStateSlices(PeerTransport& transport,
   do {
     TERN_RETURN_IF_ERROR(fetch.Run());
   } while (options.one_state && !fetch.OneState());
-  const std::vector<int> from = fetch.Sources();
   FetchedState out = fetch.Take();
   absl::StatusOr<GroupState> state =
       JoinStateSlices(fetch.TakeSlices(), options.num_params, options.one_state);
   if (!state.ok()) {
-    return absl::Status(state.status().code(),
-                        absl::StrCat("the state's slices from workers ", absl::StrJoin(from, ","),
-                                     ": ", state.status().message()));
+    return absl::Status(state.status().code(), absl::StrCat("the state's slices from workers ",
+                                                            absl::StrJoin(out.sources, ","), ": ",
+                                                            state.status().message()));
   }
   out.state = *std::move(state);
   return out;

@@ -101,6 +101,9 @@ absl::Status RunBuiltinTrainer(TrainerLink& link, const BuiltinTrainerOptions& o
           "; the model is no longer finite (diverged, or poisoned by a message that got "
           "through), so this worker stops (docs/robustness.md)"));
     }
+    if (const absl::Duration left = o.min_step - (absl::Now() - t0); left > absl::ZeroDuration()) {
+      absl::SleepFor(left);
+    }
     s.compute_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
     s.grad = grad;
     TERN_ASSIGN_OR_RETURN(params, link.Step(s));

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "clients/cpp/trainer_link.h"
 
 namespace tern {
@@ -31,6 +32,10 @@ struct BuiltinTrainerOptions {
   // Fault injection (`tern run --kill_worker`): SIGKILL this process once this many steps are
   // done, at that step's end exactly (0: never).
   int64_t crash_after_steps = 0;
+  // Each step takes at least this long (the trainer sleeps after its compute), as a larger
+  // model's would (`--min_step_ms`): a test's run in the proportion of compute to failure
+  // detection that real runs have.
+  absl::Duration min_step = absl::ZeroDuration();
 };
 
 // Steps every worker takes per epoch: ceil(train_size / (workers * batch)), so that together

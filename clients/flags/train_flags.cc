@@ -101,6 +101,11 @@ ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, max_steps, 0,
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, crash_after_steps, 0,
           "training, fault injection: the built-in trainer SIGKILLs its worker once it has done "
           "this many steps, at that step's end (tern run --kill_worker sets it); 0: never");
+ABSL_FLAG(tern::Int<tern::In(0, 600000)>, min_step_ms, 0,
+          "training, testing: the built-in trainer makes each step take at least this many "
+          "milliseconds (it sleeps after its compute), as a larger model's would: keeps a run of "
+          "the small built-in model in the proportion of compute to failure detection real runs "
+          "have; 0: as fast as it computes");
 ABSL_FLAG(tern::Int<tern::In(1, 256)>, compute_threads, 1,
           "training: threads of the built-in model's matrix products (OpenBLAS) per process; 1 "
           "suits several workers on one machine");
@@ -184,6 +189,7 @@ BuiltinTrainerOptions TrainerOptionsFromFlags(int id, int workers) {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.max_steps = absl::GetFlag(FLAGS_max_steps).value;
   o.crash_after_steps = absl::GetFlag(FLAGS_crash_after_steps).value;
+  o.min_step = absl::Milliseconds(absl::GetFlag(FLAGS_min_step_ms).value);
   return o;
 }
 
@@ -254,6 +260,7 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--epochs=", absl::GetFlag(FLAGS_epochs).value),
       absl::StrCat("--max_steps=", absl::GetFlag(FLAGS_max_steps).value),
       absl::StrCat("--compute_threads=", absl::GetFlag(FLAGS_compute_threads).value),
+      absl::StrCat("--min_step_ms=", absl::GetFlag(FLAGS_min_step_ms).value),
   };
 }
 

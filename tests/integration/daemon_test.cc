@@ -220,24 +220,17 @@ TEST(TernWorker, ARestartedDilocoWorkerRejoinsAndTheRunEndsOnOneModel) {
   const std::string dir = MakeTempDir();
   constexpr int kWorkers = 4;
   const auto args = [&](int i, const std::string& listen, const std::string& tag) {
-    return std::vector<std::string>{"worker",
-                                    absl::StrCat("--id=", i),
-                                    absl::StrCat("--workers=", kWorkers),
-                                    "--listen=" + listen,
-                                    absl::StrCat("--port_file=", dir, "/", i, ".port"),
-                                    "--peers_file=" + dir + "/peers.txt",
-                                    "--algorithm=diloco",
-                                    "--local_steps=20",
-                                    "--codec=fp4",
-                                    "--round_timeout=5",
-                                    "--epochs=40",
-                                    "--batch=64",
-                                    "--max_steps=2400",
-                                    "--total_steps=2400",
-                                    absl::StrCat("--round_log=", dir, "/", i, tag, ".steps.jsonl"),
-                                    absl::StrCat("--final_model=", dir, "/final-", i, ".bin"),
-                                    "--exit_after_training",
-                                    "--log_level=info"};
+    std::vector<std::string> a = {"worker",
+                                  absl::StrCat("--id=", i),
+                                  absl::StrCat("--workers=", kWorkers),
+                                  "--listen=" + listen,
+                                  absl::StrCat("--port_file=", dir, "/", i, ".port"),
+                                  "--peers_file=" + dir + "/peers.txt"};
+    for (std::string& f : DilocoTrainingArgs(2400, absl::StrCat(dir, "/", i, tag, ".steps.jsonl"),
+                                             absl::StrCat(dir, "/final-", i, ".bin"))) {
+      a.push_back(std::move(f));
+    }
+    return a;
   };
   std::vector<pid_t> pids;
   for (int i = 0; i < kWorkers; ++i) {

@@ -170,6 +170,24 @@ inline std::vector<std::string> Lines(const std::string& path) {
   return out;
 }
 
+// The training flags of the integration tests' diloco workers (fp4, H = 20, 5 s rounds, batch 64)
+// for `steps` steps, writing their round log and final model to the paths given.
+inline std::vector<std::string> DilocoTrainingArgs(int steps, const std::string& round_log,
+                                                   const std::string& final_model) {
+  return {"--algorithm=diloco",
+          "--local_steps=20",
+          "--codec=fp4",
+          "--round_timeout=5",
+          "--epochs=40",
+          "--batch=64",
+          absl::StrCat("--max_steps=", steps),
+          absl::StrCat("--total_steps=", steps),
+          "--round_log=" + round_log,
+          "--final_model=" + final_model,
+          "--exit_after_training",
+          "--log_level=info"};
+}
+
 }  // namespace tern
 
 #endif  // TERN_TESTS_INTEGRATION_PROCESS_UTIL_H_
