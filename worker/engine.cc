@@ -303,6 +303,7 @@ absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
     lane.inbox =
         std::make_shared<GossipInbox>(options_.max_rounds_ahead, algorithm->StepsPerRound());
     lane.last_push.resize(static_cast<size_t>(options_.num_workers));
+    lane.push_before.resize(static_cast<size_t>(options_.num_workers));
   }
   lanes[0].algorithm = std::move(first_algorithm_);
   lanes_ = std::move(lanes);
@@ -544,6 +545,7 @@ absl::StatusOr<StepOutcome> RoundEngine::FinishStep(const StepInput& in) {
     absl::MutexLock lock(&mu_);
     next_step_ = in.step + 1;
   }
+  if (!repairs_.empty()) RepairGroupModels(in.step);
   // After next_step_ moves on (GetSnapshot relies on that order).
   if (SnapshotDue(in.step + 1)) KeepSnapshot(in.step + 1);
   if (share_.Wanted(in.step)) PublishState(in.step);
@@ -622,6 +624,8 @@ absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t
   r.nbrs = std::move(round.neighbours);
   r.row = std::move(round.row);
   r.deadline = absl::Now() + options_.round_timeout;
+  // A round's timeout more: a transfer the rejoiner's state shares its link with, not a wait.
+  r.lasting_deadline = r.deadline + options_.round_timeout;
   bool sit_out;
   {
     absl::MutexLock lock(&mu_);
@@ -673,6 +677,16 @@ absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) 
 void RoundEngine::NoteGroupModels(size_t lane, const InFlight& r, const RoundReport& report) {
   if (!r.group_crc.has_value()) return;
   counters_.CountGroupMismatches(report.group_mismatch.size());
+  if (!report.group_mismatch.empty()) {
+    if (std::optional<GroupMajority> other =
+            MajorityElsewhere(options_.worker_id, *r.group_crc, report.group_crcs)) {
+      repairs_.push_back(Repair{.lane = lane,
+                                .round = r.step,
+                                .sources = std::move(other->holders),
+                                .holders = other->count,
+                                .ours = other->ours});
+    }
+  }
   std::set<int> differ(report.group_mismatch.begin(), report.group_mismatch.end());
   for (int j : report.mixed) {
     // Said when it starts and when it ends, not every round it lasts.

@@ -332,6 +332,10 @@ class RoundEngine {
   // The group's state after `step` into share_, when a peer asked for it and no exchange is in
   // flight. Round loop only.
   void PublishState(int64_t step);
+  // diloco: takes each lane NoteGroupModels found split from the group (repairs_) again from
+  // the peers holding the majority's θ, after step `step` (the exchange's), lane by lane.
+  // Failures are logged and left to the next exchange that shows the split. Round loop only.
+  void RepairGroupModels(int64_t step);
 
   const EngineOptions options_;
   const WorkerRegistries* const registries_;
@@ -382,6 +386,16 @@ class RoundEngine {
   // (lane, neighbour): whether its last message said another group model than this worker's.
   // Round loop only.
   std::map<std::pair<size_t, int>, bool> group_differs_;
+  // Lanes whose θ a round found held by fewer of its workers than another θ (or as many, that
+  // one held by a lower id): taken again from `sources`, which hold it, once the step ends.
+  // Round loop only.
+  struct Repair {
+    size_t lane = 0;
+    int64_t round = 0;
+    std::vector<int> sources;
+    int holders = 0, ours = 0;  // workers heard holding the majority's θ, and ours
+  };
+  std::vector<Repair> repairs_;
   // The members of the last round NoteNewMembers saw, and that round. Round loop only.
   std::optional<std::vector<int>> members_seen_;
   int64_t members_seen_step_ = -1;

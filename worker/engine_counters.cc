@@ -27,6 +27,7 @@ v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
   d.set_neighbours_dropped(a.neighbours_dropped() - b.neighbours_dropped());
   d.set_contributions_clipped(a.contributions_clipped() - b.contributions_clipped());
   d.set_group_model_mismatches(a.group_model_mismatches() - b.group_model_mismatches());
+  d.set_group_model_repairs(a.group_model_repairs() - b.group_model_repairs());
   return d;
 }
 
@@ -83,6 +84,11 @@ void EngineCounters::CountDropped() {
 void EngineCounters::CountGroupMismatches(uint64_t n) {
   absl::MutexLock lock(&mu_);
   stats_.set_group_model_mismatches(stats_.group_model_mismatches() + n);
+}
+
+void EngineCounters::CountGroupRepair() {
+  absl::MutexLock lock(&mu_);
+  stats_.set_group_model_repairs(stats_.group_model_repairs() + 1);
 }
 
 void EngineCounters::SetClipped(uint64_t total) {

@@ -51,6 +51,8 @@ class EngineCounters {
   void SetClipped(uint64_t total) ABSL_LOCKS_EXCLUDED(mu_);
   // Neighbours of a round whose group model θ was not this worker's (diloco).
   void CountGroupMismatches(uint64_t n) ABSL_LOCKS_EXCLUDED(mu_);
+  // A lane's group model taken again from its peers (diloco: RoundEngine's repair of a split).
+  void CountGroupRepair() ABSL_LOCKS_EXCLUDED(mu_);
   // A refused incoming message, by `why`'s code.
   void CountRefused(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // A step ended: counts it (and its round, when it had one), its loss and the trainer's time,

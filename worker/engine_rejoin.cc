@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -138,6 +139,14 @@ absl::StatusOr<std::shared_ptr<const PublishedState>> RoundEngine::SharedState(i
                                               "; the state after step ", min_step, " is more than ",
                                               kStateHorizon, " steps ahead of it"));
   }
+  // A worker that has run its last step publishes no later state: an asker past it would wait
+  // its whole --rejoin_timeout for nothing.
+  if (const int64_t last = options_.final_step - 1;
+      options_.final_step > 0 && min_step > last && next_step() >= options_.final_step) {
+    return absl::OutOfRangeError(
+        absl::StrCat("worker ", options_.worker_id, " has finished the run (", options_.final_step,
+                     " steps): no state after step ", min_step, " will come"));
+  }
   return share_.Get(min_step);
 }
 
@@ -211,6 +220,73 @@ void RoundEngine::PublishState(int64_t step) {
   published->crc = GroupStateCrc(state);
   published->state = std::move(state);
   share_.Publish(std::move(published));
+}
+
+void RoundEngine::RepairGroupModels(int64_t step) {
+  std::vector<Repair> todo;
+  todo.swap(repairs_);
+  const int me = options_.worker_id;
+  for (const Lane& lane : lanes_) {
+    if (lane.round.has_value()) {
+      // --overlap: an exchange is always in flight, and no peer hands a state over.
+      spdlog::warn(
+          "worker {}: step {}: this worker's group model is not the group's; not "
+          "repaired with an exchange in flight (--overlap)",
+          me, step);
+      return;
+    }
+  }
+  if (transport_ == nullptr) return;
+  const StateFetchOptions fetch{.run_id = options_.run_id,
+                                .num_params = params().size(),
+                                .codecs = &*registries_->codecs,
+                                .one_state = true};
+  for (Repair& repair : todo) {
+    Lane& lane = lanes_[repair.lane];
+    if (static_cast<int>(repair.sources.size()) > options_.state_sources) {
+      repair.sources.resize(static_cast<size_t>(options_.state_sources));
+    }
+    const absl::Time t0 = absl::Now();
+    // The peers publish it at their next step's end (or their round loop's next turn): well
+    // before the next exchange, which this worker's wait would hold up.
+    absl::StatusOr<FetchedState> got =
+        FetchStateSlices(*transport_, fetch, repair.sources, step, t0 + options_.round_timeout);
+    if (got.ok()) {
+      // θ and the outer momentum move only at an exchange: a state after a later step is this
+      // one's, unless this lane exchanged again in between, which this worker has not yet.
+      for (int64_t t = step + 1; t <= got->state.step; ++t) {
+        if (lane.algorithm->Communicates(t)) {
+          got = absl::FailedPreconditionError(
+              absl::StrCat("their state is after step ", got->state.step,
+                           ", past the lane's next exchange (", t, ")"));
+          break;
+        }
+      }
+    }
+    absl::Status s = got.status();
+    if (s.ok()) {
+      std::vector<float> theta, momentum;
+      absl::Span<const float> m;
+      if (!got->state.momentum.empty()) m = lane.Gather(got->state.momentum, &momentum);
+      s = lane.algorithm->AdoptShared(lane.Gather(got->state.theta, &theta), m);
+    }
+    if (!s.ok()) {
+      spdlog::warn(
+          "worker {}: round {}: this worker's group model (lane {}) is not the one {} of the "
+          "workers heard hold; not repaired: {} (tried again at the next exchange that shows it)",
+          me, repair.round, repair.lane, repair.holders, s.ToString());
+      continue;
+    }
+    if (lane.gathered()) lane.Scatter(params_);
+    counters_.CountGroupRepair();
+    spdlog::warn(
+        "worker {}: round {}: this worker's group model (lane {}, held by {} of the workers "
+        "heard) was not the one {} held: repaired with the state of workers {} after step {} "
+        "({:.1f} MB in {:.2f} s)",
+        me, repair.round, repair.lane, repair.ours, repair.holders, SourceList(got->sources),
+        got->state.step, static_cast<double>(got->bytes) / 1e6,
+        absl::ToDoubleSeconds(absl::Now() - t0));
+  }
 }
 
 absl::Status RoundEngine::Rejoin() {
@@ -313,10 +389,16 @@ absl::Status RoundEngine::Rejoin() {
     min_step = rejoin_refused_;
   }
   if (!got.ok()) {
-    return absl::Status(got.status().code(),
-                        absl::StrCat("rejoining the run at step ", furthest,
-                                     ": the state: ", got.status().message(),
-                                     "; this worker cannot go on from its own start: restart it"));
+    // Past the run's end (its peers finished before the step it is a member from) a restart
+    // would not help.
+    const bool ended = absl::IsOutOfRange(got.status()) &&
+                       absl::StrContains(got.status().message(), "has finished the run");
+    return absl::Status(
+        got.status().code(),
+        absl::StrCat("rejoining the run at step ", furthest,
+                     ": the state: ", got.status().message(),
+                     ended ? "; the run ended before this worker's first step"
+                           : "; this worker cannot go on from its own start: restart it"));
   }
   if (!shares_state_) return TakeModel(*got, t0, deadline);
   const GroupState& state = got->state;

@@ -987,27 +987,63 @@ TEST(RoundEngine, DilocoAPushToAWorkerStillAskingWhereTheGroupIsIsNotAwaited) {
 
 // The bit-identical check: each message carries the CRC of its sender's group model θ, and a
 // receiver counts (and logs) a neighbour whose θ is not its own. A group that agrees counts
-// nothing, over whole and fragmented exchanges; one worker started elsewhere is counted by every
-// other at each exchange, and counts every other itself.
+// nothing, over whole and fragmented exchanges.
 TEST(RoundEngine, DilocoCountsANeighbourWhoseGroupModelIsNotItsOwn) {
   for (int fragments : {0, 2}) {
     DilocoGroup agree(Layout(8), fragments);
     for (int64_t step = 0; step < 4; ++step) agree.Step(step);
     for (const auto& e : agree.engines) {
       EXPECT_EQ(e->Stats().group_model_mismatches(), 0u) << fragments << " fragments";
+      EXPECT_EQ(e->Stats().group_model_repairs(), 0u);
       EXPECT_GT(e->Stats().rounds(), 0u);
     }
   }
+}
+
+// A split mended: worker 3 started elsewhere, so its θ is not the group's. At the first exchange
+// every worker counts the split (the three others worker 3, worker 3 each of them), and worker
+// 3, whose θ is held by one of the four against three, takes the state again from a peer that
+// holds theirs (after their next step, which exchanges nothing). From the next exchange on the
+// four hold one θ, byte for byte, and count nothing more.
+TEST(RoundEngine, DilocoAWorkerWhoseGroupModelIsNotTheMajoritysTakesItFromAPeer) {
   DilocoGroup split(Layout(8), /*fragments=*/0, nullptr,
                     [](int i) { return std::vector<float>(8, i == 3 ? 0.5f : 0.0f); });
   split.agree = false;
-  for (int64_t step = 0; step < 4; ++step) split.Step(step);
-  const uint64_t exchanges = split.engines[0]->Stats().rounds();
-  ASSERT_EQ(exchanges, 2u);
+  const auto step_on = [&](int i, int64_t step) {
+    return std::thread([&split, i, step] {
+      const std::vector<float> grad(8, -static_cast<float>(i + 1));
+      StepInput in;
+      in.step = step;
+      in.lr = 0.1f;
+      in.grad = grad;
+      EXPECT_THAT(split.engines[i]->Step(in), IsOk()) << "worker " << i << ", step " << step;
+    });
+  };
+  split.Step(0);
+  std::vector<std::thread> first;
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) first.push_back(step_on(i, 1));  // exchange
+  for (int i = 0; i < 3; ++i) first[static_cast<size_t>(i)].join();
+  // Worker 3 waits for the state; the others go on a step, at whose end they hand it over.
+  std::vector<std::thread> second;
+  for (int i = 0; i < 3; ++i) second.push_back(step_on(i, 2));
+  for (std::thread& t : second) t.join();
+  first[3].join();
+  split.transport.Join();
+  step_on(3, 2).join();
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(split.engines[i]->Stats().group_model_mismatches(), exchanges) << "worker " << i;
+    EXPECT_EQ(split.engines[i]->Stats().group_model_mismatches(), 1u) << "worker " << i;
+    EXPECT_EQ(split.engines[i]->Stats().group_model_repairs(), 0u) << "worker " << i;
   }
-  EXPECT_EQ(split.engines[3]->Stats().group_model_mismatches(), 3 * exchanges);
+  EXPECT_EQ(split.engines[3]->Stats().group_model_mismatches(), 3u);
+  EXPECT_EQ(split.engines[3]->Stats().group_model_repairs(), 1u);
+  for (int64_t step = 3; step < 6; ++step) split.Step(step);  // exchanges at 3 and 5
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+    EXPECT_TRUE(std::equal(split.engines[i]->params().begin(), split.engines[i]->params().end(),
+                           split.engines[0]->params().begin()))
+        << "worker " << i;
+    EXPECT_EQ(split.engines[i]->Stats().group_model_mismatches(), i < 3 ? 1u : 3u)
+        << "worker " << i;
+  }
 }
 
 // Without a peer that has mixed an exchange (a run starting) a worker starts from its own x0; a
@@ -1037,6 +1073,23 @@ TEST(RoundEngine, SharedStateIsDilocosOrAnElasticRunsAndNotFarAhead) {
   ASSERT_THAT((*elastic)->Init(Layout(4), std::vector<float>(4, 0.5f)), IsOk());
   EXPECT_THAT((*elastic)->SharedState(0).status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("ask again")));
+}
+
+// A worker that has run its last step publishes no later state: a joiner whose first step lies
+// past the run's end is told so at once instead of waiting its --rejoin_timeout; the state after
+// the last step is still handed over.
+TEST(RoundEngine, AStatePastTheRunsEndIsRefusedByAWorkerThatFinished) {
+  DilocoGroup g(Layout(4), /*fragments=*/0, [](EngineOptions& o) { o.final_step = 2; });
+  g.Step(0);
+  EXPECT_THAT(g.engines[0]->SharedState(5).status(), StatusIs(absl::StatusCode::kUnavailable));
+  g.Step(1);
+  EXPECT_THAT(g.engines[0]->SharedState(5).status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("has finished the run (2 steps)")));
+  EXPECT_THAT(g.engines[0]->SharedState(1).status(), StatusIs(absl::StatusCode::kUnavailable));
+  g.engines[0]->PublishWanted();  // as the daemon's round loop does, between steps
+  auto last = g.engines[0]->SharedState(1);
+  ASSERT_THAT(last, IsOk());
+  EXPECT_EQ((*last)->state.step, 1);
 }
 
 // Streaming: with two fragments and H = 2 each step exchanges one of them (the last tensor's

@@ -97,13 +97,18 @@ void Lane::Push(InFlight& r, const PeerTransport::Chunks& chunks, const PeerHeal
   }
   for (int j : r.nbrs) {
     std::shared_ptr<RoundPushes>& last = last_push[static_cast<size_t>(j)];
-    if (!health.up(j) && last != nullptr && !last->Finished(j)) {
+    std::shared_ptr<RoundPushes>& before = push_before[static_cast<size_t>(j)];
+    const PeerTransport::Reach reach = health.ReachOf(j);
+    const bool returning = reach == PeerTransport::Reach::kWaitForReady;
+    if (!health.up(j) && last != nullptr && !last->Finished(j) &&
+        (!returning || (before != nullptr && !before->Finished(j)))) {
       inbox->GiveUp(r.step, j);
       continue;
     }
+    before = std::move(last);
     last = r.pushes;
-    transport->Send(j, chunks, r.deadline, health.ReachOf(j),
-                    [pushes = r.pushes, box = inbox, j, step = r.step](absl::Status s) {
+    transport->Send(j, chunks, returning ? std::max(r.deadline, r.lasting_deadline) : r.deadline,
+                    reach, [pushes = r.pushes, box = inbox, j, step = r.step](absl::Status s) {
                       if (PeerUnreachable(s)) box->GiveUp(step, j);
                       absl::MutexLock lock(&pushes->mu);
                       pushes->ended[j] = {std::move(s), absl::Now()};
@@ -129,9 +134,9 @@ absl::StatusOr<RoundReport> Lane::Finish(InFlight r, int me, PeerHealth& health)
   std::map<int, GossipMessage> received = inbox->Take(r.step, wait_for, r.nbrs, r.deadline);
   const absl::Time t_recv = absl::Now();
   for (const auto& [j, m] : received) {
-    if (r.group_crc.has_value() && m.group_crc.has_value() && *m.group_crc != *r.group_crc) {
-      report.group_mismatch.push_back(j);
-    }
+    if (!r.group_crc.has_value() || !m.group_crc.has_value()) continue;
+    report.group_crcs[j] = *m.group_crc;
+    if (*m.group_crc != *r.group_crc) report.group_mismatch.push_back(j);
   }
   {
     absl::MutexLock lock(&r.pushes->mu);

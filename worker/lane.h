@@ -118,6 +118,8 @@ struct InFlight {
   std::shared_ptr<RoundPushes> pushes;
   uint64_t payload = 0, dense = 0, wire = 0;  // one message's bytes
   absl::Time deadline;
+  // A push to a rejoining neighbour's (Lane::Push): past `deadline`, as nobody waits for it.
+  absl::Time lasting_deadline;
   // This worker sent nothing and mixes the others' messages alone (a rejoined worker, until its
   // peers wait for it: RoundEngine::Rejoin).
   bool sat_out = false;
@@ -130,6 +132,8 @@ struct RoundReport {
   std::vector<int> mixed, dropped;
   // Neighbours whose message said a group model θ other than this worker's.
   std::vector<int> group_mismatch;
+  // The CRC of θ each message heard said (diloco).
+  std::map<int, uint32_t> group_crcs;
   std::map<int, absl::Status> results;  // each neighbour's push
   uint64_t sent_to = 0;                 // pushes accepted
   double wait_seconds = 0;              // for the neighbours' messages
@@ -143,7 +147,10 @@ struct Lane {
   // Pushes round `r`'s message (`chunks`) to its neighbours at once, waiting (in Finish) for
   // those `health` says are up. A push that fails for transport reasons stops the wait for that
   // neighbour's message too (it is gone). A neighbour that is down and still has a push of an
-  // earlier round under way is not pushed to again (nor waited for) until that one ends.
+  // earlier round under way is not pushed to again (nor waited for) until that one ends. One
+  // rejoining (PeerHealth::ReachOf: waiting for a connection) mixes these rounds later, from its
+  // inbox, while its state comes over the same link: its push has until `r.lasting_deadline`
+  // (nobody waits for it past the round's), and it gets the next rounds' too, two in flight.
   void Push(InFlight& r, const PeerTransport::Chunks& chunks, const PeerHealth& health,
             PeerTransport* transport);
   // Waits for round `r`'s messages (from the neighbours up, to its deadline) and pushes, judges
@@ -173,6 +180,7 @@ struct Lane {
   // Each neighbour's latest push's round: a neighbour that is down gets one push at a time (a
   // probe; behind a partition each would hang to its deadline).
   std::vector<std::shared_ptr<RoundPushes>> last_push;
+  std::vector<std::shared_ptr<RoundPushes>> push_before;  // each neighbour's one before the latest
   std::optional<InFlight> round;  // pushed, not mixed yet (with overlap: until the next step)
   bool started = false;           // this step's local update and push are done
 };

@@ -1,6 +1,8 @@
 #include "worker/lane.h"
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -71,6 +73,77 @@ TEST(PeerHealth, APushRetriesANewPeerWaitsForOneComingBackAndIsMadeOnceOtherwise
   EXPECT_EQ(h.ReachOf(1), Reach::kOnce);
   h.Returning(2);
   EXPECT_EQ(h.ReachOf(2), Reach::kRetryUnavailable) << "never heard from: starting up";
+}
+
+// Keeps each push's callback, unanswered until the test says.
+class HeldTransport final : public PeerTransport {
+ public:
+  struct Sent {
+    int to;
+    absl::Time deadline;
+    Reach reach;
+    std::function<void(absl::Status)> done;
+  };
+  std::vector<Sent> sent;
+  void Send(int to, Chunks, absl::Time deadline, Reach reach,
+            std::function<void(absl::Status)> done) override {
+    sent.push_back({to, deadline, reach, std::move(done)});
+  }
+};
+
+// A neighbour that is down gets one push at a time, with the round's deadline; one rejoining
+// (heard from before, listening again) gets its pushes with the longer deadline and up to two in
+// flight: it mixes those rounds later, from its inbox, while its state comes over the same link.
+TEST(Lane, ARejoiningNeighboursPushesOutlastTheRoundTwoAtATime) {
+  PeerHealth h(3);
+  uint64_t sent_to = 0;
+  std::vector<int> mixed, dropped;
+  std::map<int, GossipMessage> heard;
+  heard[1] = GossipMessage();
+  heard[2] = GossipMessage();
+  h.Judge(0, 0, {1, 2}, {{1, absl::OkStatus()}, {2, absl::OkStatus()}}, heard, &sent_to, &mixed,
+          &dropped);
+  // Both die; worker 2 comes back and asks where the group is.
+  const absl::Status gone = absl::UnavailableError("connection refused");
+  h.Judge(0, 1, {1, 2}, {{1, gone}, {2, gone}}, {}, &sent_to, &mixed, &dropped);
+  h.Returning(2);
+  Lane lane;
+  lane.inbox = std::make_shared<GossipInbox>(32, 1);
+  lane.last_push.resize(3);
+  lane.push_before.resize(3);
+  HeldTransport transport;
+  auto chunks = std::make_shared<const std::vector<v1::BundleChunk>>();
+  const absl::Time t0 = absl::Now();
+  for (int64_t step = 2; step < 5; ++step) {
+    InFlight r;
+    r.step = step;
+    r.nbrs = {1, 2};
+    r.deadline = t0 + absl::Seconds(step);
+    r.lasting_deadline = r.deadline + absl::Seconds(10);
+    lane.Push(r, chunks, h, &transport);
+  }
+  // Worker 1: round 2's push only (a probe). Worker 2: rounds 2 and 3, not 4 while both run.
+  ASSERT_EQ(transport.sent.size(), 3u);
+  EXPECT_EQ(transport.sent[0].to, 1);
+  EXPECT_EQ(transport.sent[0].deadline, t0 + absl::Seconds(2));
+  EXPECT_EQ(transport.sent[1].to, 2);
+  EXPECT_EQ(transport.sent[1].reach, PeerTransport::Reach::kWaitForReady);
+  EXPECT_EQ(transport.sent[1].deadline, t0 + absl::Seconds(12));
+  EXPECT_EQ(transport.sent[2].to, 2);
+  EXPECT_EQ(transport.sent[2].deadline, t0 + absl::Seconds(13));
+  // Round 2's push to worker 2 ends: round 5's goes.
+  transport.sent[1].done(absl::OkStatus());
+  InFlight r;
+  r.step = 5;
+  r.nbrs = {1, 2};
+  r.deadline = t0 + absl::Seconds(5);
+  r.lasting_deadline = r.deadline + absl::Seconds(10);
+  lane.Push(r, chunks, h, &transport);
+  ASSERT_EQ(transport.sent.size(), 4u);
+  EXPECT_EQ(transport.sent[3].to, 2);
+  for (HeldTransport::Sent& s : transport.sent) {
+    if (s.done != nullptr && &s != &transport.sent[1]) s.done(gone);
+  }
 }
 
 }  // namespace

@@ -106,6 +106,10 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
             "diloco: (round, neighbour) pairs whose group model was not this worker's, byte for "
             "byte (the CRC its message carries).",
             s.group_model_mismatches(), base);
+  m.Counter("tern_worker_group_model_repairs_total",
+            "diloco: the group model taken again from peers whose model most workers of a round "
+            "held, this worker's not.",
+            s.group_model_repairs(), base);
   const auto [up, of] = e.counters().PeersUp();
   m.Gauge("tern_worker_peers_up", "Neighbours of the last round believed up.", up, base);
   m.Gauge("tern_worker_peers", "Neighbours in the last round's graph.", of, base);

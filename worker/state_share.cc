@@ -1,6 +1,7 @@
 #include "worker/state_share.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -167,6 +168,37 @@ constexpr absl::string_view kAskAgain = "; ask again";
 
 bool StateNotYet(const absl::Status& s) {
   return absl::IsUnavailable(s) && absl::EndsWith(s.message(), kAskAgain);
+}
+
+std::optional<GroupMajority> MajorityElsewhere(int me, uint32_t mine,
+                                               const std::map<int, uint32_t>& theirs) {
+  struct Held {
+    int count = 0;
+    int lowest = std::numeric_limits<int>::max();
+  };
+  std::map<uint32_t, Held> held;
+  const auto note = [&held](int worker, uint32_t crc) {
+    Held& h = held[crc];
+    ++h.count;
+    h.lowest = std::min(h.lowest, worker);
+  };
+  note(me, mine);
+  for (const auto& [worker, crc] : theirs) {
+    if (worker != me) note(worker, crc);
+  }
+  uint32_t best = mine;
+  for (const auto& [crc, h] : held) {
+    const Held& b = held.at(best);
+    if (h.count > b.count || (h.count == b.count && h.lowest < b.lowest)) best = crc;
+  }
+  if (best == mine) return std::nullopt;
+  GroupMajority out;
+  out.count = held.at(best).count;
+  out.ours = held.at(mine).count;
+  for (const auto& [worker, crc] : theirs) {
+    if (crc == best && worker != me) out.holders.push_back(worker);
+  }
+  return out;
 }
 
 absl::StatusOr<std::shared_ptr<const PublishedState>> StateShare::Get(int64_t min_step) {

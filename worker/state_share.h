@@ -9,6 +9,7 @@
 #define TERN_WORKER_STATE_SHARE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +85,20 @@ absl::StatusOr<GroupState> JoinStateSlices(std::vector<StateSlice> slices, uint6
 // Whether `s` is StateShare::Get's answer for a state not published yet (ask again later), as
 // against a failure to reach the worker that would publish it.
 bool StateNotYet(const absl::Status& s);
+
+// The θ most of a round's workers held, when it is not this one's: its CRC's holders (by id),
+// how many, and how many held this worker's.
+struct GroupMajority {
+  std::vector<int> holders;
+  int count = 0;
+  int ours = 0;
+};
+// Worker `me` held θ of CRC `mine` in a round whose messages said `theirs` (sender -> CRC). The
+// CRC most of them, `me` among them, held; between as many, the one the lowest id held. nullopt
+// when that is `mine`: every worker that heard the same messages settles on the same θ, and only
+// the others take it again.
+std::optional<GroupMajority> MajorityElsewhere(int me, uint32_t mine,
+                                               const std::map<int, uint32_t>& theirs);
 
 class StateShare {
  public:

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <optional>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -187,6 +189,29 @@ TEST(StateShare, PublishesOnlyWhatIsAskedForAndAnswersEveryEarlierAsk) {
   EXPECT_THAT(share.Get(5), IsOk());
   EXPECT_THAT(share.Get(7).status(), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_TRUE(share.Wanted(7));
+}
+
+// The θ a split group settles on: the one most workers of the round held; between as many, the
+// one the lowest id held. Only the workers that did not hold it are told to take it again, from
+// its holders.
+TEST(GroupMajority, TheWorkersNotHoldingTheMostHeldModelTakeItFromItsHolders) {
+  // Three of four hold 7; worker 3 holds 9.
+  const std::map<int, uint32_t> three = {{0, 7}, {1, 7}, {2, 7}};
+  std::optional<GroupMajority> take = MajorityElsewhere(3, 9, three);
+  ASSERT_TRUE(take.has_value());
+  EXPECT_EQ(take->holders, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(take->count, 3);
+  EXPECT_EQ(take->ours, 1);
+  EXPECT_FALSE(MajorityElsewhere(0, 7, {{1, 7}, {2, 7}, {3, 9}}).has_value());
+  // Two against two: the side of worker 0 keeps its model, the other takes it.
+  EXPECT_FALSE(MajorityElsewhere(0, 7, {{1, 9}, {2, 7}, {3, 9}}).has_value());
+  take = MajorityElsewhere(1, 9, {{0, 7}, {2, 7}, {3, 9}});
+  ASSERT_TRUE(take.has_value());
+  EXPECT_EQ(take->holders, (std::vector<int>{0, 2}));
+  EXPECT_EQ(take->ours, 2);
+  // Nothing heard, or only agreement: nothing to take. Its own id among the senders is ignored.
+  EXPECT_FALSE(MajorityElsewhere(2, 5, {}).has_value());
+  EXPECT_FALSE(MajorityElsewhere(2, 5, {{0, 5}, {2, 6}}).has_value());
 }
 
 }  // namespace
