@@ -126,7 +126,7 @@ struct EngineOptions {
   absl::Duration rejoin_timeout = absl::Minutes(5);
   // The most peers a rejoining worker takes the state from at once, one slice each
   // (worker/state_fetch.h); 1: all of it from one.
-  int state_sources = 1;
+  int state_sources = 3;
   // With a scheduler: the workers that are members in a round (worker/scheduler_client.h), the
   // topology then being built over them (MemberTopology). Unset: every worker, always.
   MemberTopology::MembersFn members;

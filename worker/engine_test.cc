@@ -97,6 +97,9 @@ class MemoryTransport final : public PeerTransport {
   int asker = -1;
   // Called as each question is asked, before it reaches `to` (a test's pause).
   std::function<void(int to)> on_ask;
+  // Called when `to` has no state to hand over yet, before it is asked once more: the daemon's
+  // Gossip.State has the round loop publish one between steps (PublishWanted).
+  std::function<void(int to)> on_state_not_yet;
   absl::StatusOr<Position> AskPosition(int to, const std::string&, int64_t back_from,
                                        absl::Time) override {
     if (on_ask) on_ask(to);
@@ -117,6 +120,10 @@ class MemoryTransport final : public PeerTransport {
     if (dead[to]) return absl::UnavailableError("connection refused");
     absl::StatusOr<std::shared_ptr<const PublishedState>> state =
         engines[to]->SharedState(min_step);
+    if (StateNotYet(state.status()) && on_state_not_yet) {
+      on_state_not_yet(to);
+      state = engines[to]->SharedState(min_step);
+    }
     if (!state.ok()) return state.status();
     return GroupStateToBundle(**state, run_id, to, slice, slices);
   }
@@ -1002,20 +1009,29 @@ TEST(RoundEngine, DilocoCountsANeighbourWhoseGroupModelIsNotItsOwn) {
 
 // A split mended: worker 3 started elsewhere, so its θ is not the group's. At the first exchange
 // every worker counts the split (the three others worker 3, worker 3 each of them), and worker
-// 3, whose θ is held by one of the four against three, takes the state again from a peer that
-// holds theirs (after their next step, which exchanges nothing). From the next exchange on the
-// four hold one θ, byte for byte, and count nothing more.
+// 3, whose θ is held by one of the four against three, takes the state again from the peers
+// that hold theirs (after that step or their next, which exchanges nothing). From the next
+// exchange on the four hold one θ, byte for byte, and count nothing more.
 TEST(RoundEngine, DilocoAWorkerWhoseGroupModelIsNotTheMajoritysTakesItFromAPeer) {
   DilocoGroup split(Layout(8), /*fragments=*/0, nullptr,
                     [](int i) { return std::vector<float>(8, i == 3 ? 0.5f : 0.0f); });
   split.agree = false;
+  // Each worker's round loop: a step, or a state published between steps for a peer that asks
+  // (as the daemon's is).
+  absl::Mutex loop[DilocoGroup::kWorkers];
+  split.transport.on_state_not_yet = [&](int to) {
+    if (!loop[to].TryLock()) return;  // stepping: it publishes at the step's end
+    split.engines[to]->PublishWanted();
+    loop[to].Unlock();
+  };
   const auto step_on = [&](int i, int64_t step) {
-    return std::thread([&split, i, step] {
+    return std::thread([&split, &loop, i, step] {
       const std::vector<float> grad(8, -static_cast<float>(i + 1));
       StepInput in;
       in.step = step;
       in.lr = 0.1f;
       in.grad = grad;
+      absl::MutexLock lock(&loop[i]);
       EXPECT_THAT(split.engines[i]->Step(in), IsOk()) << "worker " << i << ", step " << step;
     });
   };
@@ -1036,6 +1052,7 @@ TEST(RoundEngine, DilocoAWorkerWhoseGroupModelIsNotTheMajoritysTakesItFromAPeer)
   }
   EXPECT_EQ(split.engines[3]->Stats().group_model_mismatches(), 3u);
   EXPECT_EQ(split.engines[3]->Stats().group_model_repairs(), 1u);
+  split.transport.on_state_not_yet = nullptr;
   for (int64_t step = 3; step < 6; ++step) split.Step(step);  // exchanges at 3 and 5
   for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
     EXPECT_TRUE(std::equal(split.engines[i]->params().begin(), split.engines[i]->params().end(),

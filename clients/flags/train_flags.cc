@@ -89,11 +89,10 @@ ABSL_FLAG(bool, rejoin, true,
           "are (docs/worker.md, \"A worker that rejoins\"); false: it starts from its own start");
 ABSL_FLAG(tern::Double<tern::Above(0)>, rejoin_timeout, 300,
           "training, diloco: seconds a rejoining worker waits for the group's state");
-ABSL_FLAG(tern::Int<tern::In(1, 64)>, state_sources, 1,
+ABSL_FLAG(tern::Int<tern::In(1, 64)>, state_sources, 3,
           "training: a rejoining or joining worker takes the state from this many peers at once, "
           "a slice from each (docs/worker.md, \"A worker that rejoins\"): faster where peers "
-          "send slower than they receive; on a link the run fills, the pushes of the rounds "
-          "under way can miss their deadline. 1: all of it from one");
+          "send slower than they receive, and over a long round trip; 1: all of it from one");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, epochs, 5,
           "training: passes over the training set (all workers together)");
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, max_steps, 0,
