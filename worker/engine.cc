@@ -859,6 +859,11 @@ absl::StatusOr<std::vector<float>> RoundEngine::GetSnapshot(int64_t step) const 
                                           options_.max_snapshots, ")"));
 }
 
+bool RoundEngine::stopping() const {
+  absl::MutexLock lock(&mu_);
+  return shut_down_;
+}
+
 void RoundEngine::Shutdown() {
   swarm_.Close();
   std::vector<std::shared_ptr<GossipInbox>> inboxes;

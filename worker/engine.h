@@ -332,6 +332,8 @@ class RoundEngine {
   // The group's state after `step` into share_, when a peer asked for it and no exchange is in
   // flight. Round loop only.
   void PublishState(int64_t step);
+  // Whether Shutdown was called: a rejoin's waits end. Any thread.
+  bool stopping() const ABSL_LOCKS_EXCLUDED(mu_);
   // diloco: takes each lane NoteGroupModels found split from the group (repairs_) again from
   // the peers holding the majority's θ, after step `step` (the exchange's), lane by lane.
   // Failures are logged and left to the next exchange that shows the split. Round loop only.

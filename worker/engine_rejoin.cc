@@ -240,7 +240,8 @@ void RoundEngine::RepairGroupModels(int64_t step) {
   const StateFetchOptions fetch{.run_id = options_.run_id,
                                 .num_params = params().size(),
                                 .codecs = &*registries_->codecs,
-                                .one_state = true};
+                                .one_state = true,
+                                .stopped = [this] { return stopping(); }};
   for (Repair& repair : todo) {
     Lane& lane = lanes_[repair.lane];
     if (static_cast<int>(repair.sources.size()) > options_.state_sources) {
@@ -298,6 +299,7 @@ absl::Status RoundEngine::Rejoin() {
   if (options_.member_from) {
     std::optional<int64_t> from = options_.member_from();
     for (; !from.has_value(); from = options_.member_from()) {
+      if (stopping()) return absl::CancelledError("the worker is shutting down");
       if (absl::Now() - t0 > options_.rejoin_timeout) {
         return absl::DeadlineExceededError(
             "the scheduler did not say from which step this worker is a member");
@@ -357,7 +359,8 @@ absl::Status RoundEngine::Rejoin() {
   const StateFetchOptions fetch{.run_id = options_.run_id,
                                 .num_params = params().size(),
                                 .codecs = &*registries_->codecs,
-                                .one_state = shares_state_};
+                                .one_state = shares_state_,
+                                .stopped = [this] { return stopping(); }};
   absl::StatusOr<FetchedState> got = absl::UnknownError("no state asked for");
   for (;;) {
     got = FetchStateSlices(*transport_, fetch, sources, min_step, deadline);
@@ -388,6 +391,7 @@ absl::Status RoundEngine::Rejoin() {
     if (rejoin_refused_ <= got->state.step || absl::Now() + kStatePoll >= deadline) break;
     min_step = rejoin_refused_;
   }
+  if (absl::IsCancelled(got.status())) return got.status();  // shutting down
   if (!got.ok()) {
     // Past the run's end (its peers finished before the step it is a member from) a restart
     // would not help.
@@ -483,6 +487,7 @@ absl::StatusOr<int64_t> RoundEngine::AnnounceBack(int64_t next, absl::Time deadl
   int64_t margin = 2 * lanes_[0].algorithm->StepsPerRound();
   absl::Status last;
   while (absl::Now() < deadline) {
+    if (stopping()) return absl::CancelledError("the worker is shutting down");
     const int64_t from = FurthestStep(AskEveryPeer(*transport_, options_.num_workers, me,
                                                    options_.run_id, /*back_from=*/0),
                                       next) +

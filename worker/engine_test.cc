@@ -935,6 +935,29 @@ TEST(RoundEngine, DilocoARestartedWorkerRejoinsWithTheGroupsState) {
   EXPECT_EQ(g.engines[1]->Stats().messages_refused(), 0u);
 }
 
+// A worker shut down while it waits for the group's state (its peers not at the step yet) stops
+// waiting: Init ends CANCELLED at once, not at the rejoin's deadline, so the daemon's shutdown,
+// which waits for the registration, is not held up for minutes.
+TEST(RoundEngine, ARejoinWaitingForTheStateEndsWhenTheWorkerShutsDown) {
+  DilocoGroup g(Layout(8), /*fragments=*/0);
+  for (int64_t step = 0; step < 4; ++step) g.Step(step);
+  g.transport.dead[3] = true;
+  g.Step(4, {true, true, true, false});
+  g.Step(5, {true, true, true, false});
+  auto restarted = g.Restart(3, [](EngineOptions& o) { o.rejoin_timeout = absl::Minutes(5); });
+  ASSERT_THAT(restarted, IsOk());
+  absl::Status init;
+  std::thread joiner([&] { init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)); });
+  while ((*restarted)->next_step() != 6) absl::SleepFor(absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(100));  // asking for the state after step 5, not there yet
+  const absl::Time t0 = absl::Now();
+  (*restarted)->Shutdown();
+  joiner.join();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  EXPECT_THAT(init, StatusIs(absl::StatusCode::kCancelled, HasSubstr("shutting down")));
+  g.engines[3] = nullptr;
+}
+
 // A push that reaches a restarted worker after its model is registered but before it knows where
 // the group is (its first question still out) is not taken: it is answered "sits round r out", so
 // its senders, which never saw it down, do not wait a round deadline for a message a rejoining

@@ -135,9 +135,14 @@ class SliceFetch {
     for (;;) {
       int source;
       int64_t want;
+      const bool stopped = options_.stopped && options_.stopped();
       {
         absl::MutexLock lock(&mu_);
         if (!fatal_.ok()) return;
+        if (stopped) {
+          fatal_ = absl::CancelledError("the worker is shutting down");
+          return;
+        }
         if (absl::Now() >= deadline_) {
           fatal_ = absl::DeadlineExceededError(absl::StrCat("no state after step ", want_,
                                                             " or later from workers ",

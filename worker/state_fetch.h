@@ -8,6 +8,7 @@
 #define TERN_WORKER_STATE_FETCH_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct StateFetchOptions {
   // A source that has answered "not yet" for this long loses its slices to one that has not (it
   // may be far behind, or stuck waiting out a round deadline).
   absl::Duration straggler = absl::Seconds(2);
+  // Asked before each call: true ends the fetch, CANCELLED (the worker is shutting down). Null:
+  // never. Called from the slices' threads, with no lock held.
+  std::function<bool()> stopped = nullptr;
 };
 
 struct FetchedState {
@@ -49,7 +53,8 @@ struct FetchedState {
 // are of (a peer that handed over after another step) are asked again of the sources that sent
 // that one. Unavailable (the last source's refusal) when every source failed, so
 // the caller can find others; FailedPrecondition, OutOfRange and the like from a source as they are
-// (every source would say the same); DeadlineExceeded at `deadline`.
+// (every source would say the same); DeadlineExceeded at `deadline`; Cancelled once
+// `options.stopped` says so (a call under way ends first).
 absl::StatusOr<FetchedState> FetchStateSlices(PeerTransport& transport,
                                               const StateFetchOptions& options,
                                               std::vector<int> sources, int64_t min_step,

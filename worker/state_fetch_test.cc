@@ -1,5 +1,6 @@
 #include "worker/state_fetch.h"
 
+#include <atomic>
 #include <map>
 #include <set>
 #include <utility>
@@ -218,6 +219,19 @@ TEST_F(StateFetchTest, NoStateByTheDeadlineIsDeadlineExceeded) {
   EXPECT_THAT(
       FetchStateSlices(peers_, Options(), {1}, 40, absl::Now() + absl::Milliseconds(50)).status(),
       StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("after step 40")));
+}
+
+// A worker shut down while its sources have no state yet stops asking: CANCELLED at once, not
+// DeadlineExceeded at the rejoin's deadline (minutes), which its shutdown would wait for.
+TEST_F(StateFetchTest, AFetchEndsCancelledOnceTheWorkerIsStopping) {
+  for (int p : {1, 2}) peers_.Set(p, AState(10, 7.0f));
+  std::atomic<int> asked{0};
+  StateFetchOptions o = Options();
+  o.stopped = [&asked] { return asked.fetch_add(1) >= 6; };
+  const absl::Time t0 = absl::Now();
+  EXPECT_THAT(FetchStateSlices(peers_, o, {1, 2}, 40, absl::Now() + absl::Seconds(60)).status(),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("shutting down")));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(30));
 }
 
 TEST_F(StateFetchTest, MoreSourcesThanValuesTakeOneValueEach) {
