@@ -168,6 +168,30 @@ std::vector<std::unique_ptr<RoundEngine>> MakeEngines(
   return engines;
 }
 
+// One step (a zero gradient, lr 0.1) on every live worker, each on its own thread (a round needs
+// them concurrently); then every push is done.
+std::vector<absl::StatusOr<StepOutcome>> StepLive(
+    const std::vector<std::unique_ptr<RoundEngine>>& engines, MemoryTransport& transport,
+    int64_t step, const std::vector<bool>& live) {
+  const int n = static_cast<int>(engines.size());
+  std::vector<absl::StatusOr<StepOutcome>> out(n, absl::UnknownError("not run"));
+  std::vector<std::thread> ts;
+  std::vector<float> zero(engines[0]->params().size(), 0.0f);
+  for (int i = 0; i < n; ++i) {
+    if (!live[i]) continue;
+    ts.emplace_back([&, i] {
+      StepInput in;
+      in.step = step;
+      in.lr = 0.1f;
+      in.grad = zero;
+      out[i] = engines[i]->Step(in);
+    });
+  }
+  for (auto& t : ts) t.join();
+  transport.Join();
+  return out;
+}
+
 struct Cluster {
   WorkerRegistries registries = NewBuiltinWorkerRegistries();
   const CodecRegistry* codecs = registries.codecs.get();
@@ -190,25 +214,8 @@ struct Cluster {
         [dim](int i) { return std::vector<float>(dim, static_cast<float>(i)); });
   }
 
-  // One step on every live worker, each on its own thread (a round needs them concurrently).
   std::vector<absl::StatusOr<StepOutcome>> Step(int64_t step, const std::vector<bool>& live) {
-    const int n = static_cast<int>(engines.size());
-    std::vector<absl::StatusOr<StepOutcome>> out(n, absl::UnknownError("not run"));
-    std::vector<std::thread> ts;
-    std::vector<float> zero(engines[0]->params().size(), 0.0f);
-    for (int i = 0; i < n; ++i) {
-      if (!live[i]) continue;
-      ts.emplace_back([&, i] {
-        StepInput in;
-        in.step = step;
-        in.lr = 0.1f;
-        in.grad = zero;
-        out[i] = engines[i]->Step(in);
-      });
-    }
-    for (auto& t : ts) t.join();
-    transport.Join();
-    return out;
+    return StepLive(engines, transport, step, live);
   }
 };
 
@@ -570,21 +577,9 @@ TEST(RoundEngine, AGossipJoinerIsWaitedForFromTheRoundItNamesEvenByPeersRunningA
   std::atomic<int64_t> stop_at{std::numeric_limits<int64_t>::max()};
   std::map<int64_t, std::vector<int>> mixed_by_0;
   std::thread racer([&] {
-    std::vector<float> zero(8, 0.0f);
     for (int64_t step = 0; step < stop_at.load(); ++step) {
-      absl::StatusOr<StepOutcome> out[2];
-      std::vector<std::thread> ts;
-      for (int i = 0; i < 2; ++i) {
-        ts.emplace_back([&, i] {
-          StepInput in;
-          in.step = step;
-          in.lr = 0.1f;
-          in.grad = zero;
-          out[i] = engines[i]->Step(in);
-        });
-      }
-      for (auto& t : ts) t.join();
-      transport.Join();
+      const std::vector<absl::StatusOr<StepOutcome>> out =
+          StepLive(engines, transport, step, {true, true, false});
       ASSERT_THAT(out[0], IsOk());
       ASSERT_THAT(out[1], IsOk());
       mixed_by_0[step] = out[0]->mixed;
