@@ -36,6 +36,8 @@ struct GossipMessage {
   bool checked = false;
   // diloco: the CRC-32 of the sender's group model θ as it sent the message (TensorBundle).
   std::optional<uint32_t> group_crc;
+  // CHOCO: the neighbours whose whole public copy the sender asks for (TensorBundle.resync).
+  std::vector<int> resync;
   size_t PayloadBytes() const;
   const EncodedTensor* Find(absl::string_view name) const;
 };
@@ -146,6 +148,13 @@ class Algorithm {
   }
   // Names of the parts every message of this algorithm carries (what a receiver checks for).
   virtual std::vector<std::string> MessageParts() const = 0;
+  // Names of the parts a message may carry besides those (CHOCO's "hat": the sender's whole
+  // public copy, sent when a neighbour asks for it).
+  virtual std::vector<std::string> OptionalParts() const { return {}; }
+  // True for algorithms that keep a copy of each neighbour's state, moved by every message it
+  // sends (CHOCO's public copies): the graph must be the same every round, or the copies miss
+  // the messages of rounds their owner spent with others.
+  virtual bool KeepsNeighbourCopies() const { return false; }
   // Encodes its messages with codec `spec` from the next one on (diloco: receivers decode each
   // message by the codec it names, so workers may differ). Unimplemented for the others.
   virtual absl::Status SetCodec(const std::string& spec) {
@@ -177,6 +186,10 @@ class Algorithm {
   // next Combine leaves it out of the mean, as every other worker does, and keeps it to send
   // later (error feedback). AllToAll algorithms.
   virtual void WithdrawOwn() {}
+  // Init's x0 was a running run's model (an elastic run's joiner), not the run's start: state
+  // kept in step with each neighbour (CHOCO's public copies) is taken again from them. Call
+  // right after Init.
+  virtual void JoinedLate() {}
 };
 
 // Algorithms by name (dpsgd, dmsgd, decentlam, heavy-ball, choco, local-sgd, swarm, diloco),

@@ -41,23 +41,37 @@ absl::StatusOr<std::pair<int, GossipMessage>> ArrivalCheck::Check(ReceivedBundle
         absl::StrCat("worker ", sender, " is not a neighbour in round ", round));
   }
   TERN_ASSIGN_OR_RETURN(GossipMessage msg, GossipFromBundle(std::move(received), num_params));
-  if (msg.parts.size() != parts_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("message has ", msg.parts.size(),
-                                                   " parts, expected ", parts_.size(), " (",
-                                                   absl::StrJoin(parts_, ", "), ")"));
+  const auto wrong_count = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("message has ", msg.parts.size(), " parts, expected ", parts_.size(), " (",
+                     absl::StrJoin(parts_, ", "), ")",
+                     optional_parts_.empty()
+                         ? ""
+                         : absl::StrCat(" and any of ", absl::StrJoin(optional_parts_, ", "))));
+  };
+  if (msg.parts.size() < parts_.size() ||
+      msg.parts.size() > parts_.size() + optional_parts_.size()) {
+    return wrong_count();
   }
   // Checked without decoding (sparse payloads: positions only; cast payloads as they arrived,
-  // where scanned); decoded once, when mixed. Parts are in the bundle's order (GossipFromBundle).
-  for (const std::string& name : parts_) {
-    const auto part = std::find_if(msg.parts.begin(), msg.parts.end(),
-                                   [&name](const auto& p) { return p.first == name; });
-    if (part == msg.parts.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("message lacks part '", name, "'"));
+  // where scanned); decoded once, when mixed. Parts are in the bundle's order (GossipFromBundle),
+  // names unique.
+  size_t found = 0;
+  for (const std::vector<std::string>* names : {&parts_, &optional_parts_}) {
+    for (const std::string& name : *names) {
+      const auto part = std::find_if(msg.parts.begin(), msg.parts.end(),
+                                     [&name](const auto& p) { return p.first == name; });
+      if (part == msg.parts.end()) {
+        if (names == &optional_parts_) continue;
+        return absl::InvalidArgumentError(absl::StrCat("message lacks part '", name, "'"));
+      }
+      ++found;
+      const size_t index = static_cast<size_t>(part - msg.parts.begin());
+      TERN_RETURN_IF_ERROR(CheckPart(name, bucket, round, sender, part->second,
+                                     scans == nullptr ? nullptr : scans->For(index, part->second)));
     }
-    const size_t index = static_cast<size_t>(part - msg.parts.begin());
-    TERN_RETURN_IF_ERROR(CheckPart(name, bucket, round, sender, part->second,
-                                   scans == nullptr ? nullptr : scans->For(index, part->second)));
   }
+  if (found != msg.parts.size()) return wrong_count();  // one it does not know
   msg.checked = true;
   return std::make_pair(sender, std::move(msg));
 }

@@ -1,12 +1,13 @@
 // What a neighbour's message must pass before the engine takes it (RoundEngine::Deliver for a
 // round's push, HandleSwap and RunSwap for SwarmSGD's exchanges): it is of this run, from another
 // worker that is this worker's neighbour in the message's round, with exactly the parts the
-// algorithm sends, each of which its codec would decode (checked without decoding, or by the scan
-// made as it arrived); and, with the norm guard on, each part's norm within the guard's factor of
-// what this worker's own messages of that part measured. The round window is the inbox's.
-// diloco's warm-up exchanges (rounds before sync_steps) move the model by one step, its outer
-// rounds by H steps: the guard keeps a reference for each, so the first outer round is not judged
-// by the warm-up's norms (it is judged once this worker's own outer rounds give a reference).
+// algorithm sends (and any of those it may send besides), each of which its codec would decode
+// (checked without decoding, or by the scan made as it arrived); and, with the norm guard on, each
+// part's norm within the guard's factor of what this worker's own messages of that part measured.
+// The round window is the inbox's. diloco's warm-up exchanges (rounds before sync_steps) move the
+// model by one step, its outer rounds by H steps: the guard keeps a reference for each, so the
+// first outer round is not judged by the warm-up's norms (it is judged once this worker's own outer
+// rounds give a reference).
 //
 // Thread-safety: thread-safe. Check is called from gRPC's threads and the round loop at once;
 // ObserveOwn from the round loop. The norm guards are under their own lock; the topology and
@@ -43,13 +44,15 @@ struct ArrivalCheckOptions {
 
 class ArrivalCheck {
  public:
-  // `parts`: the part names every message must carry (the algorithm's MessageParts).
+  // `parts`: the part names every message must carry (the algorithm's MessageParts);
+  // `optional_parts`: those it may carry besides (OptionalParts), checked alike when there.
   ArrivalCheck(ArrivalCheckOptions options, const Topology* topology, const CodecRegistry* codecs,
-               std::vector<std::string> parts)
+               std::vector<std::string> parts, std::vector<std::string> optional_parts = {})
       : options_(std::move(options)),
         topology_(topology),
         codecs_(codecs),
-        parts_(std::move(parts)) {}
+        parts_(std::move(parts)),
+        optional_parts_(std::move(optional_parts)) {}
 
   // The sender of a message of this run (another worker's id), or InvalidArgument.
   absl::StatusOr<int> SenderOf(const v1::TensorBundle& bundle) const;
@@ -75,6 +78,7 @@ class ArrivalCheck {
   const Topology* const topology_;
   const CodecRegistry* const codecs_;
   const std::vector<std::string> parts_;
+  const std::vector<std::string> optional_parts_;
   mutable absl::Mutex mu_;
   std::map<std::string, NormGuard> guards_ ABSL_GUARDED_BY(mu_);  // by GuardKey
 };

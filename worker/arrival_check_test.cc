@@ -22,7 +22,8 @@ constexpr uint64_t kNumel = 64;
 
 // Worker 0 of 4 on a ring (neighbours 1 and 3), messages of one part "x" in fp32.
 struct Fixture {
-  explicit Fixture(double guard_factor = 0, int64_t sync_steps = 0)
+  explicit Fixture(double guard_factor = 0, int64_t sync_steps = 0,
+                   std::vector<std::string> optional_parts = {})
       : codecs(NewBuiltinCodecRegistry()),
         topology(*NewBuiltinTopologyRegistry()->Create("ring")),
         check(ArrivalCheckOptions{.run_id = "run",
@@ -30,7 +31,7 @@ struct Fixture {
                                   .num_workers = 4,
                                   .norm_guard = {.factor = guard_factor, .min_samples = 1},
                                   .sync_steps = sync_steps},
-              topology.get(), codecs.get(), {"x"}) {}
+              topology.get(), codecs.get(), {"x"}, std::move(optional_parts)) {}
 
   GossipMessage Message(float value, const std::string& part = "x") const {
     GossipMessage msg;
@@ -70,6 +71,48 @@ TEST(ArrivalCheck, ItRefusesAnotherRunItselfAStrangerAndTheWrongPartsNamingWhy) 
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lacks part 'x'")));
   EXPECT_THAT(f.check.Check(f.From(1, 0.5f), 0, 0),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no model")));
+}
+
+// CHOCO's "hat" (a whole public copy, sent when asked for) may come with the parts every
+// message carries; a part the algorithm does not send is refused, as is one that would not decode.
+TEST(ArrivalCheck, AnOptionalPartMayComeAndAnUnknownOneIsRefused) {
+  Fixture f(0, 0, {"hat"});
+  const auto with = [&](const std::string& extra, bool corrupt) {
+    GossipMessage msg = f.Message(0.5f);
+    GossipMessage more = f.Message(1.0f, extra);
+    if (corrupt) more.parts[0].second.payload.resize(7);
+    msg.parts.push_back(std::move(more.parts[0]));
+    return ReceivedBundle{GossipToBundle(std::move(msg), "run", 3, 1), {}};
+  };
+  EXPECT_THAT(f.check.Check(f.From(1, 0.5f), 0, kNumel).status(), IsOk());
+  absl::StatusOr<std::pair<int, GossipMessage>> got = f.check.Check(with("hat", false), 0, kNumel);
+  ASSERT_THAT(got, IsOk());
+  EXPECT_NE(got->second.Find("hat"), nullptr);
+  EXPECT_THAT(f.check.Check(with("m", false), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("and any of hat")));
+  EXPECT_THAT(f.check.Check(with("hat", true), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hat")));
+  EXPECT_THAT(f.check.Check(f.From(1, 0.5f, "run", "hat"), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lacks part 'x'")));
+}
+
+// The resync list (CHOCO's ask for whole copies) goes out and back as it was; a list longer
+// than any run is refused before anything else is read.
+TEST(GossipBundle, AResyncListComesBackAsSentAndAnOversizedOneIsRefused) {
+  Fixture f;
+  GossipMessage msg = f.Message(0.5f);
+  msg.resync = {1, 3};
+  v1::TensorBundle b = GossipToBundle(std::move(msg), "run", 3, 1);
+  absl::StatusOr<GossipMessage> back = GossipFromBundle(b, kNumel);
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(back->resync, (std::vector<int>{1, 3}));
+  for (int i = 0; i < kMaxResync; ++i) b.add_resync(0);
+  EXPECT_THAT(GossipFromBundle(b, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("resync list")));
+  b.clear_resync();
+  b.add_resync(uint32_t{1} << 31);
+  EXPECT_THAT(GossipFromBundle(b, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("resync names worker")));
 }
 
 TEST(ArrivalCheck, TheNormGuardComparesEachBucketsPartsWithThisWorkersOwn) {

@@ -85,6 +85,8 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   // Fail now on a graph or weight rule that cannot work for this many workers.
   TERN_ASSIGN_OR_RETURN(Graph g, topology->GraphFor(options.num_workers, 0));
   TERN_RETURN_IF_ERROR(MixingWeights(g, options.weights).status());
+  // Between membership epochs, that is (a scheduler's members only repair the graph).
+  const bool static_graph = topology->IsStatic();
   if (options.members) {
     topology = std::make_unique<MemberTopology>(std::move(topology), options.members);
   }
@@ -103,6 +105,13 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
             options.topology, ")"));
       }
     }
+  }
+  if (algorithm->KeepsNeighbourCopies() && !static_graph) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.algorithm,
+        " keeps a copy of each neighbour's model, moved by each message it sends: the graph must "
+        "be the same every round (ring, torus, exponential, complete; not ",
+        options.topology, ")"));
   }
   if (options.snapshot_group && !algorithm->AllToAll()) {
     return absl::InvalidArgumentError(
@@ -178,16 +187,18 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
                                  *registries->codecs));
   }
   std::vector<std::string> parts = algorithm->MessageParts();
+  std::vector<std::string> optional_parts = algorithm->OptionalParts();
   auto engine = absl::WrapUnique(new RoundEngine(std::move(options), registries, transport,
                                                  std::move(topology), std::move(algorithm),
-                                                 std::move(parts)));
+                                                 std::move(parts), std::move(optional_parts)));
   engine->tuner_ = std::move(tuner);
   return engine;
 }
 
 RoundEngine::RoundEngine(EngineOptions options, const WorkerRegistries* registries,
                          PeerTransport* transport, std::unique_ptr<Topology> topology,
-                         std::unique_ptr<Algorithm> algorithm, std::vector<std::string> parts)
+                         std::unique_ptr<Algorithm> algorithm, std::vector<std::string> parts,
+                         std::vector<std::string> optional_parts)
     : options_(std::move(options)),
       registries_(registries),
       transport_(transport),
@@ -198,7 +209,8 @@ RoundEngine::RoundEngine(EngineOptions options, const WorkerRegistries* registri
                                    .num_workers = options_.num_workers,
                                    .norm_guard = options_.norm_guard,
                                    .sync_steps = options_.algorithm_options.sync_steps},
-               graph_.topology(), registries->codecs.get(), std::move(parts)),
+               graph_.topology(), registries->codecs.get(), std::move(parts),
+               std::move(optional_parts)),
       counters_(options_.worker_id),
       snapshots_(options_.max_snapshots),
       swarm_(2 * static_cast<size_t>(options_.num_workers)),
@@ -721,7 +733,7 @@ absl::Status RoundEngine::Deliver(ReceivedBundle received, uint64_t wire_bytes,
     cut = registered_.cut;
     sit_out = sit_out_below_;
     asking = rejoin_asking_;
-    finished = options_.final_step > 0 && next_step_ >= options_.final_step;
+    finished = FinishedLocked();
     if (static_cast<size_t>(bucket) < buckets) {
       inbox = registered_.lanes[static_cast<size_t>(bucket)].inbox;
       size = registered_.lanes[static_cast<size_t>(bucket)].size;

@@ -271,7 +271,7 @@ class RoundEngine {
  private:
   RoundEngine(EngineOptions options, const WorkerRegistries* registries, PeerTransport* transport,
               std::unique_ptr<Topology> topology, std::unique_ptr<Algorithm> algorithm,
-              std::vector<std::string> parts);
+              std::vector<std::string> parts, std::vector<std::string> optional_parts);
   // A message ready to send: its chunks and what it counts as.
   struct Outgoing {
     PeerTransport::Chunks chunks;
@@ -334,6 +334,14 @@ class RoundEngine {
   void PublishState(int64_t step);
   // Whether Shutdown was called: a rejoin's waits end. Any thread.
   bool stopping() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether this worker has run its last step (EngineOptions::final_step): it mixes and
+  // publishes nothing more.
+  bool FinishedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return options_.final_step > 0 && next_step_ >= options_.final_step;
+  }
+  // Takes lane `lane`'s part of the group's `state` as its θ and outer momentum (back onto the
+  // model's buffer when the lane gathers). Round loop only.
+  absl::Status AdoptLaneState(Lane& lane, const GroupState& state);
   // diloco: takes each lane NoteGroupModels found split from the group (repairs_) again from
   // the peers holding the majority's θ, after step `step` (the exchange's), lane by lane.
   // Failures are logged and left to the next exchange that shows the split. Round loop only.

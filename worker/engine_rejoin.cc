@@ -141,8 +141,12 @@ absl::StatusOr<std::shared_ptr<const PublishedState>> RoundEngine::SharedState(i
   }
   // A worker that has run its last step publishes no later state: an asker past it would wait
   // its whole --rejoin_timeout for nothing.
-  if (const int64_t last = options_.final_step - 1;
-      options_.final_step > 0 && min_step > last && next_step() >= options_.final_step) {
+  bool finished;
+  {
+    absl::MutexLock lock(&mu_);
+    finished = FinishedLocked();
+  }
+  if (finished && min_step >= options_.final_step) {
     return absl::OutOfRangeError(
         absl::StrCat("worker ", options_.worker_id, " has finished the run (", options_.final_step,
                      " steps): no state after step ", min_step, " will come"));
@@ -222,6 +226,15 @@ void RoundEngine::PublishState(int64_t step) {
   share_.Publish(std::move(published));
 }
 
+absl::Status RoundEngine::AdoptLaneState(Lane& lane, const GroupState& state) {
+  std::vector<float> theta, momentum;
+  absl::Span<const float> m;
+  if (!state.momentum.empty()) m = lane.Gather(state.momentum, &momentum);
+  TERN_RETURN_IF_ERROR(lane.algorithm->AdoptShared(lane.Gather(state.theta, &theta), m));
+  if (lane.gathered()) lane.Scatter(params_);
+  return absl::OkStatus();
+}
+
 void RoundEngine::RepairGroupModels(int64_t step) {
   std::vector<Repair> todo;
   todo.swap(repairs_);
@@ -264,13 +277,7 @@ void RoundEngine::RepairGroupModels(int64_t step) {
         }
       }
     }
-    absl::Status s = got.status();
-    if (s.ok()) {
-      std::vector<float> theta, momentum;
-      absl::Span<const float> m;
-      if (!got->state.momentum.empty()) m = lane.Gather(got->state.momentum, &momentum);
-      s = lane.algorithm->AdoptShared(lane.Gather(got->state.theta, &theta), m);
-    }
+    const absl::Status s = got.ok() ? AdoptLaneState(lane, got->state) : got.status();
     if (!s.ok()) {
       spdlog::warn(
           "worker {}: round {}: this worker's group model (lane {}) is not the one {} of the "
@@ -278,7 +285,6 @@ void RoundEngine::RepairGroupModels(int64_t step) {
           me, repair.round, repair.lane, repair.holders, s.ToString());
       continue;
     }
-    if (lane.gathered()) lane.Scatter(params_);
     counters_.CountGroupRepair();
     spdlog::warn(
         "worker {}: round {}: this worker's group model (lane {}, held by {} of the workers "
@@ -406,13 +412,8 @@ absl::Status RoundEngine::Rejoin() {
   }
   if (!shares_state_) return TakeModel(*got, t0, deadline);
   const GroupState& state = got->state;
-  std::vector<float> theta, momentum;
   for (Lane& lane : lanes_) {
-    const absl::Span<const float> t = lane.Gather(state.theta, &theta);
-    absl::Span<const float> m;
-    if (!state.momentum.empty()) m = lane.Gather(state.momentum, &momentum);
-    TERN_RETURN_IF_ERROR(lane.algorithm->AdoptShared(t, m));
-    if (lane.gathered()) lane.Scatter(params_);
+    TERN_RETURN_IF_ERROR(AdoptLaneState(lane, state));
     lane.inbox->Skip(state.step + 1);
   }
   {
@@ -456,6 +457,7 @@ absl::Status RoundEngine::TakeModel(const FetchedState& got, absl::Time t0, absl
   for (Lane& lane : lanes_) {
     TERN_RETURN_IF_ERROR(
         lane.algorithm->Init(lane.Gather(state.theta, &mine), options_.worker_id, lane.blocks));
+    lane.algorithm->JoinedLate();
     lane.inbox->Skip(*from);
   }
   if (lanes_.size() > 1) {

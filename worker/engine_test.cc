@@ -622,6 +622,79 @@ TEST(RoundEngine, AGossipJoinerIsWaitedForFromTheRoundItNamesEvenByPeersRunningA
   transport.Join();
 }
 
+// A CHOCO worker joining an elastic run takes a peer's model, and its public copies too: its
+// first message carries its own whole, and it asks its neighbours for theirs (which come with
+// their next message), through the engine's messages as through the algorithm's. Mixing then
+// brings the three models to one value between theirs; with copies out of step (its neighbours'
+// at zero) the consensus term would pull every model towards zero for good.
+TEST(RoundEngine, AChocoJoinerTakesItsNeighboursCopiesAndTheModelsMeet) {
+  WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  MemoryTransport transport;
+  transport.dead = {false, false, true};
+  transport.asker = 2;
+  std::vector<std::unique_ptr<RoundEngine>> engines;
+  for (int i = 0; i < 3; ++i) {
+    EngineOptions o;
+    o.worker_id = i;
+    o.num_workers = 3;
+    o.algorithm = "choco";
+    o.algorithm_options.codec = "topk:ratio=0.5";
+    // No SGD noise here: q's shrink to nothing, and a clipping radius with them.
+    o.algorithm_options.clip.factor = 0;
+    o.round_timeout = absl::Seconds(10);
+    o.rejoin_timeout = absl::Seconds(10);
+    const int64_t from = i < 2 ? 0 : 20;
+    o.member_from = [from] { return std::optional<int64_t>(from); };
+    auto e = RoundEngine::Create(o, &registries, &transport);
+    ASSERT_THAT(e, IsOk());
+    engines.push_back(*std::move(e));
+  }
+  for (const auto& e : engines) transport.engines.push_back(e.get());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_THAT(engines[i]->Init(Layout(8), std::vector<float>(8, 10.0f + 2.0f * i)), IsOk());
+  }
+  // Workers 0 and 1 run on (and hand their state over at a step's end), worker 2 down.
+  std::atomic<int64_t> stop_at{std::numeric_limits<int64_t>::max()};
+  std::thread peers([&] {
+    for (int64_t step = 0; step < stop_at.load(); ++step) {
+      const auto out = StepLive(engines, transport, step, {true, true, false});
+      ASSERT_THAT(out[0], IsOk());
+      ASSERT_THAT(out[1], IsOk());
+    }
+  });
+  while (engines[0]->next_step() < 20) absl::SleepFor(absl::Milliseconds(1));
+  transport.dead[2] = false;
+  if (absl::Status init = engines[2]->Init(Layout(8), std::vector<float>(8, 0.0f)); !init.ok()) {
+    stop_at = 0;
+    peers.join();
+    FAIL() << init;
+  }
+  const int64_t from = engines[2]->next_step();
+  stop_at = from + 60;
+  // Worker 2 starts from its peers' models (a mosaic of their slices), not its own zeros.
+  EXPECT_GT(engines[2]->params()[0], 9.0f);
+  for (int64_t step = from; step < from + 60; ++step) {
+    StepInput in;
+    in.step = step;
+    in.lr = 0.1f;
+    std::vector<float> zero(8, 0.0f);
+    in.grad = zero;
+    ASSERT_THAT(engines[2]->Step(in), IsOk()) << step;
+  }
+  peers.join();
+  transport.Join();
+  float lo = 1e9f, hi = -1e9f;
+  for (const auto& e : engines) {
+    for (float v : e->params()) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  EXPECT_LT(hi - lo, 1e-3f);
+  EXPECT_GT(lo, 10.0f);
+  EXPECT_LT(hi, 12.0f);
+}
+
 TEST(RoundEngine, RefusesBadMessagesAndKeepsServing) {
   Cluster c(4, "dpsgd", 8, absl::Seconds(10));
   RoundEngine& e = *c.engines[0];
@@ -1565,6 +1638,16 @@ TEST(RoundEngine, CreateRejectsBadConfiguration) {
   o.topology = "ring";
   o.round_timeout = absl::ZeroDuration();
   EXPECT_FALSE(RoundEngine::Create(o, &registries, nullptr).ok());
+  // CHOCO's copies of its neighbours need the same graph every round (a scheduler's members
+  // repairing a static one are fine).
+  o.round_timeout = absl::Seconds(1);
+  o.algorithm = "choco";
+  o.topology = "one-peer-exponential";
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("same every round")));
+  o.topology = "ring";
+  o.members = [](int64_t) { return std::optional<std::vector<int>>(); };
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(), IsOk());
 }
 
 TEST(LrSchedule, ShapesAndParsing) {

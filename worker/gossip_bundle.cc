@@ -1,5 +1,6 @@
 #include "worker/gossip_bundle.h"
 
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -21,6 +22,7 @@ v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, 
     ToProto(std::move(t), nt->mutable_tensor());
   }
   if (msg.group_crc.has_value()) b.set_group_crc(*msg.group_crc);
+  for (int id : msg.resync) b.add_resync(static_cast<uint32_t>(id));
   return b;
 }
 
@@ -58,6 +60,16 @@ absl::StatusOr<GossipMessage> GossipFromBundle(ReceivedBundle received, uint64_t
     msg.parts.emplace_back(nt.name(), std::move(t));
   }
   if (bundle.has_group_crc()) msg.group_crc = bundle.group_crc();
+  if (bundle.resync_size() > kMaxResync) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a resync list of ", bundle.resync_size(), " workers; at most ", kMaxResync));
+  }
+  for (uint32_t id : bundle.resync()) {
+    if (id > static_cast<uint32_t>(std::numeric_limits<int>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat("resync names worker ", id));
+    }
+    msg.resync.push_back(static_cast<int>(id));
+  }
   return msg;
 }
 

@@ -15,12 +15,15 @@
 
 namespace tern {
 
+// The most workers a message's resync list names (TensorBundle.resync).
+inline constexpr int kMaxResync = 1 << 16;
+
 // A gossip message as a bundle; its parts become the bundle's tensors, in order.
 v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, int64_t round,
                                 int sender);
 // The reverse, taking the payloads over (pass an rvalue to avoid copying them); checks only
-// structure (names unique, numel == expected_numel, a shape multiplies out to numel), not
-// payloads.
+// structure (names unique, numel == expected_numel, a shape multiplies out to numel, at most
+// kMaxResync ids to resync), not payloads.
 absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t expected_numel);
 // The same for a bundle whose large payloads were received in place: they stay there.
 absl::StatusOr<GossipMessage> GossipFromBundle(ReceivedBundle received, uint64_t expected_numel);

@@ -17,7 +17,7 @@ namespace {
 
 struct Fixture {
   tern::WorkerRegistries registries = tern::NewBuiltinWorkerRegistries();
-  std::unique_ptr<tern::RoundEngine> engine;
+  std::unique_ptr<tern::RoundEngine> engine, choco;
   std::vector<tern::ParamTensor> layout;
   Fixture() {
     tern::EngineOptions o;
@@ -25,9 +25,12 @@ struct Fixture {
     o.num_workers = 4;
     o.algorithm = "heavy-ball";  // two parts per message
     engine = *tern::RoundEngine::Create(o, &registries, nullptr);
+    o.algorithm = "choco";  // "q", and "hat" when asked for
+    choco = *tern::RoundEngine::Create(o, &registries, nullptr);
     tern::ParamTensor a{"a", {4, 8}, 0, 32}, b{"b", {32}, 32, 32};
     layout = {a, b};
     if (!engine->Init(layout, std::vector<float>(64, 0.5f)).ok()) std::abort();
+    if (!choco->Init(layout, std::vector<float>(64, 0.5f)).ok()) std::abort();
   }
 };
 
@@ -39,6 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!bundle.ParseFromArray(data, static_cast<int>(size))) return 0;
   // Accepted messages stay in the inbox (later duplicates are refused): fine, both are answers.
   (void)f->engine->Deliver(bundle, size);
+  (void)f->choco->Deliver(bundle, size);
   std::vector<float> out(64);
   (void)tern::BundleToFlat(bundle, f->layout, *f->registries.codecs, absl::MakeSpan(out));
   auto state = tern::StateSliceFromBundle(bundle, "tern", 64, 0, 1, *f->registries.codecs);

@@ -3,6 +3,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,15 @@ class Choco final : public AlgorithmBase {
   std::string Name() const override { return "choco"; }
   double Momentum() const override { return options_.momentum; }
   std::vector<std::string> MessageParts() const override { return {"q"}; }
+  std::vector<std::string> OptionalParts() const override { return {"hat"}; }
+  bool KeepsNeighbourCopies() const override { return true; }
+  void JoinedLate() override {
+    // Its own copy starts at its model (the first q is then one step's change, not the model);
+    // its neighbours take it whole with its first message, and it asks for theirs.
+    hat_self_.assign(x_.data(), x_.data() + x_.size());
+    late_ = true;
+    send_hat_ = true;
+  }
   absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> g, float lr,
                                         int64_t step) override {
     m_.resize(x_.size(), 0.0f);
@@ -97,6 +107,14 @@ class Choco final : public AlgorithmBase {
     }
     // Our own public copy moves by exactly what the neighbours will add to theirs.
     TERN_RETURN_IF_ERROR(Accumulate(worker_, msg, "q", 1.0, absl::MakeSpan(hat_self_)));
+    if (send_hat_) {
+      // A neighbour lost step with it: the whole copy, exactly, after this round's q.
+      TERN_RETURN_IF_ERROR(AddPart(&msg, "hat", hat_self_, exact_.get(), step));
+      send_hat_ = false;
+      hat_sent_ = step;
+    }
+    msg.resync.assign(stale_.begin(), stale_.end());
+    prepared_ = step;
     return msg;
   }
   absl::Status Combine(const MixingRow& row,
@@ -104,34 +122,92 @@ class Choco final : public AlgorithmBase {
     TERN_RETURN_IF_ERROR(RequirePrepared(diff_));
     TERN_RETURN_IF_ERROR(CheckReceived(row, received));
     // Every message is checked before anything changes, so a bad one changes nothing.
-    std::vector<const EncodedTensor*> qs;
-    std::vector<double> norms;
-    qs.reserve(row.neighbours.size());
+    struct Heard {
+      int j = 0;
+      double w = 0;
+      const EncodedTensor* q = nullptr;
+      const EncodedTensor* hat = nullptr;  // its whole copy, when it sent one
+      double norm = 0;
+      bool whole = false;  // its copy taken from `hat`, not moved by q
+    };
+    std::vector<Heard> heard;
+    heard.reserve(row.neighbours.size());
     for (const auto& [j, w] : row.neighbours) {
-      TERN_ASSIGN_OR_RETURN(qs.emplace_back(), FindValid(j, *received.at(j), "q"));
+      const GossipMessage& msg = *received.at(j);
+      Heard& h = heard.emplace_back(Heard{.j = j, .w = w});
+      TERN_ASSIGN_OR_RETURN(h.q, FindValid(j, msg, "q"));
+      if (msg.Find("hat") != nullptr) {
+        TERN_ASSIGN_OR_RETURN(h.hat, FindValid(j, msg, "hat"));
+      }
       // Clipping scales q itself: x_hat_j moves by at most the radius a round (from the payload:
       // STC's is sqrt(k) |mu|, a sparse codec's its values).
       if (options_.clip.enabled()) {
-        EncodedView view = EncodedView::Of(*qs.back());
+        EncodedView view = EncodedView::Of(*h.q);
         view.checked = true;  // FindValid's
-        TERN_ASSIGN_OR_RETURN(norms.emplace_back(), codecs_->Norm(view));
+        TERN_ASSIGN_OR_RETURN(h.norm, codecs_->Norm(view));
       }
     }
-    const bool incremental =
-        sum_valid_ && SameNeighbours(row, sum_row_) && ++rounds_since_rebuild_ < kRebuildEvery;
-    // Each q is decoded once into the neighbour's copy and, between rebuilds, into s.
-    for (size_t k = 0; k < row.neighbours.size(); ++k) {
-      const auto& [j, w] = row.neighbours[k];
-      std::vector<float>& hat = hat_[j];
-      hat.resize(x_.size(), 0.0f);  // a neighbour not heard before starts at 0, like x_hat_self
-      const double scale = norms.empty() ? 1.0 : RadiusOf("q").Scale(norms[k]);
+    // A copy stays in step only while every q of its neighbour is added to it: one that missed
+    // a round (a message past the deadline, a neighbour down or joining) is out of step for good
+    // and mixed no more until its neighbour sends its whole copy, which this worker's messages
+    // ask for. A neighbour first heard is in step only in a run's first round.
+    const bool first = !late_ && combined_++ == 0;
+    for (const auto& [j, copy] : hat_) {
+      if (std::none_of(heard.begin(), heard.end(), [j = j](const Heard& h) { return h.j == j; })) {
+        stale_.insert(j);
+      }
+    }
+    MixingRow mixed;
+    bool replaced = false;
+    for (Heard& h : heard) {
+      const bool known = hat_.contains(h.j) && !stale_.contains(h.j);
+      if (h.hat != nullptr && !known) {
+        std::vector<float>& hat = hat_[h.j];
+        hat.resize(x_.size());
+        TERN_RETURN_IF_ERROR(DecodeChecked(h.j, *h.hat, "hat", absl::MakeSpan(hat)));
+        if (options_.clip.enabled()) {
+          // A whole copy, as a model is clipped: its distance from ours, to the radius such
+          // distances had (it is taken as clipped, and then counts as in step).
+          const double d = std::sqrt(SquaredDistance(x_.size(), hat.data(), hat_self_.data()));
+          if (const float scale = static_cast<float>(RadiusOf("hat").Scale(d)); scale < 1.0f) {
+            for (size_t i = 0; i < hat.size(); ++i) {
+              hat[i] = hat_self_[i] + scale * (hat[i] - hat_self_[i]);
+            }
+          }
+        }
+        stale_.erase(h.j);
+        h.whole = replaced = true;
+      } else if (!known && !(first && !hat_.contains(h.j))) {
+        stale_.insert(h.j);
+        continue;
+      }
+      mixed.neighbours.emplace_back(h.j, h.w);
+    }
+    // Asked for this worker's copy by a message made after it last sent one (with overlap, two
+    // rounds after: the ask may predate it).
+    for (const Heard& h : heard) {
+      const std::vector<int>& asks = received.at(h.j)->resync;
+      if (prepared_ > hat_sent_ + 2 && std::find(asks.begin(), asks.end(), worker_) != asks.end()) {
+        send_hat_ = true;
+      }
+    }
+    const bool incremental = !replaced && sum_valid_ && SameNeighbours(mixed, sum_row_) &&
+                             ++rounds_since_rebuild_ < kRebuildEvery;
+    // Each q is decoded once into the neighbour's copy and, between rebuilds, into s. (A q
+    // clipped moves the copy by less than it moved its owner's: the price of the bound, as
+    // before; asking for the whole copy then would undo the bound.)
+    for (const Heard& h : heard) {
+      if (h.whole || stale_.contains(h.j)) continue;  // taken whole, or left out
+      std::vector<float>& hat = hat_[h.j];
+      hat.resize(x_.size(), 0.0f);  // a neighbour of the run's first round starts at 0, as we do
+      const double scale = options_.clip.enabled() ? RadiusOf("q").Scale(h.norm) : 1.0;
       const WeightedTarget both[2] = {{static_cast<float>(scale), absl::MakeSpan(hat)},
-                                      {static_cast<float>(w * scale), absl::MakeSpan(sum_)}};
-      TERN_RETURN_IF_ERROR(AccumulateEach(j, *qs[k], "q",
+                                      {static_cast<float>(h.w * scale), absl::MakeSpan(sum_)}};
+      TERN_RETURN_IF_ERROR(AccumulateEach(h.j, *h.q, "q",
                                           absl::MakeConstSpan(both, incremental ? 2 : 1),
                                           /*checked=*/true));
     }
-    if (!incremental) TERN_RETURN_IF_ERROR(RebuildSum(row));
+    if (!incremental) TERN_RETURN_IF_ERROR(RebuildSum(mixed));
     mix_pending_ = true;  // by Settle(), or fused into the next Prepare
     return absl::OkStatus();
   }
@@ -146,7 +222,12 @@ class Choco final : public AlgorithmBase {
  protected:
   absl::Status InitState() override {
     TERN_ASSIGN_OR_RETURN(codec_, codecs_->Create(options_.codec));
+    TERN_ASSIGN_OR_RETURN(exact_, codecs_->Create("none"));
     hat_self_.assign(x_.size(), 0.0f);
+    stale_.clear();
+    late_ = send_hat_ = false;
+    combined_ = 0;
+    prepared_ = hat_sent_ = std::numeric_limits<int64_t>::min() / 2;
     min_key_ = 0;
     margin_ = 0.9f;
     hat_.clear();
@@ -239,6 +320,7 @@ class Choco final : public AlgorithmBase {
   }
 
   std::unique_ptr<Codec> codec_;
+  std::unique_ptr<Codec> exact_;  // fp32: a whole public copy
   std::vector<float> m_, diff_, hat_self_;
   std::vector<uint32_t> selected_;  // this round's top-k of diff (a top-k codec's input)
   std::vector<float> selected_values_;
@@ -250,6 +332,12 @@ class Choco final : public AlgorithmBase {
   bool sum_valid_ = false;
   int rounds_since_rebuild_ = 0;
   bool mix_pending_ = false;  // Combine's mixing not applied yet
+  // Neighbours whose copy is out of step: left out of the mixing, asked for (resync).
+  std::set<int> stale_;
+  bool late_ = false;      // JoinedLate: no copy of a neighbour first heard is in step
+  int64_t combined_ = 0;   // Combine calls since Init
+  bool send_hat_ = false;  // the next message carries our whole copy ("hat")
+  int64_t prepared_ = 0, hat_sent_ = 0;  // steps of the last Prepare and the last "hat" sent
 };
 
 }  // namespace
