@@ -523,25 +523,25 @@ std::vector<double> Column(const std::string& dir, const std::string& key) {
   return out;
 }
 
-// Churn through `tern run --scheduler=local`: a dpsgd run starts with 4 workers, 2 join at one
-// step, 2 others are SIGKILLed later, 1 leaves gracefully and 1 more joins; the run finishes
-// within a point of the same run without churn, its consensus distance stays bounded through
-// every event, and each joiner's first step starts from the group's model (its loss that of the
-// trained group, not the initial one's). Steps take 20 ms at least (--min_step_ms), as a larger
-// model's would: a death is noticed (1.5 s of silence) and a joiner starts within tens of rounds.
-// At the small model's 1 ms a worker whose neighbours died or were still joining ran most of the
-// run alone before either, and every joiner took its one-shard model.
-TEST(ElasticRun, AGossipRunThroughJoinsKillsAndALeaveEndsWithinAPointOfOneWithout) {
-  const std::vector<std::string> common = {"run",
-                                           "--scheduler=local",
-                                           "--workers=4",
-                                           "--algorithm=dpsgd",
-                                           "--epochs=5",
-                                           "--batch=32",
-                                           "--max_steps=1200",
-                                           "--round_timeout=3",
-                                           "--min_step_ms=20",
-                                           "--log_level=info"};
+// Churn through `tern run --scheduler=local`: a run of `algorithm` starts with 4 workers, 2 join
+// at one step, 2 others are SIGKILLed later, 1 leaves gracefully and 1 more joins; the run
+// finishes within a point of the same run without churn, its consensus distance stays bounded
+// through every event, and each joiner's first step starts from the group's model (its loss that
+// of the trained group, not the initial one's). Steps take 20 ms at least (--min_step_ms), as a
+// larger model's would: a death is noticed (1.5 s of silence) and a joiner starts within tens of
+// rounds. At the small model's 1 ms a worker whose neighbours died or were still joining ran
+// most of the run alone before either, and every joiner took its one-shard model.
+void ExpectChurnEndsWithinAPointOfNoChurn(const std::vector<std::string>& algorithm) {
+  std::vector<std::string> common = {"run",
+                                     "--scheduler=local",
+                                     "--workers=4",
+                                     "--epochs=5",
+                                     "--batch=32",
+                                     "--max_steps=1200",
+                                     "--round_timeout=3",
+                                     "--min_step_ms=20",
+                                     "--log_level=info"};
+  common.insert(common.end(), algorithm.begin(), algorithm.end());
   const std::string steady = MakeTempDir();
   std::vector<std::string> args = common;
   args.push_back("--out=" + steady);
@@ -563,14 +563,18 @@ TEST(ElasticRun, AGossipRunThroughJoinsKillsAndALeaveEndsWithinAPointOfOneWithou
   const double with = Last(churn, "test_acc"), without = Last(steady, "test_acc");
   EXPECT_GT(with, without - 0.01) << "with churn " << with << ", without " << without;
   EXPECT_EQ(Last(churn, "workers"), 4);  // 3, 4, 5 and 6
-  // Bounded: finite at every evaluation, and back under 0.05 by the end. Workers cut off by the
-  // kills (until the graph is rebuilt and the joiners send) drift apart for a while: 0.13-1.21
-  // at the peak over 8 runs here, depending on how long; tern run's own check (exit 0 above)
-  // fails a run whose distance keeps growing.
+  // Bounded: finite at every evaluation, and back under `settled` by the end. Workers cut off
+  // by the kills (until the graph is rebuilt and the joiners send) drift apart for a while:
+  // dpsgd's 0.13-1.21 at the peak over 8 runs here, depending on how long; tern run's own check
+  // (exit 0 above) fails a run whose distance keeps growing.
   const std::vector<double> consensus = Column(churn, "consensus");
   for (double c : consensus) EXPECT_TRUE(std::isfinite(c));
   ASSERT_FALSE(consensus.empty());
-  EXPECT_LT(consensus.back(), 0.05);
+  // CHOCO's models stay further apart than dpsgd's (its mixing moves by compressed
+  // differences: 0.38 at the end of the run without churn here).
+  const std::vector<double> steady_consensus = Column(steady, "consensus");
+  ASSERT_FALSE(steady_consensus.empty());
+  EXPECT_LT(consensus.back(), std::max(0.05, 1.5 * steady_consensus.back()));
   const std::vector<std::string> first = Lines(churn + "/worker-0.steps.jsonl");
   ASSERT_FALSE(first.empty());
   for (int joiner : {4, 5, 6}) {
@@ -582,6 +586,19 @@ TEST(ElasticRun, AGossipRunThroughJoinsKillsAndALeaveEndsWithinAPointOfOneWithou
     EXPECT_LT(LossOf(steps.front()), 0.6 * LossOf(first.front()))
         << "worker " << joiner << ": " << steps.front();
   }
+}
+
+TEST(ElasticRun, AGossipRunThroughJoinsKillsAndALeaveEndsWithinAPointOfOneWithout) {
+  ExpectChurnEndsWithinAPointOfNoChurn({"--algorithm=dpsgd"});
+}
+
+// The same with CHOCO: each joiner's public copies, and its neighbours' copies of it, come in
+// step in its first rounds. Before they did (copies started again from the model taken, at
+// zero on the other side), this run's consensus distance grew to 215 and it ended at 73.7 %
+// (tern run failed it), against 85.8 % without churn.
+TEST(ElasticRun, AChocoRunThroughJoinsKillsAndALeaveEndsWithinAPointOfOneWithout) {
+  ExpectChurnEndsWithinAPointOfNoChurn(
+      {"--algorithm=choco", "--codec=stc:ratio=0.01", "--consensus_step=0.05"});
 }
 
 // A port p with p + 1 free too (MASTER_PORT and tern's rendezvous above it), or 0.
