@@ -186,6 +186,14 @@ class Algorithm {
   // next Combine leaves it out of the mean, as every other worker does, and keeps it to send
   // later (error feedback). AllToAll algorithms.
   virtual void WithdrawOwn() {}
+  // This worker's own momentum buffer (dmsgd, decentlam, heavy-ball, CHOCO), which a joiner
+  // takes from a peer with its model; empty for algorithms without one, or before the first
+  // step. Round loop only.
+  virtual std::vector<float> LocalMomentum() const { return {}; }
+  // Takes `m` (as long as the model) as its momentum buffer.
+  virtual absl::Status AdoptLocalMomentum(absl::Span<const float> m) {
+    return absl::UnimplementedError(absl::StrCat(Name(), " keeps no momentum of its own"));
+  }
   // Init's x0 was a running run's model (an elastic run's joiner), not the run's start: state
   // kept in step with each neighbour (CHOCO's public copies) is taken again from them. Call
   // right after Init.

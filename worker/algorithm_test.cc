@@ -462,6 +462,39 @@ TEST(Choco, AJoinerTakesItsNeighboursCopiesWholeAndTheRunConverges) {
   }
 }
 
+// A joiner's momentum is a peer's (LocalMomentum, AdoptLocalMomentum): the next step moves as
+// the peer's would. Algorithms without one have none to give; one of the wrong size is refused.
+TEST(Algorithm, AMomentumTakenFromAPeerMovesTheNextStepAsItsWould) {
+  auto codecs = NewBuiltinCodecRegistry();
+  auto registry = NewBuiltinAlgorithmRegistry();
+  AlgorithmOptions o;
+  o.momentum = 0.5;
+  auto peer = *registry->Create("dmsgd", o, codecs.get());
+  auto joiner = *registry->Create("dmsgd", o, codecs.get());
+  ASSERT_THAT(peer->Init(std::vector<float>(4, 1.0f), 0, {}), IsOk());
+  EXPECT_TRUE(peer->LocalMomentum().empty());  // before its first step
+  ASSERT_THAT(peer->Prepare(std::vector<float>(4, 2.0f), 0.1f, 0), IsOk());
+  ASSERT_THAT(peer->Combine(MixingRow{}, {}), IsOk());
+  EXPECT_EQ(peer->LocalMomentum(), std::vector<float>(4, 2.0f));
+  ASSERT_THAT(joiner->Init(peer->params(), 1, {}), IsOk());
+  ASSERT_THAT(joiner->AdoptLocalMomentum(peer->LocalMomentum()), IsOk());
+  EXPECT_THAT(joiner->AdoptLocalMomentum(std::vector<float>(3, 0.0f)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  auto a = peer->Prepare(std::vector<float>(4, 0.0f), 0.1f, 1);
+  auto b = joiner->Prepare(std::vector<float>(4, 0.0f), 0.1f, 1);
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  std::vector<float> sa(4), sb(4);
+  ASSERT_THAT(codecs->Decode(EncodedView::Of(*a->Find("x")), absl::MakeSpan(sa)), IsOk());
+  ASSERT_THAT(codecs->Decode(EncodedView::Of(*b->Find("x")), absl::MakeSpan(sb)), IsOk());
+  EXPECT_EQ(sa, sb);
+  EXPECT_FLOAT_EQ(sb[0], 1.0f - 0.1f * 2.0f - 0.1f * 0.5f * 2.0f);  // x - lr g0, - lr beta m
+  auto plain = *registry->Create("dpsgd", o, codecs.get());
+  ASSERT_THAT(plain->Init(std::vector<float>(4, 1.0f), 0, {}), IsOk());
+  ASSERT_THAT(plain->Prepare(std::vector<float>(4, 2.0f), 0.1f, 0), IsOk());
+  EXPECT_TRUE(plain->LocalMomentum().empty());
+}
+
 // PowerSGD in gossip: CHOCO sends rank-2 factors of each tensor's x - x_hat (the layout reaches
 // the codec as blocks) and still converges, for a fraction of the bytes.
 TEST(Choco, PowerSgdGossipConvergesTensorByTensor) {

@@ -188,22 +188,25 @@ void RoundEngine::PublishWanted() {
 }
 
 void RoundEngine::PublishState(int64_t step) {
-  // Between exchanges only: a round pushed and not yet mixed would be missing from the state,
-  // and its messages went out before the newcomer was there to get them.
+  // A group's state between exchanges only: a round pushed and not yet mixed would be missing
+  // from it, and its messages went out before the newcomer was there to get them. A gossip
+  // worker's model is its own, as good a start for a joiner with a round in flight (--overlap)
+  // as without.
   for (const Lane& lane : lanes_) {
-    if (lane.round.has_value()) return;
+    if (shares_state_ && lane.round.has_value()) return;
   }
   const absl::Span<const float> model = params();
   GroupState state;
   state.step = step;
   state.theta.resize(model.size());
   for (const Lane& lane : lanes_) {
+    // A gossip worker's: its model and its own momentum (a joiner's start for both).
     absl::StatusOr<Algorithm::SharedState> mine =
         shares_state_
             ? lane.algorithm->ExportShared()
             : Algorithm::SharedState{.model = std::vector<float>(lane.algorithm->params().begin(),
                                                                  lane.algorithm->params().end()),
-                                     .momentum = {}};
+                                     .momentum = lane.algorithm->LocalMomentum()};
     if (!mine.ok()) {
       spdlog::warn("worker {}: step {}: no state to hand over: {}", options_.worker_id, step,
                    mine.status().ToString());
@@ -343,6 +346,14 @@ absl::Status RoundEngine::Rejoin() {
         "the group is at step ", furthest, ", and a run with --outer_delay=", OuterDelayName(delay),
         " always has an exchange in flight: a worker cannot rejoin it; start the run again"));
   }
+  if (shares_state_ && options_.overlap) {
+    // Its first update would span the steps since the state, not the group's H: over the norm
+    // guard for some peers and not others, which then mix the round apart.
+    return absl::FailedPreconditionError(
+        absl::StrCat("the group is at step ", furthest,
+                     ", and a diloco run with --overlap cannot take a worker back yet; start the "
+                     "run again"));
+  }
   std::vector<int> sources = PickSources(positions, source, options_.state_sources);
   spdlog::info("worker {}: the group is at step {}: rejoining with the state of workers {}", me,
                furthest, absl::StrJoin(sources, ","));
@@ -442,8 +453,9 @@ absl::Status RoundEngine::Rejoin() {
 
 absl::Status RoundEngine::TakeModel(const FetchedState& got, absl::Time t0, absl::Time deadline) {
   const GroupState& state = got.state;
-  // A gossip method's state is the worker's own: it starts again from the peer's model (its
-  // momentum, error feedback and the like from zero). Nothing of a round is shared, so it sits
+  // A gossip method's state is the worker's own: it starts again from the peers' models and
+  // momentum (CHOCO's public copies come in step in its first rounds; error feedback and the
+  // like from zero). Nothing of a round is shared, so it sits
   // nothing out: it goes on from a round none of its peers has started yet, from which they wait
   // for it (AnnounceBack), with a model the transfer's worth of rounds old, which mixing pulls in.
   // Behind where the group is, its peers' messages of the rounds it still had to run would have
@@ -457,6 +469,9 @@ absl::Status RoundEngine::TakeModel(const FetchedState& got, absl::Time t0, absl
   for (Lane& lane : lanes_) {
     TERN_RETURN_IF_ERROR(
         lane.algorithm->Init(lane.Gather(state.theta, &mine), options_.worker_id, lane.blocks));
+    if (!state.momentum.empty()) {
+      TERN_RETURN_IF_ERROR(lane.algorithm->AdoptLocalMomentum(lane.Gather(state.momentum, &mine)));
+    }
     lane.algorithm->JoinedLate();
     lane.inbox->Skip(*from);
   }

@@ -622,12 +622,13 @@ TEST(RoundEngine, AGossipJoinerIsWaitedForFromTheRoundItNamesEvenByPeersRunningA
   transport.Join();
 }
 
-// A CHOCO worker joining an elastic run takes a peer's model, and its public copies too: its
-// first message carries its own whole, and it asks its neighbours for theirs (which come with
-// their next message), through the engine's messages as through the algorithm's. Mixing then
-// brings the three models to one value between theirs; with copies out of step (its neighbours'
-// at zero) the consensus term would pull every model towards zero for good.
-TEST(RoundEngine, AChocoJoinerTakesItsNeighboursCopiesAndTheModelsMeet) {
+// A worker of `algorithm` joins an elastic run of two: it takes their models (a slice of each)
+// and momentum, and for CHOCO its public copies too: its first message carries its own whole,
+// and it asks its neighbours for theirs (which come with their next message), through the
+// engine's messages as through the algorithm's. Mixing with zero gradients then brings the
+// three models to one value between theirs; with CHOCO's copies out of step (its neighbours' at
+// zero) the consensus term pulled every model towards zero for good (-67 against 10-12).
+void ExpectAJoinerToMeetItsPeers(const std::string& algorithm, bool overlap) {
   WorkerRegistries registries = NewBuiltinWorkerRegistries();
   MemoryTransport transport;
   transport.dead = {false, false, true};
@@ -637,8 +638,9 @@ TEST(RoundEngine, AChocoJoinerTakesItsNeighboursCopiesAndTheModelsMeet) {
     EngineOptions o;
     o.worker_id = i;
     o.num_workers = 3;
-    o.algorithm = "choco";
-    o.algorithm_options.codec = "topk:ratio=0.5";
+    o.algorithm = algorithm;
+    o.overlap = overlap;
+    if (algorithm == "choco") o.algorithm_options.codec = "topk:ratio=0.5";
     // No SGD noise here: q's shrink to nothing, and a clipping radius with them.
     o.algorithm_options.clip.factor = 0;
     o.round_timeout = absl::Seconds(10);
@@ -671,6 +673,10 @@ TEST(RoundEngine, AChocoJoinerTakesItsNeighboursCopiesAndTheModelsMeet) {
   }
   const int64_t from = engines[2]->next_step();
   stop_at = from + 60;
+  // What it took: its peers' models and their own momentum, where they keep one.
+  absl::StatusOr<std::shared_ptr<const PublishedState>> given = engines[0]->SharedState(0);
+  ASSERT_THAT(given, IsOk());
+  EXPECT_EQ((*given)->state.momentum.size(), algorithm == "dpsgd" ? 0u : 8u) << algorithm;
   // Worker 2 starts from its peers' models (a mosaic of their slices), not its own zeros.
   EXPECT_GT(engines[2]->params()[0], 9.0f);
   for (int64_t step = from; step < from + 60; ++step) {
@@ -690,9 +696,21 @@ TEST(RoundEngine, AChocoJoinerTakesItsNeighboursCopiesAndTheModelsMeet) {
       hi = std::max(hi, v);
     }
   }
-  EXPECT_LT(hi - lo, 1e-3f);
-  EXPECT_GT(lo, 10.0f);
-  EXPECT_LT(hi, 12.0f);
+  EXPECT_LT(hi - lo, 1e-3f) << algorithm;
+  EXPECT_GT(lo, 10.0f) << algorithm;
+  EXPECT_LT(hi, 12.0f) << algorithm;
+}
+
+TEST(RoundEngine, AChocoJoinerTakesItsNeighboursCopiesAndTheModelsMeet) {
+  ExpectAJoinerToMeetItsPeers("choco", /*overlap=*/false);
+}
+
+// With --overlap a round is always in flight: a gossip worker hands its model over all the same
+// (before, it never did, and the joiner gave up after --rejoin_timeout), with its momentum.
+TEST(RoundEngine, AGossipJoinerOfAnOverlappedRunTakesItsPeersModelsAndMomentum) {
+  for (const std::string algorithm : {"dmsgd", "heavy-ball", "choco", "dpsgd"}) {
+    ExpectAJoinerToMeetItsPeers(algorithm, /*overlap=*/true);
+  }
 }
 
 TEST(RoundEngine, RefusesBadMessagesAndKeepsServing) {
@@ -1001,6 +1019,27 @@ TEST(RoundEngine, DilocoARestartedWorkerRejoinsWithTheGroupsState) {
     }
   }
   EXPECT_EQ(g.engines[1]->Stats().messages_refused(), 0u);
+}
+
+// A diloco run with --overlap does not take a worker back (its first update would span the steps
+// since the state, not H: some peers' norm guards refused it, others mixed it, and θ split):
+// the restarted worker is told so at once, not after --rejoin_timeout.
+TEST(RoundEngine, DilocoWithOverlapRefusesARejoinAtOnce) {
+  const auto overlap = [](EngineOptions& o) {
+    o.overlap = true;
+    o.rejoin_timeout = absl::Minutes(5);
+  };
+  DilocoGroup g(Layout(8), /*fragments=*/0, overlap);
+  for (int64_t step = 0; step < 4; ++step) g.Step(step);
+  g.transport.dead[3] = true;
+  g.Step(4, {true, true, true, false});
+  auto restarted = g.Restart(3, overlap);
+  ASSERT_THAT(restarted, IsOk());
+  const absl::Time t0 = absl::Now();
+  EXPECT_THAT((*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("--overlap cannot take a worker back")));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
 }
 
 // A worker shut down while it waits for the group's state (its peers not at the step yet) stops

@@ -84,10 +84,22 @@ class AlgorithmBase : public Algorithm {
     // What exact-exchange algorithms send x and m with ("none" = fp32; fp16/bf16 halve it).
     TERN_ASSIGN_OR_RETURN(dense_, codecs_->Create(options_.codec));
     x_ = std::vector<float>(x0.begin(), x0.end());
+    m_.clear();
     worker_ = worker;
     return InitState();
   }
   absl::Span<const float> params() const override { return x_; }
+  std::vector<float> LocalMomentum() const override {
+    return m_.size() == x_.size() ? m_ : std::vector<float>();
+  }
+  absl::Status AdoptLocalMomentum(absl::Span<const float> m) override {
+    if (m.size() != x_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a momentum of ", m.size(), " values for a model of ", x_.size()));
+    }
+    m_.assign(m.begin(), m.end());
+    return absl::OkStatus();
+  }
   absl::Status BindParams(absl::Span<float> storage) override {
     if (storage.empty()) {
       x_.Unbind();
@@ -247,6 +259,9 @@ class AlgorithmBase : public Algorithm {
   const CodecRegistry* codecs_;
   std::unique_ptr<Codec> dense_;
   ModelVector x_;
+  // The momentum buffer of the algorithms that keep one (dmsgd, decentlam, heavy-ball, CHOCO's
+  // local step), sized at their first use; empty for the others.
+  std::vector<float> m_;
   int worker_ = 0;
   std::vector<TensorBlock> blocks_;
   double decode_seconds_ = 0;                             // see decode_seconds()

@@ -321,7 +321,7 @@ class Choco final : public AlgorithmBase {
 
   std::unique_ptr<Codec> codec_;
   std::unique_ptr<Codec> exact_;  // fp32: a whole public copy
-  std::vector<float> m_, diff_, hat_self_;
+  std::vector<float> diff_, hat_self_;
   std::vector<uint32_t> selected_;  // this round's top-k of diff (a top-k codec's input)
   std::vector<float> selected_values_;
   uint32_t min_key_ = 0;  // SelectingStep's filter; 0: none yet

@@ -39,7 +39,7 @@ class DecentLam final : public AlgorithmBase {
 
  private:
   float lr_ = 0;
-  std::vector<float> half_, m_;
+  std::vector<float> half_;
 };
 
 }  // namespace

@@ -44,7 +44,7 @@ class Dpsgd final : public AlgorithmBase {
 
  private:
   const bool momentum_;
-  std::vector<float> half_, m_;
+  std::vector<float> half_;
 };
 
 }  // namespace

@@ -41,7 +41,7 @@ class HeavyBall final : public AlgorithmBase {
 
  private:
   float lr_ = 0;
-  std::vector<float> g_, m_;
+  std::vector<float> g_;
 };
 
 }  // namespace
