@@ -455,9 +455,9 @@ absl::Status RoundEngine::TakeModel(const FetchedState& got, absl::Time t0, absl
   const GroupState& state = got.state;
   // A gossip method's state is the worker's own: it starts again from the peers' models and
   // momentum (CHOCO's public copies come in step in its first rounds; error feedback and the
-  // like from zero). Nothing of a round is shared, so it sits
-  // nothing out: it goes on from a round none of its peers has started yet, from which they wait
-  // for it (AnnounceBack), with a model the transfer's worth of rounds old, which mixing pulls in.
+  // like from zero). Nothing of a round is shared, so it sits nothing out: it goes on from a
+  // round none of its peers has started yet, from which they wait for it (AnnounceBack), with a
+  // model the transfer's worth of rounds old, which mixing pulls in.
   // Behind where the group is, its peers' messages of the rounds it still had to run would have
   // been refused as too far ahead, or never sent (a newcomer gets one push at a time), and each
   // side would have waited a round deadline for the other. Waited for only once its first
