@@ -135,6 +135,8 @@ class Algorithm {
   virtual double decode_seconds() const { return 0; }
   // Neighbours' contributions scaled down to the clipping radius so far (AlgorithmOptions::clip).
   virtual uint64_t contributions_clipped() const { return 0; }
+  // Neighbours' copies taken whole so far, after one was out of step (CHOCO's "hat").
+  virtual uint64_t copies_resynced() const { return 0; }
   // From now on the model lives in `storage` (as many values; it gets the current ones), where
   // another party reads it in place: params() is then a view of it. An empty span moves it back
   // into the algorithm's own memory. REQUIRES: Init().

@@ -435,6 +435,7 @@ TEST(Choco, IncrementalStateMatchesTheTextbookUpdateThroughDroppedAndResynchroni
     }
   }
   EXPECT_EQ(hats_sent, 2);
+  EXPECT_EQ(algo->copies_resynced(), 2u);  // worker 2's, in rounds 12 and 80
 }
 
 // A worker that joins a running CHOCO run (an elastic run's joiner) with a peer's model: its

@@ -822,9 +822,13 @@ void RoundEngine::CountTime(EngineCounters::Seconds get, EngineCounters::SetSeco
   decode_counted_ = decoded;
   counters_.AddSeconds(get, set, total - decode, decode);
   // Mixing is where contributions are clipped: counted after every call that mixes.
-  uint64_t clipped = 0;
-  for (const Lane& lane : lanes_) clipped += lane.algorithm->contributions_clipped();
+  uint64_t clipped = 0, resynced = 0;
+  for (const Lane& lane : lanes_) {
+    clipped += lane.algorithm->contributions_clipped();
+    resynced += lane.algorithm->copies_resynced();
+  }
   counters_.SetClipped(clipped);
+  counters_.SetCopiesResynced(resynced);
 }
 
 double RoundEngine::DecodeSeconds() const {

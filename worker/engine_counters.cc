@@ -28,6 +28,7 @@ v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
   d.set_contributions_clipped(a.contributions_clipped() - b.contributions_clipped());
   d.set_group_model_mismatches(a.group_model_mismatches() - b.group_model_mismatches());
   d.set_group_model_repairs(a.group_model_repairs() - b.group_model_repairs());
+  d.set_public_copies_resynced(a.public_copies_resynced() - b.public_copies_resynced());
   return d;
 }
 
@@ -94,6 +95,11 @@ void EngineCounters::CountGroupRepair() {
 void EngineCounters::SetClipped(uint64_t total) {
   absl::MutexLock lock(&mu_);
   stats_.set_contributions_clipped(total);
+}
+
+void EngineCounters::SetCopiesResynced(uint64_t total) {
+  absl::MutexLock lock(&mu_);
+  stats_.set_public_copies_resynced(total);
 }
 
 void EngineCounters::CountRefused(const absl::Status& why) {

@@ -49,6 +49,8 @@ class EngineCounters {
   void CountDropped() ABSL_LOCKS_EXCLUDED(mu_);
   // The algorithms' count of clipped contributions (Algorithm::contributions_clipped), all lanes.
   void SetClipped(uint64_t total) ABSL_LOCKS_EXCLUDED(mu_);
+  // The algorithms' count of neighbours' copies taken whole (Algorithm::copies_resynced).
+  void SetCopiesResynced(uint64_t total) ABSL_LOCKS_EXCLUDED(mu_);
   // Neighbours of a round whose group model θ was not this worker's (diloco).
   void CountGroupMismatches(uint64_t n) ABSL_LOCKS_EXCLUDED(mu_);
   // A lane's group model taken again from its peers (diloco: RoundEngine's repair of a split).

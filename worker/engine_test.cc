@@ -699,6 +699,11 @@ void ExpectAJoinerToMeetItsPeers(const std::string& algorithm, bool overlap) {
   EXPECT_LT(hi - lo, 1e-3f) << algorithm;
   EXPECT_GT(lo, 10.0f) << algorithm;
   EXPECT_LT(hi, 12.0f) << algorithm;
+  // CHOCO: the joiner took both its neighbours' copies whole, each of them the joiner's, once.
+  const uint64_t resynced = algorithm == "choco" ? 1 : 0;
+  EXPECT_EQ(engines[2]->Stats().public_copies_resynced(), 2 * resynced) << algorithm;
+  EXPECT_EQ(engines[0]->Stats().public_copies_resynced(), resynced) << algorithm;
+  EXPECT_EQ(engines[1]->Stats().public_copies_resynced(), resynced) << algorithm;
 }
 
 TEST(RoundEngine, AChocoJoinerTakesItsNeighboursCopiesAndTheModelsMeet) {

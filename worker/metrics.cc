@@ -110,6 +110,10 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
             "diloco: the group model taken again from peers whose model most workers of a round "
             "held, this worker's not.",
             s.group_model_repairs(), base);
+  m.Counter("tern_worker_public_copies_resynced_total",
+            "CHOCO: neighbours' public copies taken whole after one missed a message (each a "
+            "model's fp32 bytes on the wire).",
+            s.public_copies_resynced(), base);
   const auto [up, of] = e.counters().PeersUp();
   m.Gauge("tern_worker_peers_up", "Neighbours of the last round believed up.", up, base);
   m.Gauge("tern_worker_peers", "Neighbours in the last round's graph.", of, base);

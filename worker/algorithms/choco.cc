@@ -81,6 +81,7 @@ class Choco final : public AlgorithmBase {
   std::vector<std::string> MessageParts() const override { return {"q"}; }
   std::vector<std::string> OptionalParts() const override { return {"hat"}; }
   bool KeepsNeighbourCopies() const override { return true; }
+  uint64_t copies_resynced() const override { return resynced_; }
   void JoinedLate() override {
     // Its own copy starts at its model (the first q is then one step's change, not the model);
     // its neighbours take it whole with its first message, and it asks for theirs.
@@ -177,6 +178,7 @@ class Choco final : public AlgorithmBase {
         }
         stale_.erase(h.j);
         h.whole = replaced = true;
+        ++resynced_;
       } else if (!known && !(first && !hat_.contains(h.j))) {
         stale_.insert(h.j);
         continue;
@@ -338,6 +340,7 @@ class Choco final : public AlgorithmBase {
   int64_t combined_ = 0;   // Combine calls since Init
   bool send_hat_ = false;  // the next message carries our whole copy ("hat")
   int64_t prepared_ = 0, hat_sent_ = 0;  // steps of the last Prepare and the last "hat" sent
+  uint64_t resynced_ = 0;                // copies taken whole (copies_resynced)
 };
 
 }  // namespace
