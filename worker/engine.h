@@ -339,6 +339,9 @@ class RoundEngine {
   bool FinishedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return options_.final_step > 0 && next_step_ >= options_.final_step;
   }
+  // How this worker fetches a state from its peers (Rejoin, RepairGroupModels): this run's, of
+  // this model, ended when the worker shuts down; `one_state` as StateFetchOptions says.
+  StateFetchOptions FetchOptions(bool one_state) const;
   // Takes lane `lane`'s part of the group's `state` as its θ and outer momentum (back onto the
   // model's buffer when the lane gathers). Round loop only.
   absl::Status AdoptLaneState(Lane& lane, const GroupState& state);

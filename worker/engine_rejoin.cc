@@ -229,6 +229,14 @@ void RoundEngine::PublishState(int64_t step) {
   share_.Publish(std::move(published));
 }
 
+StateFetchOptions RoundEngine::FetchOptions(bool one_state) const {
+  return StateFetchOptions{.run_id = options_.run_id,
+                           .num_params = params().size(),
+                           .codecs = &*registries_->codecs,
+                           .one_state = one_state,
+                           .stopped = [this] { return stopping(); }};
+}
+
 absl::Status RoundEngine::AdoptLaneState(Lane& lane, const GroupState& state) {
   std::vector<float> theta, momentum;
   absl::Span<const float> m;
@@ -253,11 +261,7 @@ void RoundEngine::RepairGroupModels(int64_t step) {
     }
   }
   if (transport_ == nullptr) return;
-  const StateFetchOptions fetch{.run_id = options_.run_id,
-                                .num_params = params().size(),
-                                .codecs = &*registries_->codecs,
-                                .one_state = true,
-                                .stopped = [this] { return stopping(); }};
+  const StateFetchOptions fetch = FetchOptions(/*one_state=*/true);
   for (Repair& repair : todo) {
     Lane& lane = lanes_[repair.lane];
     if (static_cast<int>(repair.sources.size()) > options_.state_sources) {
@@ -373,11 +377,7 @@ absl::Status RoundEngine::Rejoin() {
     absl::MutexLock lock(&mu_);
     min_step = std::max(min_step, rejoin_refused_);
   }
-  const StateFetchOptions fetch{.run_id = options_.run_id,
-                                .num_params = params().size(),
-                                .codecs = &*registries_->codecs,
-                                .one_state = shares_state_,
-                                .stopped = [this] { return stopping(); }};
+  const StateFetchOptions fetch = FetchOptions(/*one_state=*/shares_state_);
   absl::StatusOr<FetchedState> got = absl::UnknownError("no state asked for");
   for (;;) {
     got = FetchStateSlices(*transport_, fetch, sources, min_step, deadline);

@@ -563,10 +563,11 @@ void ExpectChurnEndsWithinAPointOfNoChurn(const std::vector<std::string>& algori
   const double with = Last(churn, "test_acc"), without = Last(steady, "test_acc");
   EXPECT_GT(with, without - 0.01) << "with churn " << with << ", without " << without;
   EXPECT_EQ(Last(churn, "workers"), 4);  // 3, 4, 5 and 6
-  // Bounded: finite at every evaluation, and back under `settled` by the end. Workers cut off
-  // by the kills (until the graph is rebuilt and the joiners send) drift apart for a while:
-  // dpsgd's 0.13-1.21 at the peak over 8 runs here, depending on how long; tern run's own check
-  // (exit 0 above) fails a run whose distance keeps growing.
+  // Bounded: finite at every evaluation, and back by the end under 0.05 or 1.5x the run
+  // without churn's, whichever is more. Workers cut off by the kills (until the graph is rebuilt
+  // and the joiners send) drift apart for a while: dpsgd's 0.13-1.21 at the peak over 8 runs here,
+  // depending on how long; tern run's own check (exit 0 above) fails a run whose distance keeps
+  // growing.
   const std::vector<double> consensus = Column(churn, "consensus");
   for (double c : consensus) EXPECT_TRUE(std::isfinite(c));
   ASSERT_FALSE(consensus.empty());
