@@ -227,6 +227,11 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
       c.set_codec_ladder(ladder);
       c.set_cu_target(static_cast<float>(absl::GetFlag(FLAGS_cu_target).value));
     }
+    if (const int max = absl::GetFlag(FLAGS_local_steps_max).value; max > 0) {
+      c.set_local_steps_min(absl::GetFlag(FLAGS_local_steps_min).value);
+      c.set_local_steps_max(max);
+      c.set_cu_target(static_cast<float>(absl::GetFlag(FLAGS_cu_target).value));
+    }
     if (absl::GetFlag(FLAGS_fragments).value > 1) {
       c.set_fragments(absl::GetFlag(FLAGS_fragments).value);
       c.set_fragment_cut(absl::GetFlag(FLAGS_fragment_cut));

@@ -99,6 +99,10 @@ AlgorithmRegistry::Factory Make(const char* name,
           absl::StrCat("--outer_delay=", OuterDelayName(o.outer_delay), " delays diloco's outer ",
                        "step; ", name, " takes none"));
     }
+    if (o.local_steps_max > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--local_steps_max moves diloco's H with the group's agreement; ", name, " keeps its H"));
+    }
     return make(o, codecs);
   };
 }
@@ -127,6 +131,22 @@ std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry(
           "--outer_delay=", OuterDelayName(o.outer_delay),
           " starts every round from the outer model, so there is no local model to merge: drop "
           "--merge_alpha"));
+    }
+    if (o.local_steps_max > 0) {
+      if (o.local_steps_min < 1 || o.local_steps_min > o.local_steps ||
+          o.local_steps > o.local_steps_max ||
+          o.local_steps_max > static_cast<int>(kMaxLocalSteps)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--local_steps_min=", o.local_steps_min, " <= --local_steps=", o.local_steps,
+            " <= --local_steps_max=", o.local_steps_max, " <= ", kMaxLocalSteps,
+            " does not hold: H starts at --local_steps and moves within the range"));
+      }
+      if (o.outer_delay != OuterDelay::kNone) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--local_steps_max: --outer_delay=", OuterDelayName(o.outer_delay),
+            " mixes each round at the next exchange, which a change of H would move; keep H "
+            "fixed with it"));
+      }
     }
     absl::StatusOr<std::unique_ptr<OuterOptimizer>> outer = outers->Create(o.outer);
     if (!outer.ok()) {

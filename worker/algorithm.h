@@ -24,6 +24,7 @@
 #include "core/topology/topology.h"
 #include "kernels/codec.h"
 #include "kernels/registry.h"
+#include "worker/step_schedule.h"
 
 namespace tern {
 
@@ -38,6 +39,9 @@ struct GossipMessage {
   std::optional<uint32_t> group_crc;
   // CHOCO: the neighbours whose whole public copy the sender asks for (TensorBundle.resync).
   std::vector<int> resync;
+  // diloco with a range of H: the steps between exchanges its sender proposes
+  // (TensorBundle.propose_local_steps).
+  std::optional<uint32_t> propose_local_steps;
   size_t PayloadBytes() const;
   const EncodedTensor* Find(absl::string_view name) const;
 };
@@ -63,6 +67,11 @@ struct AlgorithmOptions {
   // near-exact codecs (none, fp16, bf16, int8) are accepted.
   std::string codec = "none";
   int local_steps = 4;  // local-sgd, swarm and diloco: H
+  // diloco: when local_steps_max > 0, H moves within [local_steps_min, local_steps_max] as the
+  // group agrees (the largest H proposed among the updates of an exchange, ProposeLocalSteps),
+  // starting from local_steps.
+  int local_steps_min = 1;
+  int local_steps_max = 0;
   // diloco's outer optimizer (core/model/outer.h's registry spec).
   std::string outer = "nesterov";
   // diloco: after an exchange the model becomes merge_alpha × the local model + (1 −
@@ -113,8 +122,11 @@ class Algorithm {
   virtual bool Communicates(int64_t step) const { return true; }
   // Steps from one round to the next (local SGD's and diloco's H): rounds are numbered by step,
   // so how far ahead a neighbour may be, and how far past a round one that went on without this
-  // worker is, count in these.
+  // worker is, count in these. diloco's may change during a run (local_steps_max).
   virtual int64_t StepsPerRound() const { return 1; }
+  // The H this worker proposes to its group from its link as measured (diloco with
+  // local_steps_max; each message it sends from now on carries it). Ignored by the others.
+  virtual void ProposeLocalSteps(int64_t h) {}
   // Applies the local part of step `step` with gradient `grad` and learning rate `lr`, and
   // returns what to send (empty parts when Communicates(step) is false).
   virtual absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> grad, float lr,
@@ -170,6 +182,8 @@ class Algorithm {
   // between exchanges. FailedPrecondition while an exchange is sent and not yet mixed.
   struct SharedState {
     std::vector<float> model, momentum;
+    // diloco with a range of H: when it exchanges next (absent: H is fixed).
+    std::optional<StepSchedule> schedule = std::nullopt;
   };
   virtual absl::StatusOr<SharedState> ExportShared() const {
     return absl::UnimplementedError(absl::StrCat(Name(), " keeps no state shared by the group"));
@@ -177,8 +191,8 @@ class Algorithm {
   // Takes the group's state over: the model becomes `model` (and the local model with it), the
   // momentum `momentum`, and what was this worker's own (error feedback's residual) starts again
   // from zero. A state that does not fit leaves everything as it was.
-  virtual absl::Status AdoptShared(absl::Span<const float> model,
-                                   absl::Span<const float> momentum) {
+  virtual absl::Status AdoptShared(absl::Span<const float> model, absl::Span<const float> momentum,
+                                   const std::optional<StepSchedule>& schedule) {
     return absl::UnimplementedError(absl::StrCat(Name(), " keeps no state shared by the group"));
   }
   // The group's model as it stands (diloco's θ: the same bytes on every worker, the model the run

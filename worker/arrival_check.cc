@@ -100,6 +100,16 @@ absl::Status ArrivalCheck::CheckPart(const std::string& name, int bucket, int64_
   return it->second.Check(*norm, absl::StrCat("part '", name, "' from worker ", sender));
 }
 
+void ArrivalCheck::ScaleOuterReference(int bucket, double f) {
+  absl::MutexLock lock(&mu_);
+  for (const std::vector<std::string>* names : {&parts_, &optional_parts_}) {
+    for (const std::string& name : *names) {
+      auto it = guards_.find(GuardKey(name, bucket, options_.sync_steps));
+      if (it != guards_.end()) it->second.Scale(f);
+    }
+  }
+}
+
 void ArrivalCheck::ObserveOwn(int bucket, int64_t round, const GossipMessage& msg) {
   if (!options_.norm_guard.enabled()) return;
   std::vector<std::pair<std::string, double>> norms;

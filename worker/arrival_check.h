@@ -65,6 +65,9 @@ class ArrivalCheck {
   // Records the norms of this worker's own message of round `round`'s parts: the guard's
   // reference.
   void ObserveOwn(int bucket, int64_t round, const GossipMessage& msg) ABSL_LOCKS_EXCLUDED(mu_);
+  // diloco's H moved f times as long (or short) for a bucket: its outer rounds' references
+  // scale with it, so the first updates over the new H are judged by what they may be.
+  void ScaleOuterReference(int bucket, double f) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Validates part `name` of a peer's message and, with the guard on, checks its norm; by

@@ -115,6 +115,23 @@ TEST(GossipBundle, AResyncListComesBackAsSentAndAnOversizedOneIsRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("resync names worker")));
 }
 
+TEST(GossipBundle, AProposedHComesBackAsSentAndAnOversizedOneIsRefused) {
+  Fixture f;
+  GossipMessage msg = f.Message(0.5f);
+  msg.propose_local_steps = 16;
+  v1::TensorBundle b = GossipToBundle(std::move(msg), "run", 3, 1);
+  absl::StatusOr<GossipMessage> back = GossipFromBundle(b, kNumel);
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(back->propose_local_steps, 16u);
+  b.set_propose_local_steps(0);
+  back = GossipFromBundle(b, kNumel);
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(back->propose_local_steps, std::nullopt) << "0: no proposal";
+  b.set_propose_local_steps(kMaxLocalSteps + 1);
+  EXPECT_THAT(GossipFromBundle(b, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("steps between exchanges")));
+}
+
 TEST(ArrivalCheck, TheNormGuardComparesEachBucketsPartsWithThisWorkersOwn) {
   Fixture f(/*guard_factor=*/10);
   // Nothing of ours observed yet: nothing to compare with.
@@ -138,6 +155,24 @@ TEST(ArrivalCheck, TheWarmUpsRoundsAndTheOuterRoundsAreJudgedApart) {
   f.check.ObserveOwn(0, 10, f.Message(2.0f));
   EXPECT_THAT(f.check.Check(f.From(1, 2.5f, "run", "x", /*round=*/20), 0, kNumel).status(), IsOk());
   EXPECT_THAT(f.check.Check(f.From(1, 30.0f, "run", "x", /*round=*/20), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--norm_guard")));
+}
+
+// When the group moves diloco's H 4x as long, the outer rounds' reference grows 4x with it (an
+// update over 4x the steps is at most 4x the norm): a peer's first update over the new H is not
+// refused for it, and the warm-up's reference stays.
+TEST(ArrivalCheck, TheOuterRoundsReferenceScalesWithH) {
+  Fixture f(/*guard_factor=*/10, /*sync_steps=*/10);
+  f.check.ObserveOwn(0, 9, f.Message(0.1f));
+  f.check.ObserveOwn(0, 11, f.Message(1.0f));
+  EXPECT_THAT(f.check.Check(f.From(1, 30.0f, "run", "x", /*round=*/19), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--norm_guard")));
+  f.check.ScaleOuterReference(0, 4);
+  EXPECT_THAT(f.check.Check(f.From(1, 30.0f, "run", "x", /*round=*/19), 0, kNumel).status(),
+              IsOk());
+  EXPECT_THAT(f.check.Check(f.From(1, 50.0f, "run", "x", /*round=*/19), 0, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--norm_guard")));
+  EXPECT_THAT(f.check.Check(f.From(1, 5.0f, "run", "x", /*round=*/9), 0, kNumel),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--norm_guard")));
 }
 

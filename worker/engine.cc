@@ -186,12 +186,34 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
                                   .overlap_steps = options.overlap ? options.overlap_steps : 0},
                                  *registries->codecs));
   }
+  std::unique_ptr<StepsTuner> steps_tuner;
+  if (const AlgorithmOptions& a = options.algorithm_options; a.local_steps_max > 0) {
+    // The algorithm checked the range; a change of H must not land inside an overlap, where the
+    // round in flight would be mixed after the new period's first exchange.
+    const int hidden = options.overlap ? options.overlap_steps : 0;
+    if (options.overlap && a.local_steps_min <= options.overlap_steps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--local_steps_min=", a.local_steps_min, ": with --overlap_steps=", options.overlap_steps,
+          " every H must leave room for the overlap (H > ", options.overlap_steps, ")"));
+    }
+    TERN_ASSIGN_OR_RETURN(steps_tuner,
+                          StepsTuner::Create({.min_steps = a.local_steps_min,
+                                              .max_steps = a.local_steps_max,
+                                              .cu_target = options.cu_target,
+                                              .exchanges_per_window = 3,
+                                              .overlap_steps = hidden,
+                                              .lanes = std::max(1, options.fragments)}));
+  }
   std::vector<std::string> parts = algorithm->MessageParts();
   std::vector<std::string> optional_parts = algorithm->OptionalParts();
   auto engine = absl::WrapUnique(new RoundEngine(std::move(options), registries, transport,
                                                  std::move(topology), std::move(algorithm),
                                                  std::move(parts), std::move(optional_parts)));
   engine->tuner_ = std::move(tuner);
+  if (steps_tuner != nullptr) {
+    engine->counters_.SetLocalSteps(engine->options_.algorithm_options.local_steps);
+  }
+  engine->steps_tuner_ = std::move(steps_tuner);
   return engine;
 }
 
@@ -312,8 +334,10 @@ absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
     lane.blocks = mine;
     TERN_RETURN_IF_ERROR(
         algorithm->Init(lane.Gather(x0, &lane.grad), options_.worker_id, std::move(mine)));
-    lane.inbox =
-        std::make_shared<GossipInbox>(options_.max_rounds_ahead, algorithm->StepsPerRound());
+    // Rounds are as far apart as the longest H the group may take.
+    lane.inbox = std::make_shared<GossipInbox>(
+        options_.max_rounds_ahead,
+        std::max<int64_t>(algorithm->StepsPerRound(), options_.algorithm_options.local_steps_max));
     lane.last_push.resize(static_cast<size_t>(options_.num_workers));
     lane.push_before.resize(static_cast<size_t>(options_.num_workers));
   }
@@ -506,7 +530,24 @@ absl::Status RoundEngine::StartLane(size_t k) {
 }
 
 absl::Status RoundEngine::TuneCodec(int64_t step, const v1::WorkerStats& delta) {
-  if (tuner_ == nullptr || step < sync_steps()) return absl::OkStatus();
+  if (step < sync_steps()) return absl::OkStatus();
+  if (steps_tuner_ != nullptr) {
+    steps_tuner_->ObserveStep(delta.step_seconds(),
+                              delta.wait_seconds() + delta.transfer_seconds());
+    const int64_t current = lanes_[0].algorithm->StepsPerRound();
+    if (const std::optional<int64_t> h = steps_tuner_->Decide(current); h.has_value()) {
+      for (Lane& lane : lanes_) lane.algorithm->ProposeLocalSteps(*h);
+      if (*h != current) {
+        const StepsState st = steps_tuner_->Snapshot();
+        spdlog::info(
+            "worker {}: step {}: proposes H = {} (now {}): compute utilization {:.0f}%, an "
+            "update's pushes took {:.3f} s against {:.3f} s of compute a step",
+            options_.worker_id, step, *h, current, 100 * st.cu, st.push_seconds,
+            st.compute_seconds);
+      }
+    }
+  }
+  if (tuner_ == nullptr) return absl::OkStatus();
   tuner_->ObserveStep(delta.step_seconds(), delta.wait_seconds() + delta.transfer_seconds());
   const std::optional<LinkTuner::Change> change = tuner_->Decide();
   if (!change.has_value()) return absl::OkStatus();
@@ -670,10 +711,25 @@ absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t
 }
 
 absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) {
+  const int64_t h = lane.algorithm->StepsPerRound();
   TERN_ASSIGN_OR_RETURN(RoundReport report, lane.Finish(r, options_.worker_id, health_));
   rounds_mixed_.fetch_add(1, std::memory_order_relaxed);
   if (tuner_ != nullptr && r.step >= sync_steps()) {
     tuner_->ObserveExchange(r.payload, report.push_seconds);
+  }
+  if (steps_tuner_ != nullptr && r.step >= sync_steps()) {
+    steps_tuner_->ObserveExchange(report.push_seconds);
+  }
+  if (const int64_t now = lane.algorithm->StepsPerRound(); now != h) {
+    // The group's agreement (Diloco::Combine): every worker that mixed the same updates moves
+    // at the same step.
+    spdlog::info(
+        "worker {}: step {}: lane {}: H = {} (was {}), its next exchange at step {}: "
+        "the largest H proposed in the exchange of step {}",
+        options_.worker_id, r.step, &lane - lanes_.data(), now, h, r.step + now, r.step);
+    counters_.CountLocalStepsChange(now);
+    arrival_.ScaleOuterReference(static_cast<int>(&lane - lanes_.data()),
+                                 static_cast<double>(now) / static_cast<double>(h));
   }
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds,
             report.combine_started);

@@ -64,6 +64,7 @@
 #include "worker/snapshot_store.h"
 #include "worker/state_fetch.h"
 #include "worker/state_share.h"
+#include "worker/steps_tuner.h"
 #include "worker/swarm_mailbox.h"
 
 namespace tern {
@@ -196,6 +197,9 @@ class RoundEngine {
   // The codec's choice from the link (EngineOptions::codec_ladder); null without a ladder. Any
   // thread.
   const LinkTuner* link_tuner() const { return tuner_.get(); }
+  // H's proposals from the link (AlgorithmOptions::local_steps_max); null without a range. Any
+  // thread.
+  const StepsTuner* steps_tuner() const { return steps_tuner_.get(); }
 
   // One training step; see the file comment. REQUIRES: Init().
   absl::StatusOr<StepOutcome> Step(const StepInput& in);
@@ -363,9 +367,10 @@ class RoundEngine {
   StateShare share_;         // that state, published when a rejoining peer asks
 
   // Round-loop state.
-  std::unique_ptr<LinkTuner> tuner_;  // set by Create (codec_ladder), fed by the round loop
-  std::vector<Lane> lanes_;           // made by Init
-  uint64_t cut_ = 0;                  // CutFingerprint of the lanes, made by Init
+  std::unique_ptr<LinkTuner> tuner_;         // set by Create (codec_ladder), fed by the round loop
+  std::unique_ptr<StepsTuner> steps_tuner_;  // set by Create (local_steps_max), the same
+  std::vector<Lane> lanes_;                  // made by Init
+  uint64_t cut_ = 0;                         // CutFingerprint of the lanes, made by Init
   std::unique_ptr<Algorithm> first_algorithm_;  // lane 0's, until Init succeeds
   std::vector<float> own_params_;               // with buckets: the model, unless bound elsewhere
   absl::Span<float> params_;      // with buckets: the model, where the lanes are bound

@@ -213,6 +213,7 @@ void RoundEngine::PublishState(int64_t step) {
       return;
     }
     lane.Place(mine->model, absl::MakeSpan(state.theta));
+    if (mine->schedule.has_value()) state.schedules.push_back(*mine->schedule);
     if (!mine->momentum.empty()) {
       state.momentum.resize(model.size());
       lane.Place(mine->momentum, absl::MakeSpan(state.momentum));
@@ -221,6 +222,11 @@ void RoundEngine::PublishState(int64_t step) {
   if (!state.momentum.empty() && state.momentum.size() != state.theta.size()) {
     spdlog::warn("worker {}: step {}: a momentum of {} values for a model of {}",
                  options_.worker_id, step, state.momentum.size(), state.theta.size());
+    return;
+  }
+  if (!state.schedules.empty() && state.schedules.size() != lanes_.size()) {
+    spdlog::warn("worker {}: step {}: {} exchange schedules for {} lanes", options_.worker_id, step,
+                 state.schedules.size(), lanes_.size());
     return;
   }
   auto published = std::make_shared<PublishedState>();
@@ -241,7 +247,17 @@ absl::Status RoundEngine::AdoptLaneState(Lane& lane, const GroupState& state) {
   std::vector<float> theta, momentum;
   absl::Span<const float> m;
   if (!state.momentum.empty()) m = lane.Gather(state.momentum, &momentum);
-  TERN_RETURN_IF_ERROR(lane.algorithm->AdoptShared(lane.Gather(state.theta, &theta), m));
+  std::optional<StepSchedule> schedule;
+  if (!state.schedules.empty()) {
+    const size_t k = static_cast<size_t>(&lane - lanes_.data());
+    if (state.schedules.size() != lanes_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("a state of ", state.schedules.size(),
+                                                     " exchange schedules for ", lanes_.size(),
+                                                     " lanes"));
+    }
+    schedule = state.schedules[k];
+  }
+  TERN_RETURN_IF_ERROR(lane.algorithm->AdoptShared(lane.Gather(state.theta, &theta), m, schedule));
   if (lane.gathered()) lane.Scatter(params_);
   return absl::OkStatus();
 }

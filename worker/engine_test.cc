@@ -1618,6 +1618,112 @@ TEST(RoundEngine, DilocoNarrowsItsUpdatesWhenTheLinkCannotKeepUp) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("keeps one codec")));
 }
 
+// --local_steps_max: over a link whose pushes take 20 ms, against steps of almost no compute,
+// every worker proposes the range's top after its first window (three exchanges), each update
+// carries the proposal, and the group moves H at the mix of the next exchange, all at once: the
+// exchanges come at steps 1, 3, 5, 7, then 8 apart (15, 23) on every worker, the group's model
+// stays the same bytes everywhere, and a restarted worker takes the schedule with the state.
+TEST(RoundEngine, DilocoMovesHTogetherWhenTheLinkCannotKeepUp) {
+  const auto range = [](EngineOptions& o) {
+    o.algorithm_options.local_steps = 2;
+    o.algorithm_options.local_steps_min = 2;
+    o.algorithm_options.local_steps_max = 8;
+    o.cu_target = 0.9;
+  };
+  DilocoGroup g(Layout(64), /*fragments=*/0, range);
+  g.transport.latency = absl::Milliseconds(20);
+  std::vector<int64_t> exchanges;
+  for (int64_t s = 0; s < 24; ++s) {
+    const std::vector<uint64_t> sent = g.Step(s);
+    for (int i = 1; i < DilocoGroup::kWorkers; ++i) {
+      ASSERT_EQ(sent[i] > 0, sent[0] > 0) << "worker " << i << ", step " << s;
+    }
+    if (sent[0] > 0) exchanges.push_back(s);
+  }
+  EXPECT_THAT(exchanges, ::testing::ElementsAre(1, 3, 5, 7, 15, 23));
+  for (const auto& e : g.engines) {
+    EXPECT_EQ(e->Stats().local_steps(), 8u);
+    EXPECT_EQ(e->Stats().local_steps_changes(), 1u);
+    EXPECT_EQ(e->steps_tuner()->Snapshot().proposed, 8);
+    EXPECT_GT(e->steps_tuner()->Snapshot().need, 8);
+    EXPECT_TRUE(std::equal(e->params().begin(), e->params().end(), g.engines[0]->params().begin()));
+  }
+
+  // Refused: a range that does not hold --local_steps, one for another algorithm, one with a
+  // delayed outer step, and an H as short as the overlap.
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  EngineOptions o;
+  DilocoGroup::Configure(o, 0);
+  o.num_workers = DilocoGroup::kWorkers;
+  range(o);
+  o.algorithm_options.local_steps = 16;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--local_steps_max=8")));
+  o.algorithm_options.local_steps = 4;
+  o.algorithm = "local-sgd";
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("keeps its H")));
+  o.algorithm = "diloco";
+  o.overlap = true;
+  o.overlap_steps = 2;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("H > 2")));
+  o.overlap_steps = 1;
+  o.algorithm_options.outer_delay = OuterDelay::kDelayed;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("keep H fixed")));
+}
+
+// A worker restarted into a run whose group moved H takes the schedule with θ: after the group
+// went to H = 8 (exchanges at 15, 23, ...), the restarted worker exchanges with it at 31 and on,
+// not every 2 steps from the start as its flags say, and holds the others' model bit for bit.
+TEST(RoundEngine, DilocoARestartedWorkerTakesTheGroupsH) {
+  const auto range = [](EngineOptions& o) {
+    o.algorithm_options.local_steps = 2;
+    o.algorithm_options.local_steps_min = 2;
+    o.algorithm_options.local_steps_max = 8;
+    o.rejoin_timeout = absl::Minutes(5);
+    // Worker 3 moves 4x as far a step as worker 0 here, and its first update carries the two
+    // rounds it sat out too: 11x worker 0's own, past the guard, which is not what this is about.
+    o.norm_guard.factor = 0;
+  };
+  DilocoGroup g(Layout(8), /*fragments=*/0, range);
+  g.transport.latency = absl::Milliseconds(20);
+  for (int64_t step = 0; step < 16; ++step) g.Step(step);
+  ASSERT_EQ(g.engines[0]->Stats().local_steps(), 8u);
+  g.transport.dead[3] = true;  // killed
+  const std::vector<bool> live = {true, true, true, false};
+  g.Step(16, live);
+  auto restarted = g.Restart(3, range);
+  ASSERT_THAT(restarted, IsOk());
+  absl::Status init;
+  std::thread joiner([&] { init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)); });
+  while ((*restarted)->next_step() != 17) absl::SleepFor(absl::Milliseconds(1));
+  g.Step(17, live);
+  joiner.join();
+  ASSERT_THAT(init, IsOk());
+  EXPECT_EQ((*restarted)->next_step(), 18);
+  g.engines[3] = *std::move(restarted);
+  std::vector<int64_t> joiner_sent;
+  for (int64_t step = 18; step < 48; ++step) {
+    const std::vector<uint64_t> sent = g.Step(step);
+    if (sent[3] > 0) joiner_sent.push_back(step);
+    if (sent[0] == 0) continue;
+    for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+      EXPECT_TRUE(std::equal(g.engines[i]->params().begin(), g.engines[i]->params().end(),
+                             g.engines[0]->params().begin()))
+          << "worker " << i << ", step " << step;
+    }
+  }
+  // It sits out the exchanges up to two periods past the group (23, and 31 or not), then sends
+  // at each of the group's.
+  ASSERT_FALSE(joiner_sent.empty());
+  EXPECT_THAT(joiner_sent.back(), 47);
+  for (int64_t s : joiner_sent) EXPECT_EQ((s + 1) % 8, 0) << s;
+  EXPECT_EQ(g.engines[3]->Stats().local_steps_changes(), 0u);
+  EXPECT_EQ(g.engines[1]->Stats().messages_refused(), 0u);
+}
+
 // A trainer that averages its gradients through the worker (tern.optim's DDP warm-up) reads the
 // group's mean in the step's reply: mix_now mixes the round at once, --overlap or not; the steps
 // after it overlap as before.

@@ -23,6 +23,7 @@ v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, 
   }
   if (msg.group_crc.has_value()) b.set_group_crc(*msg.group_crc);
   for (int id : msg.resync) b.add_resync(static_cast<uint32_t>(id));
+  if (msg.propose_local_steps.has_value()) b.set_propose_local_steps(*msg.propose_local_steps);
   return b;
 }
 
@@ -69,6 +70,13 @@ absl::StatusOr<GossipMessage> GossipFromBundle(ReceivedBundle received, uint64_t
       return absl::InvalidArgumentError(absl::StrCat("resync names worker ", id));
     }
     msg.resync.push_back(static_cast<int>(id));
+  }
+  if (const uint32_t h = bundle.propose_local_steps(); h != 0) {
+    if (h > kMaxLocalSteps) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a proposal of ", h, " steps between exchanges; at most ", kMaxLocalSteps));
+    }
+    msg.propose_local_steps = h;
   }
   return msg;
 }

@@ -23,7 +23,7 @@ v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, 
                                 int sender);
 // The reverse, taking the payloads over (pass an rvalue to avoid copying them); checks only
 // structure (names unique, numel == expected_numel, a shape multiplies out to numel, at most
-// kMaxResync ids to resync), not payloads.
+// kMaxResync ids to resync, a proposed H of at most kMaxLocalSteps), not payloads.
 absl::StatusOr<GossipMessage> GossipFromBundle(v1::TensorBundle bundle, uint64_t expected_numel);
 // The same for a bundle whose large payloads were received in place: they stay there.
 absl::StatusOr<GossipMessage> GossipFromBundle(ReceivedBundle received, uint64_t expected_numel);

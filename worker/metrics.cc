@@ -114,6 +114,23 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
             "CHOCO: neighbours' public copies taken whole after one missed a message (each a "
             "model's fp32 bytes on the wire).",
             s.public_copies_resynced(), base);
+  if (const StepsTuner* steps = e.steps_tuner(); steps != nullptr) {
+    const StepsState st = steps->Snapshot();
+    m.Gauge("tern_worker_local_steps",
+            "diloco with --local_steps_max: the steps between exchanges (H) the group runs now.",
+            static_cast<double>(s.local_steps()), base);
+    m.Counter("tern_worker_local_steps_changes_total",
+              "diloco with --local_steps_max: moves of H the group agreed (each lane's counted).",
+              s.local_steps_changes(), base);
+    m.Gauge("tern_worker_local_steps_proposed",
+            "diloco with --local_steps_max: the H this worker proposes from its link (0 before "
+            "its first window).",
+            static_cast<double>(st.proposed), base);
+    m.Gauge("tern_worker_local_steps_need",
+            "diloco with --local_steps_max: the H --cu_target needs as this worker measured its "
+            "link, before rounding and the range.",
+            st.need, base);
+  }
   const auto [up, of] = e.counters().PeersUp();
   m.Gauge("tern_worker_peers_up", "Neighbours of the last round believed up.", up, base);
   m.Gauge("tern_worker_peers", "Neighbours in the last round's graph.", of, base);

@@ -28,8 +28,13 @@ std::vector<ParamTensor> StateLayout(uint64_t n, bool momentum) {
 }  // namespace
 
 uint32_t GroupStateCrc(const GroupState& state) {
-  const uint32_t crc = Crc32(state.theta.data(), state.theta.size() * sizeof(float));
-  return Crc32(state.momentum.data(), state.momentum.size() * sizeof(float), crc);
+  uint32_t crc = Crc32(state.theta.data(), state.theta.size() * sizeof(float));
+  crc = Crc32(state.momentum.data(), state.momentum.size() * sizeof(float), crc);
+  for (const StepSchedule& s : state.schedules) {
+    const int64_t both[2] = {s.period, s.from};
+    crc = Crc32(both, sizeof(both), crc);
+  }
+  return crc;
 }
 
 SliceRange StateSliceRange(uint64_t n, uint32_t slice, uint32_t slices) {
@@ -81,6 +86,11 @@ absl::StatusOr<v1::TensorBundle> GroupStateToBundle(const PublishedState& publis
     bundle.set_buckets(slices);
   }
   bundle.set_state_crc(published.crc);
+  for (const StepSchedule& s : state.schedules) {
+    v1::LocalStepsSchedule* out = bundle.add_schedules();
+    out->set_period(static_cast<uint32_t>(s.period));
+    out->set_from(s.from);
+  }
   return bundle;
 }
 
@@ -107,6 +117,20 @@ absl::StatusOr<StateSlice> StateSliceFromBundle(const v1::TensorBundle& bundle,
     return absl::InvalidArgumentError(absl::StrCat("a state of ", bundle.tensors_size(),
                                                    " parts; it has 'theta' and maybe 'momentum'"));
   }
+  if (bundle.schedules_size() > kMaxStateSchedules) {
+    return absl::InvalidArgumentError(absl::StrCat("a state of ", bundle.schedules_size(),
+                                                   " schedules; at most ", kMaxStateSchedules));
+  }
+  std::vector<StepSchedule> schedules;
+  for (const v1::LocalStepsSchedule& s : bundle.schedules()) {
+    // A start more than a period's worth of steps from any step a run takes is no schedule.
+    if (s.period() < 1 || s.period() > kMaxLocalSteps || s.from() > (int64_t{1} << 62) ||
+        s.from() < -static_cast<int64_t>(kMaxLocalSteps)) {
+      return absl::InvalidArgumentError(absl::StrCat("a state's schedule of ", s.period(),
+                                                     " steps per exchange from step ", s.from()));
+    }
+    schedules.push_back({.period = s.period(), .from = s.from()});
+  }
   const SliceRange range = StateSliceRange(num_params, slice, slices);
   const uint64_t len = range.end - range.begin;
   std::vector<float> flat((momentum ? 2 : 1) * len);
@@ -122,6 +146,7 @@ absl::StatusOr<StateSlice> StateSliceFromBundle(const v1::TensorBundle& bundle,
   if (bundle.has_state_crc()) out.crc = bundle.state_crc();
   out.theta.assign(flat.begin(), flat.begin() + static_cast<ptrdiff_t>(len));
   out.momentum.assign(flat.begin() + static_cast<ptrdiff_t>(len), flat.end());
+  out.schedules = std::move(schedules);
   return out;
 }
 
@@ -149,10 +174,15 @@ absl::StatusOr<GroupState> JoinStateSlices(std::vector<StateSlice> slices, uint6
           absl::StrCat("slice ", i, " is of another state than slice 0 (its CRC ",
                        s.crc.value_or(0), " against ", slices[0].crc.value_or(0), ")"));
     }
+    if (s.schedules != slices[0].schedules) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice ", i, " says other exchange schedules than slice 0"));
+    }
     state.step = std::max(state.step, s.step);
     state.theta.insert(state.theta.end(), s.theta.begin(), s.theta.end());
     state.momentum.insert(state.momentum.end(), s.momentum.begin(), s.momentum.end());
   }
+  state.schedules = slices[0].schedules;
   if (one_state) {
     if (const uint32_t crc = GroupStateCrc(state); crc != *slices[0].crc) {
       return absl::DataLossError(absl::StrCat("the slices' values make a state of CRC ", crc,

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/registry.h"
 #include "tern/v1/tensor.pb.h"
+#include "worker/step_schedule.h"
 
 namespace tern {
 
@@ -27,9 +28,15 @@ struct GroupState {
   int64_t step = 0;             // the state stands after this step (the next one is step + 1)
   std::vector<float> theta;     // the group's model, the whole flat vector
   std::vector<float> momentum;  // the outer momentum, as long, or empty (none kept)
+  // Each lane's exchange schedule where H moves (--local_steps_max), or empty.
+  std::vector<StepSchedule> schedules;
 };
 
-// The CRC-32 of `state`: θ's fp32 bytes, then the momentum's.
+// The most lanes a state's schedules name.
+inline constexpr int kMaxStateSchedules = 1 << 16;
+
+// The CRC-32 of `state`: θ's fp32 bytes, then the momentum's, then each schedule's period and
+// start (int64 each).
 uint32_t GroupStateCrc(const GroupState& state);
 
 // A state as a worker hands it out: with its CRC, computed once when it is published.
@@ -61,9 +68,10 @@ struct StateSlice {
   int64_t step = 0;
   uint32_t slice = 0;
   uint32_t slices = 1;
-  std::optional<uint32_t> crc;  // the whole state's, as its sender says
-  std::vector<float> theta;     // the slice's values (StateSliceRange)
-  std::vector<float> momentum;  // as many, or empty
+  std::optional<uint32_t> crc;          // the whole state's, as its sender says
+  std::vector<float> theta;             // the slice's values (StateSliceRange)
+  std::vector<float> momentum;          // as many, or empty
+  std::vector<StepSchedule> schedules;  // the whole state's (every slice carries them)
 };
 
 // The reverse for a peer's (untrusted) bundle answering a request for slice `slice` of

@@ -146,6 +146,50 @@ TEST(GroupState, SlicesMakeTheWholeStateBackAndItsCrcChecksThem) {
   }
 }
 
+// diloco with a moving H: each lane's schedule travels in every slice, counts in the CRC, and
+// one out of range or slices that disagree on it are refused.
+TEST(GroupState, ExchangeSchedulesComeBackInEverySliceAndBadOnesAreRefused) {
+  GroupState sent = AState(true);
+  sent.schedules = {{.period = 8, .from = 24}, {.period = 8, .from = -4}};
+  GroupState without = sent;
+  without.schedules.clear();
+  EXPECT_NE(GroupStateCrc(sent), GroupStateCrc(without));
+  std::vector<StateSlice> slices;
+  for (uint32_t k = 0; k < 2; ++k) {
+    auto bundle = GroupStateToBundle(Published(sent), "run", 2, k, 2);
+    ASSERT_THAT(bundle, IsOk());
+    auto got = FromBundle(*bundle, "run", 4, k, 2);
+    ASSERT_THAT(got, IsOk());
+    EXPECT_EQ(got->schedules, sent.schedules);
+    slices.push_back(*std::move(got));
+  }
+  auto whole = JoinStateSlices(slices, 4, /*one_state=*/true);
+  ASSERT_THAT(whole, IsOk());
+  EXPECT_EQ(whole->schedules, sent.schedules);
+  slices[1].schedules[0].period = 4;
+  EXPECT_THAT(JoinStateSlices(slices, 4, false).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("other exchange schedules")));
+
+  auto bundle = ToBundle(sent);
+  ASSERT_THAT(bundle, IsOk());
+  for (const auto& [period, from] :
+       std::vector<std::pair<uint32_t, int64_t>>{{0, 0},
+                                                 {kMaxLocalSteps + 1, 0},
+                                                 {8, -int64_t{kMaxLocalSteps} - 1},
+                                                 {8, (int64_t{1} << 62) + 1}}) {
+    v1::TensorBundle bad = *bundle;
+    bad.mutable_schedules(0)->set_period(period);
+    bad.mutable_schedules(0)->set_from(from);
+    EXPECT_THAT(FromBundle(bad).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("schedule")))
+        << period << " from " << from;
+  }
+  v1::TensorBundle many = *bundle;
+  for (int i = 0; i < kMaxStateSchedules; ++i) *many.add_schedules() = bundle->schedules(0);
+  EXPECT_THAT(FromBundle(many).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("schedules")));
+}
+
 TEST(GroupState, ASliceOtherThanTheOneAskedForOrNoSliceAtAllIsRefused) {
   auto bundle = ToBundle(AState(true), 1, 2);
   ASSERT_THAT(bundle, IsOk());

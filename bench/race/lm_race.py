@@ -170,6 +170,13 @@ ROWS = {
         "kind": "tern-optim", "uses_h": True, "sync": True,
         "worker": STREAMING_TAU2 + ["--codec_ladder=none,int8,fp4", "--cu_target=0.9",
                                     "--log_level=info"]},
+    # The warmed row with H chosen from the link (--local_steps_max: each worker proposes the least
+    # H that keeps its compute utilization at 90 % over its link as measured, and the group takes
+    # the largest; docs/worker.md "Choosing H from the link"), from the grid's H, within [3, 40].
+    "tern-streaming-diloco-fp4-tau2-sync-hrange": {
+        "kind": "tern-optim", "uses_h": True, "sync": True,
+        "worker": STREAMING_TAU2 + ["--local_steps_min=3", "--local_steps_max=40",
+                                    "--cu_target=0.9", "--log_level=info"]},
     # Unwarmed, from fp32 down the same ladder: a user who starts too wide for the link.
     "tern-streaming-diloco-tau2-ladder-from-fp32": {
         "kind": "tern-optim", "uses_h": True,

@@ -64,8 +64,15 @@ ABSL_FLAG(std::string, codec_ladder, "",
           "measures, to keep its compute utilization at --cu_target (docs/worker.md); empty: "
           "--codec always");
 ABSL_FLAG(tern::Double<tern::Open(0, 1)>, cu_target, 0.9,
-          "training, with --codec_ladder: the share of each step's time not spent waiting that "
-          "the codec's choice aims for");
+          "training, with --codec_ladder or --local_steps_max: the share of each step's time not "
+          "spent waiting that the codec's and H's choices aim for");
+ABSL_FLAG(tern::Int<tern::In(0, 1 << 20)>, local_steps_max, 0,
+          "training, diloco: H moves within [--local_steps_min, this] as the group agrees (each "
+          "worker proposes the least H that keeps its compute utilization at --cu_target over "
+          "its link as measured; the group takes the largest; docs/worker.md), starting from "
+          "--local_steps; 0: H fixed");
+ABSL_FLAG(tern::Int<tern::In(1, 1 << 20)>, local_steps_min, 1,
+          "training, diloco with --local_steps_max: the least H the group may move to");
 ABSL_FLAG(tern::Double<tern::In(0, 1048576)>, bucket_mb, 0,
           "training: cut the model into buckets of about this many MB of fp32 values (whole "
           "tensors, from the last back), each gossiped as soon as the backward pass finishes it, "
@@ -166,6 +173,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   o.algorithm_options.sync_steps = absl::GetFlag(FLAGS_sync_steps).value;
   o.codec_ladder = absl::StrSplit(absl::GetFlag(FLAGS_codec_ladder), ',', absl::SkipEmpty());
   o.cu_target = absl::GetFlag(FLAGS_cu_target).value;
+  o.algorithm_options.local_steps_min = absl::GetFlag(FLAGS_local_steps_min).value;
+  o.algorithm_options.local_steps_max = absl::GetFlag(FLAGS_local_steps_max).value;
   // In [0, 1048576] by its type (clients/flags/flag_types.h).
   o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
   o.fragments = absl::GetFlag(FLAGS_fragments).value;
@@ -247,6 +256,8 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--sync_steps=", absl::GetFlag(FLAGS_sync_steps).value),
       absl::StrCat("--codec_ladder=", absl::GetFlag(FLAGS_codec_ladder)),
       absl::StrCat("--cu_target=", absl::GetFlag(FLAGS_cu_target).value),
+      absl::StrCat("--local_steps_min=", absl::GetFlag(FLAGS_local_steps_min).value),
+      absl::StrCat("--local_steps_max=", absl::GetFlag(FLAGS_local_steps_max).value),
       absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb).value),
       absl::StrCat("--fragments=", absl::GetFlag(FLAGS_fragments).value),
       absl::StrCat("--fragment_cut=", absl::GetFlag(FLAGS_fragment_cut)),

@@ -36,6 +36,9 @@ class NormGuard {
 
   // Records a trusted norm (own message, accepted update).
   void Observe(double norm);
+  // The reference times `f` (diloco's updates when H moves f times as long: an update over f
+  // times the steps is at most f times the norm, by the triangle inequality).
+  void Scale(double f) { recent_.Scale(f); }
   // OK, or InvalidArgument naming the norm, the bound and the flag. `what` starts the message.
   absl::Status Check(double norm, const std::string& what) const;
   // The median of the window (0 when empty).

@@ -23,6 +23,10 @@ class RecentNorms {
     while (recent_.size() > window_) recent_.pop_front();
   }
   size_t size() const { return recent_.size(); }
+  // Every norm kept times `f`: what they would have been over a span f times as long.
+  void Scale(double f) {
+    for (double& n : recent_) n *= f;
+  }
   // The norm of rank `size() / 2` among those kept (the median; the upper one of an even count),
   // or with `lower`, of rank `(size() - 1) / 2`; 0 when none is kept.
   double Median(bool lower = false) const {

@@ -44,24 +44,34 @@ namespace {
 // messages stop), and the survivors go on with one θ. For that reason no clipping either (a
 // worker's ū must not depend on who computes it); the engine's norm guard still refuses outsized
 // messages.
+// Every H steps from the start, lane k of P H·k/P steps early.
+StepSchedule FirstSchedule(const AlgorithmOptions& o) {
+  const int64_t h = std::max(1, o.local_steps);
+  return {.period = h, .from = -(h * o.lane / std::max(1, o.lanes))};
+}
+
 class Diloco final : public AlgorithmBase {
  public:
   Diloco(const AlgorithmOptions& options, const CodecRegistry* codecs,
          std::unique_ptr<OuterOptimizer> outer)
-      : AlgorithmBase(options, codecs), outer_(std::move(outer)) {}
+      : AlgorithmBase(options, codecs),
+        outer_(std::move(outer)),
+        schedule_(FirstSchedule(options)) {}
 
   std::string Name() const override { return "diloco"; }
   std::vector<std::string> MessageParts() const override { return {"u"}; }
   bool AllToAll() const override { return true; }
-  // Every H steps, a fragment (lane k of P) H·k/P steps early so fragments take turns, and at
-  // the run's last step.
+  // Every H steps, a fragment (lane k of P) H·k/P steps early so fragments take turns (the
+  // schedule's start, before step 0), and at the run's last step. When the group moves H (below,
+  // Combine), the new period counts from the step after the lane's last exchange.
   bool Communicates(int64_t step) const override {
-    const int64_t h = StepsPerRound();
-    const int64_t early = h * options_.lane / std::max(1, options_.lanes);
-    return step < options_.sync_steps || (step + 1 + early) % h == 0 ||
-           step + 1 == options_.final_step;
+    return step < options_.sync_steps || step + 1 == options_.final_step ||
+           (step >= schedule_.from && (step + 1 - schedule_.from) % schedule_.period == 0);
   }
-  int64_t StepsPerRound() const override { return std::max(1, options_.local_steps); }
+  int64_t StepsPerRound() const override { return schedule_.period; }
+  void ProposeLocalSteps(int64_t h) override {
+    if (tuned()) proposal_ = std::clamp<int64_t>(h, min_h(), max_h());
+  }
   // The residual carries over: it is what the others have not decoded of the updates yet,
   // whichever codec sent them.
   absl::Status SetCodec(const std::string& spec) override {
@@ -80,16 +90,28 @@ class Diloco final : public AlgorithmBase {
                        " always has an exchange in flight: a worker cannot rejoin it"));
     }
     const absl::Span<const float> momentum = outer_->momentum();
-    return SharedState{.model = anchor_,
-                       .momentum = std::vector<float>(momentum.begin(), momentum.end())};
+    SharedState state{.model = anchor_,
+                      .momentum = std::vector<float>(momentum.begin(), momentum.end())};
+    if (tuned()) state.schedule = schedule_;
+    return state;
   }
 
-  absl::Status AdoptShared(absl::Span<const float> model,
-                           absl::Span<const float> momentum) override {
+  absl::Status AdoptShared(absl::Span<const float> model, absl::Span<const float> momentum,
+                           const std::optional<StepSchedule>& schedule) override {
     const size_t n = x_.size();
     if (model.size() != n) {
       return absl::InvalidArgumentError(
           absl::StrCat("diloco: a shared model of ", model.size(), " values for ", n));
+    }
+    // The group's H and where it counts from, or this worker would exchange at other steps.
+    if (tuned() && !schedule.has_value()) {
+      return absl::InvalidArgumentError(
+          "diloco: a shared state without its exchange schedule (H moves in this run)");
+    }
+    if (schedule.has_value() &&
+        (schedule->period < 1 || schedule->period > static_cast<int64_t>(kMaxLocalSteps))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("diloco: a shared schedule of ", schedule->period, " steps per exchange"));
     }
     if (delayed()) {
       return absl::FailedPreconditionError(
@@ -104,6 +126,12 @@ class Diloco final : public AlgorithmBase {
     own_ = EncodedTensor();
     withdrawn_ = false;
     sent_ = std::vector<float>();
+    if (schedule.has_value()) {
+      schedule_ = *schedule;
+      // The group's H until this worker has measured its link: its own start would pull a group
+      // that moved H back to it.
+      if (tuned()) proposal_ = sent_proposal_ = schedule_.period;
+    }
     return absl::OkStatus();
   }
 
@@ -123,6 +151,9 @@ class Diloco final : public AlgorithmBase {
     scratch_.resize(n);
     for (size_t i = 0; i < n; ++i) scratch_[i] = decay * residual_[i] + (x_[i] - from[i]);
     TERN_RETURN_IF_ERROR(AddPart(&msg, "u", scratch_, /*codec=*/nullptr, step));
+    last_sent_ = step;
+    sent_proposal_ = proposal_;
+    if (tuned()) msg.propose_local_steps = static_cast<uint32_t>(proposal_);
     // The residual keeps what the others will not decode of it.
     own_ = msg.parts.back().second;
     mean_.resize(n);
@@ -155,8 +186,13 @@ class Diloco final : public AlgorithmBase {
     const bool own = !withdrawn_;
     std::map<int, const EncodedTensor*> by_id;
     if (own) by_id[worker_] = &own_;
+    // H from now on: the largest proposed among the updates in the mean, the same set (so the
+    // same H, from the same step) on every worker that takes the same θ.
+    int64_t agreed = own ? sent_proposal_ : 0;
     for (const auto& [j, unused] : row.neighbours) {
-      TERN_ASSIGN_OR_RETURN(by_id[j], FindValid(j, *received.at(j), "u"));
+      const GossipMessage& m = *received.at(j);
+      TERN_ASSIGN_OR_RETURN(by_id[j], FindValid(j, m, "u"));
+      agreed = std::max<int64_t>(agreed, m.propose_local_steps.value_or(0));
     }
     if (!own) {
       mean_.resize(n);
@@ -194,6 +230,10 @@ class Diloco final : public AlgorithmBase {
     scratch_.resize(n);
     outer_->Step(mean_, absl::MakeSpan(scratch_));
     for (size_t i = 0; i < n; ++i) anchor_[i] += scratch_[i];
+    if (tuned() && agreed > 0) {
+      agreed = std::clamp<int64_t>(agreed, min_h(), max_h());
+      if (agreed != schedule_.period) schedule_ = {.period = agreed, .from = last_sent_ + 1};
+    }
     // Delayed, x is the next round's, begun when this exchange was sent: it stays. Otherwise,
     // and at the run's last exchange (which ends the run on θ all the same), x takes θ, merged
     // as Streaming DiLoCo merges when the exchange overlapped steps: x ← α x + (1 − α) θ. The
@@ -222,11 +262,18 @@ class Diloco final : public AlgorithmBase {
     own_ = EncodedTensor();
     if (delayed()) start_ = anchor_;
     self_weight_ = 1.0f / static_cast<float>(options_.workers);
+    schedule_ = FirstSchedule(options_);
+    proposal_ = tuned() ? schedule_.period : 0;
+    sent_proposal_ = 0;
+    last_sent_ = -1;
     return absl::OkStatus();
   }
 
  private:
   bool delayed() const { return options_.outer_delay != OuterDelay::kNone; }
+  bool tuned() const { return options_.local_steps_max > 0; }
+  int64_t min_h() const { return std::max(1, options_.local_steps_min); }
+  int64_t max_h() const { return std::max(min_h(), int64_t{options_.local_steps_max}); }
 
   // The next round starts now, before this one's exchange is heard: from θ, which holds the
   // outer steps of every round before this one, or (eager) from θ moved as the outer optimizer
@@ -254,8 +301,12 @@ class Diloco final : public AlgorithmBase {
   std::vector<float> scratch_;   // u + decayed residual; then the outer step
   // Delayed or eager: where this round's inner steps started (u is measured from it).
   std::vector<float> start_;
-  float self_weight_ = 1;   // this worker's weight in the last round's mean (1 / workers heard)
-  bool withdrawn_ = false;  // the next Combine leaves own_ out (WithdrawOwn)
+  float self_weight_ = 1;  // this worker's weight in the last round's mean (1 / workers heard)
+  StepSchedule schedule_;  // when this lane exchanges (H; moved by the group with local_steps_max)
+  int64_t proposal_ = 0;   // the H this worker proposes (ProposeLocalSteps; 0: none)
+  int64_t sent_proposal_ = 0;  // the one its last exchange carried
+  int64_t last_sent_ = -1;     // the step of the last exchange sent
+  bool withdrawn_ = false;     // the next Combine leaves own_ out (WithdrawOwn)
 };
 
 }  // namespace
