@@ -12,6 +12,12 @@
 namespace tern {
 namespace {
 
+// Every H steps from the start, lane k of P H·k/P steps early.
+StepSchedule FirstSchedule(const AlgorithmOptions& o) {
+  const int64_t h = std::max(1, o.local_steps);
+  return {.period = h, .from = -(h * o.lane / std::max(1, o.lanes))};
+}
+
 // DiLoCo's outer loop without a server. Between exchanges the worker takes the trainer's own
 // steps on its model x (the built-in trainer's are plain SGD; a PyTorch trainer's are its AdamW).
 // Every H steps (local_steps) each worker sends its update over those steps, u_i = x_i − θ (the
@@ -44,12 +50,6 @@ namespace {
 // messages stop), and the survivors go on with one θ. For that reason no clipping either (a
 // worker's ū must not depend on who computes it); the engine's norm guard still refuses outsized
 // messages.
-// Every H steps from the start, lane k of P H·k/P steps early.
-StepSchedule FirstSchedule(const AlgorithmOptions& o) {
-  const int64_t h = std::max(1, o.local_steps);
-  return {.period = h, .from = -(h * o.lane / std::max(1, o.lanes))};
-}
-
 class Diloco final : public AlgorithmBase {
  public:
   Diloco(const AlgorithmOptions& options, const CodecRegistry* codecs,
