@@ -51,39 +51,29 @@ absl::StatusOr<std::unique_ptr<LinkTuner>> LinkTuner::Create(LinkTunerOptions op
 
 void LinkTuner::ObserveStep(double step_seconds, double wait_seconds) {
   absl::MutexLock lock(&mu_);
-  step_seconds_ += step_seconds;
-  wait_seconds_ += std::min(wait_seconds, step_seconds);
-  ++steps_;
+  measured_.AddStep(step_seconds, wait_seconds);
 }
 
 void LinkTuner::ObserveExchange(uint64_t bytes, double push_seconds) {
   absl::MutexLock lock(&mu_);
-  if (push_seconds <= 0) {
-    ++unmeasured_;
-    return;
-  }
-  bytes_ += static_cast<double>(bytes);
-  push_seconds_ += push_seconds;
-  ++exchanges_;
+  measured_.AddExchange(static_cast<double>(bytes), push_seconds);
 }
 
 std::optional<LinkTuner::Change> LinkTuner::Decide() {
   absl::MutexLock lock(&mu_);
-  if (exchanges_ + unmeasured_ < window_ || steps_ == 0 || step_seconds_ <= 0) return std::nullopt;
-  const double cu = 1 - wait_seconds_ / step_seconds_;
-  const double compute = (step_seconds_ - wait_seconds_) / static_cast<double>(steps_);
+  if (!measured_.Full(window_)) return std::nullopt;
+  const LinkWindow w = measured_;
+  measured_ = LinkWindow();
+  const double cu = w.cu();
+  const double compute = w.compute();
   const double exchanges_a_step =
-      static_cast<double>(exchanges_ + unmeasured_) / static_cast<double>(steps_);
-  const bool measured = exchanges_ > 0;
-  const double push = measured ? push_seconds_ / exchanges_ : 0;
-  const double bytes = measured ? bytes_ / exchanges_ : 0;
+      static_cast<double>(w.exchanges + w.unmeasured) / static_cast<double>(w.steps);
+  const double push = w.push();
+  const double bytes = w.update_bytes();
   state_.cu = cu;
   state_.push_seconds = push;
   state_.megabytes_per_second = push > 0 ? bytes / push / 1e6 : 0;
-  step_seconds_ = wait_seconds_ = push_seconds_ = bytes_ = 0;
-  steps_ = 0;
-  exchanges_ = unmeasured_ = 0;
-  if (!measured) return std::nullopt;
+  if (w.exchanges == 0) return std::nullopt;
   // An exchange hides behind overlap_steps steps of compute; what it takes beyond that is waited.
   const double hidden = options_.overlap_steps * compute;
   const auto cu_with = [&](double push_time) {

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/registry.h"
+#include "worker/link_window.h"
 
 namespace tern {
 
@@ -90,14 +91,7 @@ class LinkTuner {
   std::vector<int> held_ ABSL_GUARDED_BY(mu_);
   std::vector<int> holds_ ABSL_GUARDED_BY(mu_);
   size_t rung_ ABSL_GUARDED_BY(mu_);
-  // The window's sums.
-  double step_seconds_ ABSL_GUARDED_BY(mu_) = 0;
-  double wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
-  double push_seconds_ ABSL_GUARDED_BY(mu_) = 0;
-  double bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int exchanges_ ABSL_GUARDED_BY(mu_) = 0;
-  int unmeasured_ ABSL_GUARDED_BY(mu_) = 0;
+  LinkWindow measured_ ABSL_GUARDED_BY(mu_);  // the window so far
   LinkState state_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -25,34 +25,24 @@ absl::StatusOr<std::unique_ptr<StepsTuner>> StepsTuner::Create(StepsTunerOptions
 
 void StepsTuner::ObserveStep(double step_seconds, double wait_seconds) {
   absl::MutexLock lock(&mu_);
-  step_seconds_ += step_seconds;
-  wait_seconds_ += std::min(wait_seconds, step_seconds);
-  ++steps_;
+  measured_.AddStep(step_seconds, wait_seconds);
 }
 
 void StepsTuner::ObserveExchange(double push_seconds) {
   absl::MutexLock lock(&mu_);
-  if (push_seconds <= 0) {
-    ++unmeasured_;
-    return;
-  }
-  push_seconds_ += push_seconds;
-  ++exchanges_;
+  measured_.AddExchange(0, push_seconds);
 }
 
 std::optional<int64_t> StepsTuner::Decide(int64_t current) {
   absl::MutexLock lock(&mu_);
-  const int window = std::max(1, options_.exchanges_per_window);
-  if (exchanges_ + unmeasured_ < window || steps_ == 0 || step_seconds_ <= 0) return std::nullopt;
-  const double compute = (step_seconds_ - wait_seconds_) / static_cast<double>(steps_);
-  const bool measured = exchanges_ > 0 && compute > 0;
-  state_.cu = 1 - wait_seconds_ / step_seconds_;
+  if (!measured_.Full(std::max(1, options_.exchanges_per_window))) return std::nullopt;
+  const LinkWindow w = measured_;
+  measured_ = LinkWindow();
+  const double compute = w.compute();
+  state_.cu = w.cu();
   state_.compute_seconds = compute;
-  state_.push_seconds = exchanges_ > 0 ? push_seconds_ / exchanges_ : 0;
-  step_seconds_ = wait_seconds_ = push_seconds_ = 0;
-  steps_ = 0;
-  exchanges_ = unmeasured_ = 0;
-  if (!measured) return std::nullopt;
+  state_.push_seconds = w.push();
+  if (w.exchanges == 0 || compute <= 0) return std::nullopt;
   const double target = options_.cu_target;
   const double exposed = std::max(0.0, state_.push_seconds - options_.overlap_steps * compute);
   const double lanes = std::max(1, options_.lanes);

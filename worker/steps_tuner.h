@@ -26,6 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/link_window.h"
 
 namespace tern {
 
@@ -68,12 +69,7 @@ class StepsTuner {
 
   const StepsTunerOptions options_;
   mutable absl::Mutex mu_;
-  double step_seconds_ ABSL_GUARDED_BY(mu_) = 0;
-  double wait_seconds_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
-  double push_seconds_ ABSL_GUARDED_BY(mu_) = 0;
-  int exchanges_ ABSL_GUARDED_BY(mu_) = 0;
-  int unmeasured_ ABSL_GUARDED_BY(mu_) = 0;
+  LinkWindow measured_ ABSL_GUARDED_BY(mu_);  // the window so far
   StepsState state_ ABSL_GUARDED_BY(mu_);
 };
 
