@@ -46,7 +46,11 @@ std::optional<int64_t> StepsTuner::Decide(int64_t current) {
   const double target = options_.cu_target;
   const double exposed = std::max(0.0, state_.push_seconds - options_.overlap_steps * compute);
   const double lanes = std::max(1, options_.lanes);
-  state_.need = lanes * std::max(target / (1 - target) * exposed, state_.push_seconds) / compute;
+  const double need =
+      lanes * std::max(target / (1 - target) * exposed, state_.push_seconds) / compute;
+  // A slower link is taken at once; a faster one by halves, window after window, so one quick
+  // window does not undo a long period.
+  state_.need = state_.need > 0 && need < state_.need ? 0.5 * (need + state_.need) : need;
   const auto in_range = [&](double h) {
     // Less a hair: 9 × 0.2 / 0.1 is 18.000000000000004 in doubles.
     return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(std::min(h, 1e9) - 1e-9)),

@@ -10,8 +10,10 @@
 // as the link's (which errs long where the round trip, not the bytes, is most of it). Each window
 // of exchanges measures c and p (the pushes' time to the last peer's acknowledgement, the link's
 // cost alone: time spent waiting for a slower peer's compute is no reason to exchange less
-// often) and proposes the least such H; it proposes a smaller H than its own last proposal only
-// when the need is under ¾ of it, and then with ¼ to spare, so a link at the edge does not flap.
+// often) and proposes the least such H. A need above the last is taken at once; one below comes
+// down by halves (the mean of the new window's and the last), and the proposal goes below its own
+// last one only when that need is under ¾ of it, then with ¼ to spare, so a link at the edge
+// does not flap.
 // The proposal rides in this worker's updates; the group takes the largest (Diloco::Combine).
 //
 // Thread-safety: thread-safe. The engine's step thread observes and decides; a metrics scrape
@@ -45,7 +47,7 @@ struct StepsState {
   double cu = 0;               // the last window's measured CU
   double compute_seconds = 0;  // its compute a step (wall time less waits)
   double push_seconds = 0;     // its mean push time of one update
-  double need = 0;             // the H the target needs, before rounding and the range
+  double need = 0;             // the H the target needs (smoothed), before rounding and range
 };
 
 class StepsTuner {
