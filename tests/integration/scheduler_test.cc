@@ -406,7 +406,10 @@ TEST(ElasticRun, WorkersJoinARunningRunWithTheGroupsStateUpToItsMost) {
   // One beyond the most: refused once it has waited its --peers_timeout for a free id.
   std::vector<std::string> extra = args("extra");
   extra.push_back("--peers_timeout=1");
-  absl::SleepFor(absl::Seconds(1));  // d has its id
+  // Only once d holds its id: a fixed sleep let a slow start hand id 3 to the fifth.
+  for (int t = 0; t < 3000 && AssignedId(ReadText(dir + "/d.log")) < 0; ++t) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   const pid_t fifth = Spawn(extra, dir + "/extra.log");
   EXPECT_NE(Wait(fifth), 0);
   EXPECT_THAT(ReadText(dir + "/extra.log"), ::testing::HasSubstr("every id below 4 is a member"));
