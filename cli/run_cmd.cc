@@ -231,6 +231,9 @@ v1::RunConfig GossipConfig(const std::string& name, const GossipRun& run, const 
       c.set_local_steps_min(absl::GetFlag(FLAGS_local_steps_min).value);
       c.set_local_steps_max(max);
       c.set_cu_target(static_cast<float>(absl::GetFlag(FLAGS_cu_target).value));
+      if (const int min = absl::GetFlag(FLAGS_fragments_min).value; min > 0) {
+        c.set_fragments_min(min);
+      }
     }
     if (absl::GetFlag(FLAGS_fragments).value > 1) {
       c.set_fragments(absl::GetFlag(FLAGS_fragments).value);

@@ -132,6 +132,11 @@ std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry(
           " starts every round from the outer model, so there is no local model to merge: drop "
           "--merge_alpha"));
     }
+    if (o.fragments_min > 0 && o.local_steps_max == 0) {
+      return absl::InvalidArgumentError(
+          "--fragments_min moves the fragment count with H: give --local_steps_max (as large as "
+          "--local_steps keeps H fixed)");
+    }
     if (o.local_steps_max > 0) {
       if (o.local_steps_min < 1 || o.local_steps_min > o.local_steps ||
           o.local_steps > o.local_steps_max ||
@@ -140,6 +145,14 @@ std::unique_ptr<AlgorithmRegistry> NewBuiltinAlgorithmRegistry(
             "--local_steps_min=", o.local_steps_min, " <= --local_steps=", o.local_steps,
             " <= --local_steps_max=", o.local_steps_max, " <= ", kMaxLocalSteps,
             " does not hold: H starts at --local_steps and moves within the range"));
+      }
+      if (o.fragments_min > 0 && (o.fragments_max < 2 || o.fragments_min > o.fragments_max ||
+                                  o.fragments_max > static_cast<int>(kMaxFragments))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--fragments_min=", o.fragments_min, " <= --fragments=", o.fragments_max,
+                         " <= ", kMaxFragments,
+                         " with --fragments > 1 does not hold: the fragment count moves from "
+                         "--fragments down as far as --fragments_min"));
       }
       if (o.outer_delay != OuterDelay::kNone) {
         return absl::InvalidArgumentError(absl::StrCat(

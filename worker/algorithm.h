@@ -42,6 +42,9 @@ struct GossipMessage {
   // diloco with a range of H: the steps between exchanges its sender proposes
   // (TensorBundle.propose_local_steps).
   std::optional<uint32_t> propose_local_steps;
+  // ... and, with a range of fragment counts, the turns its lanes take a period
+  // (TensorBundle.propose_fragments).
+  std::optional<uint32_t> propose_fragments;
   size_t PayloadBytes() const;
   const EncodedTensor* Find(absl::string_view name) const;
 };
@@ -72,6 +75,12 @@ struct AlgorithmOptions {
   // starting from local_steps.
   int local_steps_min = 1;
   int local_steps_max = 0;
+  // diloco with local_steps_max and its model cut into fragments_max fragments (the engine's
+  // lanes): when fragments_min > 0, the lanes take q turns a period (lane k in turn k mod q, the
+  // lanes of a turn exchanging at one step), q moved within [fragments_min, fragments_max] with H
+  // as the group agrees (the largest (H, q) proposed), starting from fragments_max.
+  int fragments_min = 0;
+  int fragments_max = 0;
   // diloco's outer optimizer (core/model/outer.h's registry spec).
   std::string outer = "nesterov";
   // diloco: after an exchange the model becomes merge_alpha × the local model + (1 −
@@ -124,9 +133,12 @@ class Algorithm {
   // so how far ahead a neighbour may be, and how far past a round one that went on without this
   // worker is, count in these. diloco's may change during a run (local_steps_max).
   virtual int64_t StepsPerRound() const { return 1; }
-  // The H this worker proposes to its group from its link as measured (diloco with
-  // local_steps_max; each message it sends from now on carries it). Ignored by the others.
-  virtual void ProposeLocalSteps(int64_t h) {}
+  // The H (and, with fragments_min, the fragment count) this worker proposes to its group from
+  // its link as measured (diloco with local_steps_max; each message it sends from now on carries
+  // it; fragments 0: none). Ignored by the others.
+  virtual void ProposeSchedule(int64_t h, int64_t fragments) {}
+  // diloco with fragments_min: the turns its lanes take a period now (0: not moving).
+  virtual int64_t FragmentCount() const { return 0; }
   // Applies the local part of step `step` with gradient `grad` and learning rate `lr`, and
   // returns what to send (empty parts when Communicates(step) is false).
   virtual absl::StatusOr<GossipMessage> Prepare(absl::Span<const float> grad, float lr,
@@ -182,7 +194,8 @@ class Algorithm {
   // between exchanges. FailedPrecondition while an exchange is sent and not yet mixed.
   struct SharedState {
     std::vector<float> model, momentum;
-    // diloco with a range of H: when it exchanges next (absent: H is fixed).
+    // diloco with a range of H: when it exchanges next, and in how many turns the lanes do with
+    // a range of fragment counts (absent: H is fixed).
     std::optional<StepSchedule> schedule = std::nullopt;
   };
   virtual absl::StatusOr<SharedState> ExportShared() const {

@@ -119,10 +119,16 @@ TEST(GossipBundle, AProposedHComesBackAsSentAndAnOversizedOneIsRefused) {
   Fixture f;
   GossipMessage msg = f.Message(0.5f);
   msg.propose_local_steps = 16;
+  msg.propose_fragments = 2;
   v1::TensorBundle b = GossipToBundle(std::move(msg), "run", 3, 1);
   absl::StatusOr<GossipMessage> back = GossipFromBundle(b, kNumel);
   ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->propose_local_steps, 16u);
+  EXPECT_EQ(back->propose_fragments, 2u);
+  b.set_propose_fragments(kMaxFragments + 1);
+  EXPECT_THAT(GossipFromBundle(b, kNumel),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1025 fragments")));
+  b.set_propose_fragments(0);
   b.set_propose_local_steps(0);
   back = GossipFromBundle(b, kNumel);
   ASSERT_THAT(back, IsOk());

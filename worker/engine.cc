@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/chunking.h"
 #include "common/crc32.h"
 #include "common/finite.h"
@@ -92,6 +93,7 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   }
   options.algorithm_options.final_step = options.final_step;
   options.algorithm_options.workers = options.num_workers;
+  options.algorithm_options.fragments_max = options.fragments;
   TERN_ASSIGN_OR_RETURN(
       std::unique_ptr<Algorithm> algorithm,
       registries->algorithms->Create(options.algorithm, options.algorithm_options, codecs));
@@ -196,13 +198,13 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
           "--local_steps_min=", a.local_steps_min, ": with --overlap_steps=", options.overlap_steps,
           " every H must leave room for the overlap (H > ", options.overlap_steps, ")"));
     }
-    TERN_ASSIGN_OR_RETURN(steps_tuner,
-                          StepsTuner::Create({.min_steps = a.local_steps_min,
-                                              .max_steps = a.local_steps_max,
-                                              .cu_target = options.cu_target,
-                                              .exchanges_per_window = 3,
-                                              .overlap_steps = hidden,
-                                              .lanes = std::max(1, options.fragments)}));
+    TERN_ASSIGN_OR_RETURN(steps_tuner, StepsTuner::Create({.min_steps = a.local_steps_min,
+                                                           .max_steps = a.local_steps_max,
+                                                           .cu_target = options.cu_target,
+                                                           .exchanges_per_window = 3,
+                                                           .overlap_steps = hidden,
+                                                           .lanes = std::max(1, options.fragments),
+                                                           .min_fragments = a.fragments_min}));
   }
   std::vector<std::string> parts = algorithm->MessageParts();
   std::vector<std::string> optional_parts = algorithm->OptionalParts();
@@ -211,7 +213,8 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
                                                  std::move(parts), std::move(optional_parts)));
   engine->tuner_ = std::move(tuner);
   if (steps_tuner != nullptr) {
-    engine->counters_.SetLocalSteps(engine->options_.algorithm_options.local_steps);
+    const AlgorithmOptions& a = engine->options_.algorithm_options;
+    engine->counters_.SetSchedule(a.local_steps, a.fragments_min > 0 ? a.fragments_max : 0);
   }
   engine->steps_tuner_ = std::move(steps_tuner);
   return engine;
@@ -529,21 +532,28 @@ absl::Status RoundEngine::StartLane(size_t k) {
   return absl::OkStatus();
 }
 
-absl::Status RoundEngine::TuneCodec(int64_t step, const v1::WorkerStats& delta) {
+absl::Status RoundEngine::TuneLink(int64_t step, const v1::WorkerStats& delta) {
   if (step < sync_steps()) return absl::OkStatus();
   if (steps_tuner_ != nullptr) {
     steps_tuner_->ObserveStep(delta.step_seconds(),
                               delta.wait_seconds() + delta.transfer_seconds());
     const int64_t current = lanes_[0].algorithm->StepsPerRound();
-    if (const std::optional<int64_t> h = steps_tuner_->Decide(current); h.has_value()) {
-      for (Lane& lane : lanes_) lane.algorithm->ProposeLocalSteps(*h);
-      if (*h != current) {
-        const StepsState st = steps_tuner_->Snapshot();
+    const int64_t turns = lanes_[0].algorithm->FragmentCount();
+    if (const std::optional<int64_t> h = steps_tuner_->Decide(current, turns); h.has_value()) {
+      const StepsState st = steps_tuner_->Snapshot();
+      for (Lane& lane : lanes_) lane.algorithm->ProposeSchedule(*h, st.fragments);
+      if (*h != current || st.fragments != turns) {
         spdlog::info(
-            "worker {}: step {}: proposes H = {} (now {}): compute utilization {:.0f}%, an "
-            "update's pushes took {:.3f} s against {:.3f} s of compute a step",
-            options_.worker_id, step, *h, current, 100 * st.cu, st.push_seconds,
-            st.compute_seconds);
+            "worker {}: step {}: proposes H = {}{} (now {}{}): compute utilization {:.0f}%, an "
+            "update's pushes took {:.3f} s against {:.3f} s of compute a step{}",
+            options_.worker_id, step, *h,
+            st.fragments > 0 ? absl::StrCat(" in ", st.fragments, " fragments") : "", current,
+            turns > 0 ? absl::StrCat(" in ", turns) : "", 100 * st.cu, st.push_seconds,
+            st.compute_seconds,
+            st.fragments > 0
+                ? absl::StrFormat(" (the link as fitted: %.3f s a round trip, %.3g MB/s)",
+                                  st.round_trip_seconds, st.bytes_per_second / 1e6)
+                : "");
       }
     }
   }
@@ -593,7 +603,7 @@ absl::StatusOr<StepOutcome> RoundEngine::FinishStep(const StepInput& in) {
   }
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds, t_settle);
   out.delta = counters_.EndStep(open.communicates, in.loss, in.compute_seconds, in.io_seconds);
-  TERN_RETURN_IF_ERROR(TuneCodec(in.step, out.delta));
+  TERN_RETURN_IF_ERROR(TuneLink(in.step, out.delta));
   {
     absl::MutexLock lock(&mu_);
     next_step_ = in.step + 1;
@@ -711,31 +721,41 @@ absl::StatusOr<InFlight> RoundEngine::StartRound(Lane& lane, int bucket, int64_t
 }
 
 absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) {
+  const size_t k = static_cast<size_t>(&lane - lanes_.data());
   const int64_t h = lane.algorithm->StepsPerRound();
+  const int64_t turns = lane.algorithm->FragmentCount();
   TERN_ASSIGN_OR_RETURN(RoundReport report, lane.Finish(r, options_.worker_id, health_));
   rounds_mixed_.fetch_add(1, std::memory_order_relaxed);
   if (tuner_ != nullptr && r.step >= sync_steps()) {
     tuner_->ObserveExchange(r.payload, report.push_seconds);
   }
   if (steps_tuner_ != nullptr && r.step >= sync_steps()) {
-    steps_tuner_->ObserveExchange(report.push_seconds);
+    steps_tuner_->ObserveExchange(report.push_seconds, static_cast<double>(r.payload), turns);
   }
-  if (const int64_t now = lane.algorithm->StepsPerRound(); now != h) {
+  const int64_t now = lane.algorithm->StepsPerRound();
+  const int64_t now_turns = lane.algorithm->FragmentCount();
+  if (now != h || now_turns != turns) {
     // The group's agreement (Diloco::Combine): every worker that mixed the same updates moves
     // at the same step.
+    int64_t next = r.step + 1;
+    while (next < r.step + 2 * now && !lane.algorithm->Communicates(next)) ++next;
     spdlog::info(
-        "worker {}: step {}: lane {}: H = {} (was {}), its next exchange at step {}: "
-        "the largest H proposed in the exchange of step {}",
-        options_.worker_id, r.step, &lane - lanes_.data(), now, h, r.step + now, r.step);
-    counters_.CountLocalStepsChange(now);
-    arrival_.ScaleOuterReference(static_cast<int>(&lane - lanes_.data()),
-                                 static_cast<double>(now) / static_cast<double>(h));
+        "worker {}: step {}: lane {}: H = {} (was {}){}, its next exchange at step {}: the "
+        "largest proposed in the exchange of step {}",
+        options_.worker_id, r.step, k, now, h,
+        now_turns != turns ? absl::StrCat(" in ", now_turns, " fragments (was ", turns, ")") : "",
+        next, r.step);
+    counters_.CountScheduleChange(now, now_turns);
+    if (now != h) {
+      arrival_.ScaleOuterReference(static_cast<int>(k),
+                                   static_cast<double>(now) / static_cast<double>(h));
+    }
   }
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds,
             report.combine_started);
   out->mixed.insert(out->mixed.end(), report.mixed.begin(), report.mixed.end());
   out->dropped.insert(out->dropped.end(), report.dropped.begin(), report.dropped.end());
-  NoteGroupModels(static_cast<size_t>(&lane - lanes_.data()), r, report);
+  NoteGroupModels(k, r, report);
   int up = 0;
   for (int j : r.nbrs) up += health_.up(j) ? 1 : 0;
   counters_.CountRound(r, report, {up, static_cast<int>(r.nbrs.size())});

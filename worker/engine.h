@@ -314,9 +314,10 @@ class RoundEngine {
   // meanwhile, which goes to decode_seconds, and takes the algorithms' count of clipped
   // contributions. Round loop only.
   void CountTime(EngineCounters::Seconds get, EngineCounters::SetSeconds set, absl::Time since);
-  // Feeds the link tuner step `step`'s counters (`delta`) after the warm-up, and moves every
-  // lane to the codec it chooses. Round loop only.
-  absl::Status TuneCodec(int64_t step, const v1::WorkerStats& delta);
+  // Feeds the link's tuners step `step`'s counters (`delta`) after the warm-up: moves every lane
+  // to the codec the link tuner chooses, and hands every lane the H (and fragment count) the
+  // steps tuner proposes. Round loop only.
+  absl::Status TuneLink(int64_t step, const v1::WorkerStats& delta);
   // Whether the parameters after `step` steps are kept (EngineOptions::snapshot_every).
   bool SnapshotDue(int64_t step) const;
   // Keeps the snapshot after `step` steps: the parameters, or the group's model

@@ -29,7 +29,8 @@ v1::WorkerStats StatsDelta(const v1::WorkerStats& a, const v1::WorkerStats& b) {
   d.set_group_model_mismatches(a.group_model_mismatches() - b.group_model_mismatches());
   d.set_group_model_repairs(a.group_model_repairs() - b.group_model_repairs());
   d.set_public_copies_resynced(a.public_copies_resynced() - b.public_copies_resynced());
-  d.set_local_steps(a.local_steps());  // a level, not a count
+  d.set_local_steps(a.local_steps());  // levels, not counts
+  d.set_fragments(a.fragments());
   d.set_local_steps_changes(a.local_steps_changes() - b.local_steps_changes());
   return d;
 }
@@ -99,14 +100,16 @@ void EngineCounters::SetClipped(uint64_t total) {
   stats_.set_contributions_clipped(total);
 }
 
-void EngineCounters::SetLocalSteps(int64_t h) {
+void EngineCounters::SetSchedule(int64_t h, int64_t fragments) {
   absl::MutexLock lock(&mu_);
   stats_.set_local_steps(static_cast<uint64_t>(h));
+  stats_.set_fragments(static_cast<uint64_t>(fragments));
 }
 
-void EngineCounters::CountLocalStepsChange(int64_t h) {
+void EngineCounters::CountScheduleChange(int64_t h, int64_t fragments) {
   absl::MutexLock lock(&mu_);
   stats_.set_local_steps(static_cast<uint64_t>(h));
+  stats_.set_fragments(static_cast<uint64_t>(fragments));
   stats_.set_local_steps_changes(stats_.local_steps_changes() + 1);
 }
 

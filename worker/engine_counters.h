@@ -51,9 +51,10 @@ class EngineCounters {
   void SetClipped(uint64_t total) ABSL_LOCKS_EXCLUDED(mu_);
   // The algorithms' count of neighbours' copies taken whole (Algorithm::copies_resynced).
   void SetCopiesResynced(uint64_t total) ABSL_LOCKS_EXCLUDED(mu_);
-  // diloco's H where the group moves it: where it starts, and each move (the new H).
-  void SetLocalSteps(int64_t h) ABSL_LOCKS_EXCLUDED(mu_);
-  void CountLocalStepsChange(int64_t h) ABSL_LOCKS_EXCLUDED(mu_);
+  // diloco's H (and fragment count, 0 where fixed) where the group moves them: where they start,
+  // and each move (the new ones).
+  void SetSchedule(int64_t h, int64_t fragments) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountScheduleChange(int64_t h, int64_t fragments) ABSL_LOCKS_EXCLUDED(mu_);
   // Neighbours of a round whose group model θ was not this worker's (diloco).
   void CountGroupMismatches(uint64_t n) ABSL_LOCKS_EXCLUDED(mu_);
   // A lane's group model taken again from its peers (diloco: RoundEngine's repair of a split).

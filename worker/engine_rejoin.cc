@@ -244,12 +244,12 @@ StateFetchOptions RoundEngine::FetchOptions(bool one_state) const {
 }
 
 absl::Status RoundEngine::AdoptLaneState(Lane& lane, const GroupState& state) {
+  const size_t k = static_cast<size_t>(&lane - lanes_.data());
   std::vector<float> theta, momentum;
   absl::Span<const float> m;
   if (!state.momentum.empty()) m = lane.Gather(state.momentum, &momentum);
   std::optional<StepSchedule> schedule;
   if (!state.schedules.empty()) {
-    const size_t k = static_cast<size_t>(&lane - lanes_.data());
     if (state.schedules.size() != lanes_.size()) {
       return absl::InvalidArgumentError(absl::StrCat("a state of ", state.schedules.size(),
                                                      " exchange schedules for ", lanes_.size(),
@@ -257,8 +257,26 @@ absl::Status RoundEngine::AdoptLaneState(Lane& lane, const GroupState& state) {
     }
     schedule = state.schedules[k];
   }
+  const int64_t h = lane.algorithm->StepsPerRound();
+  const int64_t turns = lane.algorithm->FragmentCount();
   TERN_RETURN_IF_ERROR(lane.algorithm->AdoptShared(lane.Gather(state.theta, &theta), m, schedule));
   if (lane.gathered()) lane.Scatter(params_);
+  // A schedule taken with the state is a move like one agreed in an exchange: counted, and the
+  // norm guard's reference follows H.
+  const int64_t now = lane.algorithm->StepsPerRound();
+  const int64_t now_turns = lane.algorithm->FragmentCount();
+  if (now != h || now_turns != turns) {
+    spdlog::info(
+        "worker {}: lane {}: H = {} (was {}){} with the group's state after step {}",
+        options_.worker_id, k, now, h,
+        now_turns != turns ? absl::StrCat(" in ", now_turns, " fragments (was ", turns, ")") : "",
+        state.step);
+    counters_.CountScheduleChange(now, now_turns);
+    if (now != h) {
+      arrival_.ScaleOuterReference(static_cast<int>(k),
+                                   static_cast<double>(now) / static_cast<double>(h));
+    }
+  }
   return absl::OkStatus();
 }
 

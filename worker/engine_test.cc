@@ -1674,6 +1674,65 @@ TEST(RoundEngine, DilocoMovesHTogetherWhenTheLinkCannotKeepUp) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("keep H fixed")));
 }
 
+// --fragments_min: four fragments, each exchanged in its own turn, over a link whose pushes take
+// 20 ms whatever they carry, against steps of about 4 ms: the round trip is what each turn
+// waits for. Every worker proposes one turn after its first window, the group moves together,
+// and from then on each exchange carries all four fragments at once, on every worker at the
+// same steps, the group's model the same bytes everywhere.
+TEST(RoundEngine, DilocoTakesFewerFragmentTurnsWhenTheRoundTripIsTheCost) {
+  constexpr size_t kTensor = 16;
+  std::vector<ParamTensor> layout;
+  for (size_t l = 0; l < 4; ++l) {
+    layout.push_back({.name = absl::StrCat("w", l),
+                      .shape = {kTensor},
+                      .offset = l * kTensor,
+                      .numel = kTensor});
+  }
+  DilocoGroup g(layout, /*fragments=*/4, [](EngineOptions& o) {
+    o.algorithm_options.local_steps = 4;
+    o.algorithm_options.local_steps_min = 2;
+    o.algorithm_options.local_steps_max = 64;
+    o.algorithm_options.fragments_min = 1;
+    o.cu_target = 0.9;
+  });
+  g.transport.latency = absl::Milliseconds(20);
+  constexpr uint64_t kLane = 3 * kTensor * 4;  // one fragment's bytes to the three others
+  std::vector<uint64_t> sizes;
+  for (int64_t s = 0; s < 400 && (sizes.size() < 8 || sizes.back() != 4 * kLane ||
+                                  sizes[sizes.size() - 2] != 4 * kLane);
+       ++s) {
+    absl::SleepFor(absl::Milliseconds(4));  // the step's compute, as the engine measures it
+    const std::vector<uint64_t> sent = g.Step(s);
+    for (int i = 1; i < DilocoGroup::kWorkers; ++i) {
+      ASSERT_EQ(sent[i], sent[0]) << "worker " << i << ", step " << s;
+    }
+    if (sent[0] > 0) sizes.push_back(sent[0]);
+  }
+  ASSERT_GE(sizes.size(), 8u);
+  EXPECT_EQ(sizes.front(), kLane) << "one fragment a turn to start with";
+  EXPECT_EQ(sizes.back(), 4 * kLane) << "all four at once in the end";
+  EXPECT_EQ(sizes[sizes.size() - 2], 4 * kLane);
+  for (const auto& e : g.engines) {
+    EXPECT_EQ(e->Stats().fragments(), 1u);
+    EXPECT_GE(e->Stats().local_steps_changes(), 4u) << "each lane's move counted";
+    EXPECT_EQ(e->steps_tuner()->Snapshot().fragments, 1);
+    EXPECT_TRUE(std::equal(e->params().begin(), e->params().end(), g.engines[0]->params().begin()));
+  }
+
+  // Refused: a count range without a range of H, one wider than the cut.
+  const WorkerRegistries registries = NewBuiltinWorkerRegistries();
+  EngineOptions o;
+  DilocoGroup::Configure(o, 4);
+  o.num_workers = DilocoGroup::kWorkers;
+  o.algorithm_options.fragments_min = 1;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--local_steps_max")));
+  o.algorithm_options.local_steps_max = 8;
+  o.algorithm_options.fragments_min = 5;
+  EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--fragments_min=5")));
+}
+
 // A worker restarted into a run whose group moved H takes the schedule with θ: after the group
 // went to H = 8 (exchanges at 15, 23, ...), the restarted worker exchanges with it at 31 and on,
 // not every 2 steps from the start as its flags say, and holds the others' model bit for bit.
@@ -1720,7 +1779,9 @@ TEST(RoundEngine, DilocoARestartedWorkerTakesTheGroupsH) {
   ASSERT_FALSE(joiner_sent.empty());
   EXPECT_THAT(joiner_sent.back(), 47);
   for (int64_t s : joiner_sent) EXPECT_EQ((s + 1) % 8, 0) << s;
-  EXPECT_EQ(g.engines[3]->Stats().local_steps_changes(), 0u);
+  // The group's H taken with the state counts as this worker's one move.
+  EXPECT_EQ(g.engines[3]->Stats().local_steps_changes(), 1u);
+  EXPECT_EQ(g.engines[3]->Stats().local_steps(), 8u);
   EXPECT_EQ(g.engines[1]->Stats().messages_refused(), 0u);
 }
 

@@ -24,6 +24,7 @@ v1::TensorBundle GossipToBundle(GossipMessage&& msg, const std::string& run_id, 
   if (msg.group_crc.has_value()) b.set_group_crc(*msg.group_crc);
   for (int id : msg.resync) b.add_resync(static_cast<uint32_t>(id));
   if (msg.propose_local_steps.has_value()) b.set_propose_local_steps(*msg.propose_local_steps);
+  if (msg.propose_fragments.has_value()) b.set_propose_fragments(*msg.propose_fragments);
   return b;
 }
 
@@ -77,6 +78,13 @@ absl::StatusOr<GossipMessage> GossipFromBundle(ReceivedBundle received, uint64_t
           absl::StrCat("a proposal of ", h, " steps between exchanges; at most ", kMaxLocalSteps));
     }
     msg.propose_local_steps = h;
+  }
+  if (const uint32_t q = bundle.propose_fragments(); q != 0) {
+    if (q > kMaxFragments) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a proposal of ", q, " fragments; at most ", kMaxFragments));
+    }
+    msg.propose_fragments = q;
   }
   return msg;
 }

@@ -120,7 +120,8 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
             "diloco with --local_steps_max: the steps between exchanges (H) the group runs now.",
             static_cast<double>(s.local_steps()), base);
     m.Counter("tern_worker_local_steps_changes_total",
-              "diloco with --local_steps_max: moves of H the group agreed (each lane's counted).",
+              "diloco with --local_steps_max: moves of H (and of the fragment count) the group "
+              "agreed (each lane's counted).",
               s.local_steps_changes(), base);
     m.Gauge("tern_worker_local_steps_proposed",
             "diloco with --local_steps_max: the H this worker proposes from its link (0 before "
@@ -128,8 +129,26 @@ void CollectWorkerMetrics(const RoundEngine& e, const EngineOptions& o, MetricSe
             static_cast<double>(st.proposed), base);
     m.Gauge("tern_worker_local_steps_need",
             "diloco with --local_steps_max: the H --cu_target needs as this worker measured its "
-            "link, before rounding and the range.",
+            "link (smoothed), before rounding and the range.",
             st.need, base);
+    if (st.fragments > 0 || s.fragments() > 0) {
+      m.Gauge("tern_worker_fragments",
+              "diloco with --fragments_min: the fragment count (turns the lanes take a period) "
+              "the group runs now.",
+              static_cast<double>(s.fragments()), base);
+      m.Gauge("tern_worker_fragments_proposed",
+              "diloco with --fragments_min: the fragment count this worker proposes from its "
+              "link (0 before its first window).",
+              static_cast<double>(st.fragments), base);
+      m.Gauge("tern_worker_link_round_trip_seconds",
+              "diloco with --fragments_min: the fixed cost of an exchange (round trip) as this "
+              "worker's link model fits it.",
+              st.round_trip_seconds, base);
+      m.Gauge("tern_worker_link_bytes_per_second",
+              "diloco with --fragments_min: the link's rate as this worker's link model fits it "
+              "(0 before two fragment counts were measured).",
+              st.bytes_per_second, base);
+    }
   }
   const auto [up, of] = e.counters().PeersUp();
   m.Gauge("tern_worker_peers_up", "Neighbours of the last round believed up.", up, base);

@@ -33,6 +33,7 @@ uint32_t GroupStateCrc(const GroupState& state) {
   for (const StepSchedule& s : state.schedules) {
     const int64_t both[2] = {s.period, s.from};
     crc = Crc32(both, sizeof(both), crc);
+    if (s.fragments != 0) crc = Crc32(&s.fragments, sizeof(s.fragments), crc);
   }
   return crc;
 }
@@ -90,6 +91,7 @@ absl::StatusOr<v1::TensorBundle> GroupStateToBundle(const PublishedState& publis
     v1::LocalStepsSchedule* out = bundle.add_schedules();
     out->set_period(static_cast<uint32_t>(s.period));
     out->set_from(s.from);
+    out->set_fragments(static_cast<uint32_t>(s.fragments));
   }
   return bundle;
 }
@@ -125,11 +127,12 @@ absl::StatusOr<StateSlice> StateSliceFromBundle(const v1::TensorBundle& bundle,
   for (const v1::LocalStepsSchedule& s : bundle.schedules()) {
     // A start more than a period's worth of steps from any step a run takes is no schedule.
     if (s.period() < 1 || s.period() > kMaxLocalSteps || s.from() > (int64_t{1} << 62) ||
-        s.from() < -static_cast<int64_t>(kMaxLocalSteps)) {
+        s.from() < -static_cast<int64_t>(kMaxLocalSteps) || s.fragments() > kMaxFragments) {
       return absl::InvalidArgumentError(absl::StrCat("a state's schedule of ", s.period(),
-                                                     " steps per exchange from step ", s.from()));
+                                                     " steps per exchange from step ", s.from(),
+                                                     " in ", s.fragments(), " fragments"));
     }
-    schedules.push_back({.period = s.period(), .from = s.from()});
+    schedules.push_back({.period = s.period(), .from = s.from(), .fragments = s.fragments()});
   }
   const SliceRange range = StateSliceRange(num_params, slice, slices);
   const uint64_t len = range.end - range.begin;

@@ -146,14 +146,18 @@ TEST(GroupState, SlicesMakeTheWholeStateBackAndItsCrcChecksThem) {
   }
 }
 
-// diloco with a moving H: each lane's schedule travels in every slice, counts in the CRC, and
-// one out of range or slices that disagree on it are refused.
+// diloco with a moving H: each lane's schedule (with its fragment count) travels in every slice,
+// counts in the CRC, and one out of range or slices that disagree on it are refused.
 TEST(GroupState, ExchangeSchedulesComeBackInEverySliceAndBadOnesAreRefused) {
   GroupState sent = AState(true);
-  sent.schedules = {{.period = 8, .from = 24}, {.period = 8, .from = -4}};
+  sent.schedules = {{.period = 8, .from = 24, .fragments = 2},
+                    {.period = 8, .from = -4, .fragments = 2}};
   GroupState without = sent;
   without.schedules.clear();
   EXPECT_NE(GroupStateCrc(sent), GroupStateCrc(without));
+  GroupState other_count = sent;
+  other_count.schedules[1].fragments = 1;
+  EXPECT_NE(GroupStateCrc(sent), GroupStateCrc(other_count));
   std::vector<StateSlice> slices;
   for (uint32_t k = 0; k < 2; ++k) {
     auto bundle = GroupStateToBundle(Published(sent), "run", 2, k, 2);
@@ -184,6 +188,10 @@ TEST(GroupState, ExchangeSchedulesComeBackInEverySliceAndBadOnesAreRefused) {
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("schedule")))
         << period << " from " << from;
   }
+  v1::TensorBundle too_cut = *bundle;
+  too_cut.mutable_schedules(0)->set_fragments(kMaxFragments + 1);
+  EXPECT_THAT(FromBundle(too_cut).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("1025 fragments")));
   v1::TensorBundle many = *bundle;
   for (int i = 0; i < kMaxStateSchedules; ++i) *many.add_schedules() = bundle->schedules(0);
   EXPECT_THAT(FromBundle(many).status(),

@@ -16,12 +16,29 @@
 // does not flap.
 // The proposal rides in this worker's updates; the group takes the largest (Diloco::Combine).
 //
+// With a range of fragment counts (min_fragments > 0), it proposes q, the turns the P lanes take
+// a period, too: the lanes of a turn exchange at one step, so a turn's exchange carries P/q
+// lanes' bytes and pays the round trip once. The exchange's time is modelled as
+// p(q) = R + s·B/q (R: the round trip and fixed costs; s: seconds a byte; B: the whole update's
+// bytes), fitted to the recent windows measured at each count (about the last four's mean; least
+// squares, R and s at least 0).
+// From one count alone R and s cannot be told apart: it is taken as all round trip (s = 0), which
+// errs toward fewer turns, and the next window, at another count, gives the fit its second
+// point. Over a period the waits are q·e(q), e(q) = max(0, p(q) − τ·c), and the link must carry
+// the update's bytes, s·B, within the period's compute; each q's least H is
+// max(target / (1 − target) · q·e(q), s·B, p(q)) / c, and the count with the least H is proposed
+// (any H under the range's least counting as the least; the current count kept unless another
+// needs a tenth less, and for 2, 4, ... 32 windows after each move but the first, so a count
+// near a tie does not flap on noise): fewer turns where the round trip is what the overlap cannot
+// hide, more where the bytes are.
+//
 // Thread-safety: thread-safe. The engine's step thread observes and decides; a metrics scrape
 // reads Snapshot() from another thread.
 #ifndef TERN_WORKER_STEPS_TUNER_H_
 #define TERN_WORKER_STEPS_TUNER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -39,6 +56,8 @@ struct StepsTunerOptions {
   int exchanges_per_window = 3;  // exchanges measured before each proposal
   int overlap_steps = 0;         // steps of compute an exchange overlaps (0: none)
   int lanes = 1;                 // lanes (fragments) exchanging once a period each
+  // The least fragment count (turns a period) to propose; 0: the lanes' turns stay as they are.
+  int min_fragments = 0;
 };
 
 // What the tuner measured and proposed (for metrics and logs).
@@ -48,6 +67,10 @@ struct StepsState {
   double compute_seconds = 0;  // its compute a step (wall time less waits)
   double push_seconds = 0;     // its mean push time of one update
   double need = 0;             // the H the target needs (smoothed), before rounding and range
+  // With min_fragments: the fragment count proposed with H, and the link's model behind it.
+  int64_t fragments = 0;
+  double round_trip_seconds = 0;  // R
+  double bytes_per_second = 0;    // 1 / s (0: not yet told apart from R)
 };
 
 class StepsTuner {
@@ -57,21 +80,52 @@ class StepsTuner {
 
   // One step's wall time and the part of it spent waiting (for messages and pushes).
   void ObserveStep(double step_seconds, double wait_seconds) ABSL_LOCKS_EXCLUDED(mu_);
-  // One exchange whose pushes took `push_seconds` (the slowest peer's; 0: some push failed, not
-  // measured).
-  void ObserveExchange(double push_seconds) ABSL_LOCKS_EXCLUDED(mu_);
+  // One lane's exchange of `update_bytes` whose pushes took `push_seconds` (the slowest peer's;
+  // 0: some push failed, not measured), while the lanes took `fragments` turns a period (0: not
+  // moving).
+  void ObserveExchange(double push_seconds, double update_bytes = 0, int64_t fragments = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // After a full window: the H to propose (`current`, the group's, is where the first window
-  // starts from). Starts a new window.
-  std::optional<int64_t> Decide(int64_t current) ABSL_LOCKS_EXCLUDED(mu_);
+  // starts from; with min_fragments, `current_fragments` is the group's count and the count to
+  // propose is Snapshot().fragments). Starts a new window.
+  std::optional<int64_t> Decide(int64_t current, int64_t current_fragments = 0)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   StepsState Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // One fragment count's recent windows (about the last four): a turn's bytes and its
+  // exchanges' mean time.
+  struct Point {
+    double bytes = 0, seconds = 0;
+    int windows = 0;
+  };
+  // A fragment count and the H it needs (and the H the current count needs).
+  struct Choice {
+    int64_t fragments = 0;
+    double need = 0;
+    double need_now = 0;
+  };
+
   explicit StepsTuner(StepsTunerOptions options) : options_(options) {}
+
+  // The count whose H is least (the current one on a tie) for steps of `compute` s, from the
+  // points measured so far, and that H (before smoothing, rounding and range); fills in the
+  // link's model in state_.
+  Choice ChooseFragments(double compute, double update_bytes, int64_t current)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // H rounded up and within the range.
+  int64_t InRange(double h) const;
 
   const StepsTunerOptions options_;
   mutable absl::Mutex mu_;
   LinkWindow measured_ ABSL_GUARDED_BY(mu_);  // the window so far
+  // The count the window's exchanges were made at (0: none yet; -1: more than one).
+  int64_t window_fragments_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, Point> points_ ABSL_GUARDED_BY(mu_);  // by fragment count
+  int windows_at_count_ ABSL_GUARDED_BY(mu_) = 0;         // windows since the proposed count moved
+  int count_hold_ ABSL_GUARDED_BY(mu_) = 1;               // windows a count is kept after a move
+  int count_moves_ ABSL_GUARDED_BY(mu_) = 0;              // the proposed count's moves so far
   StepsState state_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -177,6 +177,12 @@ ROWS = {
         "kind": "tern-optim", "uses_h": True, "sync": True,
         "worker": STREAMING_TAU2 + ["--local_steps_min=3", "--local_steps_max=40",
                                     "--cu_target=0.9", "--log_level=info"]},
+    # The same with the fragment count chosen with H, within [1, 4] (--fragments_min; docs/worker.md
+    # "Choosing the fragment count from the link").
+    "tern-streaming-diloco-fp4-tau2-sync-hfrange": {
+        "kind": "tern-optim", "uses_h": True, "sync": True,
+        "worker": STREAMING_TAU2 + ["--local_steps_min=3", "--local_steps_max=40",
+                                    "--fragments_min=1", "--cu_target=0.9", "--log_level=info"]},
     # Unwarmed, from fp32 down the same ladder: a user who starts too wide for the link.
     "tern-streaming-diloco-tau2-ladder-from-fp32": {
         "kind": "tern-optim", "uses_h": True,

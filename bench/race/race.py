@@ -75,6 +75,17 @@ ROWS["tern-choco-stc-2buckets-overlap"] = dict(
 ROWS["tern-choco-stc-embedded-bucketed-overlap"] = dict(
     ROWS["tern-choco-stc-embedded-overlap"],
     flags=ROWS["tern-choco-stc-embedded-overlap"]["flags"] + ["--bucket_mb=0.01"])
+# Streaming DiLoCo among the workers with the built-in trainer (four fragments in 4-bit floats,
+# each exchange behind the next step), H chosen from the link within [2, 100] from 5
+# (docs/worker.md "Choosing H from the link"); "-fragments": the fragment count too, within
+# [1, 4] (--fragments_min): one turn a period where the round trip, not the bytes, is the cost.
+STREAMING = ["--algorithm=diloco", "--topology=complete", "--outer=nesterov:lr=0.7,momentum=0.9",
+             "--codec=fp4", "--fragments=4", "--overlap", "--local_steps=5",
+             "--local_steps_min=2", "--local_steps_max=100", "--cu_target=0.9",
+             "--round_timeout=600", "--log_level=info"]
+ROWS["tern-streaming-diloco-hrange"] = {"kind": "tern", "trainer": "builtin", "flags": STREAMING}
+ROWS["tern-streaming-diloco-hrange-fragments"] = {
+    "kind": "tern", "trainer": "builtin", "flags": STREAMING + ["--fragments_min=1"]}
 DEFAULT_ROWS = "ddp,ddp-powersgd,tern-choco-stc,tern-choco-stc-torch"
 
 

@@ -73,6 +73,12 @@ ABSL_FLAG(tern::Int<tern::In(0, 1 << 20)>, local_steps_max, 0,
           "--local_steps; 0: H fixed");
 ABSL_FLAG(tern::Int<tern::In(1, 1 << 20)>, local_steps_min, 1,
           "training, diloco with --local_steps_max: the least H the group may move to");
+ABSL_FLAG(tern::Int<tern::In(0, 1024)>, fragments_min, 0,
+          "training, diloco with --fragments and --local_steps_max: the fragment count moves "
+          "with H within [this, --fragments] as the group agrees: at q, the fragments exchange "
+          "in q turns a period, fragment k with those k mod q (fewer where the round trip, not "
+          "the bytes, is what the overlap cannot hide; docs/worker.md); 0: every fragment its "
+          "own turn, always");
 ABSL_FLAG(tern::Double<tern::In(0, 1048576)>, bucket_mb, 0,
           "training: cut the model into buckets of about this many MB of fp32 values (whole "
           "tensors, from the last back), each gossiped as soon as the backward pass finishes it, "
@@ -175,6 +181,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags(int id, int workers, int64_
   o.cu_target = absl::GetFlag(FLAGS_cu_target).value;
   o.algorithm_options.local_steps_min = absl::GetFlag(FLAGS_local_steps_min).value;
   o.algorithm_options.local_steps_max = absl::GetFlag(FLAGS_local_steps_max).value;
+  o.algorithm_options.fragments_min = absl::GetFlag(FLAGS_fragments_min).value;
   // In [0, 1048576] by its type (clients/flags/flag_types.h).
   o.bucket_values = static_cast<uint64_t>(absl::GetFlag(FLAGS_bucket_mb).value * (1 << 20) / 4);
   o.fragments = absl::GetFlag(FLAGS_fragments).value;
@@ -258,6 +265,7 @@ std::vector<std::string> SharedTrainFlagArgs() {
       absl::StrCat("--cu_target=", absl::GetFlag(FLAGS_cu_target).value),
       absl::StrCat("--local_steps_min=", absl::GetFlag(FLAGS_local_steps_min).value),
       absl::StrCat("--local_steps_max=", absl::GetFlag(FLAGS_local_steps_max).value),
+      absl::StrCat("--fragments_min=", absl::GetFlag(FLAGS_fragments_min).value),
       absl::StrCat("--bucket_mb=", absl::GetFlag(FLAGS_bucket_mb).value),
       absl::StrCat("--fragments=", absl::GetFlag(FLAGS_fragments).value),
       absl::StrCat("--fragment_cut=", absl::GetFlag(FLAGS_fragment_cut)),

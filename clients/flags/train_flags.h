@@ -46,6 +46,7 @@ ABSL_DECLARE_FLAG(std::string, codec_ladder);
 ABSL_DECLARE_FLAG(tern::Double<tern::Open(0, 1)>, cu_target);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 1 << 20)>, local_steps_max);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 1 << 20)>, local_steps_min);
+ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 1024)>, fragments_min);
 ABSL_DECLARE_FLAG(bool, rejoin);
 ABSL_DECLARE_FLAG(tern::Double<tern::Above(0)>, rejoin_timeout);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 64)>, state_sources);

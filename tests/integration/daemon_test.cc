@@ -129,6 +129,30 @@ TEST(TernRun, DilocoInTwoFragmentsConvergesAndExchangesOneFragmentAtATime) {
   EXPECT_NE(ReadText(dir + "/run.json").find("nesterov"), std::string::npos);
 }
 
+// --fragments_min with H's range, as a user gives them to `tern run`: however the link's
+// measurements move the count (one turn or two), every exchange carries whole fragments (one, or
+// both at once), the run converges and ends on the group's model, and the run's config says the
+// range.
+TEST(TernRun, DilocoWithAFragmentCountRangeExchangesWholeFragmentsAndConverges) {
+  const std::string dir = MakeTempDir();
+  const std::vector<int64_t> sent = DilocoRunBytesSent(
+      dir, {"--local_steps=10", "--local_steps_min=2", "--local_steps_max=40", "--codec=fp4",
+            "--fragments=2", "--fragments_min=1", "--model=mlp:hidden=32x256x256"});
+  ASSERT_EQ(sent.size(), 235u);
+  const int64_t both = sent.back();  // the run's last step exchanges every fragment
+  std::set<int64_t> sizes;
+  for (int64_t b : sent) {
+    if (b > 0) sizes.insert(b);
+  }
+  for (int64_t b : sizes) {
+    EXPECT_TRUE(b == both || sizes.count(both - b) == 1) << b << " of " << both;
+  }
+  EXPECT_LE(sizes.size(), 3u);
+  const std::string config = ReadText(dir + "/run.json");
+  EXPECT_THAT(config, HasSubstr("\"fragments_min\":1"));
+  EXPECT_THAT(config, HasSubstr("\"local_steps_max\":40"));
+}
+
 // --fragment_cut=strided: the MLP's layers (fc1 … fc4, no numbered blocks) dealt out in turn,
 // fc1 and fc3 in one fragment, fc2 and fc4 in the other, each exchanged at its own step as
 // contiguous fragments are; the run converges and ends on the group's model.

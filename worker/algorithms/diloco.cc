@@ -12,11 +12,23 @@
 namespace tern {
 namespace {
 
-// Every H steps from the start, lane k of P H·k/P steps early.
+// Every H steps from the start, lane k of P H·k/P steps early; with fragments_min, every fragment
+// its own turn to start with.
 StepSchedule FirstSchedule(const AlgorithmOptions& o) {
   const int64_t h = std::max(1, o.local_steps);
-  return {.period = h, .from = -(h * o.lane / std::max(1, o.lanes))};
+  return {.period = h,
+          .from = -(h * o.lane / std::max(1, o.lanes)),
+          .fragments = o.fragments_min > 0 ? o.fragments_max : 0};
 }
+
+// What a worker proposes for the group's schedule: H, and with fragments_min the fragment count
+// (0: none). The group takes the largest, H first, so every worker that mixes the same updates
+// takes the same pair.
+struct Proposal {
+  int64_t h = 0;
+  int64_t fragments = 0;
+  auto operator<=>(const Proposal&) const = default;
+};
 
 // DiLoCo's outer loop without a server. Between exchanges the worker takes the trainer's own
 // steps on its model x (the built-in trainer's are plain SGD; a PyTorch trainer's are its AdamW).
@@ -63,14 +75,18 @@ class Diloco final : public AlgorithmBase {
   bool AllToAll() const override { return true; }
   // Every H steps, a fragment (lane k of P) H·k/P steps early so fragments take turns (the
   // schedule's start, before step 0), and at the run's last step. When the group moves H (below,
-  // Combine), the new period counts from the step after the lane's last exchange.
+  // Combine), the new period counts from the step after the lane's last exchange; when it moves
+  // the fragment count too, lane k exchanges in turn k mod q of q (AlignedSchedule).
   bool Communicates(int64_t step) const override {
     return step < options_.sync_steps || step + 1 == options_.final_step ||
            (step >= schedule_.from && (step + 1 - schedule_.from) % schedule_.period == 0);
   }
   int64_t StepsPerRound() const override { return schedule_.period; }
-  void ProposeLocalSteps(int64_t h) override {
-    if (tuned()) proposal_ = std::clamp<int64_t>(h, min_h(), max_h());
+  int64_t FragmentCount() const override { return schedule_.fragments; }
+  void ProposeSchedule(int64_t h, int64_t fragments) override {
+    if (!tuned()) return;
+    proposal_.h = std::clamp<int64_t>(h, min_h(), max_h());
+    if (fragments_tuned()) proposal_.fragments = ClampFragments(fragments);
   }
   // The residual carries over: it is what the others have not decoded of the updates yet,
   // whichever codec sent them.
@@ -113,6 +129,14 @@ class Diloco final : public AlgorithmBase {
       return absl::InvalidArgumentError(
           absl::StrCat("diloco: a shared schedule of ", schedule->period, " steps per exchange"));
     }
+    // The group's fragment count, within this worker's range (0 where it does not move).
+    if (schedule.has_value() &&
+        schedule->fragments != (fragments_tuned() ? ClampFragments(schedule->fragments) : 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "diloco: a shared schedule in ", schedule->fragments, " fragments; this worker's are ",
+          fragments_tuned() ? absl::StrCat(min_fragments(), " to ", options_.fragments_max)
+                            : std::string("fixed")));
+    }
     if (delayed()) {
       return absl::FailedPreconditionError(
           absl::StrCat("diloco with --outer_delay=", OuterDelayName(options_.outer_delay),
@@ -130,7 +154,7 @@ class Diloco final : public AlgorithmBase {
       schedule_ = *schedule;
       // The group's H until this worker has measured its link: its own start would pull a group
       // that moved H back to it.
-      if (tuned()) proposal_ = sent_proposal_ = schedule_.period;
+      if (tuned()) proposal_ = sent_proposal_ = {schedule_.period, schedule_.fragments};
     }
     return absl::OkStatus();
   }
@@ -153,7 +177,8 @@ class Diloco final : public AlgorithmBase {
     TERN_RETURN_IF_ERROR(AddPart(&msg, "u", scratch_, /*codec=*/nullptr, step));
     last_sent_ = step;
     sent_proposal_ = proposal_;
-    if (tuned()) msg.propose_local_steps = static_cast<uint32_t>(proposal_);
+    if (tuned()) msg.propose_local_steps = static_cast<uint32_t>(proposal_.h);
+    if (fragments_tuned()) msg.propose_fragments = static_cast<uint32_t>(proposal_.fragments);
     // The residual keeps what the others will not decode of it.
     own_ = msg.parts.back().second;
     mean_.resize(n);
@@ -186,13 +211,15 @@ class Diloco final : public AlgorithmBase {
     const bool own = !withdrawn_;
     std::map<int, const EncodedTensor*> by_id;
     if (own) by_id[worker_] = &own_;
-    // H from now on: the largest proposed among the updates in the mean, the same set (so the
-    // same H, from the same step) on every worker that takes the same θ.
-    int64_t agreed = own ? sent_proposal_ : 0;
+    // H (and the fragment count) from now on: the largest proposed among the updates in the
+    // mean, the same set (so the same schedule, from the same step) on every worker that takes
+    // the same θ.
+    Proposal agreed = own ? sent_proposal_ : Proposal();
     for (const auto& [j, unused] : row.neighbours) {
       const GossipMessage& m = *received.at(j);
       TERN_ASSIGN_OR_RETURN(by_id[j], FindValid(j, m, "u"));
-      agreed = std::max<int64_t>(agreed, m.propose_local_steps.value_or(0));
+      agreed = std::max(agreed, Proposal{.h = m.propose_local_steps.value_or(0),
+                                         .fragments = m.propose_fragments.value_or(0)});
     }
     if (!own) {
       mean_.resize(n);
@@ -230,9 +257,16 @@ class Diloco final : public AlgorithmBase {
     scratch_.resize(n);
     outer_->Step(mean_, absl::MakeSpan(scratch_));
     for (size_t i = 0; i < n; ++i) anchor_[i] += scratch_[i];
-    if (tuned() && agreed > 0) {
-      agreed = std::clamp<int64_t>(agreed, min_h(), max_h());
-      if (agreed != schedule_.period) schedule_ = {.period = agreed, .from = last_sent_ + 1};
+    if (tuned() && agreed.h > 0) {
+      const int64_t h = std::clamp<int64_t>(agreed.h, min_h(), max_h());
+      const int64_t q = fragments_tuned() ? ClampFragments(agreed.fragments) : 0;
+      if (h != schedule_.period || q != schedule_.fragments) {
+        // With a moving fragment count the lanes take their turns anew, each at its turn nearest
+        // a period after its last exchange; with H alone each lane keeps its place in the
+        // stagger.
+        schedule_ = fragments_tuned() ? AlignedSchedule(h, q, options_.lane, last_sent_ + 1)
+                                      : StepSchedule{.period = h, .from = last_sent_ + 1};
+      }
     }
     // Delayed, x is the next round's, begun when this exchange was sent: it stays. Otherwise,
     // and at the run's last exchange (which ends the run on θ all the same), x takes θ, merged
@@ -263,8 +297,8 @@ class Diloco final : public AlgorithmBase {
     if (delayed()) start_ = anchor_;
     self_weight_ = 1.0f / static_cast<float>(options_.workers);
     schedule_ = FirstSchedule(options_);
-    proposal_ = tuned() ? schedule_.period : 0;
-    sent_proposal_ = 0;
+    proposal_ = tuned() ? Proposal{schedule_.period, schedule_.fragments} : Proposal();
+    sent_proposal_ = Proposal();
     last_sent_ = -1;
     return absl::OkStatus();
   }
@@ -274,6 +308,12 @@ class Diloco final : public AlgorithmBase {
   bool tuned() const { return options_.local_steps_max > 0; }
   int64_t min_h() const { return std::max(1, options_.local_steps_min); }
   int64_t max_h() const { return std::max(min_h(), int64_t{options_.local_steps_max}); }
+  bool fragments_tuned() const { return tuned() && options_.fragments_min > 0; }
+  int64_t min_fragments() const { return std::max(1, options_.fragments_min); }
+  int64_t ClampFragments(int64_t q) const {
+    return std::clamp<int64_t>(q, min_fragments(),
+                               std::max<int64_t>(min_fragments(), options_.fragments_max));
+  }
 
   // The next round starts now, before this one's exchange is heard: from θ, which holds the
   // outer steps of every round before this one, or (eager) from θ moved as the outer optimizer
@@ -301,12 +341,12 @@ class Diloco final : public AlgorithmBase {
   std::vector<float> scratch_;   // u + decayed residual; then the outer step
   // Delayed or eager: where this round's inner steps started (u is measured from it).
   std::vector<float> start_;
-  float self_weight_ = 1;  // this worker's weight in the last round's mean (1 / workers heard)
-  StepSchedule schedule_;  // when this lane exchanges (H; moved by the group with local_steps_max)
-  int64_t proposal_ = 0;   // the H this worker proposes (ProposeLocalSteps; 0: none)
-  int64_t sent_proposal_ = 0;  // the one its last exchange carried
-  int64_t last_sent_ = -1;     // the step of the last exchange sent
-  bool withdrawn_ = false;     // the next Combine leaves own_ out (WithdrawOwn)
+  float self_weight_ = 1;   // this worker's weight in the last round's mean (1 / workers heard)
+  StepSchedule schedule_;   // when this lane exchanges (H; moved by the group with local_steps_max)
+  Proposal proposal_;       // what this worker proposes (ProposeSchedule; 0: none)
+  Proposal sent_proposal_;  // what its last exchange carried
+  int64_t last_sent_ = -1;  // the step of the last exchange sent
+  bool withdrawn_ = false;  // the next Combine leaves own_ out (WithdrawOwn)
 };
 
 }  // namespace
