@@ -98,7 +98,7 @@ StepsTuner::Choice StepsTuner::ChooseFragments(double compute, double update_byt
   // Counts compare by the H they need, any H under the range's least as the least (nothing to
   // gain there) but one over its most as itself (the range caps H, not the waits); the best
   // replaces the current count only when a tenth or more better, so counts near a tie do not
-  // flap (each move realigns the turns, a round of up to 2H steps).
+  // flap (each move realigns the turns: a round of half a period to one and a half).
   const auto score = [&](double h) { return std::max(static_cast<double>(options_.min_steps), h); };
   const double at_current = need(current);
   Choice best{.fragments = current, .need = at_current, .need_now = at_current};

@@ -222,7 +222,7 @@ TEST(StepsTuner, AFastLinkKeepsTheFragmentCount) {
 
 // Lanes that move to (H, q) take turn k mod q, H·turn/q steps before turn 0, each at the step of
 // its turn nearest a period after its last exchange, wherever it was in the old stagger.
-TEST(StepSchedule, AlignedLanesTakeTheirTurnsAPeriodOrMoreAfterTheirLast) {
+TEST(StepSchedule, AlignedLanesTakeTheirTurnNearestAPeriodAfterTheirLast) {
   const auto exchanges = [](const StepSchedule& s, int64_t from, int64_t to) {
     std::vector<int64_t> at;
     for (int64_t step = from; step < to; ++step) {
