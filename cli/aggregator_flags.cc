@@ -35,8 +35,8 @@ ABSL_FLAG(tern::Int<tern::AtLeast(0)>, max_staleness, 2,
           "server/run: oldest round (in rounds) a late update may be for");
 ABSL_FLAG(std::string, sampling, "uniform", "server/run: client sampling: uniform | score");
 ABSL_FLAG(std::string, rule, "fedavg",
-          "server/run: fedavg | median | trimmed-mean:trim=T | krum:f=F | multi-krum:f=F,m=M, "
-          "any with ,clip=C");
+          "server/run: fedavg | median | trimmed-mean:trim=T | krum:f=F | multi-krum:f=F,m=M | "
+          "majority-vote (ps: signSGD's vote, signs up and 1 bit down), any with ,clip=C");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, server_lr, 1.0,
           "server/run: outer learning rate (x += server_lr * m)");
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, eval_every, 0,
@@ -57,7 +57,8 @@ ABSL_FLAG(bool, error_feedback, false, "server/run: clients keep their update co
 ABSL_FLAG(std::string, memory, "",
           "server/run: clients' memory around the update codec: ef | "
           "dgc[:ratio=R,momentum=M,clip=C,warmup=E,exact=B] (Deep Gradient Compression; replaces "
-          "--update_codec)");
+          "--update_codec) | momentum[:beta=B] (each client sends its momentum "
+          "m = B m + (1 - B) u; Signum with --rule=majority-vote)");
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, local_epochs, 1,
           "server/run: local epochs per round (0: --local_steps minibatch steps instead)");
 ABSL_FLAG(tern::Double<tern::HalfOpen(0, 1)>, local_momentum, 0.0,

@@ -79,6 +79,7 @@ std::vector<std::string> DefaultBenchSpecs() {
           "dgc:ratio=0.001",
           "randomk:ratio=0.01",
           "threshold:tau=2.5",
+          "dct:ratio=0.01,every=10",
           "terngrad",
           "terngrad:pack=base3",
           "qsgd:levels=16",
@@ -86,7 +87,8 @@ std::vector<std::string> DefaultBenchSpecs() {
           "natural",
           "natural-dither:levels=8",
           "stc:ratio=0.01",
-          "powersgd:rank=4"};
+          "powersgd:rank=4",
+          "hq:ratio=0.1,bits=6-4-3-2"};
 }
 
 absl::Status RunBenchCodecs(const BenchCodecsOptions& options) {

@@ -5,9 +5,11 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/chunk_topk.h"
+#include "kernels/cpu/dct.h"
 #include "kernels/cpu/dgc.h"
 #include "kernels/cpu/fp16.h"
 #include "kernels/cpu/fp4.h"
+#include "kernels/cpu/hq.h"
 #include "kernels/cpu/int8.h"
 #include "kernels/cpu/natural.h"
 #include "kernels/cpu/natural_dither.h"
@@ -35,6 +37,7 @@ absl::Status RegisterBuiltinCodecs(CodecRegistry* registry) {
   TERN_RETURN_IF_ERROR(registry->Register("dgc", NewDgcCodec));
   TERN_RETURN_IF_ERROR(registry->Register("randomk", NewRandomKCodec));
   TERN_RETURN_IF_ERROR(registry->Register("threshold", NewThresholdCodec));
+  TERN_RETURN_IF_ERROR(registry->Register("dct", NewDctCodec));
   TERN_RETURN_IF_ERROR(registry->Register("terngrad", NewTernGradCodec));
   TERN_RETURN_IF_ERROR(registry->Register("qsgd", NewQsgdCodec));
   TERN_RETURN_IF_ERROR(registry->Register("sign", NewSignCodec));
@@ -42,6 +45,7 @@ absl::Status RegisterBuiltinCodecs(CodecRegistry* registry) {
   TERN_RETURN_IF_ERROR(registry->Register("natural-dither", NewNaturalDitherCodec));
   TERN_RETURN_IF_ERROR(registry->Register("stc", NewStcCodec));
   TERN_RETURN_IF_ERROR(registry->Register("powersgd", NewPowerSgdCodec));
+  TERN_RETURN_IF_ERROR(registry->Register("hq", NewHqCodec));
   return absl::OkStatus();
 }
 

@@ -10,6 +10,12 @@
 
 namespace tern {
 
+absl::Status Codec::RestoreEncoderState(absl::string_view state) {
+  if (state.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("codec ", Spec(), " keeps no encoder state; got ",
+                                                 state.size(), " bytes of it"));
+}
+
 namespace internal {
 
 absl::Status CheckView(absl::string_view codec, const EncodedView& in, size_t out_size) {

@@ -144,6 +144,16 @@ class Codec {
   virtual absl::Status Encode(absl::Span<const float> input, const EncodeOptions& options,
                               EncodedTensor* out) = 0;
 
+  // The state an encoder carries from one Encode to the next that no payload holds (DCT's
+  // threshold and the encodes until its next estimate), as bytes: a caller that keeps its own
+  // state across a restart (a server's checkpoint, beside its residual) keeps these beside it and
+  // hands them to a new codec of the same spec, which then encodes as this one would have. ""
+  // where there is none.
+  virtual std::string SaveEncoderState() const { return ""; }
+  // Takes what SaveEncoderState gave; InvalidArgument for bytes it could not have given (the
+  // codec is then as new).
+  virtual absl::Status RestoreEncoderState(absl::string_view state);
+
   // For the codecs whose payload depends on their input only through its k largest magnitudes as
   // SelectTopK chooses them (top-k, STC): that k for an input of n elements. 0 for the others.
   virtual size_t TopK(uint64_t /*n*/) const { return 0; }

@@ -15,7 +15,7 @@ using ::testing::HasSubstr;
 
 TEST(CodecRegistry, EveryBuiltinRecreatesItselfFromItsCanonicalSpec) {
   auto registry = NewBuiltinCodecRegistry();
-  EXPECT_EQ(registry->Names().size(), 17u);
+  EXPECT_EQ(registry->Names().size(), 19u);
   for (const std::string& name : registry->Names()) {
     auto codec = registry->Create(name);
     ASSERT_THAT(codec, IsOk()) << name;
@@ -30,8 +30,9 @@ TEST(CodecRegistry, EveryBuiltinRecreatesItselfFromItsCanonicalSpec) {
 
 TEST(CodecRegistry, UnknownNamesAndParametersAreClearErrors) {
   auto registry = NewBuiltinCodecRegistry();
-  EXPECT_THAT(registry->Create("topkk:ratio=0.1"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("known: bf16, chunk-topk, dgc")));
+  EXPECT_THAT(
+      registry->Create("topkk:ratio=0.1"),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("known: bf16, chunk-topk, dct, dgc")));
   EXPECT_THAT(registry->Create("topk:ratoi=0.1"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ratoi")));
   EXPECT_THAT(registry->Create("topk:ratio=2"),

@@ -121,6 +121,33 @@ class CoordinateWise final : public RuleBase {
   bool median_;
 };
 
+// Majority-vote signSGD (Bernstein et al. 2019): each coordinate's vote is the sign of how many
+// updates are positive there less how many are negative, so every worker has one vote whatever
+// its scale, and a minority that flips its signs cannot turn a coordinate the others agree on.
+// A tied count goes to the sign of the updates' sum (the voters' magnitudes break it: a vote sent
+// as one bit must go one way); 0 only where every update is 0. Weights are not counted.
+class MajorityVote final : public RuleBase {
+ public:
+  using RuleBase::RuleBase;
+  absl::Status Run(const std::vector<ClientUpdate>& u, absl::Span<float> out) const override {
+    // Update by update, each read once in order.
+    std::vector<int32_t> count(out.size(), 0);
+    std::vector<double> sum(out.size(), 0.0);
+    for (const auto& x : u) {
+      for (size_t k = 0; k < out.size(); ++k) {
+        const float v = x.values[k];
+        count[k] += (v > 0) - (v < 0);
+        sum[k] += v;
+      }
+    }
+    for (size_t k = 0; k < out.size(); ++k) {
+      const double tally = count[k] != 0 ? count[k] : sum[k];
+      out[k] = tally > 0 ? 1.0f : tally < 0 ? -1.0f : 0.0f;
+    }
+    return absl::OkStatus();
+  }
+};
+
 // Krum (Blanchard et al. 2017): score each update by the sum of squared distances to its
 // n - f - 2 nearest others; Multi-Krum averages the m best-scored. Needs n > 2f + 2.
 class Krum final : public RuleBase {
@@ -228,6 +255,11 @@ std::unique_ptr<AggregationRuleRegistry> NewBuiltinAggregationRuleRegistry() {
        }},
       {"krum", MakeKrum},
       {"multi-krum", MakeKrum},
+      {"majority-vote",
+       [](const std::string& name, SpecParams&,
+          double clip) -> absl::StatusOr<std::unique_ptr<AggregationRule>> {
+         return std::make_unique<MajorityVote>(name, "", clip);
+       }},
   };
   // Distinct names by construction: Register cannot fail here.
   for (const auto& [name, make] : all) (void)r->Register(name, WithClip(name, make));

@@ -1,7 +1,7 @@
 // Aggregation rules of the aggregator (ALGORITHMS.md §4): weighted FedAvg, coordinate-wise
-// median, trimmed mean, Krum / Multi-Krum, each with optional norm clipping, in a registry
-// keyed by spec ("fedavg", "median", "trimmed-mean:trim=0.1", "krum:f=1", "multi-krum:f=1,m=3",
-// any of them with ",clip=C").
+// median, trimmed mean, Krum / Multi-Krum, majority-vote signSGD, each with optional norm
+// clipping, in a registry keyed by spec ("fedavg", "median", "trimmed-mean:trim=0.1", "krum:f=1",
+// "multi-krum:f=1,m=3", "majority-vote", any of them with ",clip=C").
 // A round's updates are gathered by RoundAccumulator (server/accumulator.h), which streams
 // plain FedAvg into a running sum and keeps the updates for the others.
 //
@@ -40,8 +40,9 @@ class AggregationRule {
                                  absl::Span<float> out) const = 0;
 };
 
-// Rules by spec: fedavg, median, trimmed-mean[:trim=T], krum[:f=F], multi-krum[:f=F,m=M], each
-// with an optional clip=C.
+// Rules by spec: fedavg, median, trimmed-mean[:trim=T], krum[:f=F], multi-krum[:f=F,m=M],
+// majority-vote (each coordinate ±1: the sign most updates have there), each with an optional
+// clip=C.
 using AggregationRuleRegistry = Registry<AggregationRule>;
 std::unique_ptr<AggregationRuleRegistry> NewBuiltinAggregationRuleRegistry();
 

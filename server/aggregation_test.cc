@@ -33,7 +33,7 @@ std::vector<float> Aggregate(const std::string& spec, const std::vector<std::vec
 }
 
 // Every registered rule: its default spec names it and recreates it, and the aggregate of
-// identical updates is that update.
+// identical updates is that update (majority vote's: its signs).
 TEST(AggregationCoverage, EveryRegisteredRuleKeepsIdenticalUpdatesAndItsSpec) {
   auto rules = NewBuiltinAggregationRuleRegistry();
   ASSERT_FALSE(rules->Names().empty());
@@ -51,7 +51,10 @@ TEST(AggregationCoverage, EveryRegisteredRuleKeepsIdenticalUpdatesAndItsSpec) {
         (*rule)->Aggregate(Spans(std::vector<std::vector<float>>(9, u)), absl::MakeSpan(out)),
         IsOk())
         << name;
-    for (size_t k = 0; k < u.size(); ++k) EXPECT_FLOAT_EQ(out[k], u[k]) << name << " " << k;
+    for (size_t k = 0; k < u.size(); ++k) {
+      const float want = name == "majority-vote" ? std::copysign(1.0f, u[k]) : u[k];
+      EXPECT_FLOAT_EQ(out[k], want) << name << " " << k;
+    }
   }
   EXPECT_THAT(rules->Create("mean"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
@@ -110,6 +113,51 @@ TEST(Aggregation, ClippingBoundsEveryUpdatesNorm) {
   EXPECT_NEAR(ClipToNorm(absl::MakeSpan(v), 5), 0.1, 1e-12);
   std::vector<float> small = {0.3f, 0.4f};
   EXPECT_EQ(ClipToNorm(absl::MakeSpan(small), 5), 1.0);
+}
+
+TEST(Aggregation, MajorityVoteCountsSignsNotMagnitudes) {
+  // Two small positives outvote one large negative; each coordinate on its own.
+  auto out = Aggregate("majority-vote", {{0.01f, -1, 3}, {0.02f, -2, -1}, {-100, 5, -2}});
+  EXPECT_THAT(out, ::testing::ElementsAre(1.0f, -1.0f, -1.0f));
+}
+
+TEST(Aggregation, MajorityVoteBreaksATiedCountByTheSumAndGivesZeroOnlyForAllZeros) {
+  auto out = Aggregate("majority-vote", {{1, -1, 0, 0}, {-3, 2, 0, 4}, {0, 0, 0, -4}});
+  // 1 vs 3 (sum -2), -1 vs 2 (sum 1), nothing, 4 vs -4 (sum 0: no side).
+  EXPECT_THAT(out, ::testing::ElementsAre(-1.0f, 1.0f, 0.0f, 0.0f));
+  // Weights (sample counts) do not buy votes.
+  EXPECT_THAT(Aggregate("majority-vote", {{1}, {-1}, {-1}}, {100, 1, 1}),
+              ::testing::ElementsAre(-1.0f));
+}
+
+TEST(Aggregation, MajorityVoteHoldsAgainstAMinorityThatFlipsItsSigns) {
+  // Ten workers whose gradients agree in sign on 80% of each coordinate's draws; two of them
+  // send every sign flipped. The vote still matches the honest sign almost everywhere, where
+  // the mean of the honest and flipped updates loses it far more often.
+  const size_t d = 4000;
+  const std::vector<float> truth = testing::Gaussian(d, 7);
+  std::vector<std::vector<float>> honest, attacked;
+  for (int w = 0; w < 10; ++w) {
+    std::vector<float> noise = testing::Gaussian(d, 100 + w);
+    std::vector<float> g(d);
+    for (size_t k = 0; k < d; ++k) g[k] = truth[k] + 0.8f * noise[k];
+    honest.push_back(g);
+    if (w < 2) {
+      for (float& v : g) v = -5 * v;  // flipped, and louder
+    }
+    attacked.push_back(g);
+  }
+  const auto agree = [&](const std::vector<float>& out) {
+    size_t n = 0;
+    for (size_t k = 0; k < d; ++k) n += (out[k] > 0) == (truth[k] > 0) ? 1 : 0;
+    return static_cast<double>(n) / d;
+  };
+  const double clean = agree(Aggregate("majority-vote", honest));
+  const double voted = agree(Aggregate("majority-vote", attacked));
+  const double mean = agree(Aggregate("fedavg", attacked));
+  EXPECT_GT(clean, 0.87);
+  EXPECT_GT(voted, 0.8);
+  EXPECT_LT(mean, 0.5);
 }
 
 TEST(Aggregation, BadSpecsAndInputsAreErrors) {

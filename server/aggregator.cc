@@ -14,6 +14,7 @@
 #include "common/chunking.h"
 #include "common/crc32.h"
 #include "common/file_util.h"
+#include "common/spec.h"
 #include "common/status_macros.h"
 #include "core/federated/protocol.h"
 #include "core/model/bundle.h"
@@ -110,6 +111,39 @@ absl::Status CheckLocalTraining(const v1::LocalTraining& l, const std::string& m
   return absl::OkStatus();
 }
 
+// Majority-vote signSGD / Signum: signs up (the update codec "sign" unless one is given), the
+// vote down as one bit a coordinate (a delta downstream in "sign" with one scale a tensor), and
+// the server steps by the vote alone: no server momentum, no error feedback (a vote's signs are
+// the whole message), no Adam.
+absl::Status NormalizeMajorityVote(AggregatorOptions* o, const CodecRegistry& codecs) {
+  TERN_ASSIGN_OR_RETURN(auto parsed, SpecParams::ParseSpec(o->rule));
+  if (parsed.first != "majority-vote") return absl::OkStatus();
+  const std::string& m = o->task.memory();
+  if (o->mode != "ps") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rule=majority-vote votes on gradients' signs: it needs --mode=ps (got ", o->mode, ")"));
+  }
+  if (const std::string& opt = o->task.gradient().optimizer(); !opt.empty() && opt != "sgd") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rule=majority-vote steps by the vote itself: --optimizer=sgd (got ", opt, ")"));
+  }
+  if (o->server_momentum != 0) {
+    return absl::InvalidArgumentError(
+        "--rule=majority-vote steps by the vote itself: no --server_momentum (Signum's momentum "
+        "is the clients': --memory=momentum)");
+  }
+  if (o->task.error_feedback() || (!m.empty() && m.rfind("momentum", 0) != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rule=majority-vote sends signs without error feedback: no --error_feedback and no "
+        "--memory but momentum (got '",
+        m, "')"));
+  }
+  if (o->task.update_codec() == "none") o->task.set_update_codec("sign");
+  o->downstream = "delta";
+  if (o->downstream_codec == "none") o->downstream_codec = "sign:chunk=1073741824";
+  return codecs.Create(o->downstream_codec).status();
+}
+
 absl::Status CheckGradientStep(const v1::GradientStep& g) {
   if (g.batch() == 0 || !(g.lr() > 0)) {
     return absl::InvalidArgumentError("a gradient step needs batch >= 1 and lr > 0");
@@ -187,9 +221,8 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   }
   TERN_RETURN_IF_ERROR(codecs.Create(o.downstream_codec).status());
   TERN_RETURN_IF_ERROR(codecs.Create(o.task.update_codec()).status());
-  if (const std::string& m = o.task.memory(); !m.empty() && m != "ef") {
-    TERN_RETURN_IF_ERROR(ParseDgcMemory(m, 1).status());
-  }
+  TERN_RETURN_IF_ERROR(CheckClientMemory(o.task.memory()));
+  TERN_RETURN_IF_ERROR(NormalizeMajorityVote(&o, codecs));
   const std::string& opt = o.task.gradient().optimizer();
   if (IsAdamOptimizer(opt)) {
     if (o.server_momentum != 0 || !o.task.memory().empty()) {

@@ -666,6 +666,111 @@ TEST_F(AggregatorTest, OnebitAdamWarmsUpDenseThenSendsMomentaBothWaysAndCopiesSt
   EXPECT_NE(x, copy);
 }
 
+TEST_F(AggregatorTest, MajorityVoteStepsByTheVoteAndSendsItDownAsOneBitACoordinate) {
+  layout_ = {ParamTensor{"w", {40, 25}, 0, 1000}, ParamTensor{"b", {25}, 1000, 25}};
+  x0_.resize(1025);
+  for (size_t i = 0; i < x0_.size(); ++i) x0_[i] = std::sin(0.1f * static_cast<float>(i));
+  options_.mode = "ps";
+  options_.rule = "majority-vote";
+  options_.total_rounds = 4;
+  v1::GradientStep* step = options_.task.mutable_gradient();
+  step->set_batch(8);
+  step->set_lr(0.01f);
+  auto a = Start(3);
+  ASSERT_NE(a, nullptr);
+  auto fetch_bundle = [&](const FetchResult& f) {
+    BundleAssembler assembler(1 << 24);
+    for (const v1::BundleChunk& c : *f.chunks) EXPECT_THAT(assembler.Add(c), IsOk());
+    return ValueOrFailure(assembler.Finish());
+  };
+  auto f = a->Fetch(0, kT0);
+  ASSERT_THAT(f, IsOk());
+  EXPECT_EQ(f->task.update_codec(), "sign");  // signs up, without error feedback
+  EXPECT_FALSE(f->task.error_feedback());
+  std::vector<float> copy(1025);
+  ASSERT_THAT(BundleToFlat(fetch_bundle(*f), layout_, *codecs_, absl::MakeSpan(copy)), IsOk());
+  const uint32_t crc = Crc32(copy.data(), 4 * copy.size());
+  // Two honest clients agree in sign; the third sends every sign flipped, a thousand times louder.
+  std::vector<float> g(1025), vote(1025);
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = std::cos(0.37f * static_cast<float>(i));
+    vote[i] = g[i] > 0 ? 1.0f : -1.0f;
+  }
+  std::vector<float> liar = g;
+  for (float& v : liar) v *= -1000;
+  const uint64_t down_before = a->Status(kT0).payload_bytes_down();
+  for (uint32_t c = 0; c < 3; ++c) {
+    v1::UpdateInfo info;
+    info.set_client_id(c);
+    info.set_round(1);
+    info.set_weight(1);
+    ASSERT_THAT(a->Push(info, Update(c == 2 ? liar : g, 1, "sign"), 100, kT0), IsOk());
+  }
+  ASSERT_THAT(a->Tick(kT0), IsOk());
+  // The model moved by lr against the honest sign, every coordinate.
+  const std::vector<float> x = ModelOf(*a);
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_NEAR(x[i], x0_[i] - 0.01f * vote[i], 1e-6) << i;
+  }
+  // A client holding round 0 catches up from the vote, bit for bit, in about a bit a coordinate.
+  f = a->Fetch(0, kT0, 0, crc);
+  ASSERT_THAT(f, IsOk());
+  ASSERT_EQ(f->task.payload(), v1::Task::DELTAS);
+  const v1::TensorBundle down = fetch_bundle(*f);
+  for (const v1::NamedTensor& t : down.tensors()) EXPECT_EQ(t.tensor().codec(), "sign.v1");
+  ASSERT_THAT(ApplyDeltas(down, layout_, *codecs_, absl::MakeSpan(copy)), IsOk());
+  EXPECT_EQ(copy, x);
+  EXPECT_EQ(Crc32(copy.data(), 4 * copy.size()), f->task.model_crc32());
+  EXPECT_LT(a->Status(kT0).payload_bytes_down() - down_before, 1025 / 8 + 2 * (4 + 4 + 8));
+}
+
+TEST(AggregatorOptionsTest, MajorityVoteIsRefusedWhereItCannotVote) {
+  auto codecs = NewBuiltinCodecRegistry();
+  AggregatorOptions ps;
+  ps.mode = "ps";
+  ps.rule = "majority-vote";
+  ps.task.mutable_gradient()->set_batch(8);
+  ps.task.mutable_gradient()->set_lr(0.01f);
+  ps.task.set_update_codec("none");
+  const AggregatorOptions ok = ValueOrFailure(NormalizeAggregatorOptions(ps, *codecs));
+  EXPECT_EQ(ok.task.update_codec(), "sign");
+  EXPECT_EQ(ok.downstream, "delta");
+  EXPECT_EQ(ok.downstream_codec, "sign:chunk=1073741824");
+  AggregatorOptions signum = ps;
+  signum.task.set_memory("momentum:beta=0.9");
+  EXPECT_THAT(NormalizeAggregatorOptions(signum, *codecs), IsOk());
+  AggregatorOptions bad = ps;
+  bad.task.set_error_feedback(true);
+  EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("error feedback")));
+  bad = ps;
+  bad.task.set_memory("ef");
+  EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("error feedback")));
+  bad = ps;
+  bad.server_momentum = 0.9;
+  EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--server_momentum")));
+  bad = ps;
+  bad.task.mutable_gradient()->set_optimizer("adam");
+  bad.task.mutable_gradient()->set_beta1(0.9f);
+  bad.task.mutable_gradient()->set_eps(1e-8f);
+  EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--optimizer=sgd")));
+  bad = ps;
+  bad.task.set_memory("momentum:beta=1.5");
+  EXPECT_THAT(NormalizeAggregatorOptions(bad, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("beta")));
+  AggregatorOptions fed;
+  fed.rule = "majority-vote";
+  fed.task.mutable_local()->set_local_epochs(1);
+  fed.task.mutable_local()->set_batch(8);
+  fed.task.mutable_local()->set_lr(0.1f);
+  fed.task.set_update_codec("none");
+  EXPECT_THAT(NormalizeAggregatorOptions(fed, *codecs),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--mode=ps")));
+}
+
 TEST(AggregatorOptionsTest, BadOptionsAreRefusedWithAReason) {
   auto codecs = NewBuiltinCodecRegistry();
   AggregatorOptions o;

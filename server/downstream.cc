@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -44,7 +46,9 @@ absl::StatusOr<v1::TensorBundle> ModelDownstream::Payload(int64_t, const std::ve
 }
 
 absl::Status ModelDownstream::Restore(const internal::DownstreamState& state) {
-  if (state.residual_size() != 0) return absl::DataLossError("a model downstream has no residual");
+  if (state.residual_size() != 0 || state.codec_state_size() != 0) {
+    return absl::DataLossError("a model downstream has no residual or codec state");
+  }
   return absl::OkStatus();
 }
 
@@ -62,6 +66,7 @@ void DeltaDownstream::Reset(const std::vector<ParamTensor>& layout) {
   exact_.assign(layout.size(), false);
   deltas_.clear();
   deltas_bytes_ = 0;
+  tensor_codecs_.Clear();
 }
 
 absl::StatusOr<bool> DeltaDownstream::Apply(absl::Span<const float> step, int64_t round,
@@ -145,6 +150,15 @@ absl::StatusOr<v1::TensorBundle> DeltaDownstream::Payload(int64_t from, const st
 
 void DeltaDownstream::Save(internal::DownstreamState* state) const {
   state->mutable_residual()->Add(residual_.begin(), residual_.end());
+  bool any = false;
+  std::vector<std::string> codec_state(tensor_codecs_.size());
+  for (size_t i = 0; i < tensor_codecs_.size(); ++i) {
+    codec_state[i] = tensor_codecs_.at(i).SaveEncoderState();
+    any = any || !codec_state[i].empty();
+  }
+  if (any) {
+    for (std::string& c : codec_state) state->add_codec_state(std::move(c));
+  }
 }
 
 absl::Status DeltaDownstream::Restore(const internal::DownstreamState& state) {
@@ -153,6 +167,19 @@ absl::Status DeltaDownstream::Restore(const internal::DownstreamState& state) {
     return absl::DataLossError("the server residual does not match the model");
   }
   residual_.assign(state.residual().begin(), state.residual().end());
+  if (state.codec_state_size() == 0) return absl::OkStatus();
+  if (static_cast<size_t>(state.codec_state_size()) != layout_.size()) {
+    return absl::DataLossError(absl::StrCat("the downstream codec's state has ",
+                                            state.codec_state_size(), " tensors; the model has ",
+                                            layout_.size()));
+  }
+  TERN_RETURN_IF_ERROR(tensor_codecs_.Use(codec_, layout_.size()));
+  for (size_t i = 0; i < layout_.size(); ++i) {
+    if (absl::Status s = tensor_codecs_.at(i).RestoreEncoderState(state.codec_state(i)); !s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("the downstream codec's state of tensor ", i, ": ", s.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

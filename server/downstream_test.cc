@@ -1,5 +1,6 @@
 #include "server/downstream.h"
 
+#include <string>
 #include <vector>
 
 #include "core/federated/protocol.h"
@@ -66,6 +67,48 @@ TEST(DeltaDownstream, TheResidualCarriesWhatTheCodecLeftOutAndSurvivesACheckpoin
   internal::DownstreamState wrong;
   wrong.add_residual(1.0f);
   EXPECT_THAT(again.Restore(wrong), StatusIs(absl::StatusCode::kDataLoss));
+}
+
+// DCT's threshold (the codec's encoder state) is saved with the residual: a server restored from
+// the checkpoint encodes the next rounds as the one that kept running, and a fresh one would not.
+TEST(DeltaDownstream, TheCodecsEncoderStateSurvivesACheckpoint) {
+  auto codecs = NewBuiltinCodecRegistry();
+  const std::string dct = "dct:ratio=0.1,every=4";
+  DeltaDownstream down(codecs.get(), dct, 7, 10);
+  down.Reset(TwoTensors());
+  std::vector<float> model(144, 0.0f);
+  ASSERT_TRUE(ValueOrFailure(down.Apply(testing::Gaussian(144, 3), 1, &model)));
+  internal::DownstreamState state;
+  down.Save(&state);
+  ASSERT_EQ(state.codec_state_size(), 2);
+  DeltaDownstream again(codecs.get(), dct, 7, 10), fresh(codecs.get(), dct, 7, 10);
+  again.Reset(TwoTensors());
+  fresh.Reset(TwoTensors());
+  ASSERT_THAT(again.Restore(state), IsOk());
+  internal::DownstreamState residual_only = state;
+  residual_only.clear_codec_state();
+  ASSERT_THAT(fresh.Restore(residual_only), IsOk());
+  std::vector<float> model_again = model, model_fresh = model;
+  for (int64_t round = 2; round <= 4; ++round) {
+    const std::vector<float> step = testing::Gaussian(144, 10 + round, 2.0f);
+    ASSERT_TRUE(ValueOrFailure(down.Apply(step, round, &model)));
+    ASSERT_TRUE(ValueOrFailure(again.Apply(step, round, &model_again)));
+    ASSERT_TRUE(ValueOrFailure(fresh.Apply(step, round, &model_fresh)));
+  }
+  EXPECT_EQ(model_again, model);
+  EXPECT_NE(model_fresh, model);
+  // A state of another layout, or one the codec could not have saved, is damage.
+  internal::DownstreamState wrong = state;
+  wrong.add_codec_state("");
+  EXPECT_THAT(again.Restore(wrong), StatusIs(absl::StatusCode::kDataLoss));
+  wrong = state;
+  wrong.set_codec_state(0, "junk");
+  EXPECT_THAT(again.Restore(wrong), StatusIs(absl::StatusCode::kDataLoss));
+  // A model downstream keeps no codec state.
+  ModelDownstream plain(codecs.get(), "none");
+  residual_only.clear_residual();
+  residual_only.add_codec_state("");
+  EXPECT_THAT(plain.Restore(residual_only), StatusIs(absl::StatusCode::kDataLoss));
 }
 
 TEST(Downstream, AStepThatWouldOverflowTheModelLeavesItAsItWas) {

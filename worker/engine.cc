@@ -732,25 +732,15 @@ absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) 
   if (steps_tuner_ != nullptr && r.step >= sync_steps()) {
     steps_tuner_->ObserveExchange(report.push_seconds, static_cast<double>(r.payload), turns);
   }
-  const int64_t now = lane.algorithm->StepsPerRound();
-  const int64_t now_turns = lane.algorithm->FragmentCount();
-  if (now != h || now_turns != turns) {
-    // The group's agreement (Diloco::Combine): every worker that mixed the same updates moves
-    // at the same step.
+  // The group's agreement (Diloco::Combine): every worker that mixed the same updates moves at
+  // the same step.
+  NoteScheduleMove(k, h, turns, [&] {
+    const int64_t now = lane.algorithm->StepsPerRound();
     int64_t next = r.step + 1;
     while (next < r.step + 2 * now && !lane.algorithm->Communicates(next)) ++next;
-    spdlog::info(
-        "worker {}: step {}: lane {}: H = {} (was {}){}, its next exchange at step {}: the "
-        "largest proposed in the exchange of step {}",
-        options_.worker_id, r.step, k, now, h,
-        now_turns != turns ? absl::StrCat(" in ", now_turns, " fragments (was ", turns, ")") : "",
-        next, r.step);
-    counters_.CountScheduleChange(now, now_turns);
-    if (now != h) {
-      arrival_.ScaleOuterReference(static_cast<int>(k),
-                                   static_cast<double>(now) / static_cast<double>(h));
-    }
-  }
+    return absl::StrCat(" at step ", r.step, ", its next exchange at step ", next,
+                        ": the largest proposed in that exchange");
+  });
   CountTime(&v1::WorkerStats::combine_seconds, &v1::WorkerStats::set_combine_seconds,
             report.combine_started);
   out->mixed.insert(out->mixed.end(), report.mixed.begin(), report.mixed.end());
@@ -760,6 +750,23 @@ absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) 
   for (int j : r.nbrs) up += health_.up(j) ? 1 : 0;
   counters_.CountRound(r, report, {up, static_cast<int>(r.nbrs.size())});
   return absl::OkStatus();
+}
+
+void RoundEngine::NoteScheduleMove(size_t lane, int64_t h, int64_t turns,
+                                   absl::FunctionRef<std::string()> how) {
+  const Algorithm& a = *lanes_[lane].algorithm;
+  const int64_t now = a.StepsPerRound();
+  const int64_t now_turns = a.FragmentCount();
+  if (now == h && now_turns == turns) return;
+  spdlog::info(
+      "worker {}: lane {}: H = {} (was {}){}{}", options_.worker_id, lane, now, h,
+      now_turns != turns ? absl::StrCat(" in ", now_turns, " fragments (was ", turns, ")") : "",
+      how());
+  counters_.CountScheduleChange(now, now_turns);
+  if (now != h) {
+    arrival_.ScaleOuterReference(static_cast<int>(lane),
+                                 static_cast<double>(now) / static_cast<double>(h));
+  }
 }
 
 void RoundEngine::NoteGroupModels(size_t lane, const InFlight& r, const RoundReport& report) {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -301,6 +302,11 @@ class RoundEngine {
   absl::StatusOr<InFlight> StartRound(Lane& lane, int bucket, int64_t step, GossipMessage msg);
   // Waits for the round's messages (to its deadline) and pushes, mixes, and counts.
   absl::Status FinishRound(Lane& lane, InFlight r, StepOutcome* out) ABSL_LOCKS_EXCLUDED(mu_);
+  // Logs, counts and follows (the norm guard's reference) a move of lane `lane`'s schedule from
+  // H = `h` in `turns` fragment turns to the lane's current one; nothing when it did not move.
+  // `how` says what moved it, built only on a move.
+  void NoteScheduleMove(size_t lane, int64_t h, int64_t turns,
+                        absl::FunctionRef<std::string()> how);
   // Counts and logs the neighbours of lane `lane`'s round `r` whose group model was not ours.
   void NoteGroupModels(size_t lane, const InFlight& r, const RoundReport& report);
   // SwarmSGD (engine_swarm.cc): swaps with a neighbour, averages in what neighbours left, and

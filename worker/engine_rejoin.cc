@@ -261,22 +261,9 @@ absl::Status RoundEngine::AdoptLaneState(Lane& lane, const GroupState& state) {
   const int64_t turns = lane.algorithm->FragmentCount();
   TERN_RETURN_IF_ERROR(lane.algorithm->AdoptShared(lane.Gather(state.theta, &theta), m, schedule));
   if (lane.gathered()) lane.Scatter(params_);
-  // A schedule taken with the state is a move like one agreed in an exchange: counted, and the
-  // norm guard's reference follows H.
-  const int64_t now = lane.algorithm->StepsPerRound();
-  const int64_t now_turns = lane.algorithm->FragmentCount();
-  if (now != h || now_turns != turns) {
-    spdlog::info(
-        "worker {}: lane {}: H = {} (was {}){} with the group's state after step {}",
-        options_.worker_id, k, now, h,
-        now_turns != turns ? absl::StrCat(" in ", now_turns, " fragments (was ", turns, ")") : "",
-        state.step);
-    counters_.CountScheduleChange(now, now_turns);
-    if (now != h) {
-      arrival_.ScaleOuterReference(static_cast<int>(k),
-                                   static_cast<double>(now) / static_cast<double>(h));
-    }
-  }
+  // A schedule taken with the state is a move like one agreed in an exchange.
+  NoteScheduleMove(k, h, turns,
+                   [&] { return absl::StrCat(" with the group's state after step ", state.step); });
   return absl::OkStatus();
 }
 

@@ -8,6 +8,19 @@
 #include "worker/step_schedule.h"
 
 namespace tern {
+namespace {
+
+// The least H that keeps CU at the target over steps of `compute` s, when each of a period's `q`
+// turns takes `p` s to push (the overlap hides options.overlap_steps steps of it) and the link
+// needs `link` s a period for the bytes; at least one push a period.
+double LeastSteps(const StepsTunerOptions& options, double compute, double p, double link,
+                  int64_t q) {
+  const double target = options.cu_target;
+  const double exposed = std::max(0.0, p - options.overlap_steps * compute);
+  return std::max({target / (1 - target) * static_cast<double>(q) * exposed, link, p}) / compute;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<StepsTuner>> StepsTuner::Create(StepsTunerOptions options) {
   if (options.min_steps < 1 || options.min_steps > options.max_steps ||
@@ -50,8 +63,8 @@ int64_t StepsTuner::InRange(double h) const {
                              options_.min_steps, options_.max_steps);
 }
 
-StepsTuner::Choice StepsTuner::ChooseFragments(double compute, double update_bytes,
-                                               int64_t current) {
+StepsTuner::Choice StepsTuner::ChooseFragments(double compute, double update_bytes, int64_t current,
+                                               bool may_move) {
   // p(q) = R + s·B/q through the points (a turn's bytes, its exchanges' time).
   double r = state_.push_seconds, s = 0;
   // The link's time a period: s·B once R and s are told apart; until then a period's turns'
@@ -88,12 +101,8 @@ StepsTuner::Choice StepsTuner::ChooseFragments(double compute, double update_byt
   }
   state_.round_trip_seconds = r;
   state_.bytes_per_second = s > 0 ? 1 / s : 0;
-  const double target = options_.cu_target;
-  const double hidden = options_.overlap_steps * compute;
   const auto need = [&](int64_t q) {
-    const double p = r + s * update_bytes / static_cast<double>(q);
-    const double exposed = std::max(0.0, p - hidden);
-    return std::max({target / (1 - target) * static_cast<double>(q) * exposed, link, p}) / compute;
+    return LeastSteps(options_, compute, r + s * update_bytes / static_cast<double>(q), link, q);
   };
   // Counts compare by the H they need, any H under the range's least as the least (nothing to
   // gain there) but one over its most as itself (the range caps H, not the waits); the best
@@ -101,13 +110,14 @@ StepsTuner::Choice StepsTuner::ChooseFragments(double compute, double update_byt
   // flap (each move realigns the turns: a round of half a period to one and a half).
   const auto score = [&](double h) { return std::max(static_cast<double>(options_.min_steps), h); };
   const double at_current = need(current);
-  Choice best{.fragments = current, .need = at_current, .need_now = at_current};
+  Choice best{.fragments = current, .need = at_current};
+  if (!may_move) return best;
   for (int64_t q = std::max(1, options_.lanes); q >= options_.min_fragments; --q) {
     const double h = need(q);
-    if (score(h) < score(best.need)) best = {.fragments = q, .need = h, .need_now = at_current};
+    if (score(h) < score(best.need)) best = {.fragments = q, .need = h};
   }
   if (score(best.need) <= 0.9 * score(at_current)) return best;
-  return {.fragments = current, .need = at_current, .need_now = at_current};
+  return {.fragments = current, .need = at_current};
 }
 
 std::optional<int64_t> StepsTuner::Decide(int64_t current, int64_t current_fragments) {
@@ -141,27 +151,24 @@ std::optional<int64_t> StepsTuner::Decide(int64_t current, int64_t current_fragm
       p.bytes += weight * (update_bytes / static_cast<double>(measured_at) - p.bytes);
       p.seconds += weight * (state_.push_seconds - p.seconds);
     }
-    Choice choice = ChooseFragments(compute, update_bytes, now);
     // A count held since its move for fewer windows than the hold keeps its place; each move
     // after the first (which may be the one-point guess's probe) doubles the hold (2, 4, ... 32
     // windows), so counts near a tie do not flap on noise.
     ++windows_at_count_;
+    const Choice choice =
+        ChooseFragments(compute, update_bytes, now, windows_at_count_ >= count_hold_);
     if (choice.fragments != now) {
-      if (windows_at_count_ < count_hold_) {
-        choice = {.fragments = now, .need = choice.need_now};
-      } else {
-        windows_at_count_ = 0;
-        ++count_moves_;
-        count_hold_ = count_moves_ < 2 ? 1 : 1 << std::min(count_moves_ - 1, 5);
-      }
+      windows_at_count_ = 0;
+      ++count_moves_;
+      count_hold_ = count_moves_ < 2 ? 1 : 1 << std::min(count_moves_ - 1, 5);
     }
     state_.fragments = choice.fragments;
     need = choice.need;
   } else {
-    const double target = options_.cu_target;
-    const double exposed = std::max(0.0, state_.push_seconds - options_.overlap_steps * compute);
-    const double lanes = std::max(1, options_.lanes);
-    need = lanes * std::max(target / (1 - target) * exposed, state_.push_seconds) / compute;
+    // Every lane its own turn, each turn's push all round trip.
+    const int64_t lanes = std::max(1, options_.lanes);
+    need = LeastSteps(options_, compute, state_.push_seconds,
+                      static_cast<double>(lanes) * state_.push_seconds, lanes);
   }
   // A slower link is taken at once; a faster one by halves, window after window, so one quick
   // window does not undo a long period.

@@ -100,19 +100,18 @@ class StepsTuner {
     double bytes = 0, seconds = 0;
     int windows = 0;
   };
-  // A fragment count and the H it needs (and the H the current count needs).
+  // A fragment count and the H it needs.
   struct Choice {
     int64_t fragments = 0;
     double need = 0;
-    double need_now = 0;
   };
 
   explicit StepsTuner(StepsTunerOptions options) : options_(options) {}
 
-  // The count whose H is least (the current one on a tie) for steps of `compute` s, from the
-  // points measured so far, and that H (before smoothing, rounding and range); fills in the
-  // link's model in state_.
-  Choice ChooseFragments(double compute, double update_bytes, int64_t current)
+  // The count whose H is least (the current one on a tie, or unless `may_move`) for steps of
+  // `compute` s, from the points measured so far, and that H (before smoothing, rounding and
+  // range); fills in the link's model in state_.
+  Choice ChooseFragments(double compute, double update_bytes, int64_t current, bool may_move)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // H rounded up and within the range.
   int64_t InRange(double h) const;

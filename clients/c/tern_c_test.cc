@@ -186,6 +186,34 @@ TEST(CApi, AResidualDecayScalesWhatErrorFeedbackSendsLater) {
   EXPECT_THAT(error, HasSubstr("residual decay is 1.5"));
 }
 
+// Signum's memory (Task.memory "momentum:beta=B"): each round the client sends its momentum
+// m = B m + (1 - B) u instead of u; an exact tensor goes as it is.
+TEST(CApi, AMomentumMemorySendsTheMomentumOfTheUpdates) {
+  Model m(kInitial);
+  const uint8_t flags[] = {0, 1};  // "b" is exact
+  char error[128] = "";
+  ASSERT_EQ(tern_client_model_set_exact(m.get(), flags, 2, error, sizeof(error)), 0) << error;
+  v1::Task task = Train(1, v1::Task::MODEL);
+  task.set_update_codec("none");
+  task.set_memory("momentum:beta=0.5");
+  const std::vector<float> u = {8, -4, 2, 0, 6, -2, 4, 8};
+  EXPECT_EQ(m.EncodeDecoded(task, u), (std::vector<float>{4, -2, 1, 0, 3, -1, 4, 8}));
+  task.set_round(2);
+  EXPECT_EQ(m.EncodeDecoded(task, std::vector<float>(8, 0)),
+            (std::vector<float>{2, -1, 0.5f, 0, 1.5f, -0.5f, 0, 0}));
+  // With the sign codec: the momentum's signs, where the round's update alone would flip them.
+  task.set_round(3);
+  task.set_update_codec("sign:chunk=8");
+  const std::vector<float> sent = m.EncodeDecoded(task, {-1, 0.5f, -0.5f, 0, -1, 0.5f, 1, 1});
+  ASSERT_EQ(sent.size(), 8u);
+  EXPECT_GT(sent[0], 0);
+  EXPECT_LT(sent[1], 0);
+  task.set_memory("momentum:beta=2");
+  std::string why;
+  EXPECT_TRUE(m.EncodeDecoded(task, u, &why).empty());
+  EXPECT_THAT(why, HasSubstr("beta"));
+}
+
 // A tensor marked exact (BatchNorm's running statistics) goes whole as fp32 every round, and
 // error feedback keeps nothing of it; the others stay in the task's codec.
 TEST(CApi, ExactTensorsGoWholeOutsideErrorFeedback) {

@@ -94,6 +94,27 @@ absl::StatusOr<v1::TensorBundle> ClientModel::EncodeUpdate(const v1::Task& task,
                                                  static_cast<double>(num_examples);
     return EncodeDgc(task, update, epoch, eo);
   }
+  const absl::Span<const float> raw = update;
+  std::vector<float> sent;
+  if (mem.rfind("momentum", 0) == 0) {
+    TERN_ASSIGN_OR_RETURN(const float beta, ParseMomentumMemory(mem));
+    if (momentum_.size() != update.size()) momentum_.assign(update.size(), 0.0f);
+    for (size_t i = 0; i < update.size(); ++i) {
+      momentum_[i] = beta * momentum_[i] + (1 - beta) * raw[i];
+    }
+    update = momentum_;
+    if (!exact_.empty()) {
+      // State training sets goes as it is (SetExactTensors), not averaged over rounds.
+      sent.assign(momentum_.begin(), momentum_.end());
+      for (size_t i = 0; i < layout_.size(); ++i) {
+        if (!exact_[i]) continue;
+        const ParamTensor& p = layout_[i];
+        std::copy_n(raw.begin() + static_cast<ptrdiff_t>(p.offset), p.numel,
+                    sent.begin() + static_cast<ptrdiff_t>(p.offset));
+      }
+      update = sent;
+    }
+  }
   const bool ef = task.error_feedback() || mem == "ef";
   if (ef && residual_.size() != update.size()) residual_.assign(update.size(), 0.0f);
   if (const float decay = task.residual_decay(); !(decay >= 0 && decay <= 1)) {

@@ -2,8 +2,9 @@
 // kept in step with the server's (a MODEL payload, or DELTAS from the round it has, checked by
 // the model's CRC-32), 1-bit Adam / LAMB's optimizer state, and the memory around its update
 // codec between rounds (error feedback's residual, DGC's per-tensor memories, PowerSGD's
-// per-tensor warm start). The C++ AggregatorClient and the C API that the Python client loads
-// (clients/c) both keep one, so every client language encodes and catches up identically.
+// per-tensor warm start, Signum's momentum). The C++ AggregatorClient and the C API that the Python
+// client loads (clients/c) both keep one, so every client language encodes and catches up
+// identically.
 //
 // Thread-safety: thread-compatible (one owner at a time).
 #ifndef TERN_CORE_FEDERATED_CLIENT_MODEL_H_
@@ -91,6 +92,7 @@ class ClientModel {
   std::string why_not_;
   std::vector<bool> exact_;      // empty: none
   std::vector<float> residual_;  // error feedback
+  std::vector<float> momentum_;  // a momentum memory (Signum)
   // Kept across rounds: PowerSGD's warm start is per tensor.
   TensorCodecs tensor_codecs_;
   std::vector<std::unique_ptr<DgcMemory>> dgc_;

@@ -144,8 +144,8 @@ absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_worke
   TERN_ASSIGN_OR_RETURN(auto parsed, SpecParams::ParseSpec(spec));
   auto& [name, params] = parsed;
   if (name != "dgc") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown client memory '", spec, "' (ef, dgc[:ratio=...])"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown client memory '", spec,
+                                                   "' (ef, dgc[:ratio=...], momentum[:beta=B])"));
   }
   DgcOptions o;
   TERN_ASSIGN_OR_RETURN(o.ratio, params.Double("ratio", 0.001, 1e-6, 1.0));
@@ -156,6 +156,22 @@ absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_worke
   TERN_RETURN_IF_ERROR(params.CheckAllUsed("dgc memory"));
   o.num_workers = std::max(1, num_workers);
   return o;
+}
+
+absl::StatusOr<float> ParseMomentumMemory(const std::string& spec) {
+  TERN_ASSIGN_OR_RETURN(auto parsed, SpecParams::ParseSpec(spec));
+  auto& [name, params] = parsed;
+  if (name != "momentum") return absl::NotFoundError(absl::StrCat("'", spec, "' is not momentum"));
+  TERN_ASSIGN_OR_RETURN(double beta, params.Double("beta", 0.9, 0.0, 0.999999));
+  TERN_RETURN_IF_ERROR(params.CheckAllUsed("momentum memory"));
+  return static_cast<float>(beta);
+}
+
+absl::Status CheckClientMemory(const std::string& spec) {
+  if (spec.empty() || spec == "ef") return absl::OkStatus();
+  absl::StatusOr<float> momentum = ParseMomentumMemory(spec);
+  if (!absl::IsNotFound(momentum.status())) return momentum.status();
+  return ParseDgcMemory(spec, 1).status();
 }
 
 }  // namespace tern

@@ -59,6 +59,13 @@ absl::Status CheckEvaluation(const v1::Evaluation& e);
 // a run with `num_workers` (clipping is per worker: C / sqrt(n)).
 absl::StatusOr<DgcOptions> ParseDgcMemory(const std::string& spec, int num_workers);
 
+// Parses a Task.memory spec "momentum[:beta=B]" (B in [0, 1), 0.9 when left out): the client
+// sends its momentum m = B m + (1 - B) u of its updates u instead of u (Signum's, with the
+// majority-vote rule). NotFound for a spec of another memory, so a caller can try the next.
+absl::StatusOr<float> ParseMomentumMemory(const std::string& spec);
+// Checks any Task.memory spec: "", "ef", dgc[...] or momentum[...].
+absl::Status CheckClientMemory(const std::string& spec);
+
 }  // namespace tern
 
 #endif  // TERN_CORE_FEDERATED_PROTOCOL_H_

@@ -43,6 +43,11 @@ class TensorCodecs {
   explicit TensorCodecs(const CodecRegistry* registry) : registry_(registry) {}
   // Codecs of `spec` for `tensors` tensors: the kept ones when neither changed, else new ones.
   absl::Status Use(const std::string& spec, size_t tensors);
+  // Drops the codecs and their encoder state: the next Use makes new ones.
+  void Clear() {
+    spec_.clear();
+    codecs_.clear();
+  }
   size_t size() const { return codecs_.size(); }
   Codec& at(size_t i) { return *codecs_[i]; }
 

@@ -48,6 +48,10 @@ std::vector<Case> AllCases() {
       // Unbiased random-k scales by d / k = 2: sqrt(d / k - 1) = 1 expected.
       {"randomk:ratio=0.5,unbiased=1", 1.05},
       {"threshold:tau=1.0", 0.9},
+      {"dct:ratio=0.1,every=3", 0.9},
+      // Half the smallest magnitudes of N(0,1) hold 7 % of its energy: 0.27, plus the grids'.
+      {"hq:ratio=0.5,bits=6-4-3-2", 0.35},
+      {"hq:ratio=1,bits=8", 0.05},
       {"terngrad", 2.0},
       {"terngrad:pack=base3,clip=0", 2.5},
       {"qsgd:levels=16", 3.0},

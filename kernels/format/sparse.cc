@@ -44,6 +44,16 @@ absl::StatusOr<DgcParams> ParseDgcParams(SpecParams& p) {
   return o;
 }
 
+std::string DctParams::Canonical() const { return absl::StrCat("ratio=", ratio, ",every=", every); }
+std::string DctParams::Spec() const { return absl::StrCat("dct:", Canonical()); }
+absl::StatusOr<DctParams> ParseDctParams(SpecParams& p) {
+  DctParams o;
+  TERN_ASSIGN_OR_RETURN(o.ratio, p.Double("ratio", 0.01, 1e-9, 1.0));
+  TERN_ASSIGN_OR_RETURN(int64_t every, p.Int("every", 10, 1, 1 << 20));
+  o.every = static_cast<uint32_t>(every);
+  return o;
+}
+
 absl::StatusOr<SparseHeader> ReadSparseHeader(absl::string_view codec, const EncodedView& in) {
   if (!in.scales.empty()) {
     return internal::PayloadError(codec, "expected no scales, got ", in.scales.size());
