@@ -29,6 +29,12 @@ ABSL_FLAG(tern::Double<tern::AtLeast(0)>, grace_s, 1,
           "server/run: seconds a round stays open after its min replies");
 ABSL_FLAG(tern::Double<tern::Above(0)>, round_deadline_s, 60,
           "server/run: seconds after which a round closes");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, learned_deadline_k, 0,
+          "server/run: deadlines that learn: a round's deadline is the recent replies' median "
+          "arrival + K spreads (1.4826 MAD), within [--deadline_floor_s, --round_deadline_s] "
+          "(0: --round_deadline_s always)");
+ABSL_FLAG(tern::Double<tern::Above(0)>, deadline_floor_s, 1,
+          "server/run: the least a learned deadline may be (--learned_deadline_k)");
 ABSL_FLAG(tern::Double<tern::In(0, 1)>, staleness_decay, 0,
           "server/run: late updates keep weight decay^age (0: late updates are dropped)");
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, max_staleness, 2,
@@ -144,6 +150,8 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
                              : a.policy.clients_per_round;
   a.policy.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s).value);
   a.policy.deadline = absl::Seconds(absl::GetFlag(FLAGS_round_deadline_s).value);
+  a.policy.deadline_k = absl::GetFlag(FLAGS_learned_deadline_k).value;
+  a.policy.deadline_floor = absl::Seconds(absl::GetFlag(FLAGS_deadline_floor_s).value);
   a.policy.staleness_decay = absl::GetFlag(FLAGS_staleness_decay).value;
   a.policy.max_staleness = absl::GetFlag(FLAGS_max_staleness).value;
   auto sampling = ParseSampling(absl::GetFlag(FLAGS_sampling));

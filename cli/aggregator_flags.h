@@ -20,6 +20,8 @@ ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(0)>, min_clients);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(0)>, min_replies);
 ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, grace_s);
 ABSL_DECLARE_FLAG(tern::Double<tern::Above(0)>, round_deadline_s);
+ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, learned_deadline_k);
+ABSL_DECLARE_FLAG(tern::Double<tern::Above(0)>, deadline_floor_s);
 ABSL_DECLARE_FLAG(tern::Double<tern::In(0, 1)>, staleness_decay);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(0)>, max_staleness);
 ABSL_DECLARE_FLAG(std::string, sampling);

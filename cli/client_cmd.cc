@@ -31,6 +31,10 @@ ABSL_FLAG(std::string, attack, "",
           "signflip[:scale=S], scale:factor=F, noise:std=D, nan (docs/robustness.md)");
 ABSL_FLAG(tern::Double<tern::In(0, 1)>, attack_fraction, 0,
           "client, run: the first round(fraction x clients) clients (by partition) attack");
+ABSL_FLAG(std::string, client_delay_s, "",
+          "client, run: experiments: a slower device: seconds each client waits after its work, "
+          "before its update goes: S, or LO:HI spread over the clients by partition (client i of "
+          "n: LO + (HI - LO) i / (n - 1))");
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, first_client, 0,
           "client: data partition of this process's first client");
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, partitions, 0,
@@ -67,6 +71,7 @@ absl::Status CheckClientFlags() {
         ")"));
   }
   TERN_RETURN_IF_ERROR(CheckDataFlags());
+  TERN_RETURN_IF_ERROR(ClientDelay(absl::GetFlag(FLAGS_client_delay_s), 0, parts).status());
   return ParseAttack(absl::GetFlag(FLAGS_attack)).status();
 }
 
@@ -103,6 +108,7 @@ int ClientMain() {
       o.index = first + i;
       o.seed = absl::GetFlag(FLAGS_seed);
       if (IsAttacker(o.index, parts, absl::GetFlag(FLAGS_attack_fraction).value)) o.attack = attack;
+      o.delay = *ClientDelay(absl::GetFlag(FLAGS_client_delay_s), o.index, parts);  // checked
       auto r = RunFederatedClient(channel, o, **shared, stop);
       if (!r.ok() && !stop.load()) {
         spdlog::error("client-{}: {}", o.index, r.status().ToString());

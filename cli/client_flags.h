@@ -11,5 +11,6 @@
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, clients);
 ABSL_DECLARE_FLAG(std::string, attack);
 ABSL_DECLARE_FLAG(tern::Double<tern::In(0, 1)>, attack_fraction);
+ABSL_DECLARE_FLAG(std::string, client_delay_s);
 
 #endif  // TERN_CLI_CLIENT_FLAGS_H_

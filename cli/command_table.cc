@@ -124,7 +124,7 @@ std::vector<CommandInfo> CommandTable() {
                   "folder",
        .groups = {"cli/fed_run_cmd.cc", "cli/aggregator_flags.cc", kRunFlags, kTaskFlags,
                   kDataFlags},
-       .flags = {"attack", "attack_fraction", "clients", "name", "out", "tls"},
+       .flags = {"attack", "attack_fraction", "client_delay_s", "clients", "name", "out", "tls"},
        .check = CheckRunFlags,
        .run = RunCommand},
       {.name = "worker",

@@ -93,6 +93,7 @@ struct FedRun {
 
 absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
   if (absl::Status a = ParseAttack(absl::GetFlag(FLAGS_attack)).status(); !a.ok()) return a;
+  TERN_RETURN_IF_ERROR(ClientDelay(absl::GetFlag(FLAGS_client_delay_s), 0, 1).status());
   TERN_RETURN_IF_ERROR(CheckDataFlags());
   run->mode = absl::GetFlag(FLAGS_mode);
   run->n = absl::GetFlag(FLAGS_clients).value;
@@ -174,6 +175,8 @@ std::vector<std::string> ServerArgs(const FedRun& run, const std::string& dir, i
           absl::StrCat("--min_replies=", absl::GetFlag(FLAGS_min_replies).value),
           absl::StrCat("--grace_s=", absl::GetFlag(FLAGS_grace_s).value),
           absl::StrCat("--round_deadline_s=", absl::GetFlag(FLAGS_round_deadline_s).value),
+          absl::StrCat("--learned_deadline_k=", absl::GetFlag(FLAGS_learned_deadline_k).value),
+          absl::StrCat("--deadline_floor_s=", absl::GetFlag(FLAGS_deadline_floor_s).value),
           absl::StrCat("--staleness_decay=", absl::GetFlag(FLAGS_staleness_decay).value),
           absl::StrCat("--max_staleness=", absl::GetFlag(FLAGS_max_staleness).value),
           absl::StrCat("--sampling=", absl::GetFlag(FLAGS_sampling)),
@@ -224,6 +227,7 @@ std::vector<ChildProcess*> StartClientGroups(LocalCluster& cluster, const FedRun
                 absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
                 absl::StrCat("--attack=", absl::GetFlag(FLAGS_attack)),
                 absl::StrCat("--attack_fraction=", absl::GetFlag(FLAGS_attack_fraction).value),
+                absl::StrCat("--client_delay_s=", absl::GetFlag(FLAGS_client_delay_s)),
                 absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
                cluster.TlsArgs("clients")),
         absl::StrCat("clients-", g, ".log")));

@@ -201,6 +201,8 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   if (o.policy.deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the round deadline must be > 0");
   }
+  TERN_RETURN_IF_ERROR(CheckLearnedDeadline(
+      {.k = o.policy.deadline_k, .floor = o.policy.deadline_floor, .ceiling = o.policy.deadline}));
   if (!(o.server_lr > 0) || !(o.server_momentum >= 0 && o.server_momentum < 1)) {
     return absl::InvalidArgumentError("need server_lr > 0 and 0 <= server_momentum < 1");
   }
@@ -773,6 +775,7 @@ absl::Status Aggregator::Tick(absl::Time now) {
       counters_.set_clients_alive(static_cast<uint32_t>(available.size()));
       rounds_.SetAvailable(std::move(available));
       if (rounds_.Open(now).ok()) {
+        NoteDeadline();
         history_.ForgetChunks();
         ++events_;
         changed = true;
@@ -821,6 +824,24 @@ absl::Status Aggregator::WriteCheckpoint(std::shared_ptr<internal::AggregatorChe
 absl::StatusOr<Aggregator::KeptModel> Aggregator::Model(int64_t round) const {
   absl::MutexLock lock(&mu_);
   return history_.Find(round);
+}
+
+void Aggregator::NoteDeadline() {
+  const double d = absl::ToDoubleSeconds(rounds_.deadline());
+  counters_.set_round_deadline_s(d);
+  // Logged when it moves a tenth or more, not every round.
+  if (!rounds_.deadline_learned() || std::fabs(d - logged_deadline_s_) < 0.1 * logged_deadline_s_) {
+    return;
+  }
+  logged_deadline_s_ = d;
+  const DeadlineLearner::Fit f = rounds_.deadline_fit();
+  spdlog::info(
+      "server: round {}'s deadline {:.3f} s: the median arrival {:.3f} s + {} x the spread "
+      "{:.3f} s of the last {} (within [{}, {}] s)",
+      rounds_.round(), d, absl::ToDoubleSeconds(f.median), options_.policy.deadline_k,
+      absl::ToDoubleSeconds(f.spread), f.samples,
+      absl::ToDoubleSeconds(options_.policy.deadline_floor),
+      absl::ToDoubleSeconds(options_.policy.deadline));
 }
 
 v1::ServerStatus Aggregator::Status(absl::Time now) const {

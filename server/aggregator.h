@@ -184,6 +184,8 @@ class Aggregator {
   int64_t CatchUpFrom(int64_t have_round, uint32_t have_crc32, bool have_state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CloseRound(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Publishes the round just opened's deadline (status, metric) and logs a learned one's move.
+  void NoteDeadline() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Push's first look, before decoding: the client, the model, the run, the round, the weight.
   absl::Status Admit(const v1::UpdateInfo& info, const v1::TensorBundle& update, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -234,6 +236,7 @@ class Aggregator {
   // close does with the aggregate (step_ may point into downstream_).
   const std::unique_ptr<Downstream> downstream_ ABSL_PT_GUARDED_BY(mu_);
   const std::unique_ptr<ServerStep> step_ ABSL_PT_GUARDED_BY(mu_);
+  double logged_deadline_s_ ABSL_GUARDED_BY(mu_) = 0;  // the last learned deadline logged
   RoundTracker rounds_ ABSL_GUARDED_BY(mu_);
   ClientBook clients_ ABSL_GUARDED_BY(mu_);
   bool have_model_ ABSL_GUARDED_BY(mu_) = false;

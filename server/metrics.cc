@@ -32,6 +32,10 @@ void CollectAggregatorMetrics(const Aggregator& a, const HistogramCounts& round_
   m.Counter("tern_server_rounds_total", "Rounds closed (the global model's version).", s.round());
   m.Gauge("tern_server_total_rounds", "Rounds the run is configured for.", s.total_rounds());
   m.Gauge("tern_server_round_open", "1 while a round is open.", s.round_open() ? 1 : 0);
+  m.Gauge("tern_server_round_deadline_seconds",
+          "The open (or last) round's deadline: --round_deadline_s, or learned from when replies "
+          "arrive (--learned_deadline_k).",
+          s.round_deadline_s());
   m.Gauge("tern_server_done", "1 once every round closed.", s.done() ? 1 : 0);
   m.Gauge("tern_server_clients_joined", "Clients that joined this run.", s.clients_joined());
   m.Gauge("tern_server_clients_alive", "Clients heard from within the client timeout.",

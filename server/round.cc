@@ -15,7 +15,15 @@ absl::StatusOr<RoundPolicy::Sampling> ParseSampling(absl::string_view name) {
       absl::StrCat("unknown client sampling '", name, "' (uniform, score)"));
 }
 
-RoundTracker::RoundTracker(RoundPolicy policy) : policy_(policy) {}
+namespace {
+constexpr size_t kRecentOpens = 8;
+}  // namespace
+
+RoundTracker::RoundTracker(RoundPolicy policy)
+    : policy_(policy),
+      learner_(
+          {.k = policy.deadline_k, .floor = policy.deadline_floor, .ceiling = policy.deadline}),
+      deadline_(policy.deadline) {}
 
 void RoundTracker::SetAvailable(std::set<int> clients) { available_ = std::move(clients); }
 
@@ -51,6 +59,9 @@ absl::StatusOr<std::vector<int>> RoundTracker::Open(absl::Time now) {
   ++round_;
   open_ = true;
   opened_ = now;
+  deadline_ = learner_.Deadline();
+  recent_opens_[round_] = {now, std::set<int>(chosen.begin(), chosen.end())};
+  while (recent_opens_.size() > kRecentOpens) recent_opens_.erase(recent_opens_.begin());
   min_reached_ = absl::InfiniteFuture();
   sampled_ = chosen;
   replied_.clear();
@@ -75,12 +86,15 @@ absl::StatusOr<ReplyDecision> RoundTracker::Reply(int client, int64_t round, abs
     }
     const int needed = std::min<int>(policy_.min_replies, static_cast<int>(sampled_.size()));
     if (static_cast<int>(replied_.size()) == needed) min_reached_ = now;
+    ObserveArrival(client, round, now);
     return ReplyDecision{ReplyVerdict::kAccepted, 1.0};
   }
   if (round < 1 || round > round_) {
     return absl::OutOfRangeError(absl::StrCat("round ", round, " does not exist (current round ",
                                               round_, open_ ? ", open)" : ", closed)"));
   }
+  // A late reply from a client of that round: its arrival counts for the deadline either way.
+  ObserveArrival(client, round, now);
   auto it = recent_.find(round);
   if (it == recent_.end()) {
     return ReplyDecision{ReplyVerdict::kDropped, 0.0};  // late: its round is closed
@@ -97,6 +111,12 @@ absl::StatusOr<ReplyDecision> RoundTracker::Reply(int client, int64_t round, abs
   const int64_t age = (open_ ? round_ : round_ + 1) - round;
   return ReplyDecision{ReplyVerdict::kAcceptedStale,
                        std::pow(policy_.staleness_decay, static_cast<double>(age))};
+}
+
+void RoundTracker::ObserveArrival(int client, int64_t round, absl::Time now) {
+  auto it = recent_opens_.find(round);
+  if (it == recent_opens_.end() || it->second.second.erase(client) == 0) return;
+  learner_.Observe(now - it->second.first);
 }
 
 void RoundTracker::Unreply(int client, int64_t round) {
@@ -122,7 +142,7 @@ bool RoundTracker::Awaits(int client) const {
 
 absl::Time RoundTracker::CloseTime() const {
   if (!open_) return absl::InfinitePast();
-  const absl::Time hard = opened_ + policy_.deadline;
+  const absl::Time hard = opened_ + deadline_;
   if (replied_.size() + spent_.size() == sampled_.size()) return opened_;
   if (min_reached_ == absl::InfiniteFuture()) return hard;
   return std::min(hard, min_reached_ + policy_.grace);
@@ -145,6 +165,7 @@ void RoundTracker::Restore(int64_t round, bool open, std::vector<int> sampled,
   round_ = round;
   open_ = open;
   opened_ = now;
+  deadline_ = learner_.Deadline();
   std::sort(sampled.begin(), sampled.end());
   sampled_ = std::move(sampled);
   replied_ = std::move(replied);

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/deadline.h"
 
 namespace tern {
 
@@ -27,6 +28,10 @@ struct RoundPolicy {
   int min_replies = 8;                          // a round may close once this many replied...
   absl::Duration grace = absl::Seconds(2);      // ...and this long passed since the min-th
   absl::Duration deadline = absl::Seconds(60);  // it closes at the latest here
+  // Deadlines that learn (server/deadline.h): with deadline_k > 0 a round's deadline is the
+  // recent arrivals' median + deadline_k spreads, within [deadline_floor, deadline].
+  double deadline_k = 0;
+  absl::Duration deadline_floor = absl::Seconds(1);
   // Late replies (for a closed round): dropped, or kept with weight staleness_decay^age when
   // staleness_decay > 0 and age <= max_staleness rounds.
   double staleness_decay = 0;
@@ -82,6 +87,11 @@ class RoundTracker {
   // Whether `client` is sampled for the open round and has neither replied nor spent its turn.
   bool Awaits(int client) const;
 
+  // The open (or last) round's deadline, fixed as it opened, and what a learned one was made of.
+  absl::Duration deadline() const { return deadline_; }
+  DeadlineLearner::Fit deadline_fit() const { return learner_.Current(); }
+  bool deadline_learned() const { return learner_.learning(); }
+
   // When the open round should close given what arrived so far (InfiniteFuture if never before
   // its deadline), and whether it should close at `now`.
   absl::Time CloseTime() const;
@@ -116,6 +126,16 @@ class RoundTracker {
   std::set<int> spent_;  // sampled, refused for what they sent (Spend)
   // Closed rounds still taking stale replies: round -> (sampled, replied).
   std::map<int64_t, std::pair<std::set<int>, std::set<int>>> recent_;
+  // Counts `client`'s reply for `round` arriving at `now` for the deadline, once per client and
+  // round, where that round is recent and sampled it.
+  void ObserveArrival(int client, int64_t round, absl::Time now);
+
+  // The last rounds' openings and the sampled clients not heard from yet, so a late reply's
+  // arrival counts for the deadline too (the learner would otherwise see only what came before
+  // the cut).
+  std::map<int64_t, std::pair<absl::Time, std::set<int>>> recent_opens_;
+  DeadlineLearner learner_;
+  absl::Duration deadline_;
   uint64_t draws_ = 0;
 };
 

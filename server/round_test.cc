@@ -136,6 +136,49 @@ TEST(RoundTracker, ClosesAtMinRepliesPlusGraceOrAtTheDeadline) {
   EXPECT_TRUE(t.Close().empty());
 }
 
+// --learned_deadline_k: once replies have come in for a while, a round waits for its straggler
+// only as long as the arrivals say (median + k spreads), not the fixed deadline; the straggler's
+// late reply counts for the next deadline too.
+TEST(RoundTracker, ALearnedDeadlineClosesARoundOnItsStragglerAtTheArrivalsMedianPlusKSpreads) {
+  RoundPolicy p;
+  p.clients_per_round = 4;
+  p.min_replies = 4;
+  p.deadline = absl::Seconds(60);
+  p.deadline_k = 3;
+  p.deadline_floor = absl::Milliseconds(500);
+  RoundTracker t(p);
+  t.SetAvailable(Range(4));
+  absl::Time now = kT0;
+  for (int r = 1; r <= 3; ++r) {
+    const std::vector<int> s = *t.Open(now);
+    if (r <= 2) {
+      EXPECT_EQ(t.deadline(), absl::Seconds(60)) << "fewer than 8 arrivals, round " << r;
+    }
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_THAT(t.Reply(s[i], r, now + absl::Milliseconds(1000 + 100 * i)), IsOk());
+    }
+    ASSERT_TRUE(t.ShouldClose(now + absl::Milliseconds(1300)));
+    t.Close();
+    now += absl::Seconds(2);
+  }
+  // Arrivals 1.0 .. 1.3 s, three times: median 1.15 s, MAD 0.1 s.
+  const std::vector<int> s = *t.Open(now);
+  EXPECT_NEAR(absl::ToDoubleSeconds(t.deadline()), 1.15 + 3 * 1.4826 * 0.1, 1e-6);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_THAT(t.Reply(s[i], 4, now + absl::Milliseconds(1000 + 100 * i)), IsOk());
+  }
+  EXPECT_FALSE(t.ShouldClose(now + absl::Milliseconds(1500)));
+  EXPECT_TRUE(t.ShouldClose(now + absl::Milliseconds(1600)));  // not at 60 s
+  EXPECT_EQ(t.Close().size(), 3u);
+  // The straggler answers at 30 s: dropped, and its arrival is counted once.
+  EXPECT_EQ(t.deadline_fit().samples, 15u);
+  EXPECT_EQ(::tern::testing::ValueOrFailure(t.Reply(s[3], 4, now + absl::Seconds(30))).verdict,
+            ReplyVerdict::kDropped);
+  EXPECT_EQ(t.deadline_fit().samples, 16u);
+  (void)t.Reply(s[3], 4, now + absl::Seconds(31));
+  EXPECT_EQ(t.deadline_fit().samples, 16u);
+}
+
 TEST(RoundTracker, LateRepliesAreDroppedOrStalenessWeightedNeverMixedIntoTheOpenRound) {
   RoundPolicy drop;
   drop.clients_per_round = 2;

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "core/rpc/channel.h"
 #include "core/workload/partition.h"
@@ -27,8 +30,9 @@ absl::StatusOr<std::unique_ptr<FedClientData>> LoadFedClientData(const std::stri
 // The built-in model on partition options.index, trained as each task's LocalWork says.
 class FedClient::BuiltinParticipant final : public Participant {
  public:
-  BuiltinParticipant(const FedClientOptions& options, const FedClientData* shared)
+  BuiltinParticipant(const FedClientOptions& options, const FedClientData* shared, Clock* clock)
       : options_(options),
+        clock_(clock),
         shared_(*shared),
         part_(options.index >= 0 && static_cast<size_t>(options.index) < shared->parts.size()
                   ? &shared->parts[static_cast<size_t>(options.index)]
@@ -59,6 +63,7 @@ class FedClient::BuiltinParticipant final : public Participant {
         options_.seed * 1000003 + static_cast<uint64_t>(options_.index) * 7919 + task.round();
     TERN_ASSIGN_OR_RETURN(WorkResult work, work_->Run(task, global, data_seed, context.adam));
     ApplyAttack(options_.attack, context.encode_seed, absl::MakeSpan(work.update));
+    if (options_.delay > absl::ZeroDuration()) clock_->SleepFor(options_.delay);
     return work;
   }
 
@@ -84,6 +89,7 @@ class FedClient::BuiltinParticipant final : public Participant {
 
  private:
   const FedClientOptions options_;
+  Clock* const clock_;
   const FedClientData& shared_;
   const std::vector<uint32_t>* const part_;  // null when options.index has no partition
   const std::string name_;
@@ -109,7 +115,7 @@ AggregatorClientOptions ClientOptions(const FedClientOptions& o, const std::stri
 
 FedClient::FedClient(FedClientOptions options, const FedClientData* shared,
                      std::unique_ptr<v1::Aggregator::StubInterface> stub, Clock* clock)
-    : participant_(std::make_unique<BuiltinParticipant>(options, shared)),
+    : participant_(std::make_unique<BuiltinParticipant>(options, shared, clock)),
       client_(ClientOptions(options, participant_->name()), participant_.get(), std::move(stub),
               clock) {}
 
@@ -127,6 +133,22 @@ absl::StatusOr<FedClientStats> RunFederatedClient(const std::shared_ptr<grpc::Ch
   RealClock clock;
   FedClient client(options, &shared, v1::Aggregator::NewStub(channel), &clock);
   return client.Run(stop);
+}
+
+absl::StatusOr<absl::Duration> ClientDelay(absl::string_view spec, int index, int clients) {
+  if (spec.empty()) return absl::ZeroDuration();
+  const std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
+  double lo = 0, hi = 0;
+  const bool ok = parts.size() <= 2 && absl::SimpleAtod(parts[0], &lo) &&
+                  absl::SimpleAtod(parts.back(), &hi) && lo >= 0 && hi >= 0 && lo <= 3600 &&
+                  hi <= 3600;
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--client_delay_s=", spec,
+                     ": seconds S, or LO:HI spread over the clients, each in [0, 3600]"));
+  }
+  const double at = clients > 1 ? static_cast<double>(index) / (clients - 1) : 0.0;
+  return absl::Seconds(lo + (hi - lo) * at);
 }
 
 }  // namespace tern

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "clients/cpp/aggregator_client.h"
 #include "clients/cpp/attack.h"
@@ -61,7 +62,15 @@ struct FedClientOptions {
   absl::Duration give_up_after = absl::Minutes(5);
   // An experiment's malicious client: its honest update replaced before encoding (attack.h).
   Attack attack;
+  // An experiment's slower device: waits this long (on the client's clock) after each task's
+  // work, before its update goes.
+  absl::Duration delay = absl::ZeroDuration();
 };
+
+// `--client_delay_s`: "" (none), "S" seconds for every client, or "LO:HI" spread evenly over the
+// clients by partition index (client i of n waits LO + (HI - LO) * i / (n - 1) seconds).
+// InvalidArgument for anything else, a negative or one over an hour.
+absl::StatusOr<absl::Duration> ClientDelay(absl::string_view spec, int index, int clients);
 
 // `tern client`: an AggregatorClient whose participant is the built-in model on one partition.
 class FedClient {

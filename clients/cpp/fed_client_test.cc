@@ -20,6 +20,7 @@ namespace tern {
 namespace {
 
 using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
 
 struct RunResult {
   std::vector<float> model;
@@ -89,6 +90,21 @@ RunResult LocalSgdRun(int clients, int rounds, float anchor_pull, double server_
 // Overlap-Local-SGD with pull alpha is exactly local SGD with an outer step of 1 - alpha: a
 // check that the client pulls by alpha, pushes the pulled model's offset from the anchor and
 // starts the background steps from the pulled model.
+// --client_delay_s: one delay for all, or LO:HI spread evenly by partition index.
+TEST(ClientDelay, IsOneDelayOrASpreadOverTheClientsByIndex) {
+  EXPECT_EQ(*ClientDelay("", 3, 10), absl::ZeroDuration());
+  EXPECT_EQ(*ClientDelay("1.5", 7, 10), absl::Milliseconds(1500));
+  EXPECT_EQ(*ClientDelay("0.2:2", 0, 10), absl::Milliseconds(200));
+  EXPECT_EQ(*ClientDelay("0.2:2", 9, 10), absl::Seconds(2));
+  EXPECT_EQ(*ClientDelay("0:9", 3, 10), absl::Seconds(3));
+  EXPECT_EQ(*ClientDelay("0.5:9", 0, 1), absl::Milliseconds(500));  // one client: LO
+  for (const char* bad : {"x", "-1", "1:-2", "1:2:3", "4000", ":", "1:"}) {
+    EXPECT_THAT(ClientDelay(bad, 0, 10), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  ::testing::HasSubstr("--client_delay_s")))
+        << bad;
+  }
+}
+
 TEST(OverlapLocalSgd, OneClientEqualsLocalSgdWithOuterStepOneMinusAlpha) {
   const RunResult overlap = LocalSgdRun(1, 4, 0.25f, 1.0);
   const RunResult plain = LocalSgdRun(1, 4, 0.0f, 0.75);
