@@ -116,8 +116,9 @@ absl::Status CheckLocalTraining(const v1::LocalTraining& l, const std::string& m
 // the server steps by the vote alone: no server momentum, no error feedback (a vote's signs are
 // the whole message), no Adam.
 absl::Status NormalizeMajorityVote(AggregatorOptions* o, const CodecRegistry& codecs) {
-  TERN_ASSIGN_OR_RETURN(auto parsed, SpecParams::ParseSpec(o->rule));
-  if (parsed.first != "majority-vote") return absl::OkStatus();
+  const auto parsed = SpecParams::ParseSpec(o->rule);
+  // A malformed rule is the registry's to refuse, with its own message.
+  if (!parsed.ok() || parsed->first != "majority-vote") return absl::OkStatus();
   const std::string& m = o->task.memory();
   if (o->mode != "ps") {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -769,6 +769,12 @@ TEST(AggregatorOptionsTest, MajorityVoteIsRefusedWhereItCannotVote) {
   fed.task.set_update_codec("none");
   EXPECT_THAT(NormalizeAggregatorOptions(fed, *codecs),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--mode=ps")));
+  // A malformed rule is left to the registry, which names the rules it knows.
+  ServerRegistries registries = NewBuiltinServerRegistries();
+  AggregatorOptions malformed = ps;
+  malformed.rule = "majority vote";
+  EXPECT_THAT(Aggregator::Create(malformed, &registries, absl::Now()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(AggregatorOptionsTest, BadOptionsAreRefusedWithAReason) {
