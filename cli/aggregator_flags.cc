@@ -15,8 +15,9 @@ ABSL_DECLARE_FLAG(std::string, checkpoint);       // tern server's (server_cmd.c
 ABSL_DECLARE_FLAG(bool, fresh_start_if_damaged);  // tern server's (server_cmd.cc)
 
 ABSL_FLAG(std::string, mode, "",
-          "run: gossip (peer workers; the default) | federated | local-sgd | ps (a server and "
-          "clients); server: federated (the default) | local-sgd | ps");
+          "run: gossip (peer workers; the default) | federated | local-sgd | ps | fedbuff (a "
+          "server and clients); server: federated (the default) | local-sgd | ps | fedbuff "
+          "(no rounds: --concurrency clients train at once, every --buffer updates one step)");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, rounds, 50, "server/run: rounds of the run");
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients_per_round, 10,
           "server/run: K, clients sampled per federated round");
@@ -39,6 +40,14 @@ ABSL_FLAG(tern::Double<tern::In(0, 1)>, staleness_decay, 0,
           "server/run: late updates keep weight decay^age (0: late updates are dropped)");
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, max_staleness, 2,
           "server/run: oldest round (in rounds) a late update may be for");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, buffer, 10,
+          "server/run, mode fedbuff: K, the updates (of any version) that make one server step");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, concurrency, 0,
+          "server/run, mode fedbuff: C, the most clients training at once (0: every client)");
+ABSL_FLAG(std::string, staleness, "poly:a=0.5",
+          "server/run, mode fedbuff: s(tau), what an update tau versions old is multiplied by: "
+          "poly:a=A ((1 + tau)^-A; A = 0.5 is FedBuff's 1/sqrt(1 + tau)) | hinge:a=A,b=B | const; "
+          "each with ,max=M (older ones dropped)");
 ABSL_FLAG(std::string, sampling, "uniform", "server/run: client sampling: uniform | score");
 ABSL_FLAG(std::string, rule, "fedavg",
           "server/run: fedavg | median | trimmed-mean:trim=T | krum:f=F | multi-krum:f=F,m=M | "
@@ -154,6 +163,9 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.policy.deadline_floor = absl::Seconds(absl::GetFlag(FLAGS_deadline_floor_s).value);
   a.policy.staleness_decay = absl::GetFlag(FLAGS_staleness_decay).value;
   a.policy.max_staleness = absl::GetFlag(FLAGS_max_staleness).value;
+  a.policy.buffer = absl::GetFlag(FLAGS_buffer).value;
+  a.policy.concurrency = absl::GetFlag(FLAGS_concurrency).value;
+  a.staleness = absl::GetFlag(FLAGS_staleness);
   auto sampling = ParseSampling(absl::GetFlag(FLAGS_sampling));
   if (!sampling.ok()) return sampling.status();
   a.policy.sampling = *sampling;

@@ -102,8 +102,13 @@ absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
   if (run->n < 1 || run->n > 10000 || run->rounds < 1) {
     return absl::InvalidArgumentError("need 1 <= --clients <= 10000 and --rounds >= 1");
   }
-  run->k = run->mode == "federated" ? std::min(run->n, absl::GetFlag(FLAGS_clients_per_round).value)
-                                    : run->n;
+  run->k = run->n;
+  if (run->mode == "federated") {
+    run->k = std::min(run->n, absl::GetFlag(FLAGS_clients_per_round).value);
+  } else if (const int c = absl::GetFlag(FLAGS_concurrency).value;
+             run->mode == "fedbuff" && c > 0) {
+    run->k = std::min(run->n, c);
+  }
   TERN_ASSIGN_OR_RETURN(ServerOptions so, ServerOptionsFromFlags());
   TERN_RETURN_IF_ERROR(NormalizeAggregatorOptions(so.aggregator, *registries.codecs).status());
   TERN_RETURN_IF_ERROR(registries.rules->Create(so.aggregator.rule).status());
@@ -179,6 +184,9 @@ std::vector<std::string> ServerArgs(const FedRun& run, const std::string& dir, i
           absl::StrCat("--deadline_floor_s=", absl::GetFlag(FLAGS_deadline_floor_s).value),
           absl::StrCat("--staleness_decay=", absl::GetFlag(FLAGS_staleness_decay).value),
           absl::StrCat("--max_staleness=", absl::GetFlag(FLAGS_max_staleness).value),
+          absl::StrCat("--buffer=", absl::GetFlag(FLAGS_buffer).value),
+          absl::StrCat("--concurrency=", absl::GetFlag(FLAGS_concurrency).value),
+          absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
           absl::StrCat("--sampling=", absl::GetFlag(FLAGS_sampling)),
           absl::StrCat("--rule=", absl::GetFlag(FLAGS_rule)),
           absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard).value),
@@ -265,6 +273,7 @@ v1::MetricsRow RoundRow(const FedRun& run, int64_t r, const v1::ServerStatus& rs
   row.set_restarts(static_cast<int32_t>(rs.restarts()));
   row.set_closed_s(rs.round_closed_unix_s() - absl::ToDoubleSeconds(start - absl::UnixEpoch()));
   if (rs.mean_batch() > 0) row.set_batch(rs.mean_batch());
+  for (uint64_t n : rs.staleness()) row.add_staleness(static_cast<int64_t>(n));
   return row;
 }
 
@@ -515,6 +524,16 @@ int RunFederatedMain(const std::string& self_exe) {
           std::max<double>(
               1, static_cast<double>(last.payload_bytes_up() + last.payload_bytes_down())),
       dir.c_str());
+  if (last.staleness_size() > 1) {
+    double n = 0, sum = 0;
+    for (int t = 0; t < last.staleness_size(); ++t) {
+      n += static_cast<double>(last.staleness(t));
+      sum += t * static_cast<double>(last.staleness(t));
+    }
+    std::printf("staleness of the accepted updates: mean %.2f, %.0f%% made from an older model\n",
+                sum / std::max(1.0, n),
+                100 * (1 - static_cast<double>(last.staleness(0)) / std::max(1.0, n)));
+  }
   return 0;
 }
 

@@ -338,6 +338,33 @@ std::string StepTimeChart(const RunSeries& run) {
   return svg + "</p></figure>";
 }
 
+// An aggregator run's accepted updates by staleness (how many rounds or FedBuff versions older
+// their model was than the one they joined), as of its last row; "" when it recorded none stale.
+std::string StalenessChart(const RunSeries& run) {
+  if (run.rows.empty()) return "";
+  const auto& counts = run.rows.back().staleness();
+  if (counts.size() < 2) return "";
+  double total = 0, top = 0, mean = 0;
+  for (int t = 0; t < counts.size(); ++t) {
+    total += static_cast<double>(counts[t]);
+    mean += static_cast<double>(t) * static_cast<double>(counts[t]);
+    top = std::max(top, static_cast<double>(counts[t]));
+  }
+  if (!(total > 0)) return "";
+  const Axes a(-0.5, static_cast<double>(counts.size()) - 0.5, 0, 100 * top / total, false);
+  std::string svg = a.Open(
+      absl::StrFormat("staleness of the accepted updates, %s (mean %.2f, %d updates)", run.name,
+                      mean / total, static_cast<int64_t>(total)),
+      counts.size() >= 64 ? "staleness (the last bar: that or more)" : "staleness", "% of updates");
+  const double w = std::max(1.0, (a.px(1) - a.px(0)) * 0.8);
+  for (int t = 0; t < counts.size(); ++t) {
+    const double y = a.py(100 * static_cast<double>(counts[t]) / total);
+    absl::StrAppendFormat(&svg, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='%s'/>",
+                          a.px(t) - w / 2, y, w, a.py(0) - y, kColors[0]);
+  }
+  return svg + "</svg></figure>";
+}
+
 // The legend, once for every chart (outside them, so it never covers a curve).
 std::string Legend(const std::vector<RunSeries>& runs) {
   std::string h = "<p class='legend'>";
@@ -460,6 +487,7 @@ std::string RenderReport(const std::vector<RunSeries>& runs) {
   h += "<div class='charts'>";
   for (const ChartSpec& c : Charts(runs)) h += Chart(runs, c);
   for (const RunSeries& r : runs) h += StepTimeChart(r);
+  for (const RunSeries& r : runs) h += StalenessChart(r);
   h += "</div><h2>Configurations</h2>";
   for (const RunSeries& r : runs) h += "<h3>" + Html(r.name) + "</h3>" + ConfigList(r.config);
   h += "</body></html>\n";

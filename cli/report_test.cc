@@ -215,6 +215,20 @@ TEST(Report, AFederatedRunChartsBytesBothWaysRefusalsAndCloseTimesNotConsensus) 
     EXPECT_THAT(html, HasSubstr(chart));
   }
   EXPECT_THAT(html, Not(HasSubstr("consensus")));
+  EXPECT_THAT(html, Not(HasSubstr("staleness of the accepted updates")));  // none was stale
+}
+
+TEST(Report, AFedBuffRunChartsItsUpdatesStaleness) {
+  RunSeries run;
+  run.name = "fedbuff";
+  run.config.set_mode("fedbuff");
+  v1::MetricsRow row = Row(1, 0.6);
+  for (int64_t n : {50, 30, 20}) row.add_staleness(n);
+  run.rows.push_back(row);
+  const std::string html = RenderReport({run});
+  EXPECT_THAT(html,
+              HasSubstr("staleness of the accepted updates, fedbuff (mean 0.70, 100 updates)"));
+  EXPECT_THAT(html, HasSubstr("% of updates"));
 }
 
 }  // namespace

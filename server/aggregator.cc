@@ -21,6 +21,8 @@
 #include "kernels/builtin.h"
 #include "kernels/format/cast.h"
 #include "kernels/wire.h"
+#include "server/buffered_rounds.h"
+#include "server/round.h"
 #include "spdlog/spdlog.h"
 
 namespace tern {
@@ -31,6 +33,14 @@ constexpr int kUnlimited = 1 << 30;
 // snapshot without an update log).
 constexpr uint32_t kCheckpointFormat = 3;
 constexpr uint32_t kOldCheckpointFormat = 2;
+// ServerStatus.staleness's entries; the last counts every older update too.
+constexpr int64_t kStalenessBuckets = 64;
+
+void Scale(double s, absl::Span<float> values) {
+  if (s == 1.0) return;
+  const float f = static_cast<float>(s);
+  for (float& v : values) v *= f;
+}
 
 std::unique_ptr<Downstream> MakeDownstream(const AggregatorOptions& o,
                                            const CodecRegistry* codecs) {
@@ -39,6 +49,11 @@ std::unique_ptr<Downstream> MakeDownstream(const AggregatorOptions& o,
                                              o.keep_deltas);
   }
   return std::make_unique<ModelDownstream>(codecs, o.downstream_codec);
+}
+
+std::unique_ptr<Rounds> MakeRounds(const AggregatorOptions& o) {
+  if (o.mode == "fedbuff") return std::make_unique<BufferedRounds>(o.policy);
+  return std::make_unique<RoundTracker>(o.policy);
 }
 
 std::unique_ptr<ServerStep> MakeServerStep(const AggregatorOptions& o, Downstream* downstream,
@@ -169,9 +184,15 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
     // Every available client every round; a round closes when all replied or at its deadline.
     o.policy.clients_per_round = kUnlimited;
     o.policy.min_replies = kUnlimited;
+  } else if (o.mode == "fedbuff") {
+    if (o.policy.buffer < 1 || o.policy.concurrency < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("fedbuff needs --buffer >= 1 (got ",
+                                                     o.policy.buffer, ") and --concurrency >= 0"));
+    }
+    TERN_ASSIGN_OR_RETURN(o.policy.staleness, ParseStaleness(o.staleness));
   } else if (o.mode != "federated") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown mode '", o.mode, "' (--mode: federated, local-sgd, ps)"));
+        absl::StrCat("unknown mode '", o.mode, "' (--mode: federated, local-sgd, ps, fedbuff)"));
   } else if (o.policy.min_replies > o.policy.clients_per_round) {
     return absl::InvalidArgumentError(
         absl::StrCat("--min_replies=", o.policy.min_replies, " is more than --clients_per_round=",
@@ -298,14 +319,7 @@ absl::Status Aggregator::Resume(absl::Time now) {
     absl::Status s = Restore(ckpt);
     // Clients have a fresh timeout from now; the open round's deadline restarts.
     clients_.HeardAll(now);
-    std::vector<int> sampled(ckpt.sampled().begin(), ckpt.sampled().end());
-    std::set<int> replied(ckpt.replied().begin(), ckpt.replied().end());
-    for (const internal::LoggedUpdate& u : logged) {
-      if (!u.stale()) replied.insert(static_cast<int>(u.client()));
-    }
-    rounds_.Restore(static_cast<int64_t>(ckpt.round()) + (ckpt.round_open() ? 1 : 0),
-                    ckpt.round_open(), std::move(sampled), std::move(replied),
-                    ckpt.sampling_draws(), now);
+    rounds_->Restore(ckpt, logged, now);
     for (size_t i = 0; i < logged.size() && s.ok(); ++i) s = Replay(logged[i]);
     if (!s.ok()) {
       return absl::Status(s.code(), absl::StrCat("checkpoint ", path, ": ", s.message()));
@@ -330,7 +344,7 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
       rule_(std::move(rule)),
       downstream_(MakeDownstream(options_, codecs)),
       step_(MakeServerStep(options_, downstream_.get(), std::move(outer))),
-      rounds_(options_.policy),
+      rounds_(MakeRounds(options_)),
       clients_(options_.client_timeout),
       norm_guard_(options_.norm_guard),
       // A client catches up only from a model the downstream still has every update since.
@@ -453,23 +467,28 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
   TERN_RETURN_IF_ERROR(clients_.Heard(client, now));
   FetchResult r;
   r.task = options_.task;
-  r.task.set_round(rounds_.round());
-  step_->AdjustTask(rounds_.round(), &r.task);
+  r.task.set_round(rounds_->round());
+  step_->AdjustTask(rounds_->round(), &r.task);
   if (counters_.done()) {
     r.task.set_kind(v1::Task::DONE);
     return r;
   }
-  const std::vector<int>& sampled = rounds_.sampled();
-  const bool mine = rounds_.Awaits(static_cast<int>(client));
-  if (!mine || history_.empty()) {
+  if (history_.empty()) {
+    r.task.set_kind(v1::Task::WAIT);
+    return r;
+  }
+  const Rounds::Turn turn = rounds_->Take(static_cast<int>(client), now);
+  if (turn.offered) ++events_;  // the waiter a slot was kept for may be parked
+  if (!turn.train) {
     r.task.set_kind(v1::Task::WAIT);
     return r;
   }
   const int64_t from = CatchUpFrom(have_round, have_crc32, have_state);
   TERN_ASSIGN_OR_RETURN(ChunkedPayload c, DownstreamChunks(from));
   r.task.set_kind(v1::Task::TRAIN);
-  r.task.set_evaluate(Evaluates(rounds_.round()));
-  r.task.set_round_clients(static_cast<uint32_t>(sampled.size()));
+  r.task.set_evaluate(Evaluates(rounds_->round()));
+  r.task.set_round_clients(rounds_->round_clients());
+  r.task.set_attempt(turn.attempt);
   r.task.set_payload(from >= 0 ? v1::Task::DELTAS : v1::Task::MODEL);
   r.task.set_delta_from(from);
   // The CRC lets a client check its copy; a lossy model encoding leaves nothing to check.
@@ -486,17 +505,17 @@ int64_t Aggregator::CatchUpFrom(int64_t have_round, uint32_t have_crc32, bool ha
   // Only from a model we published, and (1-bit) with the optimizer state that goes with it:
   // the compressed phase's updates are momenta, useless without it.
   if (history_.Crc(have_round) != have_crc32) return -1;
-  if (step_->UpdatesNeedState(rounds_.round()) && !have_state) return -1;
+  if (step_->UpdatesNeedState(rounds_->round()) && !have_state) return -1;
   return downstream_->CatchUpFrom(have_round, static_cast<int64_t>(counters_.round()));
 }
 
 absl::StatusOr<ChunkedPayload> Aggregator::DownstreamChunks(int64_t from) {
   if (const ChunkedPayload* hit = history_.Chunks(from); hit != nullptr) return *hit;
-  const uint64_t round = static_cast<uint64_t>(rounds_.round());
+  const uint64_t round = static_cast<uint64_t>(rounds_->round());
   TERN_ASSIGN_OR_RETURN(v1::TensorBundle b,
                         downstream_->Payload(from, model_, *history_.newest().bundle,
                                              options_.task.seed() ^ (round << 20)));
-  if (from < 0) TERN_RETURN_IF_ERROR(step_->AppendState(rounds_.round(), &b));
+  if (from < 0) TERN_RETURN_IF_ERROR(step_->AppendState(rounds_->round(), &b));
   b.set_run_id(options_.run_id);
   b.set_sender("server");
   b.set_round(round);
@@ -526,6 +545,7 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
   const double norm = s.ok() ? L2Norm(values) : 0;
   if (s.ok() && !std::isfinite(norm)) s = absl::InvalidArgumentError("the update holds Inf or NaN");
   internal::LoggedUpdate record;
+  record.set_scale(1.0);
   absl::StatusOr<v1::UpdateReply> reply;
   RoundAccumulator* accumulator = nullptr;
   {
@@ -546,6 +566,7 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
       return Unlogged(info, record, logged);
     }
   }
+  Scale(record.scale(), absl::MakeSpan(values));
   TERN_RETURN_IF_ERROR(accumulator->AddReserved(info.client_id(), values, record.weight(),
                                                 info.loss(), info.batch()));
   return reply;
@@ -557,9 +578,9 @@ absl::Status Aggregator::Unlogged(const v1::UpdateInfo& info, const internal::Lo
   uint64_t seq = 0;
   {
     absl::MutexLock lock(&mu_);
-    rounds_.Unreply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()));
+    rounds_->Unreply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()));
     // What Decide counted of it, taken back.
-    CountAccepted(record.stale(), -1);
+    CountAccepted(record.stale(), static_cast<int64_t>(record.staleness()), -1);
     if (!record.stale() && record.has_eval()) AddEval(record.eval(), -1);
     (void)Refuse(why);
     // A log that failed a write takes no more appends: a snapshot (holding every update that was
@@ -621,12 +642,13 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
     return RefuseContent(info, g);
   }
   absl::StatusOr<ReplyDecision> d =
-      rounds_.Reply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()), now);
+      rounds_->Reply(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()), now);
   if (!d.ok()) return Refuse(d.status());
   v1::UpdateReply reply;
-  reply.set_server_round(static_cast<uint64_t>(rounds_.round()));
+  reply.set_server_round(static_cast<uint64_t>(rounds_->round()));
   const uint64_t payload_bytes = PayloadBytes(update);
   CountBytesUp(payload_bytes, wire_bytes);
+  if (d->frees_slot) ++events_;  // a waiting client may take the slot
   if (d->verdict == ReplyVerdict::kDropped) {
     counters_.set_updates_dropped(counters_.updates_dropped() + 1);
     reply.set_verdict(v1::UpdateReply::DROPPED);
@@ -635,7 +657,7 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
   const bool stale = d->verdict == ReplyVerdict::kAcceptedStale;
   accumulator_->Reserve();
   norm_guard_.Observe(norm);
-  CountAccepted(stale);
+  CountAccepted(stale, d->staleness);
   reply.set_verdict(stale ? v1::UpdateReply::ACCEPTED_STALE : v1::UpdateReply::ACCEPTED);
   record->set_generation(state_seq_);
   record->set_client(info.client_id());
@@ -645,6 +667,8 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
   record->set_batch(info.batch());
   record->set_stale(stale);
   record->set_norm(norm);
+  record->set_scale(d->value_scale);
+  record->set_staleness(static_cast<uint64_t>(d->staleness));
   record->set_payload_bytes(payload_bytes);
   record->set_wire_bytes(wire_bytes);
   if (!stale && info.has_eval()) {
@@ -661,11 +685,12 @@ absl::Status Aggregator::Replay(const internal::LoggedUpdate& u) {
       !s.ok()) {
     return absl::DataLossError(absl::StrCat("a logged update does not decode: ", s.message()));
   }
+  Scale(u.scale() == 0 ? 1.0 : u.scale(), absl::MakeSpan(values));
   TERN_RETURN_IF_ERROR(accumulator_->Add(u.client(), values, u.weight(), u.loss(), u.batch()));
   NoteExactTensors(u.update());
   norm_guard_.Observe(u.norm());
   CountBytesUp(u.payload_bytes(), u.wire_bytes());
-  CountAccepted(u.stale());
+  CountAccepted(u.stale(), static_cast<int64_t>(u.staleness()));
   if (!u.stale() && u.has_eval()) AddEval(u.eval());
   return absl::OkStatus();
 }
@@ -693,9 +718,12 @@ void Aggregator::CountBytesUp(uint64_t payload_bytes, uint64_t wire_bytes) {
   counters_.set_dense_bytes_up(counters_.dense_bytes_up() + 4 * model_.size());
 }
 
-void Aggregator::CountAccepted(bool stale, int times) {
+void Aggregator::CountAccepted(bool stale, int64_t staleness, int times) {
   // Unsigned counters: adding -1 wraps to one less.
   const uint64_t n = static_cast<uint64_t>(static_cast<int64_t>(times));
+  const int bucket = static_cast<int>(std::clamp<int64_t>(staleness, 0, kStalenessBuckets - 1));
+  while (counters_.staleness_size() <= bucket) counters_.add_staleness(0);
+  counters_.set_staleness(bucket, counters_.staleness(bucket) + n);
   if (stale) {
     counters_.set_updates_stale(counters_.updates_stale() + n);
   } else {
@@ -704,7 +732,7 @@ void Aggregator::CountAccepted(bool stale, int times) {
 }
 
 absl::Status Aggregator::RefuseContent(const v1::UpdateInfo& info, absl::Status s) {
-  rounds_.Spend(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()));
+  rounds_->Spend(static_cast<int>(info.client_id()), static_cast<int64_t>(info.round()));
   return Refuse(std::move(s));
 }
 
@@ -729,7 +757,7 @@ absl::Status Aggregator::Leave(uint32_t client) {
 }
 
 absl::Status Aggregator::CloseRound(absl::Time now) {
-  rounds_.Close();
+  rounds_->Close();
   const int64_t round = static_cast<int64_t>(counters_.round()) + 1;
   counters_.set_round_closed_unix_s(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
   counters_.set_mean_batch(accumulator_->mean_batch());
@@ -761,28 +789,28 @@ absl::Status Aggregator::Tick(absl::Time now) {
     absl::MutexLock lock(&mu_);
     if (!have_model_ || counters_.done()) return absl::OkStatus();
     bool changed = false;
-    if (rounds_.ShouldClose(now)) {
+    if (rounds_->ShouldClose(now)) {
       TERN_RETURN_IF_ERROR(CloseRound(now));
       changed = true;
     }
     // Only between rounds: the set of available clients is O(N) to build, and Tick runs after
     // every push.
     const int needed = counters_.round() == 0 ? options_.min_clients : 1;
-    if (!rounds_.open() && !counters_.done() && clients_.CountAvailable(now) >= needed) {
+    if (!rounds_->open() && !counters_.done() && clients_.CountAvailable(now) >= needed) {
       // Once a round, as it opens: those gone are not available, so the count above stands.
       clients_.Forget(now, std::max(options_.forget_clients_after, options_.client_timeout), {});
       counters_.set_clients_joined(static_cast<uint32_t>(clients_.size()));
       std::set<int> available = clients_.Available(now);
       counters_.set_clients_alive(static_cast<uint32_t>(available.size()));
-      rounds_.SetAvailable(std::move(available));
-      if (rounds_.Open(now).ok()) {
+      rounds_->SetAvailable(std::move(available));
+      if (rounds_->Open(now).ok()) {
         NoteDeadline();
         history_.ForgetChunks();
         ++events_;
         changed = true;
       }
     }
-    counters_.set_round_open(rounds_.open());
+    counters_.set_round_open(rounds_->open());
     if (!changed) return absl::OkStatus();
     ckpt = SnapshotState();
     seq = state_seq_;
@@ -798,12 +826,7 @@ std::shared_ptr<internal::AggregatorCheckpoint> Aggregator::SnapshotState() {
   c->set_generation(state_seq_);
   c->set_run_id(options_.run_id);
   c->set_round(counters_.round());
-  c->set_round_open(rounds_.open());
-  if (rounds_.open()) {
-    for (int s : rounds_.sampled()) c->add_sampled(static_cast<uint32_t>(s));
-    for (int s : rounds_.replied_set()) c->add_replied(static_cast<uint32_t>(s));
-  }
-  c->set_sampling_draws(rounds_.draws());
+  rounds_->Save(c.get());
   if (have_model_) {
     *c->mutable_model() = *history_.newest().bundle;
     accumulator_->Save(c->mutable_round_state());
@@ -828,18 +851,19 @@ absl::StatusOr<Aggregator::KeptModel> Aggregator::Model(int64_t round) const {
 }
 
 void Aggregator::NoteDeadline() {
-  const double d = absl::ToDoubleSeconds(rounds_.deadline());
+  const double d = absl::ToDoubleSeconds(rounds_->deadline());
   counters_.set_round_deadline_s(d);
   // Logged when it moves a tenth or more, not every round.
-  if (!rounds_.deadline_learned() || std::fabs(d - logged_deadline_s_) < 0.1 * logged_deadline_s_) {
+  if (!rounds_->deadline_learned() ||
+      std::fabs(d - logged_deadline_s_) < 0.1 * logged_deadline_s_) {
     return;
   }
   logged_deadline_s_ = d;
-  const DeadlineLearner::Fit f = rounds_.deadline_fit();
+  const DeadlineLearner::Fit f = rounds_->deadline_fit();
   spdlog::info(
       "server: round {}'s deadline {:.3f} s: the median arrival {:.3f} s + {} x the spread "
       "{:.3f} s of the last {} (within [{}, {}] s)",
-      rounds_.round(), d, absl::ToDoubleSeconds(f.median), options_.policy.deadline_k,
+      rounds_->round(), d, absl::ToDoubleSeconds(f.median), options_.policy.deadline_k,
       absl::ToDoubleSeconds(f.spread), f.samples,
       absl::ToDoubleSeconds(options_.policy.deadline_floor),
       absl::ToDoubleSeconds(options_.policy.deadline));
@@ -849,7 +873,7 @@ v1::ServerStatus Aggregator::Status(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   v1::ServerStatus s = counters_;
   s.set_clients_alive(static_cast<uint32_t>(clients_.CountAvailable(now)));
-  s.set_round_open(rounds_.open());
+  s.set_round_open(rounds_->open());
   return s;
 }
 
@@ -858,9 +882,9 @@ v1::ServerStatus Aggregator::Counters() const {
   return counters_;
 }
 
-std::vector<int> Aggregator::RoundClients() const {
+std::optional<std::vector<int>> Aggregator::ClientsToWake() const {
   absl::MutexLock lock(&mu_);
-  return rounds_.open() ? rounds_.sampled() : std::vector<int>();
+  return rounds_->ToWake();
 }
 
 uint64_t Aggregator::events() const {

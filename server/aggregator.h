@@ -1,5 +1,6 @@
 // The aggregator's state machine, independent of gRPC and of the clock: clients join and fetch
-// tasks, rounds open over the available clients (RoundTracker), updates are checked and decoded
+// tasks, rounds open over the available clients (server/rounds.h: synchronous rounds, or FedBuff's
+// buffered versions), updates are checked and decoded
 // into the round's sum as they arrive, and a round's close applies the aggregate to the global
 // model (with optional server learning rate and outer momentum: FedAvg, local SGD, SlowMo).
 // Its rooms: the clients (client_book.h), the published models (model_history.h), and the
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,7 +37,7 @@
 #include "server/client_book.h"
 #include "server/downstream.h"
 #include "server/model_history.h"
-#include "server/round.h"
+#include "server/rounds.h"
 #include "server/server_step.h"
 #include "server/state_store.h"
 #include "tern/internal/checkpoint.pb.h"
@@ -47,11 +49,15 @@ struct AggregatorOptions {
   std::string run_id = "tern";
   // "federated": K of the available clients per round. "local-sgd": every available client,
   // each round closing when all replied (or at the deadline). "ps": local-sgd with one local
-  // step a round (a synchronous parameter server).
+  // step a round (a synchronous parameter server). "fedbuff": no rounds; up to
+  // policy.concurrency clients train at once and every policy.buffer updates, each scaled by
+  // its staleness, make one server step (server/buffered_rounds.h).
   std::string mode = "federated";
   int min_clients = 1;  // the first round waits until this many clients are available
   int64_t total_rounds = 50;
-  RoundPolicy policy;            // K, min replies, grace, deadline, staleness, sampling
+  RoundPolicy policy;  // K, min replies, grace, deadline, staleness, sampling
+  // fedbuff: s(tau), parsed into policy.staleness (server/rounds.h: poly:a=A, hinge, const).
+  std::string staleness = "poly:a=0.5";
   std::string rule = "fedavg";   // aggregation rule spec (server/aggregation.h)
   double server_lr = 1.0;        // x += server_lr * m
   double server_momentum = 0.0;  // m = momentum * m + mean update (0: plain averaging)
@@ -158,8 +164,9 @@ class Aggregator {
   // Counts the events a waiting Fetch may be waiting for: the model published (the initial one
   // or a round's close, which may end the run) and a round opened.
   uint64_t events() const;
-  // The clients sampled in the open round (none between rounds).
-  std::vector<int> RoundClients() const;
+  // The clients whose waiting Fetch may have another answer after an event (the open round's
+  // sample; nullopt: every client).
+  std::optional<std::vector<int>> ClientsToWake() const;
   // The layout, once a model is known.
   std::vector<ParamTensor> layout() const;
   // The largest serialized update a client may stream: twice the model as fp32 plus 1 MiB
@@ -215,12 +222,13 @@ class Aggregator {
   // Counts a refused update; returns `s`.
   absl::Status Refuse(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The same for an update refused for what it held, which spends its client's turn in the
-  // round (RoundTracker::Spend).
+  // round (Rounds::Spend).
   absl::Status RefuseContent(const v1::UpdateInfo& info, absl::Status s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An update's bytes (as sent, and dense), and its acceptance (Push and the log's replay).
   void CountBytesUp(uint64_t payload_bytes, uint64_t wire_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CountAccepted(bool stale, int times = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountAccepted(bool stale, int64_t staleness, int times = 1)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checkpoint as of now, tagged with a sequence number; written by WriteCheckpoint after
   // the lock is released (only if nothing newer was written meanwhile).
   std::shared_ptr<internal::AggregatorCheckpoint> SnapshotState()
@@ -237,7 +245,7 @@ class Aggregator {
   const std::unique_ptr<Downstream> downstream_ ABSL_PT_GUARDED_BY(mu_);
   const std::unique_ptr<ServerStep> step_ ABSL_PT_GUARDED_BY(mu_);
   double logged_deadline_s_ ABSL_GUARDED_BY(mu_) = 0;  // the last learned deadline logged
-  RoundTracker rounds_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<Rounds> rounds_ ABSL_PT_GUARDED_BY(mu_);
   ClientBook clients_ ABSL_GUARDED_BY(mu_);
   bool have_model_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);

@@ -49,6 +49,13 @@ void CollectAggregatorMetrics(const Aggregator& a, const HistogramCounts& round_
               "weight, or too late to use.",
               n, {{"verdict", verdict}});
   }
+  for (int tau = 0; tau < s.staleness_size(); ++tau) {
+    m.Counter(
+        "tern_server_updates_by_staleness_total",
+        "Accepted client updates by staleness: rounds (FedBuff: versions) between the model "
+        "an update was made from and the one it joined; the last label counts older ones too.",
+        static_cast<double>(s.staleness(tau)), {{"staleness", absl::StrCat(tau)}});
+  }
   for (const auto& [reason, n] : a.RefusalsByReason()) {
     m.Counter("tern_server_updates_refused_total", "Client updates refused, by reason.", n,
               {{"reason", reason}});

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rng.h"
+#include "common/spec.h"
+#include "common/status_macros.h"
 
 namespace tern {
 
@@ -13,6 +15,52 @@ absl::StatusOr<RoundPolicy::Sampling> ParseSampling(absl::string_view name) {
   if (name == "score") return RoundPolicy::Sampling::kScore;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown client sampling '", name, "' (uniform, score)"));
+}
+
+double Staleness::Weight(int64_t tau) const {
+  const double t = static_cast<double>(std::max<int64_t>(0, tau));
+  switch (kind) {
+    case Kind::kConst:
+      return 1.0;
+    case Kind::kHinge:
+      return t <= b ? 1.0 : 1.0 / (1.0 + a * (t - b));
+    case Kind::kPoly:
+      break;
+  }
+  return std::pow(1.0 + t, -a);
+}
+
+absl::StatusOr<Staleness> ParseStaleness(absl::string_view spec) {
+  auto parsed = SpecParams::ParseSpec(spec);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--staleness=", spec, ": ", parsed.status().message()));
+  }
+  auto& [name, p] = *parsed;
+  Staleness s;
+  absl::StatusOr<double> a = 0.0, b = 0.0;
+  if (name == "poly") {
+    a = p.Double("a", 0.5, 0, 16);
+  } else if (name == "hinge") {
+    s.kind = Staleness::Kind::kHinge;
+    a = p.Double("a", 10, 0, 1e6);
+    b = p.Double("b", 4, 0, 1e9);
+  } else if (name == "const") {
+    s.kind = Staleness::Kind::kConst;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown --staleness '", name, "' (poly:a=A, hinge:a=A,b=B, const; each with ,max=M)"));
+  }
+  absl::StatusOr<int64_t> max = p.Int("max", 0, 0, int64_t{1} << 40);
+  for (const absl::Status& st : {a.status(), b.status(), max.status()}) {
+    if (!st.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--staleness=", spec, ": ", st.message()));
+  }
+  TERN_RETURN_IF_ERROR(p.CheckAllUsed(absl::StrCat("--staleness=", name)));
+  s.a = *a;
+  s.b = *b;
+  s.max = *max;
+  return s;
 }
 
 namespace {
@@ -87,7 +135,7 @@ absl::StatusOr<ReplyDecision> RoundTracker::Reply(int client, int64_t round, abs
     const int needed = std::min<int>(policy_.min_replies, static_cast<int>(sampled_.size()));
     if (static_cast<int>(replied_.size()) == needed) min_reached_ = now;
     ObserveArrival(client, round, now);
-    return ReplyDecision{ReplyVerdict::kAccepted, 1.0};
+    return ReplyDecision{.verdict = ReplyVerdict::kAccepted};
   }
   if (round < 1 || round > round_) {
     return absl::OutOfRangeError(absl::StrCat("round ", round, " does not exist (current round ",
@@ -97,7 +145,8 @@ absl::StatusOr<ReplyDecision> RoundTracker::Reply(int client, int64_t round, abs
   ObserveArrival(client, round, now);
   auto it = recent_.find(round);
   if (it == recent_.end()) {
-    return ReplyDecision{ReplyVerdict::kDropped, 0.0};  // late: its round is closed
+    // Late: its round is closed.
+    return ReplyDecision{.verdict = ReplyVerdict::kDropped, .weight_scale = 0.0};
   }
   auto& [sampled, replied] = it->second;
   if (sampled.count(client) == 0) {
@@ -109,8 +158,9 @@ absl::StatusOr<ReplyDecision> RoundTracker::Reply(int client, int64_t round, abs
         absl::StrCat("client ", client, " already replied for round ", round));
   }
   const int64_t age = (open_ ? round_ : round_ + 1) - round;
-  return ReplyDecision{ReplyVerdict::kAcceptedStale,
-                       std::pow(policy_.staleness_decay, static_cast<double>(age))};
+  return ReplyDecision{.verdict = ReplyVerdict::kAcceptedStale,
+                       .weight_scale = std::pow(policy_.staleness_decay, static_cast<double>(age)),
+                       .staleness = age};
 }
 
 void RoundTracker::ObserveArrival(int client, int64_t round, absl::Time now) {
@@ -174,6 +224,26 @@ void RoundTracker::Restore(int64_t round, bool open, std::vector<int> sampled,
   recent_.clear();
   const int needed = std::min<int>(policy_.min_replies, static_cast<int>(sampled_.size()));
   min_reached_ = open && static_cast<int>(replied_.size()) >= needed ? now : absl::InfiniteFuture();
+}
+
+void RoundTracker::Save(internal::AggregatorCheckpoint* ckpt) const {
+  ckpt->set_round_open(open_);
+  if (open_) {
+    for (int s : sampled_) ckpt->add_sampled(static_cast<uint32_t>(s));
+    for (int s : replied_) ckpt->add_replied(static_cast<uint32_t>(s));
+  }
+  ckpt->set_sampling_draws(draws_);
+}
+
+void RoundTracker::Restore(const internal::AggregatorCheckpoint& ckpt,
+                           const std::vector<internal::LoggedUpdate>& logged, absl::Time now) {
+  std::vector<int> sampled(ckpt.sampled().begin(), ckpt.sampled().end());
+  std::set<int> replied(ckpt.replied().begin(), ckpt.replied().end());
+  for (const internal::LoggedUpdate& u : logged) {
+    if (!u.stale()) replied.insert(static_cast<int>(u.client()));
+  }
+  Restore(static_cast<int64_t>(ckpt.round()) + (ckpt.round_open() ? 1 : 0), ckpt.round_open(),
+          std::move(sampled), std::move(replied), ckpt.sampling_draws(), now);
 }
 
 }  // namespace tern

@@ -20,84 +20,59 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/deadline.h"
+#include "server/rounds.h"
 
 namespace tern {
 
-struct RoundPolicy {
-  int clients_per_round = 10;                   // K
-  int min_replies = 8;                          // a round may close once this many replied...
-  absl::Duration grace = absl::Seconds(2);      // ...and this long passed since the min-th
-  absl::Duration deadline = absl::Seconds(60);  // it closes at the latest here
-  // Deadlines that learn (server/deadline.h): with deadline_k > 0 a round's deadline is the
-  // recent arrivals' median + deadline_k spreads, within [deadline_floor, deadline].
-  double deadline_k = 0;
-  absl::Duration deadline_floor = absl::Seconds(1);
-  // Late replies (for a closed round): dropped, or kept with weight staleness_decay^age when
-  // staleness_decay > 0 and age <= max_staleness rounds.
-  double staleness_decay = 0;
-  int max_staleness = 0;
-  enum class Sampling { kUniform, kScore };
-  Sampling sampling = Sampling::kUniform;
-  uint64_t seed = 1;
-};
-
-// "uniform" | "score" (clients with higher scores are sampled with higher probability).
-absl::StatusOr<RoundPolicy::Sampling> ParseSampling(absl::string_view name);
-
-enum class ReplyVerdict {
-  kAccepted,       // counts for the open round, weight as sent
-  kAcceptedStale,  // for a recent closed round; weight scaled by `weight_scale`
-  kDropped,        // too late; the sender should not retry
-};
-
-struct ReplyDecision {
-  ReplyVerdict verdict;
-  double weight_scale = 1.0;
-};
-
-class RoundTracker {
+class RoundTracker : public Rounds {
  public:
   explicit RoundTracker(RoundPolicy policy);
 
   // Clients available for sampling (registered and alive), by id.
-  void SetAvailable(std::set<int> clients);
+  void SetAvailable(std::set<int> clients) override;
   // Sampling score of a client (> 0; the default 1 is uniform).
   void SetScore(int client, double score);
 
   // Opens round `round()+1` at `now`, sampling min(K, available) clients; returns them.
   // FailedPrecondition while a round is open or when no client is available.
-  absl::StatusOr<std::vector<int>> Open(absl::Time now);
-  bool open() const { return open_; }
-  int64_t round() const { return round_; }  // the open round, or the last closed one
+  absl::StatusOr<std::vector<int>> Open(absl::Time now) override;
+  bool open() const override { return open_; }
+  int64_t round() const override { return round_; }
   const std::vector<int>& sampled() const { return sampled_; }
   int replies() const { return static_cast<int>(replied_.size()); }
 
   // A reply from `client` for `round` arriving at `now`. Errors (the RPC answers them): a round
   // that never existed or is too old (OutOfRange), a client not sampled in it
   // (PermissionDenied), a second reply (AlreadyExists).
-  absl::StatusOr<ReplyDecision> Reply(int client, int64_t round, absl::Time now);
+  absl::StatusOr<ReplyDecision> Reply(int client, int64_t round, absl::Time now) override;
   // Takes back a reply Reply took (its update could not be made durable), so that the client
   // may send it again; nothing when that round is no longer open or kept.
-  void Unreply(int client, int64_t round);
+  void Unreply(int client, int64_t round) override;
   // `client`'s update for the open round `round` was refused for what it held (malformed, not
   // finite, over the norm guard): its turn is spent. It gets no task again this round and its
   // replies are refused, so a client cannot draw again and again until one update gets past the
   // guard; the round no longer waits for it. Nothing for a client not sampled, or another round.
-  void Spend(int client, int64_t round);
+  void Spend(int client, int64_t round) override;
   // Whether `client` is sampled for the open round and has neither replied nor spent its turn.
   bool Awaits(int client) const;
+  // Rounds: a sampled client trains while it Awaits; each round's sample is woken as it opens.
+  Turn Take(int client, absl::Time) override { return {.train = Awaits(client)}; }
+  uint32_t round_clients() const override { return static_cast<uint32_t>(sampled_.size()); }
+  std::optional<std::vector<int>> ToWake() const override {
+    return open_ ? sampled_ : std::vector<int>();
+  }
 
   // The open (or last) round's deadline, fixed as it opened, and what a learned one was made of.
-  absl::Duration deadline() const { return deadline_; }
-  DeadlineLearner::Fit deadline_fit() const { return learner_.Current(); }
-  bool deadline_learned() const { return learner_.learning(); }
+  absl::Duration deadline() const override { return deadline_; }
+  DeadlineLearner::Fit deadline_fit() const override { return learner_.Current(); }
+  bool deadline_learned() const override { return learner_.learning(); }
 
   // When the open round should close given what arrived so far (InfiniteFuture if never before
   // its deadline), and whether it should close at `now`.
   absl::Time CloseTime() const;
-  bool ShouldClose(absl::Time now) const { return open_ && now >= CloseTime(); }
+  bool ShouldClose(absl::Time now) const override { return open_ && now >= CloseTime(); }
   // Closes the open round; returns the clients that replied in time.
-  std::vector<int> Close();
+  std::vector<int> Close() override;
 
   // For checkpoints: the replies so far and the number of sampling draws made; Restore puts a
   // tracker back at `round` (open with `sampled` and `replied`, its deadline counted from `now`,
@@ -107,6 +82,11 @@ class RoundTracker {
   uint64_t draws() const { return draws_; }
   void Restore(int64_t round, bool open, std::vector<int> sampled, std::set<int> replied,
                uint64_t draws, absl::Time now);
+  // The same through the checkpoint: the open round's sample and replies (the logged updates'
+  // too) and the draws.
+  void Save(internal::AggregatorCheckpoint* ckpt) const override;
+  void Restore(const internal::AggregatorCheckpoint& ckpt,
+               const std::vector<internal::LoggedUpdate>& logged, absl::Time now) override;
 
  private:
   // Whether `client` is in the open (or last) round's sample.

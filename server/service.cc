@@ -441,7 +441,12 @@ void AggregatorServer::WakeFetches() {
       if (aggregator_->done()) {
         fetch_waiters_.WakeAll();
       } else {
-        fetch_waiters_.Wake(aggregator_->RoundClients());
+        const std::optional<std::vector<int>> clients = aggregator_->ClientsToWake();
+        if (clients.has_value()) {
+          fetch_waiters_.Wake(*clients);
+        } else {
+          fetch_waiters_.WakeAll();
+        }
       }
       return;
     }

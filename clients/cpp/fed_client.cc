@@ -59,8 +59,9 @@ class FedClient::BuiltinParticipant final : public Participant {
       TERN_ASSIGN_OR_RETURN(
           work_, NewLocalWork(task, {shared_.model.get(), &shared_.data.train, part_}, name_));
     }
-    const uint64_t data_seed =
-        options_.seed * 1000003 + static_cast<uint64_t>(options_.index) * 7919 + task.round();
+    const uint64_t data_seed = options_.seed * 1000003 +
+                               static_cast<uint64_t>(options_.index) * 7919 + task.round() +
+                               (static_cast<uint64_t>(task.attempt()) << 40);
     TERN_ASSIGN_OR_RETURN(WorkResult work, work_->Run(task, global, data_seed, context.adam));
     ApplyAttack(options_.attack, context.encode_seed, absl::MakeSpan(work.update));
     if (options_.delay > absl::ZeroDuration()) clock_->SleepFor(options_.delay);

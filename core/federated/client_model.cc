@@ -73,7 +73,8 @@ absl::StatusOr<bool> ClientModel::Apply(const v1::Task& task, v1::TensorBundle p
 }
 
 uint64_t ClientModel::EncodeSeed(const v1::Task& task, int64_t client_id) {
-  return task.seed() ^ (task.round() << 24) ^ (static_cast<uint64_t>(client_id) << 48);
+  return task.seed() ^ (task.round() << 24) ^ (static_cast<uint64_t>(client_id) << 48) ^
+         (static_cast<uint64_t>(task.attempt()) << 40);
 }
 
 absl::StatusOr<v1::TensorBundle> ClientModel::EncodeUpdate(const v1::Task& task, int64_t client_id,
