@@ -223,8 +223,7 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
   if (o.policy.deadline <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the round deadline must be > 0");
   }
-  TERN_RETURN_IF_ERROR(CheckLearnedDeadline(
-      {.k = o.policy.deadline_k, .floor = o.policy.deadline_floor, .ceiling = o.policy.deadline}));
+  TERN_RETURN_IF_ERROR(CheckLearnedDeadline(LearnedDeadline(o.policy)));
   if (!(o.server_lr > 0) || !(o.server_momentum >= 0 && o.server_momentum < 1)) {
     return absl::InvalidArgumentError("need server_lr > 0 and 0 <= server_momentum < 1");
   }

@@ -16,10 +16,7 @@ constexpr absl::Duration kStillWaiting = absl::Seconds(35);
 }  // namespace
 
 BufferedRounds::BufferedRounds(RoundPolicy policy)
-    : policy_(policy),
-      learner_(
-          {.k = policy.deadline_k, .floor = policy.deadline_floor, .ceiling = policy.deadline}),
-      deadline_(policy.deadline) {}
+    : policy_(policy), learner_(LearnedDeadline(policy)), deadline_(policy.deadline) {}
 
 absl::StatusOr<std::vector<int>> BufferedRounds::Open(absl::Time) {
   if (open_) return absl::FailedPreconditionError(absl::StrCat("version ", round_, " is open"));
@@ -68,6 +65,13 @@ bool BufferedRounds::Offer(absl::Time now) {
     offered = true;
   }
   return offered;
+}
+
+std::optional<std::vector<int>> BufferedRounds::ToWake() const {
+  if (policy_.concurrency == 0) return std::nullopt;
+  std::vector<int> clients;
+  for (const auto& [client, since] : offers_) clients.push_back(client);
+  return clients;
 }
 
 Rounds::Turn BufferedRounds::Take(int client, absl::Time now) {
@@ -131,6 +135,7 @@ absl::StatusOr<ReplyDecision> BufferedRounds::Reply(int client, int64_t round, a
   const absl::Time since = it->second.since;
   learner_.Observe(now - since);
   Free(client);
+  if (policy_.concurrency > 0) Offer(now);
   const int64_t tau = (open_ ? round_ : round_ + 1) - round;
   if (policy_.staleness.max > 0 && tau > policy_.staleness.max) {
     return ReplyDecision{.verdict = ReplyVerdict::kDropped,

@@ -40,8 +40,9 @@ class BufferedRounds : public Rounds {
   Turn Take(int client, absl::Time now) override;
   // The updates a version's step averages (DGC's per-worker clipping counts them).
   uint32_t round_clients() const override { return static_cast<uint32_t>(policy_.buffer); }
-  // A freed slot or a new version may be for any waiting client.
-  std::optional<std::vector<int>> ToWake() const override { return std::nullopt; }
+  // With slots for every client, a new version is for all; with C slots, only a client a slot
+  // was set aside for has a new answer.
+  std::optional<std::vector<int>> ToWake() const override;
 
   absl::StatusOr<ReplyDecision> Reply(int client, int64_t round, absl::Time now) override;
   void Unreply(int client, int64_t round) override;
@@ -76,6 +77,7 @@ class BufferedRounds : public Rounds {
   // Sets the free slots aside for waiting clients drawn uniformly, as FedBuff samples its
   // clients, rather than for whoever asks first: the client that just replied asks first, and
   // would otherwise take its slot straight back, so that the same C clients trained forever.
+  // Runs as a reply frees a slot (its sender is not waiting yet) and as a client asks.
   // Returns whether it set one aside.
   bool Offer(absl::Time now);
 

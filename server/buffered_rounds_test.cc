@@ -1,6 +1,8 @@
 #include "server/buffered_rounds.h"
 
 #include <cmath>
+#include <map>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -44,15 +46,18 @@ TEST(BufferedRounds, HandsOutAtMostConcurrencySlotsAndAReplyFreesOne) {
   ASSERT_THAT(d, IsOk());
   EXPECT_EQ(d->verdict, ReplyVerdict::kAccepted);
   EXPECT_TRUE(d->frees_slot);
+  // The freed slot is set aside for client 3, the one waiting, and only it is woken.
+  EXPECT_THAT(r.ToWake(), ::testing::Optional(std::vector<int>{3}));
+  EXPECT_FALSE(Takes(r, 1));
   EXPECT_TRUE(Takes(r, 3));
   EXPECT_EQ(r.in_flight(), 2u);
-  EXPECT_FALSE(r.ToWake().has_value());  // a freed slot may be for anyone
+  BufferedRounds every(FedBuffPolicy(0, 10));
+  EXPECT_FALSE(every.ToWake().has_value());  // with slots for all, a new version is for all
 }
 
 TEST(BufferedRounds, AFreedSlotGoesToAWaitingClientDrawnUniformlyNotBackToItsHolder) {
   BufferedRounds r(FedBuffPolicy(1, 1000));
-  r.SetAvailable({0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
-  ASSERT_THAT(r.Open(kBufferStart), IsOk());
+  OpenFirst(r);
   std::map<int, int> tasks;
   int holder = 0;
   ASSERT_TRUE(Takes(r, holder));
@@ -65,18 +70,18 @@ TEST(BufferedRounds, AFreedSlotGoesToAWaitingClientDrawnUniformlyNotBackToItsHol
       }
     }
     ASSERT_THAT(r.Reply(holder, 1, now), IsOk());
-    // The holder asks first, and gets its slot back only when the draw picks it.
-    const Rounds::Turn t = r.Take(holder, now);
-    EXPECT_TRUE(t.offered || t.train);
-    int next = t.train ? holder : -1;
+    // The holder asks first, but the slot went to one of those waiting as it was freed.
+    EXPECT_FALSE(Takes(r, holder, now));
+    int next = -1;
     for (int c = 0; c < 10 && next < 0; ++c) {
       if (Takes(r, c, now)) next = c;
     }
     ASSERT_GE(next, 0);
+    ASSERT_NE(next, holder);
     holder = next;
     ++tasks[holder];
   }
-  // Uniform over 10: 90 each, well inside 45..135; the same client again about a tenth.
+  // Uniform over the other 9 each time, so over all 10: 90 each, well inside 45..135.
   ASSERT_EQ(tasks.size(), 10u);
   for (const auto& [client, n] : tasks) {
     EXPECT_GT(n, 45) << client;
@@ -85,25 +90,14 @@ TEST(BufferedRounds, AFreedSlotGoesToAWaitingClientDrawnUniformlyNotBackToItsHol
 }
 
 TEST(BufferedRounds, ASlotSetAsideForAWaiterThatNeverComesGoesToAnother) {
-  // The first seed whose draw sets client 0's freed slot aside for client 1 (about every other).
-  for (uint64_t seed = 1; seed < 40; ++seed) {
-    RoundPolicy p = FedBuffPolicy(1, 1000);
-    p.seed = seed;
-    BufferedRounds r(p);
-    OpenFirst(r);
-    ASSERT_TRUE(Takes(r, 0));
-    EXPECT_FALSE(Takes(r, 1));
-    ASSERT_THAT(r.Reply(0, 1, kBufferStart), IsOk());
-    const Rounds::Turn t = r.Take(0, kBufferStart);
-    if (t.train) continue;  // the draw gave it back to client 0
-    EXPECT_TRUE(t.offered);
-    EXPECT_FALSE(Takes(r, 2, kBufferStart + absl::Seconds(1)));  // kept for client 1
-    // Client 1 never comes for it: 6 s on, it goes to one of those waiting then.
-    const absl::Time later = kBufferStart + absl::Seconds(6);
-    EXPECT_TRUE(Takes(r, 2, later) || Takes(r, 0, later));
-    return;
-  }
-  FAIL() << "no seed drew client 1";
+  BufferedRounds r(FedBuffPolicy(1, 1000));
+  OpenFirst(r);
+  ASSERT_TRUE(Takes(r, 0));
+  EXPECT_FALSE(Takes(r, 1));
+  ASSERT_THAT(r.Reply(0, 1, kBufferStart), IsOk());  // set aside for client 1, the one waiting
+  EXPECT_FALSE(Takes(r, 2, kBufferStart + absl::Seconds(1)));
+  // Client 1 never comes for it: 6 s on, it goes to one of those waiting then.
+  EXPECT_TRUE(Takes(r, 2, kBufferStart + absl::Seconds(6)));
 }
 
 TEST(BufferedRounds, ClosesAfterKBufferedUpdatesOfAnyVersionScaledByStaleness) {

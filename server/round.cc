@@ -68,10 +68,7 @@ constexpr size_t kRecentOpens = 8;
 }  // namespace
 
 RoundTracker::RoundTracker(RoundPolicy policy)
-    : policy_(policy),
-      learner_(
-          {.k = policy.deadline_k, .floor = policy.deadline_floor, .ceiling = policy.deadline}),
-      deadline_(policy.deadline) {}
+    : policy_(policy), learner_(LearnedDeadline(policy)), deadline_(policy.deadline) {}
 
 void RoundTracker::SetAvailable(std::set<int> clients) { available_ = std::move(clients); }
 

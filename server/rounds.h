@@ -59,6 +59,11 @@ struct RoundPolicy {
   Staleness staleness;
 };
 
+// The learned deadline's settings from the policy's (server/deadline.h).
+inline LearnedDeadlineOptions LearnedDeadline(const RoundPolicy& p) {
+  return {.k = p.deadline_k, .floor = p.deadline_floor, .ceiling = p.deadline};
+}
+
 // "uniform" | "score" (clients with higher scores are sampled with higher probability).
 absl::StatusOr<RoundPolicy::Sampling> ParseSampling(absl::string_view name);
 
