@@ -67,13 +67,6 @@ bool BufferedRounds::Offer(absl::Time now) {
   return offered;
 }
 
-std::optional<std::vector<int>> BufferedRounds::ToWake() const {
-  if (policy_.concurrency == 0) return std::nullopt;
-  std::vector<int> clients;
-  for (const auto& [client, since] : offers_) clients.push_back(client);
-  return clients;
-}
-
 Rounds::Turn BufferedRounds::Take(int client, absl::Time now) {
   Turn turn;
   if (!open_) return turn;

@@ -40,9 +40,9 @@ class BufferedRounds : public Rounds {
   Turn Take(int client, absl::Time now) override;
   // The updates a version's step averages (DGC's per-worker clipping counts them).
   uint32_t round_clients() const override { return static_cast<uint32_t>(policy_.buffer); }
-  // With slots for every client, a new version is for all; with C slots, only a client a slot
-  // was set aside for has a new answer.
-  std::optional<std::vector<int>> ToWake() const override;
+  // Any waiting client: a new version, or a slot set aside for it. (The clients a slot was set
+  // aside for alone would miss a version that opened while their fetch waited.)
+  std::optional<std::vector<int>> ToWake() const override { return std::nullopt; }
 
   absl::StatusOr<ReplyDecision> Reply(int client, int64_t round, absl::Time now) override;
   void Unreply(int client, int64_t round) override;
