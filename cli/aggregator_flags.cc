@@ -13,6 +13,7 @@
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);       // tern server's (server_cmd.cc)
 ABSL_DECLARE_FLAG(bool, fresh_start_if_damaged);  // tern server's (server_cmd.cc)
+ABSL_DECLARE_FLAG(std::string, parent);           // tern server's (server_cmd.cc)
 
 ABSL_FLAG(std::string, mode, "",
           "run: gossip (peer workers; the default) | federated | local-sgd | ps | fedbuff (a "
@@ -48,6 +49,10 @@ ABSL_FLAG(std::string, staleness, "poly:a=0.5",
           "server/run, mode fedbuff: s(tau), what an update tau versions old is multiplied by: "
           "poly:a=A ((1 + tau)^-A; A = 0.5 is FedBuff's 1/sqrt(1 + tau)) | hinge:a=A,b=B | const; "
           "each with ,max=M (older ones dropped)");
+ABSL_FLAG(tern::Int<tern::AtLeast(1)>, edge_rounds, 1,
+          "server/run: an edge aggregator's (tern server --parent, tern run --edges) rounds of its "
+          "own clients for each task of its parent; its update to the parent is the change they "
+          "made");
 ABSL_FLAG(std::string, sampling, "uniform", "server/run: client sampling: uniform | score");
 ABSL_FLAG(std::string, rule, "fedavg",
           "server/run: fedavg | median | trimmed-mean:trim=T | krum:f=F | multi-krum:f=F,m=M | "
@@ -186,6 +191,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s).value);
   a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
   a.fresh_start_if_damaged = absl::GetFlag(FLAGS_fresh_start_if_damaged);
+  if (!absl::GetFlag(FLAGS_parent).empty()) a.edge_rounds = absl::GetFlag(FLAGS_edge_rounds).value;
   a.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard).value;
   so.limits = StreamLimitsFromFlags(so.limits);
   so.metrics_listen = MetricsListenFromFlags();

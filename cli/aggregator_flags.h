@@ -28,6 +28,7 @@ ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, buffer);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(0)>, concurrency);
 ABSL_DECLARE_FLAG(std::string, staleness);
 ABSL_DECLARE_FLAG(std::string, sampling);
+ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(1)>, edge_rounds);
 ABSL_DECLARE_FLAG(std::string, rule);
 ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, server_lr);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(0)>, eval_every);

@@ -144,9 +144,10 @@ std::vector<CommandInfo> CommandTable() {
        .run = LaunchCommand,
        .takes_arguments = true},
       {.name = "server",
-       .summary = "the aggregator daemon (federated, local-sgd, ps rounds)",
+       .summary = "the aggregator daemon (federated, local-sgd, ps rounds; an edge of a parent "
+                  "aggregator with --parent)",
        .groups = {"cli/aggregator_flags.cc", "cli/server_cmd.cc", kRunFlags, kTaskFlags,
-                  kServiceFlags, kTlsFlags, kLimitFlags},
+                  kServiceFlags, kTlsFlags, kCallerFlags, kLimitFlags},
        .check = CheckServerFlags,
        .run = NoArgs<ServerMain>},
       {.name = "client",

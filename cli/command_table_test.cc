@@ -70,12 +70,14 @@ TEST(CommandTable, AFlagDefinedInAGroupFileIsThatCommandsWithNothingElseToList) 
   EXPECT_THAT(FlagsOf(Find(table, "server")), Not(Contains("clients")));
   EXPECT_THAT(FlagsOf(Find(table, "client")), Contains("clients"));
   // The shared files of clients/flags/: TLS is every serving or calling command's, a caller's
-  // token not a server's, the task's numbers the server's and not a client's.
+  // token a server's only as it calls a parent (--parent), the task's numbers the server's and
+  // not a client's.
   for (const char* c : {"worker", "server", "client", "scheduler", "health"}) {
     EXPECT_THAT(FlagsOf(Find(table, c)), Contains("tls_ca")) << c;
   }
   EXPECT_THAT(FlagsOf(Find(table, "health")), Contains("token_file"));
-  EXPECT_THAT(FlagsOf(Find(table, "server")), Not(Contains("token_file")));
+  EXPECT_THAT(FlagsOf(Find(table, "server")), Contains("token_file"));
+  EXPECT_THAT(FlagsOf(Find(table, "scheduler")), Not(Contains("token_file")));
   EXPECT_THAT(FlagsOf(Find(table, "server")), Contains("norm_guard"));
   EXPECT_THAT(FlagsOf(Find(table, "client")), Not(Contains("norm_guard")));
   EXPECT_THAT(FlagsOf(Find(table, "client")), Contains("partition"));

@@ -54,6 +54,21 @@ ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients_per_process, 25,
           "run: simulated clients per client process");
 ABSL_FLAG(std::string, kill_server_at_round, "",
           "run: fault injection, R: SIGKILL the server once round R closed, then restart it");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, edges, 0,
+          "run: E > 0: E edge aggregators (tern server --parent), each the parent's client for "
+          "a site of --clients/E clients that train with it; the codec flags are the uplinks' "
+          "(edge to parent), a site's clients send the edge uncompressed");
+ABSL_FLAG(std::vector<std::string>, site_netns, {},
+          "run: a network namespace per site (`ip netns exec`, root only): site s's clients (and "
+          "its edge, with --edges) run in the s-th, as behind one link; with --site_hosts, the "
+          "address each site serves on there, and --server_host the server's (run tern run in "
+          "the server's namespace)");
+ABSL_FLAG(std::vector<std::string>, site_hosts, {},
+          "run: with --site_netns, the IP of each site's namespace (its edge listens there)");
+ABSL_FLAG(std::string, server_host, "127.0.0.1",
+          "run: the IP the server listens on (beyond loopback: plaintext, for emulated links)");
+ABSL_FLAG(std::string, kill_edge_at_round, "",
+          "run: fault injection, R: SIGKILL edge 0 once round R closed, then restart it");
 ABSL_FLAG(std::string, kill_client_at_round, "",
           "run: fault injection, G@R[,G@R...]: SIGKILL client process G once round R closed");
 
@@ -87,8 +102,26 @@ struct FedRun {
   int rounds = 0;
   int k = 0;                                          // clients per round
   int kill_server_round = -1;                         // --kill_server_at_round
+  int kill_edge_round = -1;                           // --kill_edge_at_round
   std::vector<std::pair<int, int64_t>> client_kills;  // --kill_client_at_round: (group, round)
-  int groups() const { return (n + per - 1) / per; }
+  int edges = 0;                                      // --edges
+  std::vector<std::string> netns, hosts;              // --site_netns, --site_hosts
+  std::string server_host = "127.0.0.1";              // --server_host
+  // Sites: the clients of site (and edge) e are [site_first(e), site_first(e + 1)); one site
+  // without edges or namespaces.
+  int sites() const { return std::max({1, edges, static_cast<int>(netns.size())}); }
+  std::string site_netns(int e) const { return netns.empty() ? "" : netns[static_cast<size_t>(e)]; }
+  std::string site_host(int e) const {
+    return hosts.empty() ? "127.0.0.1" : hosts[static_cast<size_t>(e)];
+  }
+  int site_first(int e) const { return static_cast<int>(int64_t{n} * e / sites()); }
+  int site_size(int e) const { return site_first(e + 1) - site_first(e); }
+  // Client processes: `per` clients each, never across two sites.
+  int groups() const {
+    int g = 0;
+    for (int e = 0; e < sites(); ++e) g += (site_size(e) + per - 1) / per;
+    return g;
+  }
 };
 
 absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
@@ -112,6 +145,43 @@ absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
   TERN_ASSIGN_OR_RETURN(ServerOptions so, ServerOptionsFromFlags());
   TERN_RETURN_IF_ERROR(NormalizeAggregatorOptions(so.aggregator, *registries.codecs).status());
   TERN_RETURN_IF_ERROR(registries.rules->Create(so.aggregator.rule).status());
+  run->edges = absl::GetFlag(FLAGS_edges).value;
+  run->netns = absl::GetFlag(FLAGS_site_netns);
+  run->hosts = absl::GetFlag(FLAGS_site_hosts);
+  run->server_host = absl::GetFlag(FLAGS_server_host);
+  if (!run->netns.empty()) {
+    if (run->hosts.size() != run->netns.size()) {
+      return absl::InvalidArgumentError("--site_hosts: one IP for each of --site_netns");
+    }
+    if (run->edges > 0 && run->edges != static_cast<int>(run->netns.size())) {
+      return absl::InvalidArgumentError("--edges: one edge for each of --site_netns");
+    }
+    if (static_cast<int>(run->netns.size()) > run->n) {
+      return absl::InvalidArgumentError("--site_netns: more sites than --clients");
+    }
+  } else if (!run->hosts.empty()) {
+    return absl::InvalidArgumentError("--site_hosts goes with --site_netns");
+  }
+  if (run->edges > 0) {
+    if (run->mode != "federated" && run->mode != "local-sgd") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--edges: edge aggregators run federated or local-sgd rounds, not ", run->mode));
+    }
+    if (run->edges > run->n) {
+      return absl::InvalidArgumentError(absl::StrCat("--edges=", run->edges,
+                                                     " is more than --clients=", run->n,
+                                                     ": every edge needs a client"));
+    }
+    so.aggregator.edge_rounds = absl::GetFlag(FLAGS_edge_rounds).value;
+    so.aggregator.downstream = "model";
+    TERN_RETURN_IF_ERROR(NormalizeAggregatorOptions(so.aggregator, *registries.codecs).status());
+  }
+  if (const std::string k = absl::GetFlag(FLAGS_kill_edge_at_round); !k.empty()) {
+    if (run->edges < 1 || !absl::SimpleAtoi(k, &run->kill_edge_round) || run->kill_edge_round < 1 ||
+        run->kill_edge_round >= run->rounds) {
+      return absl::InvalidArgumentError("--kill_edge_at_round wants --edges and R in [1, rounds)");
+    }
+  }
   if (const std::string k = absl::GetFlag(FLAGS_kill_server_at_round); !k.empty()) {
     if (!absl::SimpleAtoi(k, &run->kill_server_round) || run->kill_server_round < 1 ||
         run->kill_server_round >= run->rounds) {
@@ -131,6 +201,7 @@ std::string FedRunName(const FedRun& run) {
                                : absl::GetFlag(FLAGS_update_codec);
   name = absl::StrCat(run.mode, "-", absl::StrReplaceAll(what, {{":", "-"}, {",", "-"}, {"=", ""}}),
                       "-", run.n, "clients");
+  if (run.edges > 0) name = absl::StrCat(name, "-", run.edges, "edges");
   if (absl::GetFlag(FLAGS_overlap_anchor).value > 0) name = absl::StrCat("overlap-", name);
   return name;
 }
@@ -166,9 +237,15 @@ v1::RunConfig FedConfig(const std::string& name, const FedRun& run, const TrainT
   return c;
 }
 
-// `tern server` with the run's settings, listening on `port` (0: any).
-std::vector<std::string> ServerArgs(const FedRun& run, const std::string& dir, int port) {
-  return {"server", absl::StrCat("--listen=127.0.0.1:", port),
+// A daemon serving on `host` beyond loopback without TLS says so (emulated links' runs).
+std::vector<std::string> PlaintextBeyondLoopback(const std::string& host) {
+  if (host.rfind("127.", 0) == 0 || host == "localhost" || absl::GetFlag(FLAGS_tls)) return {};
+  return {"--plaintext"};
+}
+
+// `tern server`'s flags for the run's settings, listening on `port` (0: any).
+std::vector<std::string> ServerFlags(const FedRun& run, const std::string& dir, int port) {
+  return {"server", absl::StrCat("--listen=", run.server_host, ":", port),
           absl::StrCat("--port_file=", dir, "/server.port"),
           absl::StrCat("--checkpoint=", dir, "/server.ckpt"), absl::StrCat("--mode=", run.mode),
           absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
@@ -217,28 +294,71 @@ std::vector<std::string> ServerArgs(const FedRun& run, const std::string& dir, i
           "--linger_s=600", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
 }
 
-// The client processes, `per` clients to each.
+// `tern server` with the run's settings, listening on `port` (0: any).
+std::vector<std::string> ServerArgs(const FedRun& run, const std::string& dir, int port) {
+  return Concat(ServerFlags(run, dir, port), PlaintextBeyondLoopback(run.server_host));
+}
+
+// The parent of a run with edges: its clients are the edges, every one in every round (a later
+// flag overrides an earlier one).
+std::vector<std::string> ParentArgs(const FedRun& run, const std::string& dir, int port) {
+  std::vector<std::string> args = ServerArgs(run, dir, port);
+  if (run.edges == 0) return args;
+  return Concat(args, {absl::StrCat("--min_clients=", run.edges),
+                       absl::StrCat("--clients_per_round=", run.edges),
+                       absl::StrCat("--min_replies=", run.edges)});
+}
+
+// Edge `e` of a run with edges, listening on `port` (0: any), the parent's client: a site's
+// clients each round (as many of them as --clients_per_round takes of all), sending updates
+// uncompressed over the site's LAN; the rounds' other settings as the run's.
+std::vector<std::string> EdgeArgs(const FedRun& run, const std::string& dir, int e,
+                                  const std::string& parent, int port) {
+  const int site = run.site_size(e);
+  const int k =
+      std::clamp(static_cast<int>(std::lround(static_cast<double>(run.k) * site / run.n)), 1, site);
+  const int min_replies = absl::GetFlag(FLAGS_min_replies).value;
+  // Its listen address replaces the server's (a later flag overrides an earlier one).
+  return Concat(Concat(ServerFlags(run, dir, port), PlaintextBeyondLoopback(run.site_host(e))),
+                {absl::StrCat("--listen=", run.site_host(e), ":", port),
+                 absl::StrCat("--port_file=", dir, "/edge-", e, ".port"),
+                 absl::StrCat("--checkpoint=", dir, "/edge-", e, ".ckpt"),
+                 absl::StrCat("--parent=", parent), absl::StrCat("--edge_name=edge-", e),
+                 absl::StrCat("--edge_rounds=", absl::GetFlag(FLAGS_edge_rounds).value),
+                 absl::StrCat("--min_clients=", site), absl::StrCat("--clients_per_round=", k),
+                 absl::StrCat("--min_replies=",
+                              min_replies > 0 ? std::clamp(min_replies * site / run.n, 1, k) : k),
+                 "--update_codec=none", "--error_feedback=false", "--memory=", "--downstream=model",
+                 "--downstream_codec=none", "--server_lr=1", "--server_momentum=0",
+                 "--outer=", "--linger_s=5"});
+}
+
+// The client processes, `per` clients to each, a site's (`addresses[e]`: its edge, or the one
+// server) apart from another's.
 std::vector<ChildProcess*> StartClientGroups(LocalCluster& cluster, const FedRun& run,
-                                             const std::string& address) {
+                                             const std::vector<std::string>& addresses) {
   std::vector<ChildProcess*> groups;
-  for (int g = 0; g < run.groups(); ++g) {
-    const int first = g * run.per;
-    groups.push_back(cluster.Start(
-        "client group", g,
-        Concat({"client", absl::StrCat("--server=", address),
-                absl::StrCat("--clients=", std::min(run.per, run.n - first)),
-                absl::StrCat("--first_client=", first), absl::StrCat("--partitions=", run.n),
-                absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
-                absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
-                absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
-                absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-                absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-                absl::StrCat("--attack=", absl::GetFlag(FLAGS_attack)),
-                absl::StrCat("--attack_fraction=", absl::GetFlag(FLAGS_attack_fraction).value),
-                absl::StrCat("--client_delay_s=", absl::GetFlag(FLAGS_client_delay_s)),
-                absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
-               cluster.TlsArgs("clients")),
-        absl::StrCat("clients-", g, ".log")));
+  for (int e = 0; e < run.sites(); ++e) {
+    const int end = run.site_first(e + 1);
+    for (int first = run.site_first(e); first < end; first += run.per) {
+      const int g = static_cast<int>(groups.size());
+      groups.push_back(cluster.Start(
+          "client group", g,
+          Concat({"client", absl::StrCat("--server=", addresses[static_cast<size_t>(e)]),
+                  absl::StrCat("--clients=", std::min(run.per, end - first)),
+                  absl::StrCat("--first_client=", first), absl::StrCat("--partitions=", run.n),
+                  absl::StrCat("--partition=", absl::GetFlag(FLAGS_partition)),
+                  absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
+                  absl::StrCat("--data=", absl::GetFlag(FLAGS_data)),
+                  absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+                  absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+                  absl::StrCat("--attack=", absl::GetFlag(FLAGS_attack)),
+                  absl::StrCat("--attack_fraction=", absl::GetFlag(FLAGS_attack_fraction).value),
+                  absl::StrCat("--client_delay_s=", absl::GetFlag(FLAGS_client_delay_s)),
+                  absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))},
+                 cluster.TlsArgs("clients")),
+          absl::StrCat("clients-", g, ".log"), run.site_netns(e)));
+    }
   }
   return groups;
 }
@@ -288,18 +408,28 @@ int PortOf(const std::string& address) {
 // asked for (and restarts the killed server from its checkpoint).
 class FedWatch {
  public:
+  // `edges` and `edge_addresses`: a run with edges' (empty otherwise).
   FedWatch(LocalCluster* cluster, const FedRun& run, ChildProcess* server,
-           std::vector<ChildProcess*> groups, const std::string& address, const EvalSetup* eval,
-           const CodecRegistry* codecs)
+           std::vector<ChildProcess*> groups, const std::string& address,
+           std::vector<ChildProcess*> edges, const std::vector<std::string>& edge_addresses,
+           const EvalSetup* eval, const CodecRegistry* codecs)
       : cluster_(*cluster),
         run_(run),
         server_(server),
         groups_(std::move(groups)),
+        edges_(std::move(edges)),
         port_(PortOf(address)),
+        address_(address),
         stub_(v1::Aggregator::NewStub(
             MakeChannel(address, ChannelKind::kDefault, cluster->credentials()))),
         eval_(*eval),
-        codecs_(*codecs) {}
+        codecs_(*codecs) {
+    for (const std::string& a : edge_addresses) {
+      edge_ports_.push_back(PortOf(a));
+      edge_stubs_.push_back(
+          v1::Aggregator::NewStub(MakeChannel(a, ChannelKind::kDefault, cluster->credentials())));
+    }
+  }
 
   // Until the last round is evaluated, the server is gone or Ctrl-C.
   void Run() {
@@ -307,6 +437,7 @@ class FedWatch {
       cluster_.Reap();
       if (!server_->alive && !RestartKilledServer()) break;
       if (!server_->alive) continue;
+      if (!edges_.empty() && !edges_[0]->alive && !RestartKilledEdge()) break;
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
       v1::ServerStatus st;
@@ -324,12 +455,16 @@ class FedWatch {
       absl::SleepFor(absl::Milliseconds(50));
     }
     stub_.reset();  // an open connection would hold the server's graceful shutdown to its grace
+    edge_stubs_.clear();
   }
 
   int64_t evaluated() const { return evaluated_; }
   double last_acc() const { return last_acc_; }
   double best_acc() const { return best_acc_; }
   const v1::ServerStatus& last() const { return last_; }
+  // The edges' counters summed (as of the last round evaluated), their restarts and their
+  // parent traffic.
+  const v1::ServerStatus& edges_last() const { return edges_last_; }
 
  private:
   // The server died: restarted (true) when it was the injected fault, else false (said why).
@@ -343,13 +478,76 @@ class FedWatch {
     cluster_.Restart(server_,
                      Concat(ServerArgs(run_, cluster_.dir(), port_), cluster_.TlsArgs("server")));
     server_killed_ = false;
-    if (!cluster_.WaitForAddress(server_, "server.port", absl::Seconds(60)).ok()) return false;
+    if (!cluster_.WaitForAddress(server_, "server.port", absl::Seconds(60), run_.server_host)
+             .ok()) {
+      return false;
+    }
     std::fprintf(stderr, "\n[fault injection] server restarted from its checkpoint\n");
     return true;
   }
 
+  // Edge 0 died: restarted (true) when it was the injected fault, else false (said why).
+  bool RestartKilledEdge() {
+    if (!edge_killed_) {
+      std::fprintf(stderr, "\ntern run: edge 0 exited; log:\n%s\n", Tail(edges_[0]->log).c_str());
+      return false;
+    }
+    // On the same port (its clients know that address); its checkpoint brings its round back.
+    ::unlink((cluster_.dir() + "/edge-0.port").c_str());
+    cluster_.Restart(edges_[0], Concat(EdgeArgs(run_, cluster_.dir(), 0, address_, edge_ports_[0]),
+                                       cluster_.TlsArgs("edges")));
+    edge_killed_ = false;
+    if (!cluster_.WaitForAddress(edges_[0], "edge-0.port", absl::Seconds(60), run_.site_host(0))
+             .ok()) {
+      return false;
+    }
+    std::fprintf(stderr, "\n[fault injection] edge 0 restarted from its checkpoint\n");
+    return true;
+  }
+
+  // Every edge's counters, summed (restarts and parent traffic too).
+  v1::ServerStatus EdgesStatus() {
+    v1::ServerStatus sum;
+    for (auto& stub : edge_stubs_) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      v1::ServerStatus st;
+      if (!stub->Status(&ctx, v1::StatusRequest(), &st).ok()) return edges_last_;
+      sum.set_payload_bytes_up(sum.payload_bytes_up() + st.payload_bytes_up());
+      sum.set_payload_bytes_down(sum.payload_bytes_down() + st.payload_bytes_down());
+      sum.set_updates_accepted(sum.updates_accepted() + st.updates_accepted());
+      sum.set_restarts(sum.restarts() + st.restarts());
+      sum.set_parent_bytes_up(sum.parent_bytes_up() + st.parent_bytes_up());
+      sum.set_parent_bytes_down(sum.parent_bytes_down() + st.parent_bytes_down());
+      sum.set_parent_updates(sum.parent_updates() + st.parent_updates());
+    }
+    return sum;
+  }
+
   // Returns true when it killed the server (the caller then waits for it to go).
   bool InjectFaults(int64_t done, const v1::ServerStatus& st) {
+    if (run_.kill_edge_round > 0 && !edge_killed_ && !edge_was_killed_ &&
+        done >= run_.kill_edge_round) {
+      // Mid-round: in a round it opened for the parent's next task, once an update reached it.
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      v1::ServerStatus es;
+      if (edge_stubs_[0]->Status(&ctx, v1::StatusRequest(), &es).ok() && es.round_open()) {
+        if (es.round() != edge_round_seen_) {
+          edge_round_seen_ = es.round();
+          edge_accepted_at_open_ = es.updates_accepted();
+        } else if (es.updates_accepted() > edge_accepted_at_open_) {
+          cluster_.Kill(edges_[0]);
+          edge_killed_ = edge_was_killed_ = true;
+          std::fprintf(
+              stderr,
+              "\n[fault injection] killed edge 0 in its round %llu (parent round %lld) "
+              "with %llu of its updates acknowledged\n",
+              static_cast<unsigned long long>(es.round() + 1), static_cast<long long>(done + 1),
+              static_cast<unsigned long long>(es.updates_accepted() - edge_accepted_at_open_));
+        }
+      }
+    }
     if (run_.kill_server_round > 0 && !server_killed_ && done >= run_.kill_server_round &&
         st.restarts() == 0) {
       cluster_.Kill(server_);
@@ -398,7 +596,12 @@ class FedWatch {
       last_acc_ = ev.accuracy;
       best_acc_ = std::max(best_acc_, ev.accuracy);
       last_ = rs;
-      const v1::MetricsRow row = RoundRow(run_, r, rs, ev, start_);
+      v1::MetricsRow row = RoundRow(run_, r, rs, ev, start_);
+      if (!edge_stubs_.empty()) {
+        edges_last_ = EdgesStatus();
+        row.set_edge_mb_up(static_cast<float>(edges_last_.payload_bytes_up() / 1e6));
+        row.set_edge_mb_down(static_cast<float>(edges_last_.payload_bytes_down() / 1e6));
+      }
       cluster_.AppendMetrics(row);
       std::printf(
           "%sround %lld/%d [%s] | %u updates | train loss %.3f | acc %.2f%% | up %.2f MB | "
@@ -425,7 +628,16 @@ class FedWatch {
   const FedRun& run_;
   ChildProcess* const server_;
   const std::vector<ChildProcess*> groups_;
+  const std::vector<ChildProcess*> edges_;
   const int port_;  // the server's, kept across a restart (the clients know that address)
+  const std::string address_;
+  std::vector<int> edge_ports_;  // likewise
+  std::vector<std::unique_ptr<v1::Aggregator::Stub>> edge_stubs_;
+  v1::ServerStatus edges_last_;
+  bool edge_killed_ = false;                 // killed and not yet restarted
+  bool edge_was_killed_ = false;             // once a run
+  uint64_t edge_round_seen_ = ~uint64_t{0};  // the edge round whose start the next two hold
+  uint64_t edge_accepted_at_open_ = 0;
   std::unique_ptr<v1::Aggregator::Stub> stub_;
   const EvalSetup& eval_;
   const CodecRegistry& codecs_;
@@ -471,16 +683,20 @@ int RunFederatedMain(const std::string& self_exe) {
 
   ::unlink((dir + "/server.port").c_str());
   ::unlink((dir + "/server.ckpt").c_str());
+  for (int e = 0; e < run.edges; ++e) {
+    ::unlink(absl::StrCat(dir, "/edge-", e, ".port").c_str());
+    ::unlink(absl::StrCat(dir, "/edge-", e, ".ckpt").c_str());
+  }
   if (absl::GetFlag(FLAGS_tls)) {
-    if (absl::Status s = cluster.UseTls({"server", "clients"}); !s.ok()) {
+    if (absl::Status s = cluster.UseTls({"server", "clients", "edges"}); !s.ok()) {
       std::fprintf(stderr, "tern run: --tls: %s\n", s.ToString().c_str());
       return 1;
     }
   }
   ChildProcess* server = cluster.Start(
-      "server", 0, Concat(ServerArgs(run, dir, 0), cluster.TlsArgs("server")), "server.log");
+      "server", 0, Concat(ParentArgs(run, dir, 0), cluster.TlsArgs("server")), "server.log");
   absl::StatusOr<std::string> address =
-      cluster.WaitForAddress(server, "server.port", absl::Seconds(60));
+      cluster.WaitForAddress(server, "server.port", absl::Seconds(60), run.server_host);
   if (!address.ok()) {
     if (!cluster.interrupted()) {
       std::fprintf(stderr, "tern run: %s\n", std::string(address.status().message()).c_str());
@@ -489,7 +705,27 @@ int RunFederatedMain(const std::string& self_exe) {
     if (cluster.interrupted()) return 130;
     return 1;
   }
-  FedWatch watch(&cluster, run, server, StartClientGroups(cluster, run, *address), *address, &setup,
+  // With edges, each site's clients train with their edge, the edges with the server.
+  std::vector<ChildProcess*> edges;
+  std::vector<std::string> sites(static_cast<size_t>(run.sites()), *address);
+  if (run.edges > 0) sites.clear();
+  for (int e = 0; e < run.edges; ++e) {
+    edges.push_back(cluster.Start(
+        "edge", e, Concat(EdgeArgs(run, dir, e, *address, 0), cluster.TlsArgs("edges")),
+        absl::StrCat("edge-", e, ".log"), run.site_netns(e)));
+    absl::StatusOr<std::string> a = cluster.WaitForAddress(
+        edges.back(), absl::StrCat("edge-", e, ".port"), absl::Seconds(60), run.site_host(e));
+    if (!a.ok()) {
+      if (!cluster.interrupted()) {
+        std::fprintf(stderr, "tern run: %s\n", std::string(a.status().message()).c_str());
+      }
+      cluster.Finish();
+      return cluster.interrupted() ? 130 : 1;
+    }
+    sites.push_back(*a);
+  }
+  FedWatch watch(&cluster, run, server, StartClientGroups(cluster, run, sites), *address, edges,
+                 run.edges > 0 ? sites : std::vector<std::string>{}, &setup,
                  registries.codecs.get());
   watch.Run();
   const bool interrupted = cluster.interrupted();
@@ -524,6 +760,14 @@ int RunFederatedMain(const std::string& self_exe) {
           std::max<double>(
               1, static_cast<double>(last.payload_bytes_up() + last.payload_bytes_down())),
       dir.c_str());
+  if (run.edges > 0) {
+    const v1::ServerStatus& e = watch.edges_last();
+    std::printf(
+        "edges: %d, each the server's client: %llu updates up (%.2f MB), their clients' %.2f MB "
+        "up to them; %llu edge restarts\n",
+        run.edges, static_cast<unsigned long long>(e.parent_updates()), e.parent_bytes_up() / 1e6,
+        e.payload_bytes_up() / 1e6, static_cast<unsigned long long>(e.restarts()));
+  }
   if (last.staleness_size() > 1) {
     double n = 0, sum = 0;
     for (int t = 0; t < last.staleness_size(); ++t) {

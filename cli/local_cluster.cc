@@ -42,21 +42,24 @@ ChildProcess* LocalCluster::Start(std::string what, int id, const std::vector<st
   c.what = std::move(what);
   c.id = id;
   c.log = absl::StrCat(dir_, "/", log_name);
-  if (netns.empty()) {
-    c.pid = Spawn(self_exe_, args, c.log);
-  } else {
-    // `ip netns exec` execs the command in place: the pid is the child's own (Kill works).
-    std::vector<std::string> wrapped = {"netns", "exec", netns, self_exe_};
-    wrapped.insert(wrapped.end(), args.begin(), args.end());
-    c.pid = Spawn(kIpCommand, wrapped, c.log);
-  }
+  c.netns = netns;
+  c.pid = SpawnIn(c.netns, args, c.log);
   c.alive = c.pid > 0;
   return &c;
 }
 
+pid_t LocalCluster::SpawnIn(const std::string& netns, const std::vector<std::string>& args,
+                            const std::string& log) {
+  if (netns.empty()) return Spawn(self_exe_, args, log);
+  // `ip netns exec` execs the command in place: the pid is the child's own (Kill works).
+  std::vector<std::string> wrapped = {"netns", "exec", netns, self_exe_};
+  wrapped.insert(wrapped.end(), args.begin(), args.end());
+  return Spawn(kIpCommand, wrapped, log);
+}
+
 void LocalCluster::Restart(ChildProcess* child, const std::vector<std::string>& args) {
   child->log += ".restarted";
-  child->pid = Spawn(self_exe_, args, child->log);
+  child->pid = SpawnIn(child->netns, args, child->log);
   child->alive = child->pid > 0;
   child->killed = false;
   child->failure.clear();

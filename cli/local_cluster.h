@@ -44,7 +44,7 @@ class LocalCluster {
   // With `netns`, the child runs in that network namespace (`ip netns exec`; root only).
   ChildProcess* Start(std::string what, int id, const std::vector<std::string>& args,
                       const std::string& log_name, const std::string& netns = "");
-  // Starts `child` again with `args` (its output now in <log>.restarted).
+  // Starts `child` again with `args`, in its namespace (its output now in <log>.restarted).
   void Restart(ChildProcess* child, const std::vector<std::string>& args);
   // SIGKILLs `child` (fault injection).
   void Kill(ChildProcess* child);
@@ -76,6 +76,9 @@ class LocalCluster {
 
  private:
   std::vector<ChildProcess*> All();
+  // `tern <args>` in `netns` ("": here), its output to `log`.
+  pid_t SpawnIn(const std::string& netns, const std::vector<std::string>& args,
+                const std::string& log);
 
   const std::string self_exe_;
   const std::string dir_;

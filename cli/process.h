@@ -18,6 +18,7 @@ struct ChildProcess {
   pid_t pid = -1;
   bool alive = false;
   std::string log;
+  std::string netns;    // the network namespace it runs in ("": the launcher's)
   bool killed = false;  // SIGKILLed on purpose (fault injection): its end is no failure
   std::string failure;  // why it ended, when it ended unbidden and not cleanly
 };

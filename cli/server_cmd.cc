@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -22,11 +23,13 @@
 #include "cli/commands.h"
 #include "cli/process.h"
 #include "cli/run_health.h"
+#include "clients/cpp/edge_uplink.h"
 #include "clients/flags/flag_types.h"
 #include "clients/flags/service_flags.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "core/ops/systemd.h"
+#include "core/rpc/address.h"
 #include "kernels/builtin.h"
 #include "server/service.h"
 #include "server/state_store.h"
@@ -43,6 +46,13 @@ ABSL_FLAG(bool, verify_checkpoint, false,
 ABSL_FLAG(bool, standby, false,
           "server: with a --checkpoint that another tern server (the primary) holds, on a volume "
           "both reach: wait until that one ends, then resume from the checkpoint and serve");
+ABSL_FLAG(std::string, parent, "",
+          "server: HOST:PORT of a parent aggregator: this server is an edge aggregator, one "
+          "client of the parent (--token_file and --tls_* for that call too); each parent task "
+          "runs --edge_rounds rounds of this server's clients from the parent's model and sends "
+          "the change up, encoded as the parent's task says; the run ends when the parent's does");
+ABSL_FLAG(std::string, edge_name, "",
+          "server: how the parent's log names this edge (default edge-PORT)");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, linger_s, 10,
           "server: seconds to keep serving after the last round");
 
@@ -57,6 +67,12 @@ absl::Status CheckServerFlags() {
     if (::access(dir.c_str(), W_OK | X_OK) != 0) {
       return absl::InvalidArgumentError(absl::StrCat("--checkpoint=", path, ": cannot write in ",
                                                      dir, " (", std::strerror(errno), ")"));
+    }
+  }
+  if (const std::string parent = absl::GetFlag(FLAGS_parent); !parent.empty()) {
+    if (const HostPort hp = SplitHostPort(parent); hp.host.empty() || hp.port.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--parent=", parent, ": want the parent aggregator's HOST:PORT"));
     }
   }
   if (absl::GetFlag(FLAGS_standby) && absl::GetFlag(FLAGS_checkpoint).empty()) {
@@ -150,6 +166,26 @@ int ServerMain() {
   WritePortFile(absl::GetFlag(FLAGS_port_file), (*server)->port());
   LogMetricsAddress("server", options->metrics_listen, (*server)->metrics_port());
   AggregatorServer* s = server->get();
+  // An edge: the uplink to the parent on a thread of its own; its end (the parent's run over)
+  // ends this run too, and its failure stops the daemon (rc 1, for systemd to restart it).
+  std::atomic<bool> stop_uplink{false};
+  std::atomic<bool> uplink_failed{false};
+  std::thread uplink;
+  if (const std::string parent = absl::GetFlag(FLAGS_parent); !parent.empty()) {
+    AggregatorClientOptions co;
+    co.run_id = options->aggregator.run_id;
+    co.name = absl::GetFlag(FLAGS_edge_name).empty() ? absl::StrCat("edge-", s->port())
+                                                     : absl::GetFlag(FLAGS_edge_name);
+    co.server = parent;
+    uplink = std::thread([&, parent, co] {
+      absl::Status u = RunEdgeUplink(&s->aggregator(), parent, options->tls, co, stop_uplink);
+      if (!u.ok()) {
+        spdlog::error("server: the uplink to the parent {} failed: {}", parent, u.ToString());
+        uplink_failed = true;
+        kill(getpid(), SIGTERM);
+      }
+    });
+  }
   SystemdNotifier systemd([s] { return RanRecently(s->last_tick(), absl::Seconds(10)); });
   systemd.Ready(absl::StrCat("serving run '", options->aggregator.run_id, "' on port ", s->port()));
   // The last round's close raises SIGUSR1 after the linger (so clients hear DONE and the final
@@ -166,11 +202,13 @@ int ServerMain() {
   quit.Notify();
   spdlog::info("server: {}, shutting down", sig == SIGUSR1 ? "run finished" : strsignal(sig));
   systemd.Stopping();
+  stop_uplink = true;
+  if (uplink.joinable()) uplink.join();
   const absl::Time t0 = absl::Now();
   (*server)->Shutdown(absl::Seconds(5));
   waiter.join();
   spdlog::info("server: stopped in {:.2f} s", absl::ToDoubleSeconds(absl::Now() - t0));
-  return 0;
+  return uplink_failed ? 1 : 0;
 }
 
 }  // namespace tern

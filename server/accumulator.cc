@@ -92,6 +92,12 @@ double RoundAccumulator::mean_loss() const {
   return total_weight_ > 0 ? loss_sum_ / total_weight_ : 0.0;
 }
 
+double RoundAccumulator::total_weight() const {
+  absl::MutexLock lock(&mu_);
+  AwaitIdle();
+  return total_weight_;
+}
+
 double RoundAccumulator::mean_batch() const {
   absl::MutexLock lock(&mu_);
   AwaitIdle();

@@ -43,6 +43,7 @@ class RoundAccumulator {
 
   size_t count() const ABSL_LOCKS_EXCLUDED(mu_);
   double mean_loss() const ABSL_LOCKS_EXCLUDED(mu_);
+  double total_weight() const ABSL_LOCKS_EXCLUDED(mu_);
   double mean_batch() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Writes the round's aggregate to `out` (the model's size); false when there is none: nothing

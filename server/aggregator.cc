@@ -198,6 +198,18 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
         absl::StrCat("--min_replies=", o.policy.min_replies, " is more than --clients_per_round=",
                      o.policy.clients_per_round, ": a round could never close on its replies"));
   }
+  if (o.edge_rounds < 0) return absl::InvalidArgumentError("edge rounds must be >= 0");
+  if (o.edge_rounds > 0) {
+    if (o.mode != "federated" && o.mode != "local-sgd") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "an edge aggregator (--parent) runs federated or local-sgd rounds, not ", o.mode));
+    }
+    if (o.downstream != "model") {
+      // Each parent task replaces the model: there is no chain of deltas to catch up along.
+      return absl::InvalidArgumentError(
+          "an edge aggregator (--parent) sends its clients the model: --downstream=model");
+    }
+  }
   // The work matches the mode: gradients for ps, local training otherwise.
   if (o.mode == "ps") {
     if (!o.task.has_gradient()) {
@@ -344,6 +356,7 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
       downstream_(MakeDownstream(options_, codecs)),
       step_(MakeServerStep(options_, downstream_.get(), std::move(outer))),
       rounds_(MakeRounds(options_)),
+      edge_(options_.edge_rounds > 0 ? std::make_unique<EdgeTier>(options_.edge_rounds) : nullptr),
       clients_(options_.client_timeout),
       norm_guard_(options_.norm_guard),
       // A client catches up only from a model the downstream still has every update since.
@@ -352,7 +365,8 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
                  ? nullptr
                  : std::make_unique<StateStore>(options_.checkpoint_path)) {
   counters_.set_mode(options_.mode);
-  counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
+  // An edge learns its from the parent's first task.
+  counters_.set_total_rounds(edge_ != nullptr ? 0 : static_cast<uint64_t>(options_.total_rounds));
 }
 
 absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
@@ -366,7 +380,8 @@ absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
   }
   counters_ = ckpt.counters();
   counters_.set_mode(options_.mode);
-  counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
+  // An edge's is its parent's, as saved.
+  if (edge_ == nullptr) counters_.set_total_rounds(static_cast<uint64_t>(options_.total_rounds));
   clients_.Restore(ckpt);
   if (ckpt.model().tensors_size() == 0) return absl::OkStatus();  // no model yet
   TERN_RETURN_IF_ERROR(AdoptModel(ckpt.model()));
@@ -374,6 +389,7 @@ absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
   round_eval_ = ckpt.round_eval();
   TERN_RETURN_IF_ERROR(step_->Restore(ckpt.optimizer(), static_cast<int64_t>(ckpt.round())));
   TERN_RETURN_IF_ERROR(downstream_->Restore(ckpt.downstream()));
+  if (edge_ != nullptr) TERN_RETURN_IF_ERROR(edge_->Restore(ckpt.edge(), layout_, *codecs_));
   // The model adopted above is the global model after ckpt.round() rounds.
   history_.Clear();
   PublishModel(static_cast<int64_t>(ckpt.round()));
@@ -467,6 +483,7 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
   FetchResult r;
   r.task = options_.task;
   r.task.set_round(rounds_->round());
+  if (edge_ != nullptr) r.task.set_total_rounds(counters_.total_rounds());
   step_->AdjustTask(rounds_->round(), &r.task);
   if (counters_.done()) {
     r.task.set_kind(v1::Task::DONE);
@@ -772,9 +789,14 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
   round_eval_.Clear();
   std::vector<float> mean(model_.size(), 0.0f);
   TERN_ASSIGN_OR_RETURN(bool have_update, accumulator_->Aggregate(absl::MakeSpan(mean)));
+  if (edge_ != nullptr) {
+    edge_->Closed(round, accumulator_->total_weight(), accumulator_->mean_loss(),
+                  accumulator_->mean_batch());
+  }
   accumulator_->Reset();
   counters_.set_round(static_cast<uint64_t>(round));
-  if (round >= options_.total_rounds) counters_.set_done(true);
+  // An edge's run ends when its parent's does (Finish).
+  if (edge_ == nullptr && round >= options_.total_rounds) counters_.set_done(true);
   TERN_RETURN_IF_ERROR(
       step_->Close(have_update ? &mean : nullptr, round, &model_, downstream_.get()));
   PublishModel(round);
@@ -795,7 +817,10 @@ absl::Status Aggregator::Tick(absl::Time now) {
     // Only between rounds: the set of available clients is O(N) to build, and Tick runs after
     // every push.
     const int needed = counters_.round() == 0 ? options_.min_clients : 1;
-    if (!rounds_->open() && !counters_.done() && clients_.CountAvailable(now) >= needed) {
+    const bool may_open =
+        edge_ == nullptr || edge_->MayOpen(static_cast<int64_t>(counters_.round()));
+    if (!rounds_->open() && !counters_.done() && may_open &&
+        clients_.CountAvailable(now) >= needed) {
       // Once a round, as it opens: those gone are not available, so the count above stands.
       clients_.Forget(now, std::max(options_.forget_clients_after, options_.client_timeout), {});
       counters_.set_clients_joined(static_cast<uint32_t>(clients_.size()));
@@ -832,6 +857,8 @@ std::shared_ptr<internal::AggregatorCheckpoint> Aggregator::SnapshotState() {
     *c->mutable_round_eval() = round_eval_;
     step_->Save(c->mutable_optimizer());
     downstream_->Save(c->mutable_downstream());
+    // Only a layout the base has fails here, and the base was made in it.
+    if (edge_ != nullptr) edge_->Save(layout_, c->mutable_edge()).IgnoreError();
   }
   clients_.Save(c.get());
   *c->mutable_counters() = counters_;
@@ -904,6 +931,92 @@ uint64_t Aggregator::MaxUpdateBytes() const {
 std::vector<ParamTensor> Aggregator::layout() const {
   absl::MutexLock lock(&mu_);
   return layout_;
+}
+
+std::vector<float> Aggregator::model() const {
+  absl::MutexLock lock(&mu_);
+  return model_;
+}
+
+absl::Status Aggregator::Rebase(int64_t parent_round, int64_t parent_client,
+                                uint64_t parent_total_rounds, absl::Span<const float> global) {
+  std::shared_ptr<internal::AggregatorCheckpoint> ckpt;
+  uint64_t seq = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (edge_ == nullptr) return absl::FailedPreconditionError("not an edge aggregator");
+    if (!have_model_ || global.size() != model_.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the parent's model has ", global.size(), " parameters; this edge's ", model_.size()));
+    }
+    for (float v : global) {
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError("the parent's model holds Inf or NaN");
+      }
+    }
+    if (rounds_->open()) {
+      // Trained from an older parent model: of no use to the parent's task now.
+      rounds_->Close();
+      counters_.set_updates_dropped(counters_.updates_dropped() + accumulator_->count());
+      spdlog::warn("server: edge round {} closed unused: the parent moved on to round {}",
+                   rounds_->round(), parent_round);
+      accumulator_->Reset();
+      round_eval_.Clear();
+      counters_.set_round(static_cast<uint64_t>(rounds_->round()));
+    }
+    const int64_t round = static_cast<int64_t>(counters_.round());
+    model_.assign(global.begin(), global.end());
+    edge_->Rebase(parent_round, parent_client, parent_total_rounds, model_, round);
+    counters_.set_parent_round(static_cast<uint64_t>(parent_round));
+    counters_.set_total_rounds(parent_total_rounds * static_cast<uint64_t>(options_.edge_rounds));
+    // The clients' copies are of another model now: every one gets this model whole.
+    history_.Clear();
+    PublishModel(round);
+    ckpt = SnapshotState();
+    seq = state_seq_;
+  }
+  return WriteCheckpoint(std::move(ckpt), seq);
+}
+
+Aggregator::EdgeProgress Aggregator::Edge(bool with_update) const {
+  absl::MutexLock lock(&mu_);
+  EdgeProgress p;
+  if (edge_ == nullptr || !edge_->active()) return p;
+  const int64_t round = static_cast<int64_t>(counters_.round());
+  p.active = true;
+  p.parent_round = edge_->parent_round();
+  p.parent_client = edge_->parent_client();
+  p.base_crc = edge_->base_crc();
+  p.ready = edge_->Ready(round);
+  if (!p.ready || !with_update) return p;
+  const std::vector<float>& base = edge_->base();
+  p.update.resize(model_.size());
+  for (size_t i = 0; i < model_.size(); ++i) p.update[i] = model_[i] - base[i];
+  p.weight = edge_->weight();
+  p.loss = edge_->mean_loss();
+  p.batch = edge_->mean_batch();
+  return p;
+}
+
+void Aggregator::CountParentTraffic(uint64_t bytes_up, uint64_t bytes_down, bool accepted) {
+  absl::MutexLock lock(&mu_);
+  counters_.set_parent_bytes_up(counters_.parent_bytes_up() + bytes_up);
+  counters_.set_parent_bytes_down(counters_.parent_bytes_down() + bytes_down);
+  if (accepted) counters_.set_parent_updates(counters_.parent_updates() + 1);
+}
+
+absl::Status Aggregator::Finish() {
+  std::shared_ptr<internal::AggregatorCheckpoint> ckpt;
+  uint64_t seq = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (counters_.done()) return absl::OkStatus();
+    counters_.set_done(true);
+    ++events_;  // waiting fetches hear DONE
+    ckpt = SnapshotState();
+    seq = state_seq_;
+  }
+  return WriteCheckpoint(std::move(ckpt), seq);
 }
 
 }  // namespace tern

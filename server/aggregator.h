@@ -36,6 +36,7 @@
 #include "server/aggregation.h"
 #include "server/client_book.h"
 #include "server/downstream.h"
+#include "server/edge.h"
 #include "server/model_history.h"
 #include "server/rounds.h"
 #include "server/server_step.h"
@@ -53,6 +54,10 @@ struct AggregatorOptions {
   // policy.concurrency clients train at once and every policy.buffer updates, each scaled by
   // its staleness, make one server step (server/buffered_rounds.h).
   std::string mode = "federated";
+  // > 0: an edge aggregator (tern server --parent, server/edge.h): one client of a parent
+  // aggregator, whose rounds open only for a parent task (Rebase), this many to a task;
+  // total_rounds is the parent's then. federated or local-sgd, model downstream.
+  int edge_rounds = 0;
   int min_clients = 1;  // the first round waits until this many clients are available
   int64_t total_rounds = 50;
   RoundPolicy policy;  // K, min replies, grace, deadline, staleness, sampling
@@ -169,6 +174,35 @@ class Aggregator {
   std::optional<std::vector<int>> ClientsToWake() const;
   // The layout, once a model is known.
   std::vector<ParamTensor> layout() const;
+  // The model as it is now (empty before there is one): an edge's initial model for its parent.
+  std::vector<float> model() const;
+
+  // An edge aggregator's side of its parent (options.edge_rounds > 0; FailedPrecondition on
+  // another). Rebase takes a parent task: `global`, the parent's model after `parent_round`,
+  // becomes the model the edge's next edge_rounds rounds train from (published at once, and
+  // made durable before it returns); a round still open, trained from an older parent model, is
+  // closed unused and its updates counted dropped.
+  absl::Status Rebase(int64_t parent_round, int64_t parent_client, uint64_t parent_total_rounds,
+                      absl::Span<const float> global);
+  struct EdgeProgress {
+    bool active = false;  // a parent task was taken (and not a stale one)
+    int64_t parent_round = -1;
+    int64_t parent_client = -1;  // the edge's id at the parent, as of the last task
+    uint32_t base_crc = 0;       // CRC-32 of the parent model the task started from
+    bool ready = false;          // the task's rounds closed with updates in them
+    // With `with_update` when ready: the edge's model minus the base, the accepted updates'
+    // total weight, their mean loss and minibatch.
+    std::vector<float> update;
+    double weight = 0;
+    double loss = 0;
+    double batch = 0;
+  };
+  EdgeProgress Edge(bool with_update) const;
+  // The edge's traffic with its parent: bytes up (its updates) and down (the parent's models),
+  // and whether an update was accepted (ServerStatus.parent_*).
+  void CountParentTraffic(uint64_t bytes_up, uint64_t bytes_down, bool accepted);
+  // The parent said the run is over: it is over here too (clients hear DONE).
+  absl::Status Finish();
   // The largest serialized update a client may stream: twice the model as fp32 plus 1 MiB
   // (no codec's update is larger than raw fp32), or 1 MiB before there is a model.
   uint64_t MaxUpdateBytes() const;
@@ -246,6 +280,8 @@ class Aggregator {
   const std::unique_ptr<ServerStep> step_ ABSL_PT_GUARDED_BY(mu_);
   double logged_deadline_s_ ABSL_GUARDED_BY(mu_) = 0;  // the last learned deadline logged
   const std::unique_ptr<Rounds> rounds_ ABSL_PT_GUARDED_BY(mu_);
+  // An edge's side of its parent; null unless options_.edge_rounds > 0.
+  const std::unique_ptr<EdgeTier> edge_ ABSL_PT_GUARDED_BY(mu_);
   ClientBook clients_ ABSL_GUARDED_BY(mu_);
   bool have_model_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);

@@ -22,6 +22,19 @@ void Bytes(const v1::ServerStatus& s, MetricSet& m) {
     m.Counter("tern_server_bytes_total", "", up_down.second,
               {{"direction", "down"}, {"kind", kind}});
   }
+  // An edge aggregator's tier above (tern server --parent); absent elsewhere.
+  if (s.parent_round() > 0 || s.parent_bytes_up() + s.parent_bytes_down() > 0) {
+    m.Counter("tern_server_parent_bytes_total",
+              "An edge's serialized bytes with its parent: up its updates, down the parent's "
+              "models.",
+              static_cast<double>(s.parent_bytes_up()), {{"direction", "up"}});
+    m.Counter("tern_server_parent_bytes_total", "", static_cast<double>(s.parent_bytes_down()),
+              {{"direction", "down"}});
+    m.Counter("tern_server_parent_updates_total", "An edge's updates its parent accepted.",
+              static_cast<double>(s.parent_updates()));
+    m.Gauge("tern_server_parent_round", "The parent round an edge works for.",
+            static_cast<double>(s.parent_round()));
+  }
 }
 
 }  // namespace

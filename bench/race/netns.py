@@ -86,11 +86,16 @@ def find_delay_line(tern=None):
 
 
 class Sites:
-    def __init__(self, n, rate, rtt_ms=0.0, delay_line=None, uplink=None):
+    def __init__(self, n, rate, rtt_ms=0.0, delay_line=None, uplink=None, site_rates=None,
+                 lan=None):
         self.n, self.rate, self.rtt_ms = n, rate, float(rtt_ms)
         # A site's own egress (what it sends) at `uplink` when given, as commodity links are
         # slower up than down; what it receives at `rate` either way.
         self.uplink = uplink or rate
+        # {site: (rate, uplink)}: sites whose link differs (a data centre's beside the others).
+        self.site_rates = site_rates or {}
+        # Traffic inside a site (its loopback: processes of one site talking) shaped to `lan`.
+        self.lan = lan
         self.delay_line = delay_line
         if self.rtt_ms > 0 and not delay_line:
             raise SystemExit("a round trip needs tern-delay-line (build it: apt-get install "
@@ -146,12 +151,17 @@ class Sites:
             _run("ip", "link", "add", f"rv{i}", "netns", ns, "type", "veth", "peer", "name",
                  f"rb{i}", "netns", hub)
             _run("ip", "-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", f"rv{i}")
-            for where, dev, rate in ((ns, f"rv{i}", self.uplink), (hub, f"rb{i}", self.rate)):
+            down, up = self.site_rates.get(i, (self.rate, self.uplink))
+            for where, dev, rate in ((ns, f"rv{i}", up), (hub, f"rb{i}", down)):
                 _run("ip", "-n", where, "link", "set", dev, "up")
                 _run("tc", "-n", where, "qdisc", "add", "dev", dev, "root", "tbf", "rate",
                      rate, "burst", str(burst(rate)), "latency", "100ms")
             _run("ip", "-n", hub, "link", "set", f"rb{i}", "master", "br0")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
+            if self.lan:
+                # Loopback's 64 KiB segments need a bucket at least that deep.
+                _run("tc", "-n", ns, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", self.lan,
+                     "burst", str(max(4 * 65536, burst(self.lan))), "latency", "100ms")
         if self.rtt_ms > 0:
             self._delay(hub)
 

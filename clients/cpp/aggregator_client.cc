@@ -27,7 +27,8 @@ AggregatorClient::AggregatorClient(AggregatorClientOptions options, Participant*
     : options_(std::move(options)),
       participant_(participant),
       stub_(std::move(stub)),
-      clock_(clock) {}
+      clock_(clock),
+      id_(options_.client_id) {}
 
 absl::Status AggregatorClient::StartFromInitialModel() {
   if (model_ != nullptr) return absl::OkStatus();
@@ -183,7 +184,8 @@ absl::Status AggregatorClient::Push(const v1::Task& task, const WorkResult& work
     v1::UpdateInfo* info = r.mutable_info();
     info->set_client_id(static_cast<uint32_t>(id_));
     info->set_round(task.round());
-    info->set_weight(static_cast<double>(participant_->NumExamples()));
+    info->set_weight(work.weight > 0 ? work.weight
+                                     : static_cast<double>(participant_->NumExamples()));
     info->set_loss(static_cast<float>(work.loss));
     info->set_train_seconds(work.seconds);
     info->set_batch(work.batch);
@@ -191,7 +193,9 @@ absl::Status AggregatorClient::Push(const v1::Task& task, const WorkResult& work
   });
   writer->WritesDone();
   const absl::Status s = FromGrpcStatus(writer->Finish());
-  if (s.ok() && reply.verdict() != v1::UpdateReply::DROPPED) {
+  const bool accepted = s.ok() && reply.verdict() != v1::UpdateReply::DROPPED;
+  if (options_.on_traffic) options_.on_traffic(update.ByteSizeLong(), 0, accepted);
+  if (accepted) {
     ++stats_.updates_accepted;
     return absl::OkStatus();
   }
@@ -224,6 +228,7 @@ absl::StatusOr<FedClientStats> AggregatorClient::Run(const std::atomic<bool>& st
     }
     if (f->task.kind() == v1::Task::DONE) break;
     if (f->task.kind() != v1::Task::TRAIN) continue;
+    if (options_.on_traffic) options_.on_traffic(0, f->payload.ByteSizeLong(), false);
     TERN_ASSIGN_OR_RETURN(bool usable, UpdateGlobal(f->task, std::move(f->payload)));
     if (!usable) continue;
     TERN_RETURN_IF_ERROR(Train(f->task));

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,9 @@ struct WorkResult {
   double loss = 0;     // mean minibatch loss
   double seconds = 0;  // time of the local work
   uint32_t batch = 0;  // the minibatch size used (reported to the server)
+  // The update's weight in the server's mean; 0: NumExamples(). An edge aggregator's varies
+  // with the clients whose updates its rounds accepted.
+  double weight = 0;
 };
 
 // What the client knows about the round when it asks for its work.
@@ -90,6 +94,12 @@ struct AggregatorClientOptions {
   absl::Duration fetch_wait = absl::Seconds(5);
   // Give up after the server has been unreachable this long.
   absl::Duration give_up_after = absl::Minutes(5);
+  // An id this participant had at the server, asked back at the first join (an edge aggregator
+  // restarted mid-task: the parent's round counts on that id); -1: a new one.
+  int64_t client_id = -1;
+  // Called (on Run's thread, after each call) with the serialized bytes of each update pushed
+  // and model received, and whether the update was accepted.
+  std::function<void(uint64_t bytes_up, uint64_t bytes_down, bool accepted)> on_traffic;
 };
 
 struct FedClientStats {

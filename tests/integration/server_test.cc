@@ -97,6 +97,36 @@ TEST(FedBuffRun, TenfoldSpeedsAndAKilledServerFinishWithStaleUpdatesUsed) {
   }
 }
 
+// Two edge aggregators, each the parent's client for a site of four clients, with a sparse codec
+// and error feedback on the uplinks; edge 0 SIGKILLed mid-round. The restarted edge replays
+// the updates it had acknowledged, takes its id at the parent back and finishes the parent's
+// round it was in: the parent hears from both edges every round, and the model learns.
+TEST(EdgeRun, AnEdgeKilledMidRoundRestartsWithItsAcknowledgedUpdatesAndTheRunFinishes) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn(
+      {"run", "--mode=federated", "--clients=8", "--edges=2", "--clients_per_process=4",
+       "--rounds=6", "--client_delay_s=0.2:1", "--update_codec=topk:ratio=0.1", "--error_feedback",
+       "--kill_edge_at_round=2", "--log_level=info", absl::StrCat("--out=", dir)},
+      dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  EXPECT_THAT(ReadText(dir + "/run.log"), HasSubstr("killed edge 0 in its round"));
+  EXPECT_THAT(ReadText(dir + "/run.log"), HasSubstr("1 edge restarts"));
+  const std::string restarted = ReadText(dir + "/edge-0.log.restarted");
+  EXPECT_THAT(restarted, HasSubstr("accepted updates from"));  // replayed, at least one
+  EXPECT_THAT(restarted, HasSubstr("joining the parent at 127.0.0.1:"));
+  EXPECT_THAT(restarted, HasSubstr(" as client "));  // its id taken back
+  EXPECT_THAT(restarted, HasSubstr("resuming its rounds from the checkpoint"));
+  EXPECT_EQ(Last(dir, "round"), 6);
+  for (const std::string& line : Lines(dir + "/metrics.jsonl")) {
+    EXPECT_EQ(Field(line, "updates"), 2) << line;  // both edges, every round
+    // The tier below carried the clients' dense updates; the uplinks a tenth as many values.
+    EXPECT_GT(Field(line, "edge_mb_up"), 4 * Field(line, "payload_mb_up")) << line;
+  }
+  if (!Synthetic(dir)) {
+    EXPECT_GT(Last(dir, "test_acc"), 0.70);
+  }
+}
+
 // The aggregator's status at `address`, or nullopt when nothing answers there.
 std::optional<v1::ServerStatus> StatusAt(const std::string& address) {
   auto stub = v1::Aggregator::NewStub(MakeChannel(address));
