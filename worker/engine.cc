@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/chunking.h"
 #include "common/crc32.h"
 #include "common/finite.h"
@@ -746,6 +747,27 @@ absl::Status RoundEngine::FinishRound(Lane& lane, InFlight r, StepOutcome* out) 
   out->mixed.insert(out->mixed.end(), report.mixed.begin(), report.mixed.end());
   out->dropped.insert(out->dropped.end(), report.dropped.begin(), report.dropped.end());
   NoteGroupModels(k, r, report);
+  if (r.sat_out && shares_state_ && !report.mixed.empty()) {
+    // A round sat out mixes the others' updates into θ as they all do. One it missed from a
+    // peer still up (sent before this worker could take it: it was taking the group's state)
+    // leaves θ apart from theirs, which its first exchange would show, a split, only rounds
+    // later: it takes the state again from those it heard, at this step's end.
+    std::vector<int> missed;
+    for (int j : report.dropped) {
+      if (health_.up(j)) missed.push_back(j);
+    }
+    if (!missed.empty()) {
+      spdlog::info(
+          "worker {}: round {}: sat out without the update of workers {}: θ taken again from "
+          "workers {}",
+          options_.worker_id, r.step, absl::StrJoin(missed, ","), absl::StrJoin(report.mixed, ","));
+      repairs_.push_back(Repair{.lane = k,
+                                .round = r.step,
+                                .sources = report.mixed,
+                                .holders = static_cast<int>(report.mixed.size()),
+                                .ours = 1});
+    }
+  }
   int up = 0;
   for (int j : r.nbrs) up += health_.up(j) ? 1 : 0;
   counters_.CountRound(r, report, {up, static_cast<int>(r.nbrs.size())});

@@ -46,6 +46,9 @@ class MemoryTransport final : public PeerTransport {
     backing_off.erase(to);
   }
   absl::Duration latency;
+  // A push `lose` returns true for is acknowledged and never delivered (a message that came
+  // before its receiver could take it).
+  std::function<bool(int to, const v1::TensorBundle& bundle)> lose;
   ~MemoryTransport() override { Join(); }
   void Join() {
     std::vector<std::thread> ts;
@@ -86,6 +89,7 @@ class MemoryTransport final : public PeerTransport {
         }
         auto b = a.Finish();
         ASSERT_THAT(b, IsOk());
+        if (lose && lose(to, *b)) break;
         s = engines[to]->Deliver(*std::move(b), wire);
       } while (absl::IsUnavailable(s) && !IsSitOut(s) && reach == Reach::kRetryUnavailable &&
                absl::Now() + absl::Milliseconds(20) < deadline &&
@@ -1024,6 +1028,69 @@ TEST(RoundEngine, DilocoARestartedWorkerRejoinsWithTheGroupsState) {
     }
   }
   EXPECT_EQ(g.engines[1]->Stats().messages_refused(), 0u);
+}
+
+// A rejoined worker that misses a peer's update in an exchange it sits out (the peer pushed it
+// before the worker could take it) would mix the others' without it and hold another θ than
+// theirs, a split its first exchange shows rounds later. It takes the state again from the
+// peers it heard at that step's end, and holds their θ, bit for bit, from that exchange on.
+TEST(RoundEngine, DilocoARejoinerThatMissesAnUpdateItSitsOutTakesTheStateAgain) {
+  DilocoGroup g(Layout(8), /*fragments=*/0);
+  for (int64_t step = 0; step < 4; ++step) g.Step(step);
+  g.transport.dead[3] = true;
+  const std::vector<bool> live = {true, true, true, false};
+  g.Step(4, live);
+  g.Step(5, live);
+  // Its wait for the missed update ends at its round deadline: a short one here.
+  auto restarted = g.Restart(3, [](EngineOptions& o) { o.round_timeout = absl::Seconds(1); });
+  ASSERT_THAT(restarted, IsOk());
+  absl::Status init;
+  std::thread joiner([&] { init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)); });
+  while ((*restarted)->next_step() != 6) absl::SleepFor(absl::Milliseconds(1));
+  g.Step(6, live);
+  joiner.join();
+  ASSERT_THAT(init, IsOk());
+  g.engines[3] = *std::move(restarted);
+  // Worker 0's update of the exchange at step 7 never reaches worker 3.
+  g.transport.lose = [](int to, const v1::TensorBundle& b) {
+    return to == 3 && b.sender() == "0" && b.round() == 7;
+  };
+  // Each worker's round loop: a step, or a state published between steps for a peer that asks.
+  absl::Mutex loop[DilocoGroup::kWorkers];
+  g.transport.on_state_not_yet = [&](int to) {
+    if (!loop[to].TryLock()) return;  // stepping: it publishes at the step's end
+    g.engines[to]->PublishWanted();
+    loop[to].Unlock();
+  };
+  std::vector<std::thread> steps;
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+    steps.emplace_back([&g, &loop, i] {
+      const std::vector<float> grad(8, -static_cast<float>(i + 1));
+      StepInput in;
+      in.step = 7;
+      in.lr = 0.1f;
+      in.grad = grad;
+      absl::MutexLock lock(&loop[i]);
+      EXPECT_THAT(g.engines[i]->Step(in), IsOk()) << "worker " << i;
+    });
+  }
+  for (std::thread& t : steps) t.join();
+  g.transport.Join();
+  g.transport.lose = nullptr;
+  g.transport.on_state_not_yet = nullptr;
+  EXPECT_EQ(g.engines[3]->Stats().group_model_repairs(), 1u);
+  for (int64_t step = 7; step < 14; ++step) {
+    if (step > 7) g.Step(step);
+    if (step % 2 == 0) continue;
+    for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+      EXPECT_TRUE(std::equal(g.engines[i]->params().begin(), g.engines[i]->params().end(),
+                             g.engines[0]->params().begin()))
+          << "worker " << i << ", step " << step;
+    }
+  }
+  for (int i = 0; i < DilocoGroup::kWorkers; ++i) {
+    EXPECT_EQ(g.engines[i]->Stats().group_model_mismatches(), 0u) << "worker " << i;
+  }
 }
 
 // A diloco run with --overlap does not take a worker back (its first update would span the steps
