@@ -59,6 +59,17 @@ ABSL_FLAG(std::string, rule, "fedavg",
           "majority-vote (ps: signSGD's vote, signs up and 1 bit down), any with ,clip=C");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, server_lr, 1.0,
           "server/run: outer learning rate (x += server_lr * m)");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_clip, 0,
+          "server/run: DP-FedAvg: clients clip their update to this L2 norm S, the server refuses "
+          "one over it, weighs each alike and adds Gaussian noise of sd dp_noise x S to each "
+          "round's sum (0: off; federated or local-sgd, --rule=fedavg)");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_noise, 1.0,
+          "server/run: DP-FedAvg's noise multiplier z");
+ABSL_FLAG(tern::Double<tern::Open(0, 1)>, dp_delta, 1e-5,
+          "server/run: DP-FedAvg: epsilon is reported at this delta");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_epsilon_budget, 0,
+          "server/run: DP-FedAvg: the run ends before a round that would take epsilon past this "
+          "(0: no budget)");
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, eval_every, 0,
           "server/run: federated evaluation: every N rounds (and the last) the clients evaluate "
           "the model they train from on held-out data; the server logs the examples-weighted "
@@ -193,6 +204,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.fresh_start_if_damaged = absl::GetFlag(FLAGS_fresh_start_if_damaged);
   if (!absl::GetFlag(FLAGS_parent).empty()) a.edge_rounds = absl::GetFlag(FLAGS_edge_rounds).value;
   a.norm_guard.factor = absl::GetFlag(FLAGS_norm_guard).value;
+  a.dp.clip = absl::GetFlag(FLAGS_dp_clip).value;
+  a.dp.noise = absl::GetFlag(FLAGS_dp_noise).value;
+  a.dp.delta = absl::GetFlag(FLAGS_dp_delta).value;
+  a.dp.epsilon_budget = absl::GetFlag(FLAGS_dp_epsilon_budget).value;
   so.limits = StreamLimitsFromFlags(so.limits);
   so.metrics_listen = MetricsListenFromFlags();
   so.tls = TlsFromFlags();

@@ -271,6 +271,10 @@ std::vector<std::string> ServerFlags(const FedRun& run, const std::string& dir, 
           absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum).value),
           absl::StrCat("--outer=", absl::GetFlag(FLAGS_outer)),
           absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every).value),
+          absl::StrCat("--dp_clip=", absl::GetFlag(FLAGS_dp_clip).value),
+          absl::StrCat("--dp_noise=", absl::GetFlag(FLAGS_dp_noise).value),
+          absl::StrCat("--dp_delta=", absl::GetFlag(FLAGS_dp_delta).value),
+          absl::StrCat("--dp_epsilon_budget=", absl::GetFlag(FLAGS_dp_epsilon_budget).value),
           absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),
           absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),
           absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),
@@ -330,7 +334,7 @@ std::vector<std::string> EdgeArgs(const FedRun& run, const std::string& dir, int
                               min_replies > 0 ? std::clamp(min_replies * site / run.n, 1, k) : k),
                  "--update_codec=none", "--error_feedback=false", "--memory=", "--downstream=model",
                  "--downstream_codec=none", "--server_lr=1", "--server_momentum=0",
-                 "--outer=", "--linger_s=5"});
+                 "--outer=", "--dp_clip=0", "--linger_s=5"});
 }
 
 // The client processes, `per` clients to each, a site's (`addresses[e]`: its edge, or the one
@@ -393,6 +397,7 @@ v1::MetricsRow RoundRow(const FedRun& run, int64_t r, const v1::ServerStatus& rs
   row.set_restarts(static_cast<int32_t>(rs.restarts()));
   row.set_closed_s(rs.round_closed_unix_s() - absl::ToDoubleSeconds(start - absl::UnixEpoch()));
   if (rs.mean_batch() > 0) row.set_batch(rs.mean_batch());
+  if (rs.dp_clip() > 0) row.set_dp_epsilon(static_cast<float>(rs.dp_epsilon()));
   for (uint64_t n : rs.staleness()) row.add_staleness(static_cast<int64_t>(n));
   return row;
 }
@@ -447,6 +452,10 @@ class FedWatch {
       }
       const int64_t done = static_cast<int64_t>(st.round());
       if (InjectFaults(done, st)) continue;
+      if (st.done() && !st.stop_reason().empty() && done <= std::max<int64_t>(evaluated_, 0)) {
+        stop_reason_ = st.stop_reason();  // ended before its last round, by the server's rule
+        break;
+      }
       if (done > evaluated_) {
         EvaluateRounds(done);
       } else {
@@ -459,6 +468,8 @@ class FedWatch {
   }
 
   int64_t evaluated() const { return evaluated_; }
+  // Why the server ended the run before its last round ("" when it did not).
+  const std::string& stop_reason() const { return stop_reason_; }
   double last_acc() const { return last_acc_; }
   double best_acc() const { return best_acc_; }
   const v1::ServerStatus& last() const { return last_; }
@@ -649,6 +660,7 @@ class FedWatch {
   double best_acc_ = 0;
   v1::ServerStatus last_;
   bool server_killed_ = false;
+  std::string stop_reason_;
 };
 
 }  // namespace
@@ -739,7 +751,10 @@ int RunFederatedMain(const std::string& self_exe) {
     std::printf("run failed: %s; see %s/*.log\n", absl::StrJoin(failed, "; ").c_str(), dir.c_str());
     return 1;
   }
-  if (watch.evaluated() < run.rounds) {
+  if (!watch.stop_reason().empty()) {
+    std::printf("\nthe server ended the run after round %lld: %s\n",
+                static_cast<long long>(watch.evaluated()), watch.stop_reason().c_str());
+  } else if (watch.evaluated() < run.rounds) {
     std::printf("run did not finish (last round %lld); see %s/*.log\n",
                 static_cast<long long>(watch.evaluated()), dir.c_str());
     return 1;
@@ -751,15 +766,20 @@ int RunFederatedMain(const std::string& self_exe) {
     return 1;
   }
   const v1::ServerStatus& last = watch.last();
+  const int rounds_run = static_cast<int>(watch.evaluated());
   std::printf(
       "done: test accuracy %.2f%% after %d rounds; %.2f MB up, %.2f MB down in all "
       "(%.1fx less than dense)\nreport: %s/report.html\n",
-      100 * watch.last_acc(), run.rounds, last.payload_bytes_up() / 1e6,
+      100 * watch.last_acc(), rounds_run, last.payload_bytes_up() / 1e6,
       last.payload_bytes_down() / 1e6,
       static_cast<double>(last.dense_bytes_up() + last.dense_bytes_down()) /
           std::max<double>(
               1, static_cast<double>(last.payload_bytes_up() + last.payload_bytes_down())),
       dir.c_str());
+  if (last.dp_clip() > 0) {
+    std::printf("differential privacy: epsilon %.3f at delta %g (clip %g, noise multiplier %g)\n",
+                last.dp_epsilon(), last.dp_delta(), last.dp_clip(), last.dp_noise());
+  }
   if (run.edges > 0) {
     const v1::ServerStatus& e = watch.edges_last();
     std::printf(

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/chunking.h"
 #include "common/crc32.h"
 #include "common/file_util.h"
@@ -210,6 +211,27 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
           "an edge aggregator (--parent) sends its clients the model: --downstream=model");
     }
   }
+  if (o.dp.clip < 0) return absl::InvalidArgumentError("--dp_clip must be >= 0");
+  if (o.dp.clip > 0) {
+    if (o.mode != "federated" && o.mode != "local-sgd") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DP-FedAvg (--dp_clip) runs federated or local-sgd rounds, not ", o.mode));
+    }
+    if (o.rule != "fedavg") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DP-FedAvg (--dp_clip) adds its noise to the sum of --rule=fedavg, not ", o.rule));
+    }
+    if (o.task.error_feedback() || !o.task.memory().empty()) {
+      // The residual would send later what the clip took off now.
+      return absl::InvalidArgumentError(
+          "DP-FedAvg (--dp_clip) clips what each client sends: no --error_feedback or --memory");
+    }
+    if (!(o.dp.noise >= 0) || !(o.dp.delta > 0 && o.dp.delta < 1) || !(o.dp.epsilon_budget >= 0)) {
+      return absl::InvalidArgumentError(
+          "DP-FedAvg needs --dp_noise >= 0, 0 < --dp_delta < 1 and --dp_epsilon_budget >= 0");
+    }
+    o.task.set_dp_clip(static_cast<float>(o.dp.clip));
+  }
   // The work matches the mode: gradients for ps, local training otherwise.
   if (o.mode == "ps") {
     if (!o.task.has_gradient()) {
@@ -357,6 +379,7 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
       step_(MakeServerStep(options_, downstream_.get(), std::move(outer))),
       rounds_(MakeRounds(options_)),
       edge_(options_.edge_rounds > 0 ? std::make_unique<EdgeTier>(options_.edge_rounds) : nullptr),
+      dp_(options_.dp.clip > 0 ? std::make_unique<DpFedAvg>(options_.dp) : nullptr),
       clients_(options_.client_timeout),
       norm_guard_(options_.norm_guard),
       // A client catches up only from a model the downstream still has every update since.
@@ -367,6 +390,11 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
   counters_.set_mode(options_.mode);
   // An edge learns its from the parent's first task.
   counters_.set_total_rounds(edge_ != nullptr ? 0 : static_cast<uint64_t>(options_.total_rounds));
+  if (dp_ != nullptr) {
+    counters_.set_dp_delta(options_.dp.delta);
+    counters_.set_dp_clip(options_.dp.clip);
+    counters_.set_dp_noise(options_.dp.noise);
+  }
 }
 
 absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
@@ -390,6 +418,10 @@ absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
   TERN_RETURN_IF_ERROR(step_->Restore(ckpt.optimizer(), static_cast<int64_t>(ckpt.round())));
   TERN_RETURN_IF_ERROR(downstream_->Restore(ckpt.downstream()));
   if (edge_ != nullptr) TERN_RETURN_IF_ERROR(edge_->Restore(ckpt.edge(), layout_, *codecs_));
+  if (dp_ != nullptr) {
+    TERN_RETURN_IF_ERROR(dp_->Restore(ckpt.dp()));
+    dp_round_q_ = ckpt.dp().round_q();
+  }
   // The model adopted above is the global model after ckpt.round() rounds.
   history_.Clear();
   PublishModel(static_cast<int64_t>(ckpt.round()));
@@ -654,6 +686,12 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
                                                    const v1::TensorBundle& update,
                                                    uint64_t wire_bytes, double norm, absl::Time now,
                                                    internal::LoggedUpdate* record) {
+  if (dp_ != nullptr && !dp_->WithinClip(norm)) {
+    return RefuseContent(
+        info, absl::FailedPreconditionError(absl::StrCat(
+                  "the update's L2 norm ", norm, " is over the clip norm ", options_.dp.clip,
+                  " (DP-FedAvg: clients clip to Task.dp_clip before they send)")));
+  }
   if (absl::Status g = norm_guard_.Check(norm, "the update"); !g.ok()) {
     return RefuseContent(info, g);
   }
@@ -678,7 +716,8 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
   record->set_generation(state_seq_);
   record->set_client(info.client_id());
   record->set_round(info.round());
-  record->set_weight(info.weight() * d->weight_scale);
+  // DP-FedAvg weighs every client alike: the noise is sized for one client's clipped update.
+  record->set_weight(dp_ != nullptr ? 1.0 : info.weight() * d->weight_scale);
   record->set_loss(info.loss());
   record->set_batch(info.batch());
   record->set_stale(stale);
@@ -789,6 +828,16 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
   round_eval_.Clear();
   std::vector<float> mean(model_.size(), 0.0f);
   TERN_ASSIGN_OR_RETURN(bool have_update, accumulator_->Aggregate(absl::MakeSpan(mean)));
+  if (dp_ != nullptr) {
+    // Released whoever replied: the noise hides them, and the round's sample was drawn.
+    TERN_RETURN_IF_ERROR(dp_->Release(absl::MakeSpan(mean), have_update ? accumulator_->count() : 0,
+                                      rounds_->round_clients()));
+    have_update = true;
+    dp_->Spend(dp_round_q_);
+    counters_.set_dp_epsilon(dp_->Epsilon());
+    spdlog::info("server: round {}: DP epsilon {:.3f} at delta {:g} (q = {:.4f}, z = {:g})", round,
+                 counters_.dp_epsilon(), options_.dp.delta, dp_round_q_, options_.dp.noise);
+  }
   if (edge_ != nullptr) {
     edge_->Closed(round, accumulator_->total_weight(), accumulator_->mean_loss(),
                   accumulator_->mean_batch());
@@ -826,8 +875,15 @@ absl::Status Aggregator::Tick(absl::Time now) {
       counters_.set_clients_joined(static_cast<uint32_t>(clients_.size()));
       std::set<int> available = clients_.Available(now);
       counters_.set_clients_alive(static_cast<uint32_t>(available.size()));
+      const size_t population = available.size();
       rounds_->SetAvailable(std::move(available));
-      if (rounds_->Open(now).ok()) {
+      if (dp_ != nullptr && StopForBudget(population)) {
+        changed = true;
+      } else if (rounds_->Open(now).ok()) {
+        if (dp_ != nullptr) {
+          dp_round_q_ = static_cast<double>(rounds_->round_clients()) /
+                        static_cast<double>(std::max<size_t>(1, population));
+        }
         NoteDeadline();
         history_.ForgetChunks();
         ++events_;
@@ -859,6 +915,10 @@ std::shared_ptr<internal::AggregatorCheckpoint> Aggregator::SnapshotState() {
     downstream_->Save(c->mutable_downstream());
     // Only a layout the base has fails here, and the base was made in it.
     if (edge_ != nullptr) edge_->Save(layout_, c->mutable_edge()).IgnoreError();
+    if (dp_ != nullptr) {
+      dp_->Save(c->mutable_dp());
+      c->mutable_dp()->set_round_q(dp_round_q_);
+    }
   }
   clients_.Save(c.get());
   *c->mutable_counters() = counters_;
@@ -874,6 +934,22 @@ absl::Status Aggregator::WriteCheckpoint(std::shared_ptr<internal::AggregatorChe
 absl::StatusOr<Aggregator::KeptModel> Aggregator::Model(int64_t round) const {
   absl::MutexLock lock(&mu_);
   return history_.Find(round);
+}
+
+bool Aggregator::StopForBudget(size_t population) {
+  const double q = static_cast<double>(std::min<size_t>(
+                       population, static_cast<size_t>(options_.policy.clients_per_round))) /
+                   static_cast<double>(std::max<size_t>(1, population));
+  double then = 0;
+  if (!dp_->WouldExceedBudget(q, &then)) return false;
+  counters_.set_done(true);
+  counters_.set_stop_reason(absl::StrFormat(
+      "privacy budget: round %d would take epsilon from %.3f to %.3f, past --dp_epsilon_budget=%g",
+      counters_.round() + 1, dp_->Epsilon(), then, options_.dp.epsilon_budget));
+  spdlog::warn("server: {}; the run ends after round {}", counters_.stop_reason(),
+               counters_.round());
+  ++events_;  // waiting fetches hear DONE
+  return true;
 }
 
 void Aggregator::NoteDeadline() {

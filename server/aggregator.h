@@ -38,6 +38,7 @@
 #include "server/downstream.h"
 #include "server/edge.h"
 #include "server/model_history.h"
+#include "server/privacy.h"
 #include "server/rounds.h"
 #include "server/server_step.h"
 #include "server/state_store.h"
@@ -103,6 +104,10 @@ struct AggregatorOptions {
   // Refuses an update whose L2 norm is over factor × the median of the last accepted ones
   // (after 3 were accepted); factor 0 turns it off. One blown-up client cannot wreck FedAvg.
   NormGuardOptions norm_guard{.factor = 10, .window = 32, .min_samples = 3, .flag = "--norm_guard"};
+  // DP-FedAvg (server/privacy.h): dp.clip > 0 turns it on (federated or local-sgd, fedavg,
+  // no client memory): clients clip to it, updates over it are refused, each is weighted 1,
+  // and the round's sum gets Gaussian noise before the mean over the sampled clients.
+  DpOptions dp;
 };
 
 // Checks options and fills mode presets (K and min replies for local-sgd / ps).
@@ -225,6 +230,9 @@ class Aggregator {
   int64_t CatchUpFrom(int64_t have_round, uint32_t have_crc32, bool have_state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CloseRound(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DP-FedAvg: ends the run (done, with the reason) when the next round, sampling from
+  // `population` available clients, would take epsilon past the budget; returns whether it did.
+  bool StopForBudget(size_t population) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes the round just opened's deadline (status, metric) and logs a learned one's move.
   void NoteDeadline() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Push's first look, before decoding: the client, the model, the run, the round, the weight.
@@ -282,6 +290,9 @@ class Aggregator {
   const std::unique_ptr<Rounds> rounds_ ABSL_PT_GUARDED_BY(mu_);
   // An edge's side of its parent; null unless options_.edge_rounds > 0.
   const std::unique_ptr<EdgeTier> edge_ ABSL_PT_GUARDED_BY(mu_);
+  // DP-FedAvg's mechanism and accountant; null unless options_.dp.clip > 0.
+  const std::unique_ptr<DpFedAvg> dp_ ABSL_PT_GUARDED_BY(mu_);
+  double dp_round_q_ ABSL_GUARDED_BY(mu_) = 0;  // the open round's sampling rate
   ClientBook clients_ ABSL_GUARDED_BY(mu_);
   bool have_model_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);

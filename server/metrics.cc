@@ -87,6 +87,12 @@ void CollectAggregatorMetrics(const Aggregator& a, const HistogramCounts& round_
     m.Gauge("tern_server_eval_round", "The round of the last federated evaluation.",
             static_cast<double>(s.eval_round()));
   }
+  if (s.dp_clip() > 0) {
+    m.Gauge("tern_server_dp_epsilon",
+            "DP-FedAvg: epsilon spent so far at tern_server_dp_delta (RDP accountant).",
+            s.dp_epsilon());
+    m.Gauge("tern_server_dp_delta", "DP-FedAvg: the delta epsilon is reported at.", s.dp_delta());
+  }
   m.Counter("tern_server_restarts_total", "Times this run's server resumed from its checkpoint.",
             s.restarts());
   m.Histogram("tern_server_round_seconds",

@@ -109,9 +109,9 @@ def main():
                       "downlink_bytes": f["sites_rx_mb"] / max(1e-9, e["sites_rx_mb"]),
                       "time": f["wall_s"] / max(1e-9, e["wall_s"])}
             print(f"repeat {rep}: edges - flat accuracy {ratios['accuracy_pt']:+.2f} pt; server "
-                  f"updates {ratios['updates']:.1f}x fewer; sites' links sent "
-                  f"{ratios['uplink_bytes']:.1f}x fewer bytes, received "
-                  f"{ratios['downlink_bytes']:.1f}x fewer; {ratios['time']:.1f}x sooner", flush=True)
+                  f"updates {ratios['updates']:.2f}x fewer; sites' links sent "
+                  f"{ratios['uplink_bytes']:.2f}x fewer bytes, received "
+                  f"{ratios['downlink_bytes']:.2f}x fewer; {ratios['time']:.1f}x sooner", flush=True)
             results.append({"rows": res, "ratios": ratios})
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"args": vars(a), "repeats": results}, f, indent=1)

@@ -186,6 +186,21 @@ TEST(CApi, AResidualDecayScalesWhatErrorFeedbackSendsLater) {
   EXPECT_THAT(error, HasSubstr("residual decay is 1.5"));
 }
 
+// DP-FedAvg (Task.dp_clip): an update over the clip norm leaves scaled to it, one within it as
+// it is, whatever the client language (every one encodes through ClientModel).
+TEST(CApi, ADpTaskClipsTheUpdateToItsNormBeforeItIsEncoded) {
+  Model m(kInitial);
+  v1::Task task = Train(1, v1::Task::MODEL);
+  task.set_update_codec("none");
+  task.set_dp_clip(5);
+  // Norm 10: halved.
+  EXPECT_EQ(m.EncodeDecoded(task, {6, 0, 0, 0, 8, 0, 0, 0}),
+            (std::vector<float>{3, 0, 0, 0, 4, 0, 0, 0}));
+  task.set_round(2);
+  EXPECT_EQ(m.EncodeDecoded(task, {3, 0, 0, 0, 0, 0, 0, 0}),
+            (std::vector<float>{3, 0, 0, 0, 0, 0, 0, 0}));
+}
+
 // Signum's memory (Task.memory "momentum:beta=B"): each round the client sends its momentum
 // m = B m + (1 - B) u instead of u; an exact tensor goes as it is.
 TEST(CApi, AMomentumMemorySendsTheMomentumOfTheUpdates) {

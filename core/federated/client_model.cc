@@ -84,6 +84,18 @@ absl::StatusOr<v1::TensorBundle> ClientModel::EncodeUpdate(const v1::Task& task,
     return absl::InvalidArgumentError(
         absl::StrCat("the update has ", update.size(), " values; the model has ", values_.size()));
   }
+  std::vector<float> clipped;
+  if (const float clip = task.dp_clip(); clip > 0) {
+    // DP-FedAvg: what leaves the client is within the clip norm (the server refuses more).
+    double sq = 0;
+    for (float v : update) sq += static_cast<double>(v) * v;
+    if (const double norm = std::sqrt(sq); norm > clip) {
+      const float scale = static_cast<float>(clip / norm);
+      clipped.resize(update.size());
+      for (size_t i = 0; i < update.size(); ++i) clipped[i] = update[i] * scale;
+      update = clipped;
+    }
+  }
   EncodeOptions eo;
   eo.seed = EncodeSeed(task, client_id);
   const std::string& mem = task.memory();

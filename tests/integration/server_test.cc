@@ -127,6 +127,33 @@ TEST(EdgeRun, AnEdgeKilledMidRoundRestartsWithItsAcknowledgedUpdatesAndTheRunFin
   }
 }
 
+// DP-FedAvg end to end: clients clip, the server adds noise and reports epsilon after every
+// round (metrics.jsonl), and the budget ends the run before the round that would pass it, the
+// launcher saying why (a run that ends so is no failure).
+TEST(FederatedRun, ADpRunReportsEpsilonEveryRoundAndEndsAtItsBudget) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn(
+      {"run", "--mode=federated", "--clients=200", "--clients_per_process=100",
+       "--clients_per_round=20", "--rounds=40", "--model=softmax", "--dp_clip=0.5", "--dp_noise=1",
+       "--dp_epsilon_budget=3", "--log_level=warn", absl::StrCat("--out=", dir)},
+      dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  const std::string log = ReadText(dir + "/run.log");
+  EXPECT_THAT(log, HasSubstr("privacy budget: round"));
+  EXPECT_THAT(log, HasSubstr("differential privacy: epsilon"));
+  const std::vector<std::string> lines = Lines(dir + "/metrics.jsonl");
+  ASSERT_GE(lines.size(), 2u);
+  ASSERT_LT(lines.size(), 40u);  // stopped early
+  double last = 0;
+  for (const std::string& line : lines) {
+    const double eps = Field(line, "dp_epsilon");
+    EXPECT_GT(eps, last) << line;  // spent every round
+    EXPECT_LE(eps, 3.0) << line;
+    last = eps;
+  }
+  EXPECT_THAT(ReadText(dir + "/server.log"), HasSubstr("the run ends after round"));
+}
+
 // The aggregator's status at `address`, or nullopt when nothing answers there.
 std::optional<v1::ServerStatus> StatusAt(const std::string& address) {
   auto stub = v1::Aggregator::NewStub(MakeChannel(address));
