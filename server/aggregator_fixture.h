@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -106,6 +107,13 @@ class AggregatorTest : public ::testing::Test {
     info.set_weight(weight);
     info.set_loss(1.0f);
     return a.Push(info, Update(delta, round), 100, now);
+  }
+
+  // What NormalizeAggregatorOptions makes of the fixture's options after `change`.
+  absl::Status Normalized(const std::function<void(AggregatorOptions&)>& change) const {
+    AggregatorOptions o = options_;
+    change(o);
+    return NormalizeAggregatorOptions(std::move(o), *codecs_).status();
   }
 
   std::vector<float> ModelOf(const Aggregator& a, int64_t round = 0) {

@@ -94,23 +94,16 @@ TEST_F(DpFedAvgTest, TheBudgetEndsTheRunBeforeTheRoundThatWouldPassIt) {
 }
 
 TEST_F(DpFedAvgTest, DpIsForFedAvgRoundsWithoutClientMemory) {
-  const ServerRegistries r = NewBuiltinServerRegistries();
-  AggregatorOptions o = options_;
-  o.mode = "fedbuff";
-  EXPECT_THAT(NormalizeAggregatorOptions(o, *r.codecs),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("federated or local-sgd")));
-  o = options_;
-  o.rule = "median";
-  EXPECT_THAT(NormalizeAggregatorOptions(o, *r.codecs),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--rule=fedavg")));
-  o = options_;
-  o.task.set_error_feedback(true);
-  EXPECT_THAT(NormalizeAggregatorOptions(o, *r.codecs),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--error_feedback")));
-  o = options_;
-  o.dp.delta = 0;
-  EXPECT_THAT(NormalizeAggregatorOptions(o, *r.codecs),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--dp_delta")));
+  const auto refused = [](const char* why) {
+    return StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(why));
+  };
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.mode = "fedbuff"; }),
+              refused("federated or local-sgd"));
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.rule = "median"; }),
+              refused("--rule=fedavg"));
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.task.set_error_feedback(true); }),
+              refused("--error_feedback"));
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.dp.delta = 0; }), refused("--dp_delta"));
 }
 
 }  // namespace

@@ -164,16 +164,12 @@ TEST_F(EdgeTest, AParentModelOfAnotherSizeOrNotFiniteIsRefused) {
 }
 
 TEST_F(EdgeTest, AnEdgeRunsSynchronousRoundsAndSendsItsClientsTheModel) {
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.mode = "fedbuff"; }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("federated or local-sgd")));
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.downstream = "delta"; }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--downstream=model")));
   const ServerRegistries r = NewBuiltinServerRegistries();
   AggregatorOptions o = options_;
-  o.mode = "fedbuff";
-  EXPECT_THAT(NormalizeAggregatorOptions(o, *r.codecs),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("federated or local-sgd")));
-  o = options_;
-  o.downstream = "delta";
-  EXPECT_THAT(NormalizeAggregatorOptions(o, *r.codecs),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--downstream=model")));
-  o = options_;
   o.edge_rounds = 0;
   auto plain = Aggregator::Create(o, &r, kEdgeT0);
   ASSERT_THAT(plain, IsOk());

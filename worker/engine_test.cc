@@ -880,6 +880,30 @@ struct DilocoGroup {
     return e;
   }
 
+  // Worker 3 killed after step 3, the others on through step 5 (an exchange of three), then
+  // worker 3 started again (configured as the group's, then by `more`) from its own stale start
+  // over `layout`: once it knows where the group is, the others end step 6, whose state its
+  // source hands over. It steps from 7.
+  absl::Status KillAndRejoinWorker3(const std::vector<ParamTensor>& layout,
+                                    const std::function<void(EngineOptions&)>& more = nullptr) {
+    for (int64_t step = 0; step < 4; ++step) Step(step);
+    transport.dead[3] = true;
+    const std::vector<bool> live = {true, true, true, false};
+    Step(4, live);
+    Step(5, live);
+    absl::StatusOr<std::unique_ptr<RoundEngine>> restarted = Restart(3, more);
+    if (!restarted.ok()) return restarted.status();
+    absl::Status init;
+    std::thread joiner(
+        [&] { init = (*restarted)->Init(layout, std::vector<float>(LayoutNumel(layout), 0.0f)); });
+    while ((*restarted)->next_step() != 6) absl::SleepFor(absl::Milliseconds(1));
+    Step(6, live);
+    joiner.join();
+    if (!init.ok()) return init;
+    engines[3] = *std::move(restarted);
+    return absl::OkStatus();
+  }
+
   // Every scenario here keeps the group's model the same bytes on every worker, as each
   // message's CRC of it says, but the one that starts a worker elsewhere on purpose.
   ~DilocoGroup() {
@@ -998,24 +1022,8 @@ TEST(RoundEngine, DilocoSurvivorsOfADeadWorkerStayOnOneModel) {
 TEST(RoundEngine, DilocoARestartedWorkerRejoinsWithTheGroupsState) {
   const auto nesterov = [](EngineOptions& o) { o.algorithm_options.outer = "nesterov"; };
   DilocoGroup g(Layout(8), /*fragments=*/0, nesterov);
-  for (int64_t step = 0; step < 4; ++step) g.Step(step);
-  g.transport.dead[3] = true;  // killed
-  const std::vector<bool> live = {true, true, true, false};
-  g.Step(4, live);
-  g.Step(5, live);  // an exchange of three
-  // Started again, from its own (stale) start.
-  auto restarted = g.Restart(3, nesterov);
-  ASSERT_THAT(restarted, IsOk());
-  absl::Status init;
-  std::thread joiner([&] { init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)); });
-  // Once it knows where the group is, the others go on; its source hands over the state after
-  // the step it ends next.
-  while ((*restarted)->next_step() != 6) absl::SleepFor(absl::Milliseconds(1));
-  g.Step(6, live);
-  joiner.join();
-  ASSERT_THAT(init, IsOk());
-  EXPECT_EQ((*restarted)->next_step(), 7);
-  g.engines[3] = *std::move(restarted);
+  ASSERT_THAT(g.KillAndRejoinWorker3(Layout(8), nesterov), IsOk());
+  EXPECT_EQ(g.engines[3]->next_step(), 7);
   for (int64_t step = 7; step < 14; ++step) {
     const std::vector<uint64_t> sent = g.Step(step);
     if (step % 2 == 0) continue;
@@ -1036,21 +1044,10 @@ TEST(RoundEngine, DilocoARestartedWorkerRejoinsWithTheGroupsState) {
 // peers it heard at that step's end, and holds their θ, bit for bit, from that exchange on.
 TEST(RoundEngine, DilocoARejoinerThatMissesAnUpdateItSitsOutTakesTheStateAgain) {
   DilocoGroup g(Layout(8), /*fragments=*/0);
-  for (int64_t step = 0; step < 4; ++step) g.Step(step);
-  g.transport.dead[3] = true;
-  const std::vector<bool> live = {true, true, true, false};
-  g.Step(4, live);
-  g.Step(5, live);
   // Its wait for the missed update ends at its round deadline: a short one here.
-  auto restarted = g.Restart(3, [](EngineOptions& o) { o.round_timeout = absl::Seconds(1); });
-  ASSERT_THAT(restarted, IsOk());
-  absl::Status init;
-  std::thread joiner([&] { init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)); });
-  while ((*restarted)->next_step() != 6) absl::SleepFor(absl::Milliseconds(1));
-  g.Step(6, live);
-  joiner.join();
-  ASSERT_THAT(init, IsOk());
-  g.engines[3] = *std::move(restarted);
+  ASSERT_THAT(g.KillAndRejoinWorker3(Layout(8),
+                                     [](EngineOptions& o) { o.round_timeout = absl::Seconds(1); }),
+              IsOk());
   // Worker 0's update of the exchange at step 7 never reaches worker 3.
   g.transport.lose = [](int to, const v1::TensorBundle& b) {
     return to == 3 && b.sender() == "0" && b.round() == 7;

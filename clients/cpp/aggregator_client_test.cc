@@ -14,59 +14,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/service.h"
+#include "tests/testing/quadratic_participant.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tern {
 namespace {
 
 using ::tern::testing::IsOk;
+using ::tern::testing::QuadraticParticipant;
 using ::tern::testing::StatusIs;
-
-// Two tensors ("w" 3x2, "b" 2), pulled toward this participant's target.
-class QuadraticParticipant : public Participant {
- public:
-  QuadraticParticipant(std::vector<float> target, uint64_t examples)
-      : target_(std::move(target)), examples_(examples) {
-    layout_ = {{"w", {3, 2}, 0, 6}, {"b", {2}, 6, 2}};
-  }
-  const std::vector<ParamTensor>& Layout() const override { return layout_; }
-  absl::Status InitialModel(absl::Span<float> x) override {
-    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i);
-    return absl::OkStatus();
-  }
-  uint64_t NumExamples() const override { return examples_; }
-  absl::StatusOr<WorkResult> Work(const v1::Task& task, const std::vector<float>& global,
-                                  const WorkContext& context) override {
-    WorkResult w;
-    w.update.resize(global.size());
-    if (task.has_gradient()) {  // ps: the gradient at the round's model
-      for (size_t i = 0; i < global.size(); ++i) w.update[i] = global[i] - target_[i];
-    } else {  // local steps of gradient descent; the update is the change they made
-      std::vector<float> x = global;
-      const float lr = task.local().lr();
-      for (uint32_t s = 0; s < task.local().local_steps(); ++s) {
-        for (size_t i = 0; i < x.size(); ++i) x[i] -= lr * (x[i] - target_[i]);
-      }
-      for (size_t i = 0; i < x.size(); ++i) w.update[i] = x[i] - global[i];
-    }
-    w.batch = 1;
-    ++rounds_;
-    if (broken_) w.update.pop_back();
-    return w;
-  }
-  int rounds() const { return rounds_; }
-  void Break() { broken_ = true; }
-  std::vector<bool> ExactTensors() const override { return exact_; }
-  void SetExact(std::vector<bool> exact) { exact_ = std::move(exact); }
-
- private:
-  std::vector<ParamTensor> layout_;
-  std::vector<float> target_;
-  uint64_t examples_;
-  int rounds_ = 0;
-  bool broken_ = false;
-  std::vector<bool> exact_;
-};
 
 struct QuadraticRun {
   std::vector<float> model;     // the server's final model

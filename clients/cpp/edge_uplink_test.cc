@@ -14,50 +14,17 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/service.h"
+#include "tests/testing/quadratic_participant.h"
 #include "tests/testing/status_matchers.h"
 
 namespace tern {
 namespace {
 
 using ::tern::testing::IsOk;
+using ::tern::testing::QuadraticParticipant;
 
 constexpr int kLocalSteps = 3;
 constexpr float kLocalLr = 0.5f;
-
-// Pulled toward its target by kLocalSteps steps of gradient descent on 0.5 ||x - t||^2.
-class TargetPuller : public Participant {
- public:
-  TargetPuller(std::vector<float> target, uint64_t examples)
-      : target_(std::move(target)), examples_(examples) {
-    layout_ = {{"w", {3, 2}, 0, 6}, {"b", {2}, 6, 2}};
-  }
-  const std::vector<ParamTensor>& Layout() const override { return layout_; }
-  absl::Status InitialModel(absl::Span<float> x) override {
-    for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * static_cast<float>(i);
-    return absl::OkStatus();
-  }
-  uint64_t NumExamples() const override { return examples_; }
-  absl::StatusOr<WorkResult> Work(const v1::Task& task, const std::vector<float>& global,
-                                  const WorkContext& context) override {
-    WorkResult w;
-    std::vector<float> x = Pull(global, task.local().local_steps(), task.local().lr());
-    w.update.resize(x.size());
-    for (size_t i = 0; i < x.size(); ++i) w.update[i] = x[i] - global[i];
-    w.batch = 1;
-    return w;
-  }
-  std::vector<float> Pull(std::vector<float> x, uint32_t steps, float lr) const {
-    for (uint32_t s = 0; s < steps; ++s) {
-      for (size_t i = 0; i < x.size(); ++i) x[i] -= lr * (x[i] - target_[i]);
-    }
-    return x;
-  }
-
- private:
-  std::vector<ParamTensor> layout_;
-  std::vector<float> target_;
-  uint64_t examples_;
-};
 
 ServerOptions TierOptions(int clients, int rounds, const std::string& codec) {
   ServerOptions so;
@@ -95,9 +62,9 @@ TEST(EdgeUplink, TwoEdgesGiveTheParentTheFlatRunsModelWithEachTiersOwnCodec) {
                                                    {4, 4, 4, 4, -4, -4, -4, -4},
                                                    {0, 0, 2, 2, 0, 0, -2, -2}};
   const std::vector<uint64_t> examples = {100, 200, 300, 400};
-  std::vector<std::unique_ptr<TargetPuller>> pullers;
+  std::vector<std::unique_ptr<QuadraticParticipant>> pullers;
   for (size_t c = 0; c < 4; ++c) {
-    pullers.push_back(std::make_unique<TargetPuller>(targets[c], examples[c]));
+    pullers.push_back(std::make_unique<QuadraticParticipant>(targets[c], examples[c]));
   }
 
   std::atomic<bool> stop{false};
