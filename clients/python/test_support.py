@@ -83,11 +83,15 @@ def run_in_threads(fn, n):
         except Exception as e:  # noqa: BLE001 (raised below)
             errors.append((rank, e))
 
-    threads = [threading.Thread(target=one, args=(r,)) for r in range(n)]
+    # Daemon threads, and the first failure raised at once: the others may be waiting on a peer
+    # the failed one was (a step blocks up to its timeout), and the caller's cleanup (stopping
+    # the workers) is what ends their wait.
+    threads = [threading.Thread(target=one, args=(r,), daemon=True) for r in range(n)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    while any(t.is_alive() for t in threads) and not errors:
+        for t in threads:
+            t.join(timeout=0.1)
     if errors:
         rank, e = errors[0]
         raise RuntimeError("thread %d of %d failed: %r" % (rank, n, e)) from e
