@@ -70,6 +70,29 @@ ABSL_FLAG(tern::Double<tern::Open(0, 1)>, dp_delta, 1e-5,
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_epsilon_budget, 0,
           "server/run: DP-FedAvg: the run ends before a round that would take epsilon past this "
           "(0: no budget)");
+ABSL_FLAG(bool, secagg, false,
+          "server/run: secure aggregation (SecAgg+): each round's clients mask their updates, "
+          "quantized to --secagg_bits, with pairwise and self masks, and the server learns only "
+          "their unweighted mean, even when some drop after masking (federated or local-sgd, "
+          "--rule=fedavg, --update_codec=none; the C++ client)");
+ABSL_FLAG(tern::Int<tern::AtLeast(2)>, secagg_neighbours, 16,
+          "server/run, --secagg: k, each client's neighbours in the round's masking graph "
+          "(rounded up to even; all the others when fewer)");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, secagg_threshold, 0,
+          "server/run, --secagg: t, the shares that rebuild a client's secrets (0: more than half "
+          "of its neighbours)");
+ABSL_FLAG(tern::Int<tern::AtLeast(8)>, secagg_bits, 32,
+          "server/run, --secagg: b, the masked integers are mod 2^b (8..32): the bits each "
+          "coordinate of an update takes on the wire");
+ABSL_FLAG(tern::Int<tern::AtLeast(0)>, secagg_levels, 0,
+          "server/run, --secagg: Q, each coordinate of an update is rounded onto 0..Q (0: the "
+          "most that a round's sum fits in b bits)");
+ABSL_FLAG(tern::Double<tern::Above(0)>, secagg_range, 1.0,
+          "server/run, --secagg: r, each coordinate of an update is clipped to [-r, r] before it "
+          "is quantized");
+ABSL_FLAG(tern::Double<tern::Above(0)>, secagg_stage_timeout_s, 30,
+          "server/run, --secagg: the most a key, share or reveal stage waits for a round's "
+          "clients");
 ABSL_FLAG(tern::Int<tern::AtLeast(0)>, eval_every, 0,
           "server/run: federated evaluation: every N rounds (and the last) the clients evaluate "
           "the model they train from on held-out data; the server logs the examples-weighted "
@@ -208,6 +231,14 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.dp.noise = absl::GetFlag(FLAGS_dp_noise).value;
   a.dp.delta = absl::GetFlag(FLAGS_dp_delta).value;
   a.dp.epsilon_budget = absl::GetFlag(FLAGS_dp_epsilon_budget).value;
+  a.secagg.enabled = absl::GetFlag(FLAGS_secagg);
+  a.secagg.neighbours = static_cast<uint32_t>(absl::GetFlag(FLAGS_secagg_neighbours).value);
+  a.secagg.threshold = static_cast<uint32_t>(absl::GetFlag(FLAGS_secagg_threshold).value);
+  a.secagg.bits = static_cast<uint32_t>(absl::GetFlag(FLAGS_secagg_bits).value);
+  a.secagg.levels = static_cast<uint32_t>(
+      std::min<int64_t>(absl::GetFlag(FLAGS_secagg_levels).value, 0xffffffff));
+  a.secagg.range = absl::GetFlag(FLAGS_secagg_range).value;
+  a.secagg.stage_timeout = absl::Seconds(absl::GetFlag(FLAGS_secagg_stage_timeout_s).value);
   so.limits = StreamLimitsFromFlags(so.limits);
   so.metrics_listen = MetricsListenFromFlags();
   so.tls = TlsFromFlags();

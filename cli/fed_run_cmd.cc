@@ -245,57 +245,65 @@ std::vector<std::string> PlaintextBeyondLoopback(const std::string& host) {
 
 // `tern server`'s flags for the run's settings, listening on `port` (0: any).
 std::vector<std::string> ServerFlags(const FedRun& run, const std::string& dir, int port) {
-  return {"server", absl::StrCat("--listen=", run.server_host, ":", port),
-          absl::StrCat("--port_file=", dir, "/server.port"),
-          absl::StrCat("--checkpoint=", dir, "/server.ckpt"), absl::StrCat("--mode=", run.mode),
-          absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
-          absl::StrCat("--min_clients=", absl::GetFlag(FLAGS_min_clients).value > 0
-                                             ? absl::GetFlag(FLAGS_min_clients).value
-                                             : run.n),
-          absl::StrCat("--rounds=", run.rounds),
-          absl::StrCat("--clients_per_round=", absl::GetFlag(FLAGS_clients_per_round).value),
-          absl::StrCat("--min_replies=", absl::GetFlag(FLAGS_min_replies).value),
-          absl::StrCat("--grace_s=", absl::GetFlag(FLAGS_grace_s).value),
-          absl::StrCat("--round_deadline_s=", absl::GetFlag(FLAGS_round_deadline_s).value),
-          absl::StrCat("--learned_deadline_k=", absl::GetFlag(FLAGS_learned_deadline_k).value),
-          absl::StrCat("--deadline_floor_s=", absl::GetFlag(FLAGS_deadline_floor_s).value),
-          absl::StrCat("--staleness_decay=", absl::GetFlag(FLAGS_staleness_decay).value),
-          absl::StrCat("--max_staleness=", absl::GetFlag(FLAGS_max_staleness).value),
-          absl::StrCat("--buffer=", absl::GetFlag(FLAGS_buffer).value),
-          absl::StrCat("--concurrency=", absl::GetFlag(FLAGS_concurrency).value),
-          absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
-          absl::StrCat("--sampling=", absl::GetFlag(FLAGS_sampling)),
-          absl::StrCat("--rule=", absl::GetFlag(FLAGS_rule)),
-          absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard).value),
-          absl::StrCat("--server_lr=", absl::GetFlag(FLAGS_server_lr).value),
-          absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum).value),
-          absl::StrCat("--outer=", absl::GetFlag(FLAGS_outer)),
-          absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every).value),
-          absl::StrCat("--dp_clip=", absl::GetFlag(FLAGS_dp_clip).value),
-          absl::StrCat("--dp_noise=", absl::GetFlag(FLAGS_dp_noise).value),
-          absl::StrCat("--dp_delta=", absl::GetFlag(FLAGS_dp_delta).value),
-          absl::StrCat("--dp_epsilon_budget=", absl::GetFlag(FLAGS_dp_epsilon_budget).value),
-          absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),
-          absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),
-          absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),
-          absl::StrCat("--error_feedback=", absl::GetFlag(FLAGS_error_feedback) ? "true" : "false"),
-          absl::StrCat("--memory=", absl::GetFlag(FLAGS_memory)),
-          absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
-          absl::StrCat("--warmup_rounds=", absl::GetFlag(FLAGS_warmup_rounds).value),
-          absl::StrCat("--beta1=", absl::GetFlag(FLAGS_beta1).value),
-          absl::StrCat("--adaptive_batch_eta=", absl::GetFlag(FLAGS_adaptive_batch_eta).value),
-          absl::StrCat("--max_batch=", absl::GetFlag(FLAGS_max_batch).value),
-          absl::StrCat("--overlap_anchor=", absl::GetFlag(FLAGS_overlap_anchor).value),
-          absl::StrCat("--beta2=", absl::GetFlag(FLAGS_beta2).value),
-          absl::StrCat("--eps=", absl::GetFlag(FLAGS_eps).value),
-          absl::StrCat("--local_epochs=", absl::GetFlag(FLAGS_local_epochs).value),
-          absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps).value),
-          absl::StrCat("--local_momentum=", absl::GetFlag(FLAGS_local_momentum).value),
-          absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch).value),
-          absl::StrCat("--lr=", FedLr()), absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
-          absl::StrCat("--client_timeout_s=", absl::GetFlag(FLAGS_client_timeout_s).value),
-          // The launcher stops the server once it has evaluated the last round.
-          "--linger_s=600", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
+  return {
+      "server", absl::StrCat("--listen=", run.server_host, ":", port),
+      absl::StrCat("--port_file=", dir, "/server.port"),
+      absl::StrCat("--checkpoint=", dir, "/server.ckpt"), absl::StrCat("--mode=", run.mode),
+      absl::StrCat("--run_id=", absl::GetFlag(FLAGS_run_id)),
+      absl::StrCat("--min_clients=", absl::GetFlag(FLAGS_min_clients).value > 0
+                                         ? absl::GetFlag(FLAGS_min_clients).value
+                                         : run.n),
+      absl::StrCat("--rounds=", run.rounds),
+      absl::StrCat("--clients_per_round=", absl::GetFlag(FLAGS_clients_per_round).value),
+      absl::StrCat("--min_replies=", absl::GetFlag(FLAGS_min_replies).value),
+      absl::StrCat("--grace_s=", absl::GetFlag(FLAGS_grace_s).value),
+      absl::StrCat("--round_deadline_s=", absl::GetFlag(FLAGS_round_deadline_s).value),
+      absl::StrCat("--learned_deadline_k=", absl::GetFlag(FLAGS_learned_deadline_k).value),
+      absl::StrCat("--deadline_floor_s=", absl::GetFlag(FLAGS_deadline_floor_s).value),
+      absl::StrCat("--staleness_decay=", absl::GetFlag(FLAGS_staleness_decay).value),
+      absl::StrCat("--max_staleness=", absl::GetFlag(FLAGS_max_staleness).value),
+      absl::StrCat("--buffer=", absl::GetFlag(FLAGS_buffer).value),
+      absl::StrCat("--concurrency=", absl::GetFlag(FLAGS_concurrency).value),
+      absl::StrCat("--staleness=", absl::GetFlag(FLAGS_staleness)),
+      absl::StrCat("--sampling=", absl::GetFlag(FLAGS_sampling)),
+      absl::StrCat("--rule=", absl::GetFlag(FLAGS_rule)),
+      absl::StrCat("--norm_guard=", absl::GetFlag(FLAGS_norm_guard).value),
+      absl::StrCat("--server_lr=", absl::GetFlag(FLAGS_server_lr).value),
+      absl::StrCat("--server_momentum=", absl::GetFlag(FLAGS_server_momentum).value),
+      absl::StrCat("--outer=", absl::GetFlag(FLAGS_outer)),
+      absl::StrCat("--eval_every=", absl::GetFlag(FLAGS_eval_every).value),
+      absl::StrCat("--dp_clip=", absl::GetFlag(FLAGS_dp_clip).value),
+      absl::StrCat("--dp_noise=", absl::GetFlag(FLAGS_dp_noise).value),
+      absl::StrCat("--dp_delta=", absl::GetFlag(FLAGS_dp_delta).value),
+      absl::StrCat("--dp_epsilon_budget=", absl::GetFlag(FLAGS_dp_epsilon_budget).value),
+      absl::StrCat("--secagg=", absl::GetFlag(FLAGS_secagg) ? "true" : "false"),
+      absl::StrCat("--secagg_neighbours=", absl::GetFlag(FLAGS_secagg_neighbours).value),
+      absl::StrCat("--secagg_threshold=", absl::GetFlag(FLAGS_secagg_threshold).value),
+      absl::StrCat("--secagg_bits=", absl::GetFlag(FLAGS_secagg_bits).value),
+      absl::StrCat("--secagg_levels=", absl::GetFlag(FLAGS_secagg_levels).value),
+      absl::StrCat("--secagg_range=", absl::GetFlag(FLAGS_secagg_range).value),
+      absl::StrCat("--secagg_stage_timeout_s=", absl::GetFlag(FLAGS_secagg_stage_timeout_s).value),
+      absl::StrCat("--downstream=", absl::GetFlag(FLAGS_downstream)),
+      absl::StrCat("--downstream_codec=", absl::GetFlag(FLAGS_downstream_codec)),
+      absl::StrCat("--update_codec=", absl::GetFlag(FLAGS_update_codec)),
+      absl::StrCat("--error_feedback=", absl::GetFlag(FLAGS_error_feedback) ? "true" : "false"),
+      absl::StrCat("--memory=", absl::GetFlag(FLAGS_memory)),
+      absl::StrCat("--optimizer=", absl::GetFlag(FLAGS_optimizer)),
+      absl::StrCat("--warmup_rounds=", absl::GetFlag(FLAGS_warmup_rounds).value),
+      absl::StrCat("--beta1=", absl::GetFlag(FLAGS_beta1).value),
+      absl::StrCat("--adaptive_batch_eta=", absl::GetFlag(FLAGS_adaptive_batch_eta).value),
+      absl::StrCat("--max_batch=", absl::GetFlag(FLAGS_max_batch).value),
+      absl::StrCat("--overlap_anchor=", absl::GetFlag(FLAGS_overlap_anchor).value),
+      absl::StrCat("--beta2=", absl::GetFlag(FLAGS_beta2).value),
+      absl::StrCat("--eps=", absl::GetFlag(FLAGS_eps).value),
+      absl::StrCat("--local_epochs=", absl::GetFlag(FLAGS_local_epochs).value),
+      absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps).value),
+      absl::StrCat("--local_momentum=", absl::GetFlag(FLAGS_local_momentum).value),
+      absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch).value), absl::StrCat("--lr=", FedLr()),
+      absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
+      absl::StrCat("--client_timeout_s=", absl::GetFlag(FLAGS_client_timeout_s).value),
+      // The launcher stops the server once it has evaluated the last round.
+      "--linger_s=600", absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))};
 }
 
 // `tern server` with the run's settings, listening on `port` (0: any).
@@ -327,14 +335,24 @@ std::vector<std::string> EdgeArgs(const FedRun& run, const std::string& dir, int
                 {absl::StrCat("--listen=", run.site_host(e), ":", port),
                  absl::StrCat("--port_file=", dir, "/edge-", e, ".port"),
                  absl::StrCat("--checkpoint=", dir, "/edge-", e, ".ckpt"),
-                 absl::StrCat("--parent=", parent), absl::StrCat("--edge_name=edge-", e),
+                 absl::StrCat("--parent=", parent),
+                 absl::StrCat("--edge_name=edge-", e),
                  absl::StrCat("--edge_rounds=", absl::GetFlag(FLAGS_edge_rounds).value),
-                 absl::StrCat("--min_clients=", site), absl::StrCat("--clients_per_round=", k),
+                 absl::StrCat("--min_clients=", site),
+                 absl::StrCat("--clients_per_round=", k),
                  absl::StrCat("--min_replies=",
                               min_replies > 0 ? std::clamp(min_replies * site / run.n, 1, k) : k),
-                 "--update_codec=none", "--error_feedback=false", "--memory=", "--downstream=model",
-                 "--downstream_codec=none", "--server_lr=1", "--server_momentum=0",
-                 "--outer=", "--dp_clip=0", "--linger_s=5"});
+                 "--update_codec=none",
+                 "--error_feedback=false",
+                 "--memory=",
+                 "--downstream=model",
+                 "--downstream_codec=none",
+                 "--server_lr=1",
+                 "--server_momentum=0",
+                 "--outer=",
+                 "--dp_clip=0",
+                 "--secagg=false",
+                 "--linger_s=5"});
 }
 
 // The client processes, `per` clients to each, a site's (`addresses[e]`: its edge, or the one
@@ -398,6 +416,10 @@ v1::MetricsRow RoundRow(const FedRun& run, int64_t r, const v1::ServerStatus& rs
   row.set_closed_s(rs.round_closed_unix_s() - absl::ToDoubleSeconds(start - absl::UnixEpoch()));
   if (rs.mean_batch() > 0) row.set_batch(rs.mean_batch());
   if (rs.dp_clip() > 0) row.set_dp_epsilon(static_cast<float>(rs.dp_epsilon()));
+  if (rs.secagg_bytes() > 0) {
+    row.set_secagg_mb(static_cast<float>(static_cast<double>(rs.secagg_bytes()) / 1e6));
+    row.set_secagg_dropped(static_cast<int64_t>(rs.secagg_dropped()));
+  }
   for (uint64_t n : rs.staleness()) row.add_staleness(static_cast<int64_t>(n));
   return row;
 }
@@ -779,6 +801,13 @@ int RunFederatedMain(const std::string& self_exe) {
   if (last.dp_clip() > 0) {
     std::printf("differential privacy: epsilon %.3f at delta %g (clip %g, noise multiplier %g)\n",
                 last.dp_epsilon(), last.dp_delta(), last.dp_clip(), last.dp_noise());
+  }
+  if (last.secagg_bytes() > 0) {
+    std::printf("secure aggregation: the stages' messages %.2f MB; %llu clients dropped after "
+                "masking, %llu rounds without a sum\n",
+                static_cast<double>(last.secagg_bytes()) / 1e6,
+                static_cast<unsigned long long>(last.secagg_dropped()),
+                static_cast<unsigned long long>(last.secagg_failed_rounds()));
   }
   if (run.edges > 0) {
     const v1::ServerStatus& e = watch.edges_last();

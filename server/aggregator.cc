@@ -15,6 +15,7 @@
 #include "common/chunking.h"
 #include "common/crc32.h"
 #include "common/file_util.h"
+#include "common/finite.h"
 #include "common/spec.h"
 #include "common/status_macros.h"
 #include "core/federated/protocol.h"
@@ -232,6 +233,46 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
     }
     o.task.set_dp_clip(static_cast<float>(o.dp.clip));
   }
+  if (o.secagg.enabled) {
+    TERN_RETURN_IF_ERROR(CheckSecAggOptions(o.secagg));
+    if (o.mode != "federated" && o.mode != "local-sgd") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "secure aggregation (--secagg) runs federated or local-sgd rounds, not ", o.mode));
+    }
+    if (o.rule != "fedavg") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "secure aggregation (--secagg) gives the server the sum alone: --rule=fedavg, not ",
+          o.rule, " (a robust rule needs each update)"));
+    }
+    if (o.task.update_codec() != "none" || o.task.error_feedback() || !o.task.memory().empty()) {
+      // The masks are added to integers mod 2^b: a codec's output would have to be integer and
+      // add up to the code of the sum, which no built-in codec's scaled output does. The
+      // quantization to --secagg_bits is the compression.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "secure aggregation (--secagg) sums the clients' updates quantized to --secagg_bits "
+          "in the ring: --codec=none with no --error_feedback or --memory (codec '",
+          o.task.update_codec(), "''s output is not an integer vector that adds up)"));
+    }
+    if (o.dp.clip > 0) {
+      return absl::InvalidArgumentError(
+          "secure aggregation (--secagg) with DP-FedAvg (--dp_clip) needs the clients' own noise, "
+          "which is not built yet: use one of them");
+    }
+    if (o.edge_rounds > 0) {
+      return absl::InvalidArgumentError(
+          "an edge aggregator (--parent) runs its own rounds in the clear so far: no --secagg");
+    }
+    const uint32_t k = static_cast<uint32_t>(o.policy.clients_per_round);
+    if (o.mode == "federated" && (k < 3 || (o.secagg.threshold > 0 && k < o.secagg.threshold + 1) ||
+                                  (o.secagg.levels > 0 && uint64_t{k} * o.secagg.levels >=
+                                                              (uint64_t{1} << o.secagg.bits)))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("secure aggregation (--secagg) with --clients_per_round=", k,
+                       ": a round needs 3 clients at least, t + 1 for --secagg_threshold, and K x "
+                       "--secagg_levels under 2^--secagg_bits"));
+    }
+    if (o.min_clients < 3) o.min_clients = 3;  // the fewest a mask hides one update among
+  }
   // The work matches the mode: gradients for ps, local training otherwise.
   if (o.mode == "ps") {
     if (!o.task.has_gradient()) {
@@ -380,6 +421,7 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
       rounds_(MakeRounds(options_)),
       edge_(options_.edge_rounds > 0 ? std::make_unique<EdgeTier>(options_.edge_rounds) : nullptr),
       dp_(options_.dp.clip > 0 ? std::make_unique<DpFedAvg>(options_.dp) : nullptr),
+      secure_(options_.secagg.enabled ? std::make_unique<SecureRounds>(options_.secagg) : nullptr),
       clients_(options_.client_timeout),
       norm_guard_(options_.norm_guard),
       // A client catches up only from a model the downstream still has every update since.
@@ -433,9 +475,7 @@ absl::Status Aggregator::AdoptModel(const v1::TensorBundle& bundle) {
                         LayoutFromBundle(bundle, options_.max_params));
   std::vector<float> x(LayoutNumel(layout));
   TERN_RETURN_IF_ERROR(BundleToFlat(bundle, layout, *codecs_, absl::MakeSpan(x)));
-  for (float v : x) {
-    if (!std::isfinite(v)) return absl::InvalidArgumentError("the model holds Inf or NaN");
-  }
+  if (!AllFinite(x)) return absl::InvalidArgumentError("the model holds Inf or NaN");
   layout_ = std::move(layout);
   model_ = std::move(x);
   accumulator_ = std::make_unique<RoundAccumulator>(rule_.get(), model_.size());
@@ -525,6 +565,12 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
     r.task.set_kind(v1::Task::WAIT);
     return r;
   }
+  if (secure_ != nullptr && !secure_->Admits(client)) {
+    // A secure round takes its clients in at its key stage only: a client fetching later
+    // (left out of a stage, or back from a restart) waits for the next round.
+    r.task.set_kind(v1::Task::WAIT);
+    return r;
+  }
   const Rounds::Turn turn = rounds_->Take(static_cast<int>(client), now);
   if (turn.offered) ++events_;  // the waiter a slot was kept for may be parked
   if (!turn.train) {
@@ -537,6 +583,9 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
   r.task.set_evaluate(Evaluates(rounds_->round()));
   r.task.set_round_clients(rounds_->round_clients());
   r.task.set_attempt(turn.attempt);
+  if (secure_ != nullptr && secure_->active() && secure_->round() == rounds_->round()) {
+    *r.task.mutable_secagg() = secure_->params();
+  }
   r.task.set_payload(from >= 0 ? v1::Task::DELTAS : v1::Task::MODEL);
   r.task.set_delta_from(from);
   // The CRC lets a client check its copy; a lossy model encoding leaves nothing to check.
@@ -583,6 +632,7 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = Admit(info, update, now); !s.ok()) return Refuse(s);
+    if (secure_ != nullptr) return PushMasked(info, update, wire_bytes, now);
     layout = &layout_;  // fixed once there is a model
   }
   // Decoded and checked outside the lock, into this call's own buffer; a malformed update does
@@ -618,6 +668,97 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Push(const v1::UpdateInfo& info,
   TERN_RETURN_IF_ERROR(accumulator->AddReserved(info.client_id(), values, record.weight(),
                                                 info.loss(), info.batch()));
   return reply;
+}
+
+absl::StatusOr<v1::UpdateReply> Aggregator::PushMasked(const v1::UpdateInfo& info,
+                                                       const v1::TensorBundle& update,
+                                                       uint64_t wire_bytes, absl::Time now) {
+  const uint32_t client = info.client_id();
+  const int64_t round = static_cast<int64_t>(info.round());
+  if (update.tensors_size() != 1 || update.tensors(0).name() != "secagg" ||
+      update.tensors(0).tensor().codec() != "secagg" ||
+      update.tensors(0).tensor().numel() != model_.size()) {
+    return Refuse(absl::InvalidArgumentError(absl::StrCat(
+        "this run aggregates securely (--secagg): an update is one tensor 'secagg' of codec "
+        "'secagg' with ",
+        model_.size(), " values, masked as Task.secagg says")));
+  }
+  if (absl::Status s = secure_->TakesMasked(client, round); !s.ok()) return Refuse(s);
+  absl::StatusOr<ReplyDecision> d = rounds_->Reply(static_cast<int>(client), round, now);
+  if (!d.ok()) return Refuse(d.status());
+  if (d->verdict != ReplyVerdict::kAccepted) {
+    rounds_->Unreply(static_cast<int>(client), round);
+    return Refuse(absl::FailedPreconditionError("a masked update is taken in its round only"));
+  }
+  // Added to the round's masked sum at once (under the lock: a pass over b-bit integers); not
+  // logged, since a restarted server cannot unmask a round whose keys and shares it lost.
+  if (absl::Status s = secure_->AddMasked(client, round, update.tensors(0).tensor().payload());
+      !s.ok()) {
+    // Not a spent turn: nothing in a masked vector can probe a guard, so a client whose
+    // vector was damaged may send it again while the stage is open.
+    rounds_->Unreply(static_cast<int>(client), round);
+    return Refuse(s);
+  }
+  CountBytesUp(PayloadBytes(update), wire_bytes);
+  CountAccepted(false, 0);
+  secure_loss_sum_ += info.loss();
+  secure_batch_sum_ += info.batch();
+  v1::UpdateReply reply;
+  reply.set_server_round(static_cast<uint64_t>(rounds_->round()));
+  reply.set_verdict(v1::UpdateReply::ACCEPTED);
+  return reply;
+}
+
+absl::StatusOr<v1::SecAggReply> Aggregator::SecAgg(const v1::SecAggRequest& request,
+                                                   absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  TERN_RETURN_IF_ERROR(clients_.Heard(request.client_id(), now));
+  if (secure_ == nullptr) {
+    return absl::FailedPreconditionError("this server runs no secure aggregation (--secagg)");
+  }
+  absl::StatusOr<v1::SecAggReply> r = secure_->Handle(request, now);
+  counters_.set_secagg_bytes(counters_.secagg_bytes() + request.ByteSizeLong() +
+                             (r.ok() ? r->ByteSizeLong() : 0));
+  if (!r.ok()) {
+    spdlog::warn("server: refused a secure-aggregation message of client {} for round {}: {}",
+                 request.client_id(), request.round(), r.status().ToString());
+  }
+  return r;
+}
+
+absl::StatusOr<bool> Aggregator::TickSecure(absl::Time now) {
+  if (!rounds_->open()) return false;
+  if (!secure_->active() || secure_->round() != rounds_->round()) {
+    // Its keys and shares are gone (the server restarted mid-round, or the round was too small
+    // to mask in): the round closes without an update and the next one starts afresh.
+    spdlog::warn("server: round {} has no secure aggregation state; it closes without an update",
+                 rounds_->round());
+    counters_.set_secagg_failed_rounds(counters_.secagg_failed_rounds() + 1);
+    TERN_RETURN_IF_ERROR(CloseRound(now));
+    return true;
+  }
+  const SecAggServerRound::Stage before = secure_->stage();
+  std::optional<absl::StatusOr<SecAggServerRound::Result>> end =
+      secure_->Advance(now, rounds_->ShouldClose(now));
+  if (secure_->stage() != before) ++events_;  // the calls waiting on the stage's answer wake
+  if (!end.has_value()) return false;
+  if (!end->ok()) {
+    spdlog::warn(
+        "server: round {}'s secure aggregation failed: {}; the round closes without an "
+        "update",
+        rounds_->round(), end->status().ToString());
+    counters_.set_secagg_failed_rounds(counters_.secagg_failed_rounds() + 1);
+    TERN_RETURN_IF_ERROR(CloseRound(now));
+    return true;
+  }
+  const SecAggServerRound::Result& result = **end;
+  counters_.set_secagg_dropped(counters_.secagg_dropped() + result.dropped.size());
+  spdlog::info(
+      "server: round {}: unmasked the sum of {} clients' masked updates ({} dropped "
+      "after masking)",
+      rounds_->round(), result.clients.size(), result.dropped.size());
+  TERN_RETURN_IF_ERROR(CloseRound(now, &result));
+  return true;
 }
 
 absl::Status Aggregator::Unlogged(const v1::UpdateInfo& info, const internal::LoggedUpdate& record,
@@ -811,13 +952,23 @@ absl::Status Aggregator::Leave(uint32_t client) {
   return clients_.Leave(client);
 }
 
-absl::Status Aggregator::CloseRound(absl::Time now) {
+absl::Status Aggregator::CloseRound(absl::Time now, const SecAggServerRound::Result* secure) {
   rounds_->Close();
   const int64_t round = static_cast<int64_t>(counters_.round()) + 1;
   counters_.set_round_closed_unix_s(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
-  counters_.set_mean_batch(accumulator_->mean_batch());
-  counters_.set_last_round_updates(static_cast<uint32_t>(accumulator_->count()));
-  counters_.set_train_loss(accumulator_->mean_loss());
+  if (secure_ != nullptr) {
+    // The losses and minibatches the masked updates reported (in the clear, as every client's).
+    const double n = secure != nullptr ? static_cast<double>(secure->clients.size()) : 0;
+    counters_.set_mean_batch(n > 0 ? secure_batch_sum_ / n : 0);
+    counters_.set_last_round_updates(static_cast<uint32_t>(n));
+    counters_.set_train_loss(n > 0 ? secure_loss_sum_ / n : 0);
+    secure_loss_sum_ = secure_batch_sum_ = 0;
+    secure_->Abandon();
+  } else {
+    counters_.set_mean_batch(accumulator_->mean_batch());
+    counters_.set_last_round_updates(static_cast<uint32_t>(accumulator_->count()));
+    counters_.set_train_loss(accumulator_->mean_loss());
+  }
   if (round_eval_.examples() > 0) {
     counters_.set_eval_round(static_cast<uint64_t>(round));
     counters_.set_eval_examples(round_eval_.examples());
@@ -827,7 +978,13 @@ absl::Status Aggregator::CloseRound(absl::Time now) {
   }
   round_eval_.Clear();
   std::vector<float> mean(model_.size(), 0.0f);
-  TERN_ASSIGN_OR_RETURN(bool have_update, accumulator_->Aggregate(absl::MakeSpan(mean)));
+  bool have_update = false;
+  if (secure != nullptr) {
+    mean = secure->mean;
+    have_update = !secure->clients.empty();
+  } else {
+    TERN_ASSIGN_OR_RETURN(have_update, accumulator_->Aggregate(absl::MakeSpan(mean)));
+  }
   if (dp_ != nullptr) {
     // Released whoever replied: the noise hides them, and the round's sample was drawn.
     TERN_RETURN_IF_ERROR(dp_->Release(absl::MakeSpan(mean), have_update ? accumulator_->count() : 0,
@@ -859,13 +1016,15 @@ absl::Status Aggregator::Tick(absl::Time now) {
     absl::MutexLock lock(&mu_);
     if (!have_model_ || counters_.done()) return absl::OkStatus();
     bool changed = false;
-    if (rounds_->ShouldClose(now)) {
+    if (secure_ != nullptr) {
+      TERN_ASSIGN_OR_RETURN(changed, TickSecure(now));
+    } else if (rounds_->ShouldClose(now)) {
       TERN_RETURN_IF_ERROR(CloseRound(now));
       changed = true;
     }
     // Only between rounds: the set of available clients is O(N) to build, and Tick runs after
-    // every push.
-    const int needed = counters_.round() == 0 ? options_.min_clients : 1;
+    // every push. A secure round needs three clients at least.
+    const int needed = counters_.round() == 0 ? options_.min_clients : (secure_ != nullptr ? 3 : 1);
     const bool may_open =
         edge_ == nullptr || edge_->MayOpen(static_cast<int64_t>(counters_.round()));
     if (!rounds_->open() && !counters_.done() && may_open &&
@@ -879,7 +1038,14 @@ absl::Status Aggregator::Tick(absl::Time now) {
       rounds_->SetAvailable(std::move(available));
       if (dp_ != nullptr && StopForBudget(population)) {
         changed = true;
-      } else if (rounds_->Open(now).ok()) {
+      } else if (absl::StatusOr<std::vector<int>> sampled = rounds_->Open(now); sampled.ok()) {
+        if (secure_ != nullptr) {
+          std::string why;
+          secure_->Open(rounds_->round(), *sampled, model_.size(), options_.policy.seed, now, &why);
+          if (!why.empty()) {
+            spdlog::warn("server: round {} cannot aggregate securely: {}", rounds_->round(), why);
+          }
+        }
         if (dp_ != nullptr) {
           dp_round_q_ = static_cast<double>(rounds_->round_clients()) /
                         static_cast<double>(std::max<size_t>(1, population));
@@ -1025,11 +1191,8 @@ absl::Status Aggregator::Rebase(int64_t parent_round, int64_t parent_client,
       return absl::FailedPreconditionError(absl::StrCat(
           "the parent's model has ", global.size(), " parameters; this edge's ", model_.size()));
     }
-    for (float v : global) {
-      if (!std::isfinite(v)) {
-        return absl::InvalidArgumentError("the parent's model holds Inf or NaN");
-      }
-    }
+    if (!AllFinite(global))
+      return absl::InvalidArgumentError("the parent's model holds Inf or NaN");
     if (rounds_->open()) {
       // Trained from an older parent model: of no use to the parent's task now.
       rounds_->Close();

@@ -40,6 +40,7 @@
 #include "server/model_history.h"
 #include "server/privacy.h"
 #include "server/rounds.h"
+#include "server/secure_rounds.h"
 #include "server/server_step.h"
 #include "server/state_store.h"
 #include "tern/internal/checkpoint.pb.h"
@@ -108,6 +109,10 @@ struct AggregatorOptions {
   // no client memory): clients clip to it, updates over it are refused, each is weighted 1,
   // and the round's sum gets Gaussian noise before the mean over the sampled clients.
   DpOptions dp;
+  // SecAgg+ (server/secure_rounds.h): secagg.enabled turns it on (federated or local-sgd,
+  // fedavg, codec none, no client memory, no DP): each round's sampled clients mask their
+  // updates and the server learns only their unweighted mean.
+  SecAggOptions secagg;
 };
 
 // Checks options and fills mode presets (K and min replies for local-sgd / ps).
@@ -155,6 +160,9 @@ class Aggregator {
   absl::StatusOr<v1::UpdateReply> Push(const v1::UpdateInfo& info, const v1::TensorBundle& update,
                                        uint64_t wire_bytes, absl::Time now);
   absl::Status Leave(uint32_t client);
+  // Secure aggregation's stage messages and polls (Aggregator.SecAgg); FailedPrecondition in a
+  // run without it. The caller ticks after a message, so that the last one closes its stage.
+  absl::StatusOr<v1::SecAggReply> SecAgg(const v1::SecAggRequest& request, absl::Time now);
   // Closes a round that is due and opens the next when clients are there; call periodically.
   // Returns the error of a failed checkpoint write (the state in memory goes on).
   absl::Status Tick(absl::Time now);
@@ -171,8 +179,9 @@ class Aggregator {
   std::map<std::string, uint64_t> RefusalsByReason() const;
   // When the checkpoint was last written (InfinitePast: never).
   absl::Time LastCheckpoint() const;
-  // Counts the events a waiting Fetch may be waiting for: the model published (the initial one
-  // or a round's close, which may end the run) and a round opened.
+  // Counts the events a waiting Fetch (or SecAgg poll) may be waiting for: the model published
+  // (the initial one or a round's close, which may end the run), a round opened, a secure
+  // round's stage closed.
   uint64_t events() const;
   // The clients whose waiting Fetch may have another answer after an event (the open round's
   // sample; nullopt: every client).
@@ -229,7 +238,16 @@ class Aggregator {
   // The round a client holding (have_round, have_crc32) catches up from, or -1 for the model.
   int64_t CatchUpFrom(int64_t have_round, uint32_t have_crc32, bool have_state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CloseRound(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `secure`: a securely aggregated round's result, which replaces the accumulator's.
+  absl::Status CloseRound(absl::Time now, const SecAggServerRound::Result* secure = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick's part for secure aggregation: moves the open round's stages on and closes the round
+  // when they end (or at once when its state is gone: a restarted server). Whether it closed it.
+  absl::StatusOr<bool> TickSecure(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Push's path for a masked update (secure aggregation).
+  absl::StatusOr<v1::UpdateReply> PushMasked(const v1::UpdateInfo& info,
+                                             const v1::TensorBundle& update, uint64_t wire_bytes,
+                                             absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // DP-FedAvg: ends the run (done, with the reason) when the next round, sampling from
   // `population` available clients, would take epsilon past the budget; returns whether it did.
   bool StopForBudget(size_t population) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -293,6 +311,11 @@ class Aggregator {
   // DP-FedAvg's mechanism and accountant; null unless options_.dp.clip > 0.
   const std::unique_ptr<DpFedAvg> dp_ ABSL_PT_GUARDED_BY(mu_);
   double dp_round_q_ ABSL_GUARDED_BY(mu_) = 0;  // the open round's sampling rate
+  // SecAgg+'s rounds; null unless options_.secagg.enabled. With the open round's reported
+  // training losses (the masked updates' UpdateInfo), for its train_loss.
+  const std::unique_ptr<SecureRounds> secure_ ABSL_PT_GUARDED_BY(mu_);
+  double secure_loss_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  double secure_batch_sum_ ABSL_GUARDED_BY(mu_) = 0;
   ClientBook clients_ ABSL_GUARDED_BY(mu_);
   bool have_model_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<ParamTensor> layout_ ABSL_GUARDED_BY(mu_);

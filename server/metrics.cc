@@ -93,6 +93,13 @@ void CollectAggregatorMetrics(const Aggregator& a, const HistogramCounts& round_
             s.dp_epsilon());
     m.Gauge("tern_server_dp_delta", "DP-FedAvg: the delta epsilon is reported at.", s.dp_delta());
   }
+  m.Counter("tern_server_secagg_dropped_total",
+            "Secure aggregation (--secagg): clients whose masked update never came after they "
+            "masked it (their masks taken away with their neighbours' shares).",
+            static_cast<double>(s.secagg_dropped()));
+  m.Counter("tern_server_secagg_failed_rounds_total",
+            "Secure aggregation: rounds that closed without a sum (too few clients or shares).",
+            static_cast<double>(s.secagg_failed_rounds()));
   m.Counter("tern_server_restarts_total", "Times this run's server resumed from its checkpoint.",
             s.restarts());
   m.Histogram("tern_server_round_seconds",

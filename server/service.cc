@@ -55,6 +55,11 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     return new PushCall(s_, ctx, reply);
   }
 
+  grpc::ServerUnaryReactor* SecAgg(grpc::CallbackServerContext* ctx, const v1::SecAggRequest* req,
+                                   v1::SecAggReply* reply) override {
+    return new SecAggCall(s_, ctx, *req, reply);
+  }
+
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                   v1::LeaveReply*) override {
     if (absl::Status st = s_->Caller(*ctx, req->client_id()); !st.ok()) return Done(ctx, st);
@@ -216,6 +221,99 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     std::atomic<int> refs_{1};  // gRPC's (dropped in OnDone) and a running Park's
     std::vector<v1::FetchReply> replies_;
     size_t next_ = 0;
+  };
+
+  // SecAgg: the stage's message, then a long poll for its answer as Fetch's: while the answer
+  // is pending, parks until the next event (a stage closed), the end of the wait, the caller
+  // going away or the server stopping, then asks again.
+  class SecAggCall final : public grpc::ServerUnaryReactor {
+   public:
+    SecAggCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, const v1::SecAggRequest& req,
+               v1::SecAggReply* reply)
+        : s_(s),
+          request_(req),
+          reply_(reply),
+          until_(absl::Now() + absl::Milliseconds(std::min<uint32_t>(req.max_wait_ms(), 30000))) {
+      if (absl::Status st = s_->Caller(*ctx, req.client_id()); !st.ok()) {
+        Finish(ToGrpcStatus(st));
+        return;
+      }
+      Poll();
+    }
+    void OnCancel() override {
+      std::shared_ptr<FetchWaiters::Waiter> w;
+      {
+        absl::MutexLock lock(&mu_);
+        cancelled_ = true;
+        w = waiter_;
+      }
+      if (w != nullptr) w->alarm.Cancel();
+    }
+    void OnDone() override { Unref(); }
+
+   private:
+    void Poll() {
+      const uint64_t seen = s_->fetch_waiters_.generation();
+      absl::StatusOr<v1::SecAggReply> r = s_->aggregator_->SecAgg(request_, absl::Now());
+      if (!r.ok()) {
+        Finish(ToGrpcStatus(r.status()));
+        return;
+      }
+      if (request_.message_case() != v1::SecAggRequest::MESSAGE_NOT_SET) {
+        // A stage's last message closes it now, not at the next tick; sent once only.
+        request_.clear_message();
+        if (absl::Status t = s_->aggregator_->Tick(absl::Now()); !t.ok()) {
+          spdlog::error("server: {}", t.ToString());
+        }
+        s_->WakeFetches();
+        if (r->pending()) {  // it may have closed the stage: ask again at once
+          Poll();
+          return;
+        }
+      }
+      bool cancelled;
+      {
+        absl::MutexLock lock(&mu_);
+        cancelled = cancelled_;
+      }
+      if (r->pending() && absl::Now() < until_ && !cancelled && !s_->stopping_) {
+        Park(seen);
+        return;
+      }
+      *reply_ = *std::move(r);
+      Finish(grpc::Status::OK);
+    }
+    // As FetchCall::Park: the extra reference keeps this object alive until Park returns.
+    void Park(uint64_t seen) {
+      refs_.fetch_add(1);
+      auto w = std::make_shared<FetchWaiters::Waiter>();
+      {
+        absl::MutexLock lock(&mu_);
+        waiter_ = w;
+      }
+      w->alarm.Set(absl::ToChronoTime(until_), [this](bool) { Poll(); });
+      bool cancelled;
+      {
+        absl::MutexLock lock(&mu_);
+        cancelled = cancelled_;
+      }
+      if (cancelled || !s_->fetch_waiters_.Park(request_.client_id(), w, seen) || s_->stopping_) {
+        w->alarm.Cancel();
+      }
+      Unref();
+    }
+    void Unref() {
+      if (refs_.fetch_sub(1) == 1) delete this;
+    }
+
+    AggregatorServer* const s_;
+    v1::SecAggRequest request_;
+    v1::SecAggReply* const reply_;
+    const absl::Time until_;
+    absl::Mutex mu_;
+    std::shared_ptr<FetchWaiters::Waiter> waiter_ ABSL_GUARDED_BY(mu_);
+    bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+    std::atomic<int> refs_{1};
   };
 
   // Push: reassemble the update, then the aggregator judges and accumulates it.

@@ -1,7 +1,10 @@
 #include "clients/cpp/aggregator_client.h"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/chunking.h"
 #include "common/status_macros.h"
 #include "core/federated/protocol.h"
@@ -158,23 +161,119 @@ absl::Status AggregatorClient::Train(const v1::Task& task) {
       }
     }
   }
+  // A secure round's keys and shares go first: the masks need the neighbours' shares.
+  std::optional<SecAggClient> secure;
+  v1::SecAggSharesReply shares;
+  if (task.has_secagg()) {
+    absl::StatusOr<SecAggClient> c =
+        SecAggClient::Start(task.secagg(), static_cast<uint32_t>(id_), task.round());
+    TERN_RETURN_IF_ERROR(c.status());
+    secure.emplace(*std::move(c));
+    absl::StatusOr<v1::SecAggSharesReply> got = SecAggSetup(task, &*secure);
+    if (!got.ok()) {
+      // The round's secure aggregation went on without this client (a stage closed first, the
+      // server restarted): the next task is another round's.
+      spdlog::warn("{}: round {}: left out of secure aggregation: {}", options_.name, task.round(),
+                   got.status().ToString());
+      if (Retryable(got.status())) unreachable_since_ = clock_->Now();
+      return absl::OkStatus();
+    }
+    shares = *std::move(got);
+  }
   WorkContext context;
   context.client_id = id_;
   context.adam = model_->optimizer_state();
   context.encode_seed = ClientModel::EncodeSeed(task, id_);
   TERN_ASSIGN_OR_RETURN(WorkResult work, participant_->Work(task, model_->values(), context));
-  TERN_ASSIGN_OR_RETURN(v1::TensorBundle update,
-                        model_->EncodeUpdate(task, id_, participant_->NumExamples(), work.update));
+  v1::TensorBundle update;
+  if (secure.has_value()) {
+    absl::StatusOr<std::string> masked = secure->Mask(shares, work.update);
+    if (!masked.ok()) {
+      spdlog::warn("{}: round {}: cannot mask the update: {}", options_.name, task.round(),
+                   masked.status().ToString());
+      return absl::OkStatus();
+    }
+    v1::NamedTensor* t = update.add_tensors();
+    t->set_name("secagg");
+    t->mutable_tensor()->set_codec("secagg");
+    t->mutable_tensor()->set_numel(work.update.size());
+    t->mutable_tensor()->set_payload(*std::move(masked));
+  } else {
+    TERN_ASSIGN_OR_RETURN(
+        update, model_->EncodeUpdate(task, id_, participant_->NumExamples(), work.update));
+  }
   stats_.train_seconds += work.seconds;
   ++stats_.rounds_trained;
   update.set_run_id(options_.run_id);
   update.set_round(task.round());
   update.set_sender(options_.name);
-  return Push(task, work, update, evaluated ? &eval : nullptr);
+  TERN_ASSIGN_OR_RETURN(bool accepted, Push(task, work, update, evaluated ? &eval : nullptr));
+  if (!secure.has_value() || !accepted) return absl::OkStatus();
+  if (absl::Status s = SecAggReveal(task, &*secure); !s.ok()) {
+    spdlog::warn("{}: round {}: did not reveal its shares: {}", options_.name, task.round(),
+                 s.ToString());
+    if (Retryable(s)) unreachable_since_ = clock_->Now();
+  }
+  return absl::OkStatus();
 }
 
-absl::Status AggregatorClient::Push(const v1::Task& task, const WorkResult& work,
-                                    const v1::TensorBundle& update, const v1::Evaluation* eval) {
+absl::StatusOr<v1::SecAggReply> AggregatorClient::SecAggStage(v1::SecAggRequest request) {
+  request.set_client_id(static_cast<uint32_t>(id_));
+  // The server holds a pending answer up to this long (a long poll, as Fetch's).
+  request.set_max_wait_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.fetch_wait)));
+  const absl::Time until = clock_->Now() + options_.secagg_wait;
+  // Between long polls (a server that answers "not yet" at once, as an old one would), backing
+  // off from secagg_poll to 8x it.
+  absl::Duration poll = options_.secagg_poll;
+  for (;;) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, options_.fetch_wait);
+    v1::SecAggReply reply;
+    TERN_RETURN_IF_ERROR(FromGrpcStatus(stub_->SecAgg(&ctx, request, &reply)));
+    if (!reply.pending()) return reply;
+    if (clock_->Now() >= until) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "round ", request.round(), "'s stage ", v1::SecAggRequest::Want_Name(request.want()),
+          " did not close in ", absl::FormatDuration(options_.secagg_wait)));
+    }
+    request.clear_keys();  // sent: from now on, only asked after
+    request.clear_shares();
+    clock_->SleepFor(poll);
+    poll = std::min(poll * 2, options_.secagg_poll * 8);
+  }
+}
+
+absl::StatusOr<v1::SecAggSharesReply> AggregatorClient::SecAggSetup(const v1::Task& task,
+                                                                    SecAggClient* secure) {
+  v1::SecAggRequest keys;
+  keys.set_round(task.round());
+  *keys.mutable_keys() = secure->Keys();
+  keys.set_want(v1::SecAggRequest::NEIGHBOURS);
+  TERN_ASSIGN_OR_RETURN(v1::SecAggReply neighbours, SecAggStage(std::move(keys)));
+  TERN_ASSIGN_OR_RETURN(v1::SecAggShares mine, secure->Share(neighbours.neighbours()));
+  v1::SecAggRequest shares;
+  shares.set_round(task.round());
+  *shares.mutable_shares() = std::move(mine);
+  shares.set_want(v1::SecAggRequest::SHARES);
+  TERN_ASSIGN_OR_RETURN(v1::SecAggReply theirs, SecAggStage(std::move(shares)));
+  return theirs.shares();
+}
+
+absl::Status AggregatorClient::SecAggReveal(const v1::Task& task, SecAggClient* secure) {
+  v1::SecAggRequest ask;
+  ask.set_round(task.round());
+  ask.set_want(v1::SecAggRequest::UNMASK);
+  TERN_ASSIGN_OR_RETURN(v1::SecAggReply survivors, SecAggStage(std::move(ask)));
+  TERN_ASSIGN_OR_RETURN(v1::SecAggReveal reveal, secure->Reveal(survivors.unmask()));
+  v1::SecAggRequest send;
+  send.set_round(task.round());
+  *send.mutable_reveal() = std::move(reveal);
+  return SecAggStage(std::move(send)).status();
+}
+
+absl::StatusOr<bool> AggregatorClient::Push(const v1::Task& task, const WorkResult& work,
+                                            const v1::TensorBundle& update,
+                                            const v1::Evaluation* eval) {
   TERN_ASSIGN_OR_RETURN(std::vector<v1::BundleChunk> chunks, ChunkBundle(update, task.round()));
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
@@ -197,14 +296,14 @@ absl::Status AggregatorClient::Push(const v1::Task& task, const WorkResult& work
   if (options_.on_traffic) options_.on_traffic(update.ByteSizeLong(), 0, accepted);
   if (accepted) {
     ++stats_.updates_accepted;
-    return absl::OkStatus();
+    return true;
   }
   // A refused or late update is the server's call, not the client's failure: go on.
   ++stats_.updates_refused;
   spdlog::warn("{}: update for round {} not used: {}", options_.name, task.round(),
                s.ok() ? std::string("dropped as late") : std::string(s.message()));
   if (Retryable(s)) unreachable_since_ = clock_->Now();  // rejoin before the next fetch
-  return absl::OkStatus();
+  return false;
 }
 
 absl::StatusOr<FedClientStats> AggregatorClient::Run(const std::atomic<bool>& stop) {

@@ -26,6 +26,7 @@
 #include "absl/types/span.h"
 #include "common/clock.h"
 #include "core/federated/client_model.h"
+#include "core/federated/secagg.h"
 #include "core/model/adam.h"
 #include "core/model/layout.h"
 #include "core/rpc/security.h"
@@ -100,6 +101,10 @@ struct AggregatorClientOptions {
   // Called (on Run's thread, after each call) with the serialized bytes of each update pushed
   // and model received, and whether the update was accepted.
   std::function<void(uint64_t bytes_up, uint64_t bytes_down, bool accepted)> on_traffic;
+  // Secure aggregation: how long a stage's answer is waited for (the unmasking waits for the
+  // round's other clients, up to the round's deadline), and how often it is asked.
+  absl::Duration secagg_wait = absl::Minutes(10);
+  absl::Duration secagg_poll = absl::Milliseconds(20);
 };
 
 struct FedClientStats {
@@ -143,8 +148,17 @@ class AggregatorClient {
   // copy cannot be trusted (a CRC mismatch, a gap in the updates): the model is asked for next.
   absl::StatusOr<bool> UpdateGlobal(const v1::Task& task, v1::TensorBundle payload);
   absl::Status Train(const v1::Task& task);
-  absl::Status Push(const v1::Task& task, const WorkResult& work, const v1::TensorBundle& update,
-                    const v1::Evaluation* eval);
+  // Whether the server took the update (a refusal is its call, not the client's failure).
+  absl::StatusOr<bool> Push(const v1::Task& task, const WorkResult& work,
+                            const v1::TensorBundle& update, const v1::Evaluation* eval);
+  // A securely aggregated round (Task.secagg, docs/server.md "Secure aggregation"): one
+  // stage's message, then its answer polled until the stage closes (options.secagg_wait).
+  absl::StatusOr<v1::SecAggReply> SecAggStage(v1::SecAggRequest request);
+  // The keys and shares stages: the shares addressed to this client, or why the round goes on
+  // without it.
+  absl::StatusOr<v1::SecAggSharesReply> SecAggSetup(const v1::Task& task, SecAggClient* secure);
+  // After the masked update was taken: the reveal stage.
+  absl::Status SecAggReveal(const v1::Task& task, SecAggClient* secure);
   // After a failed call: OK once it is worth trying again (having backed off), else the error
   // to give up with.
   absl::Status Retry(const absl::Status& s);

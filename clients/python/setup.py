@@ -13,8 +13,8 @@ from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO_ROOT = os.path.normpath(os.path.join(HERE, "..", "..", "proto"))
-PROTOS = ["tern/v1/tensor.proto", "tern/v1/worker.proto", "tern/v1/server.proto",
-          "tern/v1/scheduler.proto", "tern/v1/records.proto"]
+PROTOS = ["tern/v1/tensor.proto", "tern/v1/secagg.proto", "tern/v1/worker.proto",
+          "tern/v1/server.proto", "tern/v1/scheduler.proto", "tern/v1/records.proto"]
 
 
 def _tool(name):

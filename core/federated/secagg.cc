@@ -225,10 +225,12 @@ absl::StatusOr<v1::SecAggShares> SecAggClient::Share(const v1::SecAggKeysReply& 
   out.set_client_id(id_);
   out.set_round(round_);
   const std::string info = RoundInfo("share", round_);
+  absl::btree_map<uint32_t, Key32> sealing;
   size_t i = 0;
   for (const v1::SecAggNeighbour& nb : reply.neighbours()) {
     absl::StatusOr<Key32> key = AgreeKey(share_keys_.private_key, nb.share_public(), info);
     if (!key.ok()) return key.status();
+    sealing[nb.client_id()] = *key;
     v1::SecAggSharePair pair;
     pair.set_from(id_);
     pair.set_to(nb.client_id());
@@ -245,6 +247,7 @@ absl::StatusOr<v1::SecAggShares> SecAggClient::Share(const v1::SecAggKeysReply& 
     s->set_sealed(std::move(*sealed));
   }
   neighbours_ = std::move(neighbours);
+  sealing_ = std::move(sealing);
   stage_ = Stage::kShared;
   return out;
 }
@@ -256,7 +259,6 @@ absl::StatusOr<std::string> SecAggClient::Mask(const v1::SecAggSharesReply& repl
                                              ? "masking before sharing the keys"
                                              : "this round's update was already masked");
   }
-  const std::string info = RoundInfo("share", round_);
   absl::btree_map<uint32_t, v1::SecAggSharePair> held;
   for (const v1::SecAggSealedShare& s : reply.shares()) {
     auto nb = neighbours_.find(s.from());
@@ -268,9 +270,8 @@ absl::StatusOr<std::string> SecAggClient::Mask(const v1::SecAggSharesReply& repl
     if (s.sealed().size() > kMaxSealed) {
       return absl::InvalidArgumentError("a sealed share is too large");
     }
-    absl::StatusOr<Key32> key = AgreeKey(share_keys_.private_key, nb->second.share_public(), info);
-    if (!key.ok()) return key.status();
-    absl::StatusOr<std::string> plain = Open(*key, PairAad(s.from(), id_, round_), s.sealed());
+    absl::StatusOr<std::string> plain =
+        Open(sealing_.at(s.from()), PairAad(s.from(), id_, round_), s.sealed());
     if (!plain.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("the share from ", s.from(), ": ", plain.status().message()));

@@ -108,6 +108,8 @@ class SecAggClient {
   X25519KeyPair mask_keys_{};
   Key32 self_seed_{};
   absl::btree_map<uint32_t, v1::SecAggNeighbour> neighbours_;
+  // The key each neighbour's shares are sealed under, agreed once in Share for Mask too.
+  absl::btree_map<uint32_t, Key32> sealing_;
   // The shares of the neighbours this client masked with (stage 3), by owner.
   absl::btree_map<uint32_t, v1::SecAggSharePair> held_;
   std::string revealed_;  // the request answered (serialized), so a second must match
@@ -161,6 +163,8 @@ class SecAggServerRound {
   // client advertised.
   absl::StatusOr<Result> Finish();
 
+  size_t keys_in() const { return keys_.size(); }
+  size_t shares_in() const { return shares_.size(); }
   const absl::btree_set<uint32_t>& masked_clients() const { return u3_; }
   const absl::btree_set<uint32_t>& sharing_clients() const { return u2_; }
   const absl::btree_map<uint32_t, v1::SecAggKeys>& keyed_clients() const { return keys_; }

@@ -154,6 +154,28 @@ TEST(FederatedRun, ADpRunReportsEpsilonEveryRoundAndEndsAtItsBudget) {
   EXPECT_THAT(ReadText(dir + "/server.log"), HasSubstr("the run ends after round"));
 }
 
+// A securely aggregated run: every round's sum unmasked from masked updates, the model learns.
+TEST(FederatedRun, ASecureRunUnmasksEveryRoundsSumAndTrains) {
+  const std::string dir = MakeTempDir();
+  pid_t pid = Spawn({"run", "--mode=federated", "--clients=12", "--clients_per_process=6",
+                     "--clients_per_round=10", "--rounds=4", "--model=softmax", "--secagg",
+                     "--secagg_neighbours=6", "--secagg_range=0.5", "--log_level=info",
+                     absl::StrCat("--out=", dir)},
+                    dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  const std::string server = ReadText(dir + "/server.log");
+  for (int r = 1; r <= 4; ++r) {
+    EXPECT_THAT(server, HasSubstr(absl::StrCat("round ", r, ": unmasked the sum of")));
+  }
+  EXPECT_THAT(server, ::testing::Not(HasSubstr("secure aggregation failed")));
+  for (const std::string& line : Lines(dir + "/metrics.jsonl")) {
+    EXPECT_GE(Field(line, "updates"), 8) << line;
+  }
+  if (!Synthetic(dir)) {
+    EXPECT_GT(Last(dir, "test_acc"), 0.60);
+  }
+}
+
 // The aggregator's status at `address`, or nullopt when nothing answers there.
 std::optional<v1::ServerStatus> StatusAt(const std::string& address) {
   auto stub = v1::Aggregator::NewStub(MakeChannel(address));

@@ -446,6 +446,9 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
             return rounds
         if task.kind != server_pb2.Task.TRAIN:
             continue
+        if task.HasField("secagg"):
+            raise ValueError("the server runs secure aggregation (--secagg), which only the C++ "
+                             "client (tern client, tern::client) takes part in so far")
         if rows is not None:
             rows.down += len(payload or b"")
         params = copy.take(task, payload)
