@@ -128,64 +128,39 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
     uint32_t client_ = 0;
   };
 
-  // Fetch: a long poll. Asks the aggregator; while the answer is WAIT, parks until the next
-  // event (FetchWaiters), the end of the wait, the caller going away or the server stopping,
-  // then asks again. Never finishes while its alarm is pending.
-  class FetchCall final : public grpc::ServerWriteReactor<v1::FetchReply> {
+  // What the long polls (Fetch, SecAgg) share: a call parks on FetchWaiters with an alarm set to
+  // the end of its wait, and asks again (Poll, on the alarm's thread) when an event cancels the
+  // alarm, the wait ends, the caller goes away or the server stops. Never finishes while its
+  // alarm is pending.
+  class LongPoll {
    public:
-    FetchCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, const v1::FetchRequest& req)
-        : s_(s),
-          ctx_(ctx),
-          client_(req.client_id()),
-          have_round_(req.have_round()),
-          have_crc32_(req.have_crc32()),
-          have_state_(req.have_optimizer_state()),
-          until_(absl::Now() + absl::Milliseconds(std::min<uint32_t>(req.max_wait_ms(), 30000))) {
-      if (absl::Status st = s_->Caller(*ctx, client_); !st.ok()) {
-        Finish(ToGrpcStatus(st));
-        return;
-      }
-      Poll();
+    virtual ~LongPoll() = default;
+
+   protected:
+    LongPoll(AggregatorServer* s, uint32_t max_wait_ms)
+        : s_(s), until_(absl::Now() + absl::Milliseconds(std::min<uint32_t>(max_wait_ms, 30000))) {}
+    // Asks the aggregator again; parks (Park) or finishes the call.
+    virtual void Poll() = 0;
+    // Whether the call may wait more: its wait not over, not cancelled, the server not stopping.
+    bool MayWait() {
+      absl::MutexLock lock(&mu_);
+      return absl::Now() < until_ && !cancelled_ && !s_->stopping_;
     }
-    void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, replies_, &next_); }
-    void OnCancel() override {
+    // The reactor's OnCancel: the parked alarm fires now, Poll sees the cancellation.
+    void CancelWait() {
       std::shared_ptr<FetchWaiters::Waiter> w;
       {
         absl::MutexLock lock(&mu_);
         cancelled_ = true;
         w = waiter_;
       }
-      if (w != nullptr) w->alarm.Cancel();  // asks again, sees the cancellation, finishes
+      if (w != nullptr) w->alarm.Cancel();
     }
-    void OnDone() override { Unref(); }
-
-   private:
-    void Poll() {
-      const uint64_t seen = s_->fetch_waiters_.generation();
-      absl::StatusOr<FetchResult> r =
-          s_->aggregator_->Fetch(client_, absl::Now(), have_round_, have_crc32_, have_state_);
-      if (!r.ok()) {
-        Finish(ToGrpcStatus(r.status()));
-        return;
-      }
-      const bool wait = r->task.kind() == v1::Task::WAIT;
-      if (wait && absl::Now() < until_ && !ctx_->IsCancelled() && !s_->stopping_) {
-        Park(seen);
-        return;
-      }
-      replies_.resize(r->chunks == nullptr ? 1 : r->chunks->size());
-      *replies_[0].mutable_task() = r->task;
-      if (r->chunks != nullptr) {
-        for (size_t i = 0; i < r->chunks->size(); ++i) {
-          *replies_[i].mutable_chunk() = (*r->chunks)[i];
-        }
-      }
-      StartWrite(&replies_[0]);
-    }
-    // Once the alarm is set its callback may run at once on another thread and finish the call;
-    // the extra reference keeps this object alive until Park returns, and the context (which
-    // gRPC frees with the call) is not touched after Set: OnCancel's flag stands in for it.
-    void Park(uint64_t seen) {
+    // Parks under `client` unless an event came after `seen` (generation()). Once the alarm is
+    // set its callback may run at once on another thread and finish the call; the extra
+    // reference keeps this object alive until Park returns, and the call's context (which gRPC
+    // frees with the call) is not touched after Set: the cancelled flag stands in for it.
+    void Park(uint32_t client, uint64_t seen) {
       refs_.fetch_add(1);
       auto w = std::make_shared<FetchWaiters::Waiter>();
       {
@@ -199,26 +174,77 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
         cancelled = cancelled_;
       }
       // An event since `seen`, a stop or a cancellation: ask again now.
-      if (cancelled || !s_->fetch_waiters_.Park(client_, w, seen) || s_->stopping_) {
+      if (cancelled || !s_->fetch_waiters_.Park(client, w, seen) || s_->stopping_) {
         w->alarm.Cancel();
       }
       Unref();
     }
+    // The reactor's OnDone drops gRPC's reference; a running Park holds the other.
     void Unref() {
       if (refs_.fetch_sub(1) == 1) delete this;
     }
 
     AggregatorServer* const s_;
+    const absl::Time until_;
+
+   private:
+    absl::Mutex mu_;
+    std::shared_ptr<FetchWaiters::Waiter> waiter_ ABSL_GUARDED_BY(mu_);  // the current wait
+    bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+    std::atomic<int> refs_{1};
+  };
+
+  // Fetch: a long poll. Asks the aggregator; while the answer is WAIT, parks until the next
+  // event (FetchWaiters), the end of the wait, the caller going away or the server stopping,
+  // then asks again.
+  class FetchCall final : public grpc::ServerWriteReactor<v1::FetchReply>, public LongPoll {
+   public:
+    FetchCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, const v1::FetchRequest& req)
+        : LongPoll(s, req.max_wait_ms()),
+          ctx_(ctx),
+          client_(req.client_id()),
+          have_round_(req.have_round()),
+          have_crc32_(req.have_crc32()),
+          have_state_(req.have_optimizer_state()) {
+      if (absl::Status st = s_->Caller(*ctx, client_); !st.ok()) {
+        Finish(ToGrpcStatus(st));
+        return;
+      }
+      Poll();
+    }
+    void OnWriteDone(bool ok) override { WriteNextOrFinish(this, ok, replies_, &next_); }
+    void OnCancel() override { CancelWait(); }
+    void OnDone() override { Unref(); }
+
+   private:
+    void Poll() override {
+      const uint64_t seen = s_->fetch_waiters_.generation();
+      absl::StatusOr<FetchResult> r =
+          s_->aggregator_->Fetch(client_, absl::Now(), have_round_, have_crc32_, have_state_);
+      if (!r.ok()) {
+        Finish(ToGrpcStatus(r.status()));
+        return;
+      }
+      const bool wait = r->task.kind() == v1::Task::WAIT;
+      if (wait && !ctx_->IsCancelled() && MayWait()) {
+        Park(client_, seen);
+        return;
+      }
+      replies_.resize(r->chunks == nullptr ? 1 : r->chunks->size());
+      *replies_[0].mutable_task() = r->task;
+      if (r->chunks != nullptr) {
+        for (size_t i = 0; i < r->chunks->size(); ++i) {
+          *replies_[i].mutable_chunk() = (*r->chunks)[i];
+        }
+      }
+      StartWrite(&replies_[0]);
+    }
+
     grpc::CallbackServerContext* const ctx_;
     const uint32_t client_;
     const int64_t have_round_;
     const uint32_t have_crc32_;
     const bool have_state_;
-    const absl::Time until_;
-    absl::Mutex mu_;
-    std::shared_ptr<FetchWaiters::Waiter> waiter_ ABSL_GUARDED_BY(mu_);  // the current wait
-    bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-    std::atomic<int> refs_{1};  // gRPC's (dropped in OnDone) and a running Park's
     std::vector<v1::FetchReply> replies_;
     size_t next_ = 0;
   };
@@ -226,33 +252,22 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
   // SecAgg: the stage's message, then a long poll for its answer as Fetch's: while the answer
   // is pending, parks until the next event (a stage closed), the end of the wait, the caller
   // going away or the server stopping, then asks again.
-  class SecAggCall final : public grpc::ServerUnaryReactor {
+  class SecAggCall final : public grpc::ServerUnaryReactor, public LongPoll {
    public:
     SecAggCall(AggregatorServer* s, grpc::CallbackServerContext* ctx, const v1::SecAggRequest& req,
                v1::SecAggReply* reply)
-        : s_(s),
-          request_(req),
-          reply_(reply),
-          until_(absl::Now() + absl::Milliseconds(std::min<uint32_t>(req.max_wait_ms(), 30000))) {
+        : LongPoll(s, req.max_wait_ms()), request_(req), reply_(reply) {
       if (absl::Status st = s_->Caller(*ctx, req.client_id()); !st.ok()) {
         Finish(ToGrpcStatus(st));
         return;
       }
       Poll();
     }
-    void OnCancel() override {
-      std::shared_ptr<FetchWaiters::Waiter> w;
-      {
-        absl::MutexLock lock(&mu_);
-        cancelled_ = true;
-        w = waiter_;
-      }
-      if (w != nullptr) w->alarm.Cancel();
-    }
+    void OnCancel() override { CancelWait(); }
     void OnDone() override { Unref(); }
 
    private:
-    void Poll() {
+    void Poll() override {
       const uint64_t seen = s_->fetch_waiters_.generation();
       absl::StatusOr<v1::SecAggReply> r = s_->aggregator_->SecAgg(request_, absl::Now());
       if (!r.ok()) {
@@ -271,49 +286,16 @@ class AggregatorServer::Service final : public v1::Aggregator::CallbackService {
           return;
         }
       }
-      bool cancelled;
-      {
-        absl::MutexLock lock(&mu_);
-        cancelled = cancelled_;
-      }
-      if (r->pending() && absl::Now() < until_ && !cancelled && !s_->stopping_) {
-        Park(seen);
+      if (r->pending() && MayWait()) {
+        Park(request_.client_id(), seen);
         return;
       }
       *reply_ = *std::move(r);
       Finish(grpc::Status::OK);
     }
-    // As FetchCall::Park: the extra reference keeps this object alive until Park returns.
-    void Park(uint64_t seen) {
-      refs_.fetch_add(1);
-      auto w = std::make_shared<FetchWaiters::Waiter>();
-      {
-        absl::MutexLock lock(&mu_);
-        waiter_ = w;
-      }
-      w->alarm.Set(absl::ToChronoTime(until_), [this](bool) { Poll(); });
-      bool cancelled;
-      {
-        absl::MutexLock lock(&mu_);
-        cancelled = cancelled_;
-      }
-      if (cancelled || !s_->fetch_waiters_.Park(request_.client_id(), w, seen) || s_->stopping_) {
-        w->alarm.Cancel();
-      }
-      Unref();
-    }
-    void Unref() {
-      if (refs_.fetch_sub(1) == 1) delete this;
-    }
 
-    AggregatorServer* const s_;
     v1::SecAggRequest request_;
     v1::SecAggReply* const reply_;
-    const absl::Time until_;
-    absl::Mutex mu_;
-    std::shared_ptr<FetchWaiters::Waiter> waiter_ ABSL_GUARDED_BY(mu_);
-    bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-    std::atomic<int> refs_{1};
   };
 
   // Push: reassemble the update, then the aggregator judges and accumulates it.
