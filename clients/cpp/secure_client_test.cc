@@ -1,11 +1,13 @@
 // The C++ client library in a securely aggregated run: ten participants of the in-process
-// `tern server` service, two of which lose their masked update (their work outlasts the round),
+// `tern server` service, two of which lose their masked update (their work ends after the round),
 // and the server's model after the round is the mean of the eight others' updates, which it
 // never saw one by one.
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "clients/cpp/aggregator_client.h"
@@ -22,15 +24,21 @@ namespace {
 using ::tern::testing::IsOk;
 using ::tern::testing::QuadraticParticipant;
 
-// A participant whose work ends after the round has: its masked update comes too late.
+// A participant whose work ends only once the round has closed (or after a minute): its masked
+// update comes too late, however slow the machine.
 class LateParticipant : public QuadraticParticipant {
  public:
-  using QuadraticParticipant::QuadraticParticipant;
+  LateParticipant(std::vector<float> target, uint64_t examples, std::function<bool()> closed)
+      : QuadraticParticipant(std::move(target), examples), closed_(std::move(closed)) {}
   absl::StatusOr<WorkResult> Work(const v1::Task& task, const std::vector<float>& global,
                                   const WorkContext& context) override {
-    absl::SleepFor(absl::Seconds(3));
+    const absl::Time give_up = absl::Now() + absl::Minutes(1);
+    while (!closed_() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(10));
     return QuadraticParticipant::Work(task, global, context);
   }
+
+ private:
+  std::function<bool()> closed_;
 };
 
 TEST(SecureAggregatorClient, TenClientsTwoLostAfterMaskingGiveTheOtherEightsMean) {
@@ -61,7 +69,8 @@ TEST(SecureAggregatorClient, TenClientsTwoLostAfterMaskingGiveTheOtherEightsMean
     for (int i = 0; i < 8; ++i) t[i] = std::sin(static_cast<float>(7 * c + i)) * 8.0f;
     targets.push_back(t);
     if (c < 2) {
-      participants.push_back(std::make_unique<LateParticipant>(t, 100 + c));
+      participants.push_back(std::make_unique<LateParticipant>(
+          t, 100 + c, [&] { return (*server)->aggregator().Counters().round() >= 1; }));
     } else {
       participants.push_back(std::make_unique<QuadraticParticipant>(t, 100 + c));
     }
