@@ -716,7 +716,7 @@ absl::StatusOr<v1::SecAggReply> Aggregator::SecAgg(const v1::SecAggRequest& requ
   if (secure_ == nullptr) {
     return absl::FailedPreconditionError("this server runs no secure aggregation (--secagg)");
   }
-  absl::StatusOr<v1::SecAggReply> r = secure_->Handle(request, now);
+  absl::StatusOr<v1::SecAggReply> r = secure_->Handle(request);
   counters_.set_secagg_bytes(counters_.secagg_bytes() + request.ByteSizeLong() +
                              (r.ok() ? r->ByteSizeLong() : 0));
   if (!r.ok()) {
@@ -963,7 +963,7 @@ absl::Status Aggregator::CloseRound(absl::Time now, const SecAggServerRound::Res
     counters_.set_last_round_updates(static_cast<uint32_t>(n));
     counters_.set_train_loss(n > 0 ? secure_loss_sum_ / n : 0);
     secure_loss_sum_ = secure_batch_sum_ = 0;
-    secure_->Abandon();
+    secure_->Abandon();  // a round closed before its masking ended leaves no state behind
   } else {
     counters_.set_mean_batch(accumulator_->mean_batch());
     counters_.set_last_round_updates(static_cast<uint32_t>(accumulator_->count()));

@@ -70,8 +70,7 @@ void SecureRounds::Open(int64_t round, const std::vector<int>& sampled, size_t d
   stage_since_ = now;
 }
 
-absl::StatusOr<v1::SecAggReply> SecureRounds::Handle(const v1::SecAggRequest& request,
-                                                     absl::Time now) {
+absl::StatusOr<v1::SecAggReply> SecureRounds::Handle(const v1::SecAggRequest& request) {
   if (round_ == nullptr || static_cast<int64_t>(request.round()) != number_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "round ", request.round(), " has no secure aggregation under way",
@@ -145,7 +144,6 @@ absl::StatusOr<v1::SecAggReply> SecureRounds::Handle(const v1::SecAggRequest& re
     default:
       break;
   }
-  (void)now;
   return reply;
 }
 

@@ -61,7 +61,7 @@ class SecureRounds {
 
   // A client's stage message or poll. Refusals: a round that is not the open one or a client it
   // did not sample (FailedPrecondition / PermissionDenied), and whatever the stage refuses.
-  absl::StatusOr<v1::SecAggReply> Handle(const v1::SecAggRequest& request, absl::Time now);
+  absl::StatusOr<v1::SecAggReply> Handle(const v1::SecAggRequest& request);
   // A masked update of the open round (Push), already admitted by the round's rules.
   absl::Status AddMasked(uint32_t client, int64_t round, std::string_view masked);
   // Whether a push for `round` would be taken now (the masked stage of that round is open).

@@ -341,7 +341,7 @@ TEST(SecureRounds, ARoundOfTwoIsNotMaskedAndItsMessagesAreRefused) {
   EXPECT_THAT(why, HasSubstr("needs 3 at least"));
   v1::SecAggRequest r;
   r.set_round(1);
-  EXPECT_THAT(rounds.Handle(r, kSecT0), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(rounds.Handle(r), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 }  // namespace

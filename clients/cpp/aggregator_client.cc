@@ -236,8 +236,7 @@ absl::StatusOr<v1::SecAggReply> AggregatorClient::SecAggStage(v1::SecAggRequest 
           "round ", request.round(), "'s stage ", v1::SecAggRequest::Want_Name(request.want()),
           " did not close in ", absl::FormatDuration(options_.secagg_wait)));
     }
-    request.clear_keys();  // sent: from now on, only asked after
-    request.clear_shares();
+    request.clear_message();  // sent: from now on, only asked after
     clock_->SleepFor(poll);
     poll = std::min(poll * 2, options_.secagg_poll * 8);
   }

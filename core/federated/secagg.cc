@@ -33,12 +33,11 @@ std::string PairAad(uint32_t from, uint32_t to, uint64_t round) {
 
 uint32_t ModMask(int bits) { return bits >= 32 ? ~uint32_t{0} : (uint32_t{1} << bits) - 1; }
 
-// The pairwise mask of (self, peer): + when self's id is the smaller, - otherwise (mod 2^b).
-absl::Status AddPairMask(const Key32& key, uint32_t self, uint32_t peer, int bits, bool undo,
-                         absl::Span<uint32_t> v, std::vector<uint32_t>* scratch) {
+// Adds (or, with !add, takes away) the mask stream of `key` to `v`, mod 2^b.
+absl::Status AddMask(const Key32& key, int bits, bool add, absl::Span<uint32_t> v,
+                     std::vector<uint32_t>* scratch) {
   scratch->resize(v.size());
   if (absl::Status s = MaskStream(key, bits, absl::MakeSpan(*scratch)); !s.ok()) return s;
-  const bool add = (self < peer) != undo;
   const uint32_t mask = ModMask(bits);
   if (add) {
     for (size_t i = 0; i < v.size(); ++i) v[i] = (v[i] + (*scratch)[i]) & mask;
@@ -47,6 +46,10 @@ absl::Status AddPairMask(const Key32& key, uint32_t self, uint32_t peer, int bit
   }
   return absl::OkStatus();
 }
+
+// The pairwise mask of (self, peer) enters self's vector with + when self's id is the smaller
+// and - otherwise, so that the pair's two masks cancel in the sum.
+bool PairMaskAdds(uint32_t self, uint32_t peer) { return self < peer; }
 
 absl::Status CheckPublicKey(const std::string& key, uint32_t id) {
   if (key.size() != 32) {
@@ -149,21 +152,27 @@ std::string EncodeMasked(absl::Span<const uint32_t> v, int bits) {
   return out;
 }
 
-absl::StatusOr<std::vector<uint32_t>> DecodeMasked(std::string_view bytes, size_t dim, int bits) {
+absl::Status AddDecodedMasked(std::string_view bytes, int bits, absl::Span<uint32_t> sum) {
   if (bits < 1 || bits > 32) return absl::InvalidArgumentError("mask bits must be in 1..32");
-  const size_t want = MaskedBytes(dim, bits);
+  const size_t want = MaskedBytes(sum.size(), bits);
   if (bytes.size() != want) {
-    return absl::InvalidArgumentError(absl::StrCat("a masked vector of ", dim, " coordinates of ",
-                                                   bits, " bits is ", want, " bytes, not ",
-                                                   bytes.size()));
+    return absl::InvalidArgumentError(absl::StrCat("a masked vector of ", sum.size(),
+                                                   " coordinates of ", bits, " bits is ", want,
+                                                   " bytes, not ", bytes.size()));
   }
-  std::vector<uint32_t> out(dim);
+  const uint32_t mask = ModMask(bits);
   BitReader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
-  for (uint32_t& x : out) {
+  for (uint32_t& x : sum) {
     uint64_t v = 0;
     r.Read(bits, &v);  // the length was checked
-    x = static_cast<uint32_t>(v);
+    x = static_cast<uint32_t>((x + v) & mask);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> DecodeMasked(std::string_view bytes, size_t dim, int bits) {
+  std::vector<uint32_t> out(dim);
+  if (absl::Status s = AddDecodedMasked(bytes, bits, absl::MakeSpan(out)); !s.ok()) return s;
   return out;
 }
 
@@ -298,8 +307,7 @@ absl::StatusOr<std::string> SecAggClient::Mask(const v1::SecAggSharesReply& repl
   }
   std::vector<uint32_t> v = SecAggQuantize(update, params_, qseed);
   std::vector<uint32_t> scratch;
-  if (absl::Status s = AddPairMask(self_seed_, 0, 1, bits, false, absl::MakeSpan(v), &scratch);
-      !s.ok()) {
+  if (absl::Status s = AddMask(self_seed_, bits, true, absl::MakeSpan(v), &scratch); !s.ok()) {
     return s;
   }
   const std::string mask_info = RoundInfo("mask", round_);
@@ -307,7 +315,7 @@ absl::StatusOr<std::string> SecAggClient::Mask(const v1::SecAggSharesReply& repl
     absl::StatusOr<Key32> key =
         AgreeKey(mask_keys_.private_key, neighbours_.at(peer).mask_public(), mask_info);
     if (!key.ok()) return key.status();
-    if (absl::Status s = AddPairMask(*key, id_, peer, bits, false, absl::MakeSpan(v), &scratch);
+    if (absl::Status s = AddMask(*key, bits, PairMaskAdds(id_, peer), absl::MakeSpan(v), &scratch);
         !s.ok()) {
       return s;
     }
@@ -379,7 +387,7 @@ absl::StatusOr<v1::SecAggReveal> SecAggClient::Reveal(const v1::SecAggUnmaskRequ
 
 SecAggServerRound::SecAggServerRound(const v1::SecAggParams& params, uint64_t round, size_t dim,
                                      uint64_t seed)
-    : params_(params), round_(round), dim_(dim), seed_(seed), sum_(dim, 0) {}
+    : params_(params), round_(round), seed_(seed), sum_(dim, 0) {}
 
 std::vector<uint32_t> SecAggServerRound::NeighboursIn(uint32_t u,
                                                       const absl::btree_set<uint32_t>& set) const {
@@ -538,10 +546,8 @@ absl::Status SecAggServerRound::AddMasked(uint32_t client_id, uint64_t round,
         absl::StrCat("client ", client_id, "'s masked update is already in"));
   }
   const int bits = static_cast<int>(params_.modulus_bits());
-  absl::StatusOr<std::vector<uint32_t>> v = DecodeMasked(masked, dim_, bits);
-  if (!v.ok()) return v.status();
-  const uint32_t mask = ModMask(bits);
-  for (size_t i = 0; i < dim_; ++i) sum_[i] = (sum_[i] + (*v)[i]) & mask;
+  // Added as it is read; a refused vector leaves the sum as it was (its length is checked first).
+  if (absl::Status s = AddDecodedMasked(masked, bits, absl::MakeSpan(sum_)); !s.ok()) return s;
   u3_.insert(client_id);
   return absl::OkStatus();
 }
@@ -648,8 +654,7 @@ absl::StatusOr<SecAggServerRound::Result> SecAggServerRound::Finish() {
   for (uint32_t u : u3_) {
     absl::StatusOr<Key32> seed = secret(u, false);
     if (!seed.ok()) return seed.status();
-    if (absl::Status s = AddPairMask(*seed, 0, 1, bits, true, absl::MakeSpan(v), &scratch);
-        !s.ok()) {
+    if (absl::Status s = AddMask(*seed, bits, false, absl::MakeSpan(v), &scratch); !s.ok()) {
       return s;
     }
   }
@@ -676,7 +681,7 @@ absl::StatusOr<SecAggServerRound::Result> SecAggServerRound::Finish() {
       absl::StatusOr<Key32> pair = AgreeKey(*key, keys_.at(u).mask_public(), mask_info);
       if (!pair.ok()) return pair.status();
       // u added its mask with d as (u, d): take that away.
-      if (absl::Status s = AddPairMask(*pair, u, d, bits, true, absl::MakeSpan(v), &scratch);
+      if (absl::Status s = AddMask(*pair, bits, !PairMaskAdds(u, d), absl::MakeSpan(v), &scratch);
           !s.ok()) {
         return s;
       }

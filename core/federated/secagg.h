@@ -63,9 +63,12 @@ std::vector<float> SecAggMean(absl::Span<const uint32_t> sum, uint32_t clients,
                               const v1::SecAggParams& p);
 
 // A masked vector on the wire: `bits` bits a coordinate, LSB first (common/bit_io.h), padded to
-// a byte. Decode wants exactly the bytes of `dim` coordinates.
+// a byte. Decode wants exactly the bytes of `dim` coordinates; AddDecodedMasked adds them to
+// `sum` mod 2^b as it reads (exactly the bytes of sum.size() coordinates, else `sum` is left as
+// it was).
 std::string EncodeMasked(absl::Span<const uint32_t> v, int bits);
 absl::StatusOr<std::vector<uint32_t>> DecodeMasked(std::string_view bytes, size_t dim, int bits);
+absl::Status AddDecodedMasked(std::string_view bytes, int bits, absl::Span<uint32_t> sum);
 size_t MaskedBytes(size_t dim, int bits);
 
 // One client's side of one round.
@@ -175,7 +178,6 @@ class SecAggServerRound {
 
   v1::SecAggParams params_;
   uint64_t round_;
-  size_t dim_;
   uint64_t seed_;
   Stage stage_ = Stage::kKeys;
   absl::btree_map<uint32_t, v1::SecAggKeys> keys_;  // U1 once closed

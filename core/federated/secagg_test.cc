@@ -143,6 +143,18 @@ TEST(SecAggMaskedBytes, RoundTripAndRefuseTruncatedOrOversized) {
   EXPECT_THAT(DecodeMasked(bytes, 5, 40), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(SecAggMaskedBytes, AddDecodedWrapsModTwoToTheBitsAndLeavesTheSumAloneOnABadLength) {
+  const std::vector<uint32_t> v = {0, 1, (1u << 20) - 1, 12345, 7};
+  const std::string bytes = EncodeMasked(v, 20);
+  std::vector<uint32_t> sum = {5, 5, 5, 5, 5};
+  ASSERT_THAT(AddDecodedMasked(bytes, 20, absl::MakeSpan(sum)), IsOk());
+  EXPECT_EQ(sum, (std::vector<uint32_t>{5, 6, 4, 12350, 12}));
+  const std::vector<uint32_t> before = sum;
+  EXPECT_THAT(AddDecodedMasked(bytes.substr(1), 20, absl::MakeSpan(sum)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(sum, before);
+}
+
 // One round between n clients and a server, in process: who drops at which stage.
 struct SecAggRun {
   v1::SecAggParams params;
