@@ -1,5 +1,6 @@
 #include "worker/engine.h"
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -893,12 +894,24 @@ struct DilocoGroup {
     Step(5, live);
     absl::StatusOr<std::unique_ptr<RoundEngine>> restarted = Restart(3, more);
     if (!restarted.ok()) return restarted.status();
+    // Its ask for the state may come only after the others ended step 6 (its thread slow to be
+    // scheduled): then, between steps, each publishes one, as the daemon's round loop does for
+    // a Gossip.State it cannot answer yet. Before the others are done with step 6, the step's
+    // end publishes it.
+    std::atomic<bool> between_steps{false};
+    std::array<absl::Mutex, kWorkers> loop;
+    transport.on_state_not_yet = [&](int to) {
+      absl::MutexLock lock(&loop[static_cast<size_t>(to)]);
+      if (between_steps.load()) engines[static_cast<size_t>(to)]->PublishWanted();
+    };
     absl::Status init;
     std::thread joiner(
         [&] { init = (*restarted)->Init(layout, std::vector<float>(LayoutNumel(layout), 0.0f)); });
     while ((*restarted)->next_step() != 6) absl::SleepFor(absl::Milliseconds(1));
     Step(6, live);
+    between_steps = true;
     joiner.join();
+    transport.on_state_not_yet = nullptr;
     if (!init.ok()) return init;
     engines[3] = *std::move(restarted);
     return absl::OkStatus();
