@@ -67,6 +67,15 @@ ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_noise, 1.0,
           "server/run: DP-FedAvg's noise multiplier z");
 ABSL_FLAG(tern::Double<tern::Open(0, 1)>, dp_delta, 1e-5,
           "server/run: DP-FedAvg: epsilon is reported at this delta");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_clip_quantile, 0,
+          "server/run: DP-FedAvg: adaptive clipping (Andrew et al. 2021): after each round the "
+          "clip moves towards this quantile of the clients' update norms, --dp_clip its start "
+          "(0: the clip stays --dp_clip; 0.5 the median)");
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_clip_lr, 0.2,
+          "server/run: adaptive clipping's step: clip *= exp(-lr (fraction within - quantile))");
+ABSL_FLAG(double, dp_clip_count_noise, -1,
+          "server/run: adaptive clipping: the sd of the Gaussian noise on the count of clients "
+          "within the clip, > dp_noise / 2 (< 0: clients_per_round / 20)");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_epsilon_budget, 0,
           "server/run: DP-FedAvg: the run ends before a round that would take epsilon past this "
           "(0: no budget)");
@@ -231,6 +240,9 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.dp.noise = absl::GetFlag(FLAGS_dp_noise).value;
   a.dp.delta = absl::GetFlag(FLAGS_dp_delta).value;
   a.dp.epsilon_budget = absl::GetFlag(FLAGS_dp_epsilon_budget).value;
+  a.dp.clip_quantile = absl::GetFlag(FLAGS_dp_clip_quantile).value;
+  a.dp.clip_lr = absl::GetFlag(FLAGS_dp_clip_lr).value;
+  a.dp.clip_count_noise = absl::GetFlag(FLAGS_dp_clip_count_noise);
   a.secagg.enabled = absl::GetFlag(FLAGS_secagg);
   a.secagg.neighbours = static_cast<uint32_t>(absl::GetFlag(FLAGS_secagg_neighbours).value);
   a.secagg.threshold = static_cast<uint32_t>(absl::GetFlag(FLAGS_secagg_threshold).value);

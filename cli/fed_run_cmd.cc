@@ -276,6 +276,9 @@ std::vector<std::string> ServerFlags(const FedRun& run, const std::string& dir, 
       absl::StrCat("--dp_noise=", absl::GetFlag(FLAGS_dp_noise).value),
       absl::StrCat("--dp_delta=", absl::GetFlag(FLAGS_dp_delta).value),
       absl::StrCat("--dp_epsilon_budget=", absl::GetFlag(FLAGS_dp_epsilon_budget).value),
+      absl::StrCat("--dp_clip_quantile=", absl::GetFlag(FLAGS_dp_clip_quantile).value),
+      absl::StrCat("--dp_clip_lr=", absl::GetFlag(FLAGS_dp_clip_lr).value),
+      absl::StrCat("--dp_clip_count_noise=", absl::GetFlag(FLAGS_dp_clip_count_noise)),
       absl::StrCat("--secagg=", absl::GetFlag(FLAGS_secagg) ? "true" : "false"),
       absl::StrCat("--secagg_neighbours=", absl::GetFlag(FLAGS_secagg_neighbours).value),
       absl::StrCat("--secagg_threshold=", absl::GetFlag(FLAGS_secagg_threshold).value),
@@ -415,7 +418,10 @@ v1::MetricsRow RoundRow(const FedRun& run, int64_t r, const v1::ServerStatus& rs
   row.set_restarts(static_cast<int32_t>(rs.restarts()));
   row.set_closed_s(rs.round_closed_unix_s() - absl::ToDoubleSeconds(start - absl::UnixEpoch()));
   if (rs.mean_batch() > 0) row.set_batch(rs.mean_batch());
-  if (rs.dp_clip() > 0) row.set_dp_epsilon(static_cast<float>(rs.dp_epsilon()));
+  if (rs.dp_clip() > 0) {
+    row.set_dp_epsilon(static_cast<float>(rs.dp_epsilon()));
+    row.set_dp_clip(static_cast<float>(rs.dp_clip()));
+  }
   if (rs.secagg_bytes() > 0) {
     row.set_secagg_mb(static_cast<float>(static_cast<double>(rs.secagg_bytes()) / 1e6));
     row.set_secagg_dropped(static_cast<int64_t>(rs.secagg_dropped()));
@@ -803,11 +809,12 @@ int RunFederatedMain(const std::string& self_exe) {
                 last.dp_epsilon(), last.dp_delta(), last.dp_clip(), last.dp_noise());
   }
   if (last.secagg_bytes() > 0) {
-    std::printf("secure aggregation: the stages' messages %.2f MB; %llu clients dropped after "
-                "masking, %llu rounds without a sum\n",
-                static_cast<double>(last.secagg_bytes()) / 1e6,
-                static_cast<unsigned long long>(last.secagg_dropped()),
-                static_cast<unsigned long long>(last.secagg_failed_rounds()));
+    std::printf(
+        "secure aggregation: the stages' messages %.2f MB; %llu clients dropped after "
+        "masking, %llu rounds without a sum\n",
+        static_cast<double>(last.secagg_bytes()) / 1e6,
+        static_cast<unsigned long long>(last.secagg_dropped()),
+        static_cast<unsigned long long>(last.secagg_failed_rounds()));
   }
   if (run.edges > 0) {
     const v1::ServerStatus& e = watch.edges_last();

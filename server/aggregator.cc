@@ -227,10 +227,11 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
       return absl::InvalidArgumentError(
           "DP-FedAvg (--dp_clip) clips what each client sends: no --error_feedback or --memory");
     }
-    if (!(o.dp.noise >= 0) || !(o.dp.delta > 0 && o.dp.delta < 1) || !(o.dp.epsilon_budget >= 0)) {
-      return absl::InvalidArgumentError(
-          "DP-FedAvg needs --dp_noise >= 0, 0 < --dp_delta < 1 and --dp_epsilon_budget >= 0");
+    if (o.dp.clip_count_noise < 0) {
+      // Andrew et al. 2021's choice: the count's noise costs the update's little at their K.
+      o.dp.clip_count_noise = static_cast<double>(o.policy.clients_per_round) / 20;
     }
+    TERN_RETURN_IF_ERROR(CheckDpOptions(o.dp));
     o.task.set_dp_clip(static_cast<float>(o.dp.clip));
   }
   if (o.secagg.enabled) {
@@ -254,9 +255,17 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
           o.task.update_codec(), "''s output is not an integer vector that adds up)"));
     }
     if (o.dp.clip > 0) {
-      return absl::InvalidArgumentError(
-          "secure aggregation (--secagg) with DP-FedAvg (--dp_clip) needs the clients' own noise, "
-          "which is not built yet: use one of them");
+      if (o.dp.clip_quantile > 0) {
+        // Each client's "within the clip" would reach the server in the clear.
+        return absl::InvalidArgumentError(
+            "adaptive clipping (--dp_clip_quantile) counts each client's answer in the clear: "
+            "with --secagg the clip is fixed");
+      }
+      // Distributed noise: each of the K clients adds N(0, z^2 S^2 / K), so that K masked
+      // updates sum with the central mechanism's noise (fewer, with less: each round is
+      // accounted at the noise its survivors added).
+      o.secagg.noise_sd = o.dp.noise * o.dp.clip /
+                          std::sqrt(static_cast<double>(std::max(1, o.policy.clients_per_round)));
     }
     if (o.edge_rounds > 0) {
       return absl::InvalidArgumentError(
@@ -463,6 +472,7 @@ absl::Status Aggregator::Restore(const internal::AggregatorCheckpoint& ckpt) {
   if (dp_ != nullptr) {
     TERN_RETURN_IF_ERROR(dp_->Restore(ckpt.dp()));
     dp_round_q_ = ckpt.dp().round_q();
+    counters_.set_dp_clip(dp_->clip());
   }
   // The model adopted above is the global model after ckpt.round() rounds.
   history_.Clear();
@@ -586,6 +596,7 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
   if (secure_ != nullptr && secure_->active() && secure_->round() == rounds_->round()) {
     *r.task.mutable_secagg() = secure_->params();
   }
+  if (dp_ != nullptr) r.task.set_dp_clip(static_cast<float>(dp_->clip()));
   r.task.set_payload(from >= 0 ? v1::Task::DELTAS : v1::Task::MODEL);
   r.task.set_delta_from(from);
   // The CRC lets a client check its copy; a lossy model encoding leaves nothing to check.
@@ -771,6 +782,9 @@ absl::Status Aggregator::Unlogged(const v1::UpdateInfo& info, const internal::Lo
     // What Decide counted of it, taken back.
     CountAccepted(record.stale(), static_cast<int64_t>(record.staleness()), -1);
     if (!record.stale() && record.has_eval()) AddEval(record.eval(), -1);
+    if (dp_ != nullptr && dp_->adaptive() && !record.stale()) {
+      dp_->CountWithin(record.update().dp_within_clip(), -1);
+    }
     (void)Refuse(why);
     // A log that failed a write takes no more appends: a snapshot (holding every update that was
     // logged) starts a fresh one, once per generation, so that a retry is logged when there is
@@ -828,10 +842,16 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
                                                    uint64_t wire_bytes, double norm, absl::Time now,
                                                    internal::LoggedUpdate* record) {
   if (dp_ != nullptr && !dp_->WithinClip(norm)) {
-    return RefuseContent(
-        info, absl::FailedPreconditionError(absl::StrCat(
-                  "the update's L2 norm ", norm, " is over the clip norm ", options_.dp.clip,
-                  " (DP-FedAvg: clients clip to Task.dp_clip before they send)")));
+    return RefuseContent(info,
+                         absl::FailedPreconditionError(absl::StrCat(
+                             "the update's L2 norm ", norm, " is over the clip norm ", dp_->clip(),
+                             " (DP-FedAvg: clients clip to Task.dp_clip before they send)")));
+  }
+  if (dp_ != nullptr && dp_->adaptive() && !update.has_dp_within_clip()) {
+    return RefuseContent(info,
+                         absl::FailedPreconditionError(
+                             "the update does not say whether its norm was within the clip "
+                             "(TensorBundle.dp_within_clip), which adaptive clipping counts"));
   }
   if (absl::Status g = norm_guard_.Check(norm, "the update"); !g.ok()) {
     return RefuseContent(info, g);
@@ -850,6 +870,8 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
     return reply;
   }
   const bool stale = d->verdict == ReplyVerdict::kAcceptedStale;
+  // The clip adapts on the open round's count: a stale update was clipped to an older one.
+  if (dp_ != nullptr && dp_->adaptive() && !stale) dp_->CountWithin(update.dp_within_clip());
   accumulator_->Reserve();
   norm_guard_.Observe(norm);
   CountAccepted(stale, d->staleness);
@@ -888,6 +910,8 @@ absl::Status Aggregator::Replay(const internal::LoggedUpdate& u) {
   CountBytesUp(u.payload_bytes(), u.wire_bytes());
   CountAccepted(u.stale(), static_cast<int64_t>(u.staleness()));
   if (!u.stale() && u.has_eval()) AddEval(u.eval());
+  if (dp_ != nullptr && dp_->adaptive() && !u.stale())
+    dp_->CountWithin(u.update().dp_within_clip());
   return absl::OkStatus();
 }
 
@@ -985,15 +1009,39 @@ absl::Status Aggregator::CloseRound(absl::Time now, const SecAggServerRound::Res
   } else {
     TERN_ASSIGN_OR_RETURN(have_update, accumulator_->Aggregate(absl::MakeSpan(mean)));
   }
-  if (dp_ != nullptr) {
+  if (dp_ != nullptr && secure_ != nullptr && have_update) {
+    // Distributed noise: each survivor added N(0, z^2 S^2 / K); the survivors' mean becomes
+    // their sum over the sampled clients, as the central release's.
+    const double n = static_cast<double>(secure->clients.size());
+    const double keep = n / static_cast<double>(std::max<size_t>(1, rounds_->round_clients()));
+    for (float& v : mean) v = static_cast<float>(v * keep);
+    const double z =
+        options_.dp.noise * std::sqrt(n / std::max(1, options_.policy.clients_per_round));
+    dp_->Spend(dp_round_q_, z);
+    counters_.set_dp_epsilon(dp_->Epsilon());
+    spdlog::info(
+        "server: round {}: DP epsilon {:.3f} at delta {:g} (q = {:.4f}, z = {:.3g}: the noise "
+        "of {} clients)",
+        round, counters_.dp_epsilon(), options_.dp.delta, dp_round_q_, z, n);
+  } else if (dp_ != nullptr && secure_ == nullptr) {
     // Released whoever replied: the noise hides them, and the round's sample was drawn.
     TERN_RETURN_IF_ERROR(dp_->Release(absl::MakeSpan(mean), have_update ? accumulator_->count() : 0,
                                       rounds_->round_clients()));
     have_update = true;
-    dp_->Spend(dp_round_q_);
+    dp_->Spend(dp_round_q_, options_.dp.noise);
     counters_.set_dp_epsilon(dp_->Epsilon());
     spdlog::info("server: round {}: DP epsilon {:.3f} at delta {:g} (q = {:.4f}, z = {:g})", round,
                  counters_.dp_epsilon(), options_.dp.delta, dp_round_q_, options_.dp.noise);
+    if (dp_->adaptive()) {
+      double within = 0;
+      const double was = dp_->clip();
+      TERN_RETURN_IF_ERROR(dp_->AdaptClip(rounds_->round_clients(), &within));
+      counters_.set_dp_clip(dp_->clip());
+      spdlog::info(
+          "server: round {}: {:.3f} of the clients within clip {:.4g} (noised); the next "
+          "round's clip is {:.4g}",
+          round, within, was, dp_->clip());
+    }
   }
   if (edge_ != nullptr) {
     edge_->Closed(round, accumulator_->total_weight(), accumulator_->mean_loss(),

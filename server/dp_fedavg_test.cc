@@ -2,6 +2,7 @@
 // every accepted one weighs the same and the mean is over the sampled clients, the privacy
 // spent survives a restart, and the budget ends the run before the round that would pass it.
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,47 @@ TEST_F(DpFedAvgTest, TheBudgetEndsTheRunBeforeTheRoundThatWouldPassIt) {
   EXPECT_EQ(ValueOrFailure(a->Fetch(0, kDpT0 + absl::Seconds(2))).task.kind(), v1::Task::DONE);
 }
 
+TEST_F(DpFedAvgTest, AnAdaptiveClipMovesWithTheClientsCountAndSurvivesARestart) {
+  options_.dp.noise = 0;  // an exact count, to check the step
+  options_.dp.clip_quantile = 0.5;
+  options_.checkpoint_path = TempPath("dp-adaptive.ckpt");
+  const auto push = [&](Aggregator& a, uint32_t client, int64_t round, std::optional<bool> within,
+                        float value) {
+    v1::UpdateInfo info;
+    info.set_client_id(client);
+    info.set_round(static_cast<uint64_t>(round));
+    info.set_weight(1);
+    v1::TensorBundle b = Update(std::vector<float>(9, value), round);
+    if (within.has_value()) b.set_dp_within_clip(*within);
+    return a.Push(info, b, 100, kDpT0);
+  };
+  double clip = 0;
+  {
+    auto a = Start(3);
+    ASSERT_NE(a, nullptr);
+    // An update that does not say is refused: the count needs every client's say.
+    EXPECT_THAT(push(*a, 0, 1, std::nullopt, 0.1f),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("dp_within_clip")));
+    EXPECT_THAT(push(*a, 1, 1, true, 0.1f), IsOk());
+    EXPECT_THAT(push(*a, 2, 1, true, 0.1f), IsOk());
+    ASSERT_THAT(a->Tick(kDpT0 + absl::Seconds(11)), IsOk());
+    // (2 within - 0 out) / 3 sampled, centred: b = 0.5 + 1 / 3; clip 1 * exp(-0.2 / 3).
+    clip = std::exp(-0.2 / 3);
+    EXPECT_NEAR(a->Status(kDpT0).dp_clip(), clip, 1e-9);
+    EXPECT_NEAR(ValueOrFailure(a->Fetch(1, kDpT0 + absl::Seconds(12))).task.dp_clip(), clip, 1e-6);
+    // Round 2: one within so far when the server stops.
+    EXPECT_THAT(push(*a, 1, 2, false, 0.1f), IsOk());
+  }
+  auto b = Aggregator::Create(options_, &registries_, kDpT0 + absl::Seconds(13));
+  ASSERT_THAT(b, IsOk());
+  EXPECT_NEAR((*b)->Status(kDpT0).dp_clip(), clip, 1e-9);
+  EXPECT_THAT(push(**b, 2, 2, false, 0.1f), IsOk());
+  EXPECT_THAT(push(**b, 0, 2, false, 0.1f), IsOk());
+  ASSERT_THAT((*b)->Tick(kDpT0 + absl::Seconds(14)), IsOk());
+  // The replayed update's "not within" counts with the two after the restart: b = 0.
+  EXPECT_NEAR((*b)->Status(kDpT0).dp_clip(), clip * std::exp(0.1), 1e-9);
+}
+
 TEST_F(DpFedAvgTest, DpIsForFedAvgRoundsWithoutClientMemory) {
   const auto refused = [](const char* why) {
     return StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(why));
@@ -104,6 +146,12 @@ TEST_F(DpFedAvgTest, DpIsForFedAvgRoundsWithoutClientMemory) {
   EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.task.set_error_feedback(true); }),
               refused("--error_feedback"));
   EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.dp.delta = 0; }), refused("--dp_delta"));
+  // Adaptive clipping under noise with 3 clients a round: K / 20 is too little count noise.
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) {
+                o.dp.noise = 1;
+                o.dp.clip_quantile = 0.5;
+              }),
+              refused("count noise over z / 2"));
 }
 
 }  // namespace

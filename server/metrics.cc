@@ -92,6 +92,10 @@ void CollectAggregatorMetrics(const Aggregator& a, const HistogramCounts& round_
             "DP-FedAvg: epsilon spent so far at tern_server_dp_delta (RDP accountant).",
             s.dp_epsilon());
     m.Gauge("tern_server_dp_delta", "DP-FedAvg: the delta epsilon is reported at.", s.dp_delta());
+    m.Gauge("tern_server_dp_clip",
+            "DP-FedAvg: the clip norm the open round's clients get (moves with "
+            "--dp_clip_quantile).",
+            s.dp_clip());
   }
   m.Counter("tern_server_secagg_dropped_total",
             "Secure aggregation (--secagg): clients whose masked update never came after they "

@@ -1,13 +1,13 @@
 #include "server/privacy.h"
 
-#include <openssl/rand.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "core/federated/secagg_crypto.h"
 
 namespace tern {
 namespace {
@@ -90,33 +90,6 @@ std::vector<double> DefaultOrders() {
   return o;
 }
 
-// Standard normal pairs from OpenSSL's generator (Box-Muller on two 53-bit uniforms), drawn a
-// block of random bytes at a time.
-class SecureNormals {
- public:
-  absl::Status Next(double* a, double* b) {
-    if (next_ + 2 > kBlock) {
-      if (RAND_bytes(reinterpret_cast<unsigned char*>(bits_.data()),
-                     static_cast<int>(bits_.size() * sizeof(uint64_t))) != 1) {
-        return absl::InternalError("RAND_bytes failed: no noise for the DP release");
-      }
-      next_ = 0;
-    }
-    // (0, 1]: log never sees 0.
-    const double u1 = (static_cast<double>(bits_[next_++] >> 11) + 1) * 0x1.0p-53;
-    const double u2 = static_cast<double>(bits_[next_++] >> 11) * 0x1.0p-53;
-    const double r = std::sqrt(-2 * std::log(u1));
-    *a = r * std::cos(2 * M_PI * u2);
-    *b = r * std::sin(2 * M_PI * u2);
-    return absl::OkStatus();
-  }
-
- private:
-  static constexpr size_t kBlock = 4096;
-  std::vector<uint64_t> bits_ = std::vector<uint64_t>(kBlock);
-  size_t next_ = kBlock;
-};
-
 }  // namespace
 
 double SampledGaussianRdp(double q, double z, double alpha) {
@@ -177,24 +150,70 @@ absl::Status RdpAccountant::Restore(absl::Span<const double> rdp) {
   return absl::OkStatus();
 }
 
-bool DpFedAvg::WithinClip(double norm) const { return norm <= options_.clip * (1 + 1e-3) + 1e-7; }
-
-absl::Status DpFedAvg::Release(absl::Span<float> mean, size_t count, size_t sampled) const {
-  if (sampled == 0) return absl::FailedPreconditionError("a DP round with no client sampled");
-  const double keep = static_cast<double>(count) / static_cast<double>(sampled);
-  const double sd = options_.noise * options_.clip / static_cast<double>(sampled);
-  SecureNormals normals;
-  for (size_t i = 0; i < mean.size(); i += 2) {
-    double a = 0, b = 0;
-    if (absl::Status s = normals.Next(&a, &b); !s.ok()) return s;
-    mean[i] = static_cast<float>(mean[i] * keep + sd * a);
-    if (i + 1 < mean.size()) mean[i + 1] = static_cast<float>(mean[i + 1] * keep + sd * b);
+absl::Status CheckDpOptions(const DpOptions& o) {
+  if (!(o.clip >= 0) || !(o.noise >= 0) || !(o.delta > 0 && o.delta < 1) ||
+      !(o.epsilon_budget >= 0)) {
+    return absl::InvalidArgumentError(
+        "DP-FedAvg needs --dp_clip >= 0, --dp_noise >= 0, 0 < --dp_delta < 1 and "
+        "--dp_epsilon_budget >= 0");
+  }
+  if (!(o.clip_quantile >= 0 && o.clip_quantile < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dp_clip_quantile = ", o.clip_quantile, " is not in [0, 1)"));
+  }
+  if (o.clip_quantile == 0) return absl::OkStatus();
+  if (!(o.clip_lr > 0) || !std::isfinite(o.clip_lr) || !(o.clip_count_noise >= 0)) {
+    return absl::InvalidArgumentError(
+        "adaptive clipping needs --dp_clip_lr > 0 and --dp_clip_count_noise >= 0");
+  }
+  if (o.noise > 0 && !(2 * o.clip_count_noise > o.noise)) {
+    // The count's release alone would spend all of z's privacy (Andrew et al. 2021, Theorem 1).
+    return absl::InvalidArgumentError(absl::StrCat(
+        "adaptive clipping with --dp_noise=", o.noise, " needs a count noise over z / 2 = ",
+        o.noise / 2, ", not ", o.clip_count_noise, " (--dp_clip_count_noise; default K / 20)"));
   }
   return absl::OkStatus();
 }
 
+double UpdateNoiseMultiplier(const DpOptions& o) {
+  if (o.clip_quantile <= 0 || o.noise <= 0) return o.noise;
+  const double rest = 1 / (o.noise * o.noise) - 1 / (4 * o.clip_count_noise * o.clip_count_noise);
+  return rest > 0 ? 1 / std::sqrt(rest) : kInf;  // kInf only past CheckDpOptions
+}
+
+bool DpFedAvg::WithinClip(double norm) const { return norm <= clip_ * (1 + 1e-3) + 1e-7; }
+
+void DpFedAvg::CountWithin(bool within, int times) {
+  round_within_ += times * (within ? 0.5 : -0.5);
+}
+
+absl::Status DpFedAvg::AdaptClip(size_t sampled, double* fraction) {
+  if (sampled == 0) return absl::FailedPreconditionError("a DP round with no client sampled");
+  double noise = 0;
+  if (options_.noise > 0 && options_.clip_count_noise > 0) {
+    SecureNormals normals;
+    double unused = 0;
+    if (absl::Status s = normals.Next(&noise, &unused); !s.ok()) return s;
+    noise *= options_.clip_count_noise;
+  }
+  const double b = 0.5 + (round_within_ + noise) / static_cast<double>(sampled);
+  if (fraction != nullptr) *fraction = b;
+  clip_ *= std::exp(-options_.clip_lr * (b - options_.clip_quantile));
+  round_within_ = 0;
+  return absl::OkStatus();
+}
+
+absl::Status DpFedAvg::Release(absl::Span<float> mean, size_t count, size_t sampled) const {
+  if (sampled == 0) return absl::FailedPreconditionError("a DP round with no client sampled");
+  const double keep = static_cast<double>(count) / static_cast<double>(sampled);
+  const double sd = update_noise_ * clip_ / static_cast<double>(sampled);
+  for (float& v : mean) v = static_cast<float>(v * keep);
+  SecureNormals normals;
+  return normals.AddTo(sd, mean);
+}
+
 bool DpFedAvg::WouldExceedBudget(double q, double* epsilon_then) const {
-  const double eps = accountant_.Epsilon(options_.delta, q, options_.noise);
+  const double eps = accountant_.Epsilon(options_.delta, q, options_.noise);  // z: both releases
   if (epsilon_then != nullptr) *epsilon_then = eps;
   return options_.epsilon_budget > 0 && eps > options_.epsilon_budget;
 }
@@ -202,10 +221,21 @@ bool DpFedAvg::WouldExceedBudget(double q, double* epsilon_then) const {
 void DpFedAvg::Save(internal::DpState* state) const {
   state->clear_rdp();
   for (double r : accountant_.rdp()) state->add_rdp(r);
+  state->set_clip(clip_);
+  state->set_round_within(round_within_);
 }
 
 absl::Status DpFedAvg::Restore(const internal::DpState& state) {
-  return accountant_.Restore(state.rdp());
+  TERN_RETURN_IF_ERROR(accountant_.Restore(state.rdp()));
+  if (state.clip() != 0) {  // 0: a checkpoint from before adaptive clipping, or of none
+    if (!(state.clip() > 0) || !std::isfinite(state.clip()) ||
+        !std::isfinite(state.round_within())) {
+      return absl::DataLossError("the checkpoint's DP clip is not a positive finite number");
+    }
+    clip_ = state.clip();
+    round_within_ = state.round_within();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tern

@@ -14,6 +14,8 @@ namespace tern {
 namespace {
 
 using ::tern::testing::IsOk;
+using ::tern::testing::StatusIs;
+using ::testing::HasSubstr;
 
 TEST(SampledGaussianRdp, MatchesPublishedValuesAtIntegerAndFractionalOrders) {
   // compute_rdp(q=0.1, z=2, steps=10, order=5) = 0.07737.
@@ -92,7 +94,7 @@ TEST(DpFedAvg, TheBudgetStopsTheRoundThatWouldPassIt) {
   int rounds = 0;
   double then = 0;
   while (!dp.WouldExceedBudget(0.01, &then) && rounds < 1000) {
-    dp.Spend(0.01);
+    dp.Spend(0.01, 1.0);
     ++rounds;
   }
   EXPECT_GT(rounds, 0);
@@ -104,6 +106,77 @@ TEST(DpFedAvg, TheBudgetStopsTheRoundThatWouldPassIt) {
   DpFedAvg back({.clip = 1.0, .noise = 1.0, .delta = 1e-5, .epsilon_budget = 2.0});
   ASSERT_THAT(back.Restore(state), IsOk());
   EXPECT_DOUBLE_EQ(back.Epsilon(), dp.Epsilon());
+}
+
+TEST(AdaptiveClip, TheUpdateKeepsWhatTheCountLeavesOfZ) {
+  // Andrew et al. 2021, Theorem 1: z^-2 = z_Delta^-2 + (2 sigma_b)^-2.
+  const DpOptions o{.clip = 1, .noise = 1, .clip_quantile = 0.5, .clip_count_noise = 5};
+  EXPECT_NEAR(UpdateNoiseMultiplier(o), 1 / std::sqrt(1 - 0.01), 1e-12);
+  EXPECT_THAT(CheckDpOptions(o), IsOk());
+  DpOptions fixed = o;
+  fixed.clip_quantile = 0;
+  EXPECT_DOUBLE_EQ(UpdateNoiseMultiplier(fixed), 1);
+  // A count noise at or under z / 2 would spend all of z on the count.
+  DpOptions loud = o;
+  loud.clip_count_noise = 0.5;
+  EXPECT_THAT(CheckDpOptions(loud),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("count noise over z / 2")));
+  DpOptions bad = o;
+  bad.clip_quantile = 1;
+  EXPECT_FALSE(CheckDpOptions(bad).ok());
+  bad = o;
+  bad.clip_lr = 0;
+  EXPECT_FALSE(CheckDpOptions(bad).ok());
+}
+
+TEST(AdaptiveClip, StepsGeometricallyAndAClientThatNeverRepliedCountsAsNeither) {
+  // No noise: the count is exact.
+  DpFedAvg dp({.clip = 2, .noise = 0, .clip_quantile = 0.5, .clip_lr = 0.2});
+  for (int i = 0; i < 10; ++i) dp.CountWithin(true);
+  double b = 0;
+  ASSERT_THAT(dp.AdaptClip(10, &b), IsOk());
+  EXPECT_DOUBLE_EQ(b, 1);
+  EXPECT_NEAR(dp.clip(), 2 * std::exp(-0.1), 1e-12);  // all within: the clip shrinks
+  for (int i = 0; i < 5; ++i) dp.CountWithin(true);   // 5 of 10 replied, all within
+  ASSERT_THAT(dp.AdaptClip(10, &b), IsOk());
+  EXPECT_DOUBLE_EQ(b, 0.75);
+  dp.CountWithin(false);
+  dp.CountWithin(false);
+  dp.CountWithin(false, -1);  // one taken back (its log append failed)
+  const double was = dp.clip();
+  ASSERT_THAT(dp.AdaptClip(2, &b), IsOk());
+  EXPECT_DOUBLE_EQ(b, 0.25);
+  EXPECT_NEAR(dp.clip(), was * std::exp(0.05), 1e-12);  // under the quantile: it grows
+  EXPECT_TRUE(dp.WithinClip(dp.clip()));
+  EXPECT_FALSE(dp.WithinClip(dp.clip() * 1.01));
+}
+
+TEST(AdaptiveClip, FindsTheMedianNormUnderNoiseFromAFarStart) {
+  // 100 clients a round with norms uniform on [0, 2] (median 1), z = 1 (sigma_b = 5): from a
+  // clip 20x too small the clip settles near the median.
+  DpFedAvg dp({.clip = 0.05, .noise = 1, .clip_quantile = 0.5, .clip_count_noise = 5});
+  uint64_t state = 12345;
+  const auto uniform = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(state >> 11) * 0x1.0p-53;
+  };
+  double late = 0;
+  for (int round = 0; round < 200; ++round) {
+    for (int c = 0; c < 100; ++c) dp.CountWithin(2 * uniform() <= dp.clip());
+    ASSERT_THAT(dp.AdaptClip(100, nullptr), IsOk());
+    if (round >= 150) late += dp.clip() / 50;
+  }
+  EXPECT_NEAR(late, 1.0, 0.15);
+  // The clip and the open round's count are the checkpoint's.
+  dp.CountWithin(true);
+  internal::DpState state_saved;
+  dp.Save(&state_saved);
+  DpFedAvg back({.clip = 0.05, .noise = 1, .clip_quantile = 0.5, .clip_count_noise = 5});
+  ASSERT_THAT(back.Restore(state_saved), IsOk());
+  EXPECT_DOUBLE_EQ(back.clip(), dp.clip());
+  EXPECT_DOUBLE_EQ(state_saved.round_within(), 0.5);
+  state_saved.set_clip(-1);
+  EXPECT_THAT(back.Restore(state_saved), StatusIs(absl::StatusCode::kDataLoss));
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ void SecureRounds::Open(int64_t round, const std::vector<int>& sampled, size_t d
   // survived and others that it dropped cannot gather t shares of both its secrets.
   params_.set_threshold(options_.threshold > 0 ? options_.threshold : degree / 2 + 1);
   params_.set_modulus_bits(options_.bits);
+  params_.set_noise_sd(static_cast<float>(options_.noise_sd));
   const uint64_t room = (uint64_t{1} << options_.bits) - 1;
   params_.set_levels(options_.levels > 0 ? options_.levels
                                          : static_cast<uint32_t>(std::min<uint64_t>(

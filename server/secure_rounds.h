@@ -31,6 +31,7 @@ struct SecAggOptions {
   uint32_t bits = 32;        // b
   uint32_t levels = 0;       // Q; 0: the most that K clients' sum fits in b bits
   double range = 1.0;        // r
+  double noise_sd = 0;       // DP-FedAvg's distributed noise: each client's sd (SecAggParams)
   absl::Duration stage_timeout = absl::Seconds(30);
 };
 

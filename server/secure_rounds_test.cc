@@ -326,8 +326,14 @@ TEST_F(SecureRoundTest, OptionsThatCannotRunSecurelyAreRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an integer vector")));
   EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.mode = "fedbuff"; }),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.dp.clip = 1; }),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  // DP with a fixed clip: the clients' own noise; an adaptive one would count in the clear.
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.dp.clip = 1; }), IsOk());
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) {
+                o.dp.clip = 1;
+                o.dp.noise = 0;
+                o.dp.clip_quantile = 0.5;
+              }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("in the clear")));
   EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.secagg.bits = 40; }),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Normalized([](AggregatorOptions&) {}), IsOk());

@@ -6,10 +6,14 @@
 the run's final test accuracy (the mean of its last 5 evaluations) and the epsilon its server's
 RDP accountant reports at --delta after its last round, beside the same run without DP (the
 anchor: no clipping, no noise, examples-weighted, everything else alike) and with clipping alone
-(z = 0: what the clip costs). Rows run in turn on one machine.
+(z = 0: what the clip costs). With --adaptive_from S0,...: for each start S0, a run clipped to
+S0 throughout and one whose clip adapts from S0 towards the --quantile of the update norms
+(Andrew et al. 2021), both at z = --adaptive_noise, with the clip the last round used. Rows run
+in turn on one machine.
 
   bench/dp/sweep.py [--tern ./build/cli/tern] [--model softmax] [--clip 0.5] [--noises 0.5,1,2]
-                    [--rounds 50] [--delta 1e-5] [--out DIR]
+                    [--rounds 50] [--delta 1e-5] [--adaptive_from 0.05,5] [--quantile 0.5]
+                    [--adaptive_noise 1] [--out DIR]
 """
 import argparse
 import json
@@ -30,6 +34,12 @@ def parse():
     p.add_argument("--rounds", type=int, default=50)
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--server_lr", type=float, default=1.0)
+    p.add_argument("--adaptive_from", default="",
+                   help="starting clips for the adaptive rows (none: no such rows)")
+    p.add_argument("--quantile", type=float, default=0.5)
+    p.add_argument("--adaptive_noise", type=float, default=1.0)
+    p.add_argument("--only_adaptive", action="store_true",
+                   help="skip the no-DP and fixed-clip sweep rows")
     p.add_argument("--out", default="")
     return p.parse_args()
 
@@ -45,27 +55,36 @@ def run(a, out, name, extra):
         rows = [json.loads(line) for line in f if line.strip()]
     accs = [r["test_acc"] for r in rows[-5:]]
     return {"acc": 100 * sum(accs) / len(accs), "epsilon": rows[-1].get("dp_epsilon"),
-            "wall_s": rows[-1]["wall_s"], "rounds": rows[-1]["round"]}
+            "wall_s": rows[-1]["wall_s"], "rounds": rows[-1]["round"],
+            "clip": rows[-1].get("dp_clip")}
 
 
 def main():
     a = parse()
     out = a.out or tempfile.mkdtemp(prefix="tern-dp-")
     os.makedirs(out, exist_ok=True)
-    rows = [("no DP", [])]
-    rows.append((f"clip {a.clip:g}, z 0", [f"--dp_clip={a.clip}", "--dp_noise=0",
-                                           f"--dp_delta={a.delta}"]))
-    for z in a.noises.split(","):
-        rows.append((f"clip {a.clip:g}, z {z}", [f"--dp_clip={a.clip}", f"--dp_noise={z}",
+    rows = []
+    if not a.only_adaptive:
+        rows.append(("no DP", []))
+        rows.append((f"clip {a.clip:g}, z 0", [f"--dp_clip={a.clip}", "--dp_noise=0",
                                                f"--dp_delta={a.delta}"]))
+        for z in a.noises.split(","):
+            rows.append((f"clip {a.clip:g}, z {z}", [f"--dp_clip={a.clip}", f"--dp_noise={z}",
+                                                   f"--dp_delta={a.delta}"]))
+    for s0 in filter(None, a.adaptive_from.split(",")):
+        z = f"{a.adaptive_noise:g}"
+        common = [f"--dp_clip={s0}", f"--dp_noise={z}", f"--dp_delta={a.delta}"]
+        rows.append((f"clip {s0}, z {z}", common))
+        rows.append((f"adaptive {s0}, z {z}", common + [f"--dp_clip_quantile={a.quantile}"]))
     results = {}
     for name, extra in rows:
         r = run(a, out, name.replace(" ", "").replace(",", "-"), extra)
         results[name] = r
         e = r["epsilon"]  # protobuf's JSON writes an infinite one as the string "Infinity"
         eps = "-" if e is None else (e if isinstance(e, str) else f"{e:.3g}")
-        print(f"{name:16s} accuracy {r['acc']:.2f}%  epsilon {eps} at delta {a.delta:g}  "
-              f"({r['rounds']} rounds, {r['wall_s']:.0f} s)", flush=True)
+        clip = "" if r["clip"] is None else f"  last clip {r['clip']:.3g}"
+        print(f"{name:20s} accuracy {r['acc']:.2f}%  epsilon {eps} at delta {a.delta:g}  "
+              f"({r['rounds']} rounds, {r['wall_s']:.0f} s){clip}", flush=True)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"args": vars(a), "rows": results}, f, indent=1)
     print(f"results: {out}/results.json")

@@ -187,7 +187,12 @@ absl::Status AggregatorClient::Train(const v1::Task& task) {
   TERN_ASSIGN_OR_RETURN(WorkResult work, participant_->Work(task, model_->values(), context));
   v1::TensorBundle update;
   if (secure.has_value()) {
-    absl::StatusOr<std::string> masked = secure->Mask(shares, work.update);
+    // DP-FedAvg under secure aggregation: the clip is the client's alone to make (the server
+    // never sees the update), and the noise its share of the round's (SecAggParams.noise_sd).
+    absl::Span<const float> clear = work.update;
+    std::vector<float> clipped;
+    DpClip(task, &clear, &clipped);
+    absl::StatusOr<std::string> masked = secure->Mask(shares, clear);
     if (!masked.ok()) {
       spdlog::warn("{}: round {}: cannot mask the update: {}", options_.name, task.round(),
                    masked.status().ToString());

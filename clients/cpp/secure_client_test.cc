@@ -1,7 +1,8 @@
 // The C++ client library in a securely aggregated run: ten participants of the in-process
 // `tern server` service, two of which lose their masked update (their work ends after the round),
 // and the server's model after the round is the mean of the eight others' updates, which it
-// never saw one by one.
+// never saw one by one; with DP-FedAvg, each client's clipped update plus its share of the noise,
+// summed over the ten sampled.
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -41,7 +42,15 @@ class LateParticipant : public QuadraticParticipant {
   std::function<bool()> closed_;
 };
 
-TEST(SecureAggregatorClient, TenClientsTwoLostAfterMaskingGiveTheOtherEightsMean) {
+// Ten clients of an in-process server, one round; clients 0 and 1 mask too late. What the
+// server ended with, and the participants (their targets are their updates' direction).
+struct TenClientRound {
+  v1::ServerStatus status;
+  std::vector<float> x0, x;  // the model before and after the round
+  std::vector<std::unique_ptr<QuadraticParticipant>> participants;
+};
+
+void RunTenClients(const std::function<void(AggregatorOptions&)>& tweak, TenClientRound* run) {
   const ServerRegistries registries = NewBuiltinServerRegistries();
   ServerOptions so;
   so.tick = absl::Milliseconds(10);
@@ -60,19 +69,17 @@ TEST(SecureAggregatorClient, TenClientsTwoLostAfterMaskingGiveTheOtherEightsMean
   a.secagg.enabled = true;
   a.secagg.neighbours = 6;
   a.secagg.range = 16;
+  tweak(a);
   auto server = AggregatorServer::Start(so, &registries);
   ASSERT_THAT(server, IsOk());
-  std::vector<std::unique_ptr<QuadraticParticipant>> participants;
-  std::vector<std::vector<float>> targets;
   for (int c = 0; c < 10; ++c) {
     std::vector<float> t(8);
     for (int i = 0; i < 8; ++i) t[i] = std::sin(static_cast<float>(7 * c + i)) * 8.0f;
-    targets.push_back(t);
     if (c < 2) {
-      participants.push_back(std::make_unique<LateParticipant>(
+      run->participants.push_back(std::make_unique<LateParticipant>(
           t, 100 + c, [&] { return (*server)->aggregator().Counters().round() >= 1; }));
     } else {
-      participants.push_back(std::make_unique<QuadraticParticipant>(t, 100 + c));
+      run->participants.push_back(std::make_unique<QuadraticParticipant>(t, 100 + c));
     }
   }
   const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
@@ -85,36 +92,69 @@ TEST(SecureAggregatorClient, TenClientsTwoLostAfterMaskingGiveTheOtherEightsMean
       o.run_id = "secure";
       o.name = absl::StrCat("secure-", c);
       o.fetch_wait = absl::Milliseconds(200);
-      stats[c] = RunAggregatorClient(address, TlsFiles{}, o, participants[c].get(), stop);
+      stats[c] = RunAggregatorClient(address, TlsFiles{}, o, run->participants[c].get(), stop);
     });
   }
   (*server)->WaitDone();
   for (std::thread& t : threads) t.join();
   for (const auto& s : stats) EXPECT_THAT(s, IsOk());
-  const v1::ServerStatus st = (*server)->aggregator().Status(absl::Now());
-  EXPECT_EQ(st.round(), 1u);
-  EXPECT_EQ(st.last_round_updates(), 8u);
-  EXPECT_EQ(st.secagg_dropped(), 2u);
-  EXPECT_EQ(st.secagg_failed_rounds(), 0u);
+  run->status = (*server)->aggregator().Status(absl::Now());
   auto kept = (*server)->aggregator().Model(1);
   ASSERT_THAT(kept, IsOk());
-  std::vector<float> x(8);
-  ASSERT_THAT(
-      BundleToFlat(*kept->bundle, participants[0]->Layout(), *registries.codecs, absl::MakeSpan(x)),
-      IsOk());
+  run->x.assign(8, 0.0f);
+  ASSERT_THAT(BundleToFlat(*kept->bundle, run->participants[0]->Layout(), *registries.codecs,
+                           absl::MakeSpan(run->x)),
+              IsOk());
+  run->x0.assign(8, 0.0f);
+  ASSERT_THAT(run->participants[0]->InitialModel(absl::MakeSpan(run->x0)), IsOk());
+  (*server)->Shutdown(absl::Seconds(1));
+}
+
+TEST(SecureAggregatorClient, TenClientsTwoLostAfterMaskingGiveTheOtherEightsMean) {
+  TenClientRound run;
+  ASSERT_NO_FATAL_FAILURE(RunTenClients([](AggregatorOptions&) {}, &run));
+  EXPECT_EQ(run.status.round(), 1u);
+  EXPECT_EQ(run.status.last_round_updates(), 8u);
+  EXPECT_EQ(run.status.secagg_dropped(), 2u);
+  EXPECT_EQ(run.status.secagg_failed_rounds(), 0u);
   // x0 + the unweighted mean of the eight on-time updates (3 steps at 0.5 from x0).
-  std::vector<float> x0(8);
-  ASSERT_THAT(participants[0]->InitialModel(absl::MakeSpan(x0)), IsOk());
   const double step = 2.0 * 16 / ((uint64_t{1} << 32) - 1) * 10;  // levels for 10 clients
   for (int i = 0; i < 8; ++i) {
     double mean = 0;
     for (int c = 2; c < 10; ++c) {
-      const std::vector<float> end = participants[c]->Pull(x0, 3, 0.5f);
-      mean += (end[i] - x0[i]) / 8.0;
+      const std::vector<float> end = run.participants[c]->Pull(run.x0, 3, 0.5f);
+      mean += (end[i] - run.x0[i]) / 8.0;
     }
-    EXPECT_NEAR(x[i], x0[i] + mean, step + 1e-5) << i;
+    EXPECT_NEAR(run.x[i], run.x0[i] + mean, step + 1e-5) << i;
   }
-  (*server)->Shutdown(absl::Seconds(1));
+}
+
+TEST(SecureAggregatorClient, WithDpEachClientClipsAndAddsItsShareOfTheNoise) {
+  TenClientRound run;
+  ASSERT_NO_FATAL_FAILURE(RunTenClients(
+      [](AggregatorOptions& a) {
+        a.dp.clip = 1.0;
+        a.dp.noise = 1e-3;  // each client's sd 1e-3 / sqrt(10): the mean's under 1e-4
+      },
+      &run));
+  EXPECT_EQ(run.status.last_round_updates(), 8u);
+  // z spent as 8 of 10 clients' noise: 1e-3 sqrt(0.8), an enormous epsilon but a finite one.
+  EXPECT_GT(run.status.dp_epsilon(), 0);
+  // x0 + the eight updates, each clipped to norm 1 by its client, summed over the 10 sampled.
+  for (int i = 0; i < 8; ++i) {
+    double sum = 0;
+    for (int c = 2; c < 10; ++c) {
+      std::vector<float> d = run.participants[c]->Pull(run.x0, 3, 0.5f);
+      double sq = 0;
+      for (int j = 0; j < 8; ++j) {
+        d[j] -= run.x0[j];
+        sq += static_cast<double>(d[j]) * d[j];
+      }
+      ASSERT_GT(std::sqrt(sq), 1.0);  // every update is over the clip
+      sum += d[i] / std::sqrt(sq);
+    }
+    EXPECT_NEAR(run.x[i], run.x0[i] + sum / 10, 1e-3) << i;
+  }
 }
 
 }  // namespace

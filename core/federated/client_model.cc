@@ -1,6 +1,8 @@
 #include "core/federated/client_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -72,6 +74,21 @@ absl::StatusOr<bool> ClientModel::Apply(const v1::Task& task, v1::TensorBundle p
   return true;
 }
 
+std::optional<bool> DpClip(const v1::Task& task, absl::Span<const float>* update,
+                           std::vector<float>* storage) {
+  const float clip = task.dp_clip();
+  if (!(clip > 0)) return std::nullopt;
+  double sq = 0;
+  for (float v : *update) sq += static_cast<double>(v) * v;
+  const double norm = std::sqrt(sq);
+  if (norm <= clip) return true;
+  const float scale = static_cast<float>(clip / norm);
+  storage->resize(update->size());
+  for (size_t i = 0; i < update->size(); ++i) (*storage)[i] = (*update)[i] * scale;
+  *update = *storage;
+  return false;
+}
+
 uint64_t ClientModel::EncodeSeed(const v1::Task& task, int64_t client_id) {
   return task.seed() ^ (task.round() << 24) ^ (static_cast<uint64_t>(client_id) << 48) ^
          (static_cast<uint64_t>(task.attempt()) << 40);
@@ -84,18 +101,17 @@ absl::StatusOr<v1::TensorBundle> ClientModel::EncodeUpdate(const v1::Task& task,
     return absl::InvalidArgumentError(
         absl::StrCat("the update has ", update.size(), " values; the model has ", values_.size()));
   }
+  // DP-FedAvg: what leaves the client is within the clip norm (the server refuses more).
   std::vector<float> clipped;
-  if (const float clip = task.dp_clip(); clip > 0) {
-    // DP-FedAvg: what leaves the client is within the clip norm (the server refuses more).
-    double sq = 0;
-    for (float v : update) sq += static_cast<double>(v) * v;
-    if (const double norm = std::sqrt(sq); norm > clip) {
-      const float scale = static_cast<float>(clip / norm);
-      clipped.resize(update.size());
-      for (size_t i = 0; i < update.size(); ++i) clipped[i] = update[i] * scale;
-      update = clipped;
-    }
-  }
+  const std::optional<bool> within = DpClip(task, &update, &clipped);
+  absl::StatusOr<v1::TensorBundle> b = EncodeWithin(task, client_id, num_examples, update);
+  if (b.ok() && within.has_value()) b->set_dp_within_clip(*within);
+  return b;
+}
+
+absl::StatusOr<v1::TensorBundle> ClientModel::EncodeWithin(const v1::Task& task, int64_t client_id,
+                                                           uint64_t num_examples,
+                                                           absl::Span<const float> update) {
   EncodeOptions eo;
   eo.seed = EncodeSeed(task, client_id);
   const std::string& mem = task.memory();

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@
 #include "tern/v1/tensor.pb.h"
 
 namespace tern {
+
+// DP-FedAvg's clip (Task.dp_clip > 0): when `*update`'s L2 norm is over the clip, it is scaled
+// onto the clip into `storage` and `*update` points there. Whether it was within the clip
+// (TensorBundle.dp_within_clip); nullopt when the task clips nothing.
+std::optional<bool> DpClip(const v1::Task& task, absl::Span<const float>* update,
+                           std::vector<float>* storage);
 
 class ClientModel {
  public:
@@ -79,6 +86,10 @@ class ClientModel {
   // Update's work; Update forgets the round when it fails.
   absl::StatusOr<bool> Apply(const v1::Task& task, v1::TensorBundle payload);
 
+  // EncodeUpdate past the DP clip.
+  absl::StatusOr<v1::TensorBundle> EncodeWithin(const v1::Task& task, int64_t client_id,
+                                                uint64_t num_examples,
+                                                absl::Span<const float> update);
   absl::StatusOr<v1::TensorBundle> EncodeDgc(const v1::Task& task, absl::Span<const float> update,
                                              double epoch, const EncodeOptions& eo);
 

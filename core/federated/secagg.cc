@@ -85,6 +85,9 @@ absl::Status CheckSecAggParams(const v1::SecAggParams& p, uint32_t round_clients
   if (!(p.clip_range() > 0) || !std::isfinite(p.clip_range())) {
     return absl::InvalidArgumentError("the clipping range r must be positive and finite");
   }
+  if (!(p.noise_sd() >= 0) || !std::isfinite(p.noise_sd())) {
+    return absl::InvalidArgumentError("the clients' noise sd must be >= 0 and finite");
+  }
   return absl::OkStatus();
 }
 
@@ -115,16 +118,21 @@ absl::btree_map<uint32_t, std::vector<uint32_t>> SecAggGraph(std::vector<uint32_
 }
 
 std::vector<uint32_t> SecAggQuantize(absl::Span<const float> x, const v1::SecAggParams& p,
-                                     uint64_t seed) {
+                                     uint64_t seed, bool wrap) {
   const RngKey key = MakeRngKey(seed, 0x5eca99);
   const double r = p.clip_range(), q = p.levels();
+  const uint32_t mask = ModMask(static_cast<int>(p.modulus_bits()));
+  // Past this a double's whole part no longer converts safely (and no sum could mean it).
+  constexpr double kFar = 0x1.0p52;
   std::vector<uint32_t> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    double v = std::isnan(x[i]) ? 0.0 : std::clamp(static_cast<double>(x[i]), -r, r);
-    v = (v + r) / (2 * r) * q;
+    double v = std::isnan(x[i]) ? 0.0 : static_cast<double>(x[i]);
+    v = wrap ? std::clamp((v + r) / (2 * r) * q, -kFar, kFar)
+             : (std::clamp(v, -r, r) + r) / (2 * r) * q;
     double whole = std::floor(v);
     if (Uniform01(key, i) < v - whole) whole += 1;
-    out[i] = static_cast<uint32_t>(std::min(whole, q));
+    out[i] = wrap ? static_cast<uint32_t>(static_cast<uint64_t>(static_cast<int64_t>(whole)) & mask)
+                  : static_cast<uint32_t>(std::min(whole, q));
   }
   return out;
 }
@@ -132,9 +140,19 @@ std::vector<uint32_t> SecAggQuantize(absl::Span<const float> x, const v1::SecAgg
 std::vector<float> SecAggMean(absl::Span<const uint32_t> sum, uint32_t clients,
                               const v1::SecAggParams& p) {
   const double r = p.clip_range(), q = p.levels(), n = clients;
+  const int bits = static_cast<int>(p.modulus_bits());
+  const uint64_t ring = uint64_t{1} << bits;
+  // Read centred on the sum of n zeros (nQ/2): the same as sum / n / Q * 2r - r for any sum of
+  // values in 0..Q (nQ < 2^b), and right too for noised values that wrapped, as long as the
+  // mean is within [-r, r].
+  const uint64_t offset = (uint64_t{clients} * p.levels() + 1) / 2;
+  const double scale = 2 * r / (n * q);
   std::vector<float> out(sum.size());
   for (size_t i = 0; i < sum.size(); ++i) {
-    out[i] = static_cast<float>(sum[i] / n / q * 2 * r - r);
+    int64_t d = static_cast<int64_t>((sum[i] + ring - offset % ring) % ring);
+    if (d >= static_cast<int64_t>(ring / 2)) d -= static_cast<int64_t>(ring);
+    out[i] = static_cast<float>((static_cast<double>(d) + static_cast<double>(offset) - n * q / 2) *
+                                scale);
   }
   return out;
 }
@@ -305,7 +323,20 @@ absl::StatusOr<std::string> SecAggClient::Mask(const v1::SecAggSharesReply& repl
       !s.ok()) {
     return s;
   }
-  std::vector<uint32_t> v = SecAggQuantize(update, params_, qseed);
+  std::vector<uint32_t> v;
+  if (const double sd = params_.noise_sd(); sd > 0) {
+    // DP-FedAvg's distributed noise: this client's share of the round's, on the clipped values.
+    const float r = params_.clip_range();
+    std::vector<float> noised(update.size());
+    for (size_t i = 0; i < update.size(); ++i) {
+      noised[i] = std::isnan(update[i]) ? 0.0f : std::clamp(update[i], -r, r);
+    }
+    SecureNormals normals;
+    if (absl::Status s = normals.AddTo(sd, absl::MakeSpan(noised)); !s.ok()) return s;
+    v = SecAggQuantize(noised, params_, qseed, /*wrap=*/true);
+  } else {
+    v = SecAggQuantize(update, params_, qseed);
+  }
   std::vector<uint32_t> scratch;
   if (absl::Status s = AddMask(self_seed_, bits, true, absl::MakeSpan(v), &scratch); !s.ok()) {
     return s;

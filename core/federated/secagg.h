@@ -55,9 +55,11 @@ absl::Status CheckSecAggParams(const v1::SecAggParams& p, uint32_t round_clients
 absl::btree_map<uint32_t, std::vector<uint32_t>> SecAggGraph(std::vector<uint32_t> ids, uint32_t k,
                                                              uint64_t seed);
 
-// Each coordinate clipped to [-r, r] and rounded stochastically (unbiased) onto 0..Q.
+// Each coordinate clipped to [-r, r] and rounded stochastically (unbiased) onto 0..Q. With
+// `wrap` (a noised vector, clipped before its noise), not clipped: rounded onto the integers of
+// the same grid and taken mod 2^b.
 std::vector<uint32_t> SecAggQuantize(absl::Span<const float> x, const v1::SecAggParams& p,
-                                     uint64_t seed);
+                                     uint64_t seed, bool wrap = false);
 // The mean of `clients` updates from the sum of their quantized vectors.
 std::vector<float> SecAggMean(absl::Span<const uint32_t> sum, uint32_t clients,
                               const v1::SecAggParams& p);

@@ -4,6 +4,7 @@
 #include <openssl/kdf.h>
 #include <openssl/rand.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -54,6 +55,33 @@ absl::Status Hkdf(absl::Span<const uint8_t> secret, std::string_view info, Key32
 
 absl::Status SecureRandom(absl::Span<uint8_t> out) {
   if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1) return Failed("RAND_bytes");
+  return absl::OkStatus();
+}
+
+absl::Status SecureNormals::Next(double* a, double* b) {
+  if (next_ + 2 > kBlock) {
+    if (RAND_bytes(reinterpret_cast<unsigned char*>(bits_.data()),
+                   static_cast<int>(bits_.size() * sizeof(uint64_t))) != 1) {
+      return Failed("RAND_bytes");
+    }
+    next_ = 0;
+  }
+  // (0, 1]: log never sees 0.
+  const double u1 = (static_cast<double>(bits_[next_++] >> 11) + 1) * 0x1.0p-53;
+  const double u2 = static_cast<double>(bits_[next_++] >> 11) * 0x1.0p-53;
+  const double r = std::sqrt(-2 * std::log(u1));
+  *a = r * std::cos(2 * M_PI * u2);
+  *b = r * std::sin(2 * M_PI * u2);
+  return absl::OkStatus();
+}
+
+absl::Status SecureNormals::AddTo(double sd, absl::Span<float> v) {
+  for (size_t i = 0; i < v.size(); i += 2) {
+    double a = 0, b = 0;
+    if (absl::Status s = Next(&a, &b); !s.ok()) return s;
+    v[i] = static_cast<float>(v[i] + sd * a);
+    if (i + 1 < v.size()) v[i + 1] = static_cast<float>(v[i + 1] + sd * b);
+  }
   return absl::OkStatus();
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,6 +27,22 @@ struct X25519KeyPair {
 
 // Fills `out` from OpenSSL's CSPRNG.
 absl::Status SecureRandom(absl::Span<uint8_t> out);
+
+// Standard normal pairs from OpenSSL's generator (Box-Muller on two 53-bit uniforms), drawn a
+// block of random bytes at a time: DP-FedAvg's noise, the server's or each client's.
+//
+// Thread-safety: thread-compatible.
+class SecureNormals {
+ public:
+  absl::Status Next(double* a, double* b);
+  // Adds N(0, sd^2) to each of `v`.
+  absl::Status AddTo(double sd, absl::Span<float> v);
+
+ private:
+  static constexpr size_t kBlock = 4096;
+  std::vector<uint64_t> bits_ = std::vector<uint64_t>(kBlock);
+  size_t next_ = kBlock;
+};
 
 absl::StatusOr<X25519KeyPair> NewX25519KeyPair();
 

@@ -241,6 +241,56 @@ TEST(SecAggRound, TenClientsTwoDroppingAfterMaskingUnmaskToThePlainMean) {
   for (size_t j = 0; j < run.dim; ++j) EXPECT_NEAR(result->mean[j], plain[j], step) << j;
 }
 
+TEST(SecAggQuantize, WrappedValuesOutsideTheRangeSumAndDecodeCentred) {
+  const v1::SecAggParams p = Params(4, 2);  // r = 1, Q = 2^16, b = 24
+  // Clipped without wrap; with it, -1.7 and 1.5 stay themselves mod 2^b.
+  const std::vector<float> x = {-1.7f, 1.5f, 0.25f};
+  const std::vector<uint32_t> clipped = SecAggQuantize(x, p, 1);
+  EXPECT_EQ(clipped[0], 0u);
+  EXPECT_EQ(clipped[1], p.levels());
+  const std::vector<uint32_t> a = SecAggQuantize(x, p, 1, /*wrap=*/true);
+  const std::vector<uint32_t> b = SecAggQuantize(std::vector<float>{-0.3f, -0.5f, 0.25f}, p, 2,
+                                                 /*wrap=*/true);
+  std::vector<uint32_t> sum(3);
+  for (size_t i = 0; i < 3; ++i) sum[i] = (a[i] + b[i]) & ((1u << 24) - 1);
+  const std::vector<float> mean = SecAggMean(sum, 2, p);
+  const std::vector<float> one = SecAggMean(a, 1, p);
+  const double step = 2.0 / p.levels();
+  EXPECT_NEAR(mean[0], -1.0, step);
+  EXPECT_NEAR(mean[1], 0.5, step);
+  EXPECT_NEAR(mean[2], 0.25, step);
+  EXPECT_NEAR(one[0], -1.7, step);
+  EXPECT_NEAR(one[1], 1.5, step);
+}
+
+TEST(SecAggRound, ClientsNoiseSumsToTheSurvivorsShareAroundThePlainMean) {
+  SecAggRun run(10, 6, 4);
+  run.dim = 4096;
+  run.updates.clear();
+  for (int i = 0; i < 10; ++i) {
+    std::vector<float> u(run.dim);
+    for (size_t j = 0; j < run.dim; ++j) u[j] = std::sin(static_cast<float>(i + 7 * j)) * 0.9f;
+    run.updates.push_back(u);
+  }
+  run.params.set_noise_sd(0.2f);  // often past r = 1 with the update: those wrap
+  run.drop_after_mask = {2, 7};
+  SecAggServerRound server(run.params, run.round, run.dim, 13);
+  ASSERT_NO_FATAL_FAILURE(run.Through(&server));
+  absl::StatusOr<SecAggServerRound::Result> result = server.Finish();
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->clients.size(), 8u);
+  // The 8 survivors' noise: their mean's sd is 0.2 sqrt(8) / 8 = 0.0707 a coordinate.
+  const std::vector<double> plain = run.PlainMean();
+  double sum = 0, sq = 0;
+  for (size_t j = 0; j < run.dim; ++j) {
+    const double e = result->mean[j] - plain[j];
+    sum += e;
+    sq += e * e;
+  }
+  EXPECT_NEAR(sum / run.dim, 0, 0.006);
+  EXPECT_NEAR(std::sqrt(sq / run.dim), 0.2 * std::sqrt(8.0) / 8, 0.0707 * 0.06);
+}
+
 TEST(SecAggRound, ClientsDroppingAtEveryStageLeaveTheSurvivorsSum) {
   SecAggRun run(12, 8, 3);  // at least 8 - 4 neighbours of each survive
   run.drop_before_shares = {0};

@@ -129,14 +129,15 @@ TEST(EdgeRun, AnEdgeKilledMidRoundRestartsWithItsAcknowledgedUpdatesAndTheRunFin
 
 // DP-FedAvg end to end: clients clip, the server adds noise and reports epsilon after every
 // round (metrics.jsonl), and the budget ends the run before the round that would pass it, the
-// launcher saying why (a run that ends so is no failure).
+// launcher saying why (a run that ends so is no failure). The clip adapts (to the median norm,
+// from a start 50x too large): the clients' count reaches the server and it moves.
 TEST(FederatedRun, ADpRunReportsEpsilonEveryRoundAndEndsAtItsBudget) {
   const std::string dir = MakeTempDir();
-  pid_t pid = Spawn(
-      {"run", "--mode=federated", "--clients=200", "--clients_per_process=100",
-       "--clients_per_round=20", "--rounds=40", "--model=softmax", "--dp_clip=0.5", "--dp_noise=1",
-       "--dp_epsilon_budget=3", "--log_level=warn", absl::StrCat("--out=", dir)},
-      dir + "/run.log");
+  pid_t pid = Spawn({"run", "--mode=federated", "--clients=200", "--clients_per_process=100",
+                     "--clients_per_round=20", "--rounds=40", "--model=softmax", "--dp_clip=10",
+                     "--dp_noise=1", "--dp_clip_quantile=0.5", "--dp_epsilon_budget=3",
+                     "--log_level=warn", absl::StrCat("--out=", dir)},
+                    dir + "/run.log");
   ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
   const std::string log = ReadText(dir + "/run.log");
   EXPECT_THAT(log, HasSubstr("privacy budget: round"));
@@ -144,28 +145,36 @@ TEST(FederatedRun, ADpRunReportsEpsilonEveryRoundAndEndsAtItsBudget) {
   const std::vector<std::string> lines = Lines(dir + "/metrics.jsonl");
   ASSERT_GE(lines.size(), 2u);
   ASSERT_LT(lines.size(), 40u);  // stopped early
-  double last = 0;
+  double last = 0, clip = 10;
   for (const std::string& line : lines) {
     const double eps = Field(line, "dp_epsilon");
     EXPECT_GT(eps, last) << line;  // spent every round
     EXPECT_LE(eps, 3.0) << line;
     last = eps;
+    // Every client within 10: the clip shrinks each round, by exp(-0.1) at most.
+    EXPECT_LT(Field(line, "dp_clip"), clip) << line;
+    EXPECT_GT(Field(line, "dp_clip"), clip * 0.9) << line;
+    clip = Field(line, "dp_clip");
   }
   EXPECT_THAT(ReadText(dir + "/server.log"), HasSubstr("the run ends after round"));
 }
 
 // A securely aggregated run: every round's sum unmasked from masked updates, the model learns.
+// With DP-FedAvg's distributed noise (a little: z = 0.01): each round accounted at the noise of
+// the clients that masked.
 TEST(FederatedRun, ASecureRunUnmasksEveryRoundsSumAndTrains) {
   const std::string dir = MakeTempDir();
   pid_t pid = Spawn({"run", "--mode=federated", "--clients=12", "--clients_per_process=6",
                      "--clients_per_round=10", "--rounds=4", "--model=softmax", "--secagg",
-                     "--secagg_neighbours=6", "--secagg_range=0.5", "--log_level=info",
-                     absl::StrCat("--out=", dir)},
+                     "--secagg_neighbours=6", "--secagg_range=0.5", "--dp_clip=1",
+                     "--dp_noise=0.01", "--log_level=info", absl::StrCat("--out=", dir)},
                     dir + "/run.log");
   ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
   const std::string server = ReadText(dir + "/server.log");
   for (int r = 1; r <= 4; ++r) {
     EXPECT_THAT(server, HasSubstr(absl::StrCat("round ", r, ": unmasked the sum of")));
+    EXPECT_THAT(server, ::testing::ContainsRegex(absl::StrCat(
+                            "round ", r, ": DP epsilon .* the noise of (8|9|10) clients")));
   }
   EXPECT_THAT(server, ::testing::Not(HasSubstr("secure aggregation failed")));
   for (const std::string& line : Lines(dir + "/metrics.jsonl")) {
