@@ -73,9 +73,9 @@ ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_clip_quantile, 0,
           "(0: the clip stays --dp_clip; 0.5 the median)");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_clip_lr, 0.2,
           "server/run: adaptive clipping's step: clip *= exp(-lr (fraction within - quantile))");
-ABSL_FLAG(double, dp_clip_count_noise, -1,
+ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_clip_count_noise, 0,
           "server/run: adaptive clipping: the sd of the Gaussian noise on the count of clients "
-          "within the clip, > dp_noise / 2 (< 0: clients_per_round / 20)");
+          "within the clip, > dp_noise / 2 (0: clients_per_round / 20)");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, dp_epsilon_budget, 0,
           "server/run: DP-FedAvg: the run ends before a round that would take epsilon past this "
           "(0: no budget)");
@@ -242,7 +242,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.dp.epsilon_budget = absl::GetFlag(FLAGS_dp_epsilon_budget).value;
   a.dp.clip_quantile = absl::GetFlag(FLAGS_dp_clip_quantile).value;
   a.dp.clip_lr = absl::GetFlag(FLAGS_dp_clip_lr).value;
-  a.dp.clip_count_noise = absl::GetFlag(FLAGS_dp_clip_count_noise);
+  a.dp.clip_count_noise = absl::GetFlag(FLAGS_dp_clip_count_noise).value;
   a.secagg.enabled = absl::GetFlag(FLAGS_secagg);
   a.secagg.neighbours = static_cast<uint32_t>(absl::GetFlag(FLAGS_secagg_neighbours).value);
   a.secagg.threshold = static_cast<uint32_t>(absl::GetFlag(FLAGS_secagg_threshold).value);

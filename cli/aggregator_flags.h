@@ -35,7 +35,7 @@ ABSL_DECLARE_FLAG(tern::Double<tern::Open(0, 1)>, dp_delta);
 ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, dp_epsilon_budget);
 ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, dp_clip_quantile);
 ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, dp_clip_lr);
-ABSL_DECLARE_FLAG(double, dp_clip_count_noise);
+ABSL_DECLARE_FLAG(tern::Double<tern::AtLeast(0)>, dp_clip_count_noise);
 ABSL_DECLARE_FLAG(bool, secagg);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(2)>, secagg_neighbours);
 ABSL_DECLARE_FLAG(tern::Int<tern::AtLeast(0)>, secagg_threshold);

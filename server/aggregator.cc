@@ -22,6 +22,7 @@
 #include "core/model/bundle.h"
 #include "kernels/builtin.h"
 #include "kernels/format/cast.h"
+#include "kernels/format/randomk.h"
 #include "kernels/wire.h"
 #include "server/buffered_rounds.h"
 #include "server/round.h"
@@ -227,7 +228,7 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
       return absl::InvalidArgumentError(
           "DP-FedAvg (--dp_clip) clips what each client sends: no --error_feedback or --memory");
     }
-    if (o.dp.clip_count_noise < 0) {
+    if (o.dp.clip_count_noise == 0) {
       // Andrew et al. 2021's choice: the count's noise costs the update's little at their K.
       o.dp.clip_count_noise = static_cast<double>(o.policy.clients_per_round) / 20;
     }
@@ -245,13 +246,27 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
           "secure aggregation (--secagg) gives the server the sum alone: --rule=fedavg, not ",
           o.rule, " (a robust rule needs each update)"));
     }
-    if (o.task.update_codec() != "none" || o.task.error_feedback() || !o.task.memory().empty()) {
+    absl::StatusOr<std::pair<std::string, SpecParams>> codec =
+        SpecParams::ParseSpec(o.task.update_codec());
+    if (codec.ok() && codec->first == "randomk" && !o.task.error_feedback() &&
+        o.task.memory().empty()) {
+      // Random-k with one seed a round for every client: the kept values of all clients sit at
+      // the same positions, so their quantized vectors add up in the ring.
+      TERN_ASSIGN_OR_RETURN(const format::RandomKParams keep,
+                            format::ParseRandomKParams(codec->second));
+      TERN_RETURN_IF_ERROR(codec->second.CheckAllUsed("codec 'randomk'"));
+      o.secagg.keep_ratio = keep.ratio;
+      o.secagg.keep_unbiased = keep.unbiased;
+    } else if (o.task.update_codec() != "none" || o.task.error_feedback() ||
+               !o.task.memory().empty()) {
       // The masks are added to integers mod 2^b: a codec's output would have to be integer and
-      // add up to the code of the sum, which no built-in codec's scaled output does. The
-      // quantization to --secagg_bits is the compression.
+      // add up to the code of the sum, which the other codecs' outputs (each scaled by its own
+      // client's norm, or at its own positions) do not. The quantization to --secagg_bits is the
+      // compression.
       return absl::InvalidArgumentError(absl::StrCat(
           "secure aggregation (--secagg) sums the clients' updates quantized to --secagg_bits "
-          "in the ring: --codec=none with no --error_feedback or --memory (codec '",
+          "in the ring: --update_codec=none or randomk:ratio=R (one seed a round for all), with "
+          "no --error_feedback or --memory (codec '",
           o.task.update_codec(), "''s output is not an integer vector that adds up)"));
     }
     if (o.dp.clip > 0) {

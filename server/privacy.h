@@ -57,9 +57,9 @@ struct DpOptions {
   // round S <- S exp(-clip_lr (b - gamma)), b the fraction within, estimated with Gaussian noise
   // of sd clip_count_noise on the count. z stays the privacy of the pair of releases: the
   // update's noise multiplier becomes (z^-2 - (2 clip_count_noise)^-2)^-1/2 (their Theorem 1).
-  double clip_quantile = 0;      // gamma; 0: the clip stays S
-  double clip_lr = 0.2;          // eta_C
-  double clip_count_noise = -1;  // sigma_b, > z / 2; < 0: the server makes it K / 20
+  double clip_quantile = 0;     // gamma; 0: the clip stays S
+  double clip_lr = 0.2;         // eta_C
+  double clip_count_noise = 0;  // sigma_b, > z / 2; 0: the server makes it K / 20
 };
 
 // The checks on DpOptions that need no run: quantile in [0, 1), lr > 0, and a count noise that

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/rng.h"
 #include "common/status_macros.h"
+#include "kernels/format/sparse.h"
 
 namespace tern {
 
@@ -52,6 +53,13 @@ void SecureRounds::Open(int64_t round, const std::vector<int>& sampled, size_t d
                                          : static_cast<uint32_t>(std::min<uint64_t>(
                                                room / std::max<uint32_t>(1, n), 0xffffffffu)));
   params_.set_clip_range(static_cast<float>(options_.range));
+  if (options_.keep_ratio > 0) {
+    params_.set_keep(static_cast<uint32_t>(
+        std::min<size_t>(format::SparseK(options_.keep_ratio, dim), 0xffffffffu)));
+    params_.set_keep_seed(Mix64(seed ^ static_cast<uint64_t>(round) ^ 0x6b656570ULL));
+    params_.set_keep_unbiased(options_.keep_unbiased);
+  }
+  dim_ = dim;
   absl::Status s = CheckSecAggParams(params_, n);
   if (s.ok() && n < 3) {
     // With two, the sum and one's own update give the other's.
@@ -66,7 +74,8 @@ void SecureRounds::Open(int64_t round, const std::vector<int>& sampled, size_t d
     *why = std::string(s.message());
     return;
   }
-  round_ = std::make_unique<SecAggServerRound>(params_, static_cast<uint64_t>(round), dim,
+  round_ = std::make_unique<SecAggServerRound>(params_, static_cast<uint64_t>(round),
+                                               SecAggMaskedDim(params_, dim),
                                                Mix64(seed ^ static_cast<uint64_t>(round)));
   stage_since_ = now;
 }
@@ -207,6 +216,7 @@ std::optional<absl::StatusOr<SecAggServerRound::Result>> SecureRounds::Advance(a
       if (revealed_.size() < round_->masked_clients().size() && !timed_out) return std::nullopt;
       absl::StatusOr<SecAggServerRound::Result> result = round_->Finish();
       round_.reset();
+      if (result.ok()) result->mean = SecAggScatter(params_, std::move(result->mean), dim_);
       return result;
     }
     case Stage::kDone:

@@ -32,6 +32,10 @@ struct SecAggOptions {
   uint32_t levels = 0;       // Q; 0: the most that K clients' sum fits in b bits
   double range = 1.0;        // r
   double noise_sd = 0;       // DP-FedAvg's distributed noise: each client's sd (SecAggParams)
+  // Random-k (--update_codec=randomk:ratio=R): the share of the model's values each round
+  // masks (SecAggParams.keep: ceil(R d)), and whether its mean is scaled by d / keep. 0: all.
+  double keep_ratio = 0;
+  bool keep_unbiased = false;
   absl::Duration stage_timeout = absl::Seconds(30);
 };
 
@@ -83,6 +87,7 @@ class SecureRounds {
   int64_t number_ = -1;
   std::set<uint32_t> sampled_;
   std::unique_ptr<SecAggServerRound> round_;
+  size_t dim_ = 0;  // the model's values (the round masks SecAggMaskedDim of them)
   absl::Time stage_since_;
   std::set<uint32_t> revealed_;
 };

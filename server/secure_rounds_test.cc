@@ -324,6 +324,17 @@ TEST_F(SecureRoundTest, OptionsThatCannotRunSecurelyAreRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--rule=fedavg")));
   EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.task.set_update_codec("topk:ratio=0.1"); }),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an integer vector")));
+  // Random-k adds up with one seed a round for all; not with a residual, nor with a bad spec.
+  EXPECT_THAT(
+      Normalized([](AggregatorOptions& o) { o.task.set_update_codec("randomk:ratio=0.1"); }),
+      IsOk());
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) {
+                o.task.set_update_codec("randomk:ratio=0.1");
+                o.task.set_error_feedback(true);
+              }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--error_feedback")));
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.task.set_update_codec("randomk:ratio=2"); }),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.mode = "fedbuff"; }),
               StatusIs(absl::StatusCode::kInvalidArgument));
   // DP with a fixed clip: the clients' own noise; an adaptive one would count in the clear.

@@ -8,12 +8,13 @@ RDP accountant reports at --delta after its last round, beside the same run with
 anchor: no clipping, no noise, examples-weighted, everything else alike) and with clipping alone
 (z = 0: what the clip costs). With --adaptive_from S0,...: for each start S0, a run clipped to
 S0 throughout and one whose clip adapts from S0 towards the --quantile of the update norms
-(Andrew et al. 2021), both at z = --adaptive_noise, with the clip the last round used. Rows run
-in turn on one machine.
+(Andrew et al. 2021), both at z = --adaptive_noise, with the clip the last round used. With
+--secagg, each z's row again under secure aggregation, the noise then added by the clients
+(distributed DP, --secagg_range = the clip). Rows run in turn on one machine.
 
   bench/dp/sweep.py [--tern ./build/cli/tern] [--model softmax] [--clip 0.5] [--noises 0.5,1,2]
                     [--rounds 50] [--delta 1e-5] [--adaptive_from 0.05,5] [--quantile 0.5]
-                    [--adaptive_noise 1] [--out DIR]
+                    [--adaptive_noise 1] [--secagg] [--out DIR]
 """
 import argparse
 import json
@@ -40,6 +41,8 @@ def parse():
     p.add_argument("--adaptive_noise", type=float, default=1.0)
     p.add_argument("--only_adaptive", action="store_true",
                    help="skip the no-DP and fixed-clip sweep rows")
+    p.add_argument("--secagg", action="store_true",
+                   help="each z's row again with the clients' noise under secure aggregation")
     p.add_argument("--out", default="")
     return p.parse_args()
 
@@ -71,6 +74,10 @@ def main():
         for z in a.noises.split(","):
             rows.append((f"clip {a.clip:g}, z {z}", [f"--dp_clip={a.clip}", f"--dp_noise={z}",
                                                    f"--dp_delta={a.delta}"]))
+            if a.secagg:
+                rows.append((f"secagg, clip {a.clip:g}, z {z}",
+                             [f"--dp_clip={a.clip}", f"--dp_noise={z}", f"--dp_delta={a.delta}",
+                              "--secagg", f"--secagg_range={a.clip}"]))
     for s0 in filter(None, a.adaptive_from.split(",")):
         z = f"{a.adaptive_noise:g}"
         common = [f"--dp_clip={s0}", f"--dp_noise={z}", f"--dp_delta={a.delta}"]

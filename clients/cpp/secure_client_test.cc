@@ -129,6 +129,27 @@ TEST(SecureAggregatorClient, TenClientsTwoLostAfterMaskingGiveTheOtherEightsMean
   }
 }
 
+TEST(SecureAggregatorClient, WithRandomKOnlyTheRoundsKeptHalfOfTheModelMoves) {
+  TenClientRound run;
+  ASSERT_NO_FATAL_FAILURE(RunTenClients(
+      [](AggregatorOptions& a) { a.task.set_update_codec("randomk:ratio=0.5"); }, &run));
+  EXPECT_EQ(run.status.last_round_updates(), 8u);
+  // 4 of the 8 values (the same 4 for every client) moved by the eight's mean; 4 stayed.
+  const double step = 2.0 * 16 / ((uint64_t{1} << 32) - 1) * 10;
+  int moved = 0;
+  for (int i = 0; i < 8; ++i) {
+    if (run.x[i] == run.x0[i]) continue;
+    ++moved;
+    double mean = 0;
+    for (int c = 2; c < 10; ++c) {
+      const std::vector<float> end = run.participants[c]->Pull(run.x0, 3, 0.5f);
+      mean += (end[i] - run.x0[i]) / 8.0;
+    }
+    EXPECT_NEAR(run.x[i], run.x0[i] + mean, step + 1e-5) << i;
+  }
+  EXPECT_EQ(moved, 4);
+}
+
 TEST(SecureAggregatorClient, WithDpEachClientClipsAndAddsItsShareOfTheNoise) {
   TenClientRound run;
   ASSERT_NO_FATAL_FAILURE(RunTenClients(

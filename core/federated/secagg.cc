@@ -9,6 +9,8 @@
 #include "common/bit_io.h"
 #include "common/byte_io.h"
 #include "common/rng.h"
+#include "core/federated/secagg_crypto.h"
+#include "kernels/format/randomk.h"
 
 namespace tern {
 namespace {
@@ -154,6 +156,29 @@ std::vector<float> SecAggMean(absl::Span<const uint32_t> sum, uint32_t clients,
     out[i] = static_cast<float>((static_cast<double>(d) + static_cast<double>(offset) - n * q / 2) *
                                 scale);
   }
+  return out;
+}
+
+std::vector<uint32_t> SecAggKept(const v1::SecAggParams& p, size_t dim) {
+  std::vector<uint32_t> kept;
+  if (p.keep() == 0 || p.keep() >= dim) return kept;
+  const format::RandomKPermutation perm = format::RandomKPermutation::Make(p.keep_seed(), dim);
+  kept.resize(p.keep());
+  for (uint32_t j = 0; j < p.keep(); ++j) kept[j] = perm(j);
+  return kept;
+}
+
+size_t SecAggMaskedDim(const v1::SecAggParams& p, size_t dim) {
+  return p.keep() == 0 ? dim : std::min<size_t>(p.keep(), dim);
+}
+
+std::vector<float> SecAggScatter(const v1::SecAggParams& p, std::vector<float> mean, size_t dim) {
+  const std::vector<uint32_t> kept = SecAggKept(p, dim);
+  if (kept.empty()) return mean;
+  const float scale =
+      p.keep_unbiased() ? static_cast<float>(static_cast<double>(dim) / kept.size()) : 1.0f;
+  std::vector<float> out(dim, 0.0f);
+  for (size_t j = 0; j < kept.size() && j < mean.size(); ++j) out[kept[j]] = mean[j] * scale;
   return out;
 }
 
@@ -322,6 +347,20 @@ absl::StatusOr<std::string> SecAggClient::Mask(const v1::SecAggSharesReply& repl
   if (absl::Status s = SecureRandom(absl::MakeSpan(reinterpret_cast<uint8_t*>(&qseed), 8));
       !s.ok()) {
     return s;
+  }
+  std::vector<float> kept;
+  if (params_.keep() > 0) {
+    // Random-k: the round's positions, the same for every client.
+    if (params_.keep() > update.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("the round keeps ", params_.keep(),
+                                                     " values of an update of ", update.size()));
+    }
+    const std::vector<uint32_t> at = SecAggKept(params_, update.size());
+    if (!at.empty()) {
+      kept.resize(at.size());
+      for (size_t j = 0; j < at.size(); ++j) kept[j] = update[at[j]];
+      update = kept;
+    }
   }
   std::vector<uint32_t> v;
   if (const double sd = params_.noise_sd(); sd > 0) {

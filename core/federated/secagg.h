@@ -64,6 +64,16 @@ std::vector<uint32_t> SecAggQuantize(absl::Span<const float> x, const v1::SecAgg
 std::vector<float> SecAggMean(absl::Span<const uint32_t> sum, uint32_t clients,
                               const v1::SecAggParams& p);
 
+// Random-k (SecAggParams.keep > 0): the positions of a model of `dim` values each client masks,
+// in the masked vector's order (randomk.v1's permutation, kernels/format/randomk.h). Empty when
+// every value is masked.
+std::vector<uint32_t> SecAggKept(const v1::SecAggParams& p, size_t dim);
+// The masked vector's length for a model of `dim` values.
+size_t SecAggMaskedDim(const v1::SecAggParams& p, size_t dim);
+// The round's mean over the model from the mean of the masked coordinates (`mean` itself when
+// every value was masked).
+std::vector<float> SecAggScatter(const v1::SecAggParams& p, std::vector<float> mean, size_t dim);
+
 // A masked vector on the wire: `bits` bits a coordinate, LSB first (common/bit_io.h), padded to
 // a byte. Decode wants exactly the bytes of `dim` coordinates; AddDecodedMasked adds them to
 // `sum` mod 2^b as it reads (exactly the bytes of sum.size() coordinates, else `sum` is left as

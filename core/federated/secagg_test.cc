@@ -291,6 +291,38 @@ TEST(SecAggRound, ClientsNoiseSumsToTheSurvivorsShareAroundThePlainMean) {
   EXPECT_NEAR(std::sqrt(sq / run.dim), 0.2 * std::sqrt(8.0) / 8, 0.0707 * 0.06);
 }
 
+TEST(SecAggRound, RandomKMasksTheRoundsSharedPositionsAndScattersTheirMean) {
+  SecAggRun run(10, 6, 4);
+  run.params.set_keep(64);  // of 257
+  run.params.set_keep_seed(0xfeed);
+  run.params.set_keep_unbiased(true);
+  run.drop_after_mask = {3};
+  const std::vector<uint32_t> kept = SecAggKept(run.params, run.dim);
+  ASSERT_EQ(kept.size(), 64u);
+  EXPECT_EQ(std::set<uint32_t>(kept.begin(), kept.end()).size(), 64u);  // distinct positions
+  for (uint32_t at : kept) EXPECT_LT(at, run.dim);
+  SecAggServerRound server(run.params, run.round, SecAggMaskedDim(run.params, run.dim), 17);
+  ASSERT_NO_FATAL_FAILURE(run.Through(&server));
+  // 64 coordinates of 24 bits on the wire, not 257.
+  EXPECT_EQ(run.masked.begin()->second.size(), MaskedBytes(64, 24));
+  absl::StatusOr<SecAggServerRound::Result> result = server.Finish();
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<float> mean = SecAggScatter(run.params, result->mean, run.dim);
+  ASSERT_EQ(mean.size(), run.dim);
+  const std::vector<double> plain = run.PlainMean();
+  const double step = 2.0 * run.params.clip_range() / run.params.levels();
+  const std::set<uint32_t> at(kept.begin(), kept.end());
+  for (size_t j = 0; j < run.dim; ++j) {
+    // Kept: the survivors' mean times d / k (unbiased); the rest zero.
+    const double want = at.contains(static_cast<uint32_t>(j)) ? plain[j] * 257 / 64 : 0;
+    EXPECT_NEAR(mean[j], want, step * 257 / 64) << j;
+  }
+  // A round that keeps more values than a client has is refused by the client.
+  v1::SecAggParams too_many = run.params;
+  too_many.set_keep(1000);
+  EXPECT_TRUE(SecAggKept(too_many, run.dim).empty());  // keep >= d: every value
+}
+
 TEST(SecAggRound, ClientsDroppingAtEveryStageLeaveTheSurvivorsSum) {
   SecAggRun run(12, 8, 3);  // at least 8 - 4 neighbours of each survive
   run.drop_before_shares = {0};
