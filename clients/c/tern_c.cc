@@ -5,7 +5,9 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/c_error.h"
 #include "core/federated/client_model.h"
+#include "core/federated/secagg.h"
 #include "core/model/bundle.h"
 #include "kernels/builtin.h"
 #include "tern/v1/server.pb.h"
@@ -20,6 +23,11 @@
 
 struct TernClientModel {
   std::unique_ptr<tern::ClientModel> model;
+};
+
+struct TernSecAgg {
+  tern::v1::Task task;
+  std::optional<tern::SecAggClient> client;
 };
 
 namespace {
@@ -53,6 +61,24 @@ absl::StatusOr<std::unique_ptr<tern::ClientModel>> NewModel(const void* data, si
     return s;
   }
   return tern::ClientModel::Create(*std::move(layout), std::move(x));
+}
+
+// `bytes` copied into malloc'd memory for the caller (tern_free).
+int Give(std::string_view bytes, void** out, size_t* out_size, char* error, size_t error_size) {
+  if (out == nullptr || out_size == nullptr) {
+    return Fail(absl::InvalidArgumentError("out or out_size is null"), error, error_size);
+  }
+  void* p = std::malloc(std::max<size_t>(bytes.size(), 1));
+  if (p == nullptr) return Fail(absl::ResourceExhaustedError("out of memory"), error, error_size);
+  if (!bytes.empty()) std::memcpy(p, bytes.data(), bytes.size());
+  *out = p;
+  *out_size = bytes.size();
+  return 0;
+}
+
+int GiveMessage(const google::protobuf::MessageLite& m, void** out, size_t* out_size, char* error,
+                size_t error_size) {
+  return Give(m.SerializeAsString(), out, out_size, error, error_size);
 }
 
 }  // namespace
@@ -158,6 +184,81 @@ int tern_client_model_set_exact(TernClientModel* model, const uint8_t* flags, si
   for (size_t i = 0; i < n; ++i) exact[i] = flags[i] != 0;
   absl::Status s = model->model->SetExactTensors(std::move(exact));
   return s.ok() ? 0 : Fail(s, error, error_size);
+}
+
+int tern_secagg_new(const void* task, size_t task_size, int64_t client_id, TernSecAgg** out,
+                    char* error, size_t error_size) {
+  if (out == nullptr) return Fail(absl::InvalidArgumentError("out is null"), error, error_size);
+  *out = nullptr;
+  auto s = std::make_unique<TernSecAgg>();
+  if (absl::Status p = Parse(task, task_size, "the task", &s->task); !p.ok()) {
+    return Fail(p, error, error_size);
+  }
+  if (!s->task.has_secagg()) {
+    return Fail(absl::InvalidArgumentError("the task has no secure aggregation (Task.secagg)"),
+                error, error_size);
+  }
+  if (client_id < 0 || client_id > std::numeric_limits<uint32_t>::max()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("client id ", client_id)), error,
+                error_size);
+  }
+  absl::StatusOr<tern::SecAggClient> c = tern::SecAggClient::Start(
+      s->task.secagg(), static_cast<uint32_t>(client_id), s->task.round());
+  if (!c.ok()) return Fail(c.status(), error, error_size);
+  s->client.emplace(*std::move(c));
+  *out = s.release();
+  return 0;
+}
+
+void tern_secagg_free(TernSecAgg* secagg) { delete secagg; }
+
+int tern_secagg_keys(TernSecAgg* secagg, void** out, size_t* out_size, char* error,
+                     size_t error_size) {
+  if (secagg == nullptr) return Fail(absl::InvalidArgumentError("null"), error, error_size);
+  return GiveMessage(secagg->client->Keys(), out, out_size, error, error_size);
+}
+
+int tern_secagg_share(TernSecAgg* secagg, const void* neighbours, size_t neighbours_size,
+                      void** out, size_t* out_size, char* error, size_t error_size) {
+  if (secagg == nullptr) return Fail(absl::InvalidArgumentError("null"), error, error_size);
+  tern::v1::SecAggKeysReply reply;
+  if (absl::Status s = Parse(neighbours, neighbours_size, "the neighbours", &reply); !s.ok()) {
+    return Fail(s, error, error_size);
+  }
+  absl::StatusOr<tern::v1::SecAggShares> shares = secagg->client->Share(reply);
+  if (!shares.ok()) return Fail(shares.status(), error, error_size);
+  return GiveMessage(*shares, out, out_size, error, error_size);
+}
+
+int tern_secagg_mask(TernSecAgg* secagg, const void* shares, size_t shares_size,
+                     const float* update, size_t n, void** out, size_t* out_size, char* error,
+                     size_t error_size) {
+  if (secagg == nullptr || (update == nullptr && n > 0)) {
+    return Fail(absl::InvalidArgumentError("secagg or update is null"), error, error_size);
+  }
+  tern::v1::SecAggSharesReply reply;
+  if (absl::Status s = Parse(shares, shares_size, "the shares", &reply); !s.ok()) {
+    return Fail(s, error, error_size);
+  }
+  // DP-FedAvg under secure aggregation: the clip is the client's alone to make.
+  absl::Span<const float> clear(update, n);
+  std::vector<float> clipped;
+  tern::DpClip(secagg->task, &clear, &clipped);
+  absl::StatusOr<std::string> masked = secagg->client->Mask(reply, clear);
+  if (!masked.ok()) return Fail(masked.status(), error, error_size);
+  return Give(*masked, out, out_size, error, error_size);
+}
+
+int tern_secagg_reveal(TernSecAgg* secagg, const void* unmask, size_t unmask_size, void** out,
+                       size_t* out_size, char* error, size_t error_size) {
+  if (secagg == nullptr) return Fail(absl::InvalidArgumentError("null"), error, error_size);
+  tern::v1::SecAggUnmaskRequest request;
+  if (absl::Status s = Parse(unmask, unmask_size, "the unmask request", &request); !s.ok()) {
+    return Fail(s, error, error_size);
+  }
+  absl::StatusOr<tern::v1::SecAggReveal> reveal = secagg->client->Reveal(request);
+  if (!reveal.ok()) return Fail(reveal.status(), error, error_size);
+  return GiveMessage(*reveal, out, out_size, error, error_size);
 }
 
 void tern_free(void* p) { std::free(p); }

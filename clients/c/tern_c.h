@@ -68,6 +68,31 @@ int tern_client_model_encode(TernClientModel* model, const void* task, size_t ta
 int tern_client_model_set_exact(TernClientModel* model, const uint8_t* flags, size_t n, char* error,
                                 size_t error_size);
 
+/* Secure aggregation (tern server --secagg, docs/server.md): one client's side of one round,
+ * core/federated/secagg.h's SecAggClient. `task` is the round's serialized tern.v1.Task (TRAIN,
+ * with secagg set). Each stage's message crosses as a serialized tern.v1 message; *out is freed
+ * with tern_free. The calls to the server (Aggregator.SecAgg, Push) stay with the caller. */
+typedef struct TernSecAgg TernSecAgg;
+int tern_secagg_new(const void* task, size_t task_size, int64_t client_id, TernSecAgg** out,
+                    char* error, size_t error_size);
+void tern_secagg_free(TernSecAgg* secagg);
+/* Stage 1: the round's public keys (SecAggKeys). */
+int tern_secagg_keys(TernSecAgg* secagg, void** out, size_t* out_size, char* error,
+                     size_t error_size);
+/* Stage 2: from the server's answer (SecAggKeysReply), the shares for the neighbours
+ * (SecAggShares). */
+int tern_secagg_share(TernSecAgg* secagg, const void* neighbours, size_t neighbours_size,
+                      void** out, size_t* out_size, char* error, size_t error_size);
+/* Stage 3: `update` (n floats, the model's change) clipped to the task's dp_clip when it has one,
+ * then masked with the shares of the server's answer (SecAggSharesReply): *out is the masked
+ * vector, the payload of the update's one tensor ("secagg", codec "secagg", numel n). */
+int tern_secagg_mask(TernSecAgg* secagg, const void* shares, size_t shares_size,
+                     const float* update, size_t n, void** out, size_t* out_size, char* error,
+                     size_t error_size);
+/* Stage 4: the shares the server asks for (SecAggUnmaskRequest -> SecAggReveal). */
+int tern_secagg_reveal(TernSecAgg* secagg, const void* unmask, size_t unmask_size, void** out,
+                       size_t* out_size, char* error, size_t error_size);
+
 void tern_free(void* p);
 
 #ifdef __cplusplus

@@ -6,6 +6,7 @@
 
 #include "absl/types/span.h"
 #include "common/crc32.h"
+#include "core/federated/secagg.h"
 #include "core/model/bundle.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -251,6 +252,85 @@ TEST(CApi, ExactTensorsGoWholeOutsideErrorFeedback) {
   EXPECT_EQ(sent[2], 6) << "w's residual was lost";
   EXPECT_EQ(tern_client_model_set_exact(m.get(), flags, 1, error, sizeof(error)), 3);
   EXPECT_THAT(error, HasSubstr("1 flags for a model of 2 tensors"));
+}
+
+// Secure aggregation through the C API: three clients' stages, against the server's side in
+// process, unmask to the mean of their updates, the one over the task's DP clip clipped; a task
+// without secure aggregation is refused.
+TEST(CApi, ThreeClientsSecureStagesUnmaskToTheMeanOfTheirClippedUpdates) {
+  v1::Task task = Train(1, v1::Task::MODEL);
+  v1::SecAggParams* p = task.mutable_secagg();
+  p->set_threshold(2);
+  p->set_neighbours(2);
+  p->set_modulus_bits(24);
+  p->set_levels(1u << 16);
+  p->set_clip_range(1.0f);
+  task.set_dp_clip(1.0f);
+  const std::string t = Serialized(task);
+  char error[256] = "";
+  TernSecAgg* clients[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(tern_secagg_new(t.data(), t.size(), i, &clients[i], error, sizeof(error)), 0)
+        << error;
+  }
+  const auto take = [](void* out, size_t size) {
+    std::string bytes(static_cast<const char*>(out), size);
+    tern_free(out);
+    return bytes;
+  };
+  void* out = nullptr;
+  size_t size = 0;
+  SecAggServerRound server(*p, task.round(), 8, 7);
+  for (TernSecAgg* c : clients) {
+    ASSERT_EQ(tern_secagg_keys(c, &out, &size, error, sizeof(error)), 0) << error;
+    v1::SecAggKeys keys;
+    ASSERT_TRUE(keys.ParseFromString(take(out, size)));
+    ASSERT_TRUE(server.AddKeys(keys).ok());
+  }
+  ASSERT_TRUE(server.CloseKeys().ok());
+  for (uint32_t i = 0; i < 3; ++i) {
+    const std::string nb = server.KeysFor(i)->SerializeAsString();
+    ASSERT_EQ(
+        tern_secagg_share(clients[i], nb.data(), nb.size(), &out, &size, error, sizeof(error)), 0)
+        << error;
+    v1::SecAggShares shares;
+    ASSERT_TRUE(shares.ParseFromString(take(out, size)));
+    ASSERT_TRUE(server.AddShares(shares).ok());
+  }
+  ASSERT_TRUE(server.CloseShares().ok());
+  const std::vector<std::vector<float>> updates = {
+      {0.1f, 0, 0, 0, 0, 0, 0, 0}, {-0.2f, 0.3f, 0, 0, 0, 0, 0, 0}, {3, 0, 0, 0, 4, 0, 0, 0}};
+  for (uint32_t i = 0; i < 3; ++i) {
+    const std::string sh = server.SharesFor(i)->SerializeAsString();
+    ASSERT_EQ(tern_secagg_mask(clients[i], sh.data(), sh.size(), updates[i].data(), 8, &out, &size,
+                               error, sizeof(error)),
+              0)
+        << error;
+    ASSERT_TRUE(server.AddMasked(i, task.round(), take(out, size)).ok());
+  }
+  ASSERT_TRUE(server.CloseMasked().ok());
+  for (uint32_t i = 0; i < 3; ++i) {
+    const std::string ask = server.UnmaskRequestFor(i)->SerializeAsString();
+    ASSERT_EQ(
+        tern_secagg_reveal(clients[i], ask.data(), ask.size(), &out, &size, error, sizeof(error)),
+        0)
+        << error;
+    v1::SecAggReveal reveal;
+    ASSERT_TRUE(reveal.ParseFromString(take(out, size)));
+    ASSERT_TRUE(server.AddReveal(reveal).ok());
+  }
+  absl::StatusOr<SecAggServerRound::Result> result = server.Finish();
+  ASSERT_TRUE(result.ok()) << result.status();
+  // Client 2's norm 5 clipped to 1: (0.6, 0.8) at positions 0 and 4.
+  const std::vector<float> want = {(0.1f - 0.2f + 0.6f) / 3, 0.1f, 0, 0, 0.8f / 3, 0, 0, 0};
+  for (int j = 0; j < 8; ++j) EXPECT_NEAR(result->mean[j], want[j], 1e-4) << j;
+  for (TernSecAgg* c : clients) tern_secagg_free(c);
+
+  TernSecAgg* none = nullptr;
+  const std::string plain = Serialized(Train(1, v1::Task::MODEL));
+  EXPECT_EQ(tern_secagg_new(plain.data(), plain.size(), 0, &none, error, sizeof(error)), 3);
+  EXPECT_THAT(error, HasSubstr("Task.secagg"));
+  EXPECT_EQ(none, nullptr);
 }
 
 TEST(CApi, BadBytesAndSizesAreInvalidArgumentsWithAMessage) {

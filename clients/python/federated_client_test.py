@@ -3,8 +3,9 @@
 (each round trains the round's model on the client's shard and pushes the change) and in a ps
 run (each round one minibatch gradient): they join, one sends the initial model, the run closes
 every round with both updates, the training loss falls and the global model classifies
-Fashion-MNIST. A fit that returns the wrong shapes gets a clear ValueError. Exits 77 (skipped)
-without Debian's torch/grpcio or the dataset."""
+Fashion-MNIST; and in a securely aggregated federated run (three clients through libtern_c.so's
+SecAgg+ stages: the server only ever unmasks their sum). A fit that returns the wrong shapes gets
+a clear ValueError. Exits 77 (skipped) without Debian's torch/grpcio or the dataset."""
 
 import signal
 import subprocess
@@ -24,7 +25,10 @@ from tern.v1 import server_pb2  # noqa: E402
 from tern.wire import assemble, decode_dense  # noqa: E402
 
 TERN = sys.argv[1]
-ROUNDS = {"federated": 6, "ps": 60}
+ROUNDS = {"federated": 6, "ps": 60, "secagg": 4}
+CLIENTS = {"federated": 2, "ps": 2, "secagg": 3}  # a secure round needs three at least
+FLAGS = {"federated": ["--mode=federated"], "ps": ["--mode=ps"],
+         "secagg": ["--mode=federated", "--secagg", "--secagg_range=0.5"]}
 
 
 class TorchClient(tern_federated.Client):
@@ -64,25 +68,30 @@ class TorchClient(tern_federated.Client):
 
 
 def take_part(mode, d, x, y):
-    """A run of `mode` with two clients; returns them and the global model's test accuracy."""
+    """A run of `mode` with CLIENTS[mode] clients; returns them and the global model's test
+    accuracy."""
+    n = CLIENTS[mode]
     server = subprocess.Popen(
         [TERN, "server", "--listen=127.0.0.1:0", "--port_file=%s/%s.port" % (d, mode),
-         "--run_id=py", "--mode=" + mode, "--rounds=%d" % ROUNDS[mode], "--min_clients=2",
-         "--clients_per_round=2", "--local_epochs=0", "--local_steps=40", "--lr=0.1",
-         "--batch=32", "--linger_s=60"],
+         "--run_id=py", *FLAGS[mode], "--rounds=%d" % ROUNDS[mode], "--min_clients=%d" % n,
+         "--clients_per_round=%d" % n, "--local_epochs=0", "--local_steps=40", "--lr=0.1",
+         "--batch=32", "--linger_s=60", "--log_level=info"],
         stdout=open("%s/%s.log" % (d, mode), "w"), stderr=subprocess.STDOUT)
     try:
         address = "127.0.0.1:%d" % test_support.wait_for_port("%s/%s.port" % (d, mode))
-        clients = [TorchClient((x[i::2], y[i::2]), seed=i) for i in range(2)]
+        clients = [TorchClient((x[i::n], y[i::n]), seed=i) for i in range(n)]
         rounds = test_support.run_in_threads(
             lambda i: tern_federated.run(clients[i], address, name="py-%d" % i,
                                          num_samples=len(clients[i].x), run_id="py",
-                                         log=lambda s: print("[%s %d] %s" % (mode, i, s))), 2)
-        assert rounds == [ROUNDS[mode]] * 2, rounds
+                                         log=lambda s: print("[%s %d] %s" % (mode, i, s))), n)
+        assert rounds == [ROUNDS[mode]] * n, rounds
         agg = tern_federated.Aggregator(address)
         st = agg.stub.Status(server_pb2.StatusRequest(), timeout=10)
         assert st.done and st.round == ROUNDS[mode], st
-        assert st.updates_accepted == 2 * ROUNDS[mode], st
+        if mode == "secagg":
+            assert st.last_round_updates == n and st.secagg_failed_rounds == 0, st
+        else:
+            assert st.updates_accepted == n * ROUNDS[mode], st
         bundle = assemble(r.chunk for r in agg.stub.GetModel(server_pb2.GetModelRequest(),
                                                              timeout=10) if r.HasField("chunk"))
     finally:
@@ -101,13 +110,17 @@ def main():
     torch.set_num_threads(1)
     d = tempfile.mkdtemp(prefix="tern-pyfed-")
     x, y = tfm.load("train", tfm.DATA)
-    for mode, floor in (("federated", 0.65), ("ps", 0.55)):
+    for mode, floor in (("federated", 0.65), ("ps", 0.55), ("secagg", 0.6)):
         clients, acc = take_part(mode, d, x, y)
         # The loss falls (ps: first and last ten minibatches), the model learned.
-        k = 1 if mode == "federated" else 10
+        k = 10 if mode == "ps" else 1
         for c in clients:
             assert np.mean(c.losses[-k:]) < 0.8 * np.mean(c.losses[:k]), (mode, c.losses)
         assert acc > floor, (mode, acc)
+        if mode == "secagg":
+            log = open("%s/%s.log" % (d, mode)).read()
+            for r in range(1, ROUNDS[mode] + 1):
+                assert "round %d: unmasked the sum of 3 clients' masked updates" % r in log, log
         print("OK %s: %d rounds, client losses %.3f -> %.3f / %.3f -> %.3f, global model %.2f%%" %
               (mode, ROUNDS[mode], np.mean(clients[0].losses[:k]), np.mean(clients[0].losses[-k:]),
                np.mean(clients[1].losses[:k]), np.mean(clients[1].losses[-k:]), 100 * acc))

@@ -36,7 +36,7 @@ import numpy as np
 
 from tern import native
 from tern.runlog import RunFolder
-from tern.v1 import server_pb2, server_pb2_grpc, tensor_pb2
+from tern.v1 import secagg_pb2, server_pb2, server_pb2_grpc, tensor_pb2
 from tern.wire import (as_numpy, assemble, assemble_bytes, chunk_bundle, decode_dense,
                        make_bundle, make_channel)
 
@@ -232,6 +232,28 @@ class Aggregator:
                 for i, c in enumerate(chunks)]
         return self.stub.Push(iter(reqs), timeout=self.timeout)
 
+    def secagg_stage(self, round_, want, wait_s=600.0, max_wait_ms=10000, **message):
+        """One stage of a securely aggregated round (Aggregator.SecAgg): `message` (keys=,
+        shares= or reveal=: serialized bytes) sent once, then the `want` answer asked for until
+        the stage closes (the server holds each ask up to max_wait_ms); the SecAggReply."""
+        req = secagg_pb2.SecAggRequest(client_id=self.client_id, round=round_, want=want,
+                                       max_wait_ms=max_wait_ms)
+        for field, data in message.items():
+            getattr(req, field).ParseFromString(data)
+        give_up = time.time() + wait_s
+        while True:
+            reply = self._retrying(
+                lambda: self.stub.SecAgg(req, timeout=self.timeout + max_wait_ms / 1000.0))
+            if not reply.pending:
+                return reply
+            if time.time() > give_up:
+                raise TimeoutError("round %d's secure-aggregation stage %s did not close in %g s"
+                                   % (round_, secagg_pb2.SecAggRequest.Want.Name(want), wait_s))
+            sent = req.WhichOneof("message")
+            if sent is not None:
+                req.ClearField(sent)  # sent: from now on, only asked after
+            time.sleep(0.02)
+
     def global_model(self):
         """{name: float32 array}: the server's current global model (Aggregator.GetModel)."""
         replies = self._retrying(lambda: list(self.stub.GetModel(server_pb2.GetModelRequest(),
@@ -377,9 +399,13 @@ class _ModelCopy:
                          % task.update_codec)
                 self.warned = True
             return update
-        flat = np.concatenate([np.ravel(update[name]) for name, _ in self.layout])
         return tensor_pb2.TensorBundle.FromString(
-            self.native.encode(task, client_id, num_examples, flat))
+            self.native.encode(task, client_id, num_examples, self.flat(update)))
+
+    def flat(self, update):
+        """{name: array} as one float32 vector in the model's order."""
+        return np.concatenate([np.ravel(update[name]) for name, _ in self.layout]).astype(
+            np.float32, copy=False)
 
 
 def _bytes(update):
@@ -406,6 +432,25 @@ class _ClientRows:
         if evaluation is not None:
             row.update(test_loss=evaluation[0], test_acc=evaluation[1])
         self.folder.row(**row)
+
+
+def _secagg_setup(agg, task):
+    """A secure round's first two stages (keys, then shares): the client's side (tern.native's
+    SecAgg) and the serialized SecAggSharesReply its update is masked with."""
+    secure = native.SecAgg(task, agg.client_id)
+    want = secagg_pb2.SecAggRequest
+    reply = agg.secagg_stage(task.round, want.NEIGHBOURS, keys=secure.keys())
+    shares = secure.share(reply.neighbours.SerializeToString())
+    reply = agg.secagg_stage(task.round, want.SHARES, shares=shares)
+    return secure, reply.shares.SerializeToString()
+
+
+def _secagg_reveal(agg, task, secure):
+    """A secure round's last stage: the shares the server asks for to unmask the sum."""
+    want = secagg_pb2.SecAggRequest
+    reply = agg.secagg_stage(task.round, want.UNMASK)
+    agg.secagg_stage(task.round, want.WANT_UNSPECIFIED,
+                     reveal=secure.reveal(reply.unmask.SerializeToString()))
 
 
 def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, timeout=60.0,
@@ -446,18 +491,36 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
             return rounds
         if task.kind != server_pb2.Task.TRAIN:
             continue
-        if task.HasField("secagg"):
-            raise ValueError("the server runs secure aggregation (--secagg), which only the C++ "
-                             "client (tern client, tern::client) takes part in so far")
         if rows is not None:
             rows.down += len(payload or b"")
         params = copy.take(task, payload)
         if params is None:
             continue
+        secure = None
+        if task.HasField("secagg"):
+            if copy.native is None:
+                raise ValueError("the server runs secure aggregation (--secagg): the Python client "
+                                 "takes part through libtern_c.so, which was not found (looked in "
+                                 "%s)" % native.where())
+            try:
+                secure, shares = _secagg_setup(agg, task)
+            except (grpc.RpcError, TimeoutError, ValueError) as e:
+                # Left out of the round's masking (a stage closed without it): the next round.
+                log("round %d: no part in its secure aggregation: %s" % (task.round, e))
+                continue
         t0 = time.time()
         evaluation = _evaluation(client, params, task, log) if task.evaluate else None
         update, examples, loss = _work(client, params, task)
-        encoded = copy.encode(task, agg.client_id, num_samples, update)
+        if secure is not None:
+            flat = copy.flat(update)
+            encoded = tensor_pb2.TensorBundle()
+            t = encoded.tensors.add()
+            t.name = "secagg"
+            t.tensor.codec = "secagg"
+            t.tensor.numel = flat.size
+            t.tensor.payload = secure.mask(shares, flat)
+        else:
+            encoded = copy.encode(task, agg.client_id, num_samples, update)
         if rows is not None:
             rows.up += _bytes(encoded)
         try:
@@ -472,6 +535,11 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
                 rows.round(task.round, float(loss), evaluation, accepted=False)
             continue
         rounds += 1
+        if secure is not None:
+            try:
+                _secagg_reveal(agg, task, secure)
+            except (grpc.RpcError, TimeoutError, ValueError) as e:
+                log("round %d: did not reveal its shares: %s" % (task.round, e))
         if rows is not None:
             rows.round(task.round, float(loss), evaluation, accepted=True)
         log("round %d: loss %.4f, %s" %

@@ -89,6 +89,16 @@ def _bind(lib):
                                              c.c_char_p, c.c_size_t]
     lib.tern_client_model_set_exact.argtypes = [c.c_void_p, c.POINTER(c.c_uint8), c.c_size_t,
                                                  c.c_char_p, c.c_size_t]
+    out = [c.POINTER(c.c_void_p), c.POINTER(c.c_size_t), c.c_char_p, c.c_size_t]
+    lib.tern_secagg_new.argtypes = [c.c_char_p, c.c_size_t, c.c_int64, c.POINTER(c.c_void_p),
+                                    c.c_char_p, c.c_size_t]
+    lib.tern_secagg_free.argtypes = [c.c_void_p]
+    lib.tern_secagg_free.restype = None
+    lib.tern_secagg_keys.argtypes = [c.c_void_p] + out
+    lib.tern_secagg_share.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t] + out
+    lib.tern_secagg_mask.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t, c.POINTER(c.c_float),
+                                     c.c_size_t] + out
+    lib.tern_secagg_reveal.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t] + out
     lib.tern_free.argtypes = [c.c_void_p]
     lib.tern_free.restype = None
     return lib
@@ -228,3 +238,53 @@ class ClientModel:
             return ctypes.string_at(out, size.value)
         finally:
             self._lib.tern_free(out)
+
+
+class SecAgg:
+    """One client's side of one securely aggregated round (C API TernSecAgg): each stage's
+    message as serialized tern.v1 bytes. Not thread-safe."""
+
+    def __init__(self, task, client_id):
+        self._lib = library()
+        if self._lib is None:
+            raise ImportError("libtern_c.so not found (looked in %s)" % where())
+        t = task.SerializeToString()
+        handle, error = ctypes.c_void_p(), ctypes.create_string_buffer(_ERROR_BYTES)
+        _check(self._lib.tern_secagg_new(t, len(t), client_id, ctypes.byref(handle), error,
+                                         _ERROR_BYTES), error)
+        self._handle = handle
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle:
+            self._lib.tern_secagg_free(handle)
+            self._handle = None
+
+    def _call(self, fn, *args):
+        out, size = ctypes.c_void_p(), ctypes.c_size_t(0)
+        error = ctypes.create_string_buffer(_ERROR_BYTES)
+        _check(fn(self._handle, *args, ctypes.byref(out), ctypes.byref(size), error,
+                  _ERROR_BYTES), error)
+        try:
+            return ctypes.string_at(out, size.value)
+        finally:
+            self._lib.tern_free(out)
+
+    def keys(self):
+        """Stage 1: serialized SecAggKeys."""
+        return self._call(self._lib.tern_secagg_keys)
+
+    def share(self, neighbours):
+        """Stage 2: serialized SecAggShares from the server's SecAggKeysReply bytes."""
+        return self._call(self._lib.tern_secagg_share, neighbours, len(neighbours))
+
+    def mask(self, shares, update):
+        """Stage 3: the masked vector (bytes) of `update` (flat float32), clipped to the task's
+        dp_clip when it has one, from the server's SecAggSharesReply bytes."""
+        u = np.ascontiguousarray(update, dtype=np.float32)
+        return self._call(self._lib.tern_secagg_mask, shares, len(shares),
+                          u.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), u.size)
+
+    def reveal(self, unmask):
+        """Stage 4: serialized SecAggReveal from the server's SecAggUnmaskRequest bytes."""
+        return self._call(self._lib.tern_secagg_reveal, unmask, len(unmask))
