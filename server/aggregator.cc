@@ -925,8 +925,9 @@ absl::Status Aggregator::Replay(const internal::LoggedUpdate& u) {
   CountBytesUp(u.payload_bytes(), u.wire_bytes());
   CountAccepted(u.stale(), static_cast<int64_t>(u.staleness()));
   if (!u.stale() && u.has_eval()) AddEval(u.eval());
-  if (dp_ != nullptr && dp_->adaptive() && !u.stale())
+  if (dp_ != nullptr && dp_->adaptive() && !u.stale()) {
     dp_->CountWithin(u.update().dp_within_clip());
+  }
   return absl::OkStatus();
 }
 
