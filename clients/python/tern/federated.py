@@ -434,6 +434,11 @@ class _ClientRows:
         self.folder.row(**row)
 
 
+# What leaves a client out of one secure round (a stage that closed without it, a refused
+# message, shares that do not open): it logs and goes on to the next round, as tern client does.
+_SECAGG_LEFT_OUT = (grpc.RpcError, TimeoutError, ValueError, native.NativeError)
+
+
 def _secagg_setup(agg, task):
     """A secure round's first two stages (keys, then shares): the client's side (tern.native's
     SecAgg) and the serialized SecAggSharesReply its update is masked with."""
@@ -504,7 +509,7 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
                                  "%s)" % native.where())
             try:
                 secure, shares = _secagg_setup(agg, task)
-            except (grpc.RpcError, TimeoutError, ValueError) as e:
+            except _SECAGG_LEFT_OUT as e:
                 # Left out of the round's masking (a stage closed without it): the next round.
                 log("round %d: no part in its secure aggregation: %s" % (task.round, e))
                 continue
@@ -518,7 +523,12 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
             t.name = "secagg"
             t.tensor.codec = "secagg"
             t.tensor.numel = flat.size
-            t.tensor.payload = secure.mask(shares, flat)
+            try:
+                t.tensor.payload = secure.mask(shares, flat)
+            except (ValueError, native.NativeError) as e:
+                # Fewer than t neighbours' shares opened, say: the round goes on without it.
+                log("round %d: cannot mask the update: %s" % (task.round, e))
+                continue
         else:
             encoded = copy.encode(task, agg.client_id, num_samples, update)
         if rows is not None:
@@ -538,7 +548,7 @@ def run(client, address, name="python", num_samples=1, run_id="tern", tls=None, 
         if secure is not None:
             try:
                 _secagg_reveal(agg, task, secure)
-            except (grpc.RpcError, TimeoutError, ValueError) as e:
+            except _SECAGG_LEFT_OUT as e:
                 log("round %d: did not reveal its shares: %s" % (task.round, e))
         if rows is not None:
             rows.round(task.round, float(loss), evaluation, accepted=True)
