@@ -797,9 +797,7 @@ absl::Status Aggregator::Unlogged(const v1::UpdateInfo& info, const internal::Lo
     // What Decide counted of it, taken back.
     CountAccepted(record.stale(), static_cast<int64_t>(record.staleness()), -1);
     if (!record.stale() && record.has_eval()) AddEval(record.eval(), -1);
-    if (dp_ != nullptr && dp_->adaptive() && !record.stale()) {
-      dp_->CountWithin(record.update().dp_within_clip(), -1);
-    }
+    if (dp_ != nullptr && !record.stale()) dp_->CountWithin(record.update().dp_within_clip(), -1);
     (void)Refuse(why);
     // A log that failed a write takes no more appends: a snapshot (holding every update that was
     // logged) starts a fresh one, once per generation, so that a retry is logged when there is
@@ -886,7 +884,7 @@ absl::StatusOr<v1::UpdateReply> Aggregator::Decide(const v1::UpdateInfo& info,
   }
   const bool stale = d->verdict == ReplyVerdict::kAcceptedStale;
   // The clip adapts on the open round's count: a stale update was clipped to an older one.
-  if (dp_ != nullptr && dp_->adaptive() && !stale) dp_->CountWithin(update.dp_within_clip());
+  if (dp_ != nullptr && !stale) dp_->CountWithin(update.dp_within_clip());
   accumulator_->Reserve();
   norm_guard_.Observe(norm);
   CountAccepted(stale, d->staleness);
@@ -925,9 +923,7 @@ absl::Status Aggregator::Replay(const internal::LoggedUpdate& u) {
   CountBytesUp(u.payload_bytes(), u.wire_bytes());
   CountAccepted(u.stale(), static_cast<int64_t>(u.staleness()));
   if (!u.stale() && u.has_eval()) AddEval(u.eval());
-  if (dp_ != nullptr && dp_->adaptive() && !u.stale()) {
-    dp_->CountWithin(u.update().dp_within_clip());
-  }
+  if (dp_ != nullptr && !u.stale()) dp_->CountWithin(u.update().dp_within_clip());
   return absl::OkStatus();
 }
 

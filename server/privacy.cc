@@ -184,6 +184,7 @@ double UpdateNoiseMultiplier(const DpOptions& o) {
 bool DpFedAvg::WithinClip(double norm) const { return norm <= clip_ * (1 + 1e-3) + 1e-7; }
 
 void DpFedAvg::CountWithin(bool within, int times) {
+  if (!adaptive()) return;  // a fixed clip counts nothing
   round_within_ += times * (within ? 0.5 : -0.5);
 }
 

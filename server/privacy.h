@@ -88,7 +88,7 @@ class DpFedAvg {
   // by the sampling, not by who replied. Noise from OpenSSL's RAND_bytes.
   absl::Status Release(absl::Span<float> mean, size_t count, size_t sampled) const;
   // Adaptive clipping: an accepted update of the open round whose norm was (or was not) within
-  // the clip before its client clipped it; `times` -1 takes one back.
+  // the clip before its client clipped it; `times` -1 takes one back. Nothing with a fixed clip.
   void CountWithin(bool within, int times = 1);
   // Adaptive clipping, as the round closes after Release: the clip for the next round from the
   // noised fraction of the `sampled` clients within it (the centred count, so that a client
