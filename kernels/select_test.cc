@@ -74,6 +74,33 @@ TEST(SelectAtLeast, MatchesAPlainFilterIncludingValuesAndOddFloats) {
   }
 }
 
+// Blocks where none, few and many pass, in turn (each block's loop is chosen by how many of the
+// one before passed), with several passing within 64 values, at offsets that leave
+// ragged tails: every entry is the plain filter's, in order.
+TEST(SelectAtLeast, MixedDensitiesAndClustersMatchAPlainFilter) {
+  std::vector<float> x = testing::Gaussian(11 * 2048 + 77, 46);
+  for (size_t i = 2048; i < 2 * 2048; ++i) x[i] *= 8.0f;                 // a dense block
+  for (size_t i = 3 * 2048; i < 5 * 2048; ++i) x[i] *= 0.1f;             // blocks where none pass
+  for (size_t i = 5 * 2048 + 100; i < 5 * 2048 + 164; ++i) x[i] = 9.0f;  // 64 in a row pass
+  for (size_t i = 7 * 2048; i < 7 * 2048 + 2048; i += 61) x[i] = -7.0f;  // 1 in 61
+  for (size_t i = 9 * 2048 + 3; i < 9 * 2048 + 40; i += 4) x[i] = 6.0f;  // 3+ in one 64
+  const uint32_t key = MagnitudeKey(2.5f);
+  for (size_t from : {size_t{0}, size_t{1}, size_t{63}, size_t{2047}}) {
+    const absl::Span<const float> part = absl::MakeConstSpan(x).subspan(from);
+    std::vector<uint32_t> idx;
+    std::vector<float> values;
+    AppendAtLeast(part, 1000, key, &idx, &values);
+    std::vector<uint32_t> want;
+    for (size_t i = 0; i < part.size(); ++i) {
+      if (MagnitudeKey(part[i]) >= key) want.push_back(1000 + static_cast<uint32_t>(i));
+    }
+    ASSERT_EQ(idx, want) << "from " << from;
+    for (size_t j = 0; j < idx.size(); ++j) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(values[j]), std::bit_cast<uint32_t>(part[idx[j] - 1000]));
+    }
+  }
+}
+
 // A caller's own pass (blocks appended one by one with their offsets) finds what SelectAtLeast
 // finds, and KeepTopK over any superset of the top-k that a threshold gives is SelectTopK's
 // answer, ties included.

@@ -151,6 +151,11 @@ ROWS = {
         "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
                    "--codec=int8", "--overlap", "--overlap_steps=2", "--keep_overlap",
                    "--round_timeout=600"]},
+    # The same in fp4 (e2m1, a scale per block): half int8's bytes, warm-up and exchanges alike.
+    "tern-average-fp4-sync-ddp-keep": {"variant": True,
+        "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
+        "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
+                   "--codec=fp4", "--overlap", "--keep_overlap", "--round_timeout=600"]},
     "tern-nesterov-int8-sync-ddp-keep": {"variant": True, 
         "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
         "worker": ["--algorithm=diloco", "--topology=complete",
