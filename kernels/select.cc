@@ -62,12 +62,8 @@ TERN_TARGET_AVX512 size_t FilterBlockAvx512(const float* x, size_t n, uint32_t b
     }
     idx = _mm512_add_epi32(idx, sixteen);
   }
-  for (; i < n; ++i) {
-    buf[c] = base + static_cast<uint32_t>(i);
-    vbuf[c] = x[i];
-    c += (std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu) >= min_key;
-  }
-  return c;
+  // The last values (under a step's worth) as the plain loop takes them.
+  return c + FilterBlock(x + i, n - i, base + static_cast<uint32_t>(i), min_key, buf + c, vbuf + c);
 }
 
 // Which of x[0, 16) pass, as the low 16 bits.
@@ -110,12 +106,8 @@ TERN_TARGET_AVX512 size_t FilterBlockSparseAvx512(const float* x, size_t n, uint
       ++c;
     }
   }
-  for (; i < n; ++i) {
-    buf[c] = base + static_cast<uint32_t>(i);
-    vbuf[c] = x[i];
-    c += (std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu) >= min_key;
-  }
-  return c;
+  // The last values (under a step's worth) as the plain loop takes them.
+  return c + FilterBlock(x + i, n - i, base + static_cast<uint32_t>(i), min_key, buf + c, vbuf + c);
 }
 #endif
 

@@ -140,8 +140,20 @@ ROWS = {
         "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
         "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
                    "--codec=int8", "--round_timeout=600"]},
-    "tern-average-int8-sync-ddp-keep": {
+    "tern-average-int8-sync-ddp-keep": {"variant": True,
         "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
+        "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
+                   "--codec=int8", "--overlap", "--keep_overlap", "--round_timeout=600"]},
+    # The models' warm-up (tern.optim's default): each step your AdamW step, then the models'
+    # mean, mixed at the next step with that step kept (--overlap --keep_overlap).
+    "tern-average-int8-sync-keep": {"variant": True,
+        "kind": "tern-optim", "uses_h": True, "sync": True,
+        "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
+                   "--codec=int8", "--overlap", "--keep_overlap", "--round_timeout=600"]},
+    # No warm-up: the plain average every H steps from the first, in int8 with error feedback,
+    # the exchange overlapping a step that is kept. At a short H (3-5) its exchange hides behind
+    # the steps between and the group's model moves nearly as one (session 52, docs/benchmarks.md).
+    "tern-average-int8-keep": {"kind": "tern-optim", "uses_h": True,
         "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
                    "--codec=int8", "--overlap", "--keep_overlap", "--round_timeout=600"]},
     # "-tau2": each exchange overlaps two steps (--overlap_steps=2), both kept: for a link whose
@@ -239,7 +251,8 @@ def parse():
     p.add_argument("--lr", type=float, default=3e-3, help="inner AdamW's peak learning rate")
     p.add_argument("--h", type=int, default=50, help="inner steps between synchronizations")
     p.add_argument("--grid", default="",
-                   help="tune every row over 'h=25,50,100;lr=1e-3,3e-3' (H only where used)")
+                   help="tune every row over 'h=25,50,100;lr=1e-3,3e-3' (H only where used; "
+                        "'h.ROW=10,25' gives ROW its own H)")
     p.add_argument("--targets", default="4.0,3.75,3.6", help="validation bits per byte")
     p.add_argument("--snapshots", type=int, default=20, help="evaluation points per run")
     p.add_argument("--max_seconds", type=float, default=300, help="a row's time limit")
@@ -576,10 +589,13 @@ def plot(a, results, out):
     plt.close(fig)
 
 
-def settings(a, row):
-    """(H, lr) pairs to run: the grid's, or the single --h/--lr."""
+def settings(a, name):
+    """(H, lr) pairs to run: the grid's (`h.ROW=` gives one row its own H), or the single
+    --h/--lr."""
+    row = ROWS[name]
     grid = dict(kv.split("=") for kv in a.grid.split(";") if kv) if a.grid else {}
-    hs = [int(x) for x in grid.get("h", str(a.h)).split(",")] if row.get("uses_h") else [0]
+    h = grid.get("h." + name, grid.get("h", str(a.h)))
+    hs = [int(x) for x in h.split(",")] if row.get("uses_h") else [0]
     lrs = [float(x) for x in grid.get("lr", str(a.lr)).split(",")]
     if row["kind"] == "compute":  # the floor's time does not depend on the learning rate
         lrs = [a.lr]
@@ -692,7 +708,7 @@ def main():
         for name in rows:
             row = ROWS[name]
             best = None
-            for h, lr in settings(a, row):
+            for h, lr in settings(a, name):
                 label = name + (f" H={h}" if h else "") + f" lr={lr:g}"
                 print(f"[{tag}] {label} ...", flush=True)
                 rdir = os.path.join(out, tag, name, f"h{h}-lr{lr:g}")

@@ -1,4 +1,5 @@
-"""Tests of lm_race.py's --summary, which reads finished runs: no root, no network."""
+"""Tests of lm_race.py's --summary, which reads finished runs, and of its grid: no root, no
+network."""
 import contextlib
 import io
 import json
@@ -83,6 +84,16 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(lines[2], "| 10mbit, 100 ms | 4shared | h=10,50 | tern-choco-stc 30.0 s; "
                                    "no anchor | nobody reaches it | tern-choco-stc 3.700 at 120 s "
                                    "(failed: ddp) |")
+
+
+class SettingsTest(unittest.TestCase):
+    def test_a_row_of_its_own_in_the_grid_takes_its_h_and_the_others_the_grids(self):
+        a = types.SimpleNamespace(grid="h=5;h.diloco-int8=10,25;lr=1e-3,3e-3", h=50, lr=3e-3)
+        self.assertEqual(lm_race.settings(a, "diloco-int8"),
+                         [(10, 1e-3), (10, 3e-3), (25, 1e-3), (25, 3e-3)])
+        self.assertEqual(lm_race.settings(a, "postlocalsgd"), [(5, 1e-3), (5, 3e-3)])
+        self.assertEqual(lm_race.settings(a, "ddp"), [(0, 1e-3), (0, 3e-3)])  # no H
+        self.assertEqual(lm_race.settings(a, "compute"), [(0, 3e-3)])  # nor an lr
 
 
 if __name__ == "__main__":
