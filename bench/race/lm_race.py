@@ -59,6 +59,10 @@ SLOW_LINK = ["--algorithm=choco", "--codec=stc:ratio=0.015", "--consensus_step=0
 STREAMING_TAU2 = ["--algorithm=diloco", "--topology=complete",
                   "--outer=nesterov:lr=0.7,momentum=0.9", "--codec=fp4", "--fragments=4",
                   "--overlap", "--overlap_steps=2", "--merge_alpha=0.5", "--round_timeout=600"]
+# The whole model's plain average among the workers in int8 with error feedback, the exchange
+# overlapping a step that is kept (PostLocalSGD's averaging, docs/worker.md "--keep_overlap").
+AVERAGE_INT8_KEEP = ["--algorithm=diloco", "--topology=complete", "--outer=average",
+                     "--codec=int8", "--overlap", "--keep_overlap", "--round_timeout=600"]
 # name -> kind (lm_rank.py), and for tern rows the worker's or the aggregator's flags (and
 # "rank": lm_rank.py's).
 ROWS = {
@@ -142,20 +146,17 @@ ROWS = {
                    "--codec=int8", "--round_timeout=600"]},
     "tern-average-int8-sync-ddp-keep": {"variant": True,
         "kind": "tern-optim", "uses_h": True, "sync": True, "rank": ["--warm_up=gradients"],
-        "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
-                   "--codec=int8", "--overlap", "--keep_overlap", "--round_timeout=600"]},
+        "worker": AVERAGE_INT8_KEEP},
     # The models' warm-up (tern.optim's default): each step your AdamW step, then the models'
     # mean, mixed at the next step with that step kept (--overlap --keep_overlap).
     "tern-average-int8-sync-keep": {"variant": True,
         "kind": "tern-optim", "uses_h": True, "sync": True,
-        "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
-                   "--codec=int8", "--overlap", "--keep_overlap", "--round_timeout=600"]},
+        "worker": AVERAGE_INT8_KEEP},
     # No warm-up: the plain average every H steps from the first, in int8 with error feedback,
     # the exchange overlapping a step that is kept. At a short H (3-5) its exchange hides behind
     # the steps between and the group's model moves nearly as one (session 52, docs/benchmarks.md).
     "tern-average-int8-keep": {"kind": "tern-optim", "uses_h": True,
-        "worker": ["--algorithm=diloco", "--topology=complete", "--outer=average",
-                   "--codec=int8", "--overlap", "--keep_overlap", "--round_timeout=600"]},
+        "worker": AVERAGE_INT8_KEEP},
     # "-tau2": each exchange overlaps two steps (--overlap_steps=2), both kept: for a link whose
     # exchange outruns one step (100 Mbit/s, 100 ms).
     "tern-average-int8-sync-ddp-keep-tau2": {"variant": True,
