@@ -1096,7 +1096,10 @@ absl::Status Aggregator::Tick(absl::Time now) {
       counters_.set_clients_alive(static_cast<uint32_t>(available.size()));
       const size_t population = available.size();
       rounds_->SetAvailable(std::move(available));
-      if (dp_ != nullptr && StopForBudget(population)) {
+      // The round's sampling rate, the same for the budget's check and for what it spends.
+      const double q = static_cast<double>(rounds_->NextRoundClients(population)) /
+                       static_cast<double>(std::max<size_t>(1, population));
+      if (dp_ != nullptr && StopForBudget(q)) {
         changed = true;
       } else if (absl::StatusOr<std::vector<int>> sampled = rounds_->Open(now); sampled.ok()) {
         if (secure_ != nullptr) {
@@ -1106,10 +1109,7 @@ absl::Status Aggregator::Tick(absl::Time now) {
             spdlog::warn("server: round {} cannot aggregate securely: {}", rounds_->round(), why);
           }
         }
-        if (dp_ != nullptr) {
-          dp_round_q_ = static_cast<double>(rounds_->round_clients()) /
-                        static_cast<double>(std::max<size_t>(1, population));
-        }
+        if (dp_ != nullptr) dp_round_q_ = q;
         NoteDeadline();
         history_.ForgetChunks();
         ++events_;
@@ -1162,10 +1162,7 @@ absl::StatusOr<Aggregator::KeptModel> Aggregator::Model(int64_t round) const {
   return history_.Find(round);
 }
 
-bool Aggregator::StopForBudget(size_t population) {
-  const double q = static_cast<double>(std::min<size_t>(
-                       population, static_cast<size_t>(options_.policy.clients_per_round))) /
-                   static_cast<double>(std::max<size_t>(1, population));
+bool Aggregator::StopForBudget(double q) {
   double then = 0;
   if (!dp_->WouldExceedBudget(q, &then)) return false;
   counters_.set_done(true);

@@ -248,9 +248,10 @@ class Aggregator {
   absl::StatusOr<v1::UpdateReply> PushMasked(const v1::UpdateInfo& info,
                                              const v1::TensorBundle& update, uint64_t wire_bytes,
                                              absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // DP-FedAvg: ends the run (done, with the reason) when the next round, sampling from
-  // `population` available clients, would take epsilon past the budget; returns whether it did.
-  bool StopForBudget(size_t population) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DP-FedAvg: ends the run (done, with the reason) when the next round, sampling at rate `q`
+  // (Rounds::NextRoundClients over those available), would take epsilon past the budget;
+  // returns whether it did.
+  bool StopForBudget(double q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Publishes the round just opened's deadline (status, metric) and logs a learned one's move.
   void NoteDeadline() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Push's first look, before decoding: the client, the model, the run, the round, the weight.

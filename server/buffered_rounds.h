@@ -40,6 +40,7 @@ class BufferedRounds : public Rounds {
   Turn Take(int client, absl::Time now) override;
   // The updates a version's step averages (DGC's per-worker clipping counts them).
   uint32_t round_clients() const override { return static_cast<uint32_t>(policy_.buffer); }
+  uint32_t NextRoundClients(size_t) const override { return round_clients(); }
   // Any waiting client: a new version, or a slot set aside for it. (The clients a slot was set
   // aside for alone would miss a version that opened while their fetch waited.)
   std::optional<std::vector<int>> ToWake() const override { return std::nullopt; }

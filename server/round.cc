@@ -76,12 +76,16 @@ void RoundTracker::SetScore(int client, double score) {
   scores_[client] = score > 0 && std::isfinite(score) ? score : 1.0;
 }
 
+uint32_t RoundTracker::NextRoundClients(size_t available) const {
+  return static_cast<uint32_t>(
+      std::min(available, static_cast<size_t>(std::max(1, policy_.clients_per_round))));
+}
+
 absl::StatusOr<std::vector<int>> RoundTracker::Open(absl::Time now) {
   if (open_) return absl::FailedPreconditionError(absl::StrCat("round ", round_, " is open"));
   if (available_.empty()) return absl::FailedPreconditionError("no client is available");
   std::vector<int> pool(available_.begin(), available_.end());
-  const size_t k =
-      std::min(pool.size(), static_cast<size_t>(std::max(1, policy_.clients_per_round)));
+  const size_t k = NextRoundClients(pool.size());
   std::vector<int> chosen;
   // Weighted sampling without replacement (Efraimidis-Spirakis keys u^(1/w)); uniform is the
   // special case w = 1. Reproducible from (seed, draw).

@@ -58,6 +58,8 @@ class RoundTracker : public Rounds {
   // Rounds: a sampled client trains while it Awaits; each round's sample is woken as it opens.
   Turn Take(int client, absl::Time) override { return {.train = Awaits(client)}; }
   uint32_t round_clients() const override { return static_cast<uint32_t>(sampled_.size()); }
+  // min(K, available).
+  uint32_t NextRoundClients(size_t available) const override;
   std::optional<std::vector<int>> ToWake() const override {
     return open_ ? sampled_ : std::vector<int>();
   }

@@ -1,5 +1,6 @@
 #include "server/round.h"
 
+#include <algorithm>
 #include <map>
 
 #include "gmock/gmock.h"
@@ -40,6 +41,19 @@ TEST(RoundTracker, SamplesKDistinctClientsReproduciblyAndDifferentlyEachRound) {
   EXPECT_EQ(*few.Open(kT0), (std::vector<int>{3, 5}));
   RoundTracker none(p);
   EXPECT_THAT(none.Open(kT0), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(RoundTracker, NextRoundClientsIsHowManyOpenSamples) {
+  RoundPolicy p;
+  p.clients_per_round = 10;
+  for (int available : {1, 3, 10, 40}) {
+    RoundTracker t(p);
+    t.SetAvailable(Range(available));
+    const uint32_t next = t.NextRoundClients(static_cast<size_t>(available));
+    EXPECT_EQ(next, static_cast<uint32_t>(std::min(available, 10)));
+    ASSERT_THAT(t.Open(kT0), IsOk());
+    EXPECT_EQ(t.round_clients(), next) << available << " available";
+  }
 }
 
 TEST(RoundTracker, ScoreSamplingFavoursHighScores) {

@@ -9,6 +9,7 @@
 #ifndef TERN_SERVER_ROUNDS_H_
 #define TERN_SERVER_ROUNDS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -102,6 +103,10 @@ class Rounds {
   virtual Turn Take(int client, absl::Time now) = 0;
   // Task.round_clients: the clients training on a round together.
   virtual uint32_t round_clients() const = 0;
+  // round_clients() of the next round Open would open from `available` clients: the privacy
+  // accountant's sampling rate is this over `available`, checked against the budget before the
+  // round opens and spent once it has.
+  virtual uint32_t NextRoundClients(size_t available) const = 0;
   // The clients whose waiting fetch may get another answer after an event; nullopt: all.
   virtual std::optional<std::vector<int>> ToWake() const = 0;
 
