@@ -63,6 +63,10 @@ STREAMING_TAU2 = ["--algorithm=diloco", "--topology=complete",
 # overlapping a step that is kept (PostLocalSGD's averaging, docs/worker.md "--keep_overlap").
 AVERAGE_INT8_KEEP = ["--algorithm=diloco", "--topology=complete", "--outer=average",
                      "--codec=int8", "--overlap", "--keep_overlap", "--round_timeout=600"]
+# The same in fp4 (E3M0, a scale per block of 128): half int8's bytes, for the 10 Mbit/s link.
+AVERAGE_FP4_KEEP = ["--codec=fp4" if f == "--codec=int8" else f for f in AVERAGE_INT8_KEEP]
+# ... and in signs (a bit a value and one scale, the mean |x|, per 1,024; sign:chunk=1024).
+AVERAGE_SIGN_KEEP = ["--codec=sign" if f == "--codec=int8" else f for f in AVERAGE_INT8_KEEP]
 # name -> kind (lm_rank.py), and for tern rows the worker's or the aggregator's flags (and
 # "rank": lm_rank.py's).
 ROWS = {
@@ -157,6 +161,14 @@ ROWS = {
     # the steps between and the group's model moves nearly as one (session 52, docs/benchmarks.md).
     "tern-average-int8-keep": {"kind": "tern-optim", "uses_h": True,
         "worker": AVERAGE_INT8_KEEP},
+    # The same in fp4, and with each exchange overlapping four steps, all kept (H > 4): at
+    # 10 Mbit/s a whole model's exchange to three peers outruns one step.
+    "tern-average-fp4-keep": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": AVERAGE_FP4_KEEP},
+    "tern-average-fp4-keep-tau4": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": AVERAGE_FP4_KEEP + ["--overlap_steps=4"]},
+    "tern-average-sign-keep": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": AVERAGE_SIGN_KEEP},
     # "-tau2": each exchange overlaps two steps (--overlap_steps=2), both kept: for a link whose
     # exchange outruns one step (100 Mbit/s, 100 ms).
     "tern-average-int8-sync-ddp-keep-tau2": {"variant": True,
