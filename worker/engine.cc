@@ -643,6 +643,20 @@ void RoundEngine::NoteNewMembers(int64_t step) {
   std::optional<std::vector<int>> now = options_.members(step);
   if (!now.has_value()) return;
   std::sort(now->begin(), now->end());
+  if (!members_seen_.has_value() && options_.member_from) {
+    // A worker admitted to a running run sees the members for the first time: those admitted
+    // after it (members since, not then) may still be taking the state, as its own first view
+    // could not show them join. Without this it waited a round deadline for each such one every
+    // exchange, where the others, which saw them join, did not.
+    const std::optional<int64_t> from = options_.member_from();
+    if (from.has_value() && *from > 0 && *from < step) {
+      std::optional<std::vector<int>> then = options_.members(*from);
+      if (then.has_value()) {
+        std::sort(then->begin(), then->end());
+        members_seen_ = std::move(then);
+      }
+    }
+  }
   if (members_seen_.has_value()) {
     for (int j : *now) {
       if (!IsPeer(j) || std::binary_search(members_seen_->begin(), members_seen_->end(), j)) {
