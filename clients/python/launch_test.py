@@ -40,7 +40,7 @@ with open("%s/losses-%d.json" % (out, opt.worker_id), "w") as f:
 '''
 
 ELASTIC_SCRIPT = r'''
-import json, sys, time, torch
+import json, os, sys, time, torch
 from tern.optim import DistributedOptimizer
 
 out, steps = sys.argv[1], int(sys.argv[2])
@@ -57,7 +57,10 @@ while opt.step_count < steps:
     opt.step()
     with open("%s/progress-%d" % (out, opt.worker_id), "w") as f:
         f.write(str(opt.step_count))
-    time.sleep(0.02)
+    # Past step 60 the first two go slowly until the joiner has stepped: a joiner's script that
+    # starts slowly (torch's import on a loaded machine) must find the group still running.
+    joined = os.path.exists("%s/progress-2" % out)
+    time.sleep(0.02 if joined or opt.step_count < 60 else 0.2)
 torch.save(model.state_dict(), "%s/final-%d.pt" % (out, opt.worker_id))
 with open("%s/first-%d.json" % (out, opt.worker_id), "w") as f:
     json.dump({"first": first, "workers": opt.num_workers}, f)
