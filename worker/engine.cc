@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -643,19 +644,13 @@ void RoundEngine::NoteNewMembers(int64_t step) {
   std::optional<std::vector<int>> now = options_.members(step);
   if (!now.has_value()) return;
   std::sort(now->begin(), now->end());
-  if (!members_seen_.has_value() && options_.member_from) {
-    // A worker admitted to a running run sees the members for the first time: those admitted
-    // after it (members since, not then) may still be taking the state, as its own first view
-    // could not show them join. Without this it waited a round deadline for each such one every
-    // exchange, where the others, which saw them join, did not.
-    const std::optional<int64_t> from = options_.member_from();
-    if (from.has_value() && *from > 0 && *from < step) {
-      std::optional<std::vector<int>> then = options_.members(*from);
-      if (then.has_value()) {
-        std::sort(then->begin(), then->end());
-        members_seen_ = std::move(then);
-      }
-    }
+  if (!members_seen_.has_value()) {
+    // A worker going on in a running run sees the members for the first time: those its rejoin
+    // did not find there (admitted since, or still taking the state) are newcomers to it, as
+    // they are to the members that saw them join. Without this it waited a round deadline for
+    // each every exchange, where the others did not.
+    absl::MutexLock lock(&mu_);
+    members_seen_ = std::exchange(members_at_rejoin_, std::nullopt);
   }
   if (members_seen_.has_value()) {
     for (int j : *now) {

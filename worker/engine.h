@@ -424,6 +424,8 @@ class RoundEngine {
   // The members of the last round NoteNewMembers saw, and that round. Round loop only.
   std::optional<std::vector<int>> members_seen_;
   int64_t members_seen_step_ = -1;
+  // The members Rejoin found there (MembersAlreadyThere): NoteNewMembers' first view of the run.
+  std::optional<std::vector<int>> members_at_rejoin_ ABSL_GUARDED_BY(mu_);
   // From the model's registration until Rejoin knows where the group is (or that a run starts).
   bool rejoin_asking_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> rounds_mixed_{0};  // exchanges mixed: Position's answer

@@ -380,6 +380,12 @@ absl::Status RoundEngine::Rejoin() {
                      "run again"));
   }
   std::vector<int> sources = PickSources(positions, source, options_.state_sources);
+  std::optional<std::vector<int>> there;
+  if (options_.members && options_.member_from) {
+    if (std::optional<std::vector<int>> then = options_.members(joins_at); then.has_value()) {
+      there = MembersAlreadyThere(*then, positions, me);
+    }
+  }
   spdlog::info("worker {}: the group is at step {}: rejoining with the state of workers {}", me,
                furthest, absl::StrJoin(sources, ","));
   // Take those messages from now on (the inbox keeps them until this worker gets there), with
@@ -390,6 +396,7 @@ absl::Status RoundEngine::Rejoin() {
     next_step_ = furthest;
     sit_out_below_ = std::numeric_limits<int64_t>::max();
     rejoin_asking_ = false;
+    members_at_rejoin_ = std::move(there);
   }
   // ... and the state after a step that mixed every round before them.
   const absl::Time deadline = t0 + options_.rejoin_timeout;

@@ -254,4 +254,26 @@ absl::StatusOr<FetchedState> FetchStateSlices(PeerTransport& transport,
   return out;
 }
 
+std::vector<int> MembersAlreadyThere(
+    const std::vector<int>& members_then,
+    const std::vector<absl::StatusOr<PeerTransport::Position>>& positions, int me) {
+  const bool any_mixed = std::any_of(positions.begin(), positions.end(), [](const auto& at) {
+    return at.ok() && at->rounds_mixed > 0;
+  });
+  std::vector<int> there = {me};
+  for (int j : members_then) {
+    const bool known = j >= 0 && static_cast<size_t>(j) < positions.size();
+    // Answered, but holds no exchange while another peer does: it is taking the state.
+    const bool taking = known && any_mixed && positions[static_cast<size_t>(j)].ok() &&
+                        positions[static_cast<size_t>(j)]->rounds_mixed == 0;
+    if (!taking) there.push_back(j);
+  }
+  for (size_t j = 0; j < positions.size(); ++j) {
+    if (positions[j].ok() && positions[j]->rounds_mixed > 0) there.push_back(static_cast<int>(j));
+  }
+  std::sort(there.begin(), there.end());
+  there.erase(std::unique(there.begin(), there.end()), there.end());
+  return there;
+}
+
 }  // namespace tern

@@ -46,6 +46,16 @@ struct FetchedState {
   absl::Duration transfer;
 };
 
+// The members a worker going on in a running run (restarted, or admitted while it runs) takes as
+// there from its first round, awaited like any: `members_then` (the scheduler's members in the
+// round it is a member from) and the peers whose position says they mixed an exchange, less
+// those that answered without one while another had (still taking the state themselves).
+// Members it learns of later but not here are newcomers to it, not awaited until they say from
+// which round they send. `positions` by worker id; `me` is always there. Sorted.
+std::vector<int> MembersAlreadyThere(
+    const std::vector<int>& members_then,
+    const std::vector<absl::StatusOr<PeerTransport::Position>>& positions, int me);
+
 // The state after step `min_step` or later from `sources` (peer ids, the preferred first; at
 // least one): one slice each, at once, each slice asked again a poll later while
 // its source has none yet, none waiting for another. A source that refuses (gone, bad bytes)

@@ -247,5 +247,39 @@ TEST_F(StateFetchTest, MoreSourcesThanValuesTakeOneValueEach) {
   EXPECT_THAT(got->sources, UnorderedElementsAre(1, 2));
 }
 
+PeerTransport::Position At(int64_t next_step, int64_t rounds_mixed) {
+  PeerTransport::Position p;
+  p.next_step = next_step;
+  p.rounds_mixed = rounds_mixed;
+  return p;
+}
+
+// Worker 2, admitted from round 4 with workers 0 and 1, restarted at round 40: worker 3,
+// admitted later and mixing since, is there (it was taken for a newcomer and not awaited, and a
+// round could close without it on worker 2 and with it on the others); worker 4, which answered
+// without an exchange mixed, is still taking the state, and worker 5 did not answer (admitted
+// after the question): both newcomers.
+TEST(MembersAlreadyThere, ThoseThatMixedAndTheMembersThenLessAnyStillTakingTheState) {
+  const std::vector<absl::StatusOr<PeerTransport::Position>> positions = {
+      At(40, 9), At(40, 9), absl::UnavailableError("me"),
+      At(40, 6), At(40, 0), absl::UnavailableError("no address yet")};
+  EXPECT_THAT(MembersAlreadyThere({0, 1, 2}, positions, 2), ElementsAre(0, 1, 2, 3));
+  // A member then that is down now is still one (the round deadline finds it out, as for any).
+  std::vector<absl::StatusOr<PeerTransport::Position>> one_down = positions;
+  one_down[1] = absl::UnavailableError("down");
+  EXPECT_THAT(MembersAlreadyThere({0, 1, 2}, one_down, 2), ElementsAre(0, 1, 2, 3));
+  // A member then that answered without an exchange is taking the state, like worker 4.
+  std::vector<absl::StatusOr<PeerTransport::Position>> restarted = positions;
+  restarted[1] = At(40, 0);
+  EXPECT_THAT(MembersAlreadyThere({0, 1, 2}, restarted, 2), ElementsAre(0, 2, 3));
+}
+
+// Before any exchange is mixed (the run just started), every member then is there.
+TEST(MembersAlreadyThere, BeforeAnyExchangeEveryMemberThenIsThere) {
+  const std::vector<absl::StatusOr<PeerTransport::Position>> positions = {At(3, 0), At(3, 0),
+                                                                          At(0, 0)};
+  EXPECT_THAT(MembersAlreadyThere({0, 1}, positions, 2), ElementsAre(0, 1, 2));
+}
+
 }  // namespace
 }  // namespace tern
