@@ -169,6 +169,10 @@ ROWS = {
         "worker": AVERAGE_FP4_KEEP + ["--overlap_steps=4"]},
     "tern-average-sign-keep": {"variant": True, "kind": "tern-optim", "uses_h": True,
         "worker": AVERAGE_SIGN_KEEP},
+    # ... with each exchange overlapping two steps, both kept: at 10 Mbit/s, 100 ms a whole
+    # model's signs to three peers (340 KB, ~0.3 s with the round trip) outrun one step.
+    "tern-average-sign-keep-tau2": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": AVERAGE_SIGN_KEEP + ["--overlap_steps=2"]},
     # "-tau2": each exchange overlaps two steps (--overlap_steps=2), both kept: for a link whose
     # exchange outruns one step (100 Mbit/s, 100 ms).
     "tern-average-int8-sync-ddp-keep-tau2": {"variant": True,

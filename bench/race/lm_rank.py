@@ -356,10 +356,13 @@ def run_tern_optim(a, r):
         if a.h > 0:
             # An outer-step row (--algorithm=diloco): evaluated after each exchange is mixed, on
             # the group's outer model θ (--group_snapshots), as DiLoCo's rows are; the last step
-            # on worker 0's own model.
-            if step + 1 == a.steps:
+            # on worker 0's own model. θ is the same on every worker and only worker 0's is
+            # evaluated (lm_race.py ranks_of): the others keep none, as DiLoCo's other ranks.
+            if a.group_snapshots and a.rank != 0:
+                pass
+            elif step + 1 == a.steps:
                 r.snapshot(step + 1, force=True)
-            elif (step + 1) % a.h == a.eval_offset:
+            elif (step + 1) % a.h == a.eval_offset % a.h:
                 params = None
                 # θ, but in a warm-up of averaged gradients, where the worker's model carries
                 # the gradients and every site holds the model DDP would.
