@@ -107,6 +107,7 @@ constexpr char kServiceFlags[] = "clients/flags/service_flags.cc";    // listen,
 constexpr char kTlsFlags[] = "clients/flags/tls_flags.cc";            // tls_cert, key, ca
 constexpr char kCallerFlags[] = "clients/flags/caller_flags.cc";      // token_file
 constexpr char kLimitFlags[] = "clients/flags/limit_flags.cc";        // incoming streams
+constexpr char kRecipeFlags[] = "clients/flags/recipe_flags.cc";      // recipe
 
 }  // namespace
 
@@ -115,7 +116,8 @@ std::vector<CommandInfo> CommandTable() {
       {.name = "run",
        .summary = "start N workers on 127.0.0.1 with the built-in trainer (Fashion-MNIST), show "
                   "progress, write a run folder with metrics.jsonl and report.html",
-       .groups = {"cli/run_cmd.cc", kRunFlags, kTaskFlags, kDataFlags, kTopologyFlags, kTrainFlags},
+       .groups = {"cli/run_cmd.cc", kRunFlags, kTaskFlags, kDataFlags, kTopologyFlags, kTrainFlags,
+                  kRecipeFlags},
        .flags = {"mode", "out", "scheduler", "workers"},
        .check = CheckRunFlags,
        .run = RunCommand},
@@ -123,14 +125,15 @@ std::vector<CommandInfo> CommandTable() {
        .summary = "start an aggregator and N built-in clients on 127.0.0.1, with the same run "
                   "folder",
        .groups = {"cli/fed_run_cmd.cc", "cli/aggregator_flags.cc", kRunFlags, kTaskFlags,
-                  kDataFlags},
+                  kDataFlags, kRecipeFlags},
        .flags = {"attack", "attack_fraction", "client_delay_s", "clients", "name", "out", "tls"},
        .check = CheckRunFlags,
        .run = RunCommand},
       {.name = "worker",
        .summary = "the peer daemon: gossip and trainer services (--flagfile=FILE works)",
        .groups = {"clients/flags/worker_flags.cc", kRunFlags, kTaskFlags, kDataFlags,
-                  kTopologyFlags, kTrainFlags, kServiceFlags, kTlsFlags, kCallerFlags, kLimitFlags},
+                  kTopologyFlags, kTrainFlags, kServiceFlags, kTlsFlags, kCallerFlags, kLimitFlags,
+                  kRecipeFlags},
        .check = CheckWorkerFlags,
        .run = NoArgs<WorkerMain>},
       {.name = "launch",
@@ -139,7 +142,7 @@ std::vector<CommandInfo> CommandTable() {
                   "train.py",
        .groups = {"cli/launch_cmd.cc", "clients/flags/worker_flags.cc", kRunFlags, kTaskFlags,
                   kDataFlags, kTopologyFlags, kTrainFlags, kServiceFlags, kTlsFlags, kCallerFlags,
-                  kLimitFlags},
+                  kLimitFlags, kRecipeFlags},
        .check = CheckLaunchFlags,
        .run = LaunchCommand,
        .takes_arguments = true},
@@ -147,7 +150,7 @@ std::vector<CommandInfo> CommandTable() {
        .summary = "the aggregator daemon (federated, local-sgd, ps rounds; an edge of a parent "
                   "aggregator with --parent)",
        .groups = {"cli/aggregator_flags.cc", "cli/server_cmd.cc", kRunFlags, kTaskFlags,
-                  kServiceFlags, kTlsFlags, kCallerFlags, kLimitFlags},
+                  kServiceFlags, kTlsFlags, kCallerFlags, kLimitFlags, kRecipeFlags},
        .check = CheckServerFlags,
        .run = NoArgs<ServerMain>},
       {.name = "client",

@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "clients/flags/flag_types.h"
+#include "clients/flags/recipe_flags.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -106,6 +107,83 @@ TEST(CommandTable, APlainNumberAMissingFlagAnEmptyGroupAndNothingToRunAreRefused
     return t;
   }());
   EXPECT_THAT(std::string(plain.message()), HasSubstr("plain number"));
+}
+
+std::string FlagValue(const char* name) { return absl::FindCommandLineFlag(name)->CurrentValue(); }
+
+void SetFlagTo(const char* name, const char* value) {
+  std::string error;
+  ASSERT_TRUE(absl::FindCommandLineFlag(name)->ParseFrom(value, &error)) << error;
+}
+
+TEST(Recipes, ARecipeFillsInTheFlagsLeftOutAndKeepsThoseGiven) {
+  absl::FlagSaver saver;
+  SetFlagTo("recipe", "sparseloco");
+  SetFlagTo("codec", "int8");
+  ASSERT_TRUE(ApplyRecipe(RecipeSide::kPeers, {"recipe", "codec"}).ok());
+  EXPECT_EQ(FlagValue("algorithm"), "diloco");
+  EXPECT_EQ(FlagValue("topology"), "complete");
+  EXPECT_EQ(FlagValue("outer"), "sparseloco:lr=1,beta=0.95");
+  EXPECT_EQ(FlagValue("codec"), "int8");  // given: the user's
+}
+
+TEST(Recipes, StreamingDilocoOverlapsTwoStepsInFourStridedFragments) {
+  absl::FlagSaver saver;
+  SetFlagTo("recipe", "streaming-diloco");
+  ASSERT_TRUE(ApplyRecipe(RecipeSide::kPeers, {"recipe"}).ok());
+  EXPECT_EQ(FlagValue("codec"), "fp4");
+  EXPECT_EQ(FlagValue("fragments"), "4");
+  EXPECT_EQ(FlagValue("fragment_cut"), "strided");
+  EXPECT_EQ(FlagValue("overlap"), "true");
+  EXPECT_EQ(FlagValue("overlap_steps"), "2");
+  EXPECT_EQ(FlagValue("merge_alpha"), "0.5");
+}
+
+TEST(Recipes, AFlagTheRecipeCannotBeWithoutGivenOtherwiseIsRefusedAndChangesNothing) {
+  absl::FlagSaver saver;
+  SetFlagTo("recipe", "sparseloco");
+  SetFlagTo("algorithm", "choco");
+  const std::string outer = FlagValue("outer");
+  const absl::Status s = ApplyRecipe(RecipeSide::kPeers, {"recipe", "algorithm"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("needs --algorithm=diloco, not choco"));
+  EXPECT_EQ(FlagValue("outer"), outer);
+  EXPECT_EQ(FlagValue("algorithm"), "choco");
+}
+
+TEST(Recipes, ThroughAnAggregatorSparseLoCoIsLocalSgdRoundsOfItsUpdates) {
+  absl::FlagSaver saver;
+  SetFlagTo("recipe", "sparseloco");
+  ASSERT_TRUE(ApplyRecipe(RecipeSide::kAggregator, {"recipe"}).ok());
+  EXPECT_EQ(FlagValue("mode"), "local-sgd");
+  EXPECT_EQ(FlagValue("outer"), "sparseloco:lr=1,beta=0.95");
+  EXPECT_EQ(FlagValue("update_codec"), "chunk-topk:chunk=4096,k=64,bits=2");
+}
+
+TEST(Recipes, AnUnknownRecipeOrOneTheSideDoesNotRunIsRefused) {
+  absl::FlagSaver saver;
+  SetFlagTo("recipe", "demo");
+  absl::Status s = ApplyRecipe(RecipeSide::kPeers, {"recipe"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("diloco, streaming-diloco, sparseloco"));
+  SetFlagTo("recipe", "streaming-diloco");
+  s = ApplyRecipe(RecipeSide::kAggregator, {"recipe"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("among the workers only"));
+}
+
+TEST(Recipes, EveryRecipesValuesParseIntoTheirFlags) {
+  absl::FlagSaver saver;
+  for (const Recipe& r : Recipes()) {
+    for (const auto* side : {&r.peers, &r.aggregator}) {
+      for (const RecipeFlag& f : *side) {
+        absl::CommandLineFlag* flag = absl::FindCommandLineFlag(f.name);
+        ASSERT_NE(flag, nullptr) << r.name << ": --" << f.name;
+        std::string error;
+        EXPECT_TRUE(flag->ParseFrom(f.value, &error)) << r.name << ": " << error;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -21,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cli/command_table.h"
 #include "cli/commands.h"
+#include "clients/flags/recipe_flags.h"
 #include "clients/flags/train_flags.h"
 #include "common/allocator.h"
 #include "common/logging.h"
@@ -100,6 +102,14 @@ int main(int argc, char** argv) {
   (void)absl::ParseCommandLine(argc, argv);  // the words after the command: line.positional
   // A flagfile's flags are checked only now that they are read.
   if (absl::Status s = tern::CheckFlagNames(table, command, tern::SpecifiedFlagNames()); !s.ok()) {
+    return tern::UsageError(absl::StrCat(command->name, ": ", s.message()));
+  }
+  // A recipe fills in the flags left out, for the workers or for an aggregator as the command is.
+  const tern::RecipeSide side =
+      absl::c_linear_search(command->groups, "clients/flags/train_flags.cc")
+          ? tern::RecipeSide::kPeers
+          : tern::RecipeSide::kAggregator;
+  if (absl::Status s = tern::ApplyRecipe(side, line.flag_names); !s.ok()) {
     return tern::UsageError(absl::StrCat(command->name, ": ", s.message()));
   }
   if (auto s = tern::InitLogging(absl::GetFlag(FLAGS_log_level)); !s.ok()) {

@@ -67,6 +67,11 @@ AVERAGE_INT8_KEEP = ["--algorithm=diloco", "--topology=complete", "--outer=avera
 AVERAGE_FP4_KEEP = ["--codec=fp4" if f == "--codec=int8" else f for f in AVERAGE_INT8_KEEP]
 # ... and in signs (a bit a value and one scale, the mean |x|, per 1,024; sign:chunk=1024).
 AVERAGE_SIGN_KEEP = ["--codec=sign" if f == "--codec=int8" else f for f in AVERAGE_INT8_KEEP]
+# SparseLoCo's recipe (error feedback decaying by 0.95 in place of outer momentum, 64 of every
+# 4,096 values in 2 bits) with the exchange overlapped and the overlapped step kept.
+SPARSELOCO_KEEP = ["--algorithm=diloco", "--topology=complete",
+                   "--outer=sparseloco:lr=1,beta=0.95", "--codec=chunk-topk:chunk=4096,k=64,bits=2",
+                   "--overlap", "--keep_overlap", "--round_timeout=600"]
 # name -> kind (lm_rank.py), and for tern rows the worker's or the aggregator's flags (and
 # "rank": lm_rank.py's).
 ROWS = {
@@ -249,6 +254,12 @@ ROWS = {
                                           "--outer=sparseloco:lr=1,beta=0.95",
                                           "--codec=chunk-topk:chunk=4096,k=64,bits=2",
                                           "--round_timeout=600"]},
+    # SparseLoCo among the workers with the exchange overlapping a step that is kept, as the
+    # average rows (--overlap --keep_overlap): 64 of 4,096 (1.6 %) or 128 (3 %, the paper's
+    # densest) in 2 bits.
+    "tern-sparseloco-keep": {"kind": "tern-optim", "uses_h": True, "worker": SPARSELOCO_KEEP},
+    "tern-sparseloco-keep-k128": {"kind": "tern-optim", "uses_h": True,
+        "worker": [f.replace("k=64", "k=128") for f in SPARSELOCO_KEEP]},
 }
 DEFAULT_ROWS = ",".join(ROWS)
 

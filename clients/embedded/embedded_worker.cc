@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "clients/embedded/tern_embedded.h"
+#include "clients/flags/recipe_flags.h"
 #include "clients/flags/worker_flags.h"
 #include "common/c_error.h"
 #include "common/file_util.h"
@@ -47,8 +48,8 @@ int Fail(const absl::Status& s, char* error, size_t error_size) {
 constexpr const char* kNotEmbedded[] = {
     "trainer", "final_model", "snapshot_dir", "exit_after_training", "scheduler", "advertise"};
 
-// One "--name=value" / "--name" / "--noname" into the process's flags.
-absl::Status SetFlag(absl::string_view arg) {
+// One "--name=value" / "--name" / "--noname" into the process's flags; its name into `given`.
+absl::Status SetFlag(absl::string_view arg, std::vector<std::string>* given) {
   if (!absl::ConsumePrefix(&arg, "--")) {
     return absl::InvalidArgumentError(absl::StrCat("'", arg, "' is not a --flag"));
   }
@@ -66,6 +67,7 @@ absl::Status SetFlag(absl::string_view arg) {
           absl::StrCat("--", name, " does not apply to an embedded worker"));
     }
   }
+  given->push_back(name);
   if (name == "log_level") return InitLogging(value);  // the tern binary's own flag
   absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
   if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
@@ -80,10 +82,12 @@ absl::Status Start(const char* const* flags, int num_flags, TernWorker* w) {
   if (num_flags < 0 || (num_flags > 0 && flags == nullptr)) {
     return absl::InvalidArgumentError("flags is null");
   }
+  std::vector<std::string> given;
   for (int i = 0; i < num_flags; ++i) {
     if (flags[i] == nullptr) return absl::InvalidArgumentError("a flag is null");
-    TERN_RETURN_IF_ERROR(SetFlag(flags[i]));
+    TERN_RETURN_IF_ERROR(SetFlag(flags[i], &given));
   }
+  TERN_RETURN_IF_ERROR(ApplyRecipe(RecipeSide::kPeers, given));
   TERN_ASSIGN_OR_RETURN(DaemonOptions options, WorkerDaemonOptionsFromFlags());
   w->registries = NewBuiltinWorkerRegistries();
   TERN_ASSIGN_OR_RETURN(w->daemon, WorkerDaemon::Start(std::move(options), &w->registries));
