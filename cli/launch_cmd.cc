@@ -63,8 +63,11 @@ namespace {
 constexpr const char* kSetByLaunch[] = {"id",          "workers",    "min_workers",
                                         "max_workers", "scheduler",  "trainer",
                                         "peers",       "peers_file", "port_file"};
-// Flags of the launcher alone, and the command line's own.
-constexpr const char* kNotForwarded[] = {"rdzv", "nnodes", "node_rank", "flagfile", "check_flags"};
+// Flags of the launcher alone, and the command line's own. --recipe is applied here already and
+// its flags go on as values: passed on too, it would set again on the worker a flag given here
+// at its default value (which is not forwarded), overriding what the user chose.
+constexpr const char* kNotForwarded[] = {"rdzv",     "nnodes",      "node_rank",
+                                         "flagfile", "check_flags", "recipe"};
 
 bool In(const std::string& name, absl::Span<const char* const> names) {
   for (const char* n : names) {
