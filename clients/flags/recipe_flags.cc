@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -21,9 +22,9 @@ const std::vector<Recipe>& Recipes() {
   // The papers' settings (../shared/ALGORITHMS.md §5); H (--local_steps) is the user's: it
   // follows from the link (docs/benchmarks.md).
   static const std::vector<Recipe>* const kRecipes = new std::vector<Recipe>{
+      // DiLoCo: the user's inner optimizer, every H steps an outer Nesterov step (lr 0.7,
+      // momentum 0.9) on the group's mean update, sent whole.
       {.name = "diloco",
-       .summary = "DiLoCo: the user's inner optimizer, every H steps an outer Nesterov step "
-                  "(lr 0.7, momentum 0.9) on the group's mean update, sent whole",
        .peers = {{"algorithm", "diloco", true},
                  {"topology", "complete", true},
                  {"outer", "nesterov:lr=0.7,momentum=0.9"},
@@ -31,9 +32,9 @@ const std::vector<Recipe>& Recipes() {
        .aggregator = {{"mode", "local-sgd", true},
                       {"outer", "nesterov:lr=0.7,momentum=0.9"},
                       {"update_codec", "none"}}},
+      // Streaming DiLoCo: DiLoCo in 4 fragments taking turns, each update in 4-bit floats, the
+      // exchange overlapping 2 inner steps and merged half and half.
       {.name = "streaming-diloco",
-       .summary = "Streaming DiLoCo: DiLoCo in 4 fragments taking turns, each update in 4-bit "
-                  "floats, the exchange overlapping 2 inner steps and merged half and half",
        .peers = {{"algorithm", "diloco", true},
                  {"topology", "complete", true},
                  {"outer", "nesterov:lr=0.7,momentum=0.9"},
@@ -44,9 +45,9 @@ const std::vector<Recipe>& Recipes() {
                  {"overlap_steps", "2"},
                  {"merge_alpha", "0.5"}},
        .aggregator = {}},
+      // SparseLoCo: per chunk of 4,096 the 64 largest values of the update in 2 bits, error
+      // feedback decaying by 0.95 in place of outer momentum, outer lr 1.
       {.name = "sparseloco",
-       .summary = "SparseLoCo: per chunk of 4,096 the 64 largest values of the update in 2 bits, "
-                  "error feedback decaying by 0.95 in place of outer momentum, outer lr 1",
        .peers = {{"algorithm", "diloco", true},
                  {"topology", "complete", true},
                  {"outer", "sparseloco:lr=1,beta=0.95"},

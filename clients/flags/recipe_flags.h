@@ -27,12 +27,11 @@ struct RecipeFlag {
 
 struct Recipe {
   const char* name;
-  const char* summary;
   std::vector<RecipeFlag> peers;       // empty: not among the workers
   std::vector<RecipeFlag> aggregator;  // empty: not through an aggregator
 };
 
-// Every recipe, in the order `--help` lists them.
+// Every recipe, in the order an unknown name's error lists them.
 const std::vector<Recipe>& Recipes();
 
 // Sets --recipe's flags for `side` that are not in `given` (the flag names on the command line and
