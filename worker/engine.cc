@@ -345,6 +345,7 @@ absl::Status RoundEngine::MakeLanes(const std::vector<ParamTensor>& layout,
         std::max<int64_t>(algorithm->StepsPerRound(), options_.algorithm_options.local_steps_max));
     lane.last_push.resize(static_cast<size_t>(options_.num_workers));
     lane.push_before.resize(static_cast<size_t>(options_.num_workers));
+    lane.held.resize(static_cast<size_t>(options_.num_workers));
   }
   lanes[0].algorithm = std::move(first_algorithm_);
   lanes_ = std::move(lanes);

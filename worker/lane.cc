@@ -96,24 +96,59 @@ void Lane::Push(InFlight& r, const PeerTransport::Chunks& chunks, const PeerHeal
     }
   }
   for (int j : r.nbrs) {
-    std::shared_ptr<RoundPushes>& last = last_push[static_cast<size_t>(j)];
-    std::shared_ptr<RoundPushes>& before = push_before[static_cast<size_t>(j)];
-    const PeerTransport::Reach reach = health.ReachOf(j);
-    const bool returning = reach == PeerTransport::Reach::kWaitForReady;
-    if (!health.up(j) && last != nullptr && !last->Finished(j) &&
-        (!returning || (before != nullptr && !before->Finished(j)))) {
-      inbox->GiveUp(r.step, j);
+    std::deque<HeldPush>& queue = held[static_cast<size_t>(j)];
+    SendHeld(j, health, transport);
+    if (queue.empty() && Room(j, health)) {
+      Send(j, r.step, chunks, r.deadline, r.lasting_deadline, r.pushes, health, transport);
       continue;
     }
-    before = std::move(last);
-    last = r.pushes;
-    transport->Send(j, chunks, returning ? std::max(r.deadline, r.lasting_deadline) : r.deadline,
-                    reach, [pushes = r.pushes, box = inbox, j, step = r.step](absl::Status s) {
-                      if (PeerUnreachable(s)) box->GiveUp(step, j);
-                      absl::MutexLock lock(&pushes->mu);
-                      pushes->ended[j] = {std::move(s), absl::Now()};
-                    });
+    inbox->GiveUp(r.step, j);
+    // To a neighbour gone (not rejoining) the probe under way is enough: its state, once it
+    // rejoins, covers the rounds it missed.
+    if (health.ReachOf(j) != PeerTransport::Reach::kWaitForReady) continue;
+    // After the held ones, in order: a joiner stops waiting for a sender's round once a later
+    // one of its came (GossipInbox::kPassedBy).
+    if (queue.size() == kMaxHeld) queue.pop_front();
+    queue.push_back({.step = r.step,
+                     .chunks = chunks,
+                     .deadline = r.deadline,
+                     .lasting_deadline = r.lasting_deadline,
+                     .pushes = r.pushes});
   }
+}
+
+bool Lane::Room(int j, const PeerHealth& health) const {
+  if (health.up(j)) return true;
+  const std::shared_ptr<RoundPushes>& last = last_push[static_cast<size_t>(j)];
+  if (last == nullptr || last->Finished(j)) return true;
+  if (health.ReachOf(j) != PeerTransport::Reach::kWaitForReady) return false;
+  const std::shared_ptr<RoundPushes>& before = push_before[static_cast<size_t>(j)];
+  return before == nullptr || before->Finished(j);
+}
+
+void Lane::SendHeld(int j, const PeerHealth& health, PeerTransport* transport) {
+  std::deque<HeldPush>& queue = held[static_cast<size_t>(j)];
+  while (!queue.empty() && Room(j, health)) {
+    HeldPush p = std::move(queue.front());
+    queue.pop_front();
+    Send(j, p.step, p.chunks, p.deadline, p.lasting_deadline, p.pushes, health, transport);
+  }
+}
+
+void Lane::Send(int j, int64_t step, const PeerTransport::Chunks& chunks, absl::Time deadline,
+                absl::Time lasting_deadline, const std::shared_ptr<RoundPushes>& pushes,
+                const PeerHealth& health, PeerTransport* transport) {
+  const PeerTransport::Reach reach = health.ReachOf(j);
+  const bool returning = reach == PeerTransport::Reach::kWaitForReady;
+  const absl::Time until = returning ? std::max(deadline, lasting_deadline) : deadline;
+  if (until <= absl::Now()) return;  // a held one nobody would take now
+  push_before[static_cast<size_t>(j)] = std::move(last_push[static_cast<size_t>(j)]);
+  last_push[static_cast<size_t>(j)] = pushes;
+  transport->Send(j, chunks, until, reach, [pushes, box = inbox, j, step](absl::Status s) {
+    if (PeerUnreachable(s)) box->GiveUp(step, j);
+    absl::MutexLock lock(&pushes->mu);
+    pushes->ended[j] = {std::move(s), absl::Now()};
+  });
 }
 
 absl::StatusOr<RoundReport> Lane::Finish(InFlight r, int me, PeerHealth& health) {

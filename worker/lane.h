@@ -12,6 +12,7 @@
 #define TERN_WORKER_LANE_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -150,7 +151,9 @@ struct Lane {
   // earlier round under way is not pushed to again (nor waited for) until that one ends. One
   // rejoining (PeerHealth::ReachOf: waiting for a connection) mixes these rounds later, from its
   // inbox, while its state comes over the same link: its push has until `r.lasting_deadline`
-  // (nobody waits for it past the round's), and it gets the next rounds' too, two in flight.
+  // (nobody waits for it past the round's), and it gets the next rounds' too, two in flight, and
+  // later those past two, once earlier ones ended (held: in order, the newest kMaxHeld, each
+  // until its deadline).
   void Push(InFlight& r, const PeerTransport::Chunks& chunks, const PeerHealth& health,
             PeerTransport* transport);
   // Waits for round `r`'s messages (from the neighbours up, to its deadline) and pushes, judges
@@ -181,8 +184,32 @@ struct Lane {
   // probe; behind a partition each would hang to its deadline).
   std::vector<std::shared_ptr<RoundPushes>> last_push;
   std::vector<std::shared_ptr<RoundPushes>> push_before;  // each neighbour's one before the latest
+  // A round's push to a neighbour rejoining, made once the ones before it end. Dropped, it was
+  // lost to a joiner whose state is from before that round (the two before it, which it refused
+  // while it asked where the group is, had not ended: slow under load): its θ missed that update
+  // and split from the group's.
+  struct HeldPush {
+    int64_t step = 0;
+    PeerTransport::Chunks chunks;
+    absl::Time deadline, lasting_deadline;
+    std::shared_ptr<RoundPushes> pushes;
+  };
+  // Rounds held to each neighbour, oldest first: the newest few (each a message kept alive; a
+  // joiner's state covers the older ones).
+  static constexpr size_t kMaxHeld = 4;
+  std::vector<std::deque<HeldPush>> held;
+
   std::optional<InFlight> round;  // pushed, not mixed yet (with overlap: until the next step)
   bool started = false;           // this step's local update and push are done
+
+  // Push's parts. Whether a push to `j` may go now: at once to a neighbour up, else one at a time
+  // (two to one rejoining).
+  bool Room(int j, const PeerHealth& health) const;
+  // Sends `j`'s held pushes while there is room, dropping those past their deadline.
+  void SendHeld(int j, const PeerHealth& health, PeerTransport* transport);
+  void Send(int j, int64_t step, const PeerTransport::Chunks& chunks, absl::Time deadline,
+            absl::Time lasting_deadline, const std::shared_ptr<RoundPushes>& pushes,
+            const PeerHealth& health, PeerTransport* transport);
 };
 
 }  // namespace tern

@@ -91,9 +91,30 @@ class HeldTransport final : public PeerTransport {
   }
 };
 
+Lane LaneOf(int num_workers) {
+  Lane lane;
+  lane.inbox = std::make_shared<GossipInbox>(32, 1);
+  lane.last_push.resize(static_cast<size_t>(num_workers));
+  lane.push_before.resize(static_cast<size_t>(num_workers));
+  lane.held.resize(static_cast<size_t>(num_workers));
+  return lane;
+}
+
+// Round `step`'s message pushed to `nbrs`, with deadlines `step` s past t0 (ten more lasting).
+void PushRound(Lane& lane, int64_t step, std::vector<int> nbrs, absl::Time t0, const PeerHealth& h,
+               HeldTransport& transport) {
+  InFlight r;
+  r.step = step;
+  r.nbrs = std::move(nbrs);
+  r.deadline = t0 + absl::Seconds(step);
+  r.lasting_deadline = r.deadline + absl::Seconds(10);
+  lane.Push(r, std::make_shared<const std::vector<v1::BundleChunk>>(), h, &transport);
+}
+
 // A neighbour that is down gets one push at a time, with the round's deadline; one rejoining
 // (heard from before, listening again) gets its pushes with the longer deadline and up to two in
 // flight: it mixes those rounds later, from its inbox, while its state comes over the same link.
+// A round's push that waits for those is made once one ends, in order.
 TEST(Lane, ARejoiningNeighboursPushesOutlastTheRoundTwoAtATime) {
   PeerHealth h(3);
   uint64_t sent_to = 0;
@@ -107,21 +128,10 @@ TEST(Lane, ARejoiningNeighboursPushesOutlastTheRoundTwoAtATime) {
   const absl::Status gone = absl::UnavailableError("connection refused");
   h.Judge(0, 1, {1, 2}, {{1, gone}, {2, gone}}, {}, &sent_to, &mixed, &dropped);
   h.Returning(2);
-  Lane lane;
-  lane.inbox = std::make_shared<GossipInbox>(32, 1);
-  lane.last_push.resize(3);
-  lane.push_before.resize(3);
+  Lane lane = LaneOf(3);
   HeldTransport transport;
-  auto chunks = std::make_shared<const std::vector<v1::BundleChunk>>();
-  const absl::Time t0 = absl::Now();
-  for (int64_t step = 2; step < 5; ++step) {
-    InFlight r;
-    r.step = step;
-    r.nbrs = {1, 2};
-    r.deadline = t0 + absl::Seconds(step);
-    r.lasting_deadline = r.deadline + absl::Seconds(10);
-    lane.Push(r, chunks, h, &transport);
-  }
+  const absl::Time t0 = absl::Now() + absl::Hours(1);
+  for (int64_t step = 2; step < 5; ++step) PushRound(lane, step, {1, 2}, t0, h, transport);
   // Worker 1: round 2's push only (a probe). Worker 2: rounds 2 and 3, not 4 while both run.
   ASSERT_EQ(transport.sent.size(), 3u);
   EXPECT_EQ(transport.sent[0].to, 1);
@@ -131,19 +141,68 @@ TEST(Lane, ARejoiningNeighboursPushesOutlastTheRoundTwoAtATime) {
   EXPECT_EQ(transport.sent[1].deadline, t0 + absl::Seconds(12));
   EXPECT_EQ(transport.sent[2].to, 2);
   EXPECT_EQ(transport.sent[2].deadline, t0 + absl::Seconds(13));
-  // Round 2's push to worker 2 ends: round 5's goes.
+  // Round 2's push to worker 2 ends: at round 5, round 4's goes, and round 5's waits.
   transport.sent[1].done(absl::OkStatus());
-  InFlight r;
-  r.step = 5;
-  r.nbrs = {1, 2};
-  r.deadline = t0 + absl::Seconds(5);
-  r.lasting_deadline = r.deadline + absl::Seconds(10);
-  lane.Push(r, chunks, h, &transport);
+  PushRound(lane, 5, {1, 2}, t0, h, transport);
   ASSERT_EQ(transport.sent.size(), 4u);
   EXPECT_EQ(transport.sent[3].to, 2);
+  EXPECT_EQ(transport.sent[3].deadline, t0 + absl::Seconds(14)) << "round 4's";
   for (HeldTransport::Sent& s : transport.sent) {
     if (s.done != nullptr && &s != &transport.sent[1]) s.done(gone);
   }
+}
+
+// A worker joining a running run refuses pushes while it asks where the group is, then keeps
+// the messages of the rounds after the state it takes. A round's push that waited for earlier
+// ones to the joiner still reaches it, in order, once one ended: dropped, it was lost to the
+// joiner, whose θ then missed that update (a split). Only the newest few wait, and none past its
+// deadline.
+TEST(Lane, AJoinersPushesPastTwoUnderWayWaitAndGoInOrder) {
+  PeerHealth h(2);
+  h.Joining(1);
+  h.Returning(1);  // it asked where the group is
+  Lane lane = LaneOf(2);
+  HeldTransport transport;
+  const absl::Time t0 = absl::Now() + absl::Hours(1);
+  const auto deadline = [&](size_t i) { return transport.sent[i].deadline - t0; };
+  for (int64_t step = 1; step < 5; ++step) PushRound(lane, step, {1}, t0, h, transport);
+  ASSERT_EQ(transport.sent.size(), 2u) << "two in flight";
+  transport.sent[0].done(absl::UnavailableError("worker 1 is rejoining the run"));
+  PushRound(lane, 5, {1}, t0, h, transport);
+  ASSERT_EQ(transport.sent.size(), 3u);
+  EXPECT_EQ(deadline(2), absl::Seconds(13)) << "round 3's, the oldest held";
+  transport.sent[1].done(SitsOutError(1, 2));
+  // Its peers wait for it from round 6: every held round goes, the oldest first.
+  h.MarkUp(1);
+  PushRound(lane, 6, {1}, t0, h, transport);
+  ASSERT_EQ(transport.sent.size(), 6u);
+  EXPECT_EQ(deadline(3), absl::Seconds(14));
+  EXPECT_EQ(deadline(4), absl::Seconds(15));
+  EXPECT_EQ(deadline(5), absl::Seconds(16));
+
+  // Down again: more than kMaxHeld rounds behind two under way keep the newest, and one whose
+  // deadline passed meanwhile is not sent.
+  uint64_t sent_to = 0;
+  std::vector<int> mixed, dropped;
+  h.Judge(0, 6, {1}, {{1, absl::DeadlineExceededError("slow")}}, {}, &sent_to, &mixed, &dropped);
+  ASSERT_FALSE(h.up(1));
+  const absl::Time past = absl::Now() - absl::Hours(1);
+  for (int64_t step = 7; step < 11; ++step) PushRound(lane, step, {1}, t0, h, transport);
+  PushRound(lane, 11, {1}, past, h, transport);
+  PushRound(lane, 12, {1}, past, h, transport);
+  ASSERT_EQ(transport.sent.size(), 6u) << "rounds 5 and 6 are still under way";
+  transport.sent[4].done(absl::OkStatus());
+  transport.sent[5].done(absl::OkStatus());
+  PushRound(lane, 13, {1}, t0, h, transport);
+  ASSERT_EQ(transport.sent.size(), 8u);
+  EXPECT_EQ(deadline(6), absl::Seconds(19)) << "rounds 7 and 8 were dropped";
+  EXPECT_EQ(deadline(7), absl::Seconds(20));
+  transport.sent[6].done(absl::OkStatus());
+  transport.sent[7].done(absl::OkStatus());
+  PushRound(lane, 14, {1}, t0, h, transport);
+  ASSERT_EQ(transport.sent.size(), 10u);
+  EXPECT_EQ(deadline(8), absl::Seconds(23)) << "11 and 12 ran out";
+  EXPECT_EQ(deadline(9), absl::Seconds(24));
 }
 
 }  // namespace
