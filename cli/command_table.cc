@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
@@ -110,6 +111,10 @@ constexpr char kLimitFlags[] = "clients/flags/limit_flags.cc";        // incomin
 constexpr char kRecipeFlags[] = "clients/flags/recipe_flags.cc";      // recipe
 
 }  // namespace
+
+bool RunsPeers(const CommandInfo& command) {
+  return absl::c_linear_search(command.groups, kTrainFlags);
+}
 
 std::vector<CommandInfo> CommandTable() {
   return {

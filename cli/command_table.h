@@ -37,6 +37,10 @@ struct CommandInfo {
   bool takes_arguments = false;
 };
 
+// Whether `command` runs peers that gossip (it takes a gossip run's own flags), not clients of an
+// aggregator or an aggregator: which side of a --recipe it takes.
+bool RunsPeers(const CommandInfo& command);
+
 // Every command and variant, in the order `tern help` lists them.
 std::vector<CommandInfo> CommandTable();
 

@@ -5,6 +5,7 @@
 #include "cli/command_table.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,17 @@ TEST(CommandTable, APlainNumberAMissingFlagAnEmptyGroupAndNothingToRunAreRefused
     return t;
   }());
   EXPECT_THAT(std::string(plain.message()), HasSubstr("plain number"));
+}
+
+// A recipe is the workers' where the command runs gossiping peers, else an aggregator's.
+TEST(Recipes, TheSideOfARecipeIsThePeersForTheCommandsThatRunThem) {
+  std::map<std::string, bool> peers;
+  for (const CommandInfo& c : CommandTable()) peers[c.name] = RunsPeers(c);
+  EXPECT_TRUE(peers.at("run"));
+  EXPECT_TRUE(peers.at("worker"));
+  EXPECT_TRUE(peers.at("launch"));
+  EXPECT_FALSE(peers.at("server"));
+  EXPECT_FALSE(peers.at("run --mode=federated|local-sgd|ps"));
 }
 
 std::string FlagValue(const char* name) { return absl::FindCommandLineFlag(name)->CurrentValue(); }

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/algorithm/container.h"
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -106,9 +105,7 @@ int main(int argc, char** argv) {
   }
   // A recipe fills in the flags left out, for the workers or for an aggregator as the command is.
   const tern::RecipeSide side =
-      absl::c_linear_search(command->groups, "clients/flags/train_flags.cc")
-          ? tern::RecipeSide::kPeers
-          : tern::RecipeSide::kAggregator;
+      tern::RunsPeers(*command) ? tern::RecipeSide::kPeers : tern::RecipeSide::kAggregator;
   if (absl::Status s = tern::ApplyRecipe(side, line.flag_names); !s.ok()) {
     return tern::UsageError(absl::StrCat(command->name, ": ", s.message()));
   }
