@@ -174,6 +174,11 @@ ROWS = {
         "worker": AVERAGE_FP4_KEEP + ["--overlap_steps=4"]},
     "tern-average-sign-keep": {"variant": True, "kind": "tern-optim", "uses_h": True,
         "worker": AVERAGE_SIGN_KEEP},
+    # ... streamed: the model in three fragments exchanged in turn (at H 3, one a step), so a
+    # step's exchange carries a third of the signs (~113 KB to three peers: at 10 Mbit/s, 100 ms
+    # within one overlapped step, where the whole model's 340 KB are not).
+    "tern-streaming-average-sign-keep": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": AVERAGE_SIGN_KEEP + ["--fragments=3"]},
     # ... with each exchange overlapping two steps, both kept: at 10 Mbit/s, 100 ms a whole
     # model's signs to three peers (340 KB, ~0.3 s with the round trip) outrun one step.
     "tern-average-sign-keep-tau2": {"variant": True, "kind": "tern-optim", "uses_h": True,
