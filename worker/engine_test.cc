@@ -894,10 +894,21 @@ struct DilocoGroup {
     Step(5, live);
     absl::StatusOr<std::unique_ptr<RoundEngine>> restarted = Restart(3, more);
     if (!restarted.ok()) return restarted.status();
-    // Its ask for the state may come only after the others ended step 6 (its thread slow to be
-    // scheduled): then, between steps, each publishes one, as the daemon's round loop does for
-    // a Gossip.State it cannot answer yet. Before the others are done with step 6, the step's
-    // end publishes it.
+    if (absl::Status s = Rejoin(**restarted, layout, /*at=*/6, live); !s.ok()) return s;
+    engines[3] = *std::move(restarted);
+    return absl::OkStatus();
+  }
+
+  // Worker 3's restarted engine `joiner` registers its model (Init, on a thread of its own, as
+  // the daemon's registration runs; `started` runs here once it is under way) and rejoins at step
+  // `at`: once it knows where the group is, the others (`live`) end step `at`, whose state they
+  // hand over. Its ask for the state may come only after that step ended (its thread slow to be
+  // scheduled): then, between steps, each publishes one, as the daemon's round loop does for a
+  // Gossip.State it cannot answer yet. Before the others are done with the step, its end
+  // publishes it. Without that, a late ask waits out --rejoin_timeout.
+  absl::Status Rejoin(RoundEngine& joiner, const std::vector<ParamTensor>& layout, int64_t at,
+                      const std::vector<bool>& live,
+                      const std::function<void()>& started = nullptr) {
     std::atomic<bool> between_steps{false};
     std::array<absl::Mutex, kWorkers> loop;
     transport.on_state_not_yet = [&](int to) {
@@ -905,16 +916,19 @@ struct DilocoGroup {
       if (between_steps.load()) engines[static_cast<size_t>(to)]->PublishWanted();
     };
     absl::Status init;
-    std::thread joiner(
-        [&] { init = (*restarted)->Init(layout, std::vector<float>(LayoutNumel(layout), 0.0f)); });
-    while ((*restarted)->next_step() != 6) absl::SleepFor(absl::Milliseconds(1));
-    Step(6, live);
+    std::atomic<bool> done{false};
+    std::thread t([&] {
+      init = joiner.Init(layout, std::vector<float>(LayoutNumel(layout), 0.0f));
+      done = true;
+    });
+    if (started) started();
+    // An Init that fails before it knows where the group is ends the wait too.
+    while (joiner.next_step() != at && !done.load()) absl::SleepFor(absl::Milliseconds(1));
+    Step(at, live);
     between_steps = true;
-    joiner.join();
+    t.join();
     transport.on_state_not_yet = nullptr;
-    if (!init.ok()) return init;
-    engines[3] = *std::move(restarted);
-    return absl::OkStatus();
+    return init;
   }
 
   // Every scenario here keeps the group's model the same bytes on every worker, as each
@@ -1171,25 +1185,25 @@ TEST(RoundEngine, DilocoAPushToAWorkerStillAskingWhereTheGroupIsIsNotAwaited) {
     asking.Notify();
     go_on.WaitForNotification();
   };
-  absl::Status init;
-  std::thread joiner([&] { init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)); });
-  asking.WaitForNotification();
   const std::vector<bool> live = {true, true, true, false};
-  g.Step(4, live);
   const auto pushes_to_3 = [&] {
     absl::MutexLock lock(&g.transport.mu);
     return g.transport.sends[3];
   };
-  const int before = pushes_to_3();
-  const absl::Time t0 = absl::Now();
-  g.Step(5, live);  // an exchange: each peer pushes to worker 3 too
-  EXPECT_EQ(pushes_to_3() - before, 3);
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(15)) << "the peers waited for worker 3's message";
-  go_on.Notify();
-  while ((*restarted)->next_step() != 6) absl::SleepFor(absl::Milliseconds(1));
-  g.Step(6, live);  // its source hands over the state after this step
-  joiner.join();
-  ASSERT_THAT(init, IsOk());
+  // Its source hands over the state after step 6.
+  ASSERT_THAT(g.Rejoin(**restarted, Layout(8), /*at=*/6, live,
+                       [&] {
+                         asking.WaitForNotification();
+                         g.Step(4, live);
+                         const int before = pushes_to_3();
+                         const absl::Time t0 = absl::Now();
+                         g.Step(5, live);  // an exchange: each peer pushes to worker 3 too
+                         EXPECT_EQ(pushes_to_3() - before, 3);
+                         EXPECT_LT(absl::Now() - t0, absl::Seconds(15))
+                             << "the peers waited for worker 3's message";
+                         go_on.Notify();
+                       }),
+              IsOk());
   EXPECT_EQ((*restarted)->next_step(), 7);
   g.engines[3] = *std::move(restarted);
   for (int64_t step = 7; step < 16; ++step) {
@@ -1832,12 +1846,7 @@ TEST(RoundEngine, DilocoARestartedWorkerTakesTheGroupsH) {
   g.Step(16, live);
   auto restarted = g.Restart(3, range);
   ASSERT_THAT(restarted, IsOk());
-  absl::Status init;
-  std::thread joiner([&] { init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)); });
-  while ((*restarted)->next_step() != 17) absl::SleepFor(absl::Milliseconds(1));
-  g.Step(17, live);
-  joiner.join();
-  ASSERT_THAT(init, IsOk());
+  ASSERT_THAT(g.Rejoin(**restarted, Layout(8), /*at=*/17, live), IsOk());
   EXPECT_EQ((*restarted)->next_step(), 18);
   g.engines[3] = *std::move(restarted);
   std::vector<int64_t> joiner_sent;
