@@ -82,7 +82,8 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
 // counts as unset, which no check here minds.
 bool IsSet(const absl::CommandLineFlag& flag) { return flag.CurrentValue() != flag.DefaultValue(); }
 
-// "--name=value", "--name value", "-name", "--noname" (absl's negated boolean) -> "name".
+// "--name=value", "--name value", "-name" -> "name". absl's negated boolean "--noname" stays
+// "noname": CheckFlagNames takes it as "name" when no flag is called "noname".
 std::string FlagNameOf(absl::string_view arg) {
   while (absl::ConsumePrefix(&arg, "-")) {
   }

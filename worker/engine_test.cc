@@ -1150,8 +1150,12 @@ TEST(RoundEngine, ARejoinWaitingForTheStateEndsWhenTheWorkerShutsDown) {
   auto restarted = g.Restart(3, [](EngineOptions& o) { o.rejoin_timeout = absl::Minutes(5); });
   ASSERT_THAT(restarted, IsOk());
   absl::Status init;
-  std::thread joiner([&] { init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f)); });
-  while ((*restarted)->next_step() != 6) absl::SleepFor(absl::Milliseconds(1));
+  std::atomic<bool> done{false};
+  std::thread joiner([&] {
+    init = (*restarted)->Init(Layout(8), std::vector<float>(8, 0.0f));
+    done = true;
+  });
+  while ((*restarted)->next_step() != 6 && !done.load()) absl::SleepFor(absl::Milliseconds(1));
   absl::SleepFor(absl::Milliseconds(100));  // asking for the state after step 5, not there yet
   const absl::Time t0 = absl::Now();
   (*restarted)->Shutdown();

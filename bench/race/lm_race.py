@@ -17,8 +17,9 @@ snapshots, --snapshot_model=group), the aggregator's), MB each worker
 sent (on its interface), compute utilization (the compute-only floor's seconds per step × this
 row's steps / its wall time), the row's wall time as a multiple of the floor's, the final loss,
 the loss at equal time (bpb@T: each row's last snapshot by the time the first row to finish took
-its last) and a step's time split; then every tern row's ratio to every anchor. Curves against
-time and bytes: curves-*.png.
+its last), a step's time split and where the cores went (CPU ms a step of every site's
+trainers, daemons and the delay line, start-up included, against the cores' time); then every
+tern row's ratio to every anchor. Curves against time and bytes: curves-*.png.
 
 Layouts: 4shared (4 workers on the machine's cores, as the MLP race) and 2pinned (2 workers,
 each site's processes pinned to a core of its own, so no row is judged by 4 processes sharing 2
@@ -369,13 +370,52 @@ def server_cmd(a, row, rdir, h):
             "--log_level=warn"] + row["server"]
 
 
-class TxSampler:
-    """Each site's interface byte counter, read every second while a row runs (bytes against
-    time, for the curves against bytes)."""
+def cpu_seconds(pid):
+    """User + system CPU seconds of process `pid` (all its threads), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class RowSampler:
+    """While a row runs: each site's interface byte counter every second (bytes against time,
+    for the curves against bytes), and the CPU seconds of the row's processes by role (trainers,
+    daemons, the delay line) every quarter second, so a process that exits is counted to within
+    a quarter second: where the cores went (a row that waits leaves them idle; one whose daemons
+    work takes them from its trainers)."""
 
     def __init__(self, net, n):
         self.net, self.n, self.samples, self._stop = net, n, [], threading.Event()
         self._t = threading.Thread(target=self._loop, daemon=True)
+        self._lock = threading.Lock()
+        self._watched = []  # [role, pid, first seen, last seen]
+        if net.delay_proc is not None:  # it runs through every row: this row's share of it
+            self.watch("delay line", net.delay_proc.pid, since_now=True)
+
+    def watch(self, role, pid, since_now=False):
+        """Counts process `pid`'s CPU under `role`: all of it (a process the row started) or,
+        since_now, what it uses from here on."""
+        first = cpu_seconds(pid) if since_now else 0.0
+        with self._lock:
+            self._watched.append([role, pid, first or 0.0, first or 0.0])
+
+    def sample_cpu(self):
+        with self._lock:
+            for w in self._watched:
+                now = cpu_seconds(w[1])
+                if now is not None:
+                    w[3] = max(w[3], now)
+
+    def cpu_s(self):
+        """{role: CPU seconds this row's processes of that role used}."""
+        out = {}
+        with self._lock:
+            for role, _, first, last in self._watched:
+                out[role] = out.get(role, 0.0) + last - first
+        return out
 
     def __enter__(self):
         self._t.start()
@@ -385,11 +425,19 @@ class TxSampler:
         self._stop.set()
         self._t.join()
 
+    def _tx(self):
+        self.samples.append((time.time(), [self.net.tx_bytes(i) for i in range(self.n)]))
+
     def _loop(self):
+        tick = 0
         while True:
-            self.samples.append((time.time(), [self.net.tx_bytes(i) for i in range(self.n)]))
-            if self._stop.wait(1.0):
-                self.samples.append((time.time(), [self.net.tx_bytes(i) for i in range(self.n)]))
+            self.sample_cpu()
+            if tick % 4 == 0:
+                self._tx()
+            tick += 1
+            if self._stop.wait(0.25):
+                self.sample_cpu()
+                self._tx()
                 return
 
     def mb_at(self, t):
@@ -409,23 +457,27 @@ def run_row(a, net, name, row, rdir, h, lr):
     every = max(1, a.steps // a.snapshots)
     env = env_for(a)
     mains, daemons = [], []
-    with TxSampler(net, a.workers) as tx:
+    with RowSampler(net, a.workers) as tx:
         if row["kind"] == "tern-fed":
             daemons.append(net.popen(0, pin(a, 0, server_cmd(a, row, rdir, h)),
                                      f"{rdir}/server.log", env))
+            tx.watch("server", daemons[-1].pid)
         for i in range(a.workers):
             env_i = dict(env, GLOO_SOCKET_IFNAME=f"rv{i}")
             if row["kind"] == "tern-optim":
                 daemons.append(net.popen(i, pin(a, i, worker_cmd(a, row, i, rdir, h)),
                                          f"{rdir}/worker-{i}.log", env_i))
+                tx.watch("daemons", daemons[-1].pid)
             mains.append(net.popen(i, pin(a, i, rank_cmd(a, row, i, rdir, every, h, lr)),
                                    f"{rdir}/rank-{i}.log", env_i))
+            tx.watch("trainers", mains[-1].pid)
         # Rank 0's exit ends these rows: synchronous training (its snapshots are the model), and
         # the aggregator rows, whose site 0 decides the time cut.
         led = row["kind"] in ("ddp", "ddp-powersgd", "diloco", "diloco-int8", "postlocalsgd",
                               "tern-fed")
         ok = wait_all(mains, time.time() + a.max_seconds + 180,
                       leader=mains[0] if led else None)
+        tx.sample_cpu()
         for d in daemons:
             d.terminate()
         for d in daemons:
@@ -436,7 +488,7 @@ def run_row(a, net, name, row, rdir, h, lr):
         net.kill_all()
     if not net.delay_line_alive():
         raise SystemExit("tern-delay-line died: the links lost their delay (see its log)")
-    return {"ok": ok, "tx": tx}
+    return {"ok": ok, "tx": tx, "cpu_s": tx.cpu_s()}
 
 
 def ranks_of(row, workers):
@@ -502,6 +554,11 @@ def time_split(a, rdir, summaries, floor_step):
     elif floor_step:
         split["compute (floor)"] = 1e3 * floor_step
         split["communicate (rest)"] = split["step"] - 1e3 * floor_step
+    # The harness's own cost, in every row's wall time: models kept for evaluation (a row that
+    # evaluates every H steps keeps more of them). The slowest rank's: the group waits for it.
+    kept = [s.get("snapshot_s", 0.0) for s in summaries]
+    if any(kept):
+        split["snapshots (slowest rank)"] = 1e3 * max(kept) / steps
     return split
 
 
@@ -576,6 +633,14 @@ def print_table(a, results, floor, markdown=False):
         if r.get("ok"):
             print(f"  {name}: ms per step " + ", ".join(f"{k} {v:.0f}" for k, v in
                                                       r["ms_per_step"].items()))
+    cores = getattr(a, "cores", None) or os.cpu_count()
+    for name, r in results.items():
+        if r.get("ok") and r.get("cpu_ms_per_step"):
+            # Every site's processes together, start-up included, against what the cores had.
+            print(f"  {name}: CPU ms a step, all sites: " +
+                  ", ".join(f"{k} {v:.0f}" for k, v in r["cpu_ms_per_step"].items()) +
+                  f" (of {cores} cores × {r['ms_per_step']['step']:.0f} ms = "
+                  f"{cores * r['ms_per_step']['step']:.0f})")
     for name, r in results.items():
         if len(r.get("grid", [])) > 1:  # what tuning tried: each setting's times and final loss
             print(f"  {name} grid: " + "; ".join(
@@ -720,6 +785,7 @@ def main():
               "cmake --build build (it is build/bench/tern-delay-line)", file=sys.stderr)
         return netns.CANNOT_RUN
     a.workers = 2 if a.layout == "2pinned" else 4
+    a.cores = os.cpu_count()
     a.target_list = [float(t) for t in a.targets.split(",")]
     rows = a.rows.split(",")
     for r in rows:
@@ -758,6 +824,8 @@ def main():
                     r["curve"] = curve
                     r.update(summarize(a, curve, summaries, r["tx_mb"], floor_step))
                     r["ms_per_step"] = time_split(a, rdir, summaries, floor_step)
+                    r["cpu_ms_per_step"] = {k: 1e3 * v / max(1.0, r["steps"])
+                                            for k, v in run["cpu_s"].items()}
                     print(f"[{tag}] {label}: wall {fmt(r['wall_s'])} s, final "
                           f"{fmt(r['final_bpb'], '.3f')} bpb, {fmt(r['tx_mb'])} MB/worker",
                           flush=True)

@@ -1,11 +1,13 @@
-"""Tests of lm_race.py's --summary, which reads finished runs, and of its grid: no root, no
-network."""
+"""Tests of lm_race.py's --summary, which reads finished runs, of its grid and of its count of
+where the cores went: no root, no network."""
 import contextlib
 import io
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import time
 import types
 import unittest
 
@@ -94,6 +96,41 @@ class SettingsTest(unittest.TestCase):
         self.assertEqual(lm_race.settings(a, "postlocalsgd"), [(5, 1e-3), (5, 3e-3)])
         self.assertEqual(lm_race.settings(a, "ddp"), [(0, 1e-3), (0, 3e-3)])  # no H
         self.assertEqual(lm_race.settings(a, "compute"), [(0, 3e-3)])  # nor an lr
+
+
+class CpuTest(unittest.TestCase):
+    class Net:  # no namespaces, no delay line: the sampler's byte counters read 0
+        delay_proc = None
+
+        def tx_bytes(self, i):
+            return 0
+
+    def test_a_rows_processes_cpu_is_counted_by_role_after_they_exit(self):
+        burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+        with lm_race.RowSampler(self.Net(), 1) as s:
+            busy = subprocess.Popen([sys.executable, "-c", burn])
+            idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+            s.watch("trainers", busy.pid)
+            s.watch("daemons", idle.pid)
+            busy.wait()
+            idle.wait()
+            time.sleep(0.1)
+        cpu = s.cpu_s()
+        self.assertGreater(cpu["trainers"], 0.4)  # to within a quarter second of its 0.6
+        self.assertLess(cpu["trainers"], 1.0)
+        self.assertLess(cpu["daemons"], 0.2)
+        self.assertIsNone(lm_race.cpu_seconds(busy.pid))  # gone: what was seen is kept
+
+    def test_the_table_says_where_the_cores_went(self):
+        r = row({4.0: 50.0, 3.75: None})
+        r["cpu_ms_per_step"] = {"trainers": 700.0, "daemons": 90.0}
+        a = types.SimpleNamespace(target_list=[4.0, 3.75], rate="10mbit", rtt=100.0,
+                                  layout="4shared", workers=4, cores=2)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            lm_race.print_table(a, {"tern-x": r}, 100.0)
+        self.assertIn("tern-x: CPU ms a step, all sites: trainers 700, daemons 90 "
+                      "(of 2 cores × 400 ms = 800)", out.getvalue())
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ class Run:
         self.corpus = gpt.Corpus(a.sources)
         self.batches = self.corpus.batches(a.batch, a.context, a.seed * 1000003 + a.rank)
         self.compute_s = self.comm_s = 0.0
+        self.snapshot_s = 0.0  # the harness's own cost: models kept for evaluation
         self.steps_done = 0
         self.losses = []
         os.makedirs(a.out, exist_ok=True)
@@ -127,16 +128,19 @@ class Run:
     def snapshot(self, step, params=None, force=False):
         if step % self.a.snapshot_every and not force:
             return
+        t0 = time.time()
         params = params if params is not None else list(self.model.parameters())
         x = torch.cat([p.detach().reshape(-1) for p in params]).numpy().astype("<f4")
         x.tofile(os.path.join(self.a.out, f"step-{step}.f32"))
         self.times.write(json.dumps({"step": step, "t": time.time()}) + "\n")
         self.times.flush()
+        self.snapshot_s += time.time() - t0
 
     def finish(self, **extra):
         end = time.time()
         summary = dict(steps=self.steps_done, start_unix_s=self.start, end_unix_s=end,
                        wall_s=end - self.start, compute_s=self.compute_s, comm_s=self.comm_s,
+                       snapshot_s=self.snapshot_s,
                        first_loss=float(np.mean(self.losses[:10])) if self.losses else None,
                        last_loss=float(np.mean(self.losses[-10:])) if self.losses else None)
         summary.update(extra)
@@ -367,7 +371,9 @@ def run_tern_optim(a, r):
                 # θ, but in a warm-up of averaged gradients, where the worker's model carries
                 # the gradients and every site holds the model DDP would.
                 if a.group_snapshots and step + 1 > opt.warm_up_steps:
+                    t0 = time.time()
                     theta = opt.snapshot(step + 1)
+                    r.snapshot_s += time.time() - t0
                     params = [torch.from_numpy(theta[n]) for n, _ in r.model.named_parameters()]
                 r.snapshot(step + 1, params=params, force=True)
         else:
