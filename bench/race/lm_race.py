@@ -352,9 +352,11 @@ def worker_cmd(a, row, i, rdir, h):
     local = [f"--local_steps={h}"] if row.get("uses_h") else []
     if row.get("sync"):  # as long as lm_rank.py's PostLocalSGD runs DDP
         local.append(f"--sync_steps={max(1, int(0.1 * a.steps))}")
-    if group_model_rows(row):
-        # Every step's θ kept (a copy of the model a step), fetched by lm_rank.py as it goes.
-        local += ["--snapshot_every=1", "--snapshot_model=group", "--max_snapshots=64"]
+    if group_model_rows(row) and i == 0:
+        # Every step's θ kept on worker 0 alone (a copy of the model a step; only its θ is
+        # evaluated), all of them: lm_rank.py fetches those it evaluates after the clock stops.
+        local += ["--snapshot_every=1", "--snapshot_model=group",
+                  f"--max_snapshots={a.steps + 2}"]
     return [a.tern, "worker", f"--id={i}", f"--workers={a.workers}", f"--peers={peers}",
             f"--listen=0.0.0.0:{PORT}", "--trainer=external", "--momentum=0", "--seed=1",
             "--compute_threads=1", "--plaintext", "--log_level=warn",

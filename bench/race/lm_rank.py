@@ -88,6 +88,7 @@ class Run:
         self.batches = self.corpus.batches(a.batch, a.context, a.seed * 1000003 + a.rank)
         self.compute_s = self.comm_s = 0.0
         self.snapshot_s = 0.0  # the harness's own cost: models kept for evaluation
+        self.kept = []  # (step, time, model or a function that fetches it): snapshot()
         self.steps_done = 0
         self.losses = []
         os.makedirs(a.out, exist_ok=True)
@@ -126,15 +127,21 @@ class Run:
         self.steps_done = step + 1
 
     def snapshot(self, step, params=None, force=False):
+        """Keeps the model after `step` steps (or `params`) for evaluation, with the time. Kept
+        in memory and written by finish(), after the clock stops: the files cost every row's
+        trainer a disk write a snapshot, which tern's rows, evaluated every H steps, paid most."""
         if step % self.a.snapshot_every and not force:
             return
         t0 = time.time()
         params = params if params is not None else list(self.model.parameters())
-        x = torch.cat([p.detach().reshape(-1) for p in params]).numpy().astype("<f4")
-        x.tofile(os.path.join(self.a.out, f"step-{step}.f32"))
-        self.times.write(json.dumps({"step": step, "t": time.time()}) + "\n")
-        self.times.flush()
+        x = torch.cat([p.detach().reshape(-1) for p in params])  # a copy
+        self.kept.append((step, t0, x))
         self.snapshot_s += time.time() - t0
+
+    def snapshot_later(self, step, fetch):
+        """As snapshot(), but the model is fetch() called by finish(): the group's θ, which the
+        worker keeps (--snapshot_every=1), fetched after the clock stops rather than each time."""
+        self.kept.append((step, time.time(), fetch))
 
     def finish(self, **extra):
         end = time.time()
@@ -144,6 +151,12 @@ class Run:
                        first_loss=float(np.mean(self.losses[:10])) if self.losses else None,
                        last_loss=float(np.mean(self.losses[-10:])) if self.losses else None)
         summary.update(extra)
+        for step, t, x in self.kept:
+            if callable(x):
+                x = x()
+            x.numpy().astype("<f4").tofile(os.path.join(self.a.out, f"step-{step}.f32"))
+            self.times.write(json.dumps({"step": step, "t": t}) + "\n")
+        self.kept = []
         with open(os.path.join(self.a.out, "summary.json"), "w") as f:
             json.dump(summary, f)
         self.times.close()
@@ -367,19 +380,22 @@ def run_tern_optim(a, r):
             elif step + 1 == a.steps:
                 r.snapshot(step + 1, force=True)
             elif (step + 1) % a.h == a.eval_offset % a.h:
-                params = None
                 # θ, but in a warm-up of averaged gradients, where the worker's model carries
                 # the gradients and every site holds the model DDP would.
                 if a.group_snapshots and step + 1 > opt.warm_up_steps:
-                    t0 = time.time()
-                    theta = opt.snapshot(step + 1)
-                    r.snapshot_s += time.time() - t0
-                    params = [torch.from_numpy(theta[n]) for n, _ in r.model.named_parameters()]
-                r.snapshot(step + 1, params=params, force=True)
+                    r.snapshot_later(step + 1, lambda s=step + 1: group_model(opt, r, s))
+                else:
+                    r.snapshot(step + 1, force=True)
         else:
             r.snapshot(step + 1, force=step + 1 == a.steps)
     r.finish()
     opt.close()
+
+
+def group_model(opt, r, step):
+    """The group's θ after `step` steps as the worker kept it, as one tensor."""
+    theta = opt.snapshot(step)
+    return torch.cat([torch.from_numpy(theta[n]).reshape(-1) for n, _ in r.model.named_parameters()])
 
 
 def run_tern_fed(a, r):
