@@ -25,9 +25,12 @@ if(TERN_SANITIZE)
 endif()
 
 # tern_cc_test(NAME name SRCS a.cc ... DEPS lib ... [TIMEOUT seconds a test, default 300]
-#              [COST n: ctest starts tests of higher cost first; default 0])
+#              [COST n: ctest starts tests of higher cost first; default 0]
+#              [WHOLE: one ctest test runs the whole binary, for many tests of milliseconds
+#               each, where a process per test costs more than the tests (0.2 s each under
+#               ASan); TIMEOUT is then the binary's])
 function(tern_cc_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT;COST" "SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(T "WHOLE" "NAME;TIMEOUT;COST" "SRCS;DEPS" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
@@ -40,6 +43,11 @@ function(tern_cc_test)
   add_executable(${T_NAME} ${T_SRCS})
   target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
   tern_target_settings(${T_NAME})
-  gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 60
-                       PROPERTIES TIMEOUT ${T_TIMEOUT} COST ${T_COST})
+  if(T_WHOLE)
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+    set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} COST ${T_COST})
+  else()
+    gtest_discover_tests(${T_NAME} DISCOVERY_TIMEOUT 60
+                         PROPERTIES TIMEOUT ${T_TIMEOUT} COST ${T_COST})
+  endif()
 endfunction()
