@@ -153,7 +153,11 @@ class Run:
         summary.update(extra)
         for step, t, x in self.kept:
             if callable(x):
-                x = x()
+                try:
+                    x = x()
+                except Exception as e:  # noqa: BLE001 - the worker gone: the others still count
+                    print(f"rank {self.a.rank}: no snapshot of step {step}: {e}", flush=True)
+                    continue
             x.numpy().astype("<f4").tofile(os.path.join(self.a.out, f"step-{step}.f32"))
             self.times.write(json.dumps({"step": step, "t": t}) + "\n")
         self.kept = []
@@ -395,7 +399,8 @@ def run_tern_optim(a, r):
 def group_model(opt, r, step):
     """The group's θ after `step` steps as the worker kept it, as one tensor."""
     theta = opt.snapshot(step)
-    return torch.cat([torch.from_numpy(theta[n]).reshape(-1) for n, _ in r.model.named_parameters()])
+    return torch.cat([torch.from_numpy(theta[n]).reshape(-1)
+                      for n, _ in r.model.named_parameters()])
 
 
 def run_tern_fed(a, r):
