@@ -151,6 +151,20 @@ TEST(Recipes, StreamingDilocoOverlapsTwoStepsInFourStridedFragments) {
   EXPECT_EQ(FlagValue("merge_alpha"), "0.5");
 }
 
+TEST(Recipes, StreamingSignsSendsThreeFragmentsInSignsOverlappingAKeptStep) {
+  absl::FlagSaver saver;
+  SetFlagTo("recipe", "streaming-signs");
+  SetFlagTo("fragments", "4");
+  ASSERT_TRUE(ApplyRecipe(RecipeSide::kPeers, {"recipe", "fragments"}).ok());
+  EXPECT_EQ(FlagValue("algorithm"), "diloco");
+  EXPECT_EQ(FlagValue("codec"), "sign");
+  EXPECT_EQ(FlagValue("outer"), "nesterov:lr=1,momentum=0.3");
+  EXPECT_EQ(FlagValue("overlap"), "true");
+  EXPECT_EQ(FlagValue("keep_overlap"), "true");
+  EXPECT_EQ(FlagValue("fragments"), "4");  // given: the user's
+  EXPECT_FALSE(ApplyRecipe(RecipeSide::kAggregator, {"recipe"}).ok());
+}
+
 TEST(Recipes, AFlagTheRecipeCannotBeWithoutGivenOtherwiseIsRefusedAndChangesNothing) {
   absl::FlagSaver saver;
   SetFlagTo("recipe", "sparseloco");

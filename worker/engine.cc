@@ -82,6 +82,12 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   if (options.max_rounds_ahead < 1 || options.snapshot_every < 0 || options.max_snapshots < 1) {
     return absl::InvalidArgumentError("max_rounds_ahead, max_snapshots must be >= 1");
   }
+  if (options.snapshot_offset < 0 ||
+      (options.snapshot_offset > 0 && options.snapshot_offset >= options.snapshot_every)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot offset ", options.snapshot_offset, " is not in [0, ",
+                     options.snapshot_every, "): it is the step's remainder mod snapshot_every"));
+  }
   const CodecRegistry* codecs = registries->codecs.get();
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<Topology> topology,
                         registries->topologies->Create(options.topology));
@@ -953,7 +959,8 @@ double RoundEngine::DecodeSeconds() const {
 }
 
 bool RoundEngine::SnapshotDue(int64_t step) const {
-  return (options_.snapshot_every > 0 && step % options_.snapshot_every == 0) ||
+  return (options_.snapshot_every > 0 &&
+          step % options_.snapshot_every == options_.snapshot_offset) ||
          step == options_.final_step;
 }
 
@@ -985,9 +992,9 @@ absl::StatusOr<std::vector<float>> RoundEngine::GetSnapshot(int64_t step) const 
     return absl::UnavailableError(
         absl::StrCat("not at step ", step, " yet (done ", next, " steps)"));
   }
-  return absl::NotFoundError(absl::StrCat("no snapshot of step ", step, " (kept every ",
-                                          options_.snapshot_every, " steps, the newest ",
-                                          options_.max_snapshots, ")"));
+  return absl::NotFoundError(absl::StrCat(
+      "no snapshot of step ", step, " (kept every ", options_.snapshot_every, " steps from step ",
+      options_.snapshot_offset, ", the newest ", options_.max_snapshots, ")"));
 }
 
 bool RoundEngine::stopping() const {

@@ -108,8 +108,10 @@ struct EngineOptions {
   // recent messages of that part (trusted: we made them); factor 0 turns it off.
   NormGuardOptions norm_guard{.factor = 10, .window = 16, .min_samples = 1, .flag = "--norm_guard"};
   // Keep the parameters after every `snapshot_every` steps (0: only after step 0), the newest
-  // `max_snapshots` of them.
+  // `max_snapshots` of them: after the steps s with s mod snapshot_every = snapshot_offset (a
+  // diloco worker's τ, the steps its exchange overlaps: each exchange's θ as soon as it is mixed).
   int64_t snapshot_every = 0;
+  int64_t snapshot_offset = 0;  // in [0, snapshot_every)
   // Snapshots keep the group's model (diloco's θ, the same on every worker: what its outer
   // steps made, the one to evaluate) instead of this worker's parameters.
   bool snapshot_group = false;

@@ -1023,6 +1023,32 @@ TEST(RoundEngine, DilocoSnapshotsOfTheGroupsModelAreTheSameOnEveryWorker) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--snapshot_model=own")));
 }
 
+// With an offset the kept steps are those s with s mod snapshot_every = offset (here 1, 3, ...),
+// the others refused as not kept; an offset outside [0, snapshot_every) is refused at start.
+TEST(RoundEngine, SnapshotsWithAnOffsetKeepOnlyTheStepsOfThatRemainder) {
+  constexpr size_t kDim = 8;
+  DilocoGroup g(Layout(kDim), /*fragments=*/0, [](EngineOptions& o) {
+    o.snapshot_every = 2;
+    o.snapshot_offset = 1;
+    o.snapshot_group = true;
+  });
+  for (int64_t s = 0; s < 4; ++s) g.Step(s);
+  const RoundEngine& e = *g.engines[0];
+  EXPECT_THAT(e.GetSnapshot(1), IsOk());
+  EXPECT_THAT(e.GetSnapshot(3), IsOk());
+  EXPECT_THAT(e.GetSnapshot(2).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("kept every 2 steps from step 1")));
+  EXPECT_THAT(e.GetSnapshot(4).status(), StatusIs(absl::StatusCode::kNotFound));
+  for (const int64_t offset : {int64_t{-1}, int64_t{2}}) {
+    EngineOptions bad;
+    bad.snapshot_every = 2;
+    bad.snapshot_offset = offset;
+    EXPECT_THAT(RoundEngine::Create(bad, &g.registries, nullptr).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("snapshot offset")))
+        << offset;
+  }
+}
+
 // A worker that dies leaves the others on one model: each survivor averages the three updates it
 // heard (a third each), where the gossip rule (the dead one's weight to the receiver's own
 // update) would give each survivor another mean, and θ would split.

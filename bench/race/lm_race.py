@@ -82,6 +82,12 @@ ROWS = {
     "postlocalsgd": {"kind": "postlocalsgd", "uses_h": True},
     "diloco": {"kind": "diloco", "uses_h": True},
     "diloco-int8": {"kind": "diloco-int8", "uses_h": True},
+    # DiLoCo int8 with the gentler outer step tern's streamed signs take (lr 1, momentum 0.3), so
+    # the anchor is tuned over the outer step as tern's rows are; "-m5": lr 1, momentum 0.5.
+    "diloco-int8-gentle": {"kind": "diloco-int8", "uses_h": True,
+                           "rank": ["--outer_lr=1", "--outer_momentum=0.3"]},
+    "diloco-int8-m5": {"variant": True, "kind": "diloco-int8", "uses_h": True,
+                       "rank": ["--outer_lr=1", "--outer_momentum=0.5"]},
     "tern-choco-stc": {"kind": "tern-optim", "worker": SLOW_LINK},
     # Round t's exchange overlaps step t+1's compute (docs/worker.md).
     "tern-choco-stc-overlap": {"kind": "tern-optim", "worker": SLOW_LINK + ["--overlap"]},
@@ -180,6 +186,19 @@ ROWS = {
     # within one overlapped step, where the whole model's 340 KB are not).
     "tern-streaming-average-sign-keep": {"variant": True, "kind": "tern-optim", "uses_h": True,
         "worker": AVERAGE_SIGN_KEEP + ["--fragments=3"]},
+    # tern's recipe for a slow link (--recipe=streaming-signs, docs/worker.md "Recipes"): the
+    # streamed signs with an outer Nesterov step (lr 1, momentum 0.3: a steady step of 1.4 times
+    # the mean update) in place of the plain average. The flags the harness reads (diloco,
+    # --overlap) are given too. "-m4", "-m5": momentum 0.4 and 0.5, which overshoot at H 3.
+    "tern-streaming-signs": {"kind": "tern-optim", "uses_h": True,
+        "worker": ["--recipe=streaming-signs", "--algorithm=diloco", "--topology=complete",
+                   "--overlap", "--round_timeout=600"]},
+    "tern-streaming-signs-m4": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": [f.replace("=average", "=nesterov:lr=1,momentum=0.4")
+                   for f in AVERAGE_SIGN_KEEP] + ["--fragments=3"]},
+    "tern-streaming-signs-m5": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": [f.replace("=average", "=nesterov:lr=1,momentum=0.5")
+                   for f in AVERAGE_SIGN_KEEP] + ["--fragments=3"]},
     # ... with each exchange overlapping two steps, both kept: at 10 Mbit/s, 100 ms a whole
     # model's signs to three peers (340 KB, ~0.3 s with the round trip) outrun one step.
     "tern-average-sign-keep-tau2": {"variant": True, "kind": "tern-optim", "uses_h": True,
@@ -286,7 +305,7 @@ def parse():
     p.add_argument("--h", type=int, default=50, help="inner steps between synchronizations")
     p.add_argument("--grid", default="",
                    help="tune every row over 'h=25,50,100;lr=1e-3,3e-3' (H only where used; "
-                        "'h.ROW=10,25' gives ROW its own H)")
+                        "'h.ROW=10,25' or 'lr.ROW=3e-3' gives ROW its own)")
     p.add_argument("--targets", default="4.0,3.75,3.6", help="validation bits per byte")
     p.add_argument("--snapshots", type=int, default=20, help="evaluation points per run")
     p.add_argument("--max_seconds", type=float, default=300, help="a row's time limit")
@@ -353,10 +372,15 @@ def worker_cmd(a, row, i, rdir, h):
     if row.get("sync"):  # as long as lm_rank.py's PostLocalSGD runs DDP
         local.append(f"--sync_steps={max(1, int(0.1 * a.steps))}")
     if group_model_rows(row) and i == 0:
-        # Every step's θ kept on worker 0 alone (a copy of the model a step; only its θ is
-        # evaluated), all of them: lm_rank.py fetches those it evaluates after the clock stops.
-        local += ["--snapshot_every=1", "--snapshot_model=group",
-                  f"--max_snapshots={a.steps + 2}"]
+        # θ kept on worker 0 alone (only its θ is evaluated), all of them: lm_rank.py fetches
+        # those it evaluates after the clock stops. With H fixed, only the steps lm_rank.py
+        # evaluates (each exchange's θ as soon as it is mixed); with H moving, every step's.
+        if any(f.startswith("--local_steps_max=") for f in row["worker"]):
+            local += ["--snapshot_every=1", f"--max_snapshots={a.steps + 2}"]
+        else:
+            local += [f"--snapshot_every={h}", f"--snapshot_offset={overlap_of(row) % h}",
+                      f"--max_snapshots={a.steps // h + 2}"]
+        local.append("--snapshot_model=group")
     return [a.tern, "worker", f"--id={i}", f"--workers={a.workers}", f"--peers={peers}",
             f"--listen=0.0.0.0:{PORT}", "--trainer=external", "--momentum=0", "--seed=1",
             "--compute_threads=1", "--plaintext", "--log_level=warn",
@@ -690,13 +714,13 @@ def plot(a, results, out):
 
 
 def settings(a, name):
-    """(H, lr) pairs to run: the grid's (`h.ROW=` gives one row its own H), or the single
-    --h/--lr."""
+    """(H, lr) pairs to run: the grid's (`h.ROW=` and `lr.ROW=` give one row its own), or the
+    single --h/--lr."""
     row = ROWS[name]
     grid = dict(kv.split("=") for kv in a.grid.split(";") if kv) if a.grid else {}
     h = grid.get("h." + name, grid.get("h", str(a.h)))
     hs = [int(x) for x in h.split(",")] if row.get("uses_h") else [0]
-    lrs = [float(x) for x in grid.get("lr", str(a.lr)).split(",")]
+    lrs = [float(x) for x in grid.get("lr." + name, grid.get("lr", str(a.lr))).split(",")]
     if row["kind"] == "compute":  # the floor's time does not depend on the learning rate
         lrs = [a.lr]
     return list(itertools.product(hs, lrs))

@@ -47,6 +47,9 @@ ABSL_FLAG(std::string, trainer, "builtin",
           "Register)");
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, snapshot_every, 0,
           "worker: keep the parameters every N steps (0: step 0)");
+ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, snapshot_offset, 0,
+          "worker: keep the steps s with s mod --snapshot_every = this (diloco with --overlap: "
+          "the steps the exchange overlaps, so each exchange's θ is kept as soon as it is mixed)");
 ABSL_FLAG(std::string, snapshot_model, "own",
           "worker: what a snapshot keeps: own (this worker's parameters) | group (diloco: the "
           "group's outer model θ, the same on every worker, the one to evaluate; docs/worker.md)");
@@ -97,6 +100,7 @@ absl::StatusOr<DaemonOptions> WorkerDaemonOptionsFromFlags() {
   options.round_log = absl::GetFlag(FLAGS_round_log);
   options.limits = StreamLimitsFromFlags(options.limits);
   options.engine.max_snapshots = std::max(1, absl::GetFlag(FLAGS_max_snapshots).value);
+  options.engine.snapshot_offset = absl::GetFlag(FLAGS_snapshot_offset).value;
   if (const std::string kept = absl::GetFlag(FLAGS_snapshot_model); kept == "group") {
     options.engine.snapshot_group = true;
   } else if (kept != "own") {
