@@ -68,6 +68,10 @@ AVERAGE_INT8_KEEP = ["--algorithm=diloco", "--topology=complete", "--outer=avera
 AVERAGE_FP4_KEEP = ["--codec=fp4" if f == "--codec=int8" else f for f in AVERAGE_INT8_KEEP]
 # ... and in signs (a bit a value and one scale, the mean |x|, per 1,024; sign:chunk=1024).
 AVERAGE_SIGN_KEEP = ["--codec=sign" if f == "--codec=int8" else f for f in AVERAGE_INT8_KEEP]
+# The worker's --recipe=streaming-signs, with the flags the harness reads (diloco, --overlap)
+# given too; a flag given after it (--outer) wins over the recipe's.
+STREAMING_SIGNS = ["--recipe=streaming-signs", "--algorithm=diloco", "--topology=complete",
+                   "--overlap", "--round_timeout=600"]
 # SparseLoCo's recipe (error feedback decaying by 0.95 in place of outer momentum, 64 of every
 # 4,096 values in 2 bits) with the exchange overlapped and the overlapped step kept.
 SPARSELOCO_KEEP = ["--algorithm=diloco", "--topology=complete",
@@ -188,17 +192,13 @@ ROWS = {
         "worker": AVERAGE_SIGN_KEEP + ["--fragments=3"]},
     # tern's recipe for a slow link (--recipe=streaming-signs, docs/worker.md "Recipes"): the
     # streamed signs with an outer Nesterov step (lr 1, momentum 0.3: a steady step of 1.4 times
-    # the mean update) in place of the plain average. The flags the harness reads (diloco,
-    # --overlap) are given too. "-m4", "-m5": momentum 0.4 and 0.5, which overshoot at H 3.
-    "tern-streaming-signs": {"kind": "tern-optim", "uses_h": True,
-        "worker": ["--recipe=streaming-signs", "--algorithm=diloco", "--topology=complete",
-                   "--overlap", "--round_timeout=600"]},
+    # the mean update) in place of the plain average. "-m4", "-m5": the recipe with momentum 0.4
+    # and 0.5, which overshoot at H 3.
+    "tern-streaming-signs": {"kind": "tern-optim", "uses_h": True, "worker": STREAMING_SIGNS},
     "tern-streaming-signs-m4": {"variant": True, "kind": "tern-optim", "uses_h": True,
-        "worker": [f.replace("=average", "=nesterov:lr=1,momentum=0.4")
-                   for f in AVERAGE_SIGN_KEEP] + ["--fragments=3"]},
+        "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=1,momentum=0.4"]},
     "tern-streaming-signs-m5": {"variant": True, "kind": "tern-optim", "uses_h": True,
-        "worker": [f.replace("=average", "=nesterov:lr=1,momentum=0.5")
-                   for f in AVERAGE_SIGN_KEEP] + ["--fragments=3"]},
+        "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=1,momentum=0.5"]},
     # ... with each exchange overlapping two steps, both kept: at 10 Mbit/s, 100 ms a whole
     # model's signs to three peers (340 KB, ~0.3 s with the round trip) outrun one step.
     "tern-average-sign-keep-tau2": {"variant": True, "kind": "tern-optim", "uses_h": True,
