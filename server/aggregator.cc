@@ -412,6 +412,8 @@ absl::Status Aggregator::Resume(absl::Time now) {
   const std::vector<internal::LoggedUpdate>& logged = saved->log.updates;
   std::shared_ptr<internal::AggregatorCheckpoint> fresh;
   uint64_t seq = 0;
+  size_t open_round_updates = 0;
+  int64_t round = 0;
   {
     absl::MutexLock lock(&mu_);
     absl::Status s = Restore(ckpt);
@@ -428,9 +430,17 @@ absl::Status Aggregator::Resume(absl::Time now) {
     state_seq_ = ckpt.generation();
     fresh = SnapshotState();
     seq = state_seq_;
+    if (rounds_->open() && accumulator_ != nullptr) open_round_updates = accumulator_->count();
+    round = rounds_->round();
   }
   if (!logged.empty()) {
     spdlog::info("server: replayed {} accepted updates from {}", logged.size(), store_->log_path());
+  }
+  // A snapshot written mid-round holds the updates accepted before it, so the log alone does not
+  // say what the open round has back.
+  if (open_round_updates > 0) {
+    spdlog::info("server: resumed round {} with {} accepted updates (the snapshot's and the log's)",
+                 round, open_round_updates);
   }
   return WriteCheckpoint(std::move(fresh), seq);
 }
