@@ -966,14 +966,14 @@ bool RoundEngine::SnapshotDue(int64_t step) const {
 
 void RoundEngine::KeepSnapshot(int64_t step) {
   if (!options_.snapshot_group) {
-    const absl::Span<const float> x = params();
-    snapshots_.Keep(step, std::vector<float>(x.begin(), x.end()));
+    snapshots_.Keep(step, params());
     return;
   }
-  // One model-sized copy a snapshot, gathered straight into the store's own.
-  std::vector<float> group(params().size());
-  for (const Lane& lane : lanes_) lane.Place(lane.algorithm->GroupModel(), absl::MakeSpan(group));
-  snapshots_.Keep(step, std::move(group));
+  // One model-sized copy a snapshot, gathered straight into the store's own: the lanes cut the
+  // whole model, so they write every value of it.
+  snapshots_.Keep(step, params().size(), [this](absl::Span<float> group) {
+    for (const Lane& lane : lanes_) lane.Place(lane.algorithm->GroupModel(), group);
+  });
 }
 
 absl::StatusOr<std::vector<float>> RoundEngine::GetSnapshot(int64_t step) const {

@@ -75,6 +75,22 @@ TEST(SnapshotStore, KeepsTheNewestAndEvictsTheOldestFirst) {
   EXPECT_EQ(*store.Get(20), c);
 }
 
+TEST(SnapshotStore, AFullStoreReusesTheEvictedBufferAndHoldsOnlyTheNewValues) {
+  SnapshotStore store(2);
+  store.Keep(0, std::vector<float>{1, 2, 3});
+  store.Keep(1, std::vector<float>{4, 5});  // another size: a buffer of its own
+  store.Keep(2, std::vector<float>{6, 7, 8});
+  store.Keep(3, 3, [](absl::Span<float> out) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] = 10.0f + static_cast<float>(i);
+  });
+  EXPECT_THAT(store.Steps(), ElementsAre(2, 3));
+  EXPECT_THAT(*store.Get(2), ElementsAre(6, 7, 8));
+  EXPECT_THAT(*store.Get(3), ElementsAre(10, 11, 12));
+  SnapshotStore none(0);
+  none.Keep(0, std::vector<float>{1});
+  EXPECT_TRUE(none.Steps().empty());
+}
+
 TEST(SwarmMailbox, AnswersWithOurModelHoldsABoundedQueueAndRefusesOnceClosed) {
   SwarmMailbox box(2);
   EXPECT_TRUE(

@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 
@@ -20,8 +22,14 @@ class SnapshotStore {
  public:
   explicit SnapshotStore(int max_kept) : max_kept_(max_kept) {}
 
-  // Takes `x` (the caller's copy, made outside the lock: a model may be large).
-  void Keep(int64_t step, std::vector<float> x) ABSL_LOCKS_EXCLUDED(mu_);
+  // Keeps `n` values that `fill` writes, every one of them, outside the lock (a model may be
+  // large). The buffer is not zeroed first, and once the store is full it is the evicted one's
+  // (when the sizes agree): a worker keeping a snapshot every few steps faults in no fresh pages
+  // and clears none.
+  void Keep(int64_t step, size_t n, absl::FunctionRef<void(absl::Span<float>)> fill)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Keeps a copy of `x`.
+  void Keep(int64_t step, absl::Span<const float> x) ABSL_LOCKS_EXCLUDED(mu_);
   // The parameters after `step` steps, if kept and not evicted since.
   std::optional<std::vector<float>> Get(int64_t step) const ABSL_LOCKS_EXCLUDED(mu_);
   // The steps kept now, oldest first.
@@ -30,7 +38,11 @@ class SnapshotStore {
  private:
   const int max_kept_;
   mutable absl::Mutex mu_;
-  std::map<int64_t, std::vector<float>> kept_ ABSL_GUARDED_BY(mu_);
+  struct Values {
+    std::unique_ptr<float[]> data;  // default-initialised: no pass zeroing it
+    size_t n = 0;
+  };
+  std::map<int64_t, Values> kept_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tern

@@ -22,7 +22,8 @@ import subprocess
 import sys
 import time
 
-PREFIX = "tern-race"
+# TERN_RACE_PREFIX: a second run beside another (a CI smoke, say) in namespaces of its own.
+PREFIX = os.environ.get("TERN_RACE_PREFIX", "tern-race")
 QUEUE = 7077  # the NFQUEUE queue of the hub's delay line (its own namespace: no clash)
 
 
