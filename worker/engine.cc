@@ -285,6 +285,13 @@ absl::Status RoundEngine::Init(const std::vector<ParamTensor>& layout, absl::Spa
       return s;
     }
   }
+  if (options_.snapshot_every > 0) {
+    // As many as the run will keep: the first step's, one every snapshot_every, the last's.
+    const int64_t runs = options_.final_step > 0 ? options_.final_step / options_.snapshot_every + 2
+                                                 : int64_t{options_.max_snapshots};
+    snapshots_.Reserve(x0.size(),
+                       static_cast<int>(std::min<int64_t>(runs, options_.max_snapshots)));
+  }
   KeepSnapshot(next_step());
   if (asynchronous_) TERN_RETURN_IF_ERROR(Publish(0));
   return absl::OkStatus();

@@ -86,6 +86,13 @@ TEST(SnapshotStore, AFullStoreReusesTheEvictedBufferAndHoldsOnlyTheNewValues) {
   EXPECT_THAT(store.Steps(), ElementsAre(2, 3));
   EXPECT_THAT(*store.Get(2), ElementsAre(6, 7, 8));
   EXPECT_THAT(*store.Get(3), ElementsAre(10, 11, 12));
+  SnapshotStore reserved(2);
+  reserved.Reserve(3, 5);  // two at most
+  reserved.Reserve(2, 1);  // another size: the first reservation's go
+  reserved.Keep(0, std::vector<float>{1, 2});
+  reserved.Keep(1, std::vector<float>{3, 4, 5});
+  EXPECT_THAT(*reserved.Get(0), ElementsAre(1, 2));
+  EXPECT_THAT(*reserved.Get(1), ElementsAre(3, 4, 5));
   SnapshotStore none(0);
   none.Keep(0, std::vector<float>{1});
   EXPECT_TRUE(none.Steps().empty());

@@ -6,6 +6,7 @@
 #define TERN_WORKER_SNAPSHOT_STORE_H_
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,6 +29,11 @@ class SnapshotStore {
   // and clears none.
   void Keep(int64_t step, size_t n, absl::FunctionRef<void(absl::Span<float>)> fill)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes `count` buffers of `n` values ready, their pages faulted in now (at registration,
+  // before the first step), so that keeping a snapshot during training neither faults nor
+  // clears a page. Bounded by max_kept and by kMaxReservedBytes in all.
+  void Reserve(size_t n, int count) ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr size_t kMaxReservedBytes = size_t{1} << 30;
   // Keeps a copy of `x`.
   void Keep(int64_t step, absl::Span<const float> x) ABSL_LOCKS_EXCLUDED(mu_);
   // The parameters after `step` steps, if kept and not evicted since.
@@ -39,10 +45,14 @@ class SnapshotStore {
   const int max_kept_;
   mutable absl::Mutex mu_;
   struct Values {
-    std::unique_ptr<float[]> data;  // default-initialised: no pass zeroing it
+    struct Free {
+      void operator()(float* p) const { std::free(p); }
+    };
+    std::unique_ptr<float, Free> data;  // not zeroed: fill writes every value
     size_t n = 0;
   };
   std::map<int64_t, Values> kept_ ABSL_GUARDED_BY(mu_);
+  std::vector<Values> ready_ ABSL_GUARDED_BY(mu_);  // Reserve's, not yet used
 };
 
 }  // namespace tern
