@@ -98,6 +98,16 @@ TEST(SnapshotStore, AFullStoreReusesTheEvictedBufferAndHoldsOnlyTheNewValues) {
   EXPECT_TRUE(none.Steps().empty());
 }
 
+TEST(SnapshotStore, AStepKeptAgainReplacesItsValuesAndEvictsNothing) {
+  SnapshotStore store(2);
+  store.Keep(1, std::vector<float>{1, 2});
+  store.Keep(2, std::vector<float>{3, 4});
+  store.Keep(2, std::vector<float>{5, 6});  // full, but step 2 is already kept
+  EXPECT_THAT(store.Steps(), ElementsAre(1, 2));
+  EXPECT_THAT(*store.Get(1), ElementsAre(1, 2));
+  EXPECT_THAT(*store.Get(2), ElementsAre(5, 6));
+}
+
 TEST(SwarmMailbox, AnswersWithOurModelHoldsABoundedQueueAndRefusesOnceClosed) {
   SwarmMailbox box(2);
   EXPECT_TRUE(

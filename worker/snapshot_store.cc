@@ -29,14 +29,24 @@ float* AllocateValues(size_t n) {
 
 void SnapshotStore::Keep(int64_t step, size_t n, absl::FunctionRef<void(absl::Span<float>)> fill) {
   if (max_kept_ <= 0) return;
+  // Buffers let go of here are freed after the lock is released (declared first, destroyed last):
+  // freeing a model-sized buffer returns its pages to the kernel, not something to hold a lock for.
+  std::vector<Values> released;
   Values v;
   {
     absl::MutexLock lock(&mu_);
-    // The oldest goes now, not after the new one is in: its buffer is the new one's.
-    while (!kept_.empty() && static_cast<int>(kept_.size()) >= max_kept_) {
-      Values evicted = std::move(kept_.begin()->second);
-      kept_.erase(kept_.begin());
-      if (evicted.n == n) v = std::move(evicted);
+    // The oldest goes now, not after the new one is in: its buffer is the new one's. A step kept
+    // again replaces its own entry and evicts nothing.
+    if (kept_.find(step) == kept_.end()) {
+      while (!kept_.empty() && static_cast<int>(kept_.size()) >= max_kept_) {
+        Values evicted = std::move(kept_.begin()->second);
+        kept_.erase(kept_.begin());
+        if (v.data == nullptr && evicted.n == n) {
+          v = std::move(evicted);
+        } else {
+          released.push_back(std::move(evicted));
+        }
+      }
     }
     if (v.data == nullptr && !ready_.empty() && ready_.back().n == n) {
       v = std::move(ready_.back());
@@ -53,14 +63,21 @@ void SnapshotStore::Keep(int64_t step, size_t n, absl::FunctionRef<void(absl::Sp
   }
   fill(absl::MakeSpan(v.data.get(), n));
   absl::MutexLock lock(&mu_);
-  kept_[step] = std::move(v);
+  auto [it, inserted] = kept_.try_emplace(step);
+  if (!inserted) released.push_back(std::move(it->second));
+  it->second = std::move(v);
+  // Two steps kept at once may both have found room; the newest max_kept_ stay.
+  while (static_cast<int>(kept_.size()) > max_kept_) {
+    released.push_back(std::move(kept_.begin()->second));
+    kept_.erase(kept_.begin());
+  }
 }
 
 void SnapshotStore::Reserve(size_t n, int count) {
   if (n == 0) return;
   count = std::min(count, max_kept_);
-  count = static_cast<int>(
-      std::min<size_t>(static_cast<size_t>(std::max(count, 0)), kMaxReservedBytes / (n * 4)));
+  count = static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(count, 0)),
+                                            kMaxReservedBytes / (n * sizeof(float))));
   std::vector<Values> made;
   for (int i = 0; i < count; ++i) {
     Values v;
