@@ -199,6 +199,15 @@ ROWS = {
         "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=1,momentum=0.4"]},
     "tern-streaming-signs-m5": {"variant": True, "kind": "tern-optim", "uses_h": True,
         "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=1,momentum=0.5"]},
+    # "-o15", "-o2", "-o3": a larger outer step (lr 1.5 / momentum 0.3; lr 2 and 3, no momentum),
+    # to make up for the four sites' AdamW steps partly cancelling in the mean: each ends higher
+    # (docs/benchmarks.md, session 61).
+    "tern-streaming-signs-o15": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=1.5,momentum=0.3"]},
+    "tern-streaming-signs-o2": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=2,momentum=0"]},
+    "tern-streaming-signs-o3": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=3,momentum=0"]},
     # ... with each exchange overlapping two steps, both kept: at 10 Mbit/s, 100 ms a whole
     # model's signs to three peers (340 KB, ~0.3 s with the round trip) outrun one step.
     "tern-average-sign-keep-tau2": {"variant": True, "kind": "tern-optim", "uses_h": True,

@@ -154,6 +154,16 @@ TERN_MULTIVERSION void FillSignedLoop(const uint8_t* signs, size_t n, float valu
   for (; i < n; ++i) out[i] = std::bit_cast<float>(bits ^ kSignMasks.m[signs[i / 8]][i % 8]);
 }
 
+TERN_MULTIVERSION void AddSignedLoop(const uint8_t* signs, size_t n, float value, float* out) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint32_t* m = kSignMasks.m[signs[i / 8]];
+    for (int j = 0; j < 8; ++j) out[i + j] += std::bit_cast<float>(bits ^ m[j]);
+  }
+  for (; i < n; ++i) out[i] += std::bit_cast<float>(bits ^ kSignMasks.m[signs[i / 8]][i % 8]);
+}
+
 TERN_MULTIVERSION void AddScaledLoop(const float* v, size_t n, float w, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] += w * v[i];
 }
@@ -183,6 +193,10 @@ void FillUniform01(RngKey key, uint32_t first, uint32_t n, float* u) {
 
 void FillSigned(const uint8_t* signs, size_t n, float value, float* out) {
   FillSignedLoop(signs, n, value, out);
+}
+
+void AddSigned(const uint8_t* signs, size_t n, float value, float* out) {
+  AddSignedLoop(signs, n, value, out);
 }
 
 void AddScaled(const float* v, size_t n, float w, float* out) { AddScaledLoop(v, n, w, out); }

@@ -44,6 +44,10 @@ float MaxAbs(absl::Span<const float> x);
 void PackSignBits(const float* x, size_t n, uint8_t* out);
 // out[i] = value with its sign flipped where bit i of `signs` is set (one pass, no fill first).
 void FillSigned(const uint8_t* signs, size_t n, float value, float* out);
+// out[i] += value with its sign flipped where bit i of `signs` is set. With value = w * scale it
+// adds the same bits as FillSigned(scale) then AddScaled(w): a product's rounding does not depend
+// on the signs, so w * (±scale) is ±(w * scale).
+void AddSigned(const uint8_t* signs, size_t n, float value, float* out);
 // u[i] = Uniform01Lo(key, first + i) for i < n (vectorised; the same bits on every path).
 void FillUniform01(RngKey key, uint32_t first, uint32_t n, float* u);
 

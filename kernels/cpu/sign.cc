@@ -15,15 +15,13 @@
 namespace tern {
 namespace {
 
-constexpr size_t kDecodeBlock = 4096;  // a multiple of 8, so blocks own whole sign bytes
-
-// Decodes n values of one chunk: +scale, sign-flipped where the stored bit is set.
+// Decodes n values of one chunk: +scale, sign-flipped where the stored bit is set; accumulating,
+// adds w times that in the same pass (the same bits as decoding first, then adding w times it).
 void DecodeChunk(const uint8_t* bits, size_t n, float scale, bool accumulate, float w, float* out) {
-  alignas(64) float tmp[kDecodeBlock];
-  for (size_t b = 0; b < n; b += kDecodeBlock) {
-    const size_t m = std::min(kDecodeBlock, n - b);
-    internal::FillSigned(bits + b / 8, m, scale, accumulate ? tmp : out + b);
-    if (accumulate) internal::AddScaled(tmp, m, w, out + b);
+  if (accumulate) {
+    internal::AddSigned(bits, n, w * scale, out);
+  } else {
+    internal::FillSigned(bits, n, scale, out);
   }
 }
 

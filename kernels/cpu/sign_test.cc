@@ -1,4 +1,6 @@
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -30,6 +32,31 @@ TEST(SignCodec, DecodesToTheChunkMeanMagnitudeWithTheInputSign) {
     EXPECT_NEAR(enc.scales[c], l1 / (end - begin), 1e-5);
     for (size_t i = begin; i < end; ++i) {
       ASSERT_EQ(y[i], std::signbit(x[i]) ? -enc.scales[c] : enc.scales[c]);
+    }
+  }
+}
+
+TEST(SignCodec, AccumulatingAddsTheSameBitsAsDecodingThenAddingTheWeightedValues) {
+  auto codec = NewBuiltinCodecRegistry()->Create("sign:chunk=64");
+  ASSERT_THAT(codec, IsOk());
+  auto x = testing::Gaussian(1003, 83);            // an odd tail: the last chunk ends mid-byte
+  for (size_t i = 128; i < 192; ++i) x[i] = 0.0f;  // a chunk of scale 0: signed zeros
+  EncodedTensor enc;
+  ASSERT_THAT((*codec)->Encode(x, {}, &enc), IsOk());
+  std::vector<float> decoded(x.size());
+  ASSERT_THAT((*codec)->Decode(EncodedView::Of(enc), absl::MakeSpan(decoded)), IsOk());
+  for (const float w : {0.25f, -1.0f / 3.0f, 1.0f}) {
+    std::vector<float> out = testing::Gaussian(x.size(), 84);
+    out[130] = -0.0f;
+    std::vector<float> expected = out;
+    for (size_t i = 0; i < x.size(); ++i) {
+      volatile float product = w * decoded[i];  // rounded alone: no fused multiply-add
+      expected[i] += product;
+    }
+    ASSERT_THAT((*codec)->DecodeAccumulate(EncodedView::Of(enc), w, absl::MakeSpan(out)), IsOk());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(expected[i]))
+          << "value " << i << ", weight " << w;
     }
   }
 }
