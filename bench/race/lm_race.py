@@ -199,6 +199,10 @@ ROWS = {
         "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=1,momentum=0.4"]},
     "tern-streaming-signs-m5": {"variant": True, "kind": "tern-optim", "uses_h": True,
         "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=1,momentum=0.5"]},
+    # The recipe with the whole model's signs every step (H 1, no fragments): where the link
+    # carries 340 KB to three peers within a step's compute (100 Mbit/s and up), the fewest steps.
+    "tern-signs-every-step": {"variant": True, "kind": "tern-optim", "uses_h": True,
+        "worker": STREAMING_SIGNS + ["--fragments=1"]},
     # "-o15", "-o2", "-o3": a larger outer step (lr 1.5 / momentum 0.3; lr 2 and 3, no momentum),
     # to make up for the four sites' AdamW steps partly cancelling in the mean: each ends higher
     # (docs/benchmarks.md, session 61).
