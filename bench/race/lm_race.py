@@ -77,6 +77,14 @@ STREAMING_SIGNS = ["--recipe=streaming-signs", "--algorithm=diloco", "--topology
 SPARSELOCO_KEEP = ["--algorithm=diloco", "--topology=complete",
                    "--outer=sparseloco:lr=1,beta=0.95", "--codec=chunk-topk:chunk=4096,k=64,bits=2",
                    "--overlap", "--keep_overlap", "--round_timeout=600"]
+
+
+def signs_variant(*flags):
+    """A variant row of the streaming-signs recipe with `flags` after it (they win over its)."""
+    return {"variant": True, "kind": "tern-optim", "uses_h": True,
+            "worker": STREAMING_SIGNS + list(flags)}
+
+
 # name -> kind (lm_rank.py), and for tern rows the worker's or the aggregator's flags (and
 # "rank": lm_rank.py's).
 ROWS = {
@@ -195,23 +203,19 @@ ROWS = {
     # the mean update) in place of the plain average. "-m4", "-m5": the recipe with momentum 0.4
     # and 0.5, which overshoot at H 3.
     "tern-streaming-signs": {"kind": "tern-optim", "uses_h": True, "worker": STREAMING_SIGNS},
-    "tern-streaming-signs-m4": {"variant": True, "kind": "tern-optim", "uses_h": True,
-        "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=1,momentum=0.4"]},
-    "tern-streaming-signs-m5": {"variant": True, "kind": "tern-optim", "uses_h": True,
-        "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=1,momentum=0.5"]},
-    # The recipe with the whole model's signs every step (H 1, no fragments): where the link
-    # carries 340 KB to three peers within a step's compute (100 Mbit/s and up), the fewest steps.
-    "tern-signs-every-step": {"variant": True, "kind": "tern-optim", "uses_h": True,
-        "worker": STREAMING_SIGNS + ["--fragments=1"]},
+    "tern-streaming-signs-m4": signs_variant("--outer=nesterov:lr=1,momentum=0.4"),
+    "tern-streaming-signs-m5": signs_variant("--outer=nesterov:lr=1,momentum=0.5"),
+    # The recipe with the whole model's signs every step (H 1, no fragments), where the link
+    # carries 340 KB to three peers within a step's compute (100 Mbit/s and up). Its momentum
+    # overshoots at H 1 (3.615); the plain average there (tern-average-sign-keep at H 1) takes
+    # DDP's steps to 4.0 and 3.75 (docs/benchmarks.md, session 61).
+    "tern-signs-every-step": signs_variant("--fragments=1"),
     # "-o15", "-o2", "-o3": a larger outer step (lr 1.5 / momentum 0.3; lr 2 and 3, no momentum),
     # to make up for the four sites' AdamW steps partly cancelling in the mean: each ends higher
     # (docs/benchmarks.md, session 61).
-    "tern-streaming-signs-o15": {"variant": True, "kind": "tern-optim", "uses_h": True,
-        "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=1.5,momentum=0.3"]},
-    "tern-streaming-signs-o2": {"variant": True, "kind": "tern-optim", "uses_h": True,
-        "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=2,momentum=0"]},
-    "tern-streaming-signs-o3": {"variant": True, "kind": "tern-optim", "uses_h": True,
-        "worker": STREAMING_SIGNS + ["--outer=nesterov:lr=3,momentum=0"]},
+    "tern-streaming-signs-o15": signs_variant("--outer=nesterov:lr=1.5,momentum=0.3"),
+    "tern-streaming-signs-o2": signs_variant("--outer=nesterov:lr=2,momentum=0"),
+    "tern-streaming-signs-o3": signs_variant("--outer=nesterov:lr=3,momentum=0"),
     # ... with each exchange overlapping two steps, both kept: at 10 Mbit/s, 100 ms a whole
     # model's signs to three peers (340 KB, ~0.3 s with the round trip) outrun one step.
     "tern-average-sign-keep-tau2": {"variant": True, "kind": "tern-optim", "uses_h": True,
