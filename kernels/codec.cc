@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -69,6 +70,35 @@ absl::Status Codec::DecodeAccumulateEachImpl(const EncodedView& in,
                                              absl::Span<const WeightedTarget> targets) const {
   for (const WeightedTarget& t : targets) {
     if (absl::Status s = DecodeImpl(in, t.weight, /*accumulate=*/true, t.out, nullptr); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Codec::DecodeAccumulateMany(absl::Span<const EncodedView> ins,
+                                         absl::Span<const float> weights,
+                                         absl::Span<float> out) const {
+  if (weights.size() != ins.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Name(), ": ", ins.size(), " payloads and ", weights.size(), " weights"));
+  }
+  std::vector<std::string> flats(ins.size());
+  std::vector<EncodedView> views;
+  views.reserve(ins.size());
+  for (size_t j = 0; j < ins.size(); ++j) {
+    if (absl::Status s = internal::CheckView(Name(), ins[j], out.size()); !s.ok()) return s;
+    views.push_back(InOnePlace(ins[j], &flats[j]));
+  }
+  return DecodeAccumulateManyImpl(views, weights, out);
+}
+
+absl::Status Codec::DecodeAccumulateManyImpl(absl::Span<const EncodedView> ins,
+                                             absl::Span<const float> weights,
+                                             absl::Span<float> out) const {
+  for (size_t j = 0; j < ins.size(); ++j) {
+    if (absl::Status s = DecodeImpl(ins[j], weights[j], /*accumulate=*/true, out, nullptr);
+        !s.ok()) {
       return s;
     }
   }

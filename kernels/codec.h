@@ -177,6 +177,12 @@ class Codec {
   // adds one message to several tensors. On error no target is touched.
   absl::Status DecodeAccumulateEach(const EncodedView& in,
                                     absl::Span<const WeightedTarget> targets) const;
+  // out += Σ_j weights[j] · decode(ins[j]), bit for bit as DecodeAccumulate of each in turn, in
+  // order: for a receiver that sums several messages of this codec. Where the codec can, one
+  // pass over `out` (the sign codec adds a block of every message before the next block, so
+  // `out` is read and written once rather than once per message). On error `out` is unspecified.
+  absl::Status DecodeAccumulateMany(absl::Span<const EncodedView> ins,
+                                    absl::Span<const float> weights, absl::Span<float> out) const;
   // The verdict Decode would give on `in`, without writing a tensor: what a receiver checks a
   // message with on arrival, before it is decoded once into the model.
   absl::Status Validate(const EncodedView& in) const;
@@ -201,6 +207,11 @@ class Codec {
   // target (the first refuses a bad payload before any is touched).
   virtual absl::Status DecodeAccumulateEachImpl(const EncodedView& in,
                                                 absl::Span<const WeightedTarget> targets) const;
+  // DecodeAccumulateMany after the same checks on every view (weights the views' size). The
+  // default is DecodeImpl per view, in order.
+  virtual absl::Status DecodeAccumulateManyImpl(absl::Span<const EncodedView> ins,
+                                                absl::Span<const float> weights,
+                                                absl::Span<float> out) const;
   // Codec-specific validation after the same checks. The default decodes into a per-thread
   // scratch tensor; a codec whose payload can be checked without decoding (the sparse ones:
   // positions only) overrides it.

@@ -84,6 +84,10 @@ class CodecRegistry final : public CodecRegistryOf<Codec> {
   absl::Status DecodeAccumulate(const EncodedView& in, float weight, absl::Span<float> out) const;
   absl::Status DecodeAccumulateEach(const EncodedView& in,
                                     absl::Span<const WeightedTarget> targets) const;
+  // Σ_j weights[j] · decode(ins[j]) added to `out` in order: one codec's DecodeAccumulateMany
+  // where every payload is of that codec, else each payload's DecodeAccumulate in turn.
+  absl::Status DecodeAccumulateMany(absl::Span<const EncodedView> ins,
+                                    absl::Span<const float> weights, absl::Span<float> out) const;
   absl::Status Validate(const EncodedView& in) const;
   absl::StatusOr<double> Norm(const EncodedView& in) const;
 };

@@ -96,6 +96,18 @@ class Run:
         self.start = None
 
     def begin(self):
+        """Starts the clock once every rank of the row is ready, so no row pays for a rank
+        that set up slower than the others: gloo's rows are ready after init_process_group (a
+        rendezvous of all ranks), tern's once DistributedOptimizer is registered with its worker
+        (worker 0 faults in the memory for the run's snapshots of θ first, a second or more).
+        Ready files in the row's folder (the parent of --out); a rank that never gets ready
+        holds the others max_seconds at most."""
+        row_dir = os.path.dirname(os.path.abspath(self.a.out))
+        open(os.path.join(row_dir, f"ready-{self.a.rank}"), "w").close()
+        deadline = time.time() + self.a.max_seconds
+        while time.time() < deadline and not all(
+                os.path.exists(os.path.join(row_dir, f"ready-{i}")) for i in range(self.a.world)):
+            time.sleep(0.005)
         self.start = time.time()
 
     def expired(self):

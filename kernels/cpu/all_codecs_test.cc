@@ -167,6 +167,34 @@ TEST_P(AllCodecs, DecodeAccumulateEachIsDecodeAccumulateIntoEveryTargetBitForBit
   EXPECT_EQ(each, one_by_one);
 }
 
+TEST_P(AllCodecs, DecodeAccumulateManyIsEachPayloadAccumulatedInTurnBitForBit) {
+  // Larger than the sign codec's block of 8,192 values, so blocks and tails both run.
+  const size_t n = 20011;
+  std::vector<EncodedTensor> encoded;
+  for (int j = 0; j < 3; ++j) encoded.push_back(Encode(testing::Gaussian(n, 30 + j), 40 + j));
+  std::vector<EncodedView> views;
+  for (const EncodedTensor& e : encoded) views.push_back(EncodedView::Of(e));
+  const float weights[3] = {0.25f, -0.375f, 1.0f};
+  std::vector<float> many = testing::Gaussian(n, 33), in_turn = many;
+  for (int j = 0; j < 3; ++j) {
+    ASSERT_THAT(codec_->DecodeAccumulate(views[j], weights[j], absl::MakeSpan(in_turn)), IsOk());
+  }
+  ASSERT_THAT(registry_->DecodeAccumulateMany(views, weights, absl::MakeSpan(many)), IsOk());
+  EXPECT_EQ(0, std::memcmp(many.data(), in_turn.data(), 4 * n));
+  // A truncated payload, a weight short or a payload of another size: an error.
+  EncodedView truncated = views[1];
+  truncated.payload = truncated.payload.subspan(0, truncated.payload.size() - 1);
+  const EncodedView with_truncated[3] = {views[0], truncated, views[2]};
+  EXPECT_THAT(registry_->DecodeAccumulateMany(with_truncated, weights, absl::MakeSpan(many)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      codec_->DecodeAccumulateMany(views, absl::MakeConstSpan(weights, 2), absl::MakeSpan(many)),
+      StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<float> short_out(n - 1);
+  EXPECT_THAT(codec_->DecodeAccumulateMany(views, weights, absl::MakeSpan(short_out)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_P(AllCodecs, PayloadIsIdenticalWithAThreadPoolAndReproducibleFromTheSeed) {
   const auto x = testing::Gaussian(300007, 8);
   ThreadPool pool(3);

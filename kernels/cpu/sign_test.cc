@@ -1,6 +1,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -59,6 +60,54 @@ TEST(SignCodec, AccumulatingAddsTheSameBitsAsDecodingThenAddingTheWeightedValues
           << "value " << i << ", weight " << w;
     }
   }
+}
+
+// Payloads of two chunk sizes, and a sign payload beside an int8 one, summed through the
+// registry: each added in turn, bit for bit, as when every payload has the same chunk.
+TEST(SignCodec, SummingPayloadsOfOtherChunksOrCodecsAddsEachInTurn) {
+  const auto registry = NewBuiltinCodecRegistry();
+  const size_t n = 17000;
+  std::vector<EncodedTensor> encoded;
+  int seed = 90;
+  for (const char* spec : {"sign:chunk=64", "sign:chunk=4096", "int8", "sign:chunk=64"}) {
+    auto codec = registry->Create(spec);
+    ASSERT_THAT(codec, IsOk());
+    encoded.emplace_back();
+    ASSERT_THAT((*codec)->Encode(testing::Gaussian(n, seed++), {}, &encoded.back()), IsOk());
+  }
+  std::vector<EncodedView> views;
+  for (const EncodedTensor& e : encoded) views.push_back(EncodedView::Of(e));
+  const float weights[4] = {0.25f, 0.25f, -0.5f, 1.0f / 3.0f};
+  for (const auto& [first, count] : {std::pair<size_t, size_t>{0, 2}, {0, 4}, {1, 3}}) {
+    const auto some = absl::MakeConstSpan(views).subspan(first, count);
+    const auto their_weights = absl::MakeConstSpan(weights).subspan(first, count);
+    std::vector<float> many = testing::Gaussian(n, 99), in_turn = many;
+    for (size_t j = 0; j < count; ++j) {
+      ASSERT_THAT(registry->DecodeAccumulate(some[j], their_weights[j], absl::MakeSpan(in_turn)),
+                  IsOk());
+    }
+    ASSERT_THAT(registry->DecodeAccumulateMany(some, their_weights, absl::MakeSpan(many)), IsOk());
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(many[i]), std::bit_cast<uint32_t>(in_turn[i]))
+          << "value " << i << ", payloads " << first << " to " << first + count - 1;
+    }
+  }
+}
+
+// The norm a receiver's guard asks of every message, from the scales alone: the decoded values'.
+TEST(SignCodec, TheNormFromTheScalesIsTheDecodedTensorsNorm) {
+  auto codec = NewBuiltinCodecRegistry()->Create("sign:chunk=64");
+  ASSERT_THAT(codec, IsOk());
+  const auto x = testing::Gaussian(1003, 85);  // the last chunk short
+  EncodedTensor enc;
+  ASSERT_THAT((*codec)->Encode(x, {}, &enc), IsOk());
+  std::vector<float> decoded(x.size());
+  ASSERT_THAT((*codec)->Decode(EncodedView::Of(enc), absl::MakeSpan(decoded)), IsOk());
+  double sum = 0;
+  for (float v : decoded) sum += static_cast<double>(v) * v;
+  absl::StatusOr<double> norm = (*codec)->Norm(EncodedView::Of(enc));
+  ASSERT_THAT(norm, IsOk());
+  EXPECT_NEAR(*norm, std::sqrt(sum), 1e-12 * std::sqrt(sum));
 }
 
 TEST(SignCodec, RejectsBadChunkAndPadding) {

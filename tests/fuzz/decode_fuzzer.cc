@@ -4,7 +4,9 @@
 // memory out of bounds (ASan + UBSan builds), Validate must give the same verdict, and decoding
 // into several targets at once must write what one DecodeAccumulate per target writes. The same
 // payload cut into pieces (as a receiver may leave it, EncodedView::pieces; the cut sizes from
-// the header's fourth byte) must decode to the same verdict and the same bits.
+// the header's fourth byte) must decode to the same verdict and the same bits, Norm must give
+// Validate's verdict, and the two summed at once (DecodeAccumulateMany) what each added in turn
+// gives.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -70,6 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     std::memcmp(b.data(), b1.data(), 4 * b.size()) != 0)) {
     std::abort();
   }
+  // The norm a receiver's guard measures: Validate's verdict.
+  if (decoder.Norm(view).ok() != s.ok()) std::abort();
   std::vector<absl::string_view> pieces;
   for (size_t at = 0; at < size; at += cut) {
     pieces.emplace_back(reinterpret_cast<const char*>(data) + at, std::min(cut, size - at));
@@ -83,6 +87,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                              : decoder.Decode(split, absl::MakeSpan(from_pieces));
   if (p.ok() != s.ok() || decoder.Validate(split).ok() != s.ok()) std::abort();
   if (s.ok() && numel > 0 && std::memcmp(out.data(), from_pieces.data(), 4 * numel) != 0) {
+    std::abort();
+  }
+  // Several payloads summed at once (the payload in one place and in pieces) are each
+  // DecodeAccumulate'd in turn: the same verdict, and where it decodes the same bits.
+  const tern::EncodedView both[2] = {view, split};
+  const float weights[2] = {0.5f, -3.0f};
+  std::vector<float> many(numel, 1.0f), in_turn = many;
+  const absl::Status m = decoder.DecodeAccumulateMany(both, weights, absl::MakeSpan(many));
+  if (m.ok() != s.ok()) std::abort();
+  if (m.ok() && (!decoder.DecodeAccumulate(view, 0.5f, absl::MakeSpan(in_turn)).ok() ||
+                 !decoder.DecodeAccumulate(split, -3.0f, absl::MakeSpan(in_turn)).ok() ||
+                 (numel > 0 && std::memcmp(many.data(), in_turn.data(), 4 * numel) != 0))) {
     std::abort();
   }
   return 0;

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/rng.h"
@@ -190,6 +191,28 @@ class AlgorithmBase : public Algorithm {
     return TimedDecode(from, t, name, checked, [&](const EncodedView& view) {
       return codecs_->DecodeAccumulateEach(view, targets);
     });
+  }
+  // out += Σ w_j decode(part j), the parts (sender, part) summed in their order, each checked
+  // already (FindValid): one pass over `out` where the codec can (Codec::DecodeAccumulateMany).
+  absl::Status AccumulateMany(absl::Span<const std::pair<int, const EncodedTensor*>> parts,
+                              absl::string_view name, absl::Span<const float> weights,
+                              absl::Span<float> out) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<EncodedView> views;
+    views.reserve(parts.size());
+    for (const auto& [from, t] : parts) {
+      views.push_back(EncodedView::Of(*t));
+      views.back().checked = true;
+    }
+    absl::Status s = codecs_->DecodeAccumulateMany(views, weights, out);
+    decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!s.ok()) {
+      std::vector<int> from;
+      for (const auto& part : parts) from.push_back(part.first);
+      return absl::InvalidArgumentError(absl::StrCat("part '", name, "' from workers ",
+                                                     absl::StrJoin(from, ", "), ": ", s.message()));
+    }
+    return absl::OkStatus();
   }
   // out = decode(t), a part that passed its codec's checks (FindValid).
   absl::Status DecodeChecked(int from, const EncodedTensor& t, absl::string_view name,
