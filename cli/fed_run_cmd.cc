@@ -567,7 +567,8 @@ class FedWatch {
   bool InjectFaults(int64_t done, const v1::ServerStatus& st) {
     if (run_.kill_edge_round > 0 && !edge_killed_ && !edge_was_killed_ &&
         done >= run_.kill_edge_round) {
-      // Mid-round: in a round it opened for the parent's next task, once an update reached it.
+      // Mid-round: in a round it opened for the parent's next task, once an update reached it
+      // and before the last (a round with every update in closes at once, kill or not).
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
       v1::ServerStatus es;
@@ -575,7 +576,8 @@ class FedWatch {
         if (es.round() != edge_round_seen_) {
           edge_round_seen_ = es.round();
           edge_accepted_at_open_ = es.updates_accepted();
-        } else if (es.updates_accepted() > edge_accepted_at_open_) {
+        } else if (es.updates_accepted() > edge_accepted_at_open_ &&
+                   es.updates_accepted() - edge_accepted_at_open_ < es.clients_alive()) {
           cluster_.Kill(edges_[0]);
           edge_killed_ = edge_was_killed_ = true;
           std::fprintf(
