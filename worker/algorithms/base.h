@@ -197,22 +197,14 @@ class AlgorithmBase : public Algorithm {
   absl::Status AccumulateMany(absl::Span<const std::pair<int, const EncodedTensor*>> parts,
                               absl::string_view name, absl::Span<const float> weights,
                               absl::Span<float> out) {
-    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<int> from;
     std::vector<EncodedView> views;
-    views.reserve(parts.size());
-    for (const auto& [from, t] : parts) {
+    for (const auto& [j, t] : parts) {
+      from.push_back(j);
       views.push_back(EncodedView::Of(*t));
       views.back().checked = true;
     }
-    absl::Status s = codecs_->DecodeAccumulateMany(views, weights, out);
-    decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!s.ok()) {
-      std::vector<int> from;
-      for (const auto& part : parts) from.push_back(part.first);
-      return absl::InvalidArgumentError(absl::StrCat("part '", name, "' from workers ",
-                                                     absl::StrJoin(from, ", "), ": ", s.message()));
-    }
-    return absl::OkStatus();
+    return Timed(from, name, [&] { return codecs_->DecodeAccumulateMany(views, weights, out); });
   }
   // out = decode(t), a part that passed its codec's checks (FindValid).
   absl::Status DecodeChecked(int from, const EncodedTensor& t, absl::string_view name,
@@ -224,14 +216,21 @@ class AlgorithmBase : public Algorithm {
   template <typename Decode>
   absl::Status TimedDecode(int from, const EncodedTensor& t, absl::string_view name, bool checked,
                            Decode decode) {
-    const auto t0 = std::chrono::steady_clock::now();
     EncodedView view = EncodedView::Of(t);
     view.checked = checked;
-    absl::Status s = decode(view);
+    const int senders[1] = {from};
+    return Timed(senders, name, [&] { return decode(view); });
+  }
+  // `decode`() timed as decoding (decode_seconds); its error names the part and its senders.
+  template <typename Decode>
+  absl::Status Timed(absl::Span<const int> from, absl::string_view name, Decode decode) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = decode();
     decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("part '", name, "' from worker ", from, ": ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat("part '", name, "' from worker",
+                                                     from.size() == 1 ? " " : "s ",
+                                                     absl::StrJoin(from, ", "), ": ", s.message()));
     }
     return absl::OkStatus();
   }
