@@ -210,6 +210,14 @@ ROWS = {
     # overshoots at H 1 (3.615); the plain average there (tern-average-sign-keep at H 1) takes
     # DDP's steps to 4.0 and 3.75 (docs/benchmarks.md, session 61).
     "tern-signs-every-step": signs_variant("--fragments=1"),
+    # Between H 3 and H 1, for 100 Mbit/s (run at --grid 'h=2'): the model in two fragments, one
+    # exchanged each step, with the recipe's step ("-f2"), a lighter momentum ("-f2-m15"), or
+    # the plain average ("tern-streaming-average-sign-keep-f2").
+    "tern-streaming-signs-f2": signs_variant("--fragments=2"),
+    "tern-streaming-signs-f2-m15": signs_variant("--fragments=2",
+                                                 "--outer=nesterov:lr=1,momentum=0.15"),
+    "tern-streaming-average-sign-keep-f2": {"variant": True, "kind": "tern-optim",
+        "uses_h": True, "worker": AVERAGE_SIGN_KEEP + ["--fragments=2"]},
     # "-o15", "-o2", "-o3": a larger outer step (lr 1.5 / momentum 0.3; lr 2 and 3, no momentum),
     # to make up for the four sites' AdamW steps partly cancelling in the mean: each ends higher
     # (docs/benchmarks.md, session 61).
