@@ -211,8 +211,9 @@ ROWS = {
     # DDP's steps to 4.0 and 3.75 (docs/benchmarks.md, session 61).
     "tern-signs-every-step": signs_variant("--fragments=1"),
     # Between H 3 and H 1, for 100 Mbit/s (run at --grid 'h=2'): the model in two fragments, one
-    # exchanged each step, with the recipe's step ("-f2"), a lighter momentum ("-f2-m15"), or
-    # the plain average ("tern-streaming-average-sign-keep-f2").
+    # exchanged each step, with the recipe's step ("-f2": overshoots, 3.609), a lighter momentum
+    # ("-f2-m15": 59 and 141 steps to 4.0 and 3.75, 3.541), or the plain average
+    # ("tern-streaming-average-sign-keep-f2": 57 and 141, 3.576; docs/benchmarks.md, session 63).
     "tern-streaming-signs-f2": signs_variant("--fragments=2"),
     "tern-streaming-signs-f2-m15": signs_variant("--fragments=2",
                                                  "--outer=nesterov:lr=1,momentum=0.15"),
