@@ -100,6 +100,11 @@ ROWS = {
                            "rank": ["--outer_lr=1", "--outer_momentum=0.3"]},
     "diloco-int8-m5": {"variant": True, "kind": "diloco-int8", "uses_h": True,
                        "rank": ["--outer_lr=1", "--outer_momentum=0.5"]},
+    # DiLoCo's loop with the plain average (outer lr 1, no momentum) in fp32: at H 1 the sites'
+    # models averaged exactly after every AdamW step, the outer-step family's best case (no
+    # codec, no overlap) against which its final loss is read.
+    "diloco-average": {"variant": True, "kind": "diloco", "uses_h": True,
+                       "rank": ["--outer_lr=1", "--outer_momentum=0"]},
     "tern-choco-stc": {"kind": "tern-optim", "worker": SLOW_LINK},
     # Round t's exchange overlaps step t+1's compute (docs/worker.md).
     "tern-choco-stc-overlap": {"kind": "tern-optim", "worker": SLOW_LINK + ["--overlap"]},

@@ -330,7 +330,9 @@ def run_diloco(a, r):
     outer = [p.detach().clone() for p in params]  # θ, the shared parameters
     for p in outer:
         p.grad = torch.zeros_like(p)
-    outer_opt = torch.optim.SGD(outer, lr=a.outer_lr, momentum=a.outer_momentum, nesterov=True)
+    # Momentum 0 is the plain average (torch refuses Nesterov without momentum).
+    outer_opt = torch.optim.SGD(outer, lr=a.outer_lr, momentum=a.outer_momentum,
+                                nesterov=a.outer_momentum > 0)
     inner = gpt.adamw(r.model, a.lr)
     dist.barrier()
     r.begin()
