@@ -27,6 +27,7 @@
 #include "clients/flags/service_flags.h"
 #include "clients/flags/train_flags.h"
 #include "clients/flags/worker_flags.h"
+#include "common/cpu_policy.h"
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "core/model/bundle.h"
@@ -165,6 +166,11 @@ absl::Status CheckWorkerFlags() {
   if (!absl::GetFlag(FLAGS_final_model).empty() && trainer_kind != "builtin") {
     return absl::InvalidArgumentError("--final_model needs --trainer=builtin");
   }
+  if (const std::string p = absl::GetFlag(FLAGS_cpu_policy);
+      p != "auto" && !ParseCpuPolicy(p).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cpu_policy=", p, ": must be auto, batch or normal"));
+  }
   TERN_RETURN_IF_ERROR(CheckServingFlags());
   if (trainer_kind == "builtin") TERN_RETURN_IF_ERROR(CheckDataFlags());
   TERN_RETURN_IF_ERROR(ApplyElasticFlags());
@@ -199,6 +205,18 @@ absl::Status CheckWorkerFlags() {
 }
 
 int WorkerMain() {
+  // Before the daemon starts a thread (the rendezvous's, gRPC's, the engine's), so each inherits
+  // it; only the BLAS library's pool, made at load and idle with an external trainer, keeps
+  // the default.
+  const std::string policy_flag = absl::GetFlag(FLAGS_cpu_policy);
+  const CpuPolicy policy =
+      policy_flag == "auto"
+          ? (absl::GetFlag(FLAGS_trainer) == "external" ? CpuPolicy::kBatch : CpuPolicy::kNormal)
+          : *ParseCpuPolicy(policy_flag);  // checked above
+  if (absl::Status s = SetThreadCpuPolicy(policy); !s.ok()) {
+    spdlog::warn("worker: {} (--cpu_policy); the threads keep the default policy",
+                 std::string(s.message()));
+  }
   // Signals go to the waiting main thread only; every thread started later inherits the mask.
   sigset_t signals = BlockStopSignals();
 

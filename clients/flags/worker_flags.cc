@@ -45,6 +45,11 @@ ABSL_FLAG(std::string, peers_file, "",
 ABSL_FLAG(std::string, trainer, "builtin",
           "worker: builtin (train the embedded model) | external (wait for a trainer's "
           "Register)");
+ABSL_FLAG(std::string, cpu_policy, "auto",
+          "worker: how the kernel schedules the daemon's threads against the host's others: "
+          "batch (SCHED_BATCH: a waking network thread does not preempt a running trainer; "
+          "docs/worker.md), normal, or auto (batch with --trainer=external, normal with the "
+          "built-in trainer)");
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, snapshot_every, 0,
           "worker: keep the parameters every N steps (0: step 0)");
 ABSL_FLAG(tern::Int64<tern::AtLeast(0)>, snapshot_offset, 0,

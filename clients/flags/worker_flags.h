@@ -15,6 +15,7 @@
 #include "worker/daemon.h"
 
 ABSL_DECLARE_FLAG(tern::Int<tern::In(-1, 255)>, id);
+ABSL_DECLARE_FLAG(std::string, cpu_policy);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 256)>, workers);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 256)>, min_workers);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 256)>, max_workers);
