@@ -205,18 +205,6 @@ absl::Status CheckWorkerFlags() {
 }
 
 int WorkerMain() {
-  // Before the daemon starts a thread (the rendezvous's, gRPC's, the engine's), so each inherits
-  // it; only the BLAS library's pool, made at load and idle with an external trainer, keeps
-  // the default.
-  const std::string policy_flag = absl::GetFlag(FLAGS_cpu_policy);
-  const CpuPolicy policy =
-      policy_flag == "auto"
-          ? (absl::GetFlag(FLAGS_trainer) == "external" ? CpuPolicy::kBatch : CpuPolicy::kNormal)
-          : *ParseCpuPolicy(policy_flag);  // checked above
-  if (absl::Status s = SetThreadCpuPolicy(policy); !s.ok()) {
-    spdlog::warn("worker: {} (--cpu_policy); the threads keep the default policy",
-                 std::string(s.message()));
-  }
   // Signals go to the waiting main thread only; every thread started later inherits the mask.
   sigset_t signals = BlockStopSignals();
 
@@ -231,6 +219,17 @@ int WorkerMain() {
   if (absl::Status s = CheckWorkerFlags(); !s.ok()) {
     std::fprintf(stderr, "tern worker: %s\n", s.ToString().c_str());
     return 2;
+  }
+  // Before the daemon starts a thread (the rendezvous's, gRPC's, the engine's), so each inherits
+  // it; only the BLAS library's pool, made at load and idle with an external trainer, keeps
+  // the default.
+  const std::string policy_flag = absl::GetFlag(FLAGS_cpu_policy);
+  const CpuPolicy policy =
+      policy_flag == "auto" ? (trainer_kind == "external" ? CpuPolicy::kBatch : CpuPolicy::kNormal)
+                            : *ParseCpuPolicy(policy_flag);  // checked just above
+  if (absl::Status s = SetThreadCpuPolicy(policy); !s.ok()) {
+    spdlog::warn("worker: {} (--cpu_policy); the threads keep the default policy",
+                 std::string(s.message()));
   }
   const int workers = absl::GetFlag(FLAGS_workers).value;  // an elastic run's most
   const int min_workers = absl::GetFlag(FLAGS_min_workers).value;
