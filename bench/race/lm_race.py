@@ -196,6 +196,8 @@ ROWS = {
         "worker": AVERAGE_FP4_KEEP},
     "tern-average-fp4-keep-tau4": {"variant": True, "kind": "tern-optim", "uses_h": True,
         "worker": AVERAGE_FP4_KEEP + ["--overlap_steps=4"]},
+    # ... in signs: at 100 Mbit/s, 100 ms run at --grid 'h=3;lr=6e-3' (1.34-1.42x DiLoCo int8's
+    # time to 4.0 at 1.07-1.14x the floor; docs/benchmarks.md, session 66).
     "tern-average-sign-keep": {"variant": True, "kind": "tern-optim", "uses_h": True,
         "worker": AVERAGE_SIGN_KEEP},
     # ... streamed: the model in three fragments exchanged in turn (at H 3, one a step), so a
