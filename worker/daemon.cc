@@ -120,7 +120,9 @@ absl::Status WorkerDaemon::SetPeers(const std::vector<std::string>& addresses, b
 }
 
 absl::Status WorkerDaemon::SetPeer(int id, const std::string& address) {
-  return transport_->SetPeer(id, address);
+  TERN_ASSIGN_OR_RETURN(const bool moved, transport_->SetPeer(id, address));
+  if (moved) engine_->PeerReplaced(id);
+  return absl::OkStatus();
 }
 
 bool WorkerDaemon::ready() {

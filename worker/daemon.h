@@ -89,7 +89,8 @@ class WorkerDaemon {
   // SetPeer; otherwise every peer needs one.
   absl::Status SetPeers(const std::vector<std::string>& addresses, bool absent_ok = false);
   // Peer `id` is now at `address` (a worker whose peers come from the scheduler follows one that
-  // came back elsewhere); nothing done when it is where it was.
+  // came back elsewhere), and the rounds under way stop waiting for the process that was there
+  // (RoundEngine::PeerReplaced); nothing done when it is where it was.
   absl::Status SetPeer(int id, const std::string& address);
   // Whether it can train: a model registered and, with neighbours, their addresses known. Its
   // health service says NOT_SERVING (the whole server and tern.v1.Gossip) until then.

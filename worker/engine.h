@@ -263,6 +263,15 @@ class RoundEngine {
   // connection backing off: that is reset now, and from the next round on pushes to it wait for
   // a connection until its next message comes. Ignores a `j` that is not a peer. Any thread.
   void PeerListening(int j) ABSL_LOCKS_EXCLUDED(mu_);
+  // Worker `j` is another process now (it asked where the group is, or came back at another
+  // address): the one before, if any, is gone, and the messages it had not sent for the rounds
+  // under way here will not come. Those rounds stop waiting for them: a dead peer that took our
+  // message before it died would otherwise hold this worker to the round's deadline, while a
+  // peer whose push to it failed went on, and the two would drop each other's next round (a
+  // split of diloco's θ). The new process sends from a later round (PeerBack), never these. A
+  // `j` never heard from is starting for the first time (a run's start asks where the group is
+  // too): nothing changes. Ignores a `j` that is not a peer. Any thread.
+  void PeerReplaced(int j) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether `j` is another worker of this run.
   bool IsPeer(int j) const { return j >= 0 && j < options_.num_workers && j != options_.worker_id; }

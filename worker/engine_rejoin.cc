@@ -176,9 +176,23 @@ void RoundEngine::PeerListening(int j) {
     absl::MutexLock lock(&mu_);
     peers_listening_.insert(j);
   }
+  PeerReplaced(j);
   // The rounds it sits out come next, and it must mix them: a push made once on a connection
   // still backing off from its death (up to 2 s) would fail, and it would wait a round_timeout.
   if (transport_ != nullptr) transport_->Reconnect(j);
+}
+
+void RoundEngine::PeerReplaced(int j) {
+  if (!IsPeer(j)) return;
+  std::vector<std::shared_ptr<GossipInbox>> inboxes;
+  int64_t under_way;
+  {
+    absl::MutexLock lock(&mu_);
+    // Round next_step_ may be under way (PeerBack's reasoning), later ones not yet.
+    under_way = next_step_;
+    for (const Registered::Route& r : registered_.lanes) inboxes.push_back(r.inbox);
+  }
+  for (const auto& inbox : inboxes) inbox->Replaced(j, under_way);
 }
 
 void RoundEngine::PublishWanted() {

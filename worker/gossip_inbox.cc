@@ -111,6 +111,16 @@ void GossipInbox::GiveUp(int64_t round, int sender) {
   if (round >= floor_) given_up_.insert({round, sender});
 }
 
+void GossipInbox::Replaced(int sender, int64_t round) {
+  absl::MutexLock lock(&mu_);
+  if (latest_.count(sender) == 0) return;
+  // Open rounds past the window hold nothing yet, and Put refuses them anyway.
+  const int64_t last = std::min(round, floor_ + max_ahead_ - 1);
+  for (int64_t r = floor_; r <= last && given_up_.size() < kMaxGivenUp; ++r) {
+    given_up_.insert({r, sender});
+  }
+}
+
 void GossipInbox::Skip(int64_t round) {
   absl::MutexLock lock(&mu_);
   DropBelow(round);

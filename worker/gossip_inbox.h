@@ -72,6 +72,12 @@ class GossipInbox {
 
   // Stops Take() waiting for `sender` in `round` (its push failed: it is gone).
   void GiveUp(int64_t round, int sender);
+  // Another process speaks for `sender` now (it restarted, or came back elsewhere). If one sent
+  // as `sender` before, what it had not sent will not come: Take() stops waiting for `sender` in
+  // every open round up to `round`. One never heard from is a worker starting for the first
+  // time, which may still send for those rounds: nothing changes. A message that is here, or
+  // comes while another sender is awaited, is still taken.
+  void Replaced(int sender, int64_t round);
 
   // Closes every round below `round` without waiting (steps that do not communicate).
   void Skip(int64_t round);

@@ -56,6 +56,31 @@ TEST(GossipInbox, GiveUpStopsTheWaitForThatSender) {
   EXPECT_TRUE(got.empty());
 }
 
+// A peer replaced by another process: a Take already waiting for it stops at once, what it sent
+// before is still taken, and rounds past the one given up through wait for it again. A worker
+// never heard from (one starting for the first time) is still waited for.
+TEST(GossipInbox, AReplacedSenderIsNotWaitedForInTheRoundsUnderWay) {
+  GossipInbox inbox(4);
+  ASSERT_THAT(inbox.Put(0, 2, GossipMessage{}), IsOk());
+  EXPECT_EQ(inbox.Take(0, {2}, {2}, absl::Now() + absl::Seconds(30)).size(), 1u);
+  ASSERT_THAT(inbox.Put(2, 3, GossipMessage{}), IsOk());
+  std::thread replaced([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    inbox.Replaced(2, 2);
+  });
+  const absl::Time t0 = absl::Now();
+  auto got = inbox.Take(1, {2}, {2}, t0 + absl::Seconds(30));
+  replaced.join();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_TRUE(got.empty());
+  got = inbox.Take(2, {2, 3}, {2, 3}, absl::Now() + absl::Seconds(30));
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_EQ(got.count(3), 1u);
+  EXPECT_EQ(inbox.Await(3, {2}, absl::Now() + absl::Milliseconds(20)), (std::vector<int>{2}));
+  inbox.Replaced(1, 3);  // never heard from
+  EXPECT_EQ(inbox.Await(3, {1}, absl::Now() + absl::Milliseconds(20)), (std::vector<int>{1}));
+}
+
 TEST(GossipInbox, ASenderFarAheadIsNotWaitedForInRoundsItHasPassed) {
   GossipInbox inbox(32);
   // Worker 1 went on without us (its half of a split ring ran faster): its message for round

@@ -248,7 +248,7 @@ GrpcTransport::Peer GrpcTransport::MakePeer(const std::string& address) const {
   return p;
 }
 
-absl::Status GrpcTransport::SetPeer(int to, const std::string& address) {
+absl::StatusOr<bool> GrpcTransport::SetPeer(int to, const std::string& address) {
   if (to == self_ || address.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker ", to, " at '", address, "': not a peer's address"));
@@ -260,14 +260,14 @@ absl::Status GrpcTransport::SetPeer(int to, const std::string& address) {
       return absl::InvalidArgumentError(
           absl::StrCat("worker ", to, " is not in the list of ", peers_.size(), " peers"));
     }
-    if (peers_[to].address == address) return absl::OkStatus();
+    if (peers_[to].address == address) return false;
   }
   Peer fresh = MakePeer(address);  // channels are made outside the lock
   absl::MutexLock lock(&mu_);
-  if (peers_[to].address == address) return absl::OkStatus();
+  if (peers_[to].address == address) return false;
   spdlog::info("worker {}: peer {} is now at {} (was {})", self_, to, address, peers_[to].address);
   replaced_.push_back(std::exchange(peers_[to], std::move(fresh)));
-  return absl::OkStatus();
+  return true;
 }
 
 bool GrpcTransport::has_peers() const {

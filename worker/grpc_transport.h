@@ -18,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -43,9 +44,10 @@ class GrpcTransport final : public PeerTransport {
   // Addresses indexed by worker id ("host:port"); the entry for this worker is ignored. With
   // `absent_ok` an empty one is a worker not there yet (calls to it fail until SetPeer).
   absl::Status SetPeers(const std::vector<std::string>& addresses, bool absent_ok = false);
-  // Worker `to` is now at `address` (it came back elsewhere): calls from now on go there. OK and
-  // nothing done when the address is the one known; FailedPrecondition before SetPeers.
-  absl::Status SetPeer(int to, const std::string& address);
+  // Worker `to` is now at `address` (it came back elsewhere): calls from now on go there. True
+  // when it moved; false, and nothing done, when the address is the one known;
+  // FailedPrecondition before SetPeers.
+  absl::StatusOr<bool> SetPeer(int to, const std::string& address);
   bool has_peers() const;
 
   void Send(int to, Chunks chunks, absl::Time deadline, Reach reach,

@@ -301,9 +301,9 @@ TEST(SchedulerRendezvous, WorkersGivenOnlyTheSchedulerFindEachOtherAndAReplaceme
     return DilocoWorkerArgs(dir, sport, tag, {absl::StrCat("--workers=", kWorkers)}, 6000);
   };
   // Process 0 dies at the end of its step 1010, mid-round (H = 20; after the fourth below gave
-  // up on an id, which the dead one frees 1.5 s after its death): a kill landing mid-exchange
-  // could leave one peer with its message and the other without, a split of θ that nothing
-  // repairs yet (docs/server.md, "An elastic run").
+  // up on an id, which the dead one frees 1.5 s after its death): a peer that took its message
+  // before it died stops waiting for it once its replacement is there (the test above), before
+  // the other peer's wait for that one runs out, so the two do not drop each other's round.
   std::vector<pid_t> pids;
   for (int p = 0; p < kWorkers; ++p) {
     std::vector<std::string> a = args(absl::StrCat(p));
@@ -357,6 +357,48 @@ TEST(SchedulerRendezvous, WorkersGivenOnlyTheSchedulerFindEachOtherAndAReplaceme
     const std::string tag = p == victim ? "again" : absl::StrCat(p);
     EXPECT_TRUE(ReadText(absl::StrCat(dir, "/final-", tag, ".bin")) == model) << "process " << p;
   }
+  kill(scheduler, SIGTERM);
+  EXPECT_EQ(Wait(scheduler), 0);
+}
+
+// A peer that took this worker's message and died before sending its own holds the round only
+// until another process speaks for it, not to the round's deadline (180 s here): a peer whose
+// push failed would have gone on meanwhile, and the two would drop each other's next round.
+// Process 1 steps ten times as slowly, so process 0, a period ahead, has pushed its round 119 to
+// it (0.2 s after round 99) before it dies after its step 115 (1.5 s after); its replacement comes
+// back at another port, and the run ends on one model, byte for byte, within half the round
+// deadline.
+TEST(SchedulerRendezvous, ARoundWaitingForADeadPeerEndsWhenItsReplacementComes) {
+  const std::string dir = MakeTempDir();
+  int sport = 0;
+  const pid_t scheduler = StartScheduler(dir, &sport);
+  ASSERT_GT(sport, 0) << "the scheduler did not start";
+  const auto args = [&](const std::string& tag) {
+    std::vector<std::string> a = DilocoWorkerArgs(dir, sport, tag, {"--workers=2"}, 600);
+    a.push_back("--round_timeout=180");  // the last one given counts
+    a.push_back("--min_step_ms=10");     // still running when the replacement rejoins
+    return a;
+  };
+  const absl::Time t0 = absl::Now();
+  std::vector<std::string> slow = args("1");
+  slow.push_back("--min_step_ms=100");
+  slow.push_back("--crash_after_steps=115");
+  const pid_t fast = Spawn(args("0"), dir + "/0.log");
+  const pid_t victim = Spawn(slow, dir + "/1.log");
+  EXPECT_EQ(Wait(victim), 128 + SIGKILL) << ReadText(dir + "/1.log");
+  const pid_t again = Spawn(args("again"), dir + "/again.log");
+  EXPECT_EQ(Wait(fast), 0) << ReadText(dir + "/0.log");
+  EXPECT_EQ(Wait(again), 0) << ReadText(dir + "/again.log");
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(90)) << ReadText(dir + "/0.log");
+  const std::string log = ReadText(dir + "/0.log");
+  const int dead = AssignedId(ReadText(dir + "/1.log"));
+  EXPECT_THAT(log, ::testing::HasSubstr(absl::StrCat("waiting for peers ", dead)));
+  EXPECT_THAT(log, ::testing::HasSubstr(absl::StrCat("peer ", dead, " is now at")));
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("group model differs")));
+  EXPECT_THAT(ReadText(dir + "/again.log"), ::testing::HasSubstr("rejoined at step"));
+  const std::string model = ReadText(dir + "/final-0.bin");
+  EXPECT_GT(model.size(), 100000u);
+  EXPECT_TRUE(ReadText(dir + "/final-again.bin") == model);
   kill(scheduler, SIGTERM);
   EXPECT_EQ(Wait(scheduler), 0);
 }
