@@ -165,6 +165,19 @@ TEST(Recipes, StreamingSignsSendsThreeFragmentsInSignsOverlappingAKeptStep) {
   EXPECT_FALSE(ApplyRecipe(RecipeSide::kAggregator, {"recipe"}).ok());
 }
 
+TEST(Recipes, AverageSignsAveragesTheWholeUpdateInSignsOverlappingAKeptStep) {
+  absl::FlagSaver saver;
+  SetFlagTo("recipe", "average-signs");
+  ASSERT_TRUE(ApplyRecipe(RecipeSide::kPeers, {"recipe"}).ok());
+  EXPECT_EQ(FlagValue("algorithm"), "diloco");
+  EXPECT_EQ(FlagValue("topology"), "complete");
+  EXPECT_EQ(FlagValue("outer"), "average");
+  EXPECT_EQ(FlagValue("codec"), "sign");
+  EXPECT_EQ(FlagValue("overlap"), "true");
+  EXPECT_EQ(FlagValue("keep_overlap"), "true");
+  EXPECT_FALSE(ApplyRecipe(RecipeSide::kAggregator, {"recipe"}).ok());
+}
+
 TEST(Recipes, AFlagTheRecipeCannotBeWithoutGivenOtherwiseIsRefusedAndChangesNothing) {
   absl::FlagSaver saver;
   SetFlagTo("recipe", "sparseloco");

@@ -12,9 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-ABSL_FLAG(std::string, recipe, "",
-          "training: a published method's flags under one name, filling in those not given: "
-          "diloco | streaming-diloco | sparseloco | streaming-signs (docs/worker.md \"Recipes\")");
+ABSL_FLAG(
+    std::string, recipe, "",
+    "training: a published method's flags under one name, filling in those not given: "
+    "diloco | streaming-diloco | sparseloco | streaming-signs | average-signs (docs/worker.md "
+    "\"Recipes\")");
 
 namespace tern {
 
@@ -65,6 +67,18 @@ const std::vector<Recipe>& Recipes() {
                  {"outer", "nesterov:lr=1,momentum=0.3"},
                  {"codec", "sign"},
                  {"fragments", "3"},
+                 {"overlap", "true"},
+                 {"keep_overlap", "true"}},
+       .aggregator = {}},
+      // tern's own for 100 Mbit/s to 1 Gbit/s: the whole model's update in signs (one scale per
+      // 1,024 values, error feedback) every H steps (3 at 100 Mbit/s, 100 ms; 1 at 1 Gbit/s),
+      // plainly averaged, the exchange overlapping one inner step that is kept. The race's
+      // tern-average-sign-keep row (docs/benchmarks.md).
+      {.name = "average-signs",
+       .peers = {{"algorithm", "diloco", true},
+                 {"topology", "complete", true},
+                 {"outer", "average"},
+                 {"codec", "sign"},
                  {"overlap", "true"},
                  {"keep_overlap", "true"}},
        .aggregator = {}},
