@@ -13,6 +13,7 @@
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);       // tern server's (server_cmd.cc)
 ABSL_DECLARE_FLAG(bool, fresh_start_if_damaged);  // tern server's (server_cmd.cc)
+ABSL_DECLARE_FLAG(std::string, lr_schedule);      // clients/flags/train_flags.cc
 ABSL_DECLARE_FLAG(std::string, parent);           // tern server's (server_cmd.cc)
 
 ABSL_FLAG(std::string, mode, "",
@@ -231,6 +232,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   a.task.set_seed(absl::GetFlag(FLAGS_seed));
   TERN_RETURN_IF_ERROR(SetTaskWork(a.mode, &a.task));
   a.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2).value);
+  a.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
   a.client_timeout = absl::Seconds(absl::GetFlag(FLAGS_client_timeout_s).value);
   a.checkpoint_path = absl::GetFlag(FLAGS_checkpoint);
   a.fresh_start_if_damaged = absl::GetFlag(FLAGS_fresh_start_if_damaged);

@@ -49,6 +49,7 @@
 ABSL_DECLARE_FLAG(bool, tls);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_DECLARE_FLAG(std::string, name);
+ABSL_DECLARE_FLAG(std::string, lr_schedule);
 
 ABSL_FLAG(tern::Int<tern::AtLeast(1)>, clients_per_process, 25,
           "run: simulated clients per client process");
@@ -174,6 +175,7 @@ absl::Status CheckFedFlags(const ServerRegistries& registries, FedRun* run) {
     }
     so.aggregator.edge_rounds = absl::GetFlag(FLAGS_edge_rounds).value;
     so.aggregator.downstream = "model";
+    so.aggregator.lr_schedule = "constant";  // the parent's rate reaches its clients (EdgeArgs)
     TERN_RETURN_IF_ERROR(NormalizeAggregatorOptions(so.aggregator, *registries.codecs).status());
   }
   if (const std::string k = absl::GetFlag(FLAGS_kill_edge_at_round); !k.empty()) {
@@ -224,6 +226,7 @@ v1::RunConfig FedConfig(const std::string& name, const FedRun& run, const TrainT
   c.set_local_steps(absl::GetFlag(FLAGS_local_steps).value);
   c.set_batch(absl::GetFlag(FLAGS_batch).value);
   c.set_lr(FedLr());
+  c.set_lr_schedule(absl::GetFlag(FLAGS_lr_schedule));
   c.set_server_lr(absl::GetFlag(FLAGS_server_lr).value);
   c.set_server_momentum(absl::GetFlag(FLAGS_server_momentum).value);
   if (!absl::GetFlag(FLAGS_outer).empty()) c.set_outer(absl::GetFlag(FLAGS_outer));
@@ -303,6 +306,7 @@ std::vector<std::string> ServerFlags(const FedRun& run, const std::string& dir, 
       absl::StrCat("--local_steps=", absl::GetFlag(FLAGS_local_steps).value),
       absl::StrCat("--local_momentum=", absl::GetFlag(FLAGS_local_momentum).value),
       absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch).value), absl::StrCat("--lr=", FedLr()),
+      absl::StrCat("--lr_schedule=", absl::GetFlag(FLAGS_lr_schedule)),
       absl::StrCat("--seed=", absl::GetFlag(FLAGS_seed)),
       absl::StrCat("--client_timeout_s=", absl::GetFlag(FLAGS_client_timeout_s).value),
       // The launcher stops the server once it has evaluated the last round.
@@ -338,24 +342,15 @@ std::vector<std::string> EdgeArgs(const FedRun& run, const std::string& dir, int
                 {absl::StrCat("--listen=", run.site_host(e), ":", port),
                  absl::StrCat("--port_file=", dir, "/edge-", e, ".port"),
                  absl::StrCat("--checkpoint=", dir, "/edge-", e, ".ckpt"),
-                 absl::StrCat("--parent=", parent),
-                 absl::StrCat("--edge_name=edge-", e),
+                 absl::StrCat("--parent=", parent), absl::StrCat("--edge_name=edge-", e),
                  absl::StrCat("--edge_rounds=", absl::GetFlag(FLAGS_edge_rounds).value),
-                 absl::StrCat("--min_clients=", site),
-                 absl::StrCat("--clients_per_round=", k),
+                 absl::StrCat("--min_clients=", site), absl::StrCat("--clients_per_round=", k),
                  absl::StrCat("--min_replies=",
                               min_replies > 0 ? std::clamp(min_replies * site / run.n, 1, k) : k),
-                 "--update_codec=none",
-                 "--error_feedback=false",
-                 "--memory=",
-                 "--downstream=model",
-                 "--downstream_codec=none",
-                 "--server_lr=1",
-                 "--server_momentum=0",
-                 "--outer=",
-                 "--dp_clip=0",
-                 "--secagg=false",
-                 "--linger_s=5"});
+                 "--update_codec=none", "--error_feedback=false", "--memory=", "--downstream=model",
+                 "--downstream_codec=none", "--server_lr=1", "--server_momentum=0", "--outer=",
+                 // Its clients train at the parent task's rate, the parent's schedule.
+                 "--lr_schedule=constant", "--dp_clip=0", "--secagg=false", "--linger_s=5"});
 }
 
 // The client processes, `per` clients to each, a site's (`addresses[e]`: its edge, or the one
@@ -401,6 +396,7 @@ v1::MetricsRow RoundRow(const FedRun& run, int64_t r, const v1::ServerStatus& rs
   row.set_wall_s(absl::ToDoubleSeconds(absl::Now() - start));
   row.set_workers(static_cast<int32_t>(rs.clients_alive()));
   row.set_train_loss(rs.train_loss());
+  if (rs.lr() > 0) row.set_lr(static_cast<float>(rs.lr()));
   row.set_test_loss(ev.loss);
   row.set_test_acc(ev.accuracy);
   row.set_updates(static_cast<int32_t>(rs.last_round_updates()));

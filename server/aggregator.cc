@@ -59,8 +59,30 @@ std::unique_ptr<Rounds> MakeRounds(const AggregatorOptions& o) {
   return std::make_unique<RoundTracker>(o.policy);
 }
 
+// The run's rate by round, from the task's: ps's server step's, or the clients' local rate.
+absl::StatusOr<LrSchedule> RoundLrSchedule(const AggregatorOptions& o) {
+  const double base = o.mode == "ps" ? o.task.gradient().lr() : o.task.local().lr();
+  absl::StatusOr<LrSchedule> lr = ParseLrSchedule(o.lr_schedule, base, o.total_rounds);
+  if (!lr.ok()) {
+    return absl::Status(lr.status().code(),
+                        absl::StrCat("--lr_schedule=", o.lr_schedule, ": ", lr.status().message()));
+  }
+  return lr;
+}
+
+bool Scheduled(const LrSchedule& lr) {
+  return lr.kind != LrSchedule::Kind::kConstant || lr.warmup_steps > 0;
+}
+
+// Checked by NormalizeAggregatorOptions: never the fallback.
+LrSchedule ValidRoundLrSchedule(const AggregatorOptions& o) {
+  return RoundLrSchedule(o).value_or(LrSchedule{});
+}
+
 std::unique_ptr<ServerStep> MakeServerStep(const AggregatorOptions& o, Downstream* downstream,
                                            std::unique_ptr<OuterOptimizer> outer) {
+  // Only ps steps with the run's rate; the other modes' outer step has its own (server_lr).
+  const LrSchedule lr = o.mode == "ps" ? ValidRoundLrSchedule(o) : LrSchedule{};
   const v1::GradientStep& g = o.task.gradient();
   const std::string& opt = g.optimizer();
   if (IsAdamOptimizer(opt)) {
@@ -75,9 +97,9 @@ std::unique_ptr<ServerStep> MakeServerStep(const AggregatorOptions& o, Downstrea
       return std::make_unique<AdamServerStep>(as, static_cast<int64_t>(g.warmup_rounds()),
                                               static_cast<DeltaDownstream*>(downstream));
     }
-    return std::make_unique<AdamServerStep>(as, 0, nullptr);
+    return std::make_unique<AdamServerStep>(as, 0, nullptr, lr);
   }
-  return std::make_unique<OuterServerStep>(std::move(outer));
+  return std::make_unique<OuterServerStep>(std::move(outer), lr);
 }
 
 // The outer optimizer of a run that is not Adam's (null for those), and what it asks of the
@@ -311,6 +333,19 @@ absl::StatusOr<AggregatorOptions> NormalizeAggregatorOptions(AggregatorOptions o
     TERN_RETURN_IF_ERROR(CheckLocalTraining(o.task.local(), o.mode));
   }
   if (o.total_rounds < 1) return absl::InvalidArgumentError("total rounds must be >= 1");
+  TERN_ASSIGN_OR_RETURN(const LrSchedule lr, RoundLrSchedule(o));
+  if (Scheduled(lr) && IsOnebitOptimizer(o.task.gradient().optimizer())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lr_schedule=", o.lr_schedule, " with --optimizer=", o.task.gradient().optimizer(),
+        ": not built (a client catching up replays the missed rounds' steps at its task's one "
+        "rate)"));
+  }
+  if (Scheduled(lr) && o.edge_rounds > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--lr_schedule=", o.lr_schedule,
+                     " on an edge aggregator: its rounds are its parent's; give the schedule to "
+                     "the parent"));
+  }
   if (o.eval_every < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--eval_every must be >= 0, got ", o.eval_every));
@@ -450,6 +485,7 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
     : options_(std::move(options)),
       codecs_(codecs),
       rule_(std::move(rule)),
+      round_lr_(ValidRoundLrSchedule(options_)),
       downstream_(MakeDownstream(options_, codecs)),
       step_(MakeServerStep(options_, downstream_.get(), std::move(outer))),
       rounds_(MakeRounds(options_)),
@@ -592,6 +628,10 @@ absl::StatusOr<FetchResult> Aggregator::Fetch(uint32_t client, absl::Time now, i
   r.task.set_round(rounds_->round());
   if (edge_ != nullptr) r.task.set_total_rounds(counters_.total_rounds());
   step_->AdjustTask(rounds_->round(), &r.task);
+  // The round's local rate: the schedule's (constant: the task's own), or an edge's parent's.
+  if (r.task.has_local()) {
+    r.task.mutable_local()->set_lr(static_cast<float>(RoundLr(rounds_->round())));
+  }
   if (counters_.done()) {
     r.task.set_kind(v1::Task::DONE);
     return r;
@@ -998,10 +1038,16 @@ absl::Status Aggregator::Leave(uint32_t client) {
   return clients_.Leave(client);
 }
 
+double Aggregator::RoundLr(int64_t round) const {
+  if (edge_ != nullptr && edge_->parent_lr() > 0) return edge_->parent_lr();
+  return round_lr_.At(std::max<int64_t>(0, round - 1));
+}
+
 absl::Status Aggregator::CloseRound(absl::Time now, const SecAggServerRound::Result* secure) {
   rounds_->Close();
   const int64_t round = static_cast<int64_t>(counters_.round()) + 1;
   counters_.set_round_closed_unix_s(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+  counters_.set_lr(RoundLr(round));
   if (secure_ != nullptr) {
     // The losses and minibatches the masked updates reported (in the clear, as every client's).
     const double n = secure != nullptr ? static_cast<double>(secure->clients.size()) : 0;
@@ -1248,12 +1294,17 @@ std::vector<float> Aggregator::model() const {
 }
 
 absl::Status Aggregator::Rebase(int64_t parent_round, int64_t parent_client,
-                                uint64_t parent_total_rounds, absl::Span<const float> global) {
+                                uint64_t parent_total_rounds, absl::Span<const float> global,
+                                float parent_lr) {
   std::shared_ptr<internal::AggregatorCheckpoint> ckpt;
   uint64_t seq = 0;
   {
     absl::MutexLock lock(&mu_);
     if (edge_ == nullptr) return absl::FailedPreconditionError("not an edge aggregator");
+    if (!(parent_lr >= 0) || !std::isfinite(parent_lr)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the parent's task has local rate ", parent_lr));
+    }
     if (!have_model_ || global.size() != model_.size()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the parent's model has ", global.size(), " parameters; this edge's ", model_.size()));
@@ -1272,7 +1323,7 @@ absl::Status Aggregator::Rebase(int64_t parent_round, int64_t parent_client,
     }
     const int64_t round = static_cast<int64_t>(counters_.round());
     model_.assign(global.begin(), global.end());
-    edge_->Rebase(parent_round, parent_client, parent_total_rounds, model_, round);
+    edge_->Rebase(parent_round, parent_client, parent_total_rounds, model_, round, parent_lr);
     counters_.set_parent_round(static_cast<uint64_t>(parent_round));
     counters_.set_total_rounds(parent_total_rounds * static_cast<uint64_t>(options_.edge_rounds));
     // The clients' copies are of another model now: every one gets this model whole.

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/model/layout.h"
+#include "core/model/lr_schedule.h"
 #include "core/model/norm_guard.h"
 #include "core/model/outer.h"
 #include "kernels/registry.h"
@@ -85,6 +86,11 @@ struct AggregatorOptions {
   // rounds, then the clients' momenta encoded with task.update_codec both ways, "sign" when that
   // is "none").
   float beta2 = 0.999f;
+  // The learning rate round by round (core/model/lr_schedule.h: constant, cosine[:min=M],
+  // step:every=N[,gamma=G], each with [,warmup=W]), over total_rounds from the task's rate:
+  // ps: the server's step (lr of sgd, adam, lamb); federated, local-sgd and fedbuff: the
+  // clients' local rate (Task.local.lr of each round's task).
+  std::string lr_schedule = "constant";
   // Settings handed to clients (kind, round, total_rounds filled in). Its work matches the
   // mode: task.gradient for ps, task.local for federated and local-sgd.
   v1::Task task;
@@ -195,9 +201,10 @@ class Aggregator {
   // another). Rebase takes a parent task: `global`, the parent's model after `parent_round`,
   // becomes the model the edge's next edge_rounds rounds train from (published at once, and
   // made durable before it returns); a round still open, trained from an older parent model, is
-  // closed unused and its updates counted dropped.
+  // closed unused and its updates counted dropped. The edge's clients train at `parent_lr`, the
+  // parent task's local rate (the parent's --lr_schedule reaches them); 0: the edge's own.
   absl::Status Rebase(int64_t parent_round, int64_t parent_client, uint64_t parent_total_rounds,
-                      absl::Span<const float> global);
+                      absl::Span<const float> global, float parent_lr = 0);
   struct EdgeProgress {
     bool active = false;  // a parent task was taken (and not a stale one)
     int64_t parent_round = -1;
@@ -300,6 +307,11 @@ class Aggregator {
   const AggregatorOptions options_;
   const CodecRegistry* const codecs_;
   const std::unique_ptr<AggregationRule> rule_;
+  // The rate round by round (options_.lr_schedule; constant: the task's): ps's server step
+  // takes it (step_), the other modes hand it to the clients in each round's task.
+  const LrSchedule round_lr_;
+  // Round `round`'s rate: an edge's parent's task's, else round_lr_'s.
+  double RoundLr(int64_t round) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mutable absl::Mutex mu_;
   // The strategies, chosen once from the options: how the model goes down, what a round's
   // close does with the aggregate (step_ may point into downstream_).

@@ -12,7 +12,9 @@
 #include "common/crc32.h"
 #include "common/record_log.h"
 #include "core/federated/protocol.h"
+#include "core/model/adam.h"
 #include "core/model/bundle.h"
+#include "core/model/lr_schedule.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
@@ -722,6 +724,126 @@ TEST_F(AggregatorTest, MajorityVoteStepsByTheVoteAndSendsItDownAsOneBitACoordina
   EXPECT_EQ(copy, x);
   EXPECT_EQ(Crc32(copy.data(), 4 * copy.size()), f->task.model_crc32());
   EXPECT_LT(a->Status(kT0).payload_bytes_down() - down_before, 1025 / 8 + 2 * (4 + 4 + 8));
+}
+
+// ps with --lr_schedule: round r steps at the schedule's rate, outside the momentum (as torch's
+// schedulers scale SGD's lr), and the status says which rate the round took.
+TEST_F(AggregatorTest, PsStepsAtTheScheduledRateOfEachRoundOutsideTheMomentum) {
+  options_.mode = "ps";
+  options_.total_rounds = 3;
+  options_.server_momentum = 0.9;
+  options_.lr_schedule = "step:every=1,gamma=0.5";
+  v1::GradientStep* step = options_.task.mutable_gradient();
+  step->set_batch(8);
+  step->set_lr(0.5f);
+  step->set_optimizer("sgd");
+  auto a = Start(3);
+  ASSERT_NE(a, nullptr);
+  const std::vector<float> g = {1, -2, 0.5f, 4, 0, -1, 2, 1, -0.25f};
+  std::vector<float> x = x0_, m(g.size(), 0.0f);
+  float lr = 0.5f;
+  for (int round = 1; round <= 3; ++round, lr *= 0.5f) {
+    for (uint32_t c = 0; c < 3; ++c) ASSERT_THAT(Push(*a, c, round, 1, g), IsOk());
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+    for (size_t i = 0; i < x.size(); ++i) {
+      m[i] = 0.9f * m[i] + g[i];
+      x[i] -= lr * m[i];
+    }
+    const std::vector<float> got = ModelOf(*a);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(got[i], x[i], 1e-5) << round << " " << i;
+    EXPECT_DOUBLE_EQ(a->Status(kT0).lr(), lr);
+  }
+}
+
+TEST_F(AggregatorTest, PsAdamStepsAsAdamAtEachRoundsScheduledRate) {
+  options_.mode = "ps";
+  options_.total_rounds = 4;
+  options_.lr_schedule = "cosine:warmup=1";
+  v1::GradientStep* step = options_.task.mutable_gradient();
+  step->set_batch(8);
+  step->set_lr(0.01f);
+  step->set_optimizer("adam");
+  step->set_beta1(0.9f);
+  step->set_eps(1e-8f);
+  auto a = Start(3);
+  ASSERT_NE(a, nullptr);
+  const LrSchedule lr = ValueOrFailure(ParseLrSchedule("cosine:warmup=1", 0.01f, 4));
+  AdamState state;
+  state.Reset(x0_.size(), layout_.size());
+  std::vector<float> x = x0_;
+  for (int round = 1; round <= 3; ++round) {
+    std::vector<float> g(9);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(0.7f * static_cast<float>(i) + round);
+    for (uint32_t c = 0; c < 3; ++c) ASSERT_THAT(Push(*a, c, round, 1, g), IsOk());
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+    AdamSettings s{.lr = static_cast<float>(0.01f * lr.Scale(round - 1)),
+                   .beta1 = 0.9f,
+                   .beta2 = options_.beta2,
+                   .eps = 1e-8f};
+    std::vector<float> d(x.size());
+    AdamStep(s, layout_, x, g, &state, absl::MakeSpan(d));
+    for (size_t i = 0; i < x.size(); ++i) x[i] += d[i];
+    EXPECT_EQ(ModelOf(*a), x) << "round " << round;
+  }
+  EXPECT_NEAR(a->Status(kT0).lr(), lr.At(2), 1e-12);
+}
+
+// federated (and local-sgd, fedbuff): each round's task carries the round's local rate.
+TEST_F(AggregatorTest, EachRoundsTaskCarriesTheScheduledLocalRate) {
+  options_.lr_schedule = "cosine:min=0.01";
+  auto a = Start(3);
+  ASSERT_NE(a, nullptr);
+  const LrSchedule lr = ValueOrFailure(ParseLrSchedule("cosine:min=0.01", 0.1f, 5));
+  for (int round = 1; round <= 3; ++round) {
+    const FetchResult f = ValueOrFailure(a->Fetch(0, kT0));
+    ASSERT_EQ(f.task.kind(), v1::Task::TRAIN);
+    EXPECT_FLOAT_EQ(f.task.local().lr(), static_cast<float>(lr.At(round - 1))) << round;
+    for (uint32_t c = 0; c < 3; ++c)
+      ASSERT_THAT(Push(*a, c, round, 1, std::vector<float>(9, 0)), IsOk());
+    ASSERT_THAT(a->Tick(kT0), IsOk());
+    EXPECT_NEAR(a->Status(kT0).lr(), lr.At(round - 1), 1e-12);
+  }
+  EXPECT_LT(lr.At(2), 0.1);
+}
+
+TEST_F(AggregatorTest, AnUnscheduledRunHandsOutTheTasksOwnRate) {
+  auto a = Start(3);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(ValueOrFailure(a->Fetch(0, kT0)).task.local().lr(), 0.1f);
+  for (uint32_t c = 0; c < 3; ++c) ASSERT_THAT(Push(*a, c, 1, 1, std::vector<float>(9, 0)), IsOk());
+  ASSERT_THAT(a->Tick(kT0), IsOk());
+  EXPECT_EQ(ValueOrFailure(a->Fetch(0, kT0)).task.local().lr(), 0.1f);
+  EXPECT_EQ(a->Status(kT0).lr(), static_cast<double>(0.1f));
+}
+
+TEST_F(AggregatorTest, AScheduleIsRefusedWhereItCannotApply) {
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.lr_schedule = "linear"; }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--lr_schedule=linear")));
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.lr_schedule = "cosine:min=1"; }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--lr_schedule")));
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) {
+                o.lr_schedule = "cosine";
+                o.edge_rounds = 2;
+              }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("parent")));
+  EXPECT_THAT(Normalized([](AggregatorOptions& o) {
+                o.lr_schedule = "constant";
+                o.edge_rounds = 2;
+              }),
+              IsOk());
+  auto onebit = [](AggregatorOptions& o) {
+    o.mode = "ps";
+    o.lr_schedule = "constant:warmup=3";
+    v1::GradientStep* g = o.task.mutable_gradient();
+    g->set_batch(8);
+    g->set_lr(0.01f);
+    g->set_optimizer("onebit-adam");
+    g->set_warmup_rounds(2);
+    g->set_beta1(0.9f);
+    g->set_eps(1e-8f);
+  };
+  EXPECT_THAT(Normalized(onebit),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not built")));
 }
 
 TEST(AggregatorOptionsTest, MajorityVoteIsRefusedWhereItCannotVote) {

@@ -10,8 +10,9 @@
 namespace tern {
 
 void EdgeTier::Rebase(int64_t parent_round, int64_t parent_client, uint64_t parent_total_rounds,
-                      std::vector<float> base, int64_t round) {
+                      std::vector<float> base, int64_t round, float parent_lr) {
   active_ = true;
+  parent_lr_ = parent_lr;
   parent_round_ = parent_round;
   parent_client_ = parent_client;
   parent_total_rounds_ = parent_total_rounds;
@@ -40,6 +41,7 @@ absl::Status EdgeTier::Save(const std::vector<ParamTensor>& layout,
   ckpt->set_parent_round(static_cast<uint64_t>(parent_round_));
   ckpt->set_parent_client(parent_client_);
   ckpt->set_parent_total_rounds(parent_total_rounds_);
+  ckpt->set_parent_lr(parent_lr_);
   TERN_ASSIGN_OR_RETURN(*ckpt->mutable_base(), FlatToBundle(layout, base_));
   ckpt->set_target_round(static_cast<uint64_t>(target_));
   ckpt->set_weight(weight_);
@@ -59,7 +61,7 @@ absl::Status EdgeTier::Restore(const internal::EdgeCheckpoint& ckpt,
     return absl::DataLossError(absl::StrCat("the edge's base model: ", s.message()));
   }
   Rebase(static_cast<int64_t>(ckpt.parent_round()), ckpt.parent_client(),
-         ckpt.parent_total_rounds(), std::move(base), 0);
+         ckpt.parent_total_rounds(), std::move(base), 0, ckpt.parent_lr());
   target_ = static_cast<int64_t>(ckpt.target_round());
   weight_ = ckpt.weight();
   loss_sum_ = ckpt.loss_sum();

@@ -24,9 +24,10 @@ class EdgeTier {
   explicit EdgeTier(int rounds_per_task) : rounds_per_task_(rounds_per_task) {}
 
   // A parent task: `base`, the parent's model after `parent_round`, is what the edge's rounds
-  // after `round` train from, until `rounds_per_task` of them closed.
+  // after `round` train from, until `rounds_per_task` of them closed, at the parent task's
+  // local rate `parent_lr` (0: the edge's own).
   void Rebase(int64_t parent_round, int64_t parent_client, uint64_t parent_total_rounds,
-              std::vector<float> base, int64_t round);
+              std::vector<float> base, int64_t round, float parent_lr);
   // Whether the edge's round `round + 1` may open: only for a parent task not yet done.
   bool MayOpen(int64_t round) const { return active_ && round < target_; }
   // The edge's round `round` closed having accepted updates of total `weight` (their weighted
@@ -40,6 +41,8 @@ class EdgeTier {
   int64_t parent_round() const { return parent_round_; }
   int64_t parent_client() const { return parent_client_; }
   uint64_t parent_total_rounds() const { return parent_total_rounds_; }
+  // The parent task's local rate, which the edge's clients train at (0: none given).
+  float parent_lr() const { return parent_lr_; }
   int rounds_per_task() const { return rounds_per_task_; }
   const std::vector<float>& base() const { return base_; }
   uint32_t base_crc() const { return base_crc_; }
@@ -58,6 +61,7 @@ class EdgeTier {
   int64_t parent_round_ = -1;
   int64_t parent_client_ = -1;
   uint64_t parent_total_rounds_ = 0;
+  float parent_lr_ = 0;
   std::vector<float> base_;
   uint32_t base_crc_ = 0;
   int64_t target_ = 0;

@@ -163,6 +163,33 @@ TEST_F(EdgeTest, AParentModelOfAnotherSizeOrNotFiniteIsRefused) {
   EXPECT_FALSE(a->Status(kEdgeT0).round_open());
 }
 
+// The parent's --lr_schedule reaches the edge's clients: they train at the parent task's rate,
+// also after the edge restarts mid-task; without one (0), at the edge's own.
+TEST_F(EdgeTest, TheClientsTrainAtTheParentTasksRateAlsoAfterARestart) {
+  options_.checkpoint_path = TempPath("edge-lr.ckpt");
+  {
+    auto a = Start(3);
+    ASSERT_NE(a, nullptr);
+    EXPECT_THAT(a->Rebase(7, 4, 20, kParentModel, -1.0f),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rate")));
+    EXPECT_FALSE(a->Edge(false).active);  // refused before anything changed
+    ASSERT_THAT(a->Rebase(7, 4, 20, kParentModel, 0.025f), IsOk());
+    ASSERT_THAT(a->Tick(kEdgeT0), IsOk());
+    EXPECT_EQ(ValueOrFailure(a->Fetch(0, kEdgeT0)).task.local().lr(), 0.025f);
+    PushAll(*a, 1, {0});
+  }  // killed
+  auto b = Aggregator::Create(options_, &registries_, kEdgeT0 + absl::Seconds(1));
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ(ValueOrFailure((*b)->Fetch(1, kEdgeT0 + absl::Seconds(1))).task.local().lr(), 0.025f);
+  PushAll(**b, 1, {1, 2}, kEdgeT0 + absl::Seconds(1));
+  ASSERT_THAT((*b)->Tick(kEdgeT0 + absl::Seconds(3)), IsOk());
+  EXPECT_FLOAT_EQ((*b)->Status(kEdgeT0).lr(), 0.025f);
+  ASSERT_TRUE((*b)->Edge(true).ready);
+  ASSERT_THAT((*b)->Rebase(8, 4, 20, kParentModel), IsOk());
+  ASSERT_THAT((*b)->Tick(kEdgeT0 + absl::Seconds(4)), IsOk());
+  EXPECT_EQ(ValueOrFailure((*b)->Fetch(0, kEdgeT0 + absl::Seconds(4))).task.local().lr(), 0.1f);
+}
+
 TEST_F(EdgeTest, AnEdgeRunsSynchronousRoundsAndSendsItsClientsTheModel) {
   EXPECT_THAT(Normalized([](AggregatorOptions& o) { o.mode = "fedbuff"; }),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("federated or local-sgd")));

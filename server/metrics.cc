@@ -76,6 +76,10 @@ void CollectAggregatorMetrics(const Aggregator& a, const HistogramCounts& round_
   Bytes(s, m);
   m.Gauge("tern_server_train_loss", "Weighted mean client loss of the last closed round.",
           s.train_loss());
+  m.Gauge("tern_server_lr",
+          "The learning rate the last closed round took (--lr_schedule): ps, the server's "
+          "step's; else the clients' local rate.",
+          s.lr());
   if (s.eval_round() > 0) {
     m.Gauge("tern_server_eval_loss",
             "Federated evaluation (--eval_every): examples-weighted mean loss of the clients' "

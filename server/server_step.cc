@@ -16,6 +16,11 @@ void WarnSkipped(int64_t round) {
   spdlog::warn("server: round {}: the step would overflow the model; skipped", round);
 }
 
+// Rounds count from 1; a schedule's steps from 0.
+double RoundScale(const LrSchedule& lr, int64_t round) {
+  return lr.Scale(std::max<int64_t>(0, round - 1));
+}
+
 }  // namespace
 
 void OuterServerStep::Reset(const std::vector<ParamTensor>& layout) {
@@ -29,6 +34,9 @@ absl::Status OuterServerStep::Close(const std::vector<float>* mean, int64_t roun
   // waits for the next update.
   std::vector<float> step(numel_, 0.0f);
   if (mean != nullptr) outer_->Step(*mean, absl::MakeSpan(step));
+  if (const float scale = static_cast<float>(RoundScale(lr_, round)); scale != 1.0f) {
+    for (float& v : step) v *= scale;
+  }
   TERN_ASSIGN_OR_RETURN(bool applied, downstream->Apply(step, round, model));
   if (!applied) {
     WarnSkipped(round);
@@ -46,8 +54,9 @@ absl::Status OuterServerStep::Restore(const internal::ServerOptimizerState& stat
   return outer_->Restore(absl::MakeConstSpan(state.momentum().data(), state.momentum_size()));
 }
 
-AdamServerStep::AdamServerStep(AdamSettings settings, int64_t warmup_rounds, DeltaDownstream* delta)
-    : settings_(settings), warmup_rounds_(warmup_rounds), delta_(delta) {}
+AdamServerStep::AdamServerStep(AdamSettings settings, int64_t warmup_rounds, DeltaDownstream* delta,
+                               LrSchedule lr)
+    : settings_(settings), warmup_rounds_(warmup_rounds), lr_(lr), delta_(delta) {}
 
 void AdamServerStep::Reset(const std::vector<ParamTensor>& layout) {
   layout_ = layout;
@@ -68,7 +77,9 @@ absl::Status AdamServerStep::DenseClose(const std::vector<float>& mean, int64_t 
                                         std::vector<float>* model, Downstream* downstream) {
   AdamState saved = state_;  // an overflowing step leaves the optimizer as it was too
   std::vector<float> step(model->size());
-  AdamStep(settings_, layout_, *model, mean, &state_, absl::MakeSpan(step));
+  AdamSettings settings = settings_;
+  settings.lr = static_cast<float>(settings.lr * RoundScale(lr_, round));
+  AdamStep(settings, layout_, *model, mean, &state_, absl::MakeSpan(step));
   bool finite = AllFinite(step);
   for (size_t i = 0; i < step.size() && finite; ++i) finite = std::isfinite((*model)[i] + step[i]);
   if (!finite) {

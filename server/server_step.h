@@ -5,7 +5,9 @@
 //   - AdamServerStep: Adam / LAMB from the clients' mean gradient, and the 1-bit ones: dense for
 //     the warm-up rounds, then the variance frozen and the clients' mean momentum re-encoded
 //     through the delta downstream with the server's error feedback (ALGORITHMS.md §4).
-// Each owns its optimizer state and its part of the checkpoint.
+// Each owns its optimizer state and its part of the checkpoint. A learning-rate schedule (ps
+// mode's --lr_schedule, over rounds) scales each round's step as torch's schedulers scale lr:
+// outside the momentum, so a constant one leaves every step as it was, bit for bit.
 //
 // Thread-safety: thread-compatible; the aggregator guards it with its own mutex.
 #ifndef TERN_SERVER_SERVER_STEP_H_
@@ -19,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "core/model/adam.h"
 #include "core/model/layout.h"
+#include "core/model/lr_schedule.h"
 #include "core/model/outer.h"
 #include "server/downstream.h"
 #include "tern/internal/checkpoint.pb.h"
@@ -52,7 +55,9 @@ class ServerStep {
 
 class OuterServerStep final : public ServerStep {
  public:
-  explicit OuterServerStep(std::unique_ptr<OuterOptimizer> outer) : outer_(std::move(outer)) {}
+  // `lr`: round r's step is scaled by lr.Scale(r - 1).
+  explicit OuterServerStep(std::unique_ptr<OuterOptimizer> outer, LrSchedule lr = {})
+      : outer_(std::move(outer)), lr_(lr) {}
 
   void Reset(const std::vector<ParamTensor>& layout) override;
   absl::Status Close(const std::vector<float>* mean, int64_t round, std::vector<float>* model,
@@ -62,14 +67,18 @@ class OuterServerStep final : public ServerStep {
 
  private:
   const std::unique_ptr<OuterOptimizer> outer_;
+  const LrSchedule lr_;
   size_t numel_ = 0;
 };
 
 class AdamServerStep final : public ServerStep {
  public:
   // 1-bit (warmup_rounds > 0): `delta` carries the compressed phase's momenta and must outlive
-  // this; dense Adam / LAMB: null, and steps go through the run's downstream.
-  AdamServerStep(AdamSettings settings, int64_t warmup_rounds, DeltaDownstream* delta);
+  // this; dense Adam / LAMB: null, and steps go through the run's downstream. `lr`: round r
+  // steps with settings.lr * lr.Scale(r - 1) (dense only: a 1-bit client replays missed rounds
+  // at its task's one rate).
+  AdamServerStep(AdamSettings settings, int64_t warmup_rounds, DeltaDownstream* delta,
+                 LrSchedule lr = {});
 
   void Reset(const std::vector<ParamTensor>& layout) override;
   absl::Status Close(const std::vector<float>* mean, int64_t round, std::vector<float>* model,
@@ -90,6 +99,7 @@ class AdamServerStep final : public ServerStep {
 
   const AdamSettings settings_;
   const int64_t warmup_rounds_;
+  const LrSchedule lr_;
   DeltaDownstream* const delta_;
   std::vector<ParamTensor> layout_;
   AdamState state_;

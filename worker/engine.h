@@ -59,7 +59,7 @@
 #include "worker/gossip_inbox.h"
 #include "worker/lane.h"
 #include "worker/link_tuner.h"
-#include "worker/lr_schedule.h"
+#include "core/model/lr_schedule.h"
 #include "worker/peer_transport.h"
 #include "worker/round_graph.h"
 #include "worker/snapshot_store.h"

@@ -1977,19 +1977,5 @@ TEST(RoundEngine, CreateRejectsBadConfiguration) {
   EXPECT_THAT(RoundEngine::Create(o, &registries, nullptr).status(), IsOk());
 }
 
-TEST(LrSchedule, ShapesAndParsing) {
-  auto c = ParseLrSchedule("cosine:warmup=10", 0.1, 110);
-  ASSERT_THAT(c, IsOk());
-  EXPECT_NEAR(c->At(0), 0.01, 1e-9);
-  EXPECT_NEAR(c->At(110), 0.0, 1e-9);
-  EXPECT_GT(c->At(20), c->At(60));
-  auto s = ParseLrSchedule("step:every=10,gamma=0.5", 0.2, 0);
-  ASSERT_THAT(s, IsOk());
-  EXPECT_NEAR(s->At(25), 0.05, 1e-9);
-  EXPECT_FALSE(ParseLrSchedule("step", 0.1, 0).ok());
-  EXPECT_FALSE(ParseLrSchedule("linear", 0.1, 0).ok());
-  EXPECT_FALSE(ParseLrSchedule("constant", -1, 0).ok());
-}
-
 }  // namespace
 }  // namespace tern

@@ -51,9 +51,10 @@ absl::StatusOr<WorkResult> EdgeParticipant::Work(const v1::Task& task,
     spdlog::info("edge: parent round {}: resuming its rounds from the checkpoint", task.round());
   } else {
     TERN_RETURN_IF_ERROR(edge_->Rebase(static_cast<int64_t>(task.round()), context.client_id,
-                                       task.total_rounds(), global));
-    spdlog::debug("edge: parent round {}: rounds of its clients from the parent's model",
-                  task.round());
+                                       task.total_rounds(), global, task.local().lr()));
+    spdlog::debug(
+        "edge: parent round {}: rounds of its clients from the parent's model, at its rate {:g}",
+        task.round(), task.local().lr());
   }
   while (!stop_->load()) {
     p = edge_->Edge(true);

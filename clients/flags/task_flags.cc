@@ -19,6 +19,10 @@ ABSL_FLAG(std::string, outer, "",
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, lr, 0,
           "training: base learning rate; 0 = 0.1 x (1 - momentum) for the momentum algorithms "
           "(dmsgd, decentlam, heavy-ball, choco), 0.1 for dpsgd, local-sgd, swarm and diloco");
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "training (worker, run): the rate by step; server, run --mode=ps|federated|local-sgd|"
+          "fedbuff: by round (ps: the server's step; else the clients' local rate). constant | "
+          "cosine[:min=M] | step:every=N[,gamma=G], each with [,warmup=W]");
 ABSL_FLAG(tern::Double<tern::AtLeast(0)>, norm_guard, 10,
           "training and aggregator: refuse a neighbour's message (a client's update) whose L2 "
           "norm is over this many times the median of recent trusted ones (own messages; "

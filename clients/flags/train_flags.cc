@@ -16,6 +16,8 @@
 #include "common/status_macros.h"
 #include "core/workload/partition.h"
 
+ABSL_DECLARE_FLAG(std::string, lr_schedule);  // task_flags.cc: the servers' too
+
 ABSL_FLAG(std::string, algorithm, "decentlam",
           "training: dpsgd | dmsgd | decentlam | heavy-ball | choco | local-sgd | swarm | diloco "
           "(DiLoCo's outer step among the workers, no server: the complete graph, --outer, "
@@ -32,8 +34,6 @@ ABSL_FLAG(tern::Double<tern::AtLeast(0)>, gossip_clip, 4,
           "worker's; CHOCO's compressed difference) to this many times the lower median of "
           "recent ones, so that no message moves a worker far (ClippedGossip; "
           "docs/robustness.md); 0 turns clipping off");
-ABSL_FLAG(std::string, lr_schedule, "constant",
-          "training: constant | cosine[:min=M] | step:every=N[,gamma=G], each with [,warmup=W]");
 ABSL_FLAG(bool, overlap, false,
           "training: push round t's message at the end of step t and mix it at the start of step "
           "t+1, so its transfer overlaps the next compute (round algorithms; docs/worker.md)");

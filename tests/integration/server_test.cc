@@ -138,6 +138,31 @@ TEST(EdgeRun, AnEdgeKilledMidRoundRestartsWithItsAcknowledgedUpdatesAndTheRunFin
   }
 }
 
+// The parent's --lr_schedule by round reaches the clients of its edges: each parent round's
+// rate is in metrics.jsonl, and each edge hands it to its clients.
+TEST(EdgeRun, TheParentsLrScheduleReachesTheEdgesClientsRoundByRound) {
+  const std::string dir = MakeTempDir();
+  pid_t pid =
+      Spawn({"run", "--mode=federated", "--clients=8", "--edges=2", "--clients_per_process=4",
+             "--rounds=4", "--model=softmax", "--lr=0.05", "--lr_schedule=step:every=2,gamma=0.5",
+             "--log_level=debug", absl::StrCat("--out=", dir)},
+            dir + "/run.log");
+  ASSERT_EQ(Wait(pid), 0) << ReadText(dir + "/run.log");
+  const std::vector<std::string> lines = Lines(dir + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 4u);
+  for (int r = 1; r <= 4; ++r) {
+    const double lr = r <= 2 ? 0.05 : 0.025;
+    EXPECT_NEAR(Field(lines[r - 1], "lr"), lr, 1e-7) << lines[r - 1];
+    for (int e = 0; e < 2; ++e) {
+      EXPECT_THAT(ReadText(absl::StrCat(dir, "/edge-", e, ".log")),
+                  HasSubstr(absl::StrCat("parent round ", r,
+                                         ": rounds of its clients from the "
+                                         "parent's model, at its rate ",
+                                         lr)));
+    }
+  }
+}
+
 // DP-FedAvg end to end: clients clip, the server adds noise and reports epsilon after every
 // round (metrics.jsonl), and the budget ends the run before the round that would pass it, the
 // launcher saying why (a run that ends so is no failure). The clip adapts (to the median norm,

@@ -1,4 +1,4 @@
-#include "worker/lr_schedule.h"
+#include "core/model/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>

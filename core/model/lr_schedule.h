@@ -1,8 +1,9 @@
-// Learning-rate schedules the worker applies when its trainer leaves the rate to it.
+// Learning-rate schedules: the worker's when its trainer leaves the rate to it (in steps), and the
+// aggregator's (in rounds: the parameter server's step, or the clients' local rate).
 //
 // Thread-safety: immutable after construction.
-#ifndef TERN_WORKER_LR_SCHEDULE_H_
-#define TERN_WORKER_LR_SCHEDULE_H_
+#ifndef TERN_CORE_MODEL_LR_SCHEDULE_H_
+#define TERN_CORE_MODEL_LR_SCHEDULE_H_
 
 #include <cstdint>
 #include <string>
@@ -23,6 +24,8 @@ struct LrSchedule {
   double gamma = 0.1;
 
   double At(int64_t step) const;
+  // At(step) as a multiple of base: what a step made at the base rate is scaled by.
+  double Scale(int64_t step) const { return At(step) / base; }
 };
 
 // "constant" | "cosine[:min=M]" | "step:every=N[,gamma=G]", with optional ",warmup=W" on any.
@@ -32,4 +35,4 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view spec, double base,
 
 }  // namespace tern
 
-#endif  // TERN_WORKER_LR_SCHEDULE_H_
+#endif  // TERN_CORE_MODEL_LR_SCHEDULE_H_
