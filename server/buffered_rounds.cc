@@ -149,6 +149,16 @@ void BufferedRounds::Unreply(int client, int64_t round) {
   const absl::Time since = it->second;
   buffered_.erase(it);
   Hold(client, {round, since});
+  // Reply may have set the slot it freed aside for a waiter. Taken back, the newest such offer
+  // is withdrawn (its client waits again), so that no more than `concurrency` clients train.
+  while (policy_.concurrency > 0 && !offers_.empty() &&
+         static_cast<int>(in_flight_.size() + offers_.size()) > policy_.concurrency) {
+    auto newest =
+        std::max_element(offers_.begin(), offers_.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    waiting_[newest->first] = newest->second;
+    offers_.erase(newest);
+  }
 }
 
 void BufferedRounds::Spend(int client, int64_t round) {

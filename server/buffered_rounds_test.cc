@@ -208,6 +208,23 @@ TEST(BufferedRounds, UnreplyGivesTheSlotBackForTheRetry) {
   EXPECT_THAT(r.Reply(1, 1, kBufferStart), IsOk());
 }
 
+// The slot a reply freed went to a waiter; the reply taken back (its update could not be made
+// durable) takes the slot back from the offer, so one client trains at a time, not two.
+TEST(BufferedRounds, UnreplyWithdrawsTheOfferOfTheSlotItTakesBack) {
+  BufferedRounds r(FedBuffPolicy(1, 10));
+  OpenFirst(r);
+  ASSERT_TRUE(Takes(r, 1));
+  EXPECT_FALSE(Takes(r, 2));                         // waiting for a slot
+  ASSERT_THAT(r.Reply(1, 1, kBufferStart), IsOk());  // its slot set aside for client 2
+  r.Unreply(1, 1);
+  EXPECT_EQ(r.in_flight(), 1u);
+  EXPECT_FALSE(Takes(r, 2));
+  EXPECT_EQ(r.in_flight(), 1u);
+  EXPECT_THAT(r.Reply(1, 1, kBufferStart), IsOk());  // the retry
+  EXPECT_TRUE(Takes(r, 2));
+  EXPECT_EQ(r.in_flight(), 1u);
+}
+
 TEST(BufferedRounds, ComesBackFromItsCheckpointWithSlotsAndBuffer) {
   BufferedRounds r(FedBuffPolicy(0, 3));
   OpenFirst(r);
