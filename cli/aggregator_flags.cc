@@ -13,7 +13,7 @@
 
 ABSL_DECLARE_FLAG(std::string, checkpoint);       // tern server's (server_cmd.cc)
 ABSL_DECLARE_FLAG(bool, fresh_start_if_damaged);  // tern server's (server_cmd.cc)
-ABSL_DECLARE_FLAG(std::string, lr_schedule);      // clients/flags/train_flags.cc
+ABSL_DECLARE_FLAG(std::string, lr_schedule);      // clients/flags/task_flags.cc
 ABSL_DECLARE_FLAG(std::string, parent);           // tern server's (server_cmd.cc)
 
 ABSL_FLAG(std::string, mode, "",

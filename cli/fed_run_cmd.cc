@@ -342,15 +342,25 @@ std::vector<std::string> EdgeArgs(const FedRun& run, const std::string& dir, int
                 {absl::StrCat("--listen=", run.site_host(e), ":", port),
                  absl::StrCat("--port_file=", dir, "/edge-", e, ".port"),
                  absl::StrCat("--checkpoint=", dir, "/edge-", e, ".ckpt"),
-                 absl::StrCat("--parent=", parent), absl::StrCat("--edge_name=edge-", e),
+                 absl::StrCat("--parent=", parent),
+                 absl::StrCat("--edge_name=edge-", e),
                  absl::StrCat("--edge_rounds=", absl::GetFlag(FLAGS_edge_rounds).value),
-                 absl::StrCat("--min_clients=", site), absl::StrCat("--clients_per_round=", k),
+                 absl::StrCat("--min_clients=", site),
+                 absl::StrCat("--clients_per_round=", k),
                  absl::StrCat("--min_replies=",
                               min_replies > 0 ? std::clamp(min_replies * site / run.n, 1, k) : k),
-                 "--update_codec=none", "--error_feedback=false", "--memory=", "--downstream=model",
-                 "--downstream_codec=none", "--server_lr=1", "--server_momentum=0", "--outer=",
-                 // Its clients train at the parent task's rate, the parent's schedule.
-                 "--lr_schedule=constant", "--dp_clip=0", "--secagg=false", "--linger_s=5"});
+                 "--update_codec=none",
+                 "--error_feedback=false",
+                 "--memory=",
+                 "--downstream=model",
+                 "--downstream_codec=none",
+                 "--server_lr=1",
+                 "--server_momentum=0",
+                 "--outer=",
+                 "--lr_schedule=constant",  // its clients train at the parent task's rate
+                 "--dp_clip=0",
+                 "--secagg=false",
+                 "--linger_s=5"});
 }
 
 // The client processes, `per` clients to each, a site's (`addresses[e]`: its edge, or the one

@@ -79,10 +79,12 @@ LrSchedule ValidRoundLrSchedule(const AggregatorOptions& o) {
   return RoundLrSchedule(o).value_or(LrSchedule{});
 }
 
+// `round_lr`: the run's rate by round (ValidRoundLrSchedule).
 std::unique_ptr<ServerStep> MakeServerStep(const AggregatorOptions& o, Downstream* downstream,
-                                           std::unique_ptr<OuterOptimizer> outer) {
+                                           std::unique_ptr<OuterOptimizer> outer,
+                                           const LrSchedule& round_lr) {
   // Only ps steps with the run's rate; the other modes' outer step has its own (server_lr).
-  const LrSchedule lr = o.mode == "ps" ? ValidRoundLrSchedule(o) : LrSchedule{};
+  const LrSchedule lr = o.mode == "ps" ? round_lr : LrSchedule{};
   const v1::GradientStep& g = o.task.gradient();
   const std::string& opt = g.optimizer();
   if (IsAdamOptimizer(opt)) {
@@ -487,7 +489,7 @@ Aggregator::Aggregator(AggregatorOptions options, const CodecRegistry* codecs,
       rule_(std::move(rule)),
       round_lr_(ValidRoundLrSchedule(options_)),
       downstream_(MakeDownstream(options_, codecs)),
-      step_(MakeServerStep(options_, downstream_.get(), std::move(outer))),
+      step_(MakeServerStep(options_, downstream_.get(), std::move(outer), round_lr_)),
       rounds_(MakeRounds(options_)),
       edge_(options_.edge_rounds > 0 ? std::make_unique<EdgeTier>(options_.edge_rounds) : nullptr),
       dp_(options_.dp.clip > 0 ? std::make_unique<DpFedAvg>(options_.dp) : nullptr),
