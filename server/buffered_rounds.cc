@@ -126,7 +126,8 @@ absl::StatusOr<ReplyDecision> BufferedRounds::Reply(int client, int64_t round, a
         absl::StrCat("client ", client, " holds no task on version ", round));
   }
   const absl::Time since = it->second.since;
-  learner_.Observe(now - since);
+  const absl::Duration took = now - since;
+  learner_.Observe(took);
   Free(client);
   if (policy_.concurrency > 0) Offer(now);
   const int64_t tau = (open_ ? round_ : round_ + 1) - round;
@@ -136,7 +137,7 @@ absl::StatusOr<ReplyDecision> BufferedRounds::Reply(int client, int64_t round, a
                          .staleness = tau,
                          .frees_slot = true};
   }
-  buffered_.insert({{client, round}, since});
+  buffered_.insert({{client, round}, {since, took}});
   return ReplyDecision{.verdict = tau == 0 ? ReplyVerdict::kAccepted : ReplyVerdict::kAcceptedStale,
                        .value_scale = policy_.staleness.Weight(tau),
                        .staleness = tau,
@@ -146,9 +147,11 @@ absl::StatusOr<ReplyDecision> BufferedRounds::Reply(int client, int64_t round, a
 void BufferedRounds::Unreply(int client, int64_t round) {
   auto it = buffered_.find({client, round});
   if (it == buffered_.end()) return;
-  const absl::Time since = it->second;
+  const Buffered taken = it->second;
   buffered_.erase(it);
-  Hold(client, {round, since});
+  Hold(client, {round, taken.since});
+  // Its time is learned again when the client brings the update back: one sample, not two.
+  learner_.Forget(taken.took);
   // Reply may have set the slot it freed aside for a waiter. Taken back, the newest such offer
   // is withdrawn (its client waits again), so that no more than `concurrency` clients train.
   while (policy_.concurrency > 0 && !offers_.empty() &&
@@ -172,7 +175,7 @@ std::vector<int> BufferedRounds::Close() {
   if (!open_) return {};
   open_ = false;
   std::set<int> clients;
-  for (const auto& [key, since] : buffered_) clients.insert(key.first);
+  for (const auto& [key, b] : buffered_) clients.insert(key.first);
   buffered_.clear();
   spent_.clear();
   attempts_.clear();
@@ -186,7 +189,7 @@ void BufferedRounds::Save(internal::AggregatorCheckpoint* ckpt) const {
     c->set_client(static_cast<uint32_t>(client));
     c->set_round(static_cast<uint64_t>(slot.round));
   }
-  for (const auto& [key, since] : buffered_) {
+  for (const auto& [key, b] : buffered_) {
     internal::ClientRound* c = ckpt->add_buffered();
     c->set_client(static_cast<uint32_t>(key.first));
     c->set_round(static_cast<uint64_t>(key.second));
@@ -214,7 +217,7 @@ void BufferedRounds::Restore(const internal::AggregatorCheckpoint& ckpt,
     Hold(static_cast<int>(c.client()), {static_cast<int64_t>(c.round()), now});
   }
   for (const internal::ClientRound& c : ckpt.buffered()) {
-    buffered_.insert({{static_cast<int>(c.client()), static_cast<int64_t>(c.round())}, now});
+    buffered_.insert({{static_cast<int>(c.client()), static_cast<int64_t>(c.round())}, {now}});
   }
   for (const internal::LoggedUpdate& u : logged) {
     const int client = static_cast<int>(u.client());
@@ -222,7 +225,7 @@ void BufferedRounds::Restore(const internal::AggregatorCheckpoint& ckpt,
     if (auto it = in_flight_.find(client); it != in_flight_.end() && it->second.round == round) {
       Free(client);
     }
-    buffered_.insert({{client, round}, now});
+    buffered_.insert({{client, round}, {now}});
   }
 }
 

@@ -94,8 +94,13 @@ class BufferedRounds : public Rounds {
   std::map<int, absl::Time> offers_;   // slots set aside for drawn waiters, since when
   uint64_t draws_ = 0;
   std::set<int> spent_;  // refused on the open version
-  // The open version's buffer: (client, version it was made from) -> when its slot was taken.
-  std::multimap<std::pair<int, int64_t>, absl::Time> buffered_;
+  // The open version's buffer: (client, version it was made from) -> when its slot was taken,
+  // and how long the client took (what the deadline learned from it; negative: nothing).
+  struct Buffered {
+    absl::Time since;
+    absl::Duration took = absl::Seconds(-1);
+  };
+  std::multimap<std::pair<int, int64_t>, Buffered> buffered_;
   // After a restart: the version open then, when, and the clients that brought an update from a
   // slot the snapshot did not hold (one each).
   int64_t restored_round_ = 0;

@@ -225,6 +225,24 @@ TEST(BufferedRounds, UnreplyWithdrawsTheOfferOfTheSlotItTakesBack) {
   EXPECT_EQ(r.in_flight(), 1u);
 }
 
+// A reply taken back and brought again is one client's training time to the learned deadline,
+// measured to the reply that was kept.
+TEST(BufferedRounds, AReplyTakenBackIsLearnedOnceFromItsRetry) {
+  RoundPolicy p = FedBuffPolicy(0, 10);
+  p.deadline_k = 3;
+  p.deadline_floor = absl::Milliseconds(100);
+  BufferedRounds r(p);
+  OpenFirst(r);
+  ASSERT_TRUE(Takes(r, 1));
+  ASSERT_THAT(r.Reply(1, 1, kBufferStart + absl::Seconds(2)), IsOk());
+  EXPECT_EQ(r.deadline_fit().samples, 1u);
+  r.Unreply(1, 1);
+  EXPECT_EQ(r.deadline_fit().samples, 0u);
+  ASSERT_THAT(r.Reply(1, 1, kBufferStart + absl::Seconds(3)), IsOk());
+  EXPECT_EQ(r.deadline_fit().samples, 1u);
+  EXPECT_EQ(r.deadline_fit().median, absl::Seconds(3));
+}
+
 TEST(BufferedRounds, ComesBackFromItsCheckpointWithSlotsAndBuffer) {
   BufferedRounds r(FedBuffPolicy(0, 3));
   OpenFirst(r);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,13 @@ void DeadlineLearner::Observe(absl::Duration offset) {
   if (!learning() || offset < absl::ZeroDuration()) return;
   offsets_.push_back(absl::ToDoubleSeconds(offset));
   while (offsets_.size() > std::max<size_t>(1, options_.window)) offsets_.pop_front();
+}
+
+void DeadlineLearner::Forget(absl::Duration offset) {
+  if (!learning() || offset < absl::ZeroDuration()) return;
+  const double x = absl::ToDoubleSeconds(offset);
+  auto it = std::find(offsets_.rbegin(), offsets_.rend(), x);
+  if (it != offsets_.rend()) offsets_.erase(std::next(it).base());
 }
 
 DeadlineLearner::Fit DeadlineLearner::Current() const {

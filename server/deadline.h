@@ -33,6 +33,9 @@ class DeadlineLearner {
 
   // A reply that arrived `offset` after its round opened (negative ones are ignored).
   void Observe(absl::Duration offset);
+  // Takes back the newest sample Observe(offset) kept (a reply that was not kept after all);
+  // nothing if none is kept.
+  void Forget(absl::Duration offset);
   // The deadline a round opening now gets.
   absl::Duration Deadline() const;
 

@@ -57,6 +57,19 @@ TEST(DeadlineLearner, FollowsTheRecentArrivalsOnly) {
   EXPECT_EQ(d.Current().samples, 100u);
 }
 
+TEST(DeadlineLearner, ForgetsTheNewestOfTheSampleItTakesBack) {
+  DeadlineLearner d(Options(3));
+  d.Observe(absl::Seconds(1));
+  d.Observe(absl::Seconds(2));
+  d.Observe(absl::Seconds(1));
+  d.Forget(absl::Seconds(1));
+  EXPECT_EQ(d.Current().samples, 2u);
+  EXPECT_EQ(d.Current().median, absl::Seconds(1.5));  // 1 and 2 kept: the newest 1 went
+  d.Forget(absl::Seconds(7));                         // never observed: nothing changes
+  d.Forget(absl::Seconds(-1));
+  EXPECT_EQ(d.Current().samples, 2u);
+}
+
 TEST(DeadlineLearner, BadOptionsNameTheirFlag) {
   EXPECT_THAT(CheckLearnedDeadline(Options(3)), IsOk());
   EXPECT_THAT(CheckLearnedDeadline(Options(-1)),
