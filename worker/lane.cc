@@ -42,7 +42,8 @@ void Lane::Place(absl::Span<const float> mine, absl::Span<float> whole) const {
 void PeerHealth::Judge(int me, int64_t step, const std::vector<int>& nbrs,
                        const std::map<int, absl::Status>& results,
                        const std::map<int, GossipMessage>& received, uint64_t* sent_to,
-                       std::vector<int>* mixed, std::vector<int>* dropped, bool pushed) {
+                       std::vector<int>* mixed, std::vector<int>* dropped, bool pushed,
+                       bool deadline_passed) {
   for (int j : nbrs) {
     const size_t at = static_cast<size_t>(j);
     const bool was_up = up_[at];
@@ -76,9 +77,14 @@ void PeerHealth::Judge(int me, int64_t step, const std::vector<int>& nbrs,
     } else {
       // A slow neighbour that took our message stays awaited next round (it is behind, not
       // gone); one that is unreachable was marked down above.
-      if (was_up) {
+      if (was_up && deadline_passed) {
         spdlog::warn("worker {}: round {}: no message from {} by the deadline; dropped this round",
                      me, step, j);
+      } else if (was_up) {
+        spdlog::warn(
+            "worker {}: round {}: no message from {}, and none will come (replaced, its push "
+            "failed, or it went on past this round); dropped this round",
+            me, step, j);
       }
       dropped->push_back(j);
     }
@@ -190,7 +196,7 @@ absl::StatusOr<RoundReport> Lane::Finish(InFlight r, int me, PeerHealth& health)
   report.wait_seconds = absl::ToDoubleSeconds(t_recv - t_wait);
   report.transfer_seconds = absl::ToDoubleSeconds(absl::Now() - t_recv);
   health.Judge(me, r.step, r.nbrs, report.results, received, &report.sent_to, &report.mixed,
-               &report.dropped, /*pushed=*/!r.sat_out);
+               &report.dropped, /*pushed=*/!r.sat_out, /*deadline_passed=*/t_recv >= r.deadline);
 
   report.combine_started = absl::Now();
   MixingRow row = DropNeighbours(r.row, report.dropped);

@@ -73,11 +73,14 @@ class PeerHealth {
   // Marks each of `nbrs` up or down from its push's verdict (`results`; none: still running) and
   // whether its message came (`received`); appends it to `mixed` or `dropped` and counts the
   // pushes accepted in `sent_to`. Logs each change, as worker `me` in round `step`. Without
-  // `pushed` (a round this worker sat out: no pushes) only the messages count.
+  // `pushed` (a round this worker sat out: no pushes) only the messages count. Without
+  // `deadline_passed` the wait for the missing messages ended early (the sender was replaced,
+  // its push failed, or it went on past the round), and the log says so.
   void Judge(int me, int64_t step, const std::vector<int>& nbrs,
              const std::map<int, absl::Status>& results,
              const std::map<int, GossipMessage>& received, uint64_t* sent_to,
-             std::vector<int>* mixed, std::vector<int>* dropped, bool pushed = true);
+             std::vector<int>* mixed, std::vector<int>* dropped, bool pushed = true,
+             bool deadline_passed = true);
 
  private:
   std::vector<bool> up_;

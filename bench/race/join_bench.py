@@ -138,7 +138,8 @@ def trial(a, net, rdir, sources):
                 # Peers' messages it waited for in vain by its first mixed step: pushes of the
                 # rounds under way that the transfer crowded out (it could not mix those rounds
                 # as its peers did).
-                "missed": sum(1 for line in open(log) if "by the deadline; dropped" in line)}
+                "missed": sum(1 for line in open(log)
+                              if "no message from" in line and "dropped this round" in line)}
     finally:
         net.kill_all()
 
