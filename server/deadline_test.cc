@@ -58,16 +58,20 @@ TEST(DeadlineLearner, FollowsTheRecentArrivalsOnly) {
 }
 
 TEST(DeadlineLearner, ForgetsTheNewestOfTheSampleItTakesBack) {
-  DeadlineLearner d(Options(3));
+  LearnedDeadlineOptions o = Options(3);
+  o.window = 3;
+  DeadlineLearner d(o);
   d.Observe(absl::Seconds(1));
-  d.Observe(absl::Seconds(2));
+  d.Observe(absl::Seconds(9));
   d.Observe(absl::Seconds(1));
-  d.Forget(absl::Seconds(1));
+  d.Forget(absl::Seconds(1));  // 1, 9 left, in that order
   EXPECT_EQ(d.Current().samples, 2u);
-  EXPECT_EQ(d.Current().median, absl::Seconds(1.5));  // 1 and 2 kept: the newest 1 went
-  d.Forget(absl::Seconds(7));                         // never observed: nothing changes
+  d.Forget(absl::Seconds(7));  // never observed: nothing changes
   d.Forget(absl::Seconds(-1));
   EXPECT_EQ(d.Current().samples, 2u);
+  d.Observe(absl::Seconds(3));
+  d.Observe(absl::Seconds(4));  // the window drops the oldest, the first 1: 9, 3, 4
+  EXPECT_EQ(d.Current().median, absl::Seconds(4));
 }
 
 TEST(DeadlineLearner, BadOptionsNameTheirFlag) {
