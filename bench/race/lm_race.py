@@ -590,6 +590,15 @@ def evaluate(a, row, rdir, corpus, windows, tx):
     return curve, summaries
 
 
+def thread_cpu(summaries):
+    """{part: CPU ms a step of one trainer's own thread}, the mean over ranks (lm_rank.py's
+    thread_cpu_s): the same passes cost more here than in the floor's row when the trainers
+    share their cores with more (the daemons, the delay line)."""
+    per = [{k: 1e3 * v / s["steps"] for k, v in s["thread_cpu_s"].items()}
+           for s in summaries if s.get("thread_cpu_s") and s.get("steps")]
+    return {k: float(np.mean([p[k] for p in per])) for k in per[0]} if per else {}
+
+
 def time_split(a, rdir, summaries, floor_step):
     """ms per step: tern rows from the workers' round logs; others from their own clocks."""
     steps = np.mean([s["steps"] for s in summaries]) or 1
@@ -700,6 +709,11 @@ def print_table(a, results, floor, markdown=False):
                   ", ".join(f"{k} {v:.0f}" for k, v in r["cpu_ms_per_step"].items()) +
                   f" (of {cores} cores × {r['ms_per_step']['step']:.0f} ms = "
                   f"{cores * r['ms_per_step']['step']:.0f})")
+    for name, r in results.items():
+        if r.get("ok") and r.get("thread_cpu_ms_per_step"):
+            print(f"  {name}: CPU ms a step of one trainer's thread: " +
+                  ", ".join(f"{k.replace('_', '/')} {v:.1f}"
+                            for k, v in r["thread_cpu_ms_per_step"].items()))
     for name, r in results.items():
         if len(r.get("grid", [])) > 1:  # what tuning tried: each setting's times and final loss
             print(f"  {name} grid: " + "; ".join(
@@ -885,6 +899,7 @@ def main():
                     r["ms_per_step"] = time_split(a, rdir, summaries, floor_step)
                     r["cpu_ms_per_step"] = {k: 1e3 * v / max(1.0, r["steps"])
                                             for k, v in run["cpu_s"].items()}
+                    r["thread_cpu_ms_per_step"] = thread_cpu(summaries)
                     print(f"[{tag}] {label}: wall {fmt(r['wall_s'])} s, final "
                           f"{fmt(r['final_bpb'], '.3f')} bpb, {fmt(r['tx_mb'])} MB/worker",
                           flush=True)

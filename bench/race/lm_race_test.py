@@ -132,6 +132,23 @@ class CpuTest(unittest.TestCase):
         self.assertIn("tern-x: CPU ms a step, all sites: trainers 700, daemons 90 "
                       "(of 2 cores × 400 ms = 800)", out.getvalue())
 
+    def test_a_trainers_own_cpu_a_step_is_the_mean_over_ranks_and_printed(self):
+        summaries = [{"steps": 100, "thread_cpu_s": {"forward_backward": 9.0, "optimizer": 0.6}},
+                     {"steps": 100, "thread_cpu_s": {"forward_backward": 9.4, "optimizer": 0.4}}]
+        cpu = lm_race.thread_cpu(summaries)
+        self.assertAlmostEqual(cpu["forward_backward"], 92.0)
+        self.assertAlmostEqual(cpu["optimizer"], 5.0)
+        self.assertEqual(lm_race.thread_cpu([{"steps": 100}]), {})  # a run from before it
+        r = row({4.0: 50.0})
+        r["thread_cpu_ms_per_step"] = cpu
+        a = types.SimpleNamespace(target_list=[4.0], rate="10mbit", rtt=100.0,
+                                  layout="4shared", workers=4, cores=2)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            lm_race.print_table(a, {"tern-x": r}, 100.0)
+        self.assertIn("tern-x: CPU ms a step of one trainer's thread: forward/backward 92.0, "
+                      "optimizer 5.0", out.getvalue())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -88,6 +88,10 @@ class Run:
         self.batches = self.corpus.batches(a.batch, a.context, a.seed * 1000003 + a.rank)
         self.compute_s = self.comm_s = 0.0
         self.snapshot_s = 0.0  # the harness's own cost: models kept for evaluation
+        # This thread's CPU seconds (not wall: a core shared with others' processes stretches
+        # wall time, not these) in the forward and backward passes and in the optimizer's step
+        # (tern-optim: the wrapper's too), over the timed steps.
+        self.thread_cpu = {"forward_backward": 0.0, "optimizer": 0.0}
         self.kept = []  # (step, time, model or a function that fetches it): snapshot()
         self.steps_done = 0
         self.losses = []
@@ -132,11 +136,18 @@ class Run:
 
     def inner_step(self, step, opt):
         """One step of this rank's own (no communication), timed as compute."""
-        t0 = time.time()
+        t0, c0 = time.time(), time.thread_time()
         self.forward_backward(self.model, step, opt)
+        c1 = time.thread_time()
         opt.step()
+        self.count_cpu(c0, c1)
         self.compute_s += time.time() - t0
         self.steps_done = step + 1
+
+    def count_cpu(self, c0, c1):
+        """Forward and backward from thread_time() c0 to c1, the optimizer from c1 to now."""
+        self.thread_cpu["forward_backward"] += c1 - c0
+        self.thread_cpu["optimizer"] += time.thread_time() - c1
 
     def snapshot(self, step, params=None, force=False):
         """Keeps the model after `step` steps (or `params`) for evaluation, with the time. Kept
@@ -159,7 +170,7 @@ class Run:
         end = time.time()
         summary = dict(steps=self.steps_done, start_unix_s=self.start, end_unix_s=end,
                        wall_s=end - self.start, compute_s=self.compute_s, comm_s=self.comm_s,
-                       snapshot_s=self.snapshot_s,
+                       snapshot_s=self.snapshot_s, thread_cpu_s=self.thread_cpu,
                        first_loss=float(np.mean(self.losses[:10])) if self.losses else None,
                        last_loss=float(np.mean(self.losses[-10:])) if self.losses else None)
         summary.update(extra)
@@ -381,11 +392,13 @@ def run_tern_optim(a, r):
     for step in range(a.steps):
         if r.expired():
             break
-        t0 = time.time()
+        t0, c0 = time.time(), time.thread_time()
         loss = r.forward_backward(r.model, step, opt)
+        c1 = time.thread_time()
         r.compute_s += time.time() - t0
         t1 = time.time()
         opt.step(loss=loss.item())  # AdamW's step, then the round with the neighbours
+        r.count_cpu(c0, c1)
         r.comm_s += time.time() - t1
         r.steps_done = step + 1
         if a.h > 0:
