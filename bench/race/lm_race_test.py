@@ -121,16 +121,21 @@ class CpuTest(unittest.TestCase):
         self.assertLess(cpu["daemons"], 0.2)
         self.assertIsNone(lm_race.cpu_seconds(busy.pid))  # gone: what was seen is kept
 
-    def test_the_table_says_where_the_cores_went(self):
-        r = row({4.0: 50.0, 3.75: None})
-        r["cpu_ms_per_step"] = {"trainers": 700.0, "daemons": 90.0}
+    @staticmethod
+    def printed(r):
+        """The table of one row `tern-x` (targets 4.0 and 3.75, four sites on two cores)."""
         a = types.SimpleNamespace(target_list=[4.0, 3.75], rate="10mbit", rtt=100.0,
                                   layout="4shared", workers=4, cores=2)
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             lm_race.print_table(a, {"tern-x": r}, 100.0)
+        return out.getvalue()
+
+    def test_the_table_says_where_the_cores_went(self):
+        r = row({4.0: 50.0, 3.75: None})
+        r["cpu_ms_per_step"] = {"trainers": 700.0, "daemons": 90.0}
         self.assertIn("tern-x: CPU ms a step, all sites: trainers 700, daemons 90 "
-                      "(of 2 cores × 400 ms = 800)", out.getvalue())
+                      "(of 2 cores × 400 ms = 800)", self.printed(r))
 
     def test_a_trainers_own_cpu_a_step_is_the_mean_over_ranks_and_printed(self):
         summaries = [{"steps": 100, "thread_cpu_s": {"forward_backward": 9.0, "optimizer": 0.6}},
@@ -139,15 +144,10 @@ class CpuTest(unittest.TestCase):
         self.assertAlmostEqual(cpu["forward_backward"], 92.0)
         self.assertAlmostEqual(cpu["optimizer"], 5.0)
         self.assertEqual(lm_race.thread_cpu([{"steps": 100}]), {})  # a run from before it
-        r = row({4.0: 50.0})
+        r = row({4.0: 50.0, 3.75: None})
         r["thread_cpu_ms_per_step"] = cpu
-        a = types.SimpleNamespace(target_list=[4.0], rate="10mbit", rtt=100.0,
-                                  layout="4shared", workers=4, cores=2)
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            lm_race.print_table(a, {"tern-x": r}, 100.0)
         self.assertIn("tern-x: CPU ms a step of one trainer's thread: forward/backward 92.0, "
-                      "optimizer 5.0", out.getvalue())
+                      "optimizer 5.0", self.printed(r))
 
 
 if __name__ == "__main__":
