@@ -593,9 +593,10 @@ def evaluate(a, row, rdir, corpus, windows, tx):
 def thread_cpu(summaries):
     """{part: CPU ms a step of one trainer's own thread}, the mean over ranks (lm_rank.py's
     thread_cpu_s): the same passes cost more here than in the floor's row when the trainers
-    share their cores with more (the daemons, the delay line)."""
+    share their cores with more (the daemons, the delay line). Rows whose ranks do not count it
+    (DDP's, PostLocalSGD's: their step is DDP's wrapper) report zeros and get nothing."""
     per = [{k: 1e3 * v / s["steps"] for k, v in s["thread_cpu_s"].items()}
-           for s in summaries if s.get("thread_cpu_s") and s.get("steps")]
+           for s in summaries if any(s.get("thread_cpu_s", {}).values()) and s.get("steps")]
     return {k: float(np.mean([p[k] for p in per])) for k in per[0]} if per else {}
 
 

@@ -144,6 +144,8 @@ class CpuTest(unittest.TestCase):
         self.assertAlmostEqual(cpu["forward_backward"], 92.0)
         self.assertAlmostEqual(cpu["optimizer"], 5.0)
         self.assertEqual(lm_race.thread_cpu([{"steps": 100}]), {})  # a run from before it
+        zeros = {"forward_backward": 0.0, "optimizer": 0.0}  # a DDP rank's: not counted
+        self.assertEqual(lm_race.thread_cpu([{"steps": 100, "thread_cpu_s": zeros}]), {})
         r = row({4.0: 50.0, 3.75: None})
         r["thread_cpu_ms_per_step"] = cpu
         self.assertIn("tern-x: CPU ms a step of one trainer's thread: forward/backward 92.0, "

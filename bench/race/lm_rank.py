@@ -90,7 +90,8 @@ class Run:
         self.snapshot_s = 0.0  # the harness's own cost: models kept for evaluation
         # This thread's CPU seconds (not wall: a core shared with others' processes stretches
         # wall time, not these) in the forward and backward passes and in the optimizer's step
-        # (tern-optim: the wrapper's too), over the timed steps.
+        # (tern-optim: the wrapper's too), over the timed steps; zeros for DDP's rows, whose
+        # step is DDP's wrapper around both.
         self.thread_cpu = {"forward_backward": 0.0, "optimizer": 0.0}
         self.kept = []  # (step, time, model or a function that fetches it): snapshot()
         self.steps_done = 0
