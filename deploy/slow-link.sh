@@ -51,7 +51,11 @@ delay() {  # RTT_MS: every packet the bridge forwards from one site to another w
   cat /proc/sys/net/bridge/bridge-nf-call-iptables > "$STATE/bridge-nf-call-iptables" 2>/dev/null ||
     die "no br_netfilter here (modprobe br_netfilter)"
   sysctl -qw net.bridge.bridge-nf-call-iptables=1
-  setsid "$bin" --queue="$QUEUE" --delay_ms="$(awk "BEGIN{print $rtt / 2}")" > "$STATE/delay-line.log" 2>&1 &
+  # It wakes once a tick (RTT/40, at most 2.5 ms; SLOW_LINK_TICK_MS, 0 for every packet), not for
+  # each packet: the sites' programs keep their cores, and each packet is held RTT/2 ± tick/2.
+  local tick=${SLOW_LINK_TICK_MS:-$(awk "BEGIN{t = $rtt / 40; print (t < 2.5 ? t : 2.5)}")}
+  setsid "$bin" --queue="$QUEUE" --delay_ms="$(awk "BEGIN{print $rtt / 2}")" --tick_ms="$tick" \
+    > "$STATE/delay-line.log" 2>&1 &
   echo $! > "$STATE/delay-line.pid"
   for _ in $(seq 100); do  # bound before anything is sent to the queue, or it is dropped
     grep -q bound "$STATE/delay-line.log" && break

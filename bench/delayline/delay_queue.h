@@ -11,18 +11,21 @@ namespace tern::delayline {
 // packet, arrival order is release order, so a FIFO is the whole schedule and the kernel's
 // batch verdict ("every id up to this one") releases them. Times are nanoseconds of a monotonic
 // clock the caller reads. A packet that would overflow `capacity` is dropped, as a router's full
-// buffer drops it. Not thread-safe: the delay line's one loop owns it.
+// buffer drops it. Popped once every `tick_ns` (0: whenever one is due), a packet is due
+// delay - tick/2 after it came, so it is held delay ± tick/2. Not thread-safe: the delay line's
+// one loop owns it.
 class DelayQueue {
  public:
-  DelayQueue(int64_t delay_ns, size_t capacity) : delay_ns_(delay_ns), capacity_(capacity) {}
+  DelayQueue(int64_t delay_ns, size_t capacity, int64_t tick_ns = 0)
+      : delay_ns_(delay_ns - tick_ns / 2), capacity_(capacity) {}
 
-  // Holds packet `id`, seen at `now_ns`; false when the queue is full (drop it).
-  bool Push(uint32_t id, int64_t now_ns) {
+  // Holds packet `id`, which arrived at `arrived_ns`; false when the queue is full (drop it).
+  bool Push(uint32_t id, int64_t arrived_ns) {
     if (held_.size() >= capacity_) {
       ++dropped_;
       return false;
     }
-    held_.push_back({id, now_ns + delay_ns_});
+    held_.push_back({id, arrived_ns + delay_ns_});
     if (held_.size() > max_held_) max_held_ = held_.size();
     return true;
   }

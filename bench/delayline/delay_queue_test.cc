@@ -1,5 +1,10 @@
 #include "bench/delayline/delay_queue.h"
 
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace tern::delayline {
@@ -47,6 +52,34 @@ TEST(DelayQueue, ZeroDelayReleasesAtOnce) {
   DelayQueue q(0, 10);
   q.Push(1, 5);
   EXPECT_EQ(q.PopDue(5), 1u);
+}
+
+TEST(DelayQueue, PoppedOnceATickEachPacketIsHeldItsDelayWithinHalfATick) {
+  constexpr int64_t kDelay = 50'000, kTick = 2'500;
+  DelayQueue q(kDelay, 1000, kTick);
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> arrived;
+  int64_t t = 0;
+  for (uint32_t id = 0; id < 500; ++id) {
+    t += std::uniform_int_distribution<int64_t>(0, 700)(rng);
+    arrived.push_back(t);
+    ASSERT_TRUE(q.Push(id, t));
+  }
+  // Ticks at kTick, 2 kTick, ...: every packet popped at a tick is checked against its arrival.
+  int64_t sum = 0;
+  uint32_t next = 0;
+  for (int64_t tick = kTick; next < arrived.size(); tick += kTick) {
+    std::optional<uint32_t> last = q.PopDue(tick);
+    if (!last) continue;
+    for (; next <= *last; ++next) {
+      const int64_t held = tick - arrived[next];
+      EXPECT_GE(held, kDelay - kTick / 2) << next;
+      EXPECT_LT(held, kDelay + kTick / 2) << next;
+      sum += held;
+    }
+  }
+  // Arrivals fall anywhere within a tick, so the holds average the delay.
+  EXPECT_NEAR(static_cast<double>(sum) / arrived.size(), kDelay, kTick / 8);
 }
 
 }  // namespace

@@ -36,6 +36,9 @@ def parse():
     p.add_argument("--rtts", default="0,20,100", help="round trips, ms")
     p.add_argument("--seconds", type=float, default=6.0, help="the TCP flow's length")
     p.add_argument("--delay_line", default="", help="tern-delay-line (default: build/bench/)")
+    p.add_argument("--delay_tick_ms", type=float, default=None,
+                   help="the delay line's tick (default: netns.tick_ms of the round trip; 0: "
+                        "it wakes for every packet)")
     return p.parse_args()
 
 
@@ -118,7 +121,8 @@ def main():
           f"{'bound':>10} {'of bound':>8}")
     for rate in a.rates.split(","):
         for rtt in (float(r) for r in a.rtts.split(",")):
-            with netns.Sites(2, rate, rtt_ms=rtt, delay_line=delay_line) as net:
+            with netns.Sites(2, rate, rtt_ms=rtt, delay_line=delay_line,
+                             delay_tick_ms=a.delay_tick_ms) as net:
                 avg, mdev, loss = ping(net)
                 bound = min(netns.rate_bits(rate), 8 * window(net) / (rtt / 1e3) if rtt else 1e18)
                 got = flow(net, a.seconds)

@@ -344,6 +344,9 @@ def parse():
     p.add_argument("--max_seconds", type=float, default=300, help="a row's time limit")
     p.add_argument("--tern", default=os.path.join(ROOT, "build", "cli", "tern"))
     p.add_argument("--delay_line", default="")
+    p.add_argument("--delay_tick_ms", type=float, default=None,
+                   help="the delay line's tick (default: netns.tick_ms of --rtt; 0: it wakes "
+                        "for every packet)")
     p.add_argument("--out", default="")
     p.add_argument("--table", default="", metavar="RESULTS_JSON",
                    help="print a finished run's table again from its results-*.json (no root)")
@@ -877,7 +880,10 @@ def main():
     windows = corpus.validation_windows(128)
     results, floor_wall, floor_step = {}, None, None
     tag = f"{a.rate}-rtt{a.rtt:g}-{a.layout}"
-    with netns.Sites(a.workers, a.rate, rtt_ms=a.rtt, delay_line=delay_line) as net:
+    if a.delay_tick_ms is None:  # the tick used goes into the results' args
+        a.delay_tick_ms = netns.tick_ms(a.rtt)
+    with netns.Sites(a.workers, a.rate, rtt_ms=a.rtt, delay_line=delay_line,
+                     delay_tick_ms=a.delay_tick_ms) as net:
         for name in rows:
             row = ROWS[name]
             best = None

@@ -12,7 +12,11 @@ behind one commodity link does. With `rtt_ms`, every packet the bridge forwards 
 in tern-delay-line (this kernel has no netem: br_netfilter hands the hub's FORWARD chain to
 NFQUEUE, and the delay line holds each packet in user space), so any two sites are rtt_ms apart.
 The packets are held in between, as a real path holds them, not on the sender's own egress (where
-TCP small queues would count them against the socket and throttle the flow). Needs root
+TCP small queues would count them against the socket and throttle the flow). The delay line
+wakes once a tick (`delay_tick_ms`; by default rtt_ms / 40, at most 2.5 ms), not for every
+packet, and holds each rtt_ms / 2 ± tick / 2: a real path's delay costs the sites' cores
+nothing, and a wake-up a packet took a core from the programs under test hundreds of times a
+step (tick_ms()). Needs root
 (CAP_NET_ADMIN). Everything is torn down on exit, on Ctrl-C and on SIGTERM.
 """
 import os
@@ -25,6 +29,12 @@ import time
 # TERN_RACE_PREFIX: a second run beside another (a CI smoke, say) in namespaces of its own.
 PREFIX = os.environ.get("TERN_RACE_PREFIX", "tern-race")
 QUEUE = 7077  # the NFQUEUE queue of the hub's delay line (its own namespace: no clash)
+
+
+def tick_ms(rtt_ms):
+    """The delay line's default tick for a round trip: a packet's hold is off by at most half of
+    it (±1.25 % of the round trip), and the line wakes at most 400 times a second."""
+    return min(2.5, rtt_ms / 40)
 
 
 def _run(*cmd, check=True):
@@ -88,8 +98,10 @@ def find_delay_line(tern=None):
 
 class Sites:
     def __init__(self, n, rate, rtt_ms=0.0, delay_line=None, uplink=None, site_rates=None,
-                 lan=None):
+                 lan=None, delay_tick_ms=None):
         self.n, self.rate, self.rtt_ms = n, rate, float(rtt_ms)
+        # 0: the delay line wakes for every packet and holds each exactly rtt_ms / 2.
+        self.delay_tick_ms = tick_ms(self.rtt_ms) if delay_tick_ms is None else delay_tick_ms
         # A site's own egress (what it sends) at `uplink` when given, as commodity links are
         # slower up than down; what it receives at `rate` either way.
         self.uplink = uplink or rate
@@ -172,7 +184,8 @@ class Sites:
         log = open(os.path.join("/tmp", f"{PREFIX}-delay-line.log"), "w+")
         self.delay_proc = subprocess.Popen(
             ["ip", "netns", "exec", hub, self.delay_line, f"--queue={QUEUE}",
-             f"--delay_ms={self.rtt_ms / 2}"], stdout=log, stderr=subprocess.STDOUT,
+             f"--delay_ms={self.rtt_ms / 2}", f"--tick_ms={self.delay_tick_ms}"], stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True)
         deadline = time.time() + 10
         while True:  # the queue must be bound before packets go to it, or they are dropped
