@@ -6,20 +6,20 @@ docs/benchmarks.md, "The language-model race").
     sudo /usr/bin/python3 bench/race/lm_race.py --rate 100mbit --rtt 20 [--layout 4shared]
 
 One command runs every row at one rate, round trip and layout: the sites are network namespaces
-joined by a bridge (bench/race/netns.py), every link shaped with tbf and every packet between
-sites held rtt/2 by tern-delay-line. Each row trains examples/lm/gpt.py (0.88 M parameters,
-context 128) from the same initial parameters, each worker on its own random windows of Python's
-documentation (8 windows a step), inner AdamW with warm-up and cosine decay, for --steps steps or
-until --max_seconds. It prints per row: wall time, time to each validation target (bits per
-byte of the shared model: DDP's, DiLoCo's outer model, the average of the workers' models for
-gossip and PostLocalSGD, the group's outer model θ for --algorithm=diloco (worker 0's
-snapshots, --snapshot_model=group), the aggregator's), MB each worker
-sent (on its interface), compute utilization (the compute-only floor's seconds per step × this
-row's steps / its wall time), the row's wall time as a multiple of the floor's, the final loss,
-the loss at equal time (bpb@T: each row's last snapshot by the time the first row to finish took
-its last), a step's time split and where the cores went (CPU ms a step of every site's
-trainers, daemons and the delay line, start-up included, against the cores' time); then every
-tern row's ratio to every anchor. Curves against time and bytes: curves-*.png.
+joined by a bridge (bench/race/netns.py), every link shaped with tbf and every packet between sites
+held rtt/2 (± half its tick, --delay_tick_ms) by tern-delay-line. Each row trains
+examples/lm/gpt.py (0.88 M parameters, context 128) from the same initial parameters, each worker
+on its own random windows of Python's documentation (8 windows a step), inner AdamW with warm-up
+and cosine decay, for --steps steps or until --max_seconds. It prints per row: wall time, time to
+each validation target (bits per byte of the shared model: DDP's, DiLoCo's outer model, the average
+of the workers' models for gossip and PostLocalSGD, the group's outer model θ for
+--algorithm=diloco (worker 0's snapshots, --snapshot_model=group), the aggregator's), MB each
+worker sent (on its interface), compute utilization (the compute-only floor's seconds per step ×
+this row's steps / its wall time), the row's wall time as a multiple of the floor's, the final
+loss, the loss at equal time (bpb@T: each row's last snapshot by the time the first row to finish
+took its last), a step's time split and where the cores went (CPU ms a step of every site's
+trainers, daemons and the delay line, start-up included, against the cores' time); then every tern
+row's ratio to every anchor. Curves against time and bytes: curves-*.png.
 
 Layouts: 4shared (4 workers on the machine's cores, as the MLP race) and 2pinned (2 workers,
 each site's processes pinned to a core of its own, so no row is judged by 4 processes sharing 2
