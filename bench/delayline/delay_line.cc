@@ -59,17 +59,13 @@ namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
-int64_t NowNs() {
+int64_t ClockNs(clockid_t clock) {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-int64_t RealNs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
+int64_t NowNs() { return ClockNs(CLOCK_MONOTONIC); }
 
 struct State {
   tern::delayline::DelayQueue* queue;
@@ -199,6 +195,14 @@ int main(int argc, char** argv) {
 
   const int stats_s = absl::GetFlag(FLAGS_stats_s);
   int64_t next_stats = stats_s > 0 ? NowNs() + int64_t{stats_s} * 1'000'000'000 : INT64_MAX;
+  // Both loops: every packet due at `now` goes, and the counts now and then.
+  auto release_due = [&](int64_t now) {
+    if (auto last = queue.PopDue(now)) nfq_set_verdict_batch(state.qh, *last, NF_ACCEPT);
+    if (now >= next_stats) {
+      PrintStats(state, "so far");
+      next_stats = now + int64_t{stats_s} * 1'000'000'000;
+    }
+  };
   std::vector<char> buf(1 << 16);
   // The kernel stamps a packet on arrival only while some socket asks for stamps.
   const int stamps = tick_ns > 0 ? socket(AF_INET, SOCK_DGRAM, 0) : -1;
@@ -210,16 +214,12 @@ int main(int argc, char** argv) {
     // EINTR (a signal) ends the sleep early: the loop sees g_stop.
     if (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nullptr) != 0) continue;
     state.read_ns = NowNs();
-    state.mono_minus_real_ns = state.read_ns - RealNs();
+    state.mono_minus_real_ns = state.read_ns - ClockNs(CLOCK_REALTIME);
     ReadAll(h, fd, buf);
     const int64_t now = NowNs();
-    if (auto last = queue.PopDue(now)) nfq_set_verdict_batch(state.qh, *last, NF_ACCEPT);
+    release_due(now);
     next_tick += tick_ns;
     if (next_tick <= now) next_tick = now + tick_ns;  // ticks missed (the line was not run)
-    if (now >= next_stats) {
-      PrintStats(state, "so far");
-      next_stats = now + int64_t{stats_s} * 1'000'000'000;
-    }
     if (queue.held() == 0) {
       // An idle link: no ticks until a packet comes (or a while passes, to see a signal's flag).
       pollfd pfd{fd, POLLIN, 0};
@@ -229,11 +229,7 @@ int main(int argc, char** argv) {
   }
   while (!g_stop) {
     const int64_t now = NowNs();
-    if (auto last = queue.PopDue(now)) nfq_set_verdict_batch(state.qh, *last, NF_ACCEPT);
-    if (now >= next_stats) {
-      PrintStats(state, "so far");
-      next_stats = now + int64_t{stats_s} * 1'000'000'000;
-    }
+    release_due(now);
     int64_t wait_ns = 200'000'000;  // wake now and then to see a signal's flag
     if (auto next = queue.NextRelease())
       wait_ns = std::min(wait_ns, std::max<int64_t>(0, *next - now));

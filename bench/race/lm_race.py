@@ -880,10 +880,9 @@ def main():
     windows = corpus.validation_windows(128)
     results, floor_wall, floor_step = {}, None, None
     tag = f"{a.rate}-rtt{a.rtt:g}-{a.layout}"
-    if a.delay_tick_ms is None:  # the tick used goes into the results' args
-        a.delay_tick_ms = netns.tick_ms(a.rtt)
     with netns.Sites(a.workers, a.rate, rtt_ms=a.rtt, delay_line=delay_line,
                      delay_tick_ms=a.delay_tick_ms) as net:
+        a.delay_tick_ms = net.delay_tick_ms  # the tick used goes into the results' args
         for name in rows:
             row = ROWS[name]
             best = None
