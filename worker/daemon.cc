@@ -184,6 +184,8 @@ void WorkerDaemon::Shutdown(absl::Duration grace) {
   }
   if (loop_.joinable()) loop_.join();
   if (server_ != nullptr) {
+    // Peers' push streams wait for their next message, never ending by themselves.
+    limits_->CancelWaiting();
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     server_->Wait();
   }

@@ -1,6 +1,6 @@
-// Striped Gossip.Push between a live worker and a GrpcTransport, what a worker does with a
-// striped push that is cut, corrupted or left waiting, and Gossip.State's slices from a live
-// worker.
+// Striped Gossip.Push and the long-lived Gossip.Stream between a live worker (or a stand-in peer)
+// and a GrpcTransport, what a worker does with a striped push that is cut, corrupted or left
+// waiting, and Gossip.State's slices from a live worker.
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -9,12 +9,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/chunking.h"
 #include "core/model/bundle.h"
 #include "core/rpc/channel.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "gtest/gtest.h"
 #include "kernels/builtin.h"
 #include "tests/testing/status_matchers.h"
@@ -45,7 +47,7 @@ std::string CurrentTest() {
 // A test that holds one and has not ended (its shutdown included) within 90 s aborts: a push or a
 // shutdown that hangs fails fast, naming the test.
 struct Receiver {
-  explicit Receiver(StreamLimitOptions limits = {.max_buffered_bytes = 0})
+  explicit Receiver(StreamLimitOptions limits = {.max_buffered_bytes = 0}, bool registered = true)
       : watchdog(CurrentTest(), absl::Seconds(90)) {
     DaemonOptions o;
     o.engine.run_id = "run";
@@ -57,12 +59,15 @@ struct Receiver {
     o.engine.round_timeout = absl::Seconds(2);
     o.limits = limits;
     daemon = *WorkerDaemon::Start(o, &registries);
-    EXPECT_THAT(daemon->trainer().Register(Layout(), std::vector<float>(kNumel, 0.0f)).status(),
-                IsOk());
+    if (registered) Register();
     peers = {absl::StrCat("127.0.0.1:", daemon->port()), "127.0.0.1:1"};
     EXPECT_THAT(daemon->SetPeers(peers), IsOk());
   }
   ~Receiver() { daemon->Shutdown(absl::Seconds(2)); }
+  void Register() {
+    EXPECT_THAT(daemon->trainer().Register(Layout(), std::vector<float>(kNumel, 0.0f)).status(),
+                IsOk());
+  }
 
   tern::testing::Watchdog watchdog;  // first: it outlives the daemon's shutdown
   const WorkerRegistries registries = NewBuiltinWorkerRegistries();
@@ -250,6 +255,203 @@ TEST(StripedPush, AStripeWhoseOthersNeverComeIsCancelledWhenIdle) {
   GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 2, .min_bytes = 1 << 20});
   ASSERT_THAT(t.SetPeers(r.peers), IsOk());
   EXPECT_THAT(Send(t, Message(Values(6), 0)), IsOk());
+}
+
+// A message's verdict, filled in when it comes.
+struct Sent {
+  absl::Notification done;
+  absl::Status status;
+};
+
+std::shared_ptr<Sent> SendAsync(GrpcTransport& t, std::vector<v1::BundleChunk> chunks,
+                                absl::Duration deadline = absl::Seconds(30)) {
+  auto sent = std::make_shared<Sent>();
+  t.Send(0, std::make_shared<const std::vector<v1::BundleChunk>>(std::move(chunks)),
+         absl::Now() + deadline, PeerTransport::Reach::kOnce, [sent](absl::Status s) {
+           sent->status = std::move(s);
+           sent->done.Notify();
+         });
+  return sent;
+}
+
+absl::Status Wait(const std::shared_ptr<Sent>& sent) {
+  sent->done.WaitForNotification();
+  return sent->status;
+}
+
+// Messages sent one after another without waiting go on one stream; each gets its own verdict,
+// a refusal among them included, and the stream goes on after it.
+TEST(PushStream, MessagesSentTogetherShareOneStreamAndEachGetsItsOwnVerdict) {
+  Receiver r;
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 1});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  std::shared_ptr<Sent> first = SendAsync(t, Message(Values(1), 0));
+  std::shared_ptr<Sent> again = SendAsync(t, Message(Values(2), 0));  // round 0 twice
+  std::shared_ptr<Sent> next = SendAsync(t, Message(Values(3), 1));
+  EXPECT_THAT(Wait(first), IsOk());
+  EXPECT_THAT(Wait(again), StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(Wait(next), IsOk());
+  EXPECT_EQ(t.streams_opened(), 1);
+  EXPECT_EQ(r.daemon->engine()->Stats().messages_refused(), 1u);
+  // Round 0 mixes the first message, not the refused one.
+  StepInput step;
+  step.step = 0;
+  const std::vector<float> zeros(kNumel, 0.0f);
+  step.grad = zeros;
+  StepOutcome out;
+  absl::StatusOr<absl::Span<const float>> model = r.daemon->trainer().Step(step, &out);
+  ASSERT_THAT(model.status(), IsOk());
+  const std::vector<float> x = Values(1);
+  for (size_t i = 0; i < kNumel; i += 997) ASSERT_FLOAT_EQ((*model)[i], 0.5f * x[i]) << i;
+}
+
+// A chunk the worker cannot take ends the stream: the message it was in gets that verdict,
+// counted once, and the message behind it still arrives.
+TEST(PushStream, ACorruptMessageEndsItsStreamAndTheOneBehindItStillArrives) {
+  Receiver r;
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 1});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  std::vector<v1::BundleChunk> bad = Message(Values(2), 0);
+  (*bad[1].mutable_data())[12345] ^= 0x08;
+  std::shared_ptr<Sent> corrupt = SendAsync(t, bad);
+  std::shared_ptr<Sent> good = SendAsync(t, Message(Values(3), 0));
+  EXPECT_THAT(Wait(corrupt), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(Wait(good), IsOk());
+  EXPECT_EQ(r.daemon->engine()->Stats().messages_refused(), 1u) << "counted once";
+  EXPECT_THAT(Send(t, Message(Values(4), 1)), IsOk());
+  EXPECT_EQ(t.streams_opened(), 2) << "the next message opened another";
+}
+
+// A stream past its life closes once idle, and the next message opens another; with streams off,
+// each message is a call of its own.
+TEST(PushStream, AStreamPastItsLifeClosesAndTheNextMessageOpensAnother) {
+  Receiver r;
+  GrpcTransport t(/*self=*/1, nullptr,
+                  PushStriping{.stripes = 1, .stream_life = absl::Milliseconds(300)});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  EXPECT_THAT(Send(t, Message(Values(1), 0)), IsOk());
+  absl::SleepFor(absl::Milliseconds(600));
+  EXPECT_THAT(Send(t, Message(Values(2), 1)), IsOk());
+  EXPECT_EQ(t.streams_opened(), 2);
+  GrpcTransport calls(/*self=*/1, nullptr, PushStriping{.stripes = 1, .streams = false});
+  ASSERT_THAT(calls.SetPeers(r.peers), IsOk());
+  EXPECT_THAT(Send(calls, Message(Values(3), 2)), IsOk());
+  EXPECT_EQ(calls.streams_opened(), 0);
+}
+
+// Peers' streams wait for their next message and never end by themselves: a worker shutting down
+// ends them rather than wait out its grace.
+TEST(PushStream, AWorkerWithPeersStreamsOpenShutsDownWithoutWaitingItsGrace) {
+  Receiver r;
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 1});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  EXPECT_THAT(Send(t, Message(Values(1), 0)), IsOk());
+  const absl::Time t0 = absl::Now();
+  r.daemon->Shutdown(absl::Seconds(20));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+}
+
+// A worker that has no model yet answers UNAVAILABLE: a message that may wait for it is tried
+// again, as a Push is, until the worker takes it.
+TEST(PushStream, AMessageToAWorkerStillStartingIsTriedAgainUntilItIsTaken) {
+  Receiver r({.max_buffered_bytes = 0}, /*registered=*/false);
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 1});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  EXPECT_THAT(Send(t, Message(Values(1), 0)), StatusIs(absl::StatusCode::kUnavailable))
+      << "sent once";
+  auto sent = std::make_shared<Sent>();
+  t.Send(0, std::make_shared<const std::vector<v1::BundleChunk>>(Message(Values(2), 0)),
+         absl::Now() + absl::Seconds(30), PeerTransport::Reach::kRetryUnavailable,
+         [sent](absl::Status s) {
+           sent->status = std::move(s);
+           sent->done.Notify();
+         });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(sent->done.HasBeenNotified());
+  r.Register();
+  EXPECT_THAT(Wait(sent), IsOk());
+}
+
+// A stand-in peer (a generic gRPC service on 127.0.0.1): one that reads messages and never
+// answers, or an older worker that serves Gossip.Push alone.
+class FakePeer final : public grpc::CallbackGenericService {
+ public:
+  enum class Kind { kSilent, kPushOnly };
+  explicit FakePeer(Kind kind) : kind_(kind) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    b.RegisterCallbackGenericService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~FakePeer() override {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Milliseconds(200)));
+  }
+  std::vector<std::string> peers() const {
+    return {absl::StrCat("127.0.0.1:", port_), "127.0.0.1:1"};
+  }
+  int pushes() const { return pushes_.load(); }
+
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
+    const bool stream = absl::EndsWith(ctx->method(), "/Stream");
+    if (stream && kind_ == Kind::kPushOnly) return CallbackGenericService::CreateReactor(ctx);
+    return new Reader(kind_ == Kind::kPushOnly ? &pushes_ : nullptr);
+  }
+
+ private:
+  // Reads to the end; then, counting into `answered` when given, answers as Push does.
+  class Reader final : public grpc::ServerGenericBidiReactor {
+   public:
+    explicit Reader(std::atomic<int>* answered) : answered_(answered) { StartRead(&in_); }
+    void OnReadDone(bool ok) override {
+      if (ok) {
+        StartRead(&in_);
+      } else if (answered_ == nullptr) {
+        Finish(grpc::Status::OK);
+      } else {
+        answered_->fetch_add(1);
+        grpc::Slice bytes(v1::PushReply().SerializeAsString());
+        out_ = grpc::ByteBuffer(&bytes, 1);
+        StartWriteAndFinish(&out_, grpc::WriteOptions(), grpc::Status::OK);
+      }
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    std::atomic<int>* const answered_;
+    grpc::ByteBuffer in_, out_;
+  };
+
+  const Kind kind_;
+  int port_ = 0;
+  std::atomic<int> pushes_{0};
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// A peer that takes a message and never answers: the message fails at its deadline, as a Push
+// call's would, not at the stream's.
+TEST(PushStream, AMessageUnansweredFailsAtItsOwnDeadline) {
+  tern::testing::Watchdog watchdog(CurrentTest(), absl::Seconds(60));
+  FakePeer peer(FakePeer::Kind::kSilent);
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 1});
+  ASSERT_THAT(t.SetPeers(peer.peers()), IsOk());
+  const absl::Time t0 = absl::Now();
+  std::shared_ptr<Sent> sent = SendAsync(t, Message(Values(1), 0), absl::Milliseconds(500));
+  EXPECT_THAT(Wait(sent), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+}
+
+// An older worker without Gossip.Stream: each message goes as a Push, and after the first
+// refusal no stream to it is tried again.
+TEST(PushStream, APeerWithoutStreamsGetsPushCalls) {
+  tern::testing::Watchdog watchdog(CurrentTest(), absl::Seconds(60));
+  FakePeer peer(FakePeer::Kind::kPushOnly);
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 1});
+  ASSERT_THAT(t.SetPeers(peer.peers()), IsOk());
+  EXPECT_THAT(Send(t, Message(Values(1), 0)), IsOk());
+  EXPECT_THAT(Send(t, Message(Values(2), 1)), IsOk());
+  EXPECT_THAT(Send(t, Message(Values(3), 2)), IsOk());
+  EXPECT_EQ(peer.pushes(), 3);
+  EXPECT_EQ(t.streams_opened(), 1);
 }
 
 // gRPC runs callbacks on a process-wide completion queue's threads and frees that queue when its

@@ -18,6 +18,7 @@
 #include "core/rpc/raw_chunk.h"
 #include "core/rpc/status.h"
 #include "spdlog/spdlog.h"
+#include "worker/stream_reply.h"
 
 namespace tern {
 namespace {
@@ -278,6 +279,106 @@ class GossipService::PushCall final : public grpc::ServerReadReactor<grpc::ByteB
   std::atomic<bool> answered_{false};
 };
 
+// One Gossip.Stream: message after message from one neighbour, each handed to the engine as a
+// Push's and answered on the stream. The next read starts once the answer is written, so at most
+// one message is under way. A chunk that cannot be taken ends the stream: where the next message
+// would start in the bytes after it is not known.
+class GossipService::StreamCall final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  StreamCall(GossipService* g, grpc::CallbackServerContext* ctx)
+      : g_(g), principal_(PrincipalOf(*ctx)) {
+    if (absl::Status c = g->Caller(*ctx); !c.ok()) {
+      End(c);
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = g->limits_->Open(ctx);
+    if (!s.ok()) {
+      End(s.status());
+      return;
+    }
+    stream_ = *std::move(s);
+    NextMessage();
+    StartRead(&message_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the sender closed its side (or the call ended)
+      if (mid_message_) {
+        End(absl::InvalidArgumentError("stream ended before a message's last chunk"));
+      } else {
+        Finish(grpc::Status::OK);
+      }
+      return;
+    }
+    absl::StatusOr<RawChunk> chunk = ParseRawChunk(message_);
+    message_.Clear();
+    if (!chunk.ok()) {
+      End(chunk.status());
+      return;
+    }
+    if (chunk->header.stripes > 1) {
+      End(absl::InvalidArgumentError("a stripe of a striped push on Gossip.Stream (use Push)"));
+      return;
+    }
+    mid_message_ = true;
+    wire_bytes_ += chunk->message_size + 5;
+    if (absl::Status held = stream_->Hold(chunk->data_size); !held.ok()) {
+      End(held);
+      return;
+    }
+    if (absl::Status added = assembler_->Add(chunk->header, chunk->data, chunk->owner);
+        !added.ok()) {
+      End(added);
+      return;
+    }
+    if (!assembler_->complete()) {
+      StartRead(&message_);
+      return;
+    }
+    // The message's bytes are all here: whatever the engine says, the stream goes on.
+    absl::StatusOr<ReceivedBundle> got = assembler_->FinishInPlace();
+    stream_->ReleaseAll();
+    const absl::Status verdict =
+        g_->DeliverPushed(principal_, std::move(got), wire_bytes_, scans_.get());
+    reply_ = StreamReplyMessage(verdict, g_->engine_->next_step());
+    NextMessage();
+    StartWrite(&reply_);
+  }
+  void OnWriteDone(bool ok) override {
+    if (ok) {
+      StartRead(&message_);
+    } else {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the sender went away"));
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void NextMessage() {
+    mid_message_ = false;
+    wire_bytes_ = 0;
+    assembler_.reset();  // before the scans it observes with
+    scans_ = std::make_unique<PayloadScans>(g_->codecs_);
+    assembler_ = std::make_unique<BundleAssembler>(g_->options_.max_bundle_bytes, scans_.get());
+  }
+  // Ends the stream with `s`, counted and logged as a refused stream.
+  void End(const absl::Status& s) {
+    g_->RefusedStream(s);
+    if (stream_ != nullptr) stream_->ReleaseAll();
+    Finish(ToGrpcStatus(s));
+  }
+
+  GossipService* const g_;
+  const std::string principal_;
+  std::unique_ptr<StreamLimits::Stream> stream_;
+  std::unique_ptr<PayloadScans> scans_;  // the message's payloads checked as they arrive
+  std::unique_ptr<BundleAssembler> assembler_;
+  bool mid_message_ = false;  // a chunk of the message under way came
+  uint64_t wire_bytes_ = 0;
+  grpc::ByteBuffer message_;
+  grpc::ByteBuffer reply_;
+};
+
 GossipService::GossipService(GossipServiceOptions options, RoundEngine* engine,
                              StreamLimits* limits, const CodecRegistry* codecs)
     : options_(std::move(options)),
@@ -294,6 +395,11 @@ GossipService::GossipService(GossipServiceOptions options, RoundEngine* engine,
 grpc::ServerReadReactor<grpc::ByteBuffer>* GossipService::Push(grpc::CallbackServerContext* ctx,
                                                                grpc::ByteBuffer* reply) {
   return new PushCall(this, ctx, reply, &joins_);
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GossipService::Stream(
+    grpc::CallbackServerContext* ctx) {
+  return new StreamCall(this, ctx);
 }
 
 grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* GossipService::Swap(

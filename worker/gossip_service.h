@@ -1,12 +1,13 @@
 // The Gossip service of a worker: Gossip.Push (a neighbour's message for a round, whole or one
-// stripe of a striped push) reassembled and handed to RoundEngine::Deliver, and Gossip.Swap
+// stripe of a striped push) and Gossip.Stream (a neighbour's messages one after another, each
+// answered on the stream) reassembled and handed to RoundEngine::Deliver, and Gossip.Swap
 // (SwarmSGD's model exchange, RoundEngine::HandleSwap), and a rejoining worker's Gossip.Position
 // and Gossip.State (RoundEngine::SharedState). Each call is a callback reactor that reads
 // its chunks as they come, counted against the worker's StreamLimits; a refusal is a gRPC status
 // with its reason, counted once in the engine's stats and logged.
 //
-// Push is a raw method: each chunk's data stays in gRPC's slices until the bundle parser copies it
-// into place (core/rpc/raw_chunk.h), with no protobuf copy between.
+// Push and Stream are raw methods: each chunk's data stays in gRPC's slices until the bundle
+// parser copies it into place (core/rpc/raw_chunk.h), with no protobuf copy between.
 //
 // Thread-safety: thread-safe; gRPC calls Push and Swap from its threads. The engine, stream
 // limits and codecs it is given must outlive it, and it must outlive the server serving it.
@@ -45,15 +46,17 @@ struct GossipServiceOptions {
 };
 
 class GossipService final
-    : public v1::Gossip::WithCallbackMethod_Position<
-          v1::Gossip::WithCallbackMethod_State<v1::Gossip::WithCallbackMethod_Swap<
-              v1::Gossip::WithRawCallbackMethod_Push<v1::Gossip::Service>>>> {
+    : public v1::Gossip::WithCallbackMethod_Position<v1::Gossip::WithCallbackMethod_State<
+          v1::Gossip::WithCallbackMethod_Swap<v1::Gossip::WithRawCallbackMethod_Stream<
+              v1::Gossip::WithRawCallbackMethod_Push<v1::Gossip::Service>>>>> {
  public:
   GossipService(GossipServiceOptions options, RoundEngine* engine, StreamLimits* limits,
                 const CodecRegistry* codecs);
 
   grpc::ServerReadReactor<grpc::ByteBuffer>* Push(grpc::CallbackServerContext* ctx,
                                                   grpc::ByteBuffer* reply) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Stream(
+      grpc::CallbackServerContext* ctx) override;
   grpc::ServerBidiReactor<v1::BundleChunk, v1::BundleChunk>* Swap(
       grpc::CallbackServerContext* ctx) override;
   // A rejoining worker's questions: this worker's next step, and the state its group shares
@@ -66,6 +69,7 @@ class GossipService final
 
  private:
   class PushCall;
+  class StreamCall;
   class SwapCall;
   class StateCall;
 

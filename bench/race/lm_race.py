@@ -210,6 +210,9 @@ ROWS = {
     # the mean update) in place of the plain average. "-m4", "-m5": the recipe with momentum 0.4
     # and 0.5, which overshoot at H 3.
     "tern-streaming-signs": {"kind": "tern-optim", "uses_h": True, "worker": STREAMING_SIGNS},
+    # "-calls": the recipe with a Gossip.Push call for each message (--push_streams=false), as
+    # every row was sent before session 72: the A/B of the long-lived stream per peer.
+    "tern-streaming-signs-calls": signs_variant("--push_streams=false"),
     "tern-streaming-signs-m4": signs_variant("--outer=nesterov:lr=1,momentum=0.4"),
     "tern-streaming-signs-m5": signs_variant("--outer=nesterov:lr=1,momentum=0.5"),
     # The recipe with the whole model's signs every step (H 1, no fragments), where the link

@@ -30,6 +30,10 @@ ABSL_FLAG(tern::Int<tern::In(1, 16)>, push_stripes, 2,
           "worker: a gossip message of 8 MiB or more goes to a peer over this many streams at "
           "once, each on a connection of its own (1: one stream); one connection moves bytes "
           "at well under a socket's speed");
+ABSL_FLAG(bool, push_streams, true,
+          "worker: gossip messages to a peer go one after another on one long-lived stream, "
+          "each answered on it, instead of a call each (a large, striped one always has calls "
+          "of its own); false: a call each, as before this flag");
 ABSL_FLAG(tern::Int<tern::In(1, 256)>, workers, 8, "worker/run: number of workers");
 ABSL_FLAG(tern::Int<tern::In(0, 256)>, min_workers, 0,
           "worker: an elastic run (with --scheduler and no peer list): it starts once this many "
@@ -119,6 +123,7 @@ absl::StatusOr<DaemonOptions> WorkerDaemonOptionsFromFlags() {
       absl::StrSplit(absl::GetFlag(FLAGS_trainer_names), ',', absl::SkipEmpty());
   options.striping.stripes =
       std::clamp(absl::GetFlag(FLAGS_push_stripes).value, 1, static_cast<int>(kMaxStripes));
+  options.striping.streams = absl::GetFlag(FLAGS_push_streams);
   return options;
 }
 

@@ -20,6 +20,7 @@ ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 256)>, workers);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 256)>, min_workers);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(0, 256)>, max_workers);
 ABSL_DECLARE_FLAG(tern::Int<tern::In(1, 16)>, push_stripes);
+ABSL_DECLARE_FLAG(bool, push_streams);
 ABSL_DECLARE_FLAG(std::string, peers);
 ABSL_DECLARE_FLAG(std::string, peers_file);
 ABSL_DECLARE_FLAG(std::string, trainer);

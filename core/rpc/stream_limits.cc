@@ -83,16 +83,24 @@ void StreamLimits::SetMaxBufferedBytes(uint64_t bytes) {
 }
 
 int StreamLimits::Sweep(absl::Time now) {
+  return CancelWhere([&](const Entry& e) {
+    return now - e.last_active > options_.idle_timeout || now - e.opened > options_.max_duration;
+  });
+}
+
+int StreamLimits::CancelWaiting() {
+  return CancelWhere([](const Entry& e) { return e.held == 0; });
+}
+
+int StreamLimits::CancelWhere(absl::FunctionRef<bool(const Entry&)> pick) {
   std::vector<std::shared_ptr<Entry>> victims;
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, e] : streams_) {
-      if (e->cancelled) continue;
-      if (now - e->last_active > options_.idle_timeout || now - e->opened > options_.max_duration) {
-        e->cancelled = e->cancelling = true;
-        e->canceller = std::this_thread::get_id();
-        victims.push_back(e);
-      }
+      if (e->cancelled || !pick(*e)) continue;
+      e->cancelled = e->cancelling = true;
+      e->canceller = std::this_thread::get_id();
+      victims.push_back(e);
     }
   }
   for (const auto& e : victims) {

@@ -21,6 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -62,6 +63,10 @@ class StreamLimits {
 
   // Cancels streams idle or open for too long; returns how many. The sweeper calls it.
   int Sweep(absl::Time now);
+  // Cancels every stream holding no data (one waiting for its next message, as a sender's
+  // long-lived Gossip.Stream does between messages); returns how many. A server shutting down
+  // calls it, or its graceful shutdown would wait its whole grace for streams that never end.
+  int CancelWaiting();
 
   int open_streams() const;
   uint64_t buffered_bytes() const;
@@ -70,6 +75,8 @@ class StreamLimits {
   struct Entry;
   void Close(Entry* e);
   void SweepLoop();
+  // Cancels the streams `pick` picks (under the lock), outside the lock; returns how many.
+  int CancelWhere(absl::FunctionRef<bool(const Entry&)> pick);
 
   StreamLimitOptions options_;
   mutable absl::Mutex mu_;
