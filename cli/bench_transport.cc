@@ -120,7 +120,7 @@ struct SizeResult {
   double single_gbs = 0;                  // the same push over one stream
   double tls_gbs = 0;                     // the same push with mutual TLS (with --tls)
   double floor1_gbs = 0, floor4_gbs = 0;  // gRPC alone, one and kFloorConnections connections
-  double push_cpu_ms_per_mb = 0, tcp_cpu_ms_per_mb = 0;
+  double push_cpu_ms_per_mb = 0, single_cpu_ms_per_mb = 0, tcp_cpu_ms_per_mb = 0;
 };
 
 // A live worker daemon that takes gossip pushes from worker 1, and worker 1's transport to it;
@@ -128,7 +128,7 @@ struct SizeResult {
 struct Receiver {
   std::unique_ptr<WorkerDaemon> daemon;
   std::unique_ptr<GrpcTransport> transport;  // striped as asked
-  std::unique_ptr<GrpcTransport> single;     // one stream a push
+  std::unique_ptr<GrpcTransport> single;     // a Push call of its own, over one stream
 };
 
 absl::StatusOr<Receiver> StartReceiver(uint64_t numel, int stripes,
@@ -155,7 +155,8 @@ absl::StatusOr<Receiver> StartReceiver(uint64_t numel, int stripes,
     TERN_ASSIGN_OR_RETURN(credentials, ChannelCredentialsFor(*client));
   }
   r.transport = std::make_unique<GrpcTransport>(/*self=*/1, credentials, PushStriping{stripes});
-  r.single = std::make_unique<GrpcTransport>(/*self=*/1, credentials, PushStriping{1});
+  r.single = std::make_unique<GrpcTransport>(/*self=*/1, credentials,
+                                             PushStriping{.stripes = 1, .streams = false});
   const std::vector<std::string> peers = {absl::StrCat("127.0.0.1:", r.daemon->port()),
                                           "127.0.0.1:1"};
   TERN_RETURN_IF_ERROR(r.transport->SetPeers(peers));
@@ -215,7 +216,8 @@ absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats, int stripes
   std::vector<char> sink(payload.size(), 1);
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcFloor> floor1, GrpcFloor::Start(1));
   TERN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcFloor> floor4, GrpcFloor::Start(kFloorConnections));
-  std::vector<double> push, single, tls_push, tcp, push_cpu, tcp_cpu, floor1_gbs, floor4_gbs;
+  std::vector<double> push, single, tls_push, tcp, push_cpu, single_cpu, tcp_cpu, floor1_gbs,
+      floor4_gbs;
   const double mb = static_cast<double>(payload.size()) / 1e6;
   const double bytes = static_cast<double>(payload.size());
   // Repeat r pushes rounds 2r (striped) and 2r + 1 (one stream) to each receiver.
@@ -241,6 +243,7 @@ absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats, int stripes
     if (tls) tls_push.push_back(bytes / tls_seconds / 1e9);
     tcp.push_back(bytes / tcp_seconds / 1e9);
     push_cpu.push_back(1e3 * p.second / mb);
+    single_cpu.push_back(1e3 * p1.second / mb);
     tcp_cpu.push_back(1e3 * tcp_cpu_s / mb);
   }
   for (Receiver* r : {&plain, tls ? &*tls : nullptr}) {
@@ -257,6 +260,7 @@ absl::StatusOr<SizeResult> BenchOneSize(uint64_t numel, int repeats, int stripes
   result.floor1_gbs = Median(floor1_gbs);
   result.floor4_gbs = Median(floor4_gbs);
   result.push_cpu_ms_per_mb = Median(push_cpu);
+  result.single_cpu_ms_per_mb = Median(single_cpu);
   result.tcp_cpu_ms_per_mb = Median(tcp_cpu);
   return result;
 }
@@ -277,16 +281,17 @@ absl::Status RunBenchTransport(const BenchTransportOptions& options) {
   absl::Cleanup restore = [level] { spdlog::set_level(level); };
   std::printf(
       "tern bench transport: one gossip message (codec none) pushed through GrpcTransport into "
-      "a live worker's Gossip.Push on loopback, against raw TCP on loopback; GB/s of payload and "
+      "a live worker's gossip service on loopback, against raw TCP on loopback; GB/s of payload and "
       "CPU ms per MB (both sides), median of %d. grpc-1 / grpc-%d: gRPC alone (raw 1 MiB "
       "messages, nothing parsed or checked) over 1 / %d connections, the most a gRPC push can "
-      "reach here. push: as a worker sends it (8 MiB or more over --push_stripes=%d streams); "
-      "1-stream: the same push over one stream\n",
+      "reach here. push: as a worker sends it (on its long-lived stream to the peer; 8 MiB or "
+      "more as a call over --push_stripes=%d streams); 1-stream: the same message as a Push "
+      "call of its own over one stream (--push_streams=false)\n",
       options.repeats, kFloorConnections, kFloorConnections, options.push_stripes);
-  std::printf("%10s %10s %10s %10s %10s %10s %8s %8s %8s %8s %14s %14s", "size", "push GB/s",
+  std::printf("%10s %10s %10s %10s %10s %10s %8s %8s %8s %8s %14s %14s %14s", "size", "push GB/s",
               "1-stream", "grpc-1", absl::StrCat("grpc-", kFloorConnections).c_str(), "tcp GB/s",
               "push/tcp", "1s/tcp", "g1/tcp", absl::StrCat("g", kFloorConnections, "/tcp").c_str(),
-              "push cpu ms/MB", "tcp cpu ms/MB");
+              "push cpu ms/MB", "1s cpu ms/MB", "tcp cpu ms/MB");
   if (options.tls) std::printf("  (then) %10s %10s", "mtls GB/s", "mtls/push");
   std::printf("\n");
   std::string certs;
@@ -299,11 +304,14 @@ absl::Status RunBenchTransport(const BenchTransportOptions& options) {
   for (uint64_t n : options.sizes) {
     TERN_ASSIGN_OR_RETURN(
         SizeResult r, BenchOneSize(n, options.repeats, options.push_stripes, registries, certs));
+    const double size_mb = static_cast<double>(4 * n) / 1e6;
+    std::printf(size_mb < 0.1 ? "%7.4f" : "%7.1f", size_mb);
     std::printf(
-        "%7.1f MB %10.3f %10.3f %10.3f %10.3f %10.3f %7.2fx %7.2fx %7.2fx %7.2fx %14.3f %14.3f",
-        static_cast<double>(4 * n) / 1e6, r.push_gbs, r.single_gbs, r.floor1_gbs, r.floor4_gbs,
-        r.tcp_gbs, r.push_gbs / r.tcp_gbs, r.single_gbs / r.tcp_gbs, r.floor1_gbs / r.tcp_gbs,
-        r.floor4_gbs / r.tcp_gbs, r.push_cpu_ms_per_mb, r.tcp_cpu_ms_per_mb);
+        " MB %10.3f %10.3f %10.3f %10.3f %10.3f %7.2fx %7.2fx %7.2fx %7.2fx %14.3f %14.3f "
+        "%14.3f",
+        r.push_gbs, r.single_gbs, r.floor1_gbs, r.floor4_gbs, r.tcp_gbs, r.push_gbs / r.tcp_gbs,
+        r.single_gbs / r.tcp_gbs, r.floor1_gbs / r.tcp_gbs, r.floor4_gbs / r.tcp_gbs,
+        r.push_cpu_ms_per_mb, r.single_cpu_ms_per_mb, r.tcp_cpu_ms_per_mb);
     if (options.tls) std::printf(" %10.3f %9.2fx", r.tls_gbs, r.tls_gbs / r.push_gbs);
     std::printf("\n");
     std::fflush(stdout);

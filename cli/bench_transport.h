@@ -1,7 +1,8 @@
 // `tern bench transport`: how fast one gossip message moves through the real service on
 // loopback — a GrpcTransport push (chunks, the callback client) into a live WorkerDaemon's
-// Gossip.Push, which reassembles, CRC-checks and validates it and puts it in the round's inbox —
-// against a raw TCP socket moving the same bytes on loopback in the same run.
+// Gossip.Stream (or Gossip.Push), which reassembles, CRC-checks and validates it and puts it in
+// the round's inbox — against a raw TCP socket moving the same bytes on loopback in the same
+// run, and the same message as a Push call of its own.
 #ifndef TERN_CLI_BENCH_TRANSPORT_H_
 #define TERN_CLI_BENCH_TRANSPORT_H_
 
