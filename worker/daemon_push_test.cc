@@ -305,6 +305,17 @@ TEST(PushStream, MessagesSentTogetherShareOneStreamAndEachGetsItsOwnVerdict) {
   for (size_t i = 0; i < kNumel; i += 997) ASSERT_FLOAT_EQ((*model)[i], 0.5f * x[i]) << i;
 }
 
+// A run with a long --round_timeout gives its messages deadlines far past a stream's life: they
+// go on the stream all the same (the stream keeps each message's deadline itself).
+TEST(PushStream, AMessageWithADeadlineFarPastTheStreamsLifeGoesOnTheStream) {
+  Receiver r;
+  GrpcTransport t(/*self=*/1, nullptr, PushStriping{.stripes = 1});
+  ASSERT_THAT(t.SetPeers(r.peers), IsOk());
+  EXPECT_THAT(Wait(SendAsync(t, Message(Values(1), 0), absl::Minutes(60))), IsOk());
+  EXPECT_THAT(Wait(SendAsync(t, Message(Values(2), 1), absl::Minutes(60))), IsOk());
+  EXPECT_EQ(t.streams_opened(), 1);
+}
+
 // A chunk the worker cannot take ends the stream: the message it was in gets that verdict,
 // counted once, and the message behind it still arrives.
 TEST(PushStream, ACorruptMessageEndsItsStreamAndTheOneBehindItStillArrives) {

@@ -62,9 +62,10 @@ bool RetryLater(const absl::Status& verdict, PeerTransport::Reach reach, absl::T
          reach == PeerTransport::Reach::kRetryUnavailable && absl::Now() + backoff < deadline;
 }
 
-// How long a stream's call may run past the end of its life: a message goes on a stream only
-// when its deadline falls inside (round deadlines are --round_timeout, 10 s by default, away).
-constexpr absl::Duration kAnswerSpan = absl::Seconds(60);
+// How long a stream's call may run past the end of its life, for the answers still owed then.
+// A message is answered in well under a second as a rule; one still unanswered when the call's
+// deadline comes goes as a Push (each message's own deadline is kept by the stream's alarm).
+constexpr absl::Duration kAnswerSpan = absl::Minutes(5);
 
 }  // namespace
 
@@ -97,10 +98,8 @@ class GrpcTransport::PeerStream final
     stub->PrepareBidiStreamingCall(&ctx_, StreamMethod(), grpc::StubOptions(), this);
   }
 
-  // Whether a message with `deadline` may go on this stream now.
-  bool Takes(absl::Time deadline) const {
-    return deadline <= call_deadline_ && absl::Now() < accept_until_;
-  }
+  // Whether a message may go on this stream now.
+  bool Takes() const { return absl::Now() < accept_until_; }
   // Starts the call. Messages may be offered before.
   void Start() {
     self_ = shared_from_this();
@@ -279,9 +278,10 @@ class GrpcTransport::PeerStream final
     closing_ = half_closed_ = true;
     return true;
   }
-  // Arms the alarm for the earliest deadline of the messages unanswered (with none, the end of
-  // the stream's life), unless it is armed for that or sooner already. Messages come with later
-  // deadlines as a rule, so the alarm is set about once a round timeout, not once a message.
+  // Arms the alarm for the earliest deadline of the messages unanswered or the end of the
+  // stream's life, whichever comes first (the life once past: the deadlines alone), unless it is
+  // armed for that or sooner already. Messages come with later deadlines as a rule, so the alarm
+  // is set about once a round timeout or a life, not once a message.
   void MaybeArm() {
     std::unique_ptr<grpc::Alarm> replaced;
     grpc::Alarm* alarm = nullptr;
@@ -292,7 +292,9 @@ class GrpcTransport::PeerStream final
       if (ended_ || half_closed_) return;
       for (const Message& m : sent_) when = std::min(when, m.deadline);
       for (const Unsent& u : unsent_) when = std::min(when, u.m.deadline);
-      if (when == absl::InfiniteFuture()) when = accept_until_;
+      if (when == absl::InfiniteFuture() || absl::Now() < accept_until_) {
+        when = std::min(when, accept_until_);
+      }
       if (armed_ && armed_for_ <= when) return;
       armed_ = true;
       armed_for_ = when;
@@ -620,7 +622,7 @@ void GrpcTransport::Send(int to, Chunks chunks, absl::Time deadline, Reach reach
       const bool striped =
           bytes >= striping_.min_bytes && peers_[to].raw.size() > 1 && m.chunks->size() > 1;
       if (!striped && !m.chunks->empty() && reach != Reach::kWaitForReady) {
-        stream = StreamFor(to, deadline, &fresh, &closing);
+        stream = StreamFor(to, &fresh, &closing);
       }
     }
   }
@@ -635,13 +637,11 @@ void GrpcTransport::Send(int to, Chunks chunks, absl::Time deadline, Reach reach
 }
 
 std::shared_ptr<GrpcTransport::PeerStream> GrpcTransport::StreamFor(
-    int to, absl::Time deadline, std::shared_ptr<PeerStream>* fresh,
-    std::shared_ptr<PeerStream>* closing) {
+    int to, std::shared_ptr<PeerStream>* fresh, std::shared_ptr<PeerStream>* closing) {
   Peer& p = peers_[to];
   if (!striping_.streams || draining_ || p.no_streams) return nullptr;
   std::shared_ptr<PeerStream> open = p.stream.lock();
-  if (open != nullptr && open->Takes(deadline)) return open;
-  if (deadline > absl::Now() + striping_.stream_life + kAnswerSpan) return nullptr;
+  if (open != nullptr && open->Takes()) return open;
   *closing = std::move(open);  // released outside the lock: its deleter takes it
   *fresh = std::shared_ptr<PeerStream>(
       new PeerStream(this, to, p.raw[0].get(), striping_.stream_life), [this](PeerStream* s) {

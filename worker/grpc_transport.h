@@ -1,14 +1,14 @@
 // PeerTransport over gRPC: one channel per peer. A message goes, after the ones before it, on a
-// long-lived Gossip.Stream to its peer, which answers each in turn: a message costs no call of its
-// own, and the daemons' gRPC threads wake a few times a message, not a dozen (docs/wire-format.md,
+// long-lived Gossip.Stream to its peer, which answers each in turn: it costs no call of its own
+// (on loopback a small message takes half the time and CPU a call took; docs/wire-format.md,
 // "Push streams"). A message the stream cannot take (one striped, one waiting for a returning
-// peer, one whose deadline the stream outlives not) goes as a client-streaming Gossip.Push call
-// of its own, as does one still unanswered when its stream ends (the peer restarted, the
-// connection broke): the Push brings the verdict. Messages are written as raw messages
-// (core/rpc/raw_chunk.h): gRPC sends each chunk's data from the bundle's own memory, with no
-// protobuf copy of it. A large bundle is striped: its chunks go over several Push streams at
-// once, each on a connection of its own to the peer (docs/wire-format.md, "Striped pushes"),
-// since one HTTP/2 connection moves bytes at well under a socket's speed.
+// peer) goes as a client-streaming Gossip.Push call of its own, as does one still unanswered
+// when its stream ends (the peer restarted, the connection broke): the Push brings the verdict.
+// Messages are written as raw messages (core/rpc/raw_chunk.h): gRPC sends each chunk's data
+// from the bundle's own memory, with no protobuf copy of it. A large bundle is striped: its
+// chunks go over several Push streams at once, each on a connection of its own to the peer
+// (docs/wire-format.md, "Striped pushes"), since one HTTP/2 connection moves bytes at well under
+// a socket's speed.
 //
 // Thread-safety: thread-safe. Send() may be called from any thread; `done` callbacks run on
 // gRPC's threads. Drain() before destruction waits for every message still in flight and ends
@@ -75,7 +75,8 @@ class GrpcTransport final : public PeerTransport {
                                               uint32_t slice, uint32_t slices,
                                               absl::Time deadline) override;
 
-  // Blocks until no message is in flight, then ends the streams to peers.
+  // Blocks until no message is in flight, then ends the streams to peers (messages sent after
+  // go as Push calls).
   void Drain();
 
   // Streams to peers opened so far (for tests).
@@ -88,11 +89,9 @@ class GrpcTransport final : public PeerTransport {
   struct Message;
   // Sends `m` as a Push call of its own (already counted in flight), `after` from now.
   void SendAsPush(int to, Message m, absl::Duration after = absl::ZeroDuration());
-  // The stream to `to` that takes a message with `deadline`: the open one, or a new one (then
-  // `fresh` is it, to start, and `closing` the one it replaces, to close), or null.
-  // REQUIRES: mu_ held.
-  std::shared_ptr<PeerStream> StreamFor(int to, absl::Time deadline,
-                                        std::shared_ptr<PeerStream>* fresh,
+  // The stream to `to` that takes a message now: the open one, or a new one (then `fresh` is
+  // it, to start, and `closing` the one it replaces, to close), or null (no streams to `to`).
+  std::shared_ptr<PeerStream> StreamFor(int to, std::shared_ptr<PeerStream>* fresh,
                                         std::shared_ptr<PeerStream>* closing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A stream's call ended with `status`: it takes no more messages.
