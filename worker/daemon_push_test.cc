@@ -75,6 +75,18 @@ struct Receiver {
   std::vector<std::string> peers;
 };
 
+// Steps the receiver's round 0 (no gradient): its model is then the mean of its zeros and
+// `x`, the message it took.
+void ExpectRoundZeroMixes(Receiver& r, const std::vector<float>& x, StepOutcome* out) {
+  StepInput step;
+  step.step = 0;
+  const std::vector<float> zeros(x.size(), 0.0f);
+  step.grad = zeros;
+  absl::StatusOr<absl::Span<const float>> model = r.daemon->trainer().Step(step, out);
+  ASSERT_THAT(model.status(), IsOk());
+  for (size_t i = 0; i < x.size(); i += 997) ASSERT_FLOAT_EQ((*model)[i], 0.5f * x[i]) << i;
+}
+
 std::vector<float> Values(uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<float> x(kNumel);
@@ -108,15 +120,9 @@ TEST(StripedPush, ALargeMessageOverThreeConnectionsIsMixedAsSent) {
   ASSERT_THAT(t.SetPeers(r.peers), IsOk());
   const std::vector<float> x = Values(1);
   ASSERT_THAT(Send(t, Message(x, 0)), IsOk());
-  StepInput step;
-  step.step = 0;
-  const std::vector<float> zeros(kNumel, 0.0f);
-  step.grad = zeros;
   StepOutcome out;
-  absl::StatusOr<absl::Span<const float>> model = r.daemon->trainer().Step(step, &out);
-  ASSERT_THAT(model.status(), IsOk());
+  ExpectRoundZeroMixes(r, x, &out);
   EXPECT_THAT(out.mixed, ElementsAre(1));
-  for (size_t i = 0; i < kNumel; i += 997) ASSERT_FLOAT_EQ((*model)[i], 0.5f * x[i]) << i;
   EXPECT_EQ(out.delta.messages_refused(), 0u);
 }
 
@@ -294,15 +300,8 @@ TEST(PushStream, MessagesSentTogetherShareOneStreamAndEachGetsItsOwnVerdict) {
   EXPECT_EQ(t.streams_opened(), 1);
   EXPECT_EQ(r.daemon->engine()->Stats().messages_refused(), 1u);
   // Round 0 mixes the first message, not the refused one.
-  StepInput step;
-  step.step = 0;
-  const std::vector<float> zeros(kNumel, 0.0f);
-  step.grad = zeros;
   StepOutcome out;
-  absl::StatusOr<absl::Span<const float>> model = r.daemon->trainer().Step(step, &out);
-  ASSERT_THAT(model.status(), IsOk());
-  const std::vector<float> x = Values(1);
-  for (size_t i = 0; i < kNumel; i += 997) ASSERT_FLOAT_EQ((*model)[i], 0.5f * x[i]) << i;
+  ExpectRoundZeroMixes(r, Values(1), &out);
 }
 
 // A run with a long --round_timeout gives its messages deadlines far past a stream's life: they

@@ -144,11 +144,7 @@ class GossipService::PushCall final : public grpc::ServerReadReactor<grpc::ByteB
         joins_(joins),
         scans_(g->codecs_),
         assembler_(g->options_.max_bundle_bytes, &scans_) {
-    if (absl::Status c = g->Caller(*ctx); !c.ok()) {
-      Refuse(c);
-      return;
-    }
-    absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = g->limits_->Open(ctx);
+    absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = g->Admit(ctx);
     if (!s.ok()) {
       Refuse(s.status());
       return;
@@ -288,11 +284,7 @@ class GossipService::StreamCall final
  public:
   StreamCall(GossipService* g, grpc::CallbackServerContext* ctx)
       : g_(g), principal_(PrincipalOf(*ctx)) {
-    if (absl::Status c = g->Caller(*ctx); !c.ok()) {
-      End(c);
-      return;
-    }
-    absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = g->limits_->Open(ctx);
+    absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> s = g->Admit(ctx);
     if (!s.ok()) {
       End(s.status());
       return;
@@ -454,6 +446,12 @@ absl::Status GossipService::Caller(const grpc::ServerContextBase& ctx) const {
   return absl::PermissionDeniedError(
       absl::StrCat("'", who, "' may not gossip into this worker (--peer_names=",
                    absl::StrJoin(options_.peer_names, ","), ")"));
+}
+
+absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> GossipService::Admit(
+    grpc::CallbackServerContext* ctx) const {
+  TERN_RETURN_IF_ERROR(Caller(*ctx));
+  return limits_->Open(ctx);
 }
 
 absl::Status GossipService::CheckSender(const std::string& principal,

@@ -78,6 +78,9 @@ class GossipService final
 
   // OK when the call's caller may gossip into this worker (peer_names); PERMISSION_DENIED else.
   absl::Status Caller(const grpc::ServerContextBase& ctx) const;
+  // A pushing call's admission: its caller (Caller), then a slot under the stream limits.
+  absl::StatusOr<std::unique_ptr<StreamLimits::Stream>> Admit(
+      grpc::CallbackServerContext* ctx) const;
   // What a caller of `principal` may send as: PERMISSION_DENIED when `bundle`'s sender is not
   // the worker its name binds it to (under peer_names; anything goes without them).
   absl::Status CheckSender(const std::string& principal, const v1::TensorBundle& bundle) const;
