@@ -261,6 +261,13 @@ class GrpcTransport::PeerStream final
       unsent_.pop_front();
     }
   }
+  // The earliest deadline of the messages unanswered; InfiniteFuture with none.
+  absl::Time EarliestDeadline() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Time when = absl::InfiniteFuture();
+    for (const Message& m : sent_) when = std::min(when, m.deadline);
+    for (const Unsent& u : unsent_) when = std::min(when, u.m.deadline);
+    return when;
+  }
   // A write started from outside the reactions is under way in gRPC: the call may end.
   void Started() {
     bool release = false;
@@ -290,8 +297,7 @@ class GrpcTransport::PeerStream final
     {
       absl::MutexLock lock(&mu_);
       if (ended_ || half_closed_) return;
-      for (const Message& m : sent_) when = std::min(when, m.deadline);
-      for (const Unsent& u : unsent_) when = std::min(when, u.m.deadline);
+      when = EarliestDeadline();
       if (when == absl::InfiniteFuture() || absl::Now() < accept_until_) {
         when = std::min(when, accept_until_);
       }
@@ -322,8 +328,7 @@ class GrpcTransport::PeerStream final
       armed_ = false;
       if (!ok || ended_) return;
       const absl::Time now = absl::Now();
-      for (const Message& m : sent_) expired = expired || m.deadline <= now;
-      for (const Unsent& u : unsent_) expired = expired || u.m.deadline <= now;
+      expired = EarliestDeadline() <= now;
       idle_over = !expired && sent_.empty() && unsent_.empty() && !writing_ && now >= accept_until_;
     }
     if (expired) {
